@@ -1,0 +1,123 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Addressing is how a cluster's pods are addressed from other clusters.
+// +kubebuilder:validation:Enum=direct;globalnet;secondary
+type Addressing string
+
+const (
+	// AddressingDirect routes the cluster's own pod and service CIDRs; they must not overlap others'.
+	AddressingDirect Addressing = "direct"
+	// AddressingGlobalnet NATs exported services and egress into the cluster's global CIDR.
+	AddressingGlobalnet Addressing = "globalnet"
+	// AddressingSecondary gives pods a second interface on the OVN network from the secondary CIDR.
+	AddressingSecondary Addressing = "secondary"
+)
+
+// ClusterSpec is what a cluster declares about itself when it joins.
+//
+// +kubebuilder:validation:XValidation:rule="self.addressing != 'globalnet' || has(self.globalCIDR)",message="globalnet addressing needs globalCIDR"
+// +kubebuilder:validation:XValidation:rule="self.addressing != 'secondary' || has(self.secondaryCIDR)",message="secondary addressing needs secondaryCIDR"
+type ClusterSpec struct {
+	// clusterID is the cluster's identity in the cluster set (KEP-2149); it equals metadata.name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="clusterID is immutable"
+	ClusterID string `json:"clusterID"`
+
+	// podCIDRs are the cluster's pod address ranges.
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.244.0.0/16"
+	// +listType=set
+	PodCIDRs []string `json:"podCIDRs"`
+
+	// serviceCIDRs are the cluster's service ClusterIP ranges.
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.96.0.0/16"
+	// +listType=set
+	ServiceCIDRs []string `json:"serviceCIDRs"`
+
+	// addressing selects how other clusters reach this one.
+	// +optional
+	// +kubebuilder:default=direct
+	Addressing Addressing `json:"addressing,omitempty"`
+
+	// globalCIDR is the block of the hub's globalnet range allocated to this cluster.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 242.1.0.0/16"
+	GlobalCIDR string `json:"globalCIDR,omitempty"`
+
+	// secondaryCIDR is the block of the hub's secondary-network range allocated to this cluster.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.112.0.0/16"
+	SecondaryCIDR string `json:"secondaryCIDR,omitempty"`
+}
+
+// Condition types and reasons of a Cluster.
+const (
+	// ClusterConditionAgentConnected is True while the cluster's agent reaches the hub and
+	// renews its heartbeat Lease.
+	ClusterConditionAgentConnected = "AgentConnected"
+
+	// ReasonHeartbeating is the reason of AgentConnected=True.
+	ReasonHeartbeating = "Heartbeating"
+	// ReasonAgentStopped is set by an agent that shuts down cleanly.
+	ReasonAgentStopped = "AgentStopped"
+)
+
+// ClusterStatus is what the cluster's agent reports.
+type ClusterStatus struct {
+	// conditions describe the cluster's state as seen by its own agent.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// agentVersion is the version of the octopus-agent that last reported.
+	// +optional
+	AgentVersion string `json:"agentVersion,omitempty"`
+}
+
+// Cluster is one member of the cluster set, as registered on the hub.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=octopus
+// +kubebuilder:validation:XValidation:rule="self.metadata.name == self.spec.clusterID",message="metadata.name must equal spec.clusterID"
+// +kubebuilder:printcolumn:name="Pod CIDRs",type=string,JSONPath=`.spec.podCIDRs`
+// +kubebuilder:printcolumn:name="Service CIDRs",type=string,JSONPath=`.spec.serviceCIDRs`
+// +kubebuilder:printcolumn:name="Global CIDR",type=string,JSONPath=`.spec.globalCIDR`,priority=1
+// +kubebuilder:printcolumn:name="Secondary CIDR",type=string,JSONPath=`.spec.secondaryCIDR`,priority=1
+// +kubebuilder:printcolumn:name="Connected",type=string,JSONPath=`.status.conditions[?(@.type=="AgentConnected")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Cluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec ClusterSpec `json:"spec"`
+	// +optional
+	Status ClusterStatus `json:"status,omitempty"`
+}
+
+// ClusterList is a list of Clusters.
+//
+// +kubebuilder:object:root=true
+type ClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Cluster `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Cluster{}, &ClusterList{})
+}

@@ -1,0 +1,173 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Backend is the tunnel driver a gateway uses.
+// +kubebuilder:validation:Enum=wireguard;vxlan
+type Backend string
+
+const (
+	// BackendWireGuard encrypts traffic between gateways (kernel WireGuard or wireguard-go).
+	BackendWireGuard Backend = "wireguard"
+	// BackendVXLAN carries traffic unencrypted, for trusted underlays.
+	BackendVXLAN Backend = "vxlan"
+)
+
+// PeerEndpoint is where a gateway's tunnel can be reached.
+type PeerEndpoint struct {
+	// publicIP is the address other clusters use when they are not on the gateway's own network.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be an IP address"
+	PublicIP string `json:"publicIP,omitempty"`
+
+	// privateIP is the gateway's address on its own network.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be an IP address"
+	PrivateIP string `json:"privateIP"`
+
+	// port is the UDP port of the tunnel.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port"`
+}
+
+// PeerSpec is what a cluster's active gateway publishes so that others can tunnel to it.
+type PeerSpec struct {
+	// clusterID is the cluster this gateway belongs to.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	ClusterID string `json:"clusterID"`
+
+	// hostname is the node the gateway runs on.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	Hostname string `json:"hostname"`
+
+	// backend is the tunnel driver.
+	// +optional
+	// +kubebuilder:default=wireguard
+	Backend Backend `json:"backend,omitempty"`
+
+	// publicKey is the gateway's WireGuard public key (base64, 32 bytes). The private key never
+	// leaves the gateway's node.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw480]=$`
+	PublicKey string `json:"publicKey,omitempty"`
+
+	// endpoint is where the tunnel is reached.
+	// +required
+	Endpoint PeerEndpoint `json:"endpoint"`
+
+	// subnets are the CIDRs reachable through this gateway.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR"
+	Subnets []string `json:"subnets,omitempty"`
+
+	// healthCheckIP is the address other gateways probe to measure the connection.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be an IP address"
+	HealthCheckIP string `json:"healthCheckIP,omitempty"`
+}
+
+// ConnectionState is the state of a tunnel to another cluster.
+// +kubebuilder:validation:Enum=Connecting;Connected;Error
+type ConnectionState string
+
+// Connection states.
+const (
+	ConnectionConnecting ConnectionState = "Connecting"
+	ConnectionConnected  ConnectionState = "Connected"
+	ConnectionError      ConnectionState = "Error"
+)
+
+// LatencyStats summarises round-trip times of health probes.
+type LatencyStats struct {
+	// last is the most recent round-trip time.
+	// +optional
+	Last metav1.Duration `json:"last,omitempty"`
+	// min is the smallest round-trip time seen.
+	// +optional
+	Min metav1.Duration `json:"min,omitempty"`
+	// avg is the mean round-trip time.
+	// +optional
+	Avg metav1.Duration `json:"avg,omitempty"`
+	// max is the largest round-trip time seen.
+	// +optional
+	Max metav1.Duration `json:"max,omitempty"`
+}
+
+// PeerConnection is this gateway's view of its tunnel to one other cluster.
+type PeerConnection struct {
+	// clusterID is the remote cluster.
+	// +required
+	ClusterID string `json:"clusterID"`
+	// state of the tunnel.
+	// +required
+	State ConnectionState `json:"state"`
+	// message explains the state when it is not Connected.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// rtt is the measured round-trip time.
+	// +optional
+	RTT LatencyStats `json:"rtt,omitempty"`
+	// lossPercent is the share of recent probes that got no answer, 0 to 100.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	LossPercent int32 `json:"lossPercent,omitempty"`
+}
+
+// PeerStatus is what the gateway observes.
+type PeerStatus struct {
+	// conditions describe the gateway's own state.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// connections are the tunnels to the other clusters.
+	// +optional
+	// +listType=map
+	// +listMapKey=clusterID
+	Connections []PeerConnection `json:"connections,omitempty"`
+}
+
+// Peer is a cluster's active gateway as published on the hub.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=octopus
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterID`
+// +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=`.spec.backend`
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.spec.endpoint.privateIP`
+// +kubebuilder:printcolumn:name="Port",type=integer,JSONPath=`.spec.endpoint.port`
+// +kubebuilder:printcolumn:name="Host",type=string,JSONPath=`.spec.hostname`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Peer struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec PeerSpec `json:"spec"`
+	// +optional
+	Status PeerStatus `json:"status,omitempty"`
+}
+
+// PeerList is a list of Peers.
+//
+// +kubebuilder:object:root=true
+type PeerList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Peer `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Peer{}, &PeerList{})
+}
