@@ -34,6 +34,7 @@ type ClusterSpec struct {
 	// +required
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:items:MaxLength=43
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.244.0.0/16"
 	// +listType=set
 	PodCIDRs []string `json:"podCIDRs"`
@@ -42,6 +43,7 @@ type ClusterSpec struct {
 	// +required
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:items:MaxLength=43
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.96.0.0/16"
 	// +listType=set
 	ServiceCIDRs []string `json:"serviceCIDRs"`
@@ -53,11 +55,13 @@ type ClusterSpec struct {
 
 	// globalCIDR is the block of the hub's globalnet range allocated to this cluster.
 	// +optional
+	// +kubebuilder:validation:MaxLength=43
 	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 242.1.0.0/16"
 	GlobalCIDR string `json:"globalCIDR,omitempty"`
 
 	// secondaryCIDR is the block of the hub's secondary-network range allocated to this cluster.
 	// +optional
+	// +kubebuilder:validation:MaxLength=43
 	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.112.0.0/16"
 	SecondaryCIDR string `json:"secondaryCIDR,omitempty"`
 }

@@ -20,6 +20,7 @@ const (
 type CIDRPool struct {
 	// cidr is the whole range.
 	// +required
+	// +kubebuilder:validation:MaxLength=43
 	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 242.0.0.0/8"
 	CIDR string `json:"cidr"`
 	// clusterPrefixLength is the prefix length of each cluster's block.
@@ -58,11 +59,15 @@ type JoinConfig struct {
 	// podCIDRs override discovery of the cluster's pod CIDRs.
 	// +optional
 	// +listType=set
+	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:items:MaxLength=43
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR"
 	PodCIDRs []string `json:"podCIDRs,omitempty"`
 	// serviceCIDRs override discovery of the cluster's service CIDRs.
 	// +optional
 	// +listType=set
+	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:items:MaxLength=43
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR"
 	ServiceCIDRs []string `json:"serviceCIDRs,omitempty"`
 	// topology of the tunnels.

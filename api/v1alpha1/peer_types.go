@@ -19,11 +19,13 @@ const (
 type PeerEndpoint struct {
 	// publicIP is the address other clusters use when they are not on the gateway's own network.
 	// +optional
+	// +kubebuilder:validation:MaxLength=45
 	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be an IP address"
 	PublicIP string `json:"publicIP,omitempty"`
 
 	// privateIP is the gateway's address on its own network.
 	// +required
+	// +kubebuilder:validation:MaxLength=45
 	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be an IP address"
 	PrivateIP string `json:"privateIP"`
 
@@ -66,11 +68,14 @@ type PeerSpec struct {
 	// subnets are the CIDRs reachable through this gateway.
 	// +optional
 	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=43
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR"
 	Subnets []string `json:"subnets,omitempty"`
 
 	// healthCheckIP is the address other gateways probe to measure the connection.
 	// +optional
+	// +kubebuilder:validation:MaxLength=45
 	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be an IP address"
 	HealthCheckIP string `json:"healthCheckIP,omitempty"`
 }

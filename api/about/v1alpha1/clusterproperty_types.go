@@ -23,6 +23,8 @@ type ClusterPropertySpec struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster
+// about.k8s.io is a protected group: its CRD carries the approval of the KEP that defines it.
+// +kubebuilder:metadata:annotations="api-approved.kubernetes.io=https://github.com/kubernetes/enhancements/pull/3084"
 // +kubebuilder:printcolumn:name="Value",type=string,JSONPath=`.spec.value`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ClusterProperty struct {

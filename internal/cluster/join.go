@@ -1,0 +1,371 @@
+// Package cluster is a member cluster's side of the cluster set: joining the hub and leaving it,
+// discovering its CIDRs, and keeping its heartbeat.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	aboutv1alpha1 "github.com/octopus-mcs/octopus/api/about/v1alpha1"
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/config/crd"
+	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/ipam"
+	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/progress"
+)
+
+// memberUIDAnnotation records, on the cluster's hub ServiceAccount, the UID of the member
+// cluster's kube-system namespace: the cluster's identity (as KEP-2149 suggests). It tells a
+// re-run of join by the same cluster (resume) from a different cluster reusing the ID (refuse).
+const memberUIDAnnotation = "octopus.io/member-uid"
+
+// JoinOptions configure Join.
+type JoinOptions struct {
+	// BrokerInfo is what `octopus hub deploy` wrote. Required.
+	BrokerInfo *hub.BrokerInfo
+	// ClusterID is the cluster's identity in the cluster set, an RFC-1123 label. Required.
+	ClusterID string
+	// PodCIDRs and ServiceCIDRs override discovery. Optional.
+	PodCIDRs, ServiceCIDRs []string
+	// Addressing is how other clusters reach this one. Optional, default direct.
+	Addressing v1alpha1.Addressing
+	// Progress receives one line per step. Optional.
+	Progress *progress.Reporter
+	// HubAttempts bounds the attempts to reach the hub, HubRetryInterval spaces them.
+	// Optional, defaults 5 and 2s.
+	HubAttempts      int
+	HubRetryInterval time.Duration
+}
+
+// Joined is the outcome of a successful Join.
+type Joined struct {
+	Cluster    *v1alpha1.Cluster
+	Credential hub.Credential
+}
+
+// ValidateClusterID checks that id can name the cluster everywhere it is used.
+func ValidateClusterID(id string) error {
+	if errs := validation.IsDNS1123Label(id); len(errs) > 0 {
+		return fmt.Errorf("cluster ID %q is not valid: %s", id, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Join enrols the cluster behind member in the hub described by opts.BrokerInfo. Everything it
+// checks (input, reachability, duplicate ID, overlapping CIDRs) is checked before anything is
+// written, and if a later step fails what this run created on the hub is removed again. Running
+// it again for the same cluster resumes and changes nothing that is already right.
+func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, error) {
+	p := opts.Progress
+	if opts.BrokerInfo == nil {
+		return nil, errors.New("broker-info is required")
+	}
+	if err := ValidateClusterID(opts.ClusterID); err != nil {
+		return nil, err
+	}
+	if opts.Addressing == "" {
+		opts.Addressing = v1alpha1.AddressingDirect
+	}
+	switch opts.Addressing {
+	case v1alpha1.AddressingDirect, v1alpha1.AddressingGlobalnet, v1alpha1.AddressingSecondary:
+	default:
+		return nil, fmt.Errorf("addressing %q is not one of direct, globalnet, secondary", opts.Addressing)
+	}
+	info := opts.BrokerInfo
+	id := opts.ClusterID
+
+	mc, err := client.New(member, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the cluster at %s: %w", member.Host, err)
+	}
+	memberUID, err := memberIdentity(ctx, mc, id)
+	if err != nil {
+		return nil, err
+	}
+	pods, services, err := resolveCIDRs(ctx, mc, opts)
+	if err != nil {
+		return nil, err
+	}
+	p.Step("Joining cluster %s (pods %s, services %s) to the hub at %s", id, joinPrefixes(pods), joinPrefixes(services), info.HubURL)
+
+	joinCfg := &rest.Config{Host: info.HubURL, BearerToken: info.JoinToken, TLSClientConfig: rest.TLSClientConfig{CAData: info.CAData}, UserAgent: "octopus-join"}
+	if err := waitForHub(ctx, joinCfg, opts); err != nil {
+		return nil, err
+	}
+	jc, err := client.New(joinCfg, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the hub at %s: %w", info.HubURL, err)
+	}
+	if opts.Addressing == v1alpha1.AddressingDirect {
+		if err := checkOverlap(ctx, jc, info.Namespace, id, pods, services); err != nil {
+			return nil, err
+		}
+	}
+
+	start := time.Now()
+	created, err := enrol(ctx, jc, info.Namespace, id, memberUID)
+	if err != nil {
+		return nil, err
+	}
+	token, err := hub.WaitForToken(ctx, jc, info.Namespace, tokenSecretName(id), 60*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	cred := hub.Credential{ClusterID: id, Server: info.HubURL, Namespace: info.Namespace, CAData: info.CAData, Token: token}
+	p.Done(start, "Hub credential for cluster %s issued (ServiceAccount %s)", id, hub.ClusterServiceAccount(id))
+
+	// From here on the cluster acts with its own credential, so the hub's ownership policy
+	// checks every write exactly as it will for the running agent.
+	hc, err := client.New(cred.RESTConfig(), client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the hub as cluster %s: %w", id, err)
+	}
+	joined, err := register(ctx, hc, mc, cred, opts, pods, services)
+	if err != nil && created {
+		if cleanupErr := removeFromHub(ctx, hc, cred); cleanupErr != nil {
+			err = errors.Join(err, fmt.Errorf("undoing the partial join: %w", cleanupErr))
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	p.Done(start, "Cluster %s registered: global CIDR %s, secondary CIDR %s", id, joined.Cluster.Spec.GlobalCIDR, joined.Cluster.Spec.SecondaryCIDR)
+	return joined, nil
+}
+
+// register writes the cluster's hub objects and its member-side state.
+func register(ctx context.Context, hc, mc client.Client, cred hub.Credential, opts JoinOptions, pods, services []netip.Prefix) (*Joined, error) {
+	info, id := opts.BrokerInfo, cred.ClusterID
+	globalPool, err := info.Globalnet.Pool()
+	if err != nil {
+		return nil, err
+	}
+	secondaryPool, err := info.Secondary.Pool()
+	if err != nil {
+		return nil, err
+	}
+	global, err := claimBlock(ctx, hc, info.Namespace, id, PoolGlobalnet, globalPool)
+	if err != nil {
+		return nil, err
+	}
+	secondary, err := claimBlock(ctx, hc, info.Namespace, id, PoolSecondary, secondaryPool)
+	if err != nil {
+		return nil, err
+	}
+	cl := &v1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: info.Namespace, Labels: map[string]string{v1alpha1.ClusterLabel: id}},
+		Spec: v1alpha1.ClusterSpec{
+			ClusterID: id, PodCIDRs: prefixStrings(pods), ServiceCIDRs: prefixStrings(services),
+			Addressing: opts.Addressing, GlobalCIDR: global.String(), SecondaryCIDR: secondary.String(),
+		},
+	}
+	if err := kube.Apply(ctx, hc, cl); err != nil {
+		return nil, fmt.Errorf("registering cluster %s on the hub: %w", id, err)
+	}
+
+	crds, err := crd.Member()
+	if err != nil {
+		return nil, err
+	}
+	if err := hub.InstallCRDs(ctx, mc, crds); err != nil {
+		return nil, fmt.Errorf("installing CRDs in the cluster: %w", err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.SystemNamespace, Labels: kube.ManagedLabels()}}
+	prop := &aboutv1alpha1.ClusterProperty{
+		ObjectMeta: metav1.ObjectMeta{Name: aboutv1alpha1.ClusterIDProperty},
+		Spec:       aboutv1alpha1.ClusterPropertySpec{Value: id},
+	}
+	if err := kube.Apply(ctx, mc, ns, cred.Secret(), prop); err != nil {
+		return nil, fmt.Errorf("storing the hub credential in the cluster: %w", err)
+	}
+	return &Joined{Cluster: cl, Credential: cred}, nil
+}
+
+// memberIdentity returns the UID of kube-system and refuses a cluster that already joined
+// under another ID.
+func memberIdentity(ctx context.Context, mc client.Client, id string) (string, error) {
+	ns := &corev1.Namespace{}
+	if err := mc.Get(ctx, client.ObjectKey{Name: metav1.NamespaceSystem}, ns); err != nil {
+		return "", fmt.Errorf("reading the cluster's kube-system namespace: %w (is the kubeconfig right, and is it cluster-admin?)", err)
+	}
+	prop := &aboutv1alpha1.ClusterProperty{}
+	err := mc.Get(ctx, client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, prop)
+	switch {
+	case err == nil && prop.Spec.Value != id:
+		return "", fmt.Errorf("this cluster already joined as %q; run `octopus leave` before joining as %q", prop.Spec.Value, id)
+	case err != nil && !apierrors.IsNotFound(err) && !isNoKind(err):
+		return "", fmt.Errorf("reading ClusterProperty %s: %w", aboutv1alpha1.ClusterIDProperty, err)
+	}
+	return string(ns.UID), nil
+}
+
+func isNoKind(err error) bool {
+	return strings.Contains(err.Error(), "no matches for kind")
+}
+
+func resolveCIDRs(ctx context.Context, mc client.Client, opts JoinOptions) (pods, services []netip.Prefix, err error) {
+	podStrs, svcStrs := opts.PodCIDRs, opts.ServiceCIDRs
+	if len(podStrs) == 0 {
+		if podStrs, err = DiscoverPodCIDRs(ctx, mc); err != nil {
+			return nil, nil, fmt.Errorf("could not discover the cluster's pod CIDR (%w); pass --pod-cidr", err)
+		}
+	}
+	if len(svcStrs) == 0 {
+		if svcStrs, err = DiscoverServiceCIDRs(ctx, mc); err != nil {
+			return nil, nil, fmt.Errorf("could not discover the cluster's service CIDR (%w); pass --service-cidr", err)
+		}
+	}
+	if pods, err = ipam.ParsePrefixes(podStrs); err != nil {
+		return nil, nil, fmt.Errorf("pod CIDR: %w", err)
+	}
+	if services, err = ipam.ParsePrefixes(svcStrs); err != nil {
+		return nil, nil, fmt.Errorf("service CIDR: %w", err)
+	}
+	for _, pc := range pods {
+		if s, hit := ipam.FirstOverlap(pc, services); hit {
+			return nil, nil, fmt.Errorf("pod CIDR %s overlaps service CIDR %s of the same cluster", pc, s)
+		}
+	}
+	return pods, services, nil
+}
+
+// checkOverlap refuses CIDRs that collide with another cluster's in direct addressing, where
+// both would be routed as they are.
+func checkOverlap(ctx context.Context, hc client.Client, namespace, id string, pods, services []netip.Prefix) error {
+	clusters := &v1alpha1.ClusterList{}
+	if err := hc.List(ctx, clusters, client.InNamespace(namespace)); err != nil {
+		return fmt.Errorf("listing clusters on the hub: %w", err)
+	}
+	mine := map[string][]netip.Prefix{"pod": pods, "service": services}
+	for _, other := range clusters.Items {
+		if other.Name == id {
+			continue
+		}
+		if other.Spec.Addressing != "" && other.Spec.Addressing != v1alpha1.AddressingDirect {
+			continue
+		}
+		theirs := map[string][]string{"pod": other.Spec.PodCIDRs, "service": other.Spec.ServiceCIDRs}
+		for _, myKind := range []string{"pod", "service"} {
+			for _, theirKind := range []string{"pod", "service"} {
+				theirPrefixes, err := ipam.ParsePrefixes(theirs[theirKind])
+				if err != nil {
+					continue // the hub's CRD validation guards these; skip rather than block joins
+				}
+				for _, m := range mine[myKind] {
+					if t, hit := ipam.FirstOverlap(m, theirPrefixes); hit {
+						return fmt.Errorf("%s CIDR %s overlaps %s CIDR %s of cluster %q; with direct addressing CIDRs must not overlap: choose other CIDRs, or join with --addressing globalnet or --addressing secondary",
+							myKind, m, theirKind, t, other.Name)
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// enrol creates the cluster's ServiceAccount on the hub, its token and its role binding. It
+// reports whether this run created the ServiceAccount (so a failure later may remove it).
+func enrol(ctx context.Context, jc client.Client, namespace, id, memberUID string) (bool, error) {
+	labels := kube.ManagedLabels()
+	labels[v1alpha1.ClusterLabel] = id
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{
+		Name: hub.ClusterServiceAccount(id), Namespace: namespace, Labels: labels,
+		Annotations: map[string]string{memberUIDAnnotation: memberUID},
+	}}
+	created := true
+	err := jc.Create(ctx, sa)
+	if apierrors.IsAlreadyExists(err) {
+		created = false
+		if err = jc.Get(ctx, client.ObjectKeyFromObject(sa), sa); err != nil {
+			return false, fmt.Errorf("reading ServiceAccount %s on the hub: %w", sa.Name, err)
+		}
+		if sa.Annotations[memberUIDAnnotation] != memberUID {
+			return false, fmt.Errorf("%w: cluster ID %q is already used by another cluster (joined %s); choose another --cluster-id, or run `octopus leave` in the cluster that holds it",
+				ErrDuplicateClusterID, id, sa.CreationTimestamp.Format(time.RFC3339))
+		}
+	} else if err != nil {
+		return false, fmt.Errorf("creating ServiceAccount %s on the hub: %w", sa.Name, err)
+	}
+	// Owned by the ServiceAccount, so deleting it (leave) garbage-collects both.
+	owner := []metav1.OwnerReference{{APIVersion: "v1", Kind: "ServiceAccount", Name: sa.Name, UID: sa.UID}}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: tokenSecretName(id), Namespace: namespace, Labels: labels, OwnerReferences: owner,
+			Annotations: map[string]string{corev1.ServiceAccountNameKey: sa.Name},
+		},
+		Type: corev1.SecretTypeServiceAccountToken,
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: sa.Name, Namespace: namespace, Labels: labels, OwnerReferences: owner},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: hub.ClusterRoleName},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: namespace}},
+	}
+	for _, obj := range []client.Object{secret, binding} {
+		if err := jc.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return created, fmt.Errorf("creating %s on the hub: %w", obj.GetName(), err)
+		}
+	}
+	return created, nil
+}
+
+func tokenSecretName(id string) string { return hub.ClusterServiceAccount(id) + "-token" }
+
+// waitForHub checks that the hub answers, retrying a bounded number of times with visible
+// progress, so that a wrong URL or a down hub fails fast with the cause.
+func waitForHub(ctx context.Context, cfg *rest.Config, opts JoinOptions) error {
+	attempts, interval := opts.HubAttempts, opts.HubRetryInterval
+	if attempts <= 0 {
+		attempts = 5
+	}
+	if interval <= 0 {
+		interval = 2 * time.Second
+	}
+	probe := rest.CopyConfig(cfg)
+	probe.Timeout = 5 * time.Second
+	dc, err := discovery.NewDiscoveryClientForConfig(probe)
+	if err != nil {
+		return fmt.Errorf("hub %s: %w", cfg.Host, err)
+	}
+	for i := 1; ; i++ {
+		_, err = dc.ServerVersion()
+		if err == nil {
+			return nil
+		}
+		if apierrors.IsUnauthorized(err) {
+			return fmt.Errorf("the hub at %s rejected the join credential: %w; the broker-info is stale (was the hub redeployed?), get a fresh one from `octopus hub deploy`", cfg.Host, err)
+		}
+		if i == attempts {
+			return fmt.Errorf("cannot reach the hub at %s after %d attempts: %w", cfg.Host, attempts, err)
+		}
+		opts.Progress.Step("Hub %s not reachable (attempt %d/%d): %v; retrying in %s", cfg.Host, i, attempts, err, interval)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+}
+
+func prefixStrings(ps []netip.Prefix) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
+	}
+	return out
+}
+
+func joinPrefixes(ps []netip.Prefix) string { return strings.Join(prefixStrings(ps), ",") }

@@ -1,0 +1,134 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	aboutv1alpha1 "github.com/octopus-mcs/octopus/api/about/v1alpha1"
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/config/crd"
+	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/progress"
+)
+
+// LeaveOptions configure Leave.
+type LeaveOptions struct {
+	// Progress receives one line per step. Optional.
+	Progress *progress.Reporter
+	// KeepHub skips the hub side, for a hub that is gone for good. Optional.
+	KeepHub bool
+}
+
+// Leave removes the cluster behind member from its hub: every hub object labelled with its ID,
+// then its hub ServiceAccount (which revokes its credential), then everything join put into the
+// cluster. Running it again after a partial failure finishes the job.
+func Leave(ctx context.Context, member *rest.Config, opts LeaveOptions) error {
+	mc, err := client.New(member, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return fmt.Errorf("connecting to the cluster at %s: %w", member.Host, err)
+	}
+	cred, err := hub.LoadCredential(ctx, mc)
+	if err != nil {
+		return err
+	}
+	if !opts.KeepHub {
+		opts.Progress.Step("Removing cluster %s from the hub at %s", cred.ClusterID, cred.Server)
+		hc, err := client.New(cred.RESTConfig(), client.Options{Scheme: kube.Scheme})
+		if err != nil {
+			return fmt.Errorf("connecting to the hub at %s: %w", cred.Server, err)
+		}
+		if err := removeFromHub(ctx, hc, cred); err != nil {
+			return fmt.Errorf("%w (if the hub is gone for good, run `octopus leave --keep-hub` to clean up this cluster only)", err)
+		}
+	}
+	opts.Progress.Step("Removing Octopus from the cluster")
+	if err := removeFromMember(ctx, mc); err != nil {
+		return err
+	}
+	// Return only once the namespace is really gone, so that a join right after a leave does
+	// not run into a terminating namespace.
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := mc.Get(ctx, client.ObjectKey{Name: v1alpha1.SystemNamespace}, &corev1.Namespace{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for namespace %s to be deleted: %w (kubectl get namespace %s -o yaml shows what holds it)", v1alpha1.SystemNamespace, err, v1alpha1.SystemNamespace)
+	}
+	return nil
+}
+
+// removeFromHub deletes, with the cluster's own credential, everything the cluster owns on the
+// hub, its ServiceAccount last because that revokes the credential.
+func removeFromHub(ctx context.Context, hc client.Client, cred hub.Credential) error {
+	own := []client.ListOption{client.InNamespace(cred.Namespace), client.MatchingLabels{v1alpha1.ClusterLabel: cred.ClusterID}}
+	var errs []error
+	for _, list := range []client.ObjectList{&v1alpha1.PeerList{}, &coordinationv1.LeaseList{}, &corev1.ConfigMapList{}, &v1alpha1.ClusterList{}} {
+		if err := hc.List(ctx, list, own...); err != nil {
+			errs = append(errs, fmt.Errorf("listing the cluster's objects on the hub: %w", err))
+			continue
+		}
+		items, err := meta.ExtractList(list)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, item := range items {
+			obj := item.(client.Object)
+			if err := hc.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+				errs = append(errs, fmt.Errorf("deleting %s on the hub: %w", obj.GetName(), err))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: hub.ClusterServiceAccount(cred.ClusterID), Namespace: cred.Namespace}}
+	if err := hc.Delete(ctx, sa); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting ServiceAccount %s on the hub: %w", sa.Name, err)
+	}
+	return nil
+}
+
+// removeFromMember deletes what join put into the member cluster. CRDs go only if Octopus
+// installed them (another tool may own a ClusterProperty CRD).
+func removeFromMember(ctx context.Context, mc client.Client) error {
+	var errs []error
+	del := func(obj client.Object) {
+		if err := mc.Delete(ctx, obj); client.IgnoreNotFound(err) != nil && !isNoKind(err) {
+			errs = append(errs, fmt.Errorf("deleting %T %s: %w", obj, obj.GetName(), err))
+		}
+	}
+	del(&aboutv1alpha1.ClusterProperty{ObjectMeta: metav1.ObjectMeta{Name: aboutv1alpha1.ClusterIDProperty}})
+	del(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: hub.CredentialSecretName, Namespace: v1alpha1.SystemNamespace}})
+	del(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.SystemNamespace}})
+	crds, err := crd.Member()
+	if err != nil {
+		return err
+	}
+	for _, def := range crds {
+		got := &apiextensionsv1.CustomResourceDefinition{}
+		if err := mc.Get(ctx, client.ObjectKeyFromObject(def), got); err != nil {
+			if client.IgnoreNotFound(err) != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if got.Labels[kube.ManagedByLabel] == kube.FieldManager {
+			del(got)
+		}
+	}
+	return errors.Join(errs...)
+}

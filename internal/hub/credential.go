@@ -1,0 +1,105 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+)
+
+// CredentialSecretName is the Secret in the member cluster's octopus-system namespace that holds
+// the cluster's own hub credential.
+const CredentialSecretName = "octopus-hub"
+
+// Keys of the credential Secret.
+const (
+	credKeyClusterID = "clusterID"
+	credKeyServer    = "server"
+	credKeyNamespace = "namespace"
+	credKeyCA        = "ca.crt"
+	credKeyToken     = "token"
+)
+
+// ErrNotJoined means the member cluster has no hub credential.
+var ErrNotJoined = errors.New("this cluster has not joined a hub; run `octopus join BROKER-INFO --cluster-id ID` first")
+
+// Credential is one cluster's access to the hub. It can only write hub objects labelled with
+// ClusterID; the hub's admission policy enforces that.
+type Credential struct {
+	ClusterID string
+	Server    string
+	Namespace string
+	CAData    []byte
+	Token     string
+}
+
+// RESTConfig returns a client configuration for the hub that authenticates as the cluster.
+func (c Credential) RESTConfig() *rest.Config {
+	return &rest.Config{
+		Host:            c.Server,
+		BearerToken:     c.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: c.CAData},
+		UserAgent:       "octopus/" + c.ClusterID,
+	}
+}
+
+// Secret renders the credential as the Secret stored in the member cluster.
+func (c Credential) Secret() *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: CredentialSecretName, Namespace: v1alpha1.SystemNamespace},
+		Type:       corev1.SecretTypeOpaque,
+		Data: map[string][]byte{
+			credKeyClusterID: []byte(c.ClusterID),
+			credKeyServer:    []byte(c.Server),
+			credKeyNamespace: []byte(c.Namespace),
+			credKeyCA:        c.CAData,
+			credKeyToken:     []byte(c.Token),
+		},
+	}
+}
+
+// CredentialFromSecret parses the Secret written by Secret.
+func CredentialFromSecret(s *corev1.Secret) (Credential, error) {
+	c := Credential{
+		ClusterID: string(s.Data[credKeyClusterID]),
+		Server:    string(s.Data[credKeyServer]),
+		Namespace: string(s.Data[credKeyNamespace]),
+		CAData:    s.Data[credKeyCA],
+		Token:     string(s.Data[credKeyToken]),
+	}
+	for key, v := range map[string]string{credKeyClusterID: c.ClusterID, credKeyServer: c.Server, credKeyNamespace: c.Namespace, credKeyToken: c.Token} {
+		if v == "" {
+			return Credential{}, fmt.Errorf("secret %s/%s has no %q: re-run `octopus join`", s.Namespace, s.Name, key)
+		}
+	}
+	return c, nil
+}
+
+// LoadCredential reads the cluster's hub credential from the member cluster.
+func LoadCredential(ctx context.Context, member client.Reader) (Credential, error) {
+	s := &corev1.Secret{}
+	err := member.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: CredentialSecretName}, s)
+	if apierrors.IsNotFound(err) {
+		return Credential{}, ErrNotJoined
+	}
+	if err != nil {
+		return Credential{}, fmt.Errorf("reading the hub credential %s/%s: %w", v1alpha1.SystemNamespace, CredentialSecretName, err)
+	}
+	return CredentialFromSecret(s)
+}
+
+// ClusterServiceAccount is the name of a cluster's ServiceAccount on the hub. The admission
+// policy derives the cluster ID from it, so the prefix is part of the security boundary.
+func ClusterServiceAccount(clusterID string) string { return clusterServiceAccountPrefix + clusterID }
+
+const clusterServiceAccountPrefix = "cluster-"
+
+// HeartbeatLeaseName is the name of a cluster's heartbeat Lease in the hub namespace.
+func HeartbeatLeaseName(clusterID string) string { return clusterID }

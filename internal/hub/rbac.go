@@ -1,0 +1,86 @@
+package hub
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/octopus-mcs/octopus/internal/kube"
+)
+
+// Names of the hub's roles and of the join identity.
+const (
+	// ClusterRoleName is the namespaced Role every cluster's ServiceAccount is bound to. It is
+	// deliberately coarse; the ownership policy narrows it to the cluster's own objects.
+	ClusterRoleName = "octopus-cluster"
+	// JoinRoleName is the Role of the join identity that broker-info carries.
+	JoinRoleName = "octopus-join"
+	// JoinServiceAccount is the identity `octopus join` uses to enrol a cluster.
+	JoinServiceAccount = "octopus-join"
+	// joinTokenSecret holds the join identity's long-lived token.
+	joinTokenSecret = "octopus-join-token"
+)
+
+var (
+	readWrite = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
+	readOnly  = []string{"get", "list", "watch"}
+)
+
+// clusterRole is what a joined cluster may do on the hub. It has no access to Secrets: the
+// join token and other clusters' credentials live there.
+func clusterRole(namespace string) *rbacv1.Role {
+	return &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: ClusterRoleName, Namespace: namespace, Labels: kube.ManagedLabels()},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"octopus.io"}, Resources: []string{"clusters", "peers"}, Verbs: readWrite},
+			{APIGroups: []string{"octopus.io"}, Resources: []string{"clusters/status", "peers/status"}, Verbs: []string{"get", "update", "patch"}},
+			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: readWrite},
+			// CIDR claims (see internal/cluster): one ConfigMap per allocated block.
+			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: readWrite},
+			// Leaving deletes the cluster's own ServiceAccount, which revokes its token; the
+			// ownership policy keeps it from deleting anyone else's.
+			{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"delete"}},
+		},
+	}
+}
+
+// joinRole lets `octopus join` create a cluster's ServiceAccount, its token Secret and its
+// binding to ClusterRoleName, and read what it needs to detect a duplicate ID. Whoever holds
+// broker-info can enrol clusters: treat it like a password.
+func joinRole(namespace string) *rbacv1.Role {
+	return &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: JoinRoleName, Namespace: namespace, Labels: kube.ManagedLabels()},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "secrets"}, Verbs: []string{"get", "create"}},
+			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"rolebindings"}, Verbs: []string{"get", "create"}},
+			// Binding a role needs either all its permissions or "bind" on it.
+			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles"}, Verbs: []string{"bind"}, ResourceNames: []string{ClusterRoleName}},
+			{APIGroups: []string{"octopus.io"}, Resources: []string{"clusters"}, Verbs: readOnly},
+		},
+	}
+}
+
+func joinIdentity(namespace string) []client.Object {
+	return []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: JoinServiceAccount, Namespace: namespace, Labels: kube.ManagedLabels()}},
+		&rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: JoinRoleName, Namespace: namespace, Labels: kube.ManagedLabels()},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: JoinRoleName},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: JoinServiceAccount, Namespace: namespace}},
+		},
+		serviceAccountTokenSecret(namespace, joinTokenSecret, JoinServiceAccount, kube.ManagedLabels()),
+	}
+}
+
+// serviceAccountTokenSecret asks kube-controller-manager for a long-lived token of sa. Deleting
+// the ServiceAccount revokes it, which is how a cluster's access ends when it leaves.
+func serviceAccountTokenSecret(namespace, name, sa string, labels map[string]string) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: namespace, Labels: labels,
+			Annotations: map[string]string{corev1.ServiceAccountNameKey: sa},
+		},
+		Type: corev1.SecretTypeServiceAccountToken,
+	}
+}

@@ -1,0 +1,29 @@
+// Package progress prints the one-line steps long operations show to the user.
+package progress
+
+import (
+	"fmt"
+	"io"
+	"time"
+)
+
+// Reporter writes steps to W; a nil Reporter or nil W prints nothing.
+type Reporter struct {
+	W io.Writer
+}
+
+// Step announces a step that is starting or has happened.
+func (r *Reporter) Step(format string, args ...any) {
+	if r == nil || r.W == nil {
+		return
+	}
+	fmt.Fprintf(r.W, "==> "+format+"\n", args...)
+}
+
+// Done reports a step that finished, with how long it took.
+func (r *Reporter) Done(start time.Time, format string, args ...any) {
+	if r == nil || r.W == nil {
+		return
+	}
+	fmt.Fprintf(r.W, "    "+format+" (%s)\n", append(args, time.Since(start).Round(10*time.Millisecond))...)
+}
