@@ -1,0 +1,41 @@
+package main
+
+import (
+	goflag "flag"
+
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/octopus-mcs/octopus/internal/version"
+)
+
+// newRootCommand builds the octopus-agent command tree.
+func newRootCommand() *cobra.Command {
+	zapOpts := zap.Options{}
+	root := &cobra.Command{
+		Use:   "octopus-agent",
+		Short: "The Octopus daemon of a member cluster",
+		Long: `octopus-agent runs the Octopus components of a member cluster, one per subcommand.
+
+Examples:
+  # Heartbeat to the hub this cluster joined, outside the cluster:
+  octopus-agent controller --kubeconfig east.yaml`,
+		Version:       version.Version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRun: func(*cobra.Command, []string) {
+			logger := zap.New(zap.UseFlagOptions(&zapOpts))
+			ctrl.SetLogger(logger)
+			// client-go's leader election and transport log through klog: same sink, same format.
+			klog.SetLogger(logger)
+		},
+	}
+	zapFlags := goflag.NewFlagSet("zap", goflag.ContinueOnError)
+	zapOpts.BindFlags(zapFlags)
+	root.PersistentFlags().AddGoFlagSet(zapFlags)
+
+	root.AddCommand(newControllerCommand())
+	return root
+}

@@ -1,0 +1,186 @@
+// Package agent wires the components of the octopus-agent daemon into controller-runtime
+// managers, one function per subcommand, so that cmd/octopus-agent only parses flags.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/cluster"
+	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/kube"
+)
+
+// ControllerLeaderElectionID is the leader-election Lease of the controller in the member
+// cluster's octopus-system namespace.
+const ControllerLeaderElectionID = "octopus-controller"
+
+const (
+	// defaultCredentialPollInterval is how often the agent looks for the hub credential until
+	// `octopus join` has written it.
+	defaultCredentialPollInterval = 5 * time.Second
+	// credentialReminderInterval spaces the log lines repeating that the credential is still
+	// missing: visible in `kubectl logs`, without one line per poll.
+	credentialReminderInterval = 30 * time.Second
+)
+
+// ControllerOptions configures RunController.
+type ControllerOptions struct {
+	// Member is the client configuration of the member cluster the agent runs in. Required.
+	Member *rest.Config
+	// HeartbeatInterval and LeaseDuration configure the heartbeat (see cluster.HeartbeatOptions).
+	HeartbeatInterval time.Duration
+	LeaseDuration     time.Duration
+	// HealthProbeBindAddress and MetricsBindAddress are the managers' listen addresses; "0"
+	// turns them off.
+	HealthProbeBindAddress string
+	MetricsBindAddress     string
+	// LeaderElection makes replicas elect one active controller through the
+	// ControllerLeaderElectionID Lease in octopus-system.
+	LeaderElection bool
+	// Identity names this replica in heartbeat Leases. Optional; the hostname when empty.
+	Identity string
+	// Version is reported to the hub as the agent's version.
+	Version string
+	// CredentialPollInterval is how often to look for the hub credential while it is missing.
+	// Optional; 5s when zero.
+	CredentialPollInterval time.Duration
+}
+
+// MemberConfig returns the member cluster's client configuration: from the kubeconfig file at
+// path, or the in-cluster configuration when path is empty.
+func MemberConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("loading the in-cluster configuration (outside a cluster, pass --kubeconfig): %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// RunController runs the agent's controller against the member cluster until ctx is cancelled:
+// it waits for the hub credential and then heartbeats to the hub.
+func RunController(ctx context.Context, o ControllerOptions) error {
+	if o.Member == nil {
+		return errors.New("running the controller: no member cluster configuration")
+	}
+	// Checked again by cluster.NewHeartbeat, but only once the cluster has joined, which may be
+	// much later: a bad flag should fail at startup.
+	if o.HeartbeatInterval > 0 && o.LeaseDuration > 0 && o.LeaseDuration <= o.HeartbeatInterval {
+		return fmt.Errorf("lease duration %s must be longer than the heartbeat interval %s", o.LeaseDuration, o.HeartbeatInterval)
+	}
+	mgr, err := manager.New(o.Member, manager.Options{
+		Scheme:                  kube.Scheme,
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress:  o.HealthProbeBindAddress,
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionID:        ControllerLeaderElectionID,
+		LeaderElectionNamespace: v1alpha1.SystemNamespace,
+		// Hand over at once on a clean shutdown (rollouts) instead of after the lease expires;
+		// the manager stops our runnables before it releases the lock.
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the controller manager: %w", err)
+	}
+	if o.HealthProbeBindAddress != "0" && o.HealthProbeBindAddress != "" {
+		// Liveness and readiness only say the process serves: the hub being down or the
+		// cluster not being joined yet must not make Kubernetes restart the agent.
+		if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+			return fmt.Errorf("adding the health check: %w", err)
+		}
+		if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+			return fmt.Errorf("adding the readiness check: %w", err)
+		}
+	}
+	hubRunner := &hubComponents{opts: o, member: mgr.GetAPIReader()}
+	if err := mgr.Add(hubRunner); err != nil {
+		return fmt.Errorf("adding the hub components: %w", err)
+	}
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running the controller manager: %w", err)
+	}
+	return nil
+}
+
+// hubComponents runs, on the elected replica, everything that talks to the hub. It waits for
+// the hub credential inside the manager rather than before starting it, so that health probes
+// and leader election work while the cluster has not joined yet.
+type hubComponents struct {
+	opts   ControllerOptions
+	member client.Reader
+}
+
+func (r *hubComponents) NeedLeaderElection() bool { return true }
+
+func (r *hubComponents) Start(ctx context.Context) error {
+	cred, err := WaitForCredential(ctx, r.member, r.opts.CredentialPollInterval)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	hubClient, err := client.New(cred.RESTConfig(), client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return fmt.Errorf("creating a client of the hub %s: %w", cred.Server, err)
+	}
+	heartbeat, err := cluster.NewHeartbeat(cluster.HeartbeatOptions{
+		Hub:           hubClient,
+		Namespace:     cred.Namespace,
+		ClusterID:     cred.ClusterID,
+		Interval:      r.opts.HeartbeatInterval,
+		LeaseDuration: r.opts.LeaseDuration,
+		Identity:      r.opts.Identity,
+		Version:       r.opts.Version,
+	})
+	if err != nil {
+		return err
+	}
+	return heartbeat.Start(ctx)
+}
+
+// WaitForCredential reads the cluster's hub credential from the member cluster, retrying every
+// interval (5s when zero) while it is missing or unreadable, and logging that it waits. It
+// returns early only when ctx is done.
+func WaitForCredential(ctx context.Context, member client.Reader, interval time.Duration) (hub.Credential, error) {
+	log := logf.FromContext(ctx)
+	if interval <= 0 {
+		interval = defaultCredentialPollInterval
+	}
+	var lastMsg string
+	var lastLog time.Time
+	for {
+		cred, err := hub.LoadCredential(ctx, member)
+		if err == nil {
+			log.Info("Loaded the hub credential", "clusterID", cred.ClusterID, "hub", cred.Server, "namespace", cred.Namespace)
+			return cred, nil
+		}
+		if msg := err.Error(); msg != lastMsg || time.Since(lastLog) >= credentialReminderInterval {
+			log.Info("Waiting for the hub credential", "secret", v1alpha1.SystemNamespace+"/"+hub.CredentialSecretName, "reason", msg, "retryEvery", interval.String())
+			lastMsg, lastLog = msg, time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return hub.Credential{}, fmt.Errorf("waiting for the hub credential: %w", context.Cause(ctx))
+		case <-time.After(interval):
+		}
+	}
+}

@@ -1,0 +1,83 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/progress"
+)
+
+func newHubCommand(streams IOStreams) *cobra.Command {
+	cmd := &cobra.Command{Use: "hub", Short: "Manage the hub clusters exchange state through"}
+	cmd.AddCommand(newHubDeployCommand(streams))
+	return cmd
+}
+
+type hubDeployOptions struct {
+	IOStreams
+	kube      kubeconfigFlags
+	output    string
+	deploy    hub.DeployOptions
+	globalnet hub.PoolConfig
+	secondary hub.PoolConfig
+}
+
+func newHubDeployCommand(streams IOStreams) *cobra.Command {
+	o := &hubDeployOptions{IOStreams: streams, globalnet: hub.DefaultGlobalnetPool, secondary: hub.DefaultSecondaryPool}
+	cmd := &cobra.Command{
+		Use:   "deploy",
+		Short: "Turn a cluster into the hub and write broker-info for joining it",
+		Long: `Installs the hub's namespace, CRDs, RBAC and admission policy, and writes broker-info
+(mode 0600): the hub's URL and CA, a join credential, and the address pools. Treat broker-info
+like a password: whoever has it can join clusters. Running deploy again changes nothing.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	fs := cmd.Flags()
+	o.kube.addFlags(fs, "hub cluster")
+	fs.StringVar(&o.output, "broker-info", "broker-info", "where to write broker-info")
+	fs.StringVar(&o.deploy.HubURL, "hub-url", "", "URL clusters use to reach the hub's API server (default: the kubeconfig's server)")
+	fs.StringVar(&o.deploy.Namespace, "namespace", v1alpha1.DefaultHubNamespace, "hub namespace holding shared state")
+	fs.StringVar(&o.globalnet.CIDR, "globalnet-cidr", o.globalnet.CIDR, "pool of global CIDRs for clusters with overlapping addresses")
+	fs.IntVar(&o.globalnet.ClusterPrefixLength, "globalnet-prefix-length", o.globalnet.ClusterPrefixLength, "prefix length of each cluster's global CIDR")
+	fs.StringVar(&o.secondary.CIDR, "secondary-cidr", o.secondary.CIDR, "pool of secondary-network CIDRs")
+	fs.IntVar(&o.secondary.ClusterPrefixLength, "secondary-prefix-length", o.secondary.ClusterPrefixLength, "prefix length of each cluster's secondary CIDR")
+	return cmd
+}
+
+func (o *hubDeployOptions) Validate() error {
+	if _, err := o.globalnet.Pool(); err != nil {
+		return fmt.Errorf("--globalnet-cidr/--globalnet-prefix-length: %w", err)
+	}
+	if _, err := o.secondary.Pool(); err != nil {
+		return fmt.Errorf("--secondary-cidr/--secondary-prefix-length: %w", err)
+	}
+	return nil
+}
+
+func (o *hubDeployOptions) Run(ctx context.Context) error {
+	cfg, err := o.kube.restConfig()
+	if err != nil {
+		return err
+	}
+	o.deploy.Globalnet, o.deploy.Secondary = o.globalnet, o.secondary
+	o.deploy.Progress = &progress.Reporter{W: o.ErrOut}
+	info, err := hub.Deploy(ctx, cfg, o.deploy)
+	if err != nil {
+		return err
+	}
+	if err := info.WriteFile(o.output); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "Hub deployed at %s. Join clusters with:\n  octopus join %s --cluster-id ID --kubeconfig CLUSTER.yaml\n", info.HubURL, o.output)
+	return nil
+}

@@ -1,0 +1,107 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/cluster"
+	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/progress"
+)
+
+// Agent modes of join: how the agent's controller starts.
+const (
+	agentProcess = "process"
+	agentNone    = "none"
+)
+
+type joinOptions struct {
+	IOStreams
+	kube       kubeconfigFlags
+	brokerInfo string
+	join       cluster.JoinOptions
+	addressing string
+	agent      string
+}
+
+func newJoinCommand(streams IOStreams) *cobra.Command {
+	o := &joinOptions{IOStreams: streams}
+	cmd := &cobra.Command{
+		Use:   "join BROKER-INFO --cluster-id ID",
+		Short: "Join a cluster to the hub described by BROKER-INFO",
+		Long: `Registers the cluster on the hub with its own credential (which can only change this
+cluster's objects), allocates its global and secondary CIDR blocks, stores the credential in
+the cluster and starts the agent. The pod and service CIDRs are discovered when the cluster
+records them; otherwise pass --pod-cidr and --service-cidr. Running join again resumes.
+
+With --agent process (the default until the Helm chart lands) the agent's controller runs as
+a process on this machine, logging under ~/.local/state/octopus; ` + "`octopus leave`" + ` stops it.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.Complete(args); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	fs := cmd.Flags()
+	o.kube.addFlags(fs, "cluster to join")
+	fs.StringVar(&o.join.ClusterID, "cluster-id", "", "the cluster's ID in the cluster set: lower-case letters, digits and '-', at most 63 (required)")
+	fs.StringSliceVar(&o.join.PodCIDRs, "pod-cidr", nil, "the cluster's pod CIDR(s) (default: discovered)")
+	fs.StringSliceVar(&o.join.ServiceCIDRs, "service-cidr", nil, "the cluster's service CIDR(s) (default: discovered)")
+	fs.StringVar(&o.addressing, "addressing", string(v1alpha1.AddressingDirect), "direct, globalnet (overlapping CIDRs) or secondary")
+	fs.StringVar(&o.agent, "agent", agentProcess, "how to run the agent: process (on this machine) or none")
+	_ = cmd.MarkFlagRequired("cluster-id")
+	return cmd
+}
+
+func (o *joinOptions) Complete(args []string) error {
+	o.brokerInfo = args[0]
+	info, err := hub.ReadBrokerInfo(o.brokerInfo)
+	if err != nil {
+		return err
+	}
+	o.join.BrokerInfo = info
+	o.join.Addressing = v1alpha1.Addressing(o.addressing)
+	o.join.Progress = &progress.Reporter{W: o.ErrOut}
+	return nil
+}
+
+func (o *joinOptions) Validate() error {
+	if err := cluster.ValidateClusterID(o.join.ClusterID); err != nil {
+		return fmt.Errorf("--cluster-id: %w", err)
+	}
+	if o.agent != agentProcess && o.agent != agentNone {
+		return fmt.Errorf("--agent %q: want %s or %s", o.agent, agentProcess, agentNone)
+	}
+	return nil
+}
+
+func (o *joinOptions) Run(ctx context.Context) error {
+	cfg, err := o.kube.restConfig()
+	if err != nil {
+		return err
+	}
+	joined, err := cluster.Join(ctx, cfg, o.join)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "Cluster %s joined the hub at %s (global CIDR %s, secondary CIDR %s).\n",
+		joined.Cluster.Spec.ClusterID, o.join.BrokerInfo.HubURL, joined.Cluster.Spec.GlobalCIDR, joined.Cluster.Spec.SecondaryCIDR)
+	if o.agent == agentNone {
+		fmt.Fprintln(o.Out, "Agent not started (--agent none): run `octopus-agent controller` with this cluster's kubeconfig.")
+		return nil
+	}
+	proc, err := startDetachedAgent(o.kube, joined.Cluster.Spec.ClusterID)
+	if err != nil {
+		return fmt.Errorf("the cluster joined, but starting its agent failed: %w", err)
+	}
+	fmt.Fprintf(o.Out, "Agent started (pid %d), logging to %s.\n", proc.pid, proc.log)
+	return nil
+}
