@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -64,6 +65,9 @@ func (o *showClustersOptions) Run(ctx context.Context) error {
 		return err
 	}
 	statuses, err := cluster.CollectStatus(ctx, hc, ns, time.Now())
+	if meta.IsNoMatchError(err) {
+		return fmt.Errorf("%s is neither a joined cluster nor a hub: run `octopus join` there, or pass the hub's kubeconfig", cfg.Host)
+	}
 	if err != nil {
 		return err
 	}
