@@ -135,7 +135,3 @@ type FabricList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Fabric `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&Fabric{}, &FabricList{})
-}

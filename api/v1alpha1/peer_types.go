@@ -172,7 +172,3 @@ type PeerList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Peer `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&Peer{}, &PeerList{})
-}

@@ -134,7 +134,7 @@ func (r *hubComponents) Start(ctx context.Context) error {
 	cred, err := WaitForCredential(ctx, r.member, r.opts.CredentialPollInterval)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil
+			return nil //nolint:nilerr // shutting down before the cluster joined is not a failure
 		}
 		return err
 	}

@@ -111,7 +111,7 @@ func waitConnected(ctx context.Context, hc client.Client, members int) ([]cluste
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		var err error
 		if statuses, err = cluster.CollectStatus(ctx, hc, v1alpha1.DefaultHubNamespace, time.Now()); err != nil {
-			return false, nil
+			return false, nil //nolint:nilerr // the hub was just started; keep polling until the timeout
 		}
 		connected := 0
 		for _, s := range statuses {

@@ -24,7 +24,7 @@ import (
 // DefaultHeartbeatInterval is how often an agent renews its heartbeat Lease unless told otherwise.
 const DefaultHeartbeatInterval = 10 * time.Second
 
-// States of a cluster's heartbeat as ClusterState reports them.
+// States of a cluster's heartbeat as HeartbeatState reports them.
 const (
 	// StateConnected means the Lease was renewed within its leaseDurationSeconds.
 	StateConnected = "Connected"
@@ -424,9 +424,9 @@ func HeartbeatAge(lease *coordinationv1.Lease, now time.Time) (time.Duration, bo
 	return max(now.Sub(lease.Spec.RenewTime.Time), 0), true
 }
 
-// ClusterState summarises a cluster's heartbeat Lease as StateConnected, StateStale or
+// HeartbeatState summarises a cluster's heartbeat Lease as StateConnected, StateStale or
 // StateNeverSeen. A Lease without leaseDurationSeconds is judged by the default lease duration.
-func ClusterState(lease *coordinationv1.Lease, now time.Time) string {
+func HeartbeatState(lease *coordinationv1.Lease, now time.Time) string {
 	age, ok := HeartbeatAge(lease, now)
 	if !ok {
 		return StateNeverSeen

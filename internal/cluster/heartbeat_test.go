@@ -60,7 +60,7 @@ func TestHeartbeatAge(t *testing.T) {
 	}
 }
 
-func TestHeartbeatClusterState(t *testing.T) {
+func TestHeartbeatState(t *testing.T) {
 	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	ago := func(d time.Duration) *time.Time { return new(now.Add(-d)) }
 	tests := []struct {
@@ -79,8 +79,8 @@ func TestHeartbeatClusterState(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := ClusterState(tt.lease, now); got != tt.want {
-				t.Errorf("ClusterState() = %q, want %q", got, tt.want)
+			if got := HeartbeatState(tt.lease, now); got != tt.want {
+				t.Errorf("HeartbeatState() = %q, want %q", got, tt.want)
 			}
 		})
 	}
@@ -319,7 +319,9 @@ func TestHeartbeatAgainstHub(t *testing.T) {
 	t.Cleanup(func() {
 		// testr must not log after the test returns.
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("heartbeat ended with %v", err)
+		}
 	})
 
 	// Renewals: the Lease appears, carries the cluster's label and its renewTime advances.

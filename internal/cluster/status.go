@@ -53,7 +53,7 @@ func CollectStatus(ctx context.Context, hc client.Reader, namespace string, now 
 		s := Status{
 			ClusterID: cl.Spec.ClusterID, PodCIDRs: cl.Spec.PodCIDRs, ServiceCIDRs: cl.Spec.ServiceCIDRs,
 			Addressing: cl.Spec.Addressing, GlobalCIDR: cl.Spec.GlobalCIDR, SecondaryCIDR: cl.Spec.SecondaryCIDR,
-			State: ClusterState(lease, now),
+			State: HeartbeatState(lease, now),
 		}
 		if age, ok := HeartbeatAge(lease, now); ok {
 			s.HeartbeatAge = &age

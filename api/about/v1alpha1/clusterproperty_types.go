@@ -43,7 +43,3 @@ type ClusterPropertyList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []ClusterProperty `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&ClusterProperty{}, &ClusterPropertyList{})
-}
