@@ -8,7 +8,7 @@ TOOLS := $(CURDIR)/hack/tools
 CONTROLLER_GEN := $(BIN)/controller-gen
 GOLANGCI_LINT  := $(BIN)/golangci-lint
 
-.PHONY: all build test unit lint generate verify-generated k8s-binaries deps tools demo clean
+.PHONY: all build test fuzz lint generate k8s-binaries deps tools demo clean
 
 all: build
 
@@ -41,9 +41,17 @@ lint: $(GOLANGCI_LINT)
 	$(GO) vet ./...
 	$(GOLANGCI_LINT) run ./...
 
-## test: everything — lint, unit, real control planes, the lab. Needs root for the lab tests.
+## test: everything — lint, unit, real control planes, end to end, a short fuzz run. In CI
+## (CI=true, as root) a skipped test fails the run.
 test: deps tools k8s-binaries build lint
-	OCTOPUS_BIN_DIR=$(BIN) CONTROLLER_GEN=$(CONTROLLER_GEN) $(GO) test -count=1 -timeout 40m ./...
+	CONTROLLER_GEN=$(CONTROLLER_GEN) $(GO) test -count=1 -timeout 60m -json ./... \
+	  | $(GO) run ./hack/testreport $(if $(filter true,$(CI)),-fail-on-skip)
+	$(MAKE) fuzz FUZZTIME=20s
+
+FUZZTIME ?= 2m
+## fuzz: fuzz the parsers of untrusted input.
+fuzz:
+	$(GO) test -run='^$$' -fuzz=FuzzDecodeBrokerInfo -fuzztime=$(FUZZTIME) ./internal/hub
 
 ## demo: a hub and two clusters on this machine, joined; Ctrl-C stops and cleans up.
 demo: deps k8s-binaries build

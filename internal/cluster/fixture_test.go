@@ -27,7 +27,7 @@ type fabric struct {
 	hub  client.Client // admin on the hub
 }
 
-func newFabric(t *testing.T, members ...string) *fabric {
+func newFabric(t testing.TB, members ...string) *fabric {
 	t.Helper()
 	env := testenv.ControlPlanes(t, append([]string{"hub"}, members...)...)
 	info, err := hub.Deploy(t.Context(), env.Cluster("hub").RESTConfig(), hub.DeployOptions{})
@@ -37,7 +37,7 @@ func newFabric(t *testing.T, members ...string) *fabric {
 	return &fabric{env: env, info: info, hub: newClient(t, env.Cluster("hub").RESTConfig())}
 }
 
-func newClient(t *testing.T, cfg *rest.Config) client.Client {
+func newClient(t testing.TB, cfg *rest.Config) client.Client {
 	t.Helper()
 	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
 	if err != nil {
@@ -52,7 +52,7 @@ func (f *fabric) joinOptions(name string) JoinOptions {
 	return JoinOptions{BrokerInfo: f.info, ClusterID: name, PodCIDRs: []string{f.env.Cluster(name).PodCIDR.String()}}
 }
 
-func (f *fabric) join(t *testing.T, name string) *Joined {
+func (f *fabric) join(t testing.TB, name string) *Joined {
 	t.Helper()
 	j, err := Join(t.Context(), f.env.Cluster(name).RESTConfig(), f.joinOptions(name))
 	if err != nil {
@@ -62,6 +62,6 @@ func (f *fabric) join(t *testing.T, name string) *Joined {
 }
 
 // as returns a hub client authenticated with a joined cluster's own credential.
-func (f *fabric) as(t *testing.T, j *Joined) client.Client {
+func (f *fabric) as(t testing.TB, j *Joined) client.Client {
 	return newClient(t, j.Credential.RESTConfig())
 }

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Octopus's build, tests and lab need. Idempotent: packages that
+# are present are not touched, and apt is only called when something is missing.
+set -euo pipefail
+
+PACKAGES=(git make ca-certificates)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+  echo "missing Debian packages: ${missing[*]}; run: sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "==> installing Debian packages: ${missing[*]}" >&2
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,175 @@
+package controlplane
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Versions built by hack/k8s-binaries.sh when KUBE_VERSION and ETCD_VERSION are not set. They
+// must equal the script's defaults (a test checks) because they name the cache directory.
+const (
+	KubernetesVersion = "v1.37.1"
+	EtcdVersion       = "v3.6.5"
+)
+
+// buildScript is the script that builds the binaries, relative to the repository root.
+const buildScript = "hack/k8s-binaries.sh"
+
+// Binary names in the bin directory.
+const (
+	binEtcd              = "etcd"
+	binAPIServer         = "kube-apiserver"
+	binControllerManager = "kube-controller-manager"
+	binScheduler         = "kube-scheduler"
+	binKubeProxy         = "kube-proxy"
+	binKubectl           = "kubectl"
+)
+
+// Binaries lists every binary the script builds. kube-proxy and kubectl are not started by this
+// package but the lab needs them, so a bin directory without them is incomplete.
+var Binaries = []string{binEtcd, binAPIServer, binControllerManager, binScheduler, binKubeProxy, binKubectl}
+
+// DefaultBinDir returns the directory hack/k8s-binaries.sh builds into, computed from the same
+// environment variables the script reads (OCTOPUS_CACHE, KUBE_VERSION, ETCD_VERSION, HOME).
+func DefaultBinDir() (string, error) {
+	cache := os.Getenv("OCTOPUS_CACHE")
+	if cache == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("finding the binary cache: set OCTOPUS_CACHE or HOME: %w", err)
+		}
+		cache = filepath.Join(home, ".cache", "octopus")
+	}
+	kube := envOr("KUBE_VERSION", KubernetesVersion)
+	etcd := envOr("ETCD_VERSION", EtcdVersion)
+	return filepath.Join(cache, fmt.Sprintf("k8s-%s-etcd-%s", kube, etcd), "bin"), nil
+}
+
+// EnsureBinaries returns the directory with the control-plane binaries, running
+// hack/k8s-binaries.sh (found from repoRoot) when any is missing; build progress goes to
+// progress (nil discards it). Concurrent callers, also in other processes, are serialised
+// with a lock file so that only one of them builds; the others wait and reuse its result.
+func EnsureBinaries(ctx context.Context, repoRoot string, progress io.Writer) (string, error) {
+	if progress == nil {
+		progress = io.Discard
+	}
+	dir, err := DefaultBinDir()
+	if err != nil {
+		return "", err
+	}
+	if missingBinaries(dir) == nil {
+		return dir, nil
+	}
+
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return "", fmt.Errorf("creating binary cache %s: %w", filepath.Dir(dir), err)
+	}
+	unlock, err := lockFile(ctx, filepath.Join(filepath.Dir(dir), ".build.lock"), progress)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	// Another process may have finished the build while we waited for the lock.
+	if missingBinaries(dir) == nil {
+		return dir, nil
+	}
+
+	script := filepath.Join(repoRoot, buildScript)
+	if _, err := os.Stat(script); err != nil {
+		return "", fmt.Errorf("control-plane binaries missing in %s and build script not found: %w", dir, err)
+	}
+	fmt.Fprintf(progress, "building control-plane binaries with %s (several minutes on a cold cache)\n", script)
+	var stdout bytes.Buffer
+	cmd := exec.CommandContext(ctx, "bash", script)
+	cmd.Dir = repoRoot
+	cmd.Stdout = &stdout
+	cmd.Stderr = progress
+	// The script runs `go build`; its own process group lets a cancelled context stop the
+	// compilers too, not only bash.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("running %s (output above): %w", script, err)
+	}
+	built := lastLine(stdout.String())
+	if built == "" {
+		built = dir
+	}
+	if err := missingBinaries(built); err != nil {
+		return "", fmt.Errorf("%s finished but binaries are still missing: %w", script, err)
+	}
+	return built, nil
+}
+
+// missingBinaries reports which binaries are absent or not executable in dir.
+func missingBinaries(dir string) error {
+	var missing []string
+	for _, b := range Binaries {
+		fi, err := os.Stat(filepath.Join(dir, b))
+		if err != nil || fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
+			missing = append(missing, b)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing in %s: %s", dir, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// lockFile takes an exclusive flock on path, polling so that ctx can cancel the wait.
+func lockFile(ctx context.Context, path string, progress io.Writer) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening build lock %s: %w", path, err)
+	}
+	told := false
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { _ = f.Close() }, nil // closing releases the flock
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			_ = f.Close()
+			return nil, fmt.Errorf("locking %s: %w", path, err)
+		}
+		if !told {
+			fmt.Fprintf(progress, "waiting for another build of the control-plane binaries (lock %s)\n", path)
+			told = true
+		}
+		select {
+		case <-ctx.Done():
+			_ = f.Close()
+			return nil, fmt.Errorf("waiting for build lock %s: %w", path, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func lastLine(s string) string {
+	var last string
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			last = l
+		}
+	}
+	return last
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
