@@ -1,0 +1,85 @@
+package hub
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/testenv"
+)
+
+func init() { log.SetLogger(logr.Discard()) }
+
+// managedVersions maps every object Deploy manages to its resourceVersion.
+func managedVersions(t *testing.T, c client.Client) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	sel := client.MatchingLabels(kube.ManagedLabels())
+	for _, list := range []client.ObjectList{
+		&corev1.NamespaceList{}, &apiextensionsv1.CustomResourceDefinitionList{}, &rbacv1.RoleList{}, &rbacv1.RoleBindingList{},
+		&corev1.ServiceAccountList{}, &corev1.SecretList{},
+		&admissionregistrationv1.ValidatingAdmissionPolicyList{}, &admissionregistrationv1.ValidatingAdmissionPolicyBindingList{},
+	} {
+		if err := c.List(t.Context(), list, sel); err != nil {
+			t.Fatal(err)
+		}
+		items, _ := meta.ExtractList(list)
+		for _, item := range items {
+			o := item.(client.Object)
+			out[reflect.TypeOf(o).Elem().Name()+"/"+o.GetNamespace()+"/"+o.GetName()] = o.GetResourceVersion()
+		}
+	}
+	return out
+}
+
+func TestDeployTwiceChangesNothing(t *testing.T) {
+	env := testenv.ControlPlanes(t, "hub")
+	cfg := env.Cluster("hub").RESTConfig()
+	first, err := Deploy(t.Context(), cfg, DeployOptions{})
+	if err != nil {
+		t.Fatalf("first deploy: %v", err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := managedVersions(t, c)
+	// Namespace, 2 CRDs, 2 Roles, 1 RoleBinding, 1 ServiceAccount, 1 Secret, policy, binding.
+	if len(before) != 10 {
+		t.Fatalf("deploy manages %d objects, want 10: %v", len(before), before)
+	}
+	second, err := Deploy(t.Context(), cfg, DeployOptions{})
+	if err != nil {
+		t.Fatalf("second deploy: %v", err)
+	}
+	if after := managedVersions(t, c); !reflect.DeepEqual(before, after) {
+		t.Errorf("second deploy changed objects:\nbefore %v\nafter  %v", before, after)
+	}
+	if !reflect.DeepEqual(first, second) {
+		t.Errorf("second deploy returned different broker-info")
+	}
+	if first.JoinToken == "" || first.HubURL != env.Cluster("hub").URL {
+		t.Errorf("broker-info hub URL %q (want %q), token set: %v", first.HubURL, env.Cluster("hub").URL, first.JoinToken != "")
+	}
+}
+
+func TestDeployRejectsBadPools(t *testing.T) {
+	env := testenv.ControlPlanes(t, "hub")
+	_, err := Deploy(t.Context(), env.Cluster("hub").RESTConfig(), DeployOptions{Globalnet: PoolConfig{CIDR: "242.0.0.0/8", ClusterPrefixLength: 4}})
+	if err == nil {
+		t.Fatal("deploy accepted a /4 block out of a /8 pool")
+	}
+	c, _ := client.New(env.Cluster("hub").RESTConfig(), client.Options{Scheme: kube.Scheme})
+	if got := managedVersions(t, c); len(got) != 0 {
+		t.Errorf("a refused deploy wrote %v", got)
+	}
+}
