@@ -49,8 +49,9 @@ func runStartHelper() {
 	svc, pod := testenv.CIDRs(0)
 	opts := controlplane.Options{BinDir: os.Getenv(helperBinEnv), Dir: os.Getenv(helperDirEnv)}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if _, err := controlplane.Start(ctx, opts, controlplane.ClusterOptions{Name: "crash", ServiceCIDR: svc, PodCIDR: pod, Scheduler: true}); err != nil {
+	_, err := controlplane.Start(ctx, opts, controlplane.ClusterOptions{Name: "crash", ServiceCIDR: svc, PodCIDR: pod, Scheduler: true})
+	cancel() // the control plane outlives ctx, which only bounded its start
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

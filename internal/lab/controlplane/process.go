@@ -182,7 +182,7 @@ func (p *process) restartAfterCrash(crashed *run) {
 // exitError describes how a run ended and quotes the end of the log, which is where the
 // reason is (a bad flag, a port in use, an etcd error).
 func (p *process) exitError(r *run) error {
-	return fmt.Errorf("%s (pid %d) exited: %v; last lines of %s:\n%s",
+	return fmt.Errorf("%s (pid %d) exited: %w; last lines of %s:\n%s",
 		p.name, r.cmd.Process.Pid, r.err, p.logPath, logTail(p.logPath, logTailLines))
 }
 
@@ -277,7 +277,7 @@ func (p *process) waitReady(ctx context.Context, r *run, timeout time.Duration, 
 		case <-r.done:
 			return p.exitError(r)
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s to become ready: %w (last check: %v); see %s", p.name, ctx.Err(), last, p.logPath)
+			return fmt.Errorf("waiting for %s to become ready: %w (last check: %w); see %s", p.name, ctx.Err(), last, p.logPath)
 		case <-tick.C:
 		}
 	}
