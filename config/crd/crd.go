@@ -1,5 +1,6 @@
-// Package crd embeds the CustomResourceDefinitions generated from api/ by `make generate`, so
-// that the CLI and the agents install exactly the schema they were built with.
+// Package crd embeds the CustomResourceDefinitions Octopus installs, so that the CLI and the
+// agents install exactly the schema they were built with: the ones generated from api/ by
+// `make generate` (bases/) and the Multi-Cluster Services CRDs of sigs.k8s.io/mcs-api (mcs/).
 package crd
 
 import (
@@ -12,41 +13,61 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-//go:embed bases/*.yaml
-var bases embed.FS
+// The files under mcs/ are byte-for-byte copies of config/crd/*.yaml of sigs.k8s.io/mcs-api
+// v0.5.2 (the version go.mod requires; TestMCSCRDsMatchModule keeps them equal when it is
+// bumped). They are copied rather than loaded from that module's own embed package so that
+// every CRD Octopus installs lives in this one tree and is read the same way.
+//
+//go:embed bases/*.yaml mcs/*.yaml
+var files embed.FS
 
-// Hub returns the CRDs the hub serves: what clusters publish there.
+const (
+	mcsServiceExports = "mcs/multicluster.x-k8s.io_serviceexports.yaml"
+	mcsServiceImports = "mcs/multicluster.x-k8s.io_serviceimports.yaml"
+)
+
+// Hub returns the CRDs the hub serves: what clusters publish there. Exported services are
+// published as ServiceImport-shaped records, so the hub serves the MCS ServiceImport CRD too.
 func Hub() ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	return load("octopus.io_clusters.yaml", "octopus.io_peers.yaml")
+	return load("bases/octopus.io_clusters.yaml", "bases/octopus.io_peers.yaml", mcsServiceImports)
 }
 
-// Member returns the CRDs every member cluster serves.
+// Member returns the Octopus CRDs every member cluster serves. They belong to Octopus alone, so
+// leaving the cluster set removes them; the MCS CRDs, which hold users' ServiceExports and may
+// be shared with other tools, are in MCS instead.
 func Member() ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	return load("octopus.io_fabrics.yaml", "about.k8s.io_clusterproperties.yaml")
+	return load("bases/octopus.io_fabrics.yaml", "bases/about.k8s.io_clusterproperties.yaml")
 }
 
-// All returns every CRD in the repository.
+// MCS returns the Multi-Cluster Services CRDs (ServiceExport, ServiceImport) of
+// sigs.k8s.io/mcs-api, which every member cluster serves.
+func MCS() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	return load(mcsServiceExports, mcsServiceImports)
+}
+
+// All returns every CRD embedded here.
 func All() ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	names, err := fs.Glob(bases, "bases/*.yaml")
-	if err != nil {
-		return nil, err
-	}
-	for i := range names {
-		names[i] = path.Base(names[i])
+	var names []string
+	for _, pattern := range []string{"bases/*.yaml", "mcs/*.yaml"} {
+		m, err := fs.Glob(files, pattern)
+		if err != nil {
+			return nil, err
+		}
+		names = append(names, m...)
 	}
 	return load(names...)
 }
 
-func load(files ...string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	crds := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(files))
-	for _, f := range files {
-		data, err := bases.ReadFile("bases/" + f)
+func load(paths ...string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	crds := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(paths))
+	for _, p := range paths {
+		data, err := files.ReadFile(p)
 		if err != nil {
-			return nil, fmt.Errorf("reading embedded CRD %s: %w", f, err)
+			return nil, fmt.Errorf("reading embedded CRD %s: %w", path.Base(p), err)
 		}
 		crd := &apiextensionsv1.CustomResourceDefinition{}
 		if err := yaml.UnmarshalStrict(data, crd); err != nil {
-			return nil, fmt.Errorf("decoding embedded CRD %s: %w", f, err)
+			return nil, fmt.Errorf("decoding embedded CRD %s: %w", path.Base(p), err)
 		}
 		crds = append(crds, crd)
 	}

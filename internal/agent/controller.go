@@ -20,6 +20,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/servicediscovery"
 )
 
 // ControllerLeaderElectionID is the leader-election Lease of the controller in the member
@@ -76,7 +77,7 @@ func MemberConfig(path string) (*rest.Config, error) {
 }
 
 // RunController runs the agent's controller against the member cluster until ctx is cancelled:
-// it waits for the hub credential and then heartbeats to the hub.
+// it waits for the hub credential, then heartbeats to the hub and exports services.
 func RunController(ctx context.Context, o ControllerOptions) error {
 	if o.Member == nil {
 		return errors.New("running the controller: no member cluster configuration")
@@ -110,7 +111,7 @@ func RunController(ctx context.Context, o ControllerOptions) error {
 			return fmt.Errorf("adding the readiness check: %w", err)
 		}
 	}
-	hubRunner := &hubComponents{opts: o, member: mgr.GetAPIReader()}
+	hubRunner := &hubComponents{opts: o, mgr: mgr}
 	if err := mgr.Add(hubRunner); err != nil {
 		return fmt.Errorf("adding the hub components: %w", err)
 	}
@@ -124,14 +125,14 @@ func RunController(ctx context.Context, o ControllerOptions) error {
 // the hub credential inside the manager rather than before starting it, so that health probes
 // and leader election work while the cluster has not joined yet.
 type hubComponents struct {
-	opts   ControllerOptions
-	member client.Reader
+	opts ControllerOptions
+	mgr  manager.Manager
 }
 
 func (r *hubComponents) NeedLeaderElection() bool { return true }
 
 func (r *hubComponents) Start(ctx context.Context) error {
-	cred, err := WaitForCredential(ctx, r.member, r.opts.CredentialPollInterval)
+	cred, err := WaitForCredential(ctx, r.mgr.GetAPIReader(), r.opts.CredentialPollInterval)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil //nolint:nilerr // shutting down before the cluster joined is not a failure
@@ -141,6 +142,13 @@ func (r *hubComponents) Start(ctx context.Context) error {
 	hubClient, err := client.New(cred.RESTConfig(), client.Options{Scheme: kube.Scheme})
 	if err != nil {
 		return fmt.Errorf("creating a client of the hub %s: %w", cred.Server, err)
+	}
+	// Added now rather than with the manager: they need the credential, and the MCS CRDs
+	// they watch exist only once the cluster has joined.
+	if err := servicediscovery.SetupExport(r.mgr, servicediscovery.ExportOptions{
+		Hub: cred.RESTConfig(), HubNamespace: cred.Namespace, ClusterID: cred.ClusterID,
+	}); err != nil {
+		return err
 	}
 	heartbeat, err := cluster.NewHeartbeat(cluster.HeartbeatOptions{
 		Hub:           hubClient,

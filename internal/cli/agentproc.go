@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // Until the Helm chart and operator land, `join --agent process` runs the agent's controller
@@ -60,11 +61,8 @@ func startDetachedAgent(kube kubeconfigFlags, clusterID string) (*agentProc, err
 	if err != nil {
 		return nil, err
 	}
-	kubeconfig := kube.path
-	if kubeconfig == "" {
-		kubeconfig = clientcmd.NewDefaultClientConfigLoadingRules().GetDefaultFilename()
-	}
-	if kubeconfig, err = filepath.Abs(kubeconfig); err != nil {
+	kubeconfig, err := agentKubeconfig(kube, dir, clusterID)
+	if err != nil {
 		return nil, err
 	}
 	if err := stopDetachedAgent(clusterID); err != nil {
@@ -89,6 +87,32 @@ func startDetachedAgent(kube kubeconfigFlags, clusterID string) (*agentProc, err
 		return nil, fmt.Errorf("recording the agent's pid: %w", err)
 	}
 	return &agentProc{pid: pid, log: logPath}, nil
+}
+
+// agentKubeconfig writes the one context join used (--kubeconfig, --context, $KUBECONFIG
+// merging all resolved) into a self-contained file for the agent, so that the agent talks to
+// the cluster that joined even if the user's current context changes later.
+func agentKubeconfig(kube kubeconfigFlags, dir, clusterID string) (string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kube.path
+	raw, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kube.context}).RawConfig()
+	if err != nil {
+		return "", fmt.Errorf("loading kubeconfig for the agent: %w", err)
+	}
+	if kube.context != "" {
+		raw.CurrentContext = kube.context
+	}
+	if err := clientcmdapi.MinifyConfig(&raw); err != nil {
+		return "", fmt.Errorf("selecting the kubeconfig context for the agent: %w", err)
+	}
+	if err := clientcmdapi.FlattenConfig(&raw); err != nil {
+		return "", fmt.Errorf("inlining kubeconfig credentials for the agent: %w", err)
+	}
+	path := filepath.Join(dir, "agent-"+clusterID+".kubeconfig")
+	if err := clientcmd.WriteToFile(raw, path); err != nil {
+		return "", fmt.Errorf("writing the agent's kubeconfig: %w", err)
+	}
+	return path, os.Chmod(path, 0o600)
 }
 
 func agentPidfile(dir, clusterID string) string {

@@ -5,11 +5,13 @@ import (
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
@@ -93,6 +95,21 @@ func TestClusterCredentialIsConfinedToOwnObjects(t *testing.T) {
 		{"delete another cluster's ServiceAccount", policyDenied, func() error {
 			return asEast.Delete(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: hub.ClusterServiceAccount("west")}})
 		}},
+		{"squat the Cluster of a cluster that has not joined", policyDenied, func() error {
+			return asEast.Create(t.Context(), &v1alpha1.Cluster{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "north", Labels: map[string]string{v1alpha1.ClusterLabel: "east"}},
+				Spec:       v1alpha1.ClusterSpec{ClusterID: "north", PodCIDRs: []string{"10.77.0.0/16"}, ServiceCIDRs: []string{"10.78.0.0/16"}},
+			})
+		}},
+		{"squat the heartbeat Lease of another cluster", policyDenied, func() error {
+			return asEast.Create(t.Context(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "north", Labels: map[string]string{v1alpha1.ClusterLabel: "east"}}})
+		}},
+		{"publish a Peer for another cluster under its own label", policyDenied, func() error {
+			p := testPeer(ns, "east-forged")
+			p.Labels[v1alpha1.ClusterLabel] = "east"
+			p.Spec.ClusterID = "west"
+			return asEast.Create(t.Context(), p)
+		}},
 		{"read another cluster's token", rbacDenied, func() error {
 			return asEast.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: tokenSecretName("west")}, &corev1.Secret{})
 		}},
@@ -117,6 +134,9 @@ func TestClusterCredentialIsConfinedToOwnObjects(t *testing.T) {
 	}
 
 	// Positive controls: the same credential can manage its own objects.
+	if err := asEast.Create(t.Context(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "east", Labels: map[string]string{v1alpha1.ClusterLabel: "east"}}}); err != nil {
+		t.Fatalf("east creating its own heartbeat Lease: %v", err)
+	}
 	own := testPeer(ns, "east")
 	if err := asEast.Create(t.Context(), own); err != nil {
 		t.Fatalf("east creating its own Peer: %v", err)
@@ -139,4 +159,43 @@ func TestClusterCredentialIsConfinedToOwnObjects(t *testing.T) {
 		err := asEast.Delete(t.Context(), &v1alpha1.Peer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "west"}})
 		return err == nil
 	})
+}
+
+// TestJoinCredentialIsConfinedToEnrolment: broker-info's join identity can enrol clusters but
+// cannot bind the cluster Role to arbitrary subjects (itself included) or create other objects.
+func TestJoinCredentialIsConfinedToEnrolment(t *testing.T) {
+	f := newFabric(t, "east")
+	f.join(t, "east")
+	ns := f.info.Namespace
+	asJoin := newClient(t, &rest.Config{Host: f.info.HubURL, BearerToken: f.info.JoinToken, TLSClientConfig: rest.TLSClientConfig{CAData: f.info.CAData}})
+	binding := func(name, subject string) *rbacv1.RoleBinding {
+		return &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: hub.ClusterRoleName},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: subject, Namespace: ns}},
+		}
+	}
+	tests := []struct {
+		name string
+		obj  client.Object
+	}{
+		{"bind the cluster Role to the join identity", binding("cluster-x", hub.JoinServiceAccount)},
+		{"bind the cluster Role under another name", binding("sneaky", "sneaky")},
+		{"bind the cluster Role to another cluster's account", binding("cluster-x", hub.ClusterServiceAccount("east"))},
+		{"create a ServiceAccount that is not a cluster's", &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sneaky"}}},
+		{"create a cluster ServiceAccount labelled as another", &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cluster-x", Labels: map[string]string{v1alpha1.ClusterLabel: "east"}}}},
+		{"create an ordinary Secret", &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sneaky"}, StringData: map[string]string{"a": "b"}}},
+		{"mint a second token for a cluster", &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "east-token-2", Annotations: map[string]string{corev1.ServiceAccountNameKey: hub.ClusterServiceAccount("east")}},
+			Type:       corev1.SecretTypeServiceAccountToken,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := asJoin.Create(t.Context(), tt.obj)
+			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "the join identity may only") {
+				t.Fatalf("err = %v, want Forbidden by the join policy", err)
+			}
+		})
+	}
 }

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -67,8 +68,10 @@ func ValidateClusterID(id string) error {
 
 // Join enrols the cluster behind member in the hub described by opts.BrokerInfo. Everything it
 // checks (input, reachability, duplicate ID, overlapping CIDRs) is checked before anything is
-// written, and if a later step fails what this run created on the hub is removed again. Running
-// it again for the same cluster resumes and changes nothing that is already right.
+// written. If registration fails after this run created the cluster's ServiceAccount, its hub
+// objects and the ServiceAccount are removed again; a failure between the two (issuing the
+// token) leaves the ServiceAccount, which a re-run resumes from. Running it again for the same
+// cluster changes nothing that is already right.
 func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, error) {
 	p := opts.Progress
 	if opts.BrokerInfo == nil {
@@ -134,6 +137,9 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the hub as cluster %s: %w", id, err)
 	}
+	if err := waitAccepted(ctx, hc, info.Namespace); err != nil {
+		return nil, fmt.Errorf("the hub does not accept cluster %s's new credential: %w", id, err)
+	}
 	joined, err := register(ctx, hc, mc, cred, opts, pods, services)
 	if err != nil && created {
 		if cleanupErr := removeFromHub(ctx, hc, cred); cleanupErr != nil {
@@ -181,6 +187,13 @@ func register(ctx context.Context, hc, mc client.Client, cred hub.Credential, op
 	if err != nil {
 		return nil, err
 	}
+	// The MCS CRDs too, so that services can be exported as soon as the cluster has joined.
+	// Leave keeps them: they hold the users' ServiceExports (see crd.Member).
+	mcs, err := crd.MCS()
+	if err != nil {
+		return nil, err
+	}
+	crds = append(crds, mcs...)
 	if err := hub.InstallCRDs(ctx, mc, crds); err != nil {
 		return nil, fmt.Errorf("installing CRDs in the cluster: %w", err)
 	}
@@ -320,6 +333,25 @@ func enrol(ctx context.Context, jc client.Client, namespace, id, memberUID strin
 		}
 	}
 	return created, nil
+}
+
+// waitAccepted waits until the hub authenticates a freshly issued token. The API server checks
+// a ServiceAccount token against its cached copy of the token Secret, which can trail the
+// Secret by a moment on a busy server; until then the token is answered with 401. The RBAC
+// authorizer's cache of the new RoleBinding can trail the same way (403).
+func waitAccepted(ctx context.Context, hc client.Client, namespace string) error {
+	var lastErr error
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		lastErr = hc.List(ctx, &v1alpha1.ClusterList{}, client.InNamespace(namespace), client.Limit(1))
+		if apierrors.IsUnauthorized(lastErr) || apierrors.IsForbidden(lastErr) {
+			return false, nil
+		}
+		return true, lastErr
+	})
+	if err != nil && lastErr != nil {
+		return lastErr
+	}
+	return err
 }
 
 func tokenSecretName(id string) string { return hub.ClusterServiceAccount(id) + "-token" }

@@ -8,6 +8,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	aboutv1alpha1 "github.com/octopus-mcs/octopus/api/about/v1alpha1"
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
@@ -34,7 +36,8 @@ type LeaveOptions struct {
 
 // Leave removes the cluster behind member from its hub: every hub object labelled with its ID,
 // then its hub ServiceAccount (which revokes its credential), then everything join put into the
-// cluster. Running it again after a partial failure finishes the job.
+// cluster. Running it again after a partial failure finishes the job: a credential the hub
+// already revoked means the hub side is done.
 func Leave(ctx context.Context, member *rest.Config, opts LeaveOptions) error {
 	mc, err := client.New(member, client.Options{Scheme: kube.Scheme})
 	if err != nil {
@@ -50,7 +53,14 @@ func Leave(ctx context.Context, member *rest.Config, opts LeaveOptions) error {
 		if err != nil {
 			return fmt.Errorf("connecting to the hub at %s: %w", cred.Server, err)
 		}
-		if err := removeFromHub(ctx, hc, cred); err != nil {
+		err = removeFromHub(ctx, hc, cred)
+		if apierrors.IsUnauthorized(err) {
+			// The hub no longer knows the credential: an earlier leave got as far as deleting
+			// the ServiceAccount (or the hub was rebuilt). Nothing of ours is left there.
+			opts.Progress.Step("The hub no longer accepts this cluster's credential; nothing left to remove there")
+			err = nil
+		}
+		if err != nil {
 			return fmt.Errorf("%w (if the hub is gone for good, run `octopus leave --keep-hub` to clean up this cluster only)", err)
 		}
 	}
@@ -75,8 +85,16 @@ func Leave(ctx context.Context, member *rest.Config, opts LeaveOptions) error {
 func removeFromHub(ctx context.Context, hc client.Client, cred hub.Credential) error {
 	own := []client.ListOption{client.InNamespace(cred.Namespace), client.MatchingLabels{v1alpha1.ClusterLabel: cred.ClusterID}}
 	var errs []error
-	for _, list := range []client.ObjectList{&v1alpha1.PeerList{}, &coordinationv1.LeaseList{}, &corev1.ConfigMapList{}, &v1alpha1.ClusterList{}} {
+	// Exported services first (slices before their records, as the exporter withdraws them).
+	lists := []client.ObjectList{
+		&discoveryv1.EndpointSliceList{}, &mcsv1beta1.ServiceImportList{},
+		&v1alpha1.PeerList{}, &coordinationv1.LeaseList{}, &corev1.ConfigMapList{}, &v1alpha1.ClusterList{},
+	}
+	for _, list := range lists {
 		if err := hc.List(ctx, list, own...); err != nil {
+			if isNoKind(err) {
+				continue // a hub deployed before service discovery has no ServiceImport CRD
+			}
 			errs = append(errs, fmt.Errorf("listing the cluster's objects on the hub: %w", err))
 			continue
 		}

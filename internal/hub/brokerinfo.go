@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -90,11 +91,20 @@ func (b BrokerInfo) WriteFile(path string) error {
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+	// CreateTemp makes a new file with mode 0600 that no one else can have opened or linked.
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".broker-info-*")
+	if err != nil {
 		return fmt.Errorf("writing broker-info: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	defer os.Remove(tmp.Name()) // no-op after the rename
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing broker-info: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing broker-info: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("writing broker-info: %w", err)
 	}
 	return nil

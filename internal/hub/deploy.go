@@ -99,13 +99,15 @@ func Deploy(ctx context.Context, cfg *rest.Config, opts DeployOptions) (*BrokerI
 	}
 	p.Done(start, "CRDs installed and established")
 
-	policy, binding := ownershipPolicy(opts.Namespace)
-	objs := append([]client.Object{clusterRole(opts.Namespace), joinRole(opts.Namespace)}, joinIdentity(opts.Namespace)...)
-	objs = append(objs, policy, binding)
+	// The policies go first: the identities they confine must never exist unconfined.
+	ownership, ownershipBinding := ownershipPolicy(opts.Namespace)
+	join, joinBinding := joinPolicy(opts.Namespace)
+	objs := []client.Object{ownership, ownershipBinding, join, joinBinding, clusterRole(opts.Namespace), joinRole(opts.Namespace)}
+	objs = append(objs, joinIdentity(opts.Namespace)...)
 	if err := kube.Apply(ctx, c, objs...); err != nil {
 		return nil, err
 	}
-	p.Done(start, "RBAC, join identity and admission policy %s applied", OwnershipPolicyName)
+	p.Done(start, "Admission policies %s and %s, RBAC and join identity applied", OwnershipPolicyName, JoinPolicyName)
 
 	if info.JoinToken, err = WaitForToken(ctx, c, opts.Namespace, joinTokenSecret, opts.TokenTimeout); err != nil {
 		return nil, err
@@ -114,10 +116,24 @@ func Deploy(ctx context.Context, cfg *rest.Config, opts DeployOptions) (*BrokerI
 	return info, nil
 }
 
-// InstallCRDs applies CRDs and waits until the API server serves them.
+// InstallCRDs applies CRDs and waits until the API server serves them. A CRD that exists
+// without Octopus's managed-by label belongs to another tool (ClusterProperty, say): it is used
+// as it is, never taken over, so that leaving does not delete it.
 func InstallCRDs(ctx context.Context, c client.Client, crds []*apiextensionsv1.CustomResourceDefinition) error {
 	for _, def := range crds {
-		def.Labels = kube.ManagedLabels()
+		existing := &apiextensionsv1.CustomResourceDefinition{}
+		err := c.Get(ctx, client.ObjectKeyFromObject(def), existing)
+		if err == nil && existing.Labels[kube.ManagedByLabel] != kube.FieldManager {
+			continue
+		}
+		if client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("reading CRD %s: %w", def.Name, err)
+		}
+		// Keep the labels a CRD ships with: the MCS CRDs carry their release version.
+		if def.Labels == nil {
+			def.Labels = map[string]string{}
+		}
+		def.Labels[kube.ManagedByLabel] = kube.FieldManager
 		if err := kube.Apply(ctx, c, def); err != nil {
 			return err
 		}

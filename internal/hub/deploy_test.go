@@ -53,9 +53,10 @@ func TestDeployTwiceChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := managedVersions(t, c)
-	// Namespace, 2 CRDs, 2 Roles, 1 RoleBinding, 1 ServiceAccount, 1 Secret, policy, binding.
-	if len(before) != 10 {
-		t.Fatalf("deploy manages %d objects, want 10: %v", len(before), before)
+	// Namespace, 3 CRDs (clusters, peers, MCS serviceimports), 2 Roles, 1 RoleBinding,
+	// 1 ServiceAccount, 1 Secret, 2 policies, 2 bindings.
+	if len(before) != 13 {
+		t.Fatalf("deploy manages %d objects, want 13: %v", len(before), before)
 	}
 	second, err := Deploy(t.Context(), cfg, DeployOptions{})
 	if err != nil {

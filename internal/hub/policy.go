@@ -12,24 +12,100 @@ import (
 	"github.com/octopus-mcs/octopus/internal/kube"
 )
 
-// OwnershipPolicyName names the ValidatingAdmissionPolicy (and its binding) that keeps each
-// cluster's hub credential to its own objects.
-const OwnershipPolicyName = "octopus-cluster-ownership"
+// Names of the ValidatingAdmissionPolicies (each with a binding of the same name).
+const (
+	// OwnershipPolicyName keeps each cluster's hub credential to its own objects.
+	OwnershipPolicyName = "octopus-cluster-ownership"
+	// JoinPolicyName keeps the join identity to creating enrolment objects of the expected shape.
+	JoinPolicyName = "octopus-join-enrolment"
+)
 
-// ownershipPolicy builds the admission policy. RBAC grants every cluster the same verbs on the
+// identityRule ties a kind of hub object to the cluster that may write it, beyond the label:
+// without it a cluster could create, labelled as itself, the Cluster or heartbeat Lease named
+// after a cluster that has not joined yet and so lock that cluster out.
+type identityRule struct {
+	group, resource string
+	// field is the CEL expression on object that must equal the caller's cluster ID.
+	field string
+}
+
+var identityRules = []identityRule{
+	{group: "octopus.io", resource: "clusters", field: "object.metadata.name"},
+	{group: "octopus.io", resource: "peers", field: "object.spec.clusterID"},
+	{group: "coordination.k8s.io", resource: "leases", field: "object.metadata.name"},
+}
+
+// ownershipPolicy builds the cluster policy. RBAC grants every cluster the same verbs on the
 // hub namespace; this policy narrows them per cluster: a request from the ServiceAccount
 // cluster-<id> may create or update only objects labelled octopus.io/cluster=<id>, may update
 // or delete only objects that already carry that label, and so can neither touch another
-// cluster's objects nor relabel its own. It is CEL evaluated in the API server, so no webhook
-// has to be running for the hub to be safe.
+// cluster's objects nor relabel its own. Objects that name a cluster (identityRules) must name
+// the caller. It is CEL evaluated in the API server: no webhook has to run for the hub to be safe.
 func ownershipPolicy(namespace string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	prefix := fmt.Sprintf("system:serviceaccount:%s:%s", namespace, clusterServiceAccountPrefix)
 	label := v1alpha1.ClusterLabel
 	ownLabel := func(obj string) string {
 		return fmt.Sprintf("has(%[1]s.metadata.labels) && %[2]q in %[1]s.metadata.labels && %[1]s.metadata.labels[%[2]q] == variables.clusterID", obj, label)
 	}
+	validations := []admissionregistrationv1.Validation{
+		{
+			Expression:        fmt.Sprintf("request.operation == 'DELETE' || (%s)", ownLabel("object")),
+			MessageExpression: fmt.Sprintf("'cluster ' + variables.clusterID + ' may only write objects labelled %s=' + variables.clusterID", label),
+			Reason:            ptr.To(metav1.StatusReasonForbidden),
+		},
+		{
+			Expression:        fmt.Sprintf("request.operation == 'CREATE' || (%s)", ownLabel("oldObject")),
+			MessageExpression: fmt.Sprintf("'cluster ' + variables.clusterID + ' may only change or delete objects labelled %s=' + variables.clusterID", label),
+			Reason:            ptr.To(metav1.StatusReasonForbidden),
+		},
+	}
+	for _, r := range identityRules {
+		validations = append(validations, admissionregistrationv1.Validation{
+			Expression: fmt.Sprintf("request.operation == 'DELETE' || request.resource.group != %q || request.resource.resource != %q || %s == variables.clusterID",
+				r.group, r.resource, r.field),
+			MessageExpression: fmt.Sprintf("'cluster ' + variables.clusterID + ' may only write %s whose %s is ' + variables.clusterID", r.resource, r.field),
+			Reason:            ptr.To(metav1.StatusReasonForbidden),
+		})
+	}
+	return policyAndBinding(OwnershipPolicyName, namespace,
+		admissionregistrationv1.MatchCondition{Name: "cluster-credential", Expression: fmt.Sprintf("request.userInfo.username.startsWith(%q)", prefix)},
+		[]admissionregistrationv1.Variable{{Name: "clusterID", Expression: fmt.Sprintf("request.userInfo.username.substring(size(%q))", prefix)}},
+		validations)
+}
+
+// joinPolicy confines the join identity to what enrolment creates: ServiceAccounts
+// cluster-<id> labelled <id>, their token Secrets, and RoleBindings of exactly that
+// ServiceAccount to the cluster Role. Without it the join credential could bind the cluster
+// Role to a subject the ownership policy does not confine, such as itself.
+func joinPolicy(namespace string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	p := clusterServiceAccountPrefix
+	validations := []admissionregistrationv1.Validation{
+		{
+			Expression: fmt.Sprintf(`request.resource.resource != "serviceaccounts" || (object.metadata.name.startsWith(%[1]q) && has(object.metadata.labels) && %[2]q in object.metadata.labels && object.metadata.labels[%[2]q] == object.metadata.name.substring(size(%[1]q)))`, p, v1alpha1.ClusterLabel),
+			Message:    fmt.Sprintf("the join identity may only create ServiceAccounts named %s<id> labelled %s=<id>", p, v1alpha1.ClusterLabel),
+		},
+		{
+			Expression: fmt.Sprintf(`request.resource.resource != "secrets" || (object.type == %q && has(object.metadata.annotations) && %[2]q in object.metadata.annotations && object.metadata.annotations[%[2]q].startsWith(%[3]q) && object.metadata.name == object.metadata.annotations[%[2]q] + "-token")`,
+				corev1.SecretTypeServiceAccountToken, corev1.ServiceAccountNameKey, p),
+			Message: fmt.Sprintf("the join identity may only create the token Secret <name>-token of a ServiceAccount %s<id>", p),
+		},
+		{
+			Expression: fmt.Sprintf(`request.resource.resource != "rolebindings" || (object.metadata.name.startsWith(%q) && object.roleRef.kind == "Role" && object.roleRef.name == %q && size(object.subjects) == 1 && object.subjects[0].kind == "ServiceAccount" && object.subjects[0].name == object.metadata.name && object.subjects[0].namespace == %q)`,
+				p, ClusterRoleName, namespace),
+			Message: fmt.Sprintf("the join identity may only bind Role %s to the ServiceAccount %s<id> named like the binding", ClusterRoleName, p),
+		},
+	}
+	for i := range validations {
+		validations[i].Reason = ptr.To(metav1.StatusReasonForbidden)
+	}
+	return policyAndBinding(JoinPolicyName, namespace,
+		admissionregistrationv1.MatchCondition{Name: "join-credential", Expression: fmt.Sprintf("request.userInfo.username == %q", fmt.Sprintf("system:serviceaccount:%s:%s", namespace, JoinServiceAccount))},
+		nil, validations)
+}
+
+func policyAndBinding(name, namespace string, match admissionregistrationv1.MatchCondition, vars []admissionregistrationv1.Variable, validations []admissionregistrationv1.Validation) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: OwnershipPolicyName, Labels: kube.ManagedLabels()},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: kube.ManagedLabels()},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
 			MatchConstraints: &admissionregistrationv1.MatchResources{
@@ -42,32 +118,15 @@ func ownershipPolicy(namespace string) (*admissionregistrationv1.ValidatingAdmis
 					},
 				}},
 			},
-			MatchConditions: []admissionregistrationv1.MatchCondition{{
-				Name:       "cluster-credential",
-				Expression: fmt.Sprintf("request.userInfo.username.startsWith(%q)", prefix),
-			}},
-			Variables: []admissionregistrationv1.Variable{{
-				Name:       "clusterID",
-				Expression: fmt.Sprintf("request.userInfo.username.substring(size(%q))", prefix),
-			}},
-			Validations: []admissionregistrationv1.Validation{
-				{
-					Expression:        fmt.Sprintf("request.operation == 'DELETE' || (%s)", ownLabel("object")),
-					MessageExpression: fmt.Sprintf("'cluster ' + variables.clusterID + ' may only write objects labelled %s=' + variables.clusterID", label),
-					Reason:            ptr.To(metav1.StatusReasonForbidden),
-				},
-				{
-					Expression:        fmt.Sprintf("request.operation == 'CREATE' || (%s)", ownLabel("oldObject")),
-					MessageExpression: fmt.Sprintf("'cluster ' + variables.clusterID + ' may only change or delete objects labelled %s=' + variables.clusterID", label),
-					Reason:            ptr.To(metav1.StatusReasonForbidden),
-				},
-			},
+			MatchConditions: []admissionregistrationv1.MatchCondition{match},
+			Variables:       vars,
+			Validations:     validations,
 		},
 	}
 	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: OwnershipPolicyName, Labels: kube.ManagedLabels()},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: kube.ManagedLabels()},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        OwnershipPolicyName,
+			PolicyName:        name,
 			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
 		},
 	}

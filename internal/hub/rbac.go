@@ -38,6 +38,10 @@ func clusterRole(namespace string) *rbacv1.Role {
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: readWrite},
 			// CIDR claims (see internal/cluster): one ConfigMap per allocated block.
 			{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: readWrite},
+			// Exported services (internal/servicediscovery): one ServiceImport-shaped record per
+			// export and its EndpointSlices. Reading all of them is what importing will need.
+			{APIGroups: []string{"multicluster.x-k8s.io"}, Resources: []string{"serviceimports"}, Verbs: readWrite},
+			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: readWrite},
 			// Leaving deletes the cluster's own ServiceAccount, which revokes its token; the
 			// ownership policy keeps it from deleting anyone else's.
 			{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"delete"}},

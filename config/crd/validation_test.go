@@ -1,0 +1,172 @@
+package crd_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/config/crd"
+	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/testenv"
+)
+
+const ns = "default"
+
+func validCluster() *v1alpha1.Cluster {
+	return &v1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "east", Namespace: ns},
+		Spec:       v1alpha1.ClusterSpec{ClusterID: "east", PodCIDRs: []string{"10.1.0.0/16"}, ServiceCIDRs: []string{"10.96.0.0/16"}},
+	}
+}
+
+func validPeer() *v1alpha1.Peer {
+	return &v1alpha1.Peer{
+		ObjectMeta: metav1.ObjectMeta{Name: "east", Namespace: ns},
+		Spec: v1alpha1.PeerSpec{
+			ClusterID: "east", Hostname: "gw-1", Backend: v1alpha1.BackendWireGuard,
+			PublicKey: "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=",
+			Endpoint:  v1alpha1.PeerEndpoint{PrivateIP: "192.0.2.10", PublicIP: "2001:db8::1", Port: 4500},
+			Subnets:   []string{"10.1.0.0/16", "fd00::/64"}, HealthCheckIP: "10.1.0.1",
+		},
+	}
+}
+
+func validFabric() *v1alpha1.Fabric {
+	return &v1alpha1.Fabric{
+		ObjectMeta: metav1.ObjectMeta{Name: "octopus"},
+		Spec: v1alpha1.FabricSpec{JoinConfig: &v1alpha1.JoinConfig{
+			ClusterID: "east", BrokerInfoSecretRef: corev1.LocalObjectReference{Name: "broker-info"},
+		}},
+	}
+}
+
+// TestSchemaValidation sends invalid objects to a real API server that serves the generated
+// CRDs and checks each is refused with a message naming the problem; the valid ones pass.
+func TestSchemaValidation(t *testing.T) {
+	log.SetLogger(logr.Discard())
+	env := testenv.ControlPlanes(t, "api")
+	c, err := client.New(env.Cluster("api").RESTConfig(), client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := crd.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hub.InstallCRDs(t.Context(), c, all); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name    string
+		obj     func() client.Object
+		wantErr string // empty: must be accepted
+	}{
+		{"valid Cluster", func() client.Object { return validCluster() }, ""},
+		{"valid Peer", func() client.Object { return validPeer() }, ""},
+		{"valid Fabric", func() client.Object { return validFabric() }, ""},
+		{"cluster ID not a label", func() client.Object {
+			c := validCluster()
+			c.Name, c.Spec.ClusterID = "east-", "east-"
+			return c
+		}, "spec.clusterID"},
+		{"cluster ID too long", func() client.Object {
+			c := validCluster()
+			c.Name = strings.Repeat("a", 64)
+			c.Spec.ClusterID = c.Name
+			return c
+		}, "spec.clusterID: Too long"},
+		{"name differs from cluster ID", func() client.Object {
+			c := validCluster()
+			c.Spec.ClusterID = "west"
+			return c
+		}, "metadata.name must equal spec.clusterID"},
+		{"pod CIDR not a CIDR", func() client.Object {
+			c := validCluster()
+			c.Spec.PodCIDRs = []string{"10.1.0.0"}
+			return c
+		}, `spec.podCIDRs[0]: Invalid value: "10.1.0.0": must be a CIDR`},
+		{"three service CIDRs", func() client.Object {
+			c := validCluster()
+			c.Spec.ServiceCIDRs = []string{"10.96.0.0/16", "10.97.0.0/16", "fd00::/108"}
+			return c
+		}, "spec.serviceCIDRs: Too many"},
+		{"globalnet without a global CIDR", func() client.Object {
+			c := validCluster()
+			c.Spec.Addressing = v1alpha1.AddressingGlobalnet
+			return c
+		}, "globalnet addressing needs globalCIDR"},
+		{"unknown addressing", func() client.Object {
+			c := validCluster()
+			c.Spec.Addressing = "nat"
+			return c
+		}, "spec.addressing: Unsupported value"},
+		{"unknown backend", func() client.Object {
+			p := validPeer()
+			p.Spec.Backend = "ipsec"
+			return p
+		}, "spec.backend: Unsupported value: \"ipsec\""},
+		{"port 0", func() client.Object {
+			p := validPeer()
+			p.Spec.Endpoint.Port = 0
+			return p
+		}, "spec.endpoint.port"},
+		{"private IP not an IP", func() client.Object {
+			p := validPeer()
+			p.Spec.Endpoint.PrivateIP = "192.0.2.300"
+			return p
+		}, `spec.endpoint.privateIP: Invalid value: "192.0.2.300": must be an IP address`},
+		{"public key not 32 bytes of base64", func() client.Object {
+			p := validPeer()
+			p.Spec.PublicKey = "not-a-key"
+			return p
+		}, "spec.publicKey"},
+		{"subnet not a CIDR", func() client.Object {
+			p := validPeer()
+			p.Spec.Subnets = []string{"10.1.0.0/33"}
+			return p
+		}, "spec.subnets[0]"},
+		{"Fabric with both roles", func() client.Object {
+			f := validFabric()
+			f.Spec.HubConfig = &v1alpha1.HubConfig{}
+			return f
+		}, "set exactly one of hubConfig and joinConfig"},
+		{"Fabric with another name", func() client.Object {
+			f := validFabric()
+			f.Name = "second"
+			return f
+		}, "must be named octopus"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			obj := tt.obj()
+			err := c.Create(t.Context(), obj, client.DryRunAll)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("valid object refused: %v", err)
+			case tt.wantErr != "" && !apierrors.IsInvalid(err):
+				t.Fatalf("err = %v, want Invalid", err)
+			case tt.wantErr != "" && !strings.Contains(err.Error(), tt.wantErr):
+				t.Fatalf("err = %v\nwant it to contain %q", err, tt.wantErr)
+			}
+		})
+	}
+
+	// clusterID is immutable.
+	cl := validCluster()
+	if err := c.Create(t.Context(), cl); err != nil {
+		t.Fatal(err)
+	}
+	cl.Spec.ClusterID = "west"
+	if err := c.Update(t.Context(), cl); err == nil || !strings.Contains(err.Error(), "clusterID is immutable") {
+		t.Fatalf("changing clusterID: err = %v, want immutable", err)
+	}
+}

@@ -1,0 +1,234 @@
+package servicediscovery
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+)
+
+func TestImportType(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		spec      corev1.ServiceSpec
+		want      mcsv1beta1.ServiceImportType
+		exporting bool
+	}{
+		{"ClusterIP", corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.0.0.1"}, mcsv1beta1.ClusterSetIP, true},
+		{"type unset", corev1.ServiceSpec{ClusterIP: "10.0.0.1"}, mcsv1beta1.ClusterSetIP, true},
+		{"NodePort", corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, ClusterIP: "10.0.0.1"}, mcsv1beta1.ClusterSetIP, true},
+		{"LoadBalancer", corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, ClusterIP: "10.0.0.1"}, mcsv1beta1.ClusterSetIP, true},
+		{"headless", corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: corev1.ClusterIPNone}, mcsv1beta1.Headless, true},
+		{"ExternalName", corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.com"}, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := importType(&corev1.Service{Spec: tc.spec})
+			if got != tc.want || ok != tc.exporting {
+				t.Errorf("importType = %q, %v; want %q, %v", got, ok, tc.want, tc.exporting)
+			}
+		})
+	}
+}
+
+func TestRecordName(t *testing.T) {
+	long := strings.Repeat("a", 63)
+	for _, tc := range []struct {
+		name, svc, ns, cluster string
+		wantPrefix             string
+	}{
+		{"short names stay readable", "web", "shop", "east", "web-shop-east-"},
+		{"long names are cut", long, long, "east", strings.Repeat("a", 52) + "-"},
+		{"cut never leaves a double dash", strings.Repeat("a", 51) + "-b", "shop", "east", strings.Repeat("a", 51) + "-"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := recordName(types.NamespacedName{Namespace: tc.ns, Name: tc.svc}, tc.cluster)
+			if !strings.HasPrefix(got, tc.wantPrefix) {
+				t.Errorf("recordName = %q, want prefix %q", got, tc.wantPrefix)
+			}
+			if errs := validation.IsDNS1123Label(got); len(errs) > 0 {
+				t.Errorf("recordName = %q is not a DNS label: %v", got, errs)
+			}
+			if again := recordName(types.NamespacedName{Namespace: tc.ns, Name: tc.svc}, tc.cluster); again != got {
+				t.Errorf("recordName is not deterministic: %q then %q", got, again)
+			}
+		})
+	}
+	// The readable parts of these collide; the names must not.
+	a := recordName(types.NamespacedName{Namespace: "c", Name: "a-b"}, "east")
+	b := recordName(types.NamespacedName{Namespace: "b-c", Name: "a"}, "east")
+	if a == b {
+		t.Errorf("services a-b/c and a/b-c share the record name %q", a)
+	}
+	if recordName(types.NamespacedName{Namespace: "shop", Name: "web"}, "east") == recordName(types.NamespacedName{Namespace: "shop", Name: "web"}, "west") {
+		t.Error("two clusters' exports of one service share a record name")
+	}
+}
+
+func port(name string, p int32) discoveryv1.EndpointPort {
+	return discoveryv1.EndpointPort{Name: ptr.To(name), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(p)}
+}
+
+func podEndpoint(ip, pod string, ready *bool, host string) discoveryv1.Endpoint {
+	ep := discoveryv1.Endpoint{
+		Addresses:  []string{ip},
+		Conditions: discoveryv1.EndpointConditions{Ready: ready},
+		TargetRef:  &corev1.ObjectReference{Kind: "Pod", Name: pod},
+		NodeName:   ptr.To("node-1"),
+	}
+	if host != "" {
+		ep.Hostname = ptr.To(host)
+	}
+	return ep
+}
+
+func TestDirectAddresses(t *testing.T) {
+	ready := discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)}
+	svcPorts := []corev1.ServicePort{{Name: "web", Port: 80, TargetPort: intstr.FromInt32(8080)}, {Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53}}
+	for _, tc := range []struct {
+		name  string
+		svc   corev1.ServiceSpec
+		typ   mcsv1beta1.ServiceImportType
+		local []discoveryv1.EndpointSlice
+		want  []EndpointSet
+	}{{
+		name: "ClusterSetIP: the ClusterIP with the service ports, not the target ports",
+		svc:  corev1.ServiceSpec{ClusterIP: "10.200.0.10", ClusterIPs: []string{"10.200.0.10"}, Ports: svcPorts},
+		typ:  mcsv1beta1.ClusterSetIP,
+		// Local slices are ignored: the ClusterIP already balances over them.
+		local: []discoveryv1.EndpointSlice{{AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{podEndpoint("10.100.0.5", "p", nil, "")}}},
+		want: []EndpointSet{{
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("dns"), Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To[int32](53)}, port("web", 80)},
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.200.0.10"}, Conditions: ready}},
+		}},
+	}, {
+		name: "ClusterSetIP dual stack: one set per family",
+		svc:  corev1.ServiceSpec{ClusterIP: "10.200.0.10", ClusterIPs: []string{"10.200.0.10", "fd00::a"}, Ports: svcPorts[:1]},
+		typ:  mcsv1beta1.ClusterSetIP,
+		want: []EndpointSet{
+			{AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("web", 80)}, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.200.0.10"}, Conditions: ready}}},
+			{AddressType: discoveryv1.AddressTypeIPv6, Ports: []discoveryv1.EndpointPort{port("web", 80)}, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"fd00::a"}, Conditions: ready}}},
+		},
+	}, {
+		name: "headless: ready pods only, hostnames kept or taken from the pod, sorted, duplicates dropped",
+		svc:  corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone},
+		typ:  mcsv1beta1.Headless,
+		local: []discoveryv1.EndpointSlice{{
+			AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("web", 8080)},
+			Endpoints: []discoveryv1.Endpoint{
+				podEndpoint("10.100.0.10", "web-1", ptr.To(true), "web-1"),
+				podEndpoint("10.100.0.9", "web-0", nil, ""),
+				podEndpoint("10.100.0.11", "web-2", ptr.To(false), "web-2"),
+			},
+		}, {
+			AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("web", 8080)},
+			Endpoints: []discoveryv1.Endpoint{podEndpoint("10.100.0.10", "web-1", ptr.To(true), "web-1")},
+		}, {
+			AddressType: discoveryv1.AddressTypeFQDN, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"example.com"}}},
+		}},
+		want: []EndpointSet{{
+			AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("web", 8080)},
+			Endpoints: []discoveryv1.Endpoint{
+				{Addresses: []string{"10.100.0.9"}, Hostname: ptr.To("web-0"), Conditions: ready},
+				{Addresses: []string{"10.100.0.10"}, Hostname: ptr.To("web-1"), Conditions: ready},
+			},
+		}},
+	}, {
+		name: "headless: slices with different ports stay apart",
+		svc:  corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone},
+		typ:  mcsv1beta1.Headless,
+		local: []discoveryv1.EndpointSlice{
+			{AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("web", 8081)}, Endpoints: []discoveryv1.Endpoint{podEndpoint("10.100.0.2", "new", nil, "")}},
+			{AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("web", 8080)}, Endpoints: []discoveryv1.Endpoint{podEndpoint("10.100.0.1", "old.pod", nil, "")}},
+		},
+		want: []EndpointSet{
+			// A pod name that is not a DNS label gives no hostname.
+			{AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("web", 8080)}, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.100.0.1"}, Conditions: ready}}},
+			{AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("web", 8081)}, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.100.0.2"}, Hostname: ptr.To("new"), Conditions: ready}}},
+		},
+	}, {
+		name: "headless without ready pods: nothing",
+		svc:  corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone},
+		typ:  mcsv1beta1.Headless,
+		local: []discoveryv1.EndpointSlice{{AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{
+			podEndpoint("10.100.0.1", "p", ptr.To(false), ""),
+		}}},
+		want: []EndpointSet{},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := DirectAddresses{}.Endpoints(&corev1.Service{Spec: tc.svc}, tc.typ, tc.local)
+			if len(got) == 0 && len(tc.want) == 0 {
+				return
+			}
+			if !equalJSON(t, got, tc.want) {
+				t.Errorf("Endpoints =\n%s\nwant\n%s", toJSON(t, got), toJSON(t, tc.want))
+			}
+		})
+	}
+}
+
+func TestDesiredState(t *testing.T) {
+	created := metav1.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	export := &mcsv1beta1.ServiceExport{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", CreationTimestamp: created},
+		Spec:       mcsv1beta1.ServiceExportSpec{ExportedLabels: map[string]string{"tier": "front", "app": "web"}},
+	}
+	svc := &corev1.Service{Spec: corev1.ServiceSpec{
+		ClusterIP: "10.200.0.10", Ports: []corev1.ServicePort{{Name: "web", Port: 80}},
+		SessionAffinity:       corev1.ServiceAffinityClientIP,
+		SessionAffinityConfig: &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](60)}},
+	}}
+	many := EndpointSet{AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("web", 80)}}
+	for i := range 2500 {
+		many.Endpoints = append(many.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.100." + strconv.Itoa(i/250) + "." + strconv.Itoa(i%250)}})
+	}
+	pub, err := desiredState("octopus-hub", "east", export, svc, mcsv1beta1.ClusterSetIP, []EndpointSet{many})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := pub.record
+	if rec.Namespace != "octopus-hub" || rec.Spec.Type != mcsv1beta1.ClusterSetIP || len(rec.Spec.Ports) != 1 || rec.Spec.Ports[0].Protocol != corev1.ProtocolTCP ||
+		rec.Spec.SessionAffinity != corev1.ServiceAffinityClientIP || *rec.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds != 60 || len(rec.Spec.IPs) != 0 {
+		t.Errorf("record spec = %+v", rec.Spec)
+	}
+	wantLabels := map[string]string{v1alpha1.ClusterLabel: "east", v1alpha1.ServiceNamespaceLabel: "shop", mcsv1beta1.LabelServiceName: "web", mcsv1beta1.LabelSourceCluster: "east"}
+	if !equalJSON(t, rec.Labels, wantLabels) {
+		t.Errorf("record labels = %v, want %v", rec.Labels, wantLabels)
+	}
+	if got := rec.Annotations[v1alpha1.ExportCreatedAnnotation]; got != "2026-05-01T12:00:00Z" {
+		t.Errorf("export-created = %q", got)
+	}
+	if got := rec.Annotations[v1alpha1.ExportedLabelsAnnotation]; got != `{"app":"web","tier":"front"}` {
+		t.Errorf("exported labels = %q", got)
+	}
+	if _, ok := rec.Annotations[v1alpha1.ExportedAnnotationsAnnotation]; ok {
+		t.Error("empty exportedAnnotations published")
+	}
+	if len(pub.slices) != 3 {
+		t.Fatalf("2500 endpoints in %d slices, want 3", len(pub.slices))
+	}
+	names := map[string]bool{}
+	total := 0
+	for _, s := range pub.slices {
+		names[s.Name] = true
+		total += len(s.Endpoints)
+		if len(s.Endpoints) > maxEndpointsPerSlice || s.Labels[mcsv1beta1.LabelSourceCluster] != "east" || s.Labels[mcsv1beta1.LabelServiceName] != "web" ||
+			s.Labels[v1alpha1.ClusterLabel] != "east" || s.Labels[discoveryv1.LabelManagedBy] != endpointSliceManager || !strings.HasPrefix(s.Name, rec.Name+"-ipv4-") {
+			t.Errorf("slice %s: %d endpoints, labels %v", s.Name, len(s.Endpoints), s.Labels)
+		}
+	}
+	if len(names) != 3 || total != 2500 {
+		t.Errorf("slices %v hold %d endpoints", names, total)
+	}
+}
