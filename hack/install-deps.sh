@@ -3,7 +3,9 @@
 # are present are not touched, and apt is only called when something is missing.
 set -euo pipefail
 
-PACKAGES=(git make ca-certificates)
+# nftables: the nft tool kube-proxy (nftables mode) drives in every lab node. iproute2: `ip netns`
+# for looking into lab namespaces (the lab itself uses netlink).
+PACKAGES=(git make ca-certificates nftables iproute2)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

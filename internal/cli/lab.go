@@ -2,10 +2,12 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,7 +29,7 @@ func newLabCommand(streams IOStreams) *cobra.Command {
 	}
 	dir := defaultLabDir()
 	cmd.PersistentFlags().StringVar(&dir, "dir", dir, "directory for everything the lab writes")
-	cmd.AddCommand(newLabUpCommand(streams, &dir), newLabDownCommand(streams, &dir))
+	cmd.AddCommand(newLabUpCommand(streams, &dir), newLabDownCommand(streams, &dir), newLabStatusCommand(streams, &dir))
 	return cmd
 }
 
@@ -42,6 +44,7 @@ type labUpOptions struct {
 	IOStreams
 	dir      *string
 	clusters int
+	nodes    int
 }
 
 func newLabUpCommand(streams IOStreams, dir *string) *cobra.Command {
@@ -50,13 +53,19 @@ func newLabUpCommand(streams IOStreams, dir *string) *cobra.Command {
 		Use:   "up",
 		Short: "Start a hub and N clusters, join them, and run until Ctrl-C",
 		Long: `Starts one etcd and, for the hub and each cluster, a real kube-apiserver and
-kube-controller-manager; deploys the hub, joins every cluster and runs its agent; then shows
-the cluster set and keeps running until interrupted, when it stops everything it started.
-The control-plane binaries are built from pinned Go modules on first use (several minutes).`,
+kube-controller-manager (and a kube-scheduler per member cluster). Each member cluster gets
+nodes as network namespaces on its own LAN, the first one gateway-labelled, each registered
+as a Ready Node and running the real kube-proxy in nftables mode; an underlay namespace joins
+the gateways. Only documentation addresses (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24)
+are used outside the clusters. Then it deploys the hub, joins every cluster and runs its
+agent, shows the cluster set and keeps running until interrupted, when it stops everything it
+started. Needs root. The control-plane binaries are built from pinned Go modules on first use
+(several minutes). After a crash, ` + "`octopus lab down`" + ` removes what is left.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.Run(cmd.Context()) },
 	}
 	cmd.Flags().IntVar(&o.clusters, "clusters", 2, "number of member clusters")
+	cmd.Flags().IntVar(&o.nodes, "nodes-per-cluster", 2, "nodes of each member cluster (the first is the gateway)")
 	return cmd
 }
 
@@ -71,7 +80,7 @@ func (o *labUpOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w (run `make k8s-binaries` from the repository)", err)
 	}
-	l, err := lab.Up(ctx, lab.Options{Clusters: o.clusters, Dir: *o.dir, BinDir: binDir, AgentBinary: agent, Progress: p})
+	l, err := lab.Up(ctx, lab.Options{Clusters: o.clusters, NodesPerCluster: o.nodes, Dir: *o.dir, BinDir: binDir, AgentBinary: agent, Progress: p})
 	if err != nil {
 		return err
 	}
@@ -82,6 +91,16 @@ func (o *labUpOptions) Run(ctx context.Context) error {
 		}
 	}()
 
+	fmt.Fprintln(o.Out, "\nNodes (network namespaces, `ip netns exec <netns> ...`):")
+	for _, c := range l.Network.Clusters {
+		for _, n := range c.Nodes {
+			role := "worker"
+			if n.Gateway {
+				role = "gateway"
+			}
+			fmt.Fprintf(o.Out, "  %-16s %-8s %-16s %s\n", n.Name, role, n.LANAddr.Addr(), n.Netns)
+		}
+	}
 	fmt.Fprintln(o.Out, "\nKubeconfigs:")
 	for _, cp := range l.Env.Clusters {
 		fmt.Fprintf(o.Out, "  %-10s %s\n", cp.Name, cp.Kubeconfig)
@@ -131,13 +150,82 @@ func newLabDownCommand(streams IOStreams, dir *string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "down",
 		Short: "Remove everything a lab left behind, also after a crash",
-		Args:  cobra.NoArgs,
+		Long: `Kills the lab's processes (found by their pidfiles in --dir), deletes its network
+namespaces and links (found by the lab ID derived from --dir) and then --dir. Safe to run twice.`,
+		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			if err := controlplane.CleanupStale(*dir); err != nil {
+			if err := lab.Down(*dir); err != nil {
 				return err
 			}
 			fmt.Fprintf(streams.Out, "Lab in %s removed.\n", *dir)
 			return nil
 		},
 	}
+}
+
+type labStatusOptions struct {
+	IOStreams
+	dir    *string
+	output string
+}
+
+func newLabStatusCommand(streams IOStreams, dir *string) *cobra.Command {
+	o := &labStatusOptions{IOStreams: streams, dir: dir}
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "List the lab's clusters, nodes, kubeconfigs and network namespaces",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return o.Run(cmd.Context()) },
+	}
+	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+func (o *labStatusOptions) Run(ctx context.Context) error {
+	if o.output != "table" && o.output != "json" {
+		return fmt.Errorf("--output %q: want table or json", o.output)
+	}
+	st, err := lab.CollectStatus(ctx, *o.dir)
+	if err != nil {
+		return err
+	}
+	if o.output == "json" {
+		enc := json.NewEncoder(o.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	if len(st.Clusters) == 0 && len(st.Namespaces) == 0 {
+		fmt.Fprintf(o.Out, "No lab in %s. Start one with `octopus lab up`.\n", st.Dir)
+		return nil
+	}
+	tw := tabwriter.NewWriter(o.Out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLUSTER\tNODE\tSTATUS\tROLE\tINTERNAL-IP\tPOD-CIDR")
+	for _, c := range st.Clusters {
+		if c.Error != "" {
+			fmt.Fprintf(tw, "%s\t-\tunreachable\t-\t-\t-\n", c.Name)
+			continue
+		}
+		for _, n := range c.Nodes {
+			status, role := "NotReady", "worker"
+			if n.Ready {
+				status = "Ready"
+			}
+			if n.Gateway {
+				role = "gateway"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.Name, n.Name, status, role, n.InternalIP, n.PodCIDR)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(o.Out, "\nKubeconfigs:")
+	for _, c := range st.Clusters {
+		fmt.Fprintf(o.Out, "  %-10s %s\n", c.Name, c.Kubeconfig)
+	}
+	fmt.Fprintf(o.Out, "\nNetwork namespaces (lab ID %s): %d\n", st.ID, len(st.Namespaces))
+	for _, ns := range st.Namespaces {
+		fmt.Fprintf(o.Out, "  %s\n", ns)
+	}
+	return nil
 }

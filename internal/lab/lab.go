@@ -13,12 +13,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
+	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/progress"
 )
 
@@ -41,8 +43,13 @@ type Options struct {
 	AgentBinary string
 	// HeartbeatInterval of the agents. Optional, default 2s so the demo shows live state.
 	HeartbeatInterval time.Duration
+	// NodesPerCluster is the number of nodes of each member cluster, the first a gateway.
+	// Optional, default 2; labnet.MinNodesPerCluster..labnet.MaxNodesPerCluster.
+	NodesPerCluster int
 	// Progress receives one line per step. Optional.
 	Progress *progress.Reporter
+	// Log receives structured logs (node heartbeats, process supervision). Optional.
+	Log logr.Logger
 }
 
 // Lab is a running hub with joined clusters.
@@ -50,7 +57,9 @@ type Lab struct {
 	Env        *controlplane.Environment
 	BrokerInfo string
 	Members    []string
-	agents     []*exec.Cmd
+	// Network names every namespace, link and address of the lab (see labnet.Plan).
+	Network labnet.Plan
+	nodes   *nodeAgents
 }
 
 // ClusterName is the name of the i-th member cluster (1-based).
@@ -61,8 +70,10 @@ func clusterCIDRs(i int) (pods, services netip.Prefix) {
 		netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(96 + i), 0, 0}), 16)
 }
 
-// Up starts the control planes, deploys the hub, joins every cluster and starts its agent. On
-// error it stops whatever it started.
+// Up builds the lab network, starts the control planes bound to an address on it, registers
+// the nodes and runs kube-proxy in each, deploys the hub, joins every cluster and starts its
+// agent. It needs root. It first removes what an earlier lab in the same Dir left (see Down).
+// On error it stops whatever it started.
 func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	if opts.Clusters < 1 || opts.Clusters > MaxClusters {
 		return nil, fmt.Errorf("--clusters %d: want 1 to %d", opts.Clusters, MaxClusters)
@@ -70,28 +81,79 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	if opts.HeartbeatInterval == 0 {
 		opts.HeartbeatInterval = 2 * time.Second
 	}
+	if opts.NodesPerCluster == 0 {
+		opts.NodesPerCluster = 2
+	}
+	if opts.Log.GetSink() == nil {
+		opts.Log = logr.Discard()
+	}
+	if err := preflight(); err != nil {
+		return nil, err
+	}
 	p := opts.Progress
+	dir, err := canonicalDir(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	id := labnet.LabID(dir)
 	specs := make([]controlplane.ClusterOptions, 0, opts.Clusters+1)
+	var netSpecs []labnet.ClusterSpec
 	for i := 0; i <= opts.Clusters; i++ {
 		name := HubName
 		if i > 0 {
 			name = ClusterName(i)
 		}
 		pods, services := clusterCIDRs(i)
-		specs = append(specs, controlplane.ClusterOptions{Name: name, PodCIDR: pods, ServiceCIDR: services})
+		// Member clusters schedule pods onto their nodes; the hub has no nodes.
+		specs = append(specs, controlplane.ClusterOptions{Name: name, PodCIDR: pods, ServiceCIDR: services, Scheduler: i > 0})
+		if i > 0 {
+			netSpecs = append(netSpecs, labnet.ClusterSpec{Name: name, Index: i, ServiceCIDR: services, Nodes: opts.NodesPerCluster})
+		}
 	}
-	start := time.Now()
-	p.Step("Starting etcd and %d control planes in %s", len(specs), opts.Dir)
-	env, err := controlplane.Start(ctx, controlplane.Options{BinDir: opts.BinDir, Dir: opts.Dir, Progress: progressOut(p)}, specs...)
+	plan, err := labnet.NewPlan(id, netSpecs)
 	if err != nil {
 		return nil, err
 	}
-	l = &Lab{Env: env, BrokerInfo: filepath.Join(opts.Dir, "broker-info")}
+	others, err := labnet.OtherLabs(id)
+	if err != nil {
+		return nil, err
+	}
+	if len(others) > 0 {
+		return nil, fmt.Errorf("another lab is running on this machine (links %s%s-*); stop it with `octopus lab down --dir <its dir>` first", labnet.RootLinkPrefix, others[0])
+	}
+
+	start := time.Now()
+	p.Step("Removing what an earlier lab in %s left behind", dir)
+	if err := Down(dir); err != nil {
+		return nil, err
+	}
+	step := time.Now()
+	p.Step("Creating the lab network: %d namespaces (lab ID %s)", len(plan.Namespaces()), id)
+	if err := labnet.Apply(plan); err != nil {
+		return nil, errors.Join(err, labnet.Teardown(id))
+	}
+	p.Done(step, "API servers listen on %s; cluster LANs in %s; underlay %s", labnet.APIAddress, labnet.LANRange, labnet.UnderlayRange)
+
+	p.Step("Starting etcd and %d control planes in %s", len(specs), dir)
+	env, err := controlplane.Start(ctx, controlplane.Options{
+		BinDir: opts.BinDir, Dir: dir, BindAddress: labnet.APIAddress, Log: opts.Log, Progress: progressOut(p),
+	}, specs...)
+	if err != nil {
+		return nil, errors.Join(err, labnet.Teardown(id))
+	}
+	l = &Lab{Env: env, BrokerInfo: filepath.Join(dir, "broker-info"), Network: plan}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, l.Stop())
 		}
 	}()
+
+	step = time.Now()
+	p.Step("Registering %d nodes per cluster and starting kube-proxy on each", opts.NodesPerCluster)
+	if l.nodes, err = startNodes(ctx, env, plan, opts.Log); err != nil {
+		return l, err
+	}
+	p.Done(step, "%d nodes registered", opts.Clusters*opts.NodesPerCluster)
 
 	p.Step("Deploying the hub")
 	info, err := hub.Deploy(ctx, env.Cluster(HubName).RESTConfig(), hub.DeployOptions{Progress: p})
@@ -109,52 +171,82 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		}); err != nil {
 			return l, fmt.Errorf("joining %s: %w", name, err)
 		}
-		agent, err := startAgent(opts, cp)
-		if err != nil {
+		if err := startAgent(opts, env, cp); err != nil {
 			return l, err
 		}
-		l.agents = append(l.agents, agent)
 		l.Members = append(l.Members, name)
 	}
 	p.Done(start, "Lab up: hub and %d clusters joined", opts.Clusters)
 	return l, nil
 }
 
-// startAgent runs the cluster's octopus-agent controller as a child that dies with the lab.
-func startAgent(opts Options, cp *controlplane.ControlPlane) (*exec.Cmd, error) {
-	logPath := filepath.Join(opts.Dir, "logs", "agent-"+cp.Name+".log")
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+// startAgent runs the cluster's octopus-agent controller as a supervised child of the
+// environment: forked from its spawner thread with Pdeathsig and a pidfile, so it dies with
+// the lab and `lab down` finds it after a crash. Environment.Stop sends it SIGTERM first, so
+// it reports AgentStopped.
+func startAgent(opts Options, env *controlplane.Environment, cp *controlplane.ControlPlane) error {
+	binary, err := filepath.Abs(opts.AgentBinary)
 	if err != nil {
-		return nil, fmt.Errorf("opening agent log: %w", err)
+		return fmt.Errorf("starting the agent of %s: %w", cp.Name, err)
 	}
-	defer logFile.Close()
-	cmd := exec.Command(opts.AgentBinary, "controller", "--kubeconfig", cp.Kubeconfig,
-		"--heartbeat-interval", opts.HeartbeatInterval.String(), "--lease-duration", (3 * opts.HeartbeatInterval).String())
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting the agent of %s (%s): %w", cp.Name, opts.AgentBinary, err)
-	}
-	return cmd, nil
+	return env.StartProcess(controlplane.ProcessOptions{
+		Name:   "agent-" + cp.Name,
+		Binary: binary,
+		Args: []string{"controller", "--kubeconfig", cp.Kubeconfig,
+			"--heartbeat-interval", opts.HeartbeatInterval.String(), "--lease-duration", (3 * opts.HeartbeatInterval).String()},
+	})
 }
 
-// Stop ends the agents (SIGTERM, so they report AgentStopped) and then the control planes.
+// Stop ends the node heartbeats and every process (agents and kube-proxies first, then the
+// control planes), then deletes the lab's namespaces and links. It keeps Dir with the logs;
+// Down removes it.
 func (l *Lab) Stop() error {
-	for _, a := range l.agents {
-		_ = a.Process.Signal(syscall.SIGTERM)
+	l.nodes.stop()
+	// Kube-proxies stop with the environment; the namespaces can go only after them.
+	return errors.Join(l.Env.Stop(), labnet.Teardown(l.Network.ID))
+}
+
+// Down removes everything a lab in dir made, whether it is still running or crashed: it kills
+// its processes (found by pidfile, see controlplane.CleanupStale), deletes its namespaces and
+// root-namespace links (found by the lab ID derived from dir) and then dir. It is safe to run
+// twice.
+func Down(dir string) error {
+	dir, err := canonicalDir(dir)
+	if err != nil {
+		return err
 	}
-	for _, a := range l.agents {
-		done := make(chan struct{})
-		go func() { _ = a.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = a.Process.Kill()
-			<-done
-		}
+	// Processes first: a namespace stays alive, unnamed, while a process runs in it.
+	if err := controlplane.CleanupStale(dir); err != nil {
+		return err
 	}
-	l.agents = nil
-	return l.Env.Stop()
+	return labnet.Teardown(labnet.LabID(dir))
+}
+
+// canonicalDir makes dir absolute and resolves symlinks if it exists, so that Up and Down
+// derive the same lab ID whichever alias of the directory they are given.
+func canonicalDir(dir string) (string, error) {
+	if dir == "" {
+		return "", errors.New("the lab needs a state directory")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("lab dir %s: %w", dir, err)
+	}
+	if resolved, err := filepath.EvalSymlinks(abs); err == nil {
+		return resolved, nil
+	}
+	return abs, nil
+}
+
+// preflight checks what Up needs before it changes anything.
+func preflight() error {
+	if os.Geteuid() != 0 {
+		return errors.New("the lab needs root: it creates network namespaces and links (run it with sudo)")
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		return fmt.Errorf("kube-proxy in nftables mode needs the nft tool: install nftables (hack/install-deps.sh): %w", err)
+	}
+	return nil
 }
 
 func progressOut(p *progress.Reporter) io.Writer {

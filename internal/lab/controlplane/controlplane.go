@@ -64,7 +64,7 @@ type ClusterOptions struct {
 	// PodCIDR is the range node-ipam splits into per-node pod CIDRs
 	// (kube-controller-manager --cluster-cidr, /24 per IPv4 node, /64 per IPv6 node). Required.
 	PodCIDR netip.Prefix
-	// Scheduler also runs a kube-scheduler. The lab needs it; most tests create objects
+	// Scheduler also runs a kube-scheduler. The lab will need it once it runs pods; most tests create objects
 	// without scheduling pods and save the CPU.
 	Scheduler bool
 }
@@ -82,6 +82,12 @@ type Environment struct {
 	progress *lineWriter
 	etcd     *process
 	etcdURL  string
+
+	// extras are processes started with StartProcess; stopping refuses new ones once Stop
+	// has begun.
+	extrasMu sync.Mutex
+	extras   []*process
+	stopping bool
 
 	stopOnce sync.Once
 	stopErr  error
@@ -337,7 +343,9 @@ func (e *Environment) Stop() error {
 
 func (e *Environment) stop() error {
 	begin := time.Now()
-	var errs []error
+	// Extra processes (kube-proxy, node agents) are clients of the API servers: stop them
+	// first so that they don't log connection errors while the servers go away.
+	errs := []error{e.stopExtras()}
 	var controllers, apiservers []*process
 	for _, c := range e.Clusters {
 		controllers = append(controllers, c.controllerManager)

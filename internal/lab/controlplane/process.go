@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/sys/unix"
 )
 
 // logTailLines is how many lines of a child's log an error message quotes.
@@ -41,6 +42,8 @@ type process struct {
 	logPath string
 	pidPath string
 	log     logr.Logger
+	// netns is the path of a network namespace to start the child in; "" for ours.
+	netns string
 
 	// restartOnCrash restarts the child after an exit nobody asked for. Controllers get it:
 	// kube-controller-manager exits when the API server goes away while it initialises, and
@@ -100,7 +103,7 @@ func (p *process) startLocked() (*run, error) {
 	// Setpgid: a Ctrl-C on the terminal reaches only the parent, which then stops the children
 	// in the right order instead of all of them dying at once.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := startOnSpawnerThread(cmd); err != nil {
+	if err := startOnSpawnerThread(cmd, p.netns); err != nil {
 		_ = logFile.Close()
 		return nil, fmt.Errorf("starting %s (%s): %w", p.name, p.binary, err)
 	}
@@ -182,8 +185,12 @@ func (p *process) restartAfterCrash(crashed *run) {
 // exitError describes how a run ended and quotes the end of the log, which is where the
 // reason is (a bad flag, a port in use, an etcd error).
 func (p *process) exitError(r *run) error {
+	how := r.err
+	if how == nil {
+		how = errors.New("exit status 0")
+	}
 	return fmt.Errorf("%s (pid %d) exited: %w; last lines of %s:\n%s",
-		p.name, r.cmd.Process.Pid, r.err, p.logPath, logTail(p.logPath, logTailLines))
+		p.name, r.cmd.Process.Pid, how, p.logPath, logTail(p.logPath, logTailLines))
 }
 
 // current returns the live run, or nil if the process is not running.
@@ -335,9 +342,17 @@ func isClosed(ch <-chan struct{}) bool {
 	}
 }
 
+// spawnRequest asks the spawner thread to start cmd, in the network namespace mounted at
+// netns if that is set.
+type spawnRequest struct {
+	cmd   *exec.Cmd
+	netns string
+	errc  chan<- error
+}
+
 // spawnRequests feeds the spawner goroutine.
 var (
-	spawnRequests chan func()
+	spawnRequests chan spawnRequest
 	spawnerOnce   sync.Once
 )
 
@@ -346,17 +361,65 @@ var (
 // process; Go ends a thread when a goroutine that locked it returns (as netns code does after
 // setns), which would SIGKILL our children for no reason. A dedicated locked thread also keeps
 // children out of whatever namespace the calling goroutine's thread happens to be in.
-func startOnSpawnerThread(cmd *exec.Cmd) error {
+//
+// With netns set, the spawner thread enters that network namespace for the fork only: a child
+// inherits the namespace of the thread that forks it, and Go's os/exec has no setns of its
+// own.
+func startOnSpawnerThread(cmd *exec.Cmd, netns string) error {
 	spawnerOnce.Do(func() {
-		spawnRequests = make(chan func())
-		go func() {
-			runtime.LockOSThread() // never unlocked: this thread must never exit
-			for f := range spawnRequests {
-				f()
-			}
-		}()
+		spawnRequests = make(chan spawnRequest)
+		go spawner(spawnRequests)
 	})
 	errc := make(chan error, 1)
-	spawnRequests <- func() { errc <- cmd.Start() }
+	spawnRequests <- spawnRequest{cmd: cmd, netns: netns, errc: errc}
 	return <-errc
+}
+
+// spawner serves spawn requests on a locked thread, which it never unlocks: the thread must
+// never exit while children forked from it live.
+func spawner(reqs chan spawnRequest) {
+	runtime.LockOSThread()
+	home, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		home = nil // then requests with a namespace fail; plain starts still work
+	}
+	for req := range reqs {
+		if req.netns == "" {
+			req.errc <- req.cmd.Start()
+			continue
+		}
+		stranded, err := startInNetns(req.cmd, req.netns, home)
+		req.errc <- err
+		if stranded {
+			// This thread could not go home and is in a node's namespace for good. It must
+			// stay alive (its children's Pdeathsig) but may fork nothing more: hand all
+			// further requests to a fresh spawner on another thread.
+			next := make(chan spawnRequest)
+			go spawner(next)
+			for r := range reqs {
+				next <- r
+			}
+		}
+	}
+}
+
+// startInNetns switches the calling (locked) thread into the namespace at path, starts cmd
+// and switches back to home. stranded reports that switching back failed.
+func startInNetns(cmd *exec.Cmd, path string, home *os.File) (stranded bool, err error) {
+	if home == nil {
+		return false, fmt.Errorf("starting %s in network namespace %s: the spawner cannot return to its own namespace", cmd.Path, path)
+	}
+	target, err := os.Open(path)
+	if err != nil {
+		return false, fmt.Errorf("opening network namespace %s: %w", path, err)
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		return false, fmt.Errorf("entering network namespace %s: %w", path, err)
+	}
+	startErr := cmd.Start()
+	if err := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); err != nil {
+		return true, errors.Join(startErr, fmt.Errorf("leaving network namespace %s: %w", path, err))
+	}
+	return false, startErr
 }

@@ -1,0 +1,334 @@
+package lab_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/octopus-mcs/octopus/internal/lab"
+	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+	"github.com/octopus-mcs/octopus/internal/testenv"
+)
+
+// Environment variables that turn the test binary into a process running `lab up`, so that
+// the test can SIGKILL it like a user killing `octopus lab up`.
+const (
+	envChildDir   = "OCTOPUS_LAB_TEST_CHILD_DIR"
+	envChildBin   = "OCTOPUS_LAB_TEST_CHILD_BINDIR"
+	envChildAgent = "OCTOPUS_LAB_TEST_CHILD_AGENT"
+)
+
+// childReport is what the child prints on one line once the lab is up.
+type childReport struct {
+	Network     labnet.Plan
+	Kubeconfigs map[string]string
+}
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(envChildDir); dir != "" {
+		os.Exit(runChild(dir))
+	}
+	os.Exit(m.Run())
+}
+
+// runChild runs a lab with hub + 2 clusters x 2 nodes, reports it on stdout and waits to be
+// killed.
+func runChild(dir string) int {
+	l, err := lab.Up(context.Background(), lab.Options{
+		Clusters: 2, NodesPerCluster: 2, Dir: dir,
+		BinDir: os.Getenv(envChildBin), AgentBinary: os.Getenv(envChildAgent),
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lab up:", err)
+		return 1
+	}
+	r := childReport{Network: l.Network, Kubeconfigs: map[string]string{}}
+	for _, cp := range l.Env.Clusters {
+		r.Kubeconfigs[cp.Name] = cp.Kubeconfig
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(r); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	select {} // until SIGKILL
+}
+
+// TestLabUpAndDownAfterKill runs `lab up` (hub + 2 clusters x 2 nodes) in a child process
+// and checks, on the live lab: every Node is Ready with a pod CIDR and an InternalIP;
+// kube-proxy has programmed its nftables table in every node namespace and puts a new
+// ClusterIP Service into it; the root namespace gained no route outside the lab's ranges.
+// Then it SIGKILLs the child and checks that Down leaves no namespace, link or process.
+func TestLabUpAndDownAfterKill(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the lab creates network namespaces and links (CI runs as root)")
+	}
+	binDir := testenv.BinDir(t)
+	agent := buildAgent(t)
+	dir := filepath.Join(t.TempDir(), "lab")
+	routesBefore, err := labnet.RootRoutes()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderrPath := filepath.Join(t.TempDir(), "child.log")
+	stderr, err := os.Create(stderrPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stderr.Close()
+	child := exec.Command(self, "-test.run=^$")
+	child.Env = append(os.Environ(), envChildDir+"="+dir, envChildBin+"="+binDir, envChildAgent+"="+agent)
+	child.Stderr = stderr
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin := time.Now()
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	t.Cleanup(func() {
+		if !killed {
+			_ = child.Process.Kill()
+			_ = child.Wait()
+		}
+		if err := lab.Down(dir); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	lines := make(chan []byte, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(nil, 1<<20)
+		if sc.Scan() {
+			lines <- bytes.Clone(sc.Bytes())
+		}
+		close(lines)
+	}()
+	var report childReport
+	select {
+	case line, ok := <-lines:
+		if !ok {
+			_ = child.Wait()
+			t.Fatalf("lab up exited without coming up; its log:\n%s", readFile(stderrPath))
+		}
+		if err := json.Unmarshal(line, &report); err != nil {
+			t.Fatalf("child report %q: %v", line, err)
+		}
+	case <-time.After(5 * time.Minute):
+		t.Fatalf("lab up did not come up in 5 minutes; its log:\n%s", readFile(stderrPath))
+	}
+	t.Logf("lab up took %.1fs", time.Since(begin).Seconds())
+	if got := len(report.Network.Clusters); got != 2 {
+		t.Fatalf("network has %d clusters, want 2", got)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for _, c := range report.Network.Clusters {
+		cs := clientset(t, report.Kubeconfigs[c.Name])
+		checkNodes(ctx, t, cs, c)
+		svcIP := createService(ctx, t, cs)
+		for _, n := range c.Nodes {
+			waitNFT(ctx, t, n, svcIP)
+		}
+	}
+	for _, r := range labnet.NewRoutesOutsideLab(routesBefore, mustRoutes(t)) {
+		t.Errorf("the root namespace gained a route outside the lab's ranges: %s", r)
+	}
+
+	// kill -9 of `lab up`, then `lab down`.
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+	killed = true
+	if err := lab.Down(dir); err != nil {
+		t.Fatalf("lab down: %v", err)
+	}
+	if err := lab.Down(dir); err != nil {
+		t.Fatalf("second lab down: %v", err)
+	}
+	namespaces, links, err := labnet.Leftovers(report.Network.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(namespaces) > 0 || len(links) > 0 {
+		t.Errorf("after lab down: namespaces %v, links %v", namespaces, links)
+	}
+	if pids := processesReferringTo(dir); len(pids) > 0 {
+		t.Errorf("after lab down, processes still refer to %s: %v", dir, pids)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("lab dir still exists after lab down: %v", err)
+	}
+}
+
+// checkNodes waits until every node of the cluster is Ready, has a pod CIDR from node-ipam and
+// its LAN address as InternalIP, and the gateway label on the gateway only.
+func checkNodes(ctx context.Context, t *testing.T, cs kubernetes.Interface, c labnet.ClusterNet) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		for _, want := range c.Nodes {
+			n, err := cs.CoreV1().Nodes().Get(ctx, want.Name, metav1.GetOptions{})
+			if err != nil {
+				last = err.Error()
+				return false, nil //nolint:nilerr // keep polling; the last error is reported on timeout
+			}
+			if problem := nodeProblem(n, want); problem != "" {
+				last = problem
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("cluster %s: nodes not ready: %v (last: %s)", c.Name, err, last)
+	}
+}
+
+func nodeProblem(n *corev1.Node, want labnet.NodeNet) string {
+	ready := false
+	for _, c := range n.Status.Conditions {
+		ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
+	}
+	internal := ""
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			internal = a.Address
+		}
+	}
+	switch {
+	case !ready:
+		return n.Name + " is not Ready"
+	case n.Spec.PodCIDR == "":
+		return n.Name + " has no pod CIDR"
+	case internal != want.LANAddr.Addr().String():
+		return fmt.Sprintf("%s: InternalIP %q, want %s", n.Name, internal, want.LANAddr.Addr())
+	case (n.Labels[labnet.GatewayLabel] == "true") != want.Gateway:
+		return fmt.Sprintf("%s: gateway label %q, want gateway=%v", n.Name, n.Labels[labnet.GatewayLabel], want.Gateway)
+	}
+	if _, err := netip.ParsePrefix(n.Spec.PodCIDR); err != nil {
+		return fmt.Sprintf("%s: pod CIDR %q: %v", n.Name, n.Spec.PodCIDR, err)
+	}
+	return ""
+}
+
+// createService creates a ClusterIP Service without endpoints and returns its ClusterIP.
+func createService(ctx context.Context, t *testing.T, cs kubernetes.Interface) string {
+	t.Helper()
+	svc, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "lab-test"},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "lab-test"},
+			Ports:    []corev1.ServicePort{{Port: 8080, TargetPort: intstr.FromInt32(8080)}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc.Spec.ClusterIP
+}
+
+// waitNFT waits until kube-proxy's nftables table in the node's namespace mentions ip.
+func waitNFT(ctx context.Context, t *testing.T, n labnet.NodeNet, ip string) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", n.Netns, "nft", "list", "table", "ip", "kube-proxy").CombinedOutput()
+		last = string(out)
+		return err == nil && strings.Contains(last, ip), nil
+	})
+	if err != nil {
+		t.Fatalf("node %s: kube-proxy's nftables table never mentioned ClusterIP %s: %v; last `nft list table ip kube-proxy`:\n%s", n.Name, ip, err, last)
+	}
+}
+
+func clientset(t *testing.T, kubeconfig string) kubernetes.Interface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// buildAgent builds octopus-agent into a temporary directory.
+func buildAgent(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "github.com/octopus-mcs/octopus/cmd/octopus-agent")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building octopus-agent: %v\n%s", err, out)
+	}
+	return filepath.Join(dir, "octopus-agent")
+}
+
+// processesReferringTo lists live processes with an argument inside dir.
+func processesReferringTo(dir string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !bytes.Contains(b, []byte(dir)) {
+			continue
+		}
+		if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {
+			if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+				continue // a zombie holds nothing
+			}
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+func mustRoutes(t *testing.T) []netlink.Route {
+	t.Helper()
+	r, err := labnet.RootRoutes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func readFile(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
+}

@@ -1,0 +1,220 @@
+package labnet
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Limits of the address plan.
+const (
+	// MaxClusters is how many /28 LANs LANRange holds, less the one kept for APIAddress.
+	MaxClusters = 1<<(lanBits-24) - 1
+	// MaxNodesPerCluster: a /28 minus network, broadcast and the root uplink's address.
+	MaxNodesPerCluster = 1<<(32-lanBits) - 3
+	// MinNodesPerCluster: every cluster has a gateway node and at least one worker, so that
+	// traffic between nodes of one cluster is exercised as well as traffic through the gateway.
+	MinNodesPerCluster = 2
+)
+
+// GatewayLabel marks the nodes that join the underlay; Octopus places its gateway there.
+const GatewayLabel = "octopus.io/gateway"
+
+// LabID derives a lab's ID from its state directory (absolute, canonical), so that `lab down
+// --dir D` computes the same ID as the `lab up --dir D` that crashed, without reading state.
+func LabID(dir string) string {
+	sum := sha256.Sum256([]byte(dir))
+	return hex.EncodeToString(sum[:])[:idLen]
+}
+
+// ClusterSpec is the input for one cluster's network.
+type ClusterSpec struct {
+	// Name is the cluster's name (an RFC 1123 label), e.g. "cluster1".
+	Name string
+	// Index numbers the cluster from 1 and picks its LAN: distinct clusters need distinct
+	// indexes.
+	Index int
+	// ServiceCIDR gets a route in every node namespace: kube-proxy DNATs locally generated
+	// packets in the output hook, after the routing decision, so without a route they fail
+	// with "network unreachable" before kube-proxy sees them.
+	ServiceCIDR netip.Prefix
+	// Nodes is the number of nodes, MinNodesPerCluster..MaxNodesPerCluster. The first is the
+	// gateway.
+	Nodes int
+}
+
+// Plan is the whole lab network: names and addresses of everything Apply creates.
+type Plan struct {
+	ID string
+	// APILink is the root-namespace link carrying APIAddress.
+	APILink string
+	// Underlay is the namespace joining the gateway nodes.
+	Underlay string
+	Clusters []ClusterNet
+}
+
+// ClusterNet is one cluster's LAN.
+type ClusterNet struct {
+	Name        string
+	ServiceCIDR netip.Prefix
+	// LAN is the namespace holding the cluster's bridge.
+	LAN string
+	// Uplink is the root-namespace link into the LAN; it has UplinkAddr.
+	Uplink string
+	// UplinkAddr (first address of the LAN /28) is the nodes' next hop to APIAddress.
+	UplinkAddr netip.Prefix
+	Nodes      []NodeNet
+}
+
+// NodeNet is one node.
+type NodeNet struct {
+	// Name is the Kubernetes Node name, "<cluster>-node<k>".
+	Name string
+	// Netns is the node's network namespace.
+	Netns string
+	// Gateway nodes carry GatewayLabel and join the underlay.
+	Gateway bool
+	// LANAddr is the node's InternalIP, with the LAN's prefix length.
+	LANAddr netip.Prefix
+	// UnderlayAddr is set for gateway nodes only.
+	UnderlayAddr netip.Prefix
+	// port is the LAN namespace's end of the node's veth, a bridge port.
+	port string
+	// underlayPort is the underlay namespace's end of a gateway's underlay veth.
+	underlayPort string
+}
+
+// NetnsPath is where the node's namespace is mounted, for setns and `ip netns exec`.
+func (n NodeNet) NetnsPath() string { return NetnsPath(n.Netns) }
+
+// NetnsPath is the bind mount of a named network namespace.
+func NetnsPath(name string) string { return netnsDir + "/" + name }
+
+// netnsDir is where named namespaces are mounted, the same place `ip netns` uses, so the
+// lab's namespaces show up in `ip netns list`.
+const netnsDir = "/run/netns"
+
+// NetnsOwnerPrefix is the prefix of every namespace of the lab with the given ID.
+func NetnsOwnerPrefix(id string) string { return NetnsPrefix + id + "-" }
+
+// RootLinkOwnerPrefix is the prefix of every root-namespace link of the lab with the given ID.
+func RootLinkOwnerPrefix(id string) string { return RootLinkPrefix + id + "-" }
+
+// NewPlan computes names and addresses. It is pure, so the address plan is unit-tested.
+func NewPlan(id string, clusters []ClusterSpec) (Plan, error) {
+	if len(id) != idLen || strings.Trim(id, "0123456789abcdef") != "" {
+		return Plan{}, fmt.Errorf("lab ID %q: want %d lower-case hex digits (see LabID)", id, idLen)
+	}
+	if len(clusters) > MaxClusters {
+		return Plan{}, fmt.Errorf("%d clusters: the lab's LAN range %s has room for %d", len(clusters), LANRange, MaxClusters)
+	}
+	netnsPrefix, linkPrefix := NetnsOwnerPrefix(id), RootLinkOwnerPrefix(id)
+	p := Plan{ID: id, APILink: linkPrefix + "api", Underlay: netnsPrefix + "underlay"}
+	seenIndex := map[int]bool{}
+	seenName := map[string]bool{}
+	var errs []error
+	for _, c := range clusters {
+		if msgs := validation.IsDNS1123Label(c.Name); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("cluster name %q: %s", c.Name, strings.Join(msgs, "; ")))
+			continue
+		}
+		switch {
+		case c.Index < 1 || c.Index > MaxClusters:
+			errs = append(errs, fmt.Errorf("cluster %s: index %d, want 1..%d", c.Name, c.Index, MaxClusters))
+			continue
+		case seenIndex[c.Index] || seenName[c.Name]:
+			errs = append(errs, fmt.Errorf("cluster %s (index %d) given twice", c.Name, c.Index))
+			continue
+		case c.Nodes < MinNodesPerCluster || c.Nodes > MaxNodesPerCluster:
+			errs = append(errs, fmt.Errorf("cluster %s: %d nodes, want %d..%d (a gateway and at least one worker; a LAN is a /%d)",
+				c.Name, c.Nodes, MinNodesPerCluster, MaxNodesPerCluster, lanBits))
+			continue
+		case !c.ServiceCIDR.IsValid() || !c.ServiceCIDR.Addr().Is4():
+			errs = append(errs, fmt.Errorf("cluster %s: IPv4 service CIDR required, got %s", c.Name, c.ServiceCIDR))
+			continue
+		}
+		seenIndex[c.Index], seenName[c.Name] = true, true
+		lan := nthSubnet(LANRange, lanBits, c.Index-1)
+		cn := ClusterNet{
+			Name:        c.Name,
+			ServiceCIDR: c.ServiceCIDR.Masked(),
+			LAN:         netnsPrefix + c.Name + "-lan",
+			Uplink:      fmt.Sprintf("%sc%d", linkPrefix, c.Index),
+			UplinkAddr:  netip.PrefixFrom(nthAddr(lan, 1), lanBits),
+		}
+		for k := 1; k <= c.Nodes; k++ {
+			n := NodeNet{
+				Name:    fmt.Sprintf("%s-node%d", c.Name, k),
+				Gateway: k == 1,
+				LANAddr: netip.PrefixFrom(nthAddr(lan, 1+k), lanBits),
+				port:    fmt.Sprintf("n%d", k),
+			}
+			n.Netns = netnsPrefix + n.Name
+			if n.Gateway {
+				// 16 underlay addresses per cluster index leave room for more gateways later.
+				n.UnderlayAddr = netip.PrefixFrom(nthAddr(UnderlayRange, 16*(c.Index-1)+k), UnderlayRange.Bits())
+				n.underlayPort = fmt.Sprintf("c%dn%d", c.Index, k)
+			}
+			cn.Nodes = append(cn.Nodes, n)
+		}
+		p.Clusters = append(p.Clusters, cn)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Plan{}, fmt.Errorf("lab network plan: %w", err)
+	}
+	for _, name := range p.rootLinks() {
+		if len(name) > maxIfNameLen {
+			return Plan{}, fmt.Errorf("lab network plan: link name %q is longer than %d bytes", name, maxIfNameLen)
+		}
+	}
+	return p, nil
+}
+
+// rootLinks are the names of the links Apply puts into the root namespace.
+func (p Plan) rootLinks() []string {
+	names := []string{p.APILink}
+	for _, c := range p.Clusters {
+		names = append(names, c.Uplink)
+	}
+	return names
+}
+
+// Namespaces lists every namespace of the plan.
+func (p Plan) Namespaces() []string {
+	names := []string{p.Underlay}
+	for _, c := range p.Clusters {
+		names = append(names, c.LAN)
+		for _, n := range c.Nodes {
+			names = append(names, n.Netns)
+		}
+	}
+	return names
+}
+
+// Cluster returns the named cluster's network, or nil.
+func (p Plan) Cluster(name string) *ClusterNet {
+	for i := range p.Clusters {
+		if p.Clusters[i].Name == name {
+			return &p.Clusters[i]
+		}
+	}
+	return nil
+}
+
+// nthSubnet returns the n-th /bits subnet of an IPv4 prefix.
+func nthSubnet(p netip.Prefix, bits, n int) netip.Prefix {
+	return netip.PrefixFrom(nthAddr(p, n<<(32-bits)), bits)
+}
+
+// nthAddr returns the address n after the start of an IPv4 prefix.
+func nthAddr(p netip.Prefix, n int) netip.Addr {
+	b := p.Masked().Addr().As4()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	v += uint32(n) //nolint:gosec // n is bounded by the plan's limits
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}

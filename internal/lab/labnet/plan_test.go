@@ -1,0 +1,142 @@
+package labnet
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func specs(n, nodes int) []ClusterSpec {
+	var s []ClusterSpec
+	for i := 1; i <= n; i++ {
+		s = append(s, ClusterSpec{
+			Name: "cluster" + string(rune('0'+i%10)) + strings.Repeat("x", i/10), Index: i,
+			ServiceCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(96 + i), 0, 0}), 16), Nodes: nodes,
+		})
+	}
+	return s
+}
+
+func TestPlanAddresses(t *testing.T) {
+	p, err := NewPlan("ab12", specs(2, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.APILink != "octo-ab12-api" || p.Underlay != "octo-ab12-underlay" {
+		t.Errorf("APILink %q Underlay %q", p.APILink, p.Underlay)
+	}
+	c2 := p.Cluster("cluster2")
+	if c2 == nil {
+		t.Fatal("no cluster2")
+	}
+	want := struct{ uplink, uplinkAddr, lan string }{"octo-ab12-c2", "198.51.100.17/28", "octo-ab12-cluster2-lan"}
+	if c2.Uplink != want.uplink || c2.UplinkAddr.String() != want.uplinkAddr || c2.LAN != want.lan {
+		t.Errorf("cluster2: uplink %s %s lan %s, want %+v", c2.Uplink, c2.UplinkAddr, c2.LAN, want)
+	}
+	wantNodes := []struct {
+		name, netns, lan, underlay string
+		gateway                    bool
+	}{
+		{"cluster2-node1", "octo-ab12-cluster2-node1", "198.51.100.18/28", "203.0.113.17/24", true},
+		{"cluster2-node2", "octo-ab12-cluster2-node2", "198.51.100.19/28", "invalid Prefix", false},
+		{"cluster2-node3", "octo-ab12-cluster2-node3", "198.51.100.20/28", "invalid Prefix", false},
+	}
+	for i, w := range wantNodes {
+		n := c2.Nodes[i]
+		if n.Name != w.name || n.Netns != w.netns || n.LANAddr.String() != w.lan || n.UnderlayAddr.String() != w.underlay || n.Gateway != w.gateway {
+			t.Errorf("node %d = %+v, want %+v", i, n, w)
+		}
+	}
+}
+
+// TestPlanStaysInRanges checks the largest plan: every address in its documentation range,
+// no two equal, every LAN address inside its cluster's /28 and not its network or broadcast
+// address, every name within the kernel's limits and carrying the ownership prefixes.
+func TestPlanStaysInRanges(t *testing.T) {
+	p, err := NewPlan("0f0f", specs(MaxClusters, MaxNodesPerCluster))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[netip.Addr]string{APIAddress: "api"}
+	check := func(what string, a netip.Prefix, in netip.Prefix) {
+		t.Helper()
+		if !in.Contains(a.Addr()) {
+			t.Errorf("%s: %s outside %s", what, a, in)
+		}
+		if prev, dup := seen[a.Addr()]; dup {
+			t.Errorf("%s: %s already used by %s", what, a, prev)
+		}
+		seen[a.Addr()] = what
+	}
+	for _, c := range p.Clusters {
+		lan := c.UplinkAddr.Masked()
+		check(c.Uplink, c.UplinkAddr, LANRange)
+		if !strings.HasPrefix(c.Uplink, RootLinkOwnerPrefix("0f0f")) || len(c.Uplink) > maxIfNameLen {
+			t.Errorf("uplink name %q", c.Uplink)
+		}
+		for _, n := range c.Nodes {
+			check(n.Name, n.LANAddr, lan)
+			last := nthAddr(lan, 1<<(32-lanBits)-1)
+			if n.LANAddr.Addr() == lan.Addr() || n.LANAddr.Addr() == last {
+				t.Errorf("%s: %s is the network or broadcast address of %s", n.Name, n.LANAddr, lan)
+			}
+			if n.Gateway {
+				check(n.Name+" underlay", n.UnderlayAddr, UnderlayRange)
+			}
+			if !strings.HasPrefix(n.Netns, NetnsOwnerPrefix("0f0f")) {
+				t.Errorf("netns %q lacks the owner prefix", n.Netns)
+			}
+			for _, l := range []string{n.port, n.underlayPort} {
+				if len(l) > maxIfNameLen {
+					t.Errorf("link name %q too long", l)
+				}
+			}
+		}
+	}
+	if !LANRange.Contains(APIAddress) {
+		t.Errorf("APIAddress %s outside %s: the root namespace would gain another range", APIAddress, LANRange)
+	}
+	for _, r := range []netip.Prefix{LANRange, UnderlayRange} {
+		ok := false
+		for _, doc := range []string{"192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"} {
+			ok = ok || netip.MustParsePrefix(doc) == r.Masked()
+		}
+		if !ok {
+			t.Errorf("%s is not a documentation range", r)
+		}
+	}
+}
+
+func TestPlanRejects(t *testing.T) {
+	cases := map[string]struct {
+		id    string
+		specs []ClusterSpec
+		want  string
+	}{
+		"bad id":         {"XYZ1", specs(1, 2), "hex"},
+		"too many":       {"aaaa", specs(MaxClusters+1, 2), "room for"},
+		"one node":       {"aaaa", specs(1, 1), "gateway and at least one worker"},
+		"too many nodes": {"aaaa", specs(1, MaxNodesPerCluster+1), "want 2..13"},
+		"duplicate":      {"aaaa", append(specs(1, 2), specs(1, 2)...), "given twice"},
+		"no services":    {"aaaa", []ClusterSpec{{Name: "a", Index: 1, Nodes: 2}}, "service CIDR"},
+		"bad name":       {"aaaa", []ClusterSpec{{Name: "A_b", Index: 1, Nodes: 2, ServiceCIDR: netip.MustParsePrefix("10.96.0.0/16")}}, "cluster name"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := NewPlan(tc.id, tc.specs)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestLabID(t *testing.T) {
+	a, b := LabID("/var/lib/octopus/lab"), LabID("/tmp/other")
+	if len(a) != idLen || a == b || a != LabID("/var/lib/octopus/lab") {
+		t.Errorf("LabID: %q %q", a, b)
+	}
+	if _, err := NewPlan(a, specs(1, 2)); err != nil {
+		t.Errorf("plan with LabID: %v", err)
+	}
+}

@@ -1,0 +1,253 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+
+	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
+	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+)
+
+// Node heartbeat timing, as a kubelet's defaults: the Lease is renewed every 10 s and lasts
+// 40 s, well inside kube-controller-manager's node-monitor grace period, so a node only goes
+// NotReady when its agent stops.
+const (
+	nodeHeartbeatInterval = 10 * time.Second
+	nodeLeaseDuration     = 40 * time.Second
+	nodeLeaseNamespace    = "kube-node-lease"
+)
+
+// nodeCapacity is what a lab node advertises to the scheduler. Lab pods are host processes
+// sharing one machine, so the numbers only need to admit the pods the lab runs.
+var nodeCapacity = corev1.ResourceList{
+	corev1.ResourceCPU:    resource.MustParse("4"),
+	corev1.ResourceMemory: resource.MustParse("8Gi"),
+	corev1.ResourcePods:   resource.MustParse("110"),
+}
+
+// nodeAgent plays the node-status half of a kubelet for the nodes of one cluster: it registers
+// their Node objects and keeps their Ready condition and Leases fresh.
+type nodeAgent struct {
+	cluster string
+	client  kubernetes.Interface
+	nodes   []labnet.NodeNet
+	log     logr.Logger
+}
+
+// register creates or refreshes every Node with its addresses, labels and a Ready condition.
+// node-ipam in kube-controller-manager fills spec.podCIDR afterwards.
+func (a *nodeAgent) register(ctx context.Context) error {
+	for _, n := range a.nodes {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: nodeLabels(n)}}
+		_, err := a.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("registering node %s in %s: %w", n.Name, a.cluster, err)
+		}
+		if err := a.updateStatus(ctx, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func nodeLabels(n labnet.NodeNet) map[string]string {
+	l := map[string]string{
+		corev1.LabelHostname:   n.Name,
+		corev1.LabelOSStable:   "linux",
+		corev1.LabelArchStable: runtime.GOARCH,
+	}
+	if n.Gateway {
+		l[labnet.GatewayLabel] = "true"
+	}
+	return l
+}
+
+// updateStatus writes the node's addresses, capacity and a fresh Ready condition. It
+// replaces the status wholesale, which is what a kubelet does too: it owns node status.
+func (a *nodeAgent) updateStatus(ctx context.Context, n labnet.NodeNet) error {
+	now := metav1.Now()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := a.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ready := corev1.NodeCondition{
+			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "LabNodeAgentReady",
+			Message: "the lab node agent is running", LastHeartbeatTime: now, LastTransitionTime: now,
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				ready.LastTransitionTime = c.LastTransitionTime
+			}
+		}
+		node.Status.Conditions = []corev1.NodeCondition{ready}
+		// kube-proxy waits for status.addresses and takes the node IP from InternalIP.
+		node.Status.Addresses = []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: n.LANAddr.Addr().String()},
+			{Type: corev1.NodeHostName, Address: n.Name},
+		}
+		node.Status.Capacity = nodeCapacity
+		node.Status.Allocatable = nodeCapacity
+		node.Status.NodeInfo.OperatingSystem = "linux"
+		node.Status.NodeInfo.Architecture = runtime.GOARCH
+		node.Status.NodeInfo.KubeletVersion = controlplane.KubernetesVersion
+		_, err = a.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("updating status of node %s in %s: %w", n.Name, a.cluster, err)
+	}
+	return nil
+}
+
+// renewLease creates or renews the node's Lease in kube-node-lease, which the node lifecycle
+// controller reads as the node's heartbeat between status updates.
+func (a *nodeAgent) renewLease(ctx context.Context, n labnet.NodeNet) error {
+	leases := a.client.CoordinationV1().Leases(nodeLeaseNamespace)
+	now := metav1.NewMicroTime(time.Now())
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		lease, err := leases.Get(ctx, n.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			node, err := a.client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			lease = &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{
+					Name: n.Name, Namespace: nodeLeaseNamespace,
+					// As a kubelet does: the Lease goes away with its Node.
+					OwnerReferences: []metav1.OwnerReference{{
+						APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID,
+					}},
+				},
+				Spec: coordinationv1.LeaseSpec{
+					HolderIdentity:       ptr.To(n.Name),
+					LeaseDurationSeconds: ptr.To(int32(nodeLeaseDuration / time.Second)),
+					RenewTime:            &now,
+				},
+			}
+			_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		lease.Spec.RenewTime = &now
+		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("renewing lease of node %s in %s: %w", n.Name, a.cluster, err)
+	}
+	return nil
+}
+
+// heartbeat renews every node's Lease and Ready condition.
+func (a *nodeAgent) heartbeat(ctx context.Context) error {
+	var errs []error
+	for _, n := range a.nodes {
+		errs = append(errs, a.renewLease(ctx, n), a.updateStatus(ctx, n))
+	}
+	return errors.Join(errs...)
+}
+
+// run heartbeats until ctx ends. Failures are logged and retried on the next tick: an API
+// server that is briefly away (a fault-injection test) must not end the agent.
+func (a *nodeAgent) run(ctx context.Context) {
+	t := time.NewTicker(nodeHeartbeatInterval)
+	defer t.Stop()
+	for {
+		if err := a.heartbeat(ctx); err != nil && ctx.Err() == nil {
+			a.log.Error(err, "Node heartbeat failed; retrying", "cluster", a.cluster)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// nodeAgents runs one nodeAgent per cluster until stop is called.
+type nodeAgents struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func (n *nodeAgents) stop() {
+	if n == nil {
+		return
+	}
+	n.cancel()
+	n.wg.Wait()
+}
+
+// startNodes registers every cluster's nodes, starts their heartbeats and runs kube-proxy in
+// every node namespace.
+func startNodes(ctx context.Context, env *controlplane.Environment, plan labnet.Plan, log logr.Logger) (*nodeAgents, error) {
+	hctx, cancel := context.WithCancel(context.Background())
+	agents := &nodeAgents{cancel: cancel}
+	for _, c := range plan.Clusters {
+		cp := env.Cluster(c.Name)
+		if cp == nil {
+			agents.stop()
+			return nil, fmt.Errorf("starting nodes: no control plane for cluster %s", c.Name)
+		}
+		cs, err := kubernetes.NewForConfig(cp.RESTConfig())
+		if err != nil {
+			agents.stop()
+			return nil, fmt.Errorf("starting nodes of %s: %w", c.Name, err)
+		}
+		a := &nodeAgent{cluster: c.Name, client: cs, nodes: c.Nodes, log: log.WithValues("cluster", c.Name)}
+		if err := a.register(ctx); err != nil {
+			agents.stop()
+			return nil, err
+		}
+		agents.wg.Go(func() { a.run(hctx) })
+		for _, n := range c.Nodes {
+			if err := env.StartProcess(kubeProxyProcess(cp, n)); err != nil {
+				agents.stop()
+				return nil, fmt.Errorf("starting kube-proxy on node %s: %w", n.Name, err)
+			}
+		}
+	}
+	return agents, nil
+}
+
+// kubeProxyProcess runs the real kube-proxy in a node's namespace.
+func kubeProxyProcess(cp *controlplane.ControlPlane, n labnet.NodeNet) controlplane.ProcessOptions {
+	return controlplane.ProcessOptions{
+		Name:   n.Name + "-kube-proxy",
+		Binary: "kube-proxy",
+		Args: []string{
+			// The admin kubeconfig: kube-proxy reaches the API server at labnet.APIAddress
+			// through the node's route. A per-node identity is not worth it in a lab.
+			"--kubeconfig=" + cp.Kubeconfig,
+			"--hostname-override=" + n.Name,
+			"--proxy-mode=nftables",
+			// 0 leaves the global nf_conntrack_max alone: the lab must not change host sysctls.
+			"--conntrack-max-per-core=0",
+			// Traffic from outside the pod range to a Service gets masqueraded, as in a
+			// real cluster.
+			"--cluster-cidr=" + cp.PodCIDR.String(),
+			"--v=2",
+		},
+		Netns: n.NetnsPath(),
+		// A real node restarts a crashed kube-proxy (DaemonSet); so does the lab.
+		RestartOnCrash: true,
+	}
+}
