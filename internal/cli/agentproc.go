@@ -13,6 +13,8 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/octopus-mcs/octopus/internal/procfs"
 )
 
 // Until the Helm chart and operator land, `join --agent process` runs the agent's controller
@@ -152,16 +154,9 @@ func stopDetachedAgent(clusterID string) error {
 
 // isAgent reports whether pid is a live octopus-agent controller (not a zombie, not a reused PID).
 func isAgent(pid int) bool {
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
+	if !procfs.Alive(pid) {
 		return false
 	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err == nil {
-		if i := strings.LastIndexByte(string(stat), ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
-			return false
-		}
-	}
-	args := strings.Split(string(cmdline), "\x00")
-	return len(args) > 1 && filepath.Base(args[0]) == "octopus-agent" && args[1] == "controller"
+	args, err := procfs.Cmdline(pid)
+	return err == nil && len(args) > 1 && filepath.Base(args[0]) == "octopus-agent" && args[1] == "controller"
 }

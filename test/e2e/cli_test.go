@@ -19,6 +19,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/procfs"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
@@ -55,15 +56,6 @@ func (u user) agentPID(clusterID string) int {
 	return pid
 }
 
-func alive(pid int) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	return i > 0 && i+2 < len(stat) && stat[i+2] != 'Z'
-}
-
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -95,7 +87,7 @@ func TestUserJourney(t *testing.T) {
 	u := user{t: t, state: t.TempDir()}
 	t.Cleanup(func() {
 		for _, id := range []string{"east", "west"} {
-			if pid := u.agentPID(id); pid > 0 && alive(pid) {
+			if pid := u.agentPID(id); pid > 0 && procfs.Alive(pid) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
@@ -174,7 +166,7 @@ func TestUserJourney(t *testing.T) {
 	// Leave stops the agent and removes the cluster from the set.
 	eastAgent := u.agentPID("east")
 	u.mustOctopus("leave", "--kubeconfig", kc("east"))
-	if alive(eastAgent) {
+	if procfs.Alive(eastAgent) {
 		t.Errorf("east's agent (pid %d) still runs after leave", eastAgent)
 	}
 	s := showClusters(t, u, kc("west"))

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/octopus-mcs/octopus/internal/procfs"
 )
 
 // markerFile marks a state directory as created by Start. CleanupStale deletes only
@@ -90,7 +92,7 @@ func killStale(dir string) error {
 	}
 	deadline := time.Now().Add(staleKillTimeout)
 	for _, pid := range killed {
-		for processAlive(pid) {
+		for procfs.Alive(pid) {
 			if time.Now().After(deadline) {
 				errs = append(errs, fmt.Errorf("stale process %d under %s is still alive %s after SIGKILL", pid, dir, staleKillTimeout))
 				break
@@ -123,11 +125,8 @@ func readPidfile(path string) (int, error) {
 // as the value of a --flag=path). Every child Start runs has such an argument (its data dir,
 // certificates or kubeconfig), which is what makes a pidfile's PID trustworthy.
 func cmdlineRefersTo(pid int, dir string) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil {
-		return false
-	}
-	return argsReferTo(strings.Split(string(bytes.TrimRight(b, "\x00")), "\x00"), dir)
+	args, err := procfs.Cmdline(pid)
+	return err == nil && argsReferTo(args, dir)
 }
 
 // argsReferTo is the pure part of cmdlineRefersTo.
@@ -142,22 +141,6 @@ func argsReferTo(args []string, dir string) bool {
 		}
 	}
 	return false
-}
-
-// processAlive reports whether pid exists and is not a zombie (a zombie holds no resources; its
-// parent reaps it).
-func processAlive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the command name, which is in parentheses and may contain spaces.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return false
-	}
-	state := b[i+2]
-	return state != 'Z' && state != 'X'
 }
 
 func removeDir(dir string) error {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
+	"github.com/octopus-mcs/octopus/internal/procfs"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
@@ -95,7 +96,7 @@ func TestCrashedParent(t *testing.T) {
 	children := readPidfiles(t, filepath.Join(dir, "pids"))
 	for _, name := range []string{"etcd", "crash-kube-apiserver", "crash-kube-controller-manager", "crash-kube-scheduler"} {
 		pid, ok := children[name]
-		if !ok || !alive(pid) {
+		if !ok || !procfs.Alive(pid) {
 			t.Fatalf("%s not running after start (pidfiles: %v)", name, children)
 		}
 	}
@@ -105,7 +106,7 @@ func TestCrashedParent(t *testing.T) {
 	_ = parent.Wait()
 	waitFor(t, 10*time.Second, "children of the killed parent to die (Pdeathsig)", func() (bool, error) {
 		for name, pid := range children {
-			if alive(pid) {
+			if procfs.Alive(pid) {
 				return false, fmt.Errorf("%s (pid %d) alive", name, pid)
 			}
 		}
@@ -249,14 +250,4 @@ func killFromPidfile(t testing.TB, path string) {
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	must(t, err)
 	must(t, syscall.Kill(pid, syscall.SIGKILL))
-}
-
-// alive reports whether pid runs and is not a zombie waiting for its parent to reap it.
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i > 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X'
 }

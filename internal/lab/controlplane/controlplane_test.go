@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
+	"github.com/octopus-mcs/octopus/internal/procfs"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
@@ -279,7 +280,7 @@ func TestUnexpectedExits(t *testing.T) {
 		killFromPidfile(t, filepath.Join(pids, name+".pid"))
 		waitFor(t, 20*time.Second, name+" restarted after a crash", func() (bool, error) {
 			now, ok := readPidfiles(t, pids)[name]
-			return ok && now != old && alive(now), nil
+			return ok && now != old && procfs.Alive(now), nil
 		})
 	}
 

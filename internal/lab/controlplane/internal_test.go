@@ -37,15 +37,6 @@ func TestArgsReferTo(t *testing.T) {
 	}
 }
 
-func TestProcessAlive(t *testing.T) {
-	if !processAlive(os.Getpid()) {
-		t.Error("processAlive(self) = false")
-	}
-	if processAlive(1<<22 + 1) { // above PID_MAX_LIMIT
-		t.Error("processAlive(impossible PID) = true")
-	}
-}
-
 func TestLogTail(t *testing.T) {
 	dir := t.TempDir()
 	short := filepath.Join(dir, "short.log")
