@@ -5,7 +5,9 @@ set -euo pipefail
 
 # nftables: the nft tool kube-proxy (nftables mode) drives in every lab node. iproute2: `ip netns`
 # for looking into lab namespaces (the lab itself uses netlink).
-PACKAGES=(git make ca-certificates nftables iproute2)
+# busybox and socat: the programs of the busybox and alpine/socat images, which lab pods run
+# as host processes (internal/lab/nodeagent).
+PACKAGES=(git make ca-certificates nftables iproute2 busybox socat)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -56,8 +56,10 @@ func newLabUpCommand(streams IOStreams, dir *string) *cobra.Command {
 kube-controller-manager (and a kube-scheduler per member cluster). Each member cluster gets
 nodes as network namespaces on its own LAN, the first one gateway-labelled, each registered
 as a Ready Node and running the real kube-proxy in nftables mode; an underlay namespace joins
-the gateways. Only documentation addresses (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24)
-are used outside the clusters. Then it deploys the hub, joins every cluster and runs its
+the gateways. A node agent runs the pods scheduled to each node, each in a network namespace
+of its own with its containers as host processes (well-known images such as busybox,
+alpine/socat and ghcr.io/octopus-mcs/echo map to host binaries). Only documentation
+addresses (198.51.100.0/24, 203.0.113.0/24) are used outside the clusters. Then it deploys the hub, joins every cluster and runs its
 agent, shows the cluster set and keeps running until interrupted, when it stops everything it
 started. Needs root. The control-plane binaries are built from pinned Go modules on first use
 (several minutes). After a crash, ` + "`octopus lab down`" + ` removes what is left.`,
@@ -80,7 +82,8 @@ func (o *labUpOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w (run `make k8s-binaries` from the repository)", err)
 	}
-	l, err := lab.Up(ctx, lab.Options{Clusters: o.clusters, NodesPerCluster: o.nodes, Dir: *o.dir, BinDir: binDir, AgentBinary: agent, Progress: p})
+	l, err := lab.Up(ctx, lab.Options{Clusters: o.clusters, NodesPerCluster: o.nodes, Dir: *o.dir, BinDir: binDir,
+		AgentBinary: agent, EchoBinary: echoBinary(), Progress: p})
 	if err != nil {
 		return err
 	}
@@ -122,6 +125,20 @@ func (o *labUpOptions) Run(ctx context.Context) error {
 	fmt.Fprintln(o.Out, "\nThe lab is running. Press Ctrl-C to stop it.")
 	<-ctx.Done()
 	return nil
+}
+
+// echoBinary finds octopus-echo next to the octopus binary, as `make build` puts it. Without
+// it the lab still runs, and echo containers report the binary missing.
+func echoBinary() string {
+	self, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	candidate := filepath.Join(filepath.Dir(self), "octopus-echo")
+	if _, err := os.Stat(candidate); err != nil {
+		return ""
+	}
+	return candidate
 }
 
 // waitConnected waits until every member's heartbeat reached the hub.

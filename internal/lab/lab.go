@@ -21,6 +21,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+	"github.com/octopus-mcs/octopus/internal/lab/nodeagent"
 	"github.com/octopus-mcs/octopus/internal/progress"
 )
 
@@ -43,6 +44,10 @@ type Options struct {
 	AgentBinary string
 	// HeartbeatInterval of the agents. Optional, default 2s so the demo shows live state.
 	HeartbeatInterval time.Duration
+	// EchoBinary is the octopus-echo executable that containers of image
+	// nodeagent.EchoImage run. Optional: without it such containers report
+	// nodeagent.ReasonBinaryNotFound.
+	EchoBinary string
 	// NodesPerCluster is the number of nodes of each member cluster, the first a gateway.
 	// Optional, default 2; labnet.MinNodesPerCluster..labnet.MaxNodesPerCluster.
 	NodesPerCluster int
@@ -149,8 +154,8 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	}()
 
 	step = time.Now()
-	p.Step("Registering %d nodes per cluster and starting kube-proxy on each", opts.NodesPerCluster)
-	if l.nodes, err = startNodes(ctx, env, plan, opts.Log); err != nil {
+	p.Step("Registering %d nodes per cluster and starting kube-proxy and the pod agent on each", opts.NodesPerCluster)
+	if l.nodes, err = startNodes(ctx, env, plan, nodeagent.Images{EchoBinary: opts.EchoBinary}, opts.Log); err != nil {
 		return l, err
 	}
 	p.Done(step, "%d nodes registered", opts.Clusters*opts.NodesPerCluster)
@@ -197,8 +202,9 @@ func startAgent(opts Options, env *controlplane.Environment, cp *controlplane.Co
 	})
 }
 
-// Stop ends the node heartbeats and every process (agents and kube-proxies first, then the
-// control planes), then deletes the lab's namespaces and links. It keeps Dir with the logs;
+// Stop ends the node heartbeats and the pods (processes killed, pod namespaces deleted), then
+// every process (agents and kube-proxies first, then the control planes), then deletes the
+// lab's namespaces and links. It keeps Dir with the logs;
 // Down removes it.
 func (l *Lab) Stop() error {
 	l.nodes.stop()
@@ -207,7 +213,9 @@ func (l *Lab) Stop() error {
 }
 
 // Down removes everything a lab in dir made, whether it is still running or crashed: it kills
-// its processes (found by pidfile, see controlplane.CleanupStale), deletes its namespaces and
+// every process inside the lab's namespaces (pod containers and whatever they forked, which
+// outlive a killed `lab up` when they are not its direct children) and the processes of its
+// pidfiles (see controlplane.CleanupStale), deletes its namespaces and
 // root-namespace links (found by the lab ID derived from dir) and then dir. It is safe to run
 // twice.
 func Down(dir string) error {
@@ -216,11 +224,22 @@ func Down(dir string) error {
 		return err
 	}
 	// Processes first: a namespace stays alive, unnamed, while a process runs in it.
+	id := labnet.LabID(dir)
+	namespaces, err := labnet.ListNamespaces(labnet.NetnsOwnerPrefix(id))
+	if err != nil {
+		return err
+	}
+	if err := labnet.KillProcessesIn(namespaces, downKillTimeout); err != nil {
+		return err
+	}
 	if err := controlplane.CleanupStale(dir); err != nil {
 		return err
 	}
-	return labnet.Teardown(labnet.LabID(dir))
+	return labnet.Teardown(id)
 }
+
+// downKillTimeout bounds how long Down waits for the processes in the lab's namespaces to die.
+const downKillTimeout = 10 * time.Second
 
 // canonicalDir makes dir absolute and resolves symlinks if it exists, so that Up and Down
 // derive the same lab ID whichever alias of the directory they are given.

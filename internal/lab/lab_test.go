@@ -26,6 +26,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+	"github.com/octopus-mcs/octopus/internal/procfs"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
@@ -76,11 +77,10 @@ func runChild(dir string) int {
 // and checks, on the live lab: every Node is Ready with a pod CIDR and an InternalIP;
 // kube-proxy has programmed its nftables table in every node namespace and puts a new
 // ClusterIP Service into it; the root namespace gained no route outside the lab's ranges.
-// Then it SIGKILLs the child and checks that Down leaves no namespace, link or process.
+// It starts a busybox pod whose shell forks. Then it SIGKILLs the child and checks that Down
+// leaves no namespace, link or process, the pod's included.
 func TestLabUpAndDownAfterKill(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the lab creates network namespaces and links (CI runs as root)")
-	}
+	testenv.LabNetwork(t)
 	binDir := testenv.BinDir(t)
 	agent := buildAgent(t)
 	dir := filepath.Join(t.TempDir(), "lab")
@@ -161,6 +161,22 @@ func TestLabUpAndDownAfterKill(t *testing.T) {
 		t.Errorf("the root namespace gained a route outside the lab's ranges: %s", r)
 	}
 
+	// A pod whose shell forks: its sleep children are not children of `lab up`, so Pdeathsig
+	// does not take them along; Down must find them by their namespace.
+	c1 := report.Network.Clusters[0]
+	create(ctx, t, clientset(t, report.Kubeconfigs[c1.Name]), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "loop"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sh", Image: "busybox",
+			Command: []string{"sh", "-c", "while true; do sleep 1; done"}}}},
+	})
+	loop := waitPodReady(ctx, t, clientset(t, report.Kubeconfigs[c1.Name]), "loop")
+	loopNetns := labnet.PodNetnsName(report.Network.ID, string(loop.UID))
+	pidsOut, err := exec.Command("ip", "netns", "pids", loopNetns).Output()
+	if err != nil || len(strings.Fields(string(pidsOut))) == 0 {
+		t.Fatalf("no processes in the pod's namespace %s: %v %q", loopNetns, err, pidsOut)
+	}
+	podPids := strings.Fields(string(pidsOut))
+
 	// kill -9 of `lab up`, then `lab down`.
 	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -182,6 +198,12 @@ func TestLabUpAndDownAfterKill(t *testing.T) {
 	}
 	if pids := processesReferringTo(dir); len(pids) > 0 {
 		t.Errorf("after lab down, processes still refer to %s: %v", dir, pids)
+	}
+	for _, p := range podPids {
+		// A zombie holds nothing; the orphans' new parent reaps them in its own time.
+		if pid, err := strconv.Atoi(p); err == nil && procfs.Alive(pid) {
+			t.Errorf("after lab down, process %d of pod %s is alive", pid, loop.Name)
+		}
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("lab dir still exists after lab down: %v", err)

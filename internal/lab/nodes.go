@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+	"github.com/octopus-mcs/octopus/internal/lab/nodeagent"
 )
 
 // Node heartbeat timing, as a kubelet's defaults: the Lease is renewed every 10 s and lasts
@@ -39,7 +41,7 @@ var nodeCapacity = corev1.ResourceList{
 	corev1.ResourcePods:   resource.MustParse("110"),
 }
 
-// nodeAgent plays the node-status half of a kubelet for the nodes of one cluster: it registers
+// nodeAgent plays the node-status half of a kubelet (the pod half is nodeagent.Agent) for the nodes of one cluster: it registers
 // their Node objects and keeps their Ready condition and Leases fresh.
 type nodeAgent struct {
 	cluster string
@@ -198,7 +200,7 @@ func (n *nodeAgents) stop() {
 
 // startNodes registers every cluster's nodes, starts their heartbeats and runs kube-proxy in
 // every node namespace.
-func startNodes(ctx context.Context, env *controlplane.Environment, plan labnet.Plan, log logr.Logger) (*nodeAgents, error) {
+func startNodes(ctx context.Context, env *controlplane.Environment, plan labnet.Plan, images nodeagent.Images, log logr.Logger) (*nodeAgents, error) {
 	hctx, cancel := context.WithCancel(context.Background())
 	agents := &nodeAgents{cancel: cancel}
 	for _, c := range plan.Clusters {
@@ -218,6 +220,16 @@ func startNodes(ctx context.Context, env *controlplane.Environment, plan labnet.
 			return nil, err
 		}
 		agents.wg.Go(func() { a.run(hctx) })
+		pods, err := podAgent(env, plan, c, cp, cs, images, log)
+		if err != nil {
+			agents.stop()
+			return nil, err
+		}
+		agents.wg.Go(func() {
+			if err := pods.Run(hctx); err != nil {
+				log.Error(err, "Stopping the pods of the lab nodes failed", "cluster", c.Name)
+			}
+		})
 		for _, n := range c.Nodes {
 			if err := env.StartProcess(kubeProxyProcess(cp, n)); err != nil {
 				agents.stop()
@@ -227,6 +239,25 @@ func startNodes(ctx context.Context, env *controlplane.Environment, plan labnet.
 	}
 	return agents, nil
 }
+
+// podAgent makes the agent that runs the pods bound to the cluster's nodes (see nodeagent).
+func podAgent(env *controlplane.Environment, plan labnet.Plan, c labnet.ClusterNet, cp *controlplane.ControlPlane,
+	cs kubernetes.Interface, images nodeagent.Images, log logr.Logger) (*nodeagent.Agent, error) {
+	nodes := make([]nodeagent.Node, 0, len(c.Nodes))
+	for _, n := range c.Nodes {
+		nodes = append(nodes, nodeagent.Node{Name: n.Name, Netns: n.Netns, LANAddr: n.LANAddr.Addr()})
+	}
+	return nodeagent.New(nodeagent.Options{
+		Cluster: c.Name, Client: cs, Nodes: nodes, ClusterPodCIDR: cp.PodCIDR, LabID: plan.ID,
+		Dir:    filepath.Join(env.Dir, podsDir, c.Name),
+		Images: images, Network: nodeagent.LabNetwork{}, Start: controlplane.StartInNetns,
+		Log: log.WithValues("cluster", c.Name),
+	})
+}
+
+// podsDir, under the lab dir, holds a directory per cluster with one per pod: its containers'
+// logs and pidfiles.
+const podsDir = "pods"
 
 // kubeProxyProcess runs the real kube-proxy in a node's namespace.
 func kubeProxyProcess(cp *controlplane.ControlPlane, n labnet.NodeNet) controlplane.ProcessOptions {

@@ -3,28 +3,16 @@ package labnet
 import (
 	"net"
 	"net/netip"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
-// requireRoot skips when not root: creating namespaces and links needs CAP_NET_ADMIN and
-// CAP_SYS_ADMIN. CI runs as root, where a skip fails the run.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: creates network namespaces, veths and bridges")
-	}
-}
-
-// TestApplyAndTeardown builds a two-cluster network twice (the second run must change
-// nothing and fail nowhere), checks that a node reaches the API address, that gateways reach
-// each other over the underlay, that the root namespace gained only routes into the lab's
-// documentation ranges, and that Teardown leaves nothing behind.
 func TestApplyAndTeardown(t *testing.T) {
-	requireRoot(t)
+	testenv.LabNetwork(t)
 	id := LabID(t.TempDir())
 	before, err := RootRoutes()
 	if err != nil {

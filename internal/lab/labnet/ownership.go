@@ -70,3 +70,34 @@ const RouteProtocol = 211
 
 // lanBits is the size of a cluster LAN; see LANRange.
 const lanBits = 28
+
+// Pods. The lab node agent (internal/lab/nodeagent) gives every pod a namespace of its own,
+// joined to its node's namespace by a veth; these names let it, Teardown and `lab down` find
+// all of that again.
+const (
+	// PodNetnsInfix follows the lab's namespace prefix in the name of a pod's namespace:
+	// "octo-<id>-pod-<pod UID>". The UID, not the pod's name, because a pod deleted and
+	// recreated under the same name must not inherit the old one's namespace; the infix lets
+	// the agent list exactly the pod namespaces (ListNamespaces(PodNetnsPrefix(id))) and tell
+	// them from node, LAN and underlay namespaces, which it must never delete.
+	PodNetnsInfix = "pod-"
+	// PodVethPrefix names the node-namespace end of a pod's veth, "pv" + 8 hex digits of the
+	// pod UID's hash: short enough for IFNAMSIZ and distinct from the node's own eth0 and ul0,
+	// so the node's routes to its pods can be told from everything else in the namespace.
+	PodVethPrefix = "pv"
+	// podIfName is the pod's end of its veth, named as a pod's interface is in a real cluster.
+	podIfName = "eth0"
+	// NodeNFTTable is the nftables table the lab owns in every node namespace (next to
+	// kube-proxy's own "kube-proxy" table). It masquerades pod traffic leaving the cluster's
+	// pod range to the node's address: without it a pod reaching the API servers (through
+	// kubernetes.default) or the root end of its LAN's uplink would make the root namespace
+	// answer a 10.x source address along its default route, that is off the machine.
+	NodeNFTTable = "octopus-lab"
+)
+
+// PodGatewayHost is the host number, inside a node's pod CIDR, of the address every
+// node-side pod veth carries (10.i.k.1 for 10.i.k.0/24). Each pod has its own address as a
+// /32 and a default route via this address on its eth0; the node routes each pod's /32 to
+// its veth. No bridge and no proxy ARP are needed, and the address is the one a real
+// cluster's CNI would give the node's bridge, so pod addresses start at host number 2.
+const PodGatewayHost = 1

@@ -1,0 +1,318 @@
+package labnet
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// PodNetnsPrefix is the prefix of every pod namespace of the lab with the given ID.
+func PodNetnsPrefix(id string) string { return NetnsOwnerPrefix(id) + PodNetnsInfix }
+
+// PodNetnsName names the namespace of the pod with the given UID.
+func PodNetnsName(id, uid string) string { return PodNetnsPrefix(id) + uid }
+
+// PodVethName names the node-namespace end of the pod's veth (see PodVethPrefix).
+func PodVethName(uid string) string {
+	sum := sha256.Sum256([]byte(uid))
+	return PodVethPrefix + hex.EncodeToString(sum[:])[:8]
+}
+
+// PodGateway is the address of the node-side pod veths of a node with the given pod CIDR.
+func PodGateway(podCIDR netip.Prefix) netip.Addr { return nthAddr(podCIDR, PodGatewayHost) }
+
+// PodNet is one pod's network: a namespace with eth0 holding Addr/32, joined to its node's
+// namespace by a veth whose node end holds Gateway/32.
+type PodNet struct {
+	// Netns is the pod's namespace (PodNetnsName).
+	Netns string
+	// NodeNetns is the namespace of the node the pod runs on.
+	NodeNetns string
+	// HostVeth is the node's end of the veth (PodVethName).
+	HostVeth string
+	// Addr is the pod's IP, from its node's pod CIDR.
+	Addr netip.Addr
+	// Gateway is the node's pod gateway address (PodGateway).
+	Gateway netip.Addr
+}
+
+// SetupPod creates the pod's namespace, veth, addresses and routes, or completes them after
+// a partial run:
+//
+//	node ns:  <HostVeth> Gateway/32      route Addr/32 dev <HostVeth>
+//	              |
+//	pod ns:   eth0 Addr/32               routes Gateway/32 dev eth0, default via Gateway
+//
+// The pod reaches everything through its node, which forwards (see ConfigureNode), so the
+// node's routes and kube-proxy's rules apply to pod traffic exactly as on a real node.
+func SetupPod(p PodNet) error {
+	if !p.Addr.Is4() || !p.Gateway.Is4() {
+		return fmt.Errorf("setting up pod network %s: IPv4 address and gateway required, got %s and %s", p.Netns, p.Addr, p.Gateway)
+	}
+	if err := EnsureNamespace(p.Netns); err != nil {
+		return err
+	}
+	pod, err := openNamespace(p.Netns)
+	if err != nil {
+		return err
+	}
+	defer pod.Close()
+	node, err := openNamespace(p.NodeNetns)
+	if err != nil {
+		return err
+	}
+	defer node.Close()
+	if err := pod.setUp("lo"); err != nil {
+		return err
+	}
+	if err := node.ensureVeth(p.HostVeth, podIfName, pod); err != nil {
+		return err
+	}
+	if err := node.replaceAddr(p.HostVeth, netip.PrefixFrom(p.Gateway, 32)); err != nil {
+		return err
+	}
+	if err := node.setUp(p.HostVeth); err != nil {
+		return err
+	}
+	if err := pod.replaceAddr(podIfName, netip.PrefixFrom(p.Addr, 32)); err != nil {
+		return err
+	}
+	if err := pod.setUp(podIfName); err != nil {
+		return err
+	}
+	if err := pod.replaceRoute(podIfName, netip.PrefixFrom(p.Gateway, 32), netip.Addr{}); err != nil {
+		return err
+	}
+	if err := pod.replaceRoute(podIfName, netip.PrefixFrom(netip.IPv4Unspecified(), 0), p.Gateway); err != nil {
+		return err
+	}
+	return node.replaceRoute(p.HostVeth, netip.PrefixFrom(p.Addr, 32), netip.Addr{})
+}
+
+// PodAddr returns the IPv4 address on eth0 of an existing pod namespace, so that a restarted
+// node agent keeps a pod's address. ok is false when the namespace or address does not exist.
+func PodAddr(netnsName string) (addr netip.Addr, ok bool) {
+	if !isMountedNamespace(NetnsPath(netnsName)) {
+		return netip.Addr{}, false
+	}
+	pod, err := openNamespace(netnsName)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	defer pod.Close()
+	l, err := pod.LinkByName(podIfName)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	addrs, err := pod.AddrList(l, netlink.FAMILY_V4)
+	if err != nil || len(addrs) == 0 {
+		return netip.Addr{}, false
+	}
+	a, ok := netip.AddrFromSlice(addrs[0].IP.To4())
+	return a, ok
+}
+
+// DeletePod removes a pod's namespace and, should it survive, the node end of its veth (with
+// it the node's route to the pod). Stop the pod's processes first (KillProcessesIn): a
+// namespace stays alive while a process runs in it, and so would its veth. Deleting what
+// does not exist is not an error.
+func DeletePod(p PodNet) error {
+	errs := []error{DeleteNamespace(p.Netns)}
+	if isMountedNamespace(NetnsPath(p.NodeNetns)) {
+		node, err := openNamespace(p.NodeNetns)
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			errs = append(errs, node.deleteLink(p.HostVeth))
+			node.Close()
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("deleting pod network %s: %w", p.Netns, err)
+	}
+	return nil
+}
+
+// NodeConfig is what a node's namespace needs so that its pods reach the rest of the cluster.
+type NodeConfig struct {
+	// Netns is the node's namespace.
+	Netns string
+	// ClusterPodCIDR is the whole cluster's pod range: traffic leaving it is masqueraded
+	// (see NodeNFTTable), and routes inside it are the ones ConfigureNode owns.
+	ClusterPodCIDR netip.Prefix
+	// PeerRoutes maps every other node's pod CIDR to that node's LAN address: pods on other
+	// nodes are reached straight over the cluster LAN, as with a host-gateway CNI.
+	PeerRoutes map[netip.Prefix]netip.Addr
+}
+
+// ConfigureNode turns IP forwarding on in the node's namespace, sets its routes to the other
+// nodes' pod CIDRs to exactly PeerRoutes (deleting routes of ours inside ClusterPodCIDR that
+// are no longer wanted, e.g. of a deleted node) and installs the masquerade table. It is
+// idempotent.
+func ConfigureNode(c NodeConfig) error {
+	if err := configureNode(c); err != nil {
+		return fmt.Errorf("configuring node namespace %s for pods: %w", c.Netns, err)
+	}
+	return nil
+}
+
+func configureNode(c NodeConfig) error {
+	err := inNamespace(c.Netns, func() error {
+		// A new namespace starts with forwarding off; the node forwards between its pods'
+		// veths and the LAN like any Kubernetes node.
+		return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)
+	})
+	if err != nil {
+		return fmt.Errorf("turning IP forwarding on: %w", err)
+	}
+	node, err := openNamespace(c.Netns)
+	if err != nil {
+		return err
+	}
+	defer node.Close()
+	lan, err := node.link(nodeLANName)
+	if err != nil {
+		return err
+	}
+	routes, err := node.RouteList(lan, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("listing routes on %s: %w", nodeLANName, err)
+	}
+	var errs []error
+	for _, r := range routes {
+		if r.Protocol != RouteProtocol || r.Dst == nil {
+			continue
+		}
+		dst, err := netip.ParsePrefix(r.Dst.String())
+		if err != nil || !c.ClusterPodCIDR.Overlaps(dst) {
+			continue // the API and service routes of Apply, not ours to manage here
+		}
+		if gw, ok := c.PeerRoutes[dst]; ok && r.Gw != nil && r.Gw.Equal(gw.AsSlice()) {
+			continue
+		}
+		if err := node.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("deleting stale route %s: %w", dst, err))
+		}
+	}
+	for dst, gw := range c.PeerRoutes {
+		errs = append(errs, node.replaceRoute(nodeLANName, dst, gw))
+	}
+	errs = append(errs, applyMasquerade(c.Netns, c.ClusterPodCIDR))
+	return errors.Join(errs...)
+}
+
+// applyMasquerade (re)writes NodeNFTTable in the node namespace in one nft transaction: add
+// then flush makes it idempotent and replaces whatever an earlier run left.
+func applyMasquerade(netnsName string, clusterPodCIDR netip.Prefix) error {
+	script := fmt.Sprintf(`add table ip %[1]s
+flush table ip %[1]s
+add chain ip %[1]s postrouting { type nat hook postrouting priority srcnat + 10; policy accept; }
+add rule ip %[1]s postrouting ip saddr %[2]s ip daddr != %[2]s oifname != "%[3]s*" masquerade
+`, NodeNFTTable, clusterPodCIDR.Masked(), PodVethPrefix)
+	return inNamespace(netnsName, func() error {
+		// nft inherits the network namespace of the (locked) thread that forks it.
+		cmd := exec.Command("nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(script)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("installing nftables table %s: %w: %s", NodeNFTTable, err, bytes.TrimSpace(out))
+		}
+		return nil
+	})
+}
+
+// InNamespace runs f on an OS thread switched into the named network namespace; sockets f
+// creates belong to that namespace (the lab's readiness probes dial from a node this way).
+func InNamespace(name string, f func() error) error { return inNamespace(name, f) }
+
+// DialTCP connects to addr from inside the named namespace.
+func DialTCP(netnsName string, addr netip.AddrPort, timeout time.Duration) (net.Conn, error) {
+	var conn net.Conn
+	err := inNamespace(netnsName, func() error {
+		// The socket is created in the thread's namespace by the dial's socket(2), which runs
+		// on this goroutine; the connect may finish on any thread.
+		var err error
+		conn, err = net.DialTimeout("tcp", addr.String(), timeout)
+		return err
+	})
+	return conn, err
+}
+
+// KillProcessesIn SIGKILLs every process whose network namespace is one of the named ones
+// and waits for them to go. Every process in a lab namespace is the lab's (a pod's container,
+// its children, kube-proxy), so this finds also what no pidfile names: the children a shell
+// or socat forked, orphaned when `lab up` was killed. Missing namespaces are skipped.
+func KillProcessesIn(names []string, timeout time.Duration) error {
+	inodes := map[uint64]string{}
+	for _, n := range names {
+		var st unix.Stat_t
+		if err := unix.Stat(NetnsPath(n), &st); err == nil && isMountedNamespace(NetnsPath(n)) {
+			inodes[st.Ino] = n
+		}
+	}
+	if len(inodes) == 0 {
+		return nil
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		pids, err := pidsIn(inodes)
+		if err != nil || len(pids) == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("processes %v are still alive in lab namespaces %s after SIGKILL", pids, timeout)
+		}
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return fmt.Errorf("killing process %d in a lab namespace: %w", pid, err)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// pidsIn lists live processes (not zombies) whose network namespace has one of the inodes.
+func pidsIn(inodes map[uint64]string) ([]int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("listing processes: %w", err)
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat(filepath.Join("/proc", e.Name(), "ns", "net"), &st) != nil {
+			continue // gone meanwhile
+		}
+		if _, ours := inodes[st.Ino]; !ours || isZombie(pid) {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}
+
+func isZombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
+}

@@ -1,0 +1,347 @@
+package nodeagent
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+)
+
+// Probe defaults, as in the Pod API.
+const (
+	defaultProbePeriod  = 10 * time.Second
+	defaultProbeTimeout = time.Second
+	defaultFailures     = 3
+)
+
+// pod is a pod the agent runs: its network and its containers.
+type pod struct {
+	agent       *Agent
+	key         string
+	uid         types.UID
+	node        Node
+	hostNetwork bool
+	ip          netip.Addr
+	net         labnet.PodNet // unset for hostNetwork pods
+	netnsPath   string
+	dir         string
+	created     time.Time
+
+	containers   []*container
+	cancelProbes context.CancelFunc
+
+	mu       sync.Mutex
+	ready    map[string]bool // container name → readiness (probed containers only)
+	probed   map[string]bool // containers with a readiness probe the lab runs
+	tornDown bool
+}
+
+// startContainers prepares and starts every container, and the readiness probes.
+func (p *pod) startContainers(obj *corev1.Pod) {
+	p.ready, p.probed = map[string]bool{}, map[string]bool{}
+	policy := obj.Spec.RestartPolicy
+	if policy == "" {
+		policy = corev1.RestartPolicyAlways
+	}
+	onChange := func() { p.agent.enqueue(p.key) }
+	for _, c := range obj.Spec.Containers {
+		spec := p.containerSpec(obj, c, policy)
+		p.containers = append(p.containers, newContainer(spec, p.agent.opts.Start, onChange))
+		if pr := c.ReadinessProbe; pr != nil && (pr.TCPSocket != nil || pr.HTTPGet != nil) {
+			p.probed[c.Name] = true
+		}
+	}
+	for _, c := range p.containers {
+		c.run()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancelProbes = cancel
+	for i, c := range obj.Spec.Containers {
+		if p.probed[c.Name] {
+			go p.probeLoop(ctx, p.containers[i], c)
+		}
+	}
+}
+
+// containerSpec resolves one container; problems become its waiting reason.
+func (p *pod) containerSpec(obj *corev1.Pod, c corev1.Container, policy corev1.RestartPolicy) containerSpec {
+	spec := containerSpec{
+		name: c.Name, image: c.Image, netns: p.netnsPath, policy: policy,
+		logPath: filepath.Join(p.dir, c.Name+".log"),
+		pidPath: filepath.Join(p.dir, c.Name+".pid"),
+		workDir: "/",
+	}
+	if c.WorkingDir != "" {
+		if fi, err := os.Stat(c.WorkingDir); err == nil && fi.IsDir() {
+			spec.workDir = c.WorkingDir
+		}
+	}
+	if len(obj.Spec.InitContainers) > 0 {
+		spec.setupReason, spec.setupErr = reasonConfigError, "init containers are not supported by the lab node agent"
+		return spec
+	}
+	env, err := containerEnv(p.agent.opts.Cluster, obj, c, p.ip.String())
+	if err != nil {
+		spec.setupReason, spec.setupErr = reasonConfigError, err.Error()
+		return spec
+	}
+	spec.env = env
+	// $(VAR) in command and args refers to the container's env, as in the kubelet.
+	c.Command, c.Args = expandAll(c.Command, env), expandAll(c.Args, env)
+	argv, err := p.agent.opts.Images.Argv(c)
+	if err != nil {
+		spec.setupReason, spec.setupErr = reasonRunError, err.Error()
+		if errors.Is(err, errBinaryNotFound) {
+			spec.setupReason = ReasonBinaryNotFound
+		}
+		return spec
+	}
+	spec.argv = argv
+	return spec
+}
+
+// stop ends the probes and the containers (concurrently, each within grace).
+func (p *pod) stop(grace time.Duration) {
+	if p.cancelProbes != nil {
+		p.cancelProbes()
+	}
+	var wg sync.WaitGroup
+	for _, c := range p.containers {
+		wg.Go(func() { c.stop(grace) })
+	}
+	wg.Wait()
+	p.mu.Lock()
+	p.tornDown = true
+	p.mu.Unlock()
+}
+
+func (p *pod) isTornDown() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tornDown
+}
+
+// status computes the pod's status from its containers, keeping the transition times of
+// conditions that did not change.
+func (p *pod) status(obj *corev1.Pod) corev1.PodStatus {
+	s := corev1.PodStatus{
+		HostIP:    p.node.LANAddr.String(),
+		HostIPs:   []corev1.HostIP{{IP: p.node.LANAddr.String()}},
+		PodIP:     p.ip.String(),
+		PodIPs:    []corev1.PodIP{{IP: p.ip.String()}},
+		StartTime: obj.Status.StartTime,
+		QOSClass:  obj.Status.QOSClass,
+	}
+	if s.StartTime == nil {
+		s.StartTime = ptrTo(metav1.NewTime(p.created))
+	}
+	p.mu.Lock()
+	allReady := true
+	for _, c := range p.containers {
+		running, _ := c.running()
+		ready := running
+		if p.probed[c.spec.name] {
+			ready = running && p.ready[c.spec.name]
+		}
+		cs := c.status(ready)
+		allReady = allReady && cs.Ready
+		s.ContainerStatuses = append(s.ContainerStatuses, cs)
+	}
+	p.mu.Unlock()
+	s.Phase = phase(s.ContainerStatuses)
+	if s.Phase == corev1.PodSucceeded || s.Phase == corev1.PodFailed {
+		allReady = false
+	}
+	cond := func(t corev1.PodConditionType, ok bool, reason string) corev1.PodCondition {
+		c := corev1.PodCondition{Type: t, Status: corev1.ConditionFalse, Reason: reason}
+		if ok {
+			c.Status, c.Reason = corev1.ConditionTrue, ""
+		}
+		c.LastTransitionTime = metav1.Now()
+		for _, old := range obj.Status.Conditions {
+			if old.Type == t && old.Status == c.Status {
+				c.LastTransitionTime = old.LastTransitionTime
+			}
+		}
+		return c
+	}
+	sandbox := !p.isTornDown()
+	s.Conditions = []corev1.PodCondition{
+		cond(corev1.PodReadyToStartContainers, sandbox, ""),
+		cond(corev1.PodInitialized, true, ""),
+		cond(corev1.ContainersReady, allReady, "ContainersNotReady"),
+		cond(corev1.PodReady, allReady, "ContainersNotReady"),
+	}
+	for _, old := range obj.Status.Conditions {
+		if old.Type == corev1.PodScheduled {
+			s.Conditions = append([]corev1.PodCondition{old}, s.Conditions...)
+		}
+	}
+	return s
+}
+
+// phase follows the kubelet's rules: Pending while a container never ran, Running while one
+// runs or will be restarted, then Failed if one failed, else Succeeded.
+func phase(statuses []corev1.ContainerStatus) corev1.PodPhase {
+	var neverRan, running, failed int
+	for _, s := range statuses {
+		switch {
+		case s.State.Running != nil:
+			running++
+		case s.State.Terminated != nil:
+			if s.State.Terminated.ExitCode != 0 {
+				failed++
+			}
+		case s.LastTerminationState.Terminated != nil:
+			running++ // waiting to restart
+		default:
+			neverRan++
+		}
+	}
+	switch {
+	case neverRan > 0:
+		return corev1.PodPending
+	case running > 0:
+		return corev1.PodRunning
+	case failed > 0:
+		return corev1.PodFailed
+	}
+	return corev1.PodSucceeded
+}
+
+// probeLoop runs a container's readiness probe at its period and records the result
+// (SuccessThreshold and FailureThreshold applied), asking for a status update on a change.
+func (p *pod) probeLoop(ctx context.Context, c *container, spec corev1.Container) {
+	pr := spec.ReadinessProbe
+	period := seconds(pr.PeriodSeconds, defaultProbePeriod)
+	timeout := seconds(pr.TimeoutSeconds, defaultProbeTimeout)
+	var successes, failures int32
+	needSuccess := max(pr.SuccessThreshold, 1)
+	needFailure := pr.FailureThreshold
+	if needFailure <= 0 {
+		needFailure = defaultFailures
+	}
+	for {
+		p.mu.Lock()
+		ready := p.ready[spec.Name]
+		p.mu.Unlock()
+		now := ready
+		running, since := c.running()
+		switch {
+		case !running:
+			// A restarted container starts unready, as a new one does.
+			now, successes, failures = false, 0, 0
+		case time.Since(since) < time.Duration(pr.InitialDelaySeconds)*time.Second:
+		case p.probe(pr, spec, timeout) == nil:
+			successes, failures = successes+1, 0
+			now = now || successes >= needSuccess
+		default:
+			successes, failures = 0, failures+1
+			now = now && failures < needFailure
+		}
+		if now != ready {
+			p.mu.Lock()
+			p.ready[spec.Name] = now
+			p.mu.Unlock()
+			p.agent.enqueue(p.key)
+		}
+		wait := period
+		if !now {
+			// An unready container is probed every second (at most its period), so a new
+			// pod becomes Ready soon after it listens: the lab's pods start in well under
+			// the default 10 s period.
+			wait = min(period, time.Second)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// probe runs one TCP or HTTP readiness check from the pod's node namespace.
+func (p *pod) probe(pr *corev1.Probe, spec corev1.Container, timeout time.Duration) error {
+	var port intstr.IntOrString
+	host := ""
+	switch {
+	case pr.TCPSocket != nil:
+		port, host = pr.TCPSocket.Port, pr.TCPSocket.Host
+	case pr.HTTPGet != nil:
+		port, host = pr.HTTPGet.Port, pr.HTTPGet.Host
+	}
+	num, err := resolvePort(port, spec)
+	if err != nil {
+		return err
+	}
+	addr := p.ip
+	if host != "" {
+		if addr, err = netip.ParseAddr(host); err != nil {
+			return fmt.Errorf("probe host %q: %w", host, err)
+		}
+	}
+	conn, err := p.agent.opts.Network.DialTCP(p.node.Netns, netip.AddrPortFrom(addr, num), timeout)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if pr.HTTPGet == nil {
+		return nil
+	}
+	path := pr.HTTPGet.Path
+	if path == "" {
+		path = "/"
+	}
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	if _, err := fmt.Fprintf(conn, "GET %s HTTP/1.0\r\nHost: %s\r\nUser-Agent: kube-probe/lab\r\n\r\n", path, addr); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	var code int
+	if _, err := fmt.Sscanf(line, "HTTP/%s %d", new(string), &code); err != nil {
+		return fmt.Errorf("bad HTTP status line %q", strings.TrimSpace(line))
+	}
+	if code < 200 || code >= 400 {
+		return fmt.Errorf("HTTP probe: status %d", code)
+	}
+	return nil
+}
+
+// resolvePort turns a probe's port (a number or a container port's name) into a number.
+func resolvePort(port intstr.IntOrString, c corev1.Container) (uint16, error) {
+	if port.Type == intstr.Int {
+		if port.IntVal <= 0 || port.IntVal > 65535 {
+			return 0, fmt.Errorf("probe port %d out of range", port.IntVal)
+		}
+		return uint16(port.IntVal), nil
+	}
+	for _, cp := range c.Ports {
+		if cp.Name == port.StrVal {
+			return uint16(cp.ContainerPort), nil //nolint:gosec // validated by the API server
+		}
+	}
+	return 0, fmt.Errorf("probe port %q is not a port of container %s", port.StrVal, c.Name)
+}
+
+func seconds(s int32, def time.Duration) time.Duration {
+	if s <= 0 {
+		return def
+	}
+	return time.Duration(s) * time.Second
+}

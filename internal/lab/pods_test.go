@@ -1,0 +1,418 @@
+package lab_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/octopus-mcs/octopus/internal/lab"
+	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+	"github.com/octopus-mcs/octopus/internal/lab/nodeagent"
+	"github.com/octopus-mcs/octopus/internal/testenv"
+)
+
+// TestPods runs a lab (hub + 1 cluster x 2 nodes) and pods on it: echo servers on both nodes
+// behind a Service, a busybox shell loop as the client, an alpine/socat listener with a TCP
+// readiness probe and a container whose binary is missing. From the client pod's namespace
+// it checks TCP pod → pod on the same node, on the other node, through the ClusterIP
+// (kube-proxy) and to kubernetes.default; then a Deployment scaled 1 → 3 → 0 gets pods, namespaces and veths and loses
+// them again. Finally Stop leaves no pod namespace or process.
+func TestPods(t *testing.T) {
+	testenv.LabNetwork(t)
+	for _, bin := range []string{"busybox", "socat"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Fatalf("%s is missing: run hack/install-deps.sh (lab pods of its image run it)", bin)
+		}
+	}
+	binDir := testenv.BinDir(t)
+	bins := buildCommands(t, "octopus-agent", "octopus-echo")
+	dir := filepath.Join(t.TempDir(), "lab")
+	routesBefore := mustRoutes(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+
+	begin := time.Now()
+	l, err := lab.Up(ctx, lab.Options{
+		Clusters: 1, NodesPerCluster: 2, Dir: dir, BinDir: binDir,
+		AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"],
+	})
+	if err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = l.Stop()
+		}
+		if err := lab.Down(dir); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+	})
+	t.Logf("lab up took %.1fs", time.Since(begin).Seconds())
+	c := l.Network.Clusters[0]
+	cs := clientset(t, l.Env.Cluster(c.Name).Kubeconfig)
+	node1, node2 := c.Nodes[0], c.Nodes[1]
+	pods := cs.CoreV1().Pods("default")
+
+	// Workloads.
+	for _, n := range c.Nodes {
+		create(ctx, t, cs, echoPod("echo-"+n.Name, n.Name))
+	}
+	create(ctx, t, cs, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "client"},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{corev1.LabelHostname: node1.Name},
+			Containers: []corev1.Container{{Name: "sh", Image: "busybox:1.37",
+				Command: []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo tick $i; sleep 1; done"}}},
+		},
+	})
+	create(ctx, t, cs, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "socat"},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{corev1.LabelHostname: node2.Name},
+			Containers: []corev1.Container{{Name: "socat", Image: "alpine/socat",
+				Args:  []string{"TCP-LISTEN:7000,fork,reuseaddr", "EXEC:cat"},
+				Ports: []corev1.ContainerPort{{Name: "echo", ContainerPort: 7000}},
+				ReadinessProbe: &corev1.Probe{PeriodSeconds: 1,
+					ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("echo")}}},
+			}},
+		},
+	})
+	create(ctx, t, cs, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "missing"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1",
+			Command: []string{"octopus-no-such-binary"}}}},
+	})
+	svc, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "echo"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "echo"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ready := map[string]*corev1.Pod{}
+	for _, name := range []string{"echo-" + node1.Name, "echo-" + node2.Name, "client", "socat"} {
+		ready[name] = waitPodReady(ctx, t, cs, name)
+	}
+	if got := ready["client"].Spec.NodeName; got != node1.Name {
+		t.Fatalf("client runs on %s, want %s", got, node1.Name)
+	}
+	missing := waitPod(ctx, t, cs, "missing", func(p *corev1.Pod) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Waiting != nil &&
+			p.Status.ContainerStatuses[0].State.Waiting.Reason == nodeagent.ReasonBinaryNotFound
+	})
+	if msg := missing.Status.ContainerStatuses[0].State.Waiting.Message; !strings.Contains(msg, "octopus-no-such-binary") {
+		t.Errorf("missing binary: message %q does not name the binary", msg)
+	}
+	if missing.Status.Phase != corev1.PodPending {
+		t.Errorf("pod with a missing binary: phase %s, want Pending", missing.Status.Phase)
+	}
+
+	clientNetns := labnet.PodNetnsName(l.Network.ID, string(ready["client"].UID))
+	for _, tc := range []struct{ what, pod string }{
+		{"pod -> pod on the same node", "echo-" + node1.Name},
+		{"pod -> pod on another node", "echo-" + node2.Name},
+	} {
+		p := ready[tc.pod]
+		got := httpGet(t, clientNetns, netip.AddrPortFrom(netip.MustParseAddr(p.Status.PodIP), 8080))
+		want := fmt.Sprintf("cluster=%s node=%s pod=%s", c.Name, p.Spec.NodeName, p.Name)
+		if !strings.HasPrefix(got, want) {
+			t.Errorf("%s: answer %q, want it to start with %q", tc.what, got, want)
+		} else {
+			t.Logf("%s: %s", tc.what, got)
+		}
+	}
+	// Through the ClusterIP: kube-proxy in node1's namespace DNATs to either echo pod; poll
+	// until it has synced the endpoints and both have answered.
+	svcAddr := netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80)
+	answered := map[string]bool{}
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		if got, err := tryHTTPGet(clientNetns, svcAddr); err == nil {
+			for _, n := range c.Nodes {
+				answered[n.Name] = answered[n.Name] || strings.Contains(got, "pod=echo-"+n.Name+" ")
+			}
+		}
+		return len(answered) == 2 && answered[node1.Name] && answered[node2.Name], nil
+	})
+	if err != nil {
+		t.Errorf("pod -> ClusterIP %s: answers from %v, want both echo pods: %v", svcAddr, answered, err)
+	}
+	// Pods reach the API servers through kubernetes.default: the node masquerades them
+	// (labnet.NodeNFTTable), so the root namespace answers the node's LAN address on the
+	// uplink instead of a pod address along its default route, off the machine.
+	kube, err := cs.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiAddr := netip.AddrPortFrom(netip.MustParseAddr(kube.Spec.ClusterIP), 443)
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		conn, err := labnet.DialTCP(clientNetns, apiAddr, 2*time.Second)
+		if err != nil {
+			return false, nil //nolint:nilerr // kube-proxy may not have synced yet
+		}
+		return true, conn.Close()
+	})
+	if err != nil {
+		t.Errorf("pod -> kubernetes.default (%s): %v", apiAddr, err)
+	}
+	// The socat pod echoes what the client sends.
+	socatAddr := netip.AddrPortFrom(netip.MustParseAddr(ready["socat"].Status.PodIP), 7000)
+	if got := tcpEcho(t, clientNetns, socatAddr, "hello socat\n"); got != "hello socat\n" {
+		t.Errorf("socat pod echoed %q", got)
+	}
+	// The busybox loop really loops: its log grows.
+	logs, _ := filepath.Glob(filepath.Join(dir, "pods", c.Name, "default_client_*", "sh.log"))
+	if len(logs) != 1 || !strings.Contains(readFile(logs[0]), "tick 2") {
+		t.Errorf("busybox loop log %v does not show it looping", logs)
+	}
+
+	// A Deployment scaled 1 -> 3 -> 0.
+	staticPods := 5 // echo x2, client, socat, missing
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx, echoDeployment("scale", 1), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, replicas := range []int32{1, 3, 0} {
+		if replicas != 1 {
+			deploy, err := cs.AppsV1().Deployments("default").Get(ctx, "scale", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			deploy.Spec.Replicas = ptr.To(replicas)
+			if _, err := cs.AppsV1().Deployments("default").Update(ctx, deploy, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var last string
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "app=scale"})
+			if err != nil {
+				return false, err
+			}
+			readyPods := 0
+			for i := range list.Items {
+				if podReady(&list.Items[i]) {
+					readyPods++
+				}
+			}
+			namespaces, err := labnet.ListNamespaces(labnet.PodNetnsPrefix(l.Network.ID))
+			if err != nil {
+				return false, err
+			}
+			veths := podVeths(t, c)
+			last = fmt.Sprintf("%d pods (%d ready), %d pod namespaces, %d pod veths", len(list.Items), readyPods, len(namespaces), veths)
+			want := int(replicas)
+			// "missing" has a namespace and veth too: its sandbox is up, only its container
+			// cannot start.
+			return len(list.Items) == want && readyPods == want &&
+				len(namespaces) == staticPods+want && veths == staticPods+want, nil
+		})
+		if err != nil {
+			t.Fatalf("scaled to %d: %v (last: %s)", replicas, err, last)
+		}
+		t.Logf("scaled to %d: %s", replicas, last)
+	}
+
+	for _, r := range labnet.NewRoutesOutsideLab(routesBefore, mustRoutes(t)) {
+		t.Errorf("the root namespace gained a route outside the lab's ranges: %s", r)
+	}
+
+	// Stop removes every pod namespace and kills every container process.
+	stopped = true
+	if err := l.Stop(); err != nil {
+		t.Errorf("lab stop: %v", err)
+	}
+	if left, _ := labnet.ListNamespaces(labnet.NetnsOwnerPrefix(l.Network.ID)); len(left) > 0 {
+		t.Errorf("after stop: namespaces %v", left)
+	}
+}
+
+func echoPod(name, node string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "echo"}},
+		Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{corev1.LabelHostname: node},
+			Containers:   []corev1.Container{echoContainer()},
+		},
+	}
+}
+
+func echoContainer() corev1.Container {
+	field := func(path string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
+	}
+	return corev1.Container{
+		Name: "echo", Image: nodeagent.EchoImage + ":latest",
+		Env: []corev1.EnvVar{
+			{Name: "POD_NAME", ValueFrom: field("metadata.name")},
+			{Name: "POD_NAMESPACE", ValueFrom: field("metadata.namespace")},
+			{Name: "NODE_NAME", ValueFrom: field("spec.nodeName")},
+			{Name: "POD_IP", ValueFrom: field("status.podIP")},
+		},
+		Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+		ReadinessProbe: &corev1.Probe{PeriodSeconds: 1,
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}}},
+	}
+}
+
+func echoDeployment(name string, replicas int32) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{echoContainer()}},
+			},
+		},
+	}
+}
+
+func create(ctx context.Context, t *testing.T, cs kubernetes.Interface, p *corev1.Pod) {
+	t.Helper()
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating pod %s: %v", p.Name, err)
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func waitPodReady(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) *corev1.Pod {
+	t.Helper()
+	return waitPod(ctx, t, cs, name, podReady)
+}
+
+// waitPod polls the pod until ok; on timeout it fails with the pod's status.
+func waitPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, ok func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	var last *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 300*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil //nolint:nilerr // keep polling; the last status is reported on timeout
+		}
+		last = p
+		return ok(p), nil
+	})
+	if err != nil {
+		status := "never read"
+		if last != nil {
+			status = fmt.Sprintf("%+v", last.Status)
+		}
+		t.Fatalf("pod %s: %v; status: %s", name, err, status)
+	}
+	return last
+}
+
+// tryHTTPGet sends GET / from inside a namespace and returns the first line of the body.
+func tryHTTPGet(netns string, addr netip.AddrPort) (string, error) {
+	conn, err := labnet.DialTCP(netns, addr, 3*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := fmt.Fprintf(conn, "GET / HTTP/1.0\r\nHost: %s\r\n\r\n", addr); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(conn)
+	if err != nil {
+		return "", err
+	}
+	_, body, ok := strings.Cut(string(b), "\r\n\r\n")
+	if !ok || !strings.HasPrefix(string(b), "HTTP/1.0 200") && !strings.HasPrefix(string(b), "HTTP/1.1 200") {
+		return "", fmt.Errorf("unexpected answer %q", b)
+	}
+	return strings.TrimSpace(body), nil
+}
+
+func httpGet(t *testing.T, netns string, addr netip.AddrPort) string {
+	t.Helper()
+	got, err := tryHTTPGet(netns, addr)
+	if err != nil {
+		t.Fatalf("GET http://%s from %s: %v", addr, netns, err)
+	}
+	return got
+}
+
+func tcpEcho(t *testing.T, netns string, addr netip.AddrPort, msg string) string {
+	t.Helper()
+	conn, err := labnet.DialTCP(netns, addr, 3*time.Second)
+	if err != nil {
+		t.Fatalf("connecting to %s from %s: %v", addr, netns, err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(conn, msg); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the echo from %s: %v", addr, err)
+	}
+	return line
+}
+
+// podVeths counts the pod veths (labnet.PodVethPrefix) in the cluster's node namespaces.
+func podVeths(t *testing.T, c labnet.ClusterNet) int {
+	t.Helper()
+	n := 0
+	for _, node := range c.Nodes {
+		out, err := exec.Command("ip", "-n", node.Netns, "-o", "link", "show").CombinedOutput()
+		if err != nil {
+			t.Fatalf("ip -n %s link: %v: %s", node.Netns, err, out)
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[1], labnet.PodVethPrefix) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// buildCommands builds the named commands of this module into a temporary directory.
+func buildCommands(t *testing.T, names ...string) map[string]string {
+	t.Helper()
+	dir := t.TempDir()
+	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	for _, n := range names {
+		args = append(args, "github.com/octopus-mcs/octopus/cmd/"+n)
+	}
+	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+		t.Fatalf("building %v: %v\n%s", names, err, out)
+	}
+	paths := map[string]string{}
+	for _, n := range names {
+		paths[n] = filepath.Join(dir, n)
+	}
+	return paths
+}
