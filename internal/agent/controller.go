@@ -77,7 +77,8 @@ func MemberConfig(path string) (*rest.Config, error) {
 }
 
 // RunController runs the agent's controller against the member cluster until ctx is cancelled:
-// it waits for the hub credential, then heartbeats to the hub and exports services.
+// it waits for the hub credential, then heartbeats to the hub, exports this cluster's services
+// and imports every cluster's.
 func RunController(ctx context.Context, o ControllerOptions) error {
 	if o.Member == nil {
 		return errors.New("running the controller: no member cluster configuration")
@@ -145,7 +146,7 @@ func (r *hubComponents) Start(ctx context.Context) error {
 	}
 	// Added now rather than with the manager: they need the credential, and the MCS CRDs
 	// they watch exist only once the cluster has joined.
-	if err := servicediscovery.SetupExport(r.mgr, servicediscovery.ExportOptions{
+	if err := servicediscovery.Setup(r.mgr, servicediscovery.ExportOptions{
 		Hub: cred.RESTConfig(), HubNamespace: cred.Namespace, ClusterID: cred.ClusterID,
 	}); err != nil {
 		return err

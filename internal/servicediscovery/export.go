@@ -1,7 +1,7 @@
 // Package servicediscovery implements the Multi-Cluster Services API (KEP-1645) across the
 // cluster set: the export side publishes each exported Service of this cluster to the hub, the
-// import side (not yet written) turns what every cluster published into ServiceImports and
-// EndpointSlices.
+// import side (import.go, merge.go) turns what every cluster published into ServiceImports,
+// derived Services and EndpointSlices.
 //
 // What a cluster publishes for one export, in the hub namespace, all labelled
 // octopus.io/cluster=<id> (which the hub's admission policy enforces),
@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -53,6 +54,9 @@ type ExportReconciler struct {
 	ClusterID    string
 	// Addresses chooses the published addresses.
 	Addresses AddressPolicy
+	// Exports reads every cluster's records in HubNamespace, indexed by hubServiceIndex (the
+	// import side's cache). Optional: without it the Conflict condition is not set.
+	Exports client.Reader
 }
 
 // +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceexports,verbs=get;list;watch
@@ -96,7 +100,21 @@ func (r *ExportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		ready = condition(mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonFailed,
 			fmt.Sprintf("Could not update the hub (retrying): %v", syncErr))
 	}
-	statusErr := r.patchStatus(ctx, export, valid, ready)
+	conds := []metav1.Condition{valid, ready}
+	if desired != nil && r.Exports != nil {
+		c, err := r.conflict(ctx, req.NamespacedName, desired.record)
+		if err != nil {
+			syncErr = errors.Join(syncErr, err)
+		} else {
+			conds = append(conds, c)
+		}
+	}
+	var drop []string
+	if desired == nil {
+		// Only a published export can conflict; an old verdict would mislead.
+		drop = append(drop, string(mcsv1beta1.ServiceExportConditionConflict))
+	}
+	statusErr := r.patchStatus(ctx, export, drop, conds...)
 	if syncErr == nil && statusErr == nil {
 		log.V(1).Info("Reconciled ServiceExport", "valid", valid.Status, "reason", valid.Reason)
 	}
@@ -129,6 +147,38 @@ func (r *ExportReconciler) desired(ctx context.Context, export *mcsv1beta1.Servi
 	}
 	return condition(mcsv1beta1.ServiceExportConditionValid, metav1.ConditionTrue, mcsv1beta1.ServiceExportReasonValid,
 		fmt.Sprintf("Service %s is exported as %s", key, typ)), &pub, nil
+}
+
+// conflict computes the export's Conflict condition (KEP-1645): True where any property of
+// own, the record this cluster publishes for key, loses to an older export of the same service
+// (the reasons comma-separated, as the KEP allows), else False/NoConflicts. It merges exactly as
+// every importer does, with own in place of the copy on the hub, which may still be older.
+func (r *ExportReconciler) conflict(ctx context.Context, key types.NamespacedName, own *mcsv1beta1.ServiceImport) (metav1.Condition, error) {
+	list := &mcsv1beta1.ServiceImportList{}
+	if err := r.Exports.List(ctx, list, client.InNamespace(r.HubNamespace), client.MatchingFields{hubServiceIndex: key.String()}); err != nil {
+		return metav1.Condition{}, fmt.Errorf("listing the hub's records of %s: %w", key, err)
+	}
+	records := []exportRecord{parseRecord(own)}
+	for i := range list.Items {
+		if c := list.Items[i].Labels[mcsv1beta1.LabelSourceCluster]; c != "" && c != r.ClusterID {
+			records = append(records, parseRecord(&list.Items[i]))
+		}
+	}
+	conflicts := merge(records).Conflicts[r.ClusterID]
+	if len(conflicts) == 0 {
+		return condition(mcsv1beta1.ServiceExportConditionConflict, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonNoConflicts,
+			fmt.Sprintf("No conflict with the %d other export(s) of the service", len(records)-1)), nil
+	}
+	reasons := make([]string, 0, len(conflicts))
+	msgs := make([]string, 0, len(conflicts))
+	for _, c := range conflicts {
+		reasons = append(reasons, string(c.Reason))
+		msgs = append(msgs, c.Message)
+	}
+	return metav1.Condition{
+		Type: string(mcsv1beta1.ServiceExportConditionConflict), Status: metav1.ConditionTrue,
+		Reason: strings.Join(reasons, ","), Message: strings.Join(msgs, "; "),
+	}, nil
 }
 
 // publish makes the hub hold exactly desired for key: it applies the record first (an importer
@@ -211,11 +261,15 @@ func (r *ExportReconciler) onHub(ctx context.Context, key types.NamespacedName) 
 	return records, slices, nil
 }
 
-// patchStatus sets the conditions on export and patches its status if they changed. A
+// patchStatus sets the conditions on export, removes those of the types in drop, and patches
+// its status if that changed. A
 // conflict means the cache held an old export; the newer one's watch event brings it back here,
 // so the conflict is not an error.
-func (r *ExportReconciler) patchStatus(ctx context.Context, export *mcsv1beta1.ServiceExport, conds ...metav1.Condition) error {
+func (r *ExportReconciler) patchStatus(ctx context.Context, export *mcsv1beta1.ServiceExport, drop []string, conds ...metav1.Condition) error {
 	orig := export.DeepCopy()
+	for _, t := range drop {
+		meta.RemoveStatusCondition(&export.Status.Conditions, t)
+	}
 	for _, c := range conds {
 		c.ObservedGeneration = export.Generation
 		meta.SetStatusCondition(&export.Status.Conditions, c)

@@ -8,16 +8,21 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -38,10 +43,27 @@ type ExportOptions struct {
 	Addresses AddressPolicy
 }
 
+// Setup adds the export and import controllers to mgr, sharing one hub cache of every
+// cluster's exports: the import side builds from it, and the export side reads it to set the
+// Conflict condition. It may be called after mgr has started.
+func Setup(mgr manager.Manager, o ExportOptions) error {
+	exports, err := setupImport(mgr, ImportOptions{Hub: o.Hub, HubNamespace: o.HubNamespace})
+	if err != nil {
+		return err
+	}
+	return setupExport(mgr, o, exports)
+}
+
 // SetupExport adds the export controller to mgr, which runs against the member cluster, along
 // with a cache of the hub that holds only this cluster's own objects in the hub namespace. It
 // may be called after mgr has started (the agent does so once the cluster has joined).
 func SetupExport(mgr manager.Manager, o ExportOptions) error {
+	return setupExport(mgr, o, nil)
+}
+
+// setupExport is SetupExport; with exports, a cache as setupImport returns, it also sets the
+// Conflict condition.
+func setupExport(mgr manager.Manager, o ExportOptions, exports cache.Cache) error {
 	if o.Hub == nil || o.HubNamespace == "" || o.ClusterID == "" {
 		return errors.New("setting up the service export controller: hub configuration, namespace and cluster ID are required")
 	}
@@ -65,7 +87,7 @@ func SetupExport(mgr manager.Manager, o ExportOptions) error {
 	}
 	r := &ExportReconciler{
 		Member: mgr.GetClient(), Hub: hubCluster.GetClient(),
-		HubNamespace: o.HubNamespace, ClusterID: o.ClusterID, Addresses: o.Addresses,
+		HubNamespace: o.HubNamespace, ClusterID: o.ClusterID, Addresses: o.Addresses, Exports: exports,
 	}
 	return r.SetupWithManager(mgr, hubCluster.GetCache())
 }
@@ -75,14 +97,19 @@ func SetupExport(mgr manager.Manager, o ExportOptions) error {
 // and this cluster's objects on the hub (so that a published object deleted or changed by
 // someone else is put back, and orphans left while the agent was down are withdrawn at start).
 func (r *ExportReconciler) SetupWithManager(mgr manager.Manager, hubCache cache.Cache) error {
-	err := ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("serviceexport").
 		For(&mcsv1beta1.ServiceExport{}).
 		// A Service has the name of its export: the object's own key is the export's.
 		Watches(&corev1.Service{}, &handler.EnqueueRequestForObject{}).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(localSliceService)).
 		WatchesRawSource(source.Kind(hubCache, &mcsv1beta1.ServiceImport{}, handler.TypedEnqueueRequestsFromMapFunc(hubService[*mcsv1beta1.ServiceImport]))).
-		WatchesRawSource(source.Kind(hubCache, &discoveryv1.EndpointSlice{}, handler.TypedEnqueueRequestsFromMapFunc(hubService[*discoveryv1.EndpointSlice]))).
+		WatchesRawSource(source.Kind(hubCache, &discoveryv1.EndpointSlice{}, handler.TypedEnqueueRequestsFromMapFunc(hubService[*discoveryv1.EndpointSlice])))
+	if exports, ok := r.Exports.(cache.Cache); ok {
+		// Another cluster's export of a service exported here may change this one's Conflict.
+		b = b.WatchesRawSource(source.Kind(exports, &mcsv1beta1.ServiceImport{}, handler.TypedEnqueueRequestsFromMapFunc(r.othersExport)))
+	}
+	err := b.
 		// The agent runs one of these per process, but tests run one agent per member cluster
 		// in one process, and controller names are checked process-wide.
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
@@ -91,6 +118,22 @@ func (r *ExportReconciler) SetupWithManager(mgr manager.Manager, hubCache cache.
 		return fmt.Errorf("setting up the service export controller: %w", err)
 	}
 	return nil
+}
+
+// othersExport maps another cluster's record to the export of the same service here, if
+// there is one: most services exported in the cluster set are not exported here.
+func (r *ExportReconciler) othersExport(ctx context.Context, rec *mcsv1beta1.ServiceImport) []reconcile.Request {
+	if rec.Labels[mcsv1beta1.LabelSourceCluster] == r.ClusterID {
+		return nil // our own records have their own watch
+	}
+	reqs := hubService(ctx, rec)
+	if len(reqs) == 0 {
+		return nil
+	}
+	if err := r.Member.Get(ctx, reqs[0].NamespacedName, &mcsv1beta1.ServiceExport{}); err != nil {
+		return nil // not exported here (or the cache is shutting down)
+	}
+	return reqs
 }
 
 // localSliceService maps a member EndpointSlice to the export of its Service.
@@ -110,4 +153,144 @@ func hubService[T client.Object](_ context.Context, o T) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
+}
+
+// hubServiceIndex indexes the import side's hub cache by the exported service, namespace/name,
+// and hubNamespaceIndex by its namespace: reconciles and namespace events look records up by
+// them, which without an index would scan every cluster's exports each time.
+const (
+	hubServiceIndex   = "octopus.io/service"
+	hubNamespaceIndex = "octopus.io/service-namespace"
+)
+
+// ImportOptions configures SetupImport.
+type ImportOptions struct {
+	// Hub is the client configuration of the hub with the cluster's own credential, which may
+	// read every cluster's exports. Required.
+	Hub *rest.Config
+	// HubNamespace is the hub's namespace. Required.
+	HubNamespace string
+}
+
+// SetupImport adds the import controller to mgr, which runs against the member cluster, along
+// with a cache of every cluster's exported services on the hub (read-only: the import side
+// never writes to the hub). Like SetupExport, it may be called after mgr has started.
+func SetupImport(mgr manager.Manager, o ImportOptions) error {
+	_, err := setupImport(mgr, o)
+	return err
+}
+
+// setupImport is SetupImport; it returns the hub cache of every cluster's exports.
+func setupImport(mgr manager.Manager, o ImportOptions) (cache.Cache, error) {
+	if o.Hub == nil || o.HubNamespace == "" {
+		return nil, errors.New("setting up the service import controller: hub configuration and namespace are required")
+	}
+	exported, err := labels.NewRequirement(v1alpha1.ServiceNamespaceLabel, selection.Exists, nil)
+	if err != nil {
+		return nil, fmt.Errorf("selecting exported services: %w", err)
+	}
+	hubCluster, err := cluster.New(o.Hub, func(co *cluster.Options) {
+		co.Scheme = kube.Scheme
+		co.Cache = cache.Options{
+			DefaultNamespaces: map[string]cache.Config{o.HubNamespace: {}},
+			// Only exported services' records and slices: the hub namespace holds other
+			// EndpointSlices and nothing else of the cluster set is needed here.
+			DefaultLabelSelector: labels.NewSelector().Add(*exported),
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the hub cache of exported services: %w", err)
+	}
+	// Registered before the cache starts, as indexes must be; the context only bounds that.
+	ctx := context.Background()
+	for _, obj := range []client.Object{&mcsv1beta1.ServiceImport{}, &discoveryv1.EndpointSlice{}} {
+		if err := hubCluster.GetFieldIndexer().IndexField(ctx, obj, hubServiceIndex, exportedServiceKey); err != nil {
+			return nil, fmt.Errorf("indexing the hub's %T by service: %w", obj, err)
+		}
+	}
+	if err := hubCluster.GetFieldIndexer().IndexField(ctx, &mcsv1beta1.ServiceImport{}, hubNamespaceIndex, func(o client.Object) []string {
+		if ns := o.GetLabels()[v1alpha1.ServiceNamespaceLabel]; ns != "" {
+			return []string{ns}
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("indexing the hub's records by namespace: %w", err)
+	}
+	if err := mgr.Add(hubCluster); err != nil {
+		return nil, fmt.Errorf("adding the hub cache of exported services: %w", err)
+	}
+	r := &ImportReconciler{Member: mgr.GetClient(), Hub: hubCluster.GetCache(), HubNamespace: o.HubNamespace}
+	if err := r.SetupWithManager(mgr, hubCluster.GetCache()); err != nil {
+		return nil, err
+	}
+	return hubCluster.GetCache(), nil
+}
+
+// SetupWithManager registers the controller: keyed by the exported service's namespace/name,
+// it is triggered by every cluster's records and slices on the hub, by our imports, derived
+// Services and imported slices in the member (so that one deleted or changed by someone else
+// is put back), and by namespaces being created (an import waits for its namespace).
+func (r *ImportReconciler) SetupWithManager(mgr manager.Manager, hubCache cache.Cache) error {
+	err := ctrl.NewControllerManagedBy(mgr).
+		Named("serviceimport").
+		WatchesRawSource(source.Kind(hubCache, &mcsv1beta1.ServiceImport{}, handler.TypedEnqueueRequestsFromMapFunc(hubService[*mcsv1beta1.ServiceImport]))).
+		WatchesRawSource(source.Kind(hubCache, &discoveryv1.EndpointSlice{}, handler.TypedEnqueueRequestsFromMapFunc(hubService[*discoveryv1.EndpointSlice]))).
+		Watches(&mcsv1beta1.ServiceImport{}, &handler.EnqueueRequestForObject{}, builder.WithPredicates(predicate.NewPredicateFuncs(ownedByUs))).
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(importedService), builder.WithPredicates(predicate.NewPredicateFuncs(ownedByUs))).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(importedService), builder.WithPredicates(predicate.NewPredicateFuncs(importedSlice))).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.namespaceServices), builder.WithPredicates(predicate.Funcs{
+			// Only a namespace's appearance matters: its deletion takes the imports along.
+			UpdateFunc:  func(event.UpdateEvent) bool { return false },
+			DeleteFunc:  func(event.DeleteEvent) bool { return false },
+			GenericFunc: func(event.GenericEvent) bool { return false },
+		})).
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}). // see the export controller
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("setting up the service import controller: %w", err)
+	}
+	return nil
+}
+
+// exportedServiceKey is the hubServiceIndex value of a hub record or slice.
+func exportedServiceKey(o client.Object) []string {
+	l := o.GetLabels()
+	ns, name := l[v1alpha1.ServiceNamespaceLabel], l[mcsv1beta1.LabelServiceName]
+	if ns == "" || name == "" {
+		return nil
+	}
+	return []string{types.NamespacedName{Namespace: ns, Name: name}.String()}
+}
+
+// importedService maps a derived Service or imported slice to the service it imports.
+func importedService(_ context.Context, o client.Object) []reconcile.Request {
+	name := o.GetLabels()[mcsv1beta1.LabelServiceName]
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+func importedSlice(o client.Object) bool {
+	return o.GetLabels()[discoveryv1.LabelManagedBy] == endpointSliceManager
+}
+
+// namespaceServices maps a namespace to every service exported from a namespace of its name.
+func (r *ImportReconciler) namespaceServices(ctx context.Context, o client.Object) []reconcile.Request {
+	records := &mcsv1beta1.ServiceImportList{}
+	if err := r.Hub.List(ctx, records, client.InNamespace(r.HubNamespace), client.MatchingFields{hubNamespaceIndex: o.GetName()}); err != nil {
+		// Only a cache read; it fails only if the cache is gone, i.e. while shutting down.
+		logf.FromContext(ctx).Error(err, "Could not list the exported services of a new namespace", "namespace", o.GetName())
+		return nil
+	}
+	seen := map[types.NamespacedName]bool{}
+	var reqs []reconcile.Request
+	for _, rec := range records.Items {
+		key := types.NamespacedName{Namespace: o.GetName(), Name: rec.Labels[mcsv1beta1.LabelServiceName]}
+		if key.Name != "" && !seen[key] {
+			seen[key] = true
+			reqs = append(reqs, reconcile.Request{NamespacedName: key})
+		}
+	}
+	return reqs
 }

@@ -1,0 +1,502 @@
+package servicediscovery
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/octopus-mcs/octopus/internal/kube"
+)
+
+// derivedHashLength is how many hex digits of a hash end a derived Service's name.
+const derivedHashLength = 8
+
+// ImportReconciler keeps, for one exported service namespace/name, this cluster's view of it
+// equal to what every cluster published on the hub:
+//
+//   - a ServiceImport namespace/name with the merged spec (see merge) and status.clusters;
+//   - for a ClusterSetIP service, a selectorless ClusterIP Service (derivedServiceName) whose
+//     ClusterIP(s) become the import's spec.ips;
+//   - one EndpointSlice per published slice of each contributing cluster, labelled
+//     kubernetes.io/service-name=<derived Service> for ClusterSetIP services, so that
+//     kube-proxy balances the import's IP over every cluster's endpoints.
+//
+// The Service and slices are owned by the ServiceImport, so deleting it (or the namespace)
+// takes them along. Nothing is imported into a namespace that does not exist: creating
+// namespaces is the user's business. Objects are written only when they differ from what is
+// wanted, and updated in place, never deleted and recreated while still valid.
+type ImportReconciler struct {
+	// Member reads the member cluster (from the manager's cache) and writes the imports.
+	Member client.Client
+	// Hub reads every cluster's records and slices in HubNamespace, indexed by
+	// hubServiceIndex (a cache as SetupImport builds).
+	Hub          client.Reader
+	HubNamespace string
+}
+
+// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceimports,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceimports/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceimports/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+
+// Reconcile imports the service req names from the records on the hub, or removes its import
+// when no cluster exports it any more.
+func (r *ImportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	key := req.NamespacedName
+	ns := &corev1.Namespace{}
+	if err := r.Member.Get(ctx, types.NamespacedName{Name: key.Namespace}, ns); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil // the namespace's creation brings us back
+		}
+		return ctrl.Result{}, fmt.Errorf("reading Namespace %s: %w", key.Namespace, err)
+	}
+	if !ns.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil // everything in it goes with it
+	}
+	cur := &mcsv1beta1.ServiceImport{}
+	if err := r.Member.Get(ctx, key, cur); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("reading ServiceImport %s: %w", key, err)
+		}
+		cur = nil
+	}
+	if cur != nil && !ownedByUs(cur) {
+		// Rule of the house: never change what we did not make. Someone else's import of the
+		// same name wins; ours resumes once theirs is gone (its deletion brings us back).
+		logf.FromContext(ctx).Info("Left alone a ServiceImport not managed by Octopus", "serviceImport", key)
+		return ctrl.Result{}, nil
+	}
+	records, hubSlices, err := r.fromHub(ctx, key)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(records) == 0 {
+		return ctrl.Result{}, r.remove(ctx, key, cur)
+	}
+	if cur != nil && !cur.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil // its deletion event brings us back to create it anew
+	}
+	parsed := make([]exportRecord, 0, len(records))
+	for i := range records {
+		parsed = append(parsed, parseRecord(&records[i]))
+	}
+	return ctrl.Result{}, r.importService(ctx, key, cur, merge(parsed), hubSlices)
+}
+
+// importService makes the member hold the import of key as m describes, with the endpoints of
+// hubSlices from m's clusters. cur is the current ServiceImport, nil if there is none.
+func (r *ImportReconciler) importService(ctx context.Context, key types.NamespacedName, cur *mcsv1beta1.ServiceImport, m mergedService, hubSlices []discoveryv1.EndpointSlice) error {
+	log := logf.FromContext(ctx)
+	// The ServiceImport first: it owns everything else, so its UID is needed. Its spec.ips
+	// are the derived Service's, known only once that exists: a new ClusterSetIP import is
+	// written twice, first without ips.
+	derived, err := r.derivedService(ctx, key)
+	if err != nil {
+		return err
+	}
+	want := desiredImport(key, m, nil)
+	if m.Spec.Type == mcsv1beta1.ClusterSetIP && derived != nil {
+		want = desiredImport(key, m, derived)
+	}
+	si, err := r.ensureImport(ctx, cur, want)
+	if err != nil {
+		return err
+	}
+
+	var errs []error
+	derivedName := ""
+	if m.Spec.Type == mcsv1beta1.ClusterSetIP {
+		derivedName = derivedServiceName(key)
+		if derived, err = r.ensureDerived(ctx, si, derived, m); err != nil {
+			return err
+		}
+		if want := desiredImport(key, m, derived); !importUpToDate(si, want) {
+			if si, err = r.ensureImport(ctx, si, want); err != nil {
+				return err
+			}
+		}
+	} else if derived != nil {
+		// Headless now, ClusterSetIP before: the virtual IP goes.
+		if err := r.Member.Delete(ctx, derived); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("deleting derived Service %s/%s: %w", derived.Namespace, derived.Name, err))
+		}
+	}
+
+	errs = append(errs, r.syncSlices(ctx, si, key, derivedName, m.Clusters, hubSlices))
+
+	if !slices.Equal(importClusters(si), m.Clusters) {
+		orig := si.DeepCopy()
+		si.Status.Clusters = make([]mcsv1beta1.ClusterStatus, 0, len(m.Clusters))
+		for _, c := range m.Clusters {
+			si.Status.Clusters = append(si.Status.Clusters, mcsv1beta1.ClusterStatus{Cluster: c})
+		}
+		if err := r.Member.Status().Patch(ctx, si, client.MergeFrom(orig)); err != nil {
+			errs = append(errs, fmt.Errorf("updating the status of ServiceImport %s: %w", key, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	log.V(1).Info("Reconciled ServiceImport", "serviceImport", key, "type", m.Spec.Type, "clusters", m.Clusters)
+	return nil
+}
+
+// ensureImport applies want unless cur already matches it and returns the import as the
+// server holds it.
+func (r *ImportReconciler) ensureImport(ctx context.Context, cur, want *mcsv1beta1.ServiceImport) (*mcsv1beta1.ServiceImport, error) {
+	if cur != nil && importUpToDate(cur, want) {
+		return cur, nil
+	}
+	got := &mcsv1beta1.ServiceImport{}
+	if err := applyInto(ctx, r.Member, want, got); err != nil {
+		return nil, err
+	}
+	if cur == nil {
+		logf.FromContext(ctx).Info("Created ServiceImport", "serviceImport", client.ObjectKeyFromObject(want), "type", want.Spec.Type)
+	}
+	return got, nil
+}
+
+// ensureDerived makes the derived Service of import si match m and returns it as the server
+// holds it. cur is the current one, nil if there is none.
+func (r *ImportReconciler) ensureDerived(ctx context.Context, si *mcsv1beta1.ServiceImport, cur *corev1.Service, m mergedService) (*corev1.Service, error) {
+	want, err := desiredDerived(si, m)
+	if err != nil {
+		return nil, err
+	}
+	if cur != nil && derivedUpToDate(cur, want) {
+		return cur, nil
+	}
+	got := &corev1.Service{}
+	if err := applyInto(ctx, r.Member, want, got); err != nil {
+		return nil, err
+	}
+	return got, nil
+}
+
+// syncSlices makes the imported slices of key equal to the hub's slices of clusters, labelled
+// for the derived Service derivedName ("" for a headless import), and deletes the rest of ours.
+func (r *ImportReconciler) syncSlices(ctx context.Context, si *mcsv1beta1.ServiceImport, key types.NamespacedName, derivedName string, clusters []string, hubSlices []discoveryv1.EndpointSlice) error {
+	have, err := r.importedSlices(ctx, key)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i := range hubSlices {
+		hs := &hubSlices[i]
+		if !slices.Contains(clusters, hs.Labels[mcsv1beta1.LabelSourceCluster]) {
+			continue // a cluster in conflict, or one whose record is already gone
+		}
+		want, err := desiredImportedSlice(si, hs, derivedName)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		cur, ok := have[want.Name]
+		delete(have, want.Name)
+		if ok && importedSliceUpToDate(cur, want) {
+			continue
+		}
+		if !ok {
+			// A slice of that name that is not ours (have holds only ours) is left alone.
+			existing := &discoveryv1.EndpointSlice{}
+			if err := r.Member.Get(ctx, client.ObjectKeyFromObject(want), existing); err == nil {
+				errs = append(errs, fmt.Errorf("importing EndpointSlice %s/%s: a slice of that name not managed by Octopus exists", want.Namespace, want.Name))
+				continue
+			}
+		}
+		if err := applyInto(ctx, r.Member, want, &discoveryv1.EndpointSlice{}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, s := range have {
+		if err := r.Member.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("deleting imported EndpointSlice %s/%s: %w", s.Namespace, s.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// remove deletes the import of key and what it owns. The owner references would have the
+// garbage collector do it too, but only eventually, and only where it runs; deleting the slices
+// first takes the endpoints out of service before the import disappears.
+func (r *ImportReconciler) remove(ctx context.Context, key types.NamespacedName, si *mcsv1beta1.ServiceImport) error {
+	have, err := r.importedSlices(ctx, key)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, s := range have {
+		if err := r.Member.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("deleting imported EndpointSlice %s/%s: %w", s.Namespace, s.Name, err))
+		}
+	}
+	derived, err := r.derivedService(ctx, key)
+	if err != nil {
+		errs = append(errs, err)
+	} else if derived != nil {
+		if err := r.Member.Delete(ctx, derived); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("deleting derived Service %s/%s: %w", derived.Namespace, derived.Name, err))
+		}
+	}
+	if si != nil && si.DeletionTimestamp.IsZero() {
+		if err := r.Member.Delete(ctx, si); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("deleting ServiceImport %s: %w", key, err))
+		} else {
+			logf.FromContext(ctx).Info("Deleted ServiceImport: no cluster exports the service any more", "serviceImport", key)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// fromHub returns every cluster's record and slices of key from the hub cache.
+func (r *ImportReconciler) fromHub(ctx context.Context, key types.NamespacedName) ([]mcsv1beta1.ServiceImport, []discoveryv1.EndpointSlice, error) {
+	idx := client.MatchingFields{hubServiceIndex: key.String()}
+	records := &mcsv1beta1.ServiceImportList{}
+	if err := r.Hub.List(ctx, records, client.InNamespace(r.HubNamespace), idx); err != nil {
+		return nil, nil, fmt.Errorf("listing the hub's records of %s: %w", key, err)
+	}
+	hubSlices := &discoveryv1.EndpointSliceList{}
+	if err := r.Hub.List(ctx, hubSlices, client.InNamespace(r.HubNamespace), idx); err != nil {
+		return nil, nil, fmt.Errorf("listing the hub's EndpointSlices of %s: %w", key, err)
+	}
+	// Records without a source cluster cannot be attributed; the ownership policy makes them
+	// impossible, but a slice must never be imported under the wrong cluster.
+	recs := slices.DeleteFunc(records.Items, func(r mcsv1beta1.ServiceImport) bool { return r.Labels[mcsv1beta1.LabelSourceCluster] == "" })
+	return recs, hubSlices.Items, nil
+}
+
+// importedSlices returns our imported slices of key by name.
+func (r *ImportReconciler) importedSlices(ctx context.Context, key types.NamespacedName) (map[string]*discoveryv1.EndpointSlice, error) {
+	list := &discoveryv1.EndpointSliceList{}
+	if err := r.Member.List(ctx, list, client.InNamespace(key.Namespace),
+		client.MatchingLabels{mcsv1beta1.LabelServiceName: key.Name, discoveryv1.LabelManagedBy: endpointSliceManager}); err != nil {
+		return nil, fmt.Errorf("listing the imported EndpointSlices of %s: %w", key, err)
+	}
+	out := make(map[string]*discoveryv1.EndpointSlice, len(list.Items))
+	for i := range list.Items {
+		out[list.Items[i].Name] = &list.Items[i]
+	}
+	return out, nil
+}
+
+// derivedService returns the derived Service of key, nil if there is none. One of that name
+// that we did not make is an error: it is left alone, and the import cannot have its IP.
+func (r *ImportReconciler) derivedService(ctx context.Context, key types.NamespacedName) (*corev1.Service, error) {
+	svc := &corev1.Service{}
+	name := types.NamespacedName{Namespace: key.Namespace, Name: derivedServiceName(key)}
+	if err := r.Member.Get(ctx, name, svc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading derived Service %s: %w", name, err)
+	}
+	if !ownedByUs(svc) {
+		return nil, fmt.Errorf("the derived Service %s of ServiceImport %s exists but is not managed by Octopus; rename or delete it", name, key)
+	}
+	return svc, nil
+}
+
+// derivedServiceName is the name of the ClusterIP Service that gives the import of key its
+// virtual IP: "derived-<svc>" (the MCS reference implementation's prefix) cut to fit a DNS
+// label, and always a hash of namespace/name, so that a user Service of the readable name does
+// not take its place by accident.
+func derivedServiceName(key types.NamespacedName) string {
+	sum := sha256.Sum256([]byte(key.Namespace + "/" + key.Name))
+	readable := "derived-" + key.Name
+	if limit := maxNameLength - derivedHashLength - 1; len(readable) > limit {
+		readable = strings.TrimRight(readable[:limit], "-")
+	}
+	return readable + "-" + hex.EncodeToString(sum[:])[:derivedHashLength]
+}
+
+// desiredImport is the ServiceImport of key for m; its spec.ips are the ClusterIPs of derived,
+// none when derived is nil.
+func desiredImport(key types.NamespacedName, m mergedService, derived *corev1.Service) *mcsv1beta1.ServiceImport {
+	labels := maps.Clone(m.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	// Ours last: an exported label of the same key must not hide that the import is ours.
+	maps.Copy(labels, kube.ManagedLabels())
+	spec := *m.Spec.DeepCopy()
+	if derived != nil {
+		spec.IPs = clusterIPs(derived)
+		// The families are the ones this cluster allocated, whatever the exporters had.
+		spec.IPFamilies = slices.Clone(derived.Spec.IPFamilies)
+	}
+	return &mcsv1beta1.ServiceImport{
+		TypeMeta:   metav1.TypeMeta{APIVersion: mcsv1beta1.GroupVersion.String(), Kind: mcsv1beta1.ServiceImportKindName},
+		ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: labels, Annotations: maps.Clone(m.Annotations)},
+		Spec:       spec,
+	}
+}
+
+// desiredDerived is the derived Service of si: a ClusterIP Service without a selector (so that
+// no controller of the cluster fills its endpoints; the imported slices do), with m's ports and
+// session affinity, owned by si.
+func desiredDerived(si *mcsv1beta1.ServiceImport, m mergedService) (*corev1.Service, error) {
+	key := client.ObjectKeyFromObject(si)
+	labels := kube.ManagedLabels()
+	labels[mcsv1beta1.LabelServiceName] = key.Name
+	ports := make([]corev1.ServicePort, 0, len(m.Spec.Ports))
+	for _, p := range m.Spec.Ports {
+		ports = append(ports, corev1.ServicePort{Name: p.Name, Protocol: protocolOrTCP(p.Protocol), Port: p.Port, AppProtocol: p.AppProtocol})
+	}
+	affinity := m.Spec.SessionAffinity
+	if affinity == "" {
+		affinity = corev1.ServiceAffinityNone
+	}
+	svc := &corev1.Service{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{Name: derivedServiceName(key), Namespace: key.Namespace, Labels: labels},
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeClusterIP, Ports: ports, SessionAffinity: affinity,
+			InternalTrafficPolicy: m.Spec.InternalTrafficPolicy, TrafficDistribution: m.Spec.TrafficDistribution,
+		},
+	}
+	if affinity == corev1.ServiceAffinityClientIP {
+		svc.Spec.SessionAffinityConfig = m.Spec.SessionAffinityConfig.DeepCopy()
+	}
+	if err := controllerutil.SetControllerReference(si, svc, kube.Scheme); err != nil {
+		return nil, fmt.Errorf("owning derived Service %s by ServiceImport %s: %w", svc.Name, key, err)
+	}
+	return svc, nil
+}
+
+// desiredImportedSlice is the import of hub slice hs into si's namespace. Its name is the hub
+// slice's, which is unique per service, cluster, address type and port set, and cannot be one
+// kube-controller-manager generates (<svc>-<5 random characters>).
+func desiredImportedSlice(si *mcsv1beta1.ServiceImport, hs *discoveryv1.EndpointSlice, derivedName string) (*discoveryv1.EndpointSlice, error) {
+	labels := map[string]string{
+		mcsv1beta1.LabelServiceName:   si.Name,
+		mcsv1beta1.LabelSourceCluster: hs.Labels[mcsv1beta1.LabelSourceCluster],
+		// kube-controller-manager's EndpointSlice controller manages only slices whose
+		// managed-by is endpointslice-controller.k8s.io, and the mirroring controller only
+		// endpointslicemirroring-controller.k8s.io: with ours, both leave these alone.
+		discoveryv1.LabelManagedBy: endpointSliceManager,
+	}
+	if derivedName != "" {
+		// What kube-proxy selects endpoints by: the import's virtual IP balances over these.
+		// A headless import gets no such label, so that its endpoints never join a local
+		// Service that happens to have the service's name.
+		labels[discoveryv1.LabelServiceName] = derivedName
+	}
+	s := &discoveryv1.EndpointSlice{
+		TypeMeta:    metav1.TypeMeta{APIVersion: discoveryv1.SchemeGroupVersion.String(), Kind: "EndpointSlice"},
+		ObjectMeta:  metav1.ObjectMeta{Name: hs.Name, Namespace: si.Namespace, Labels: labels},
+		AddressType: hs.AddressType,
+		Endpoints:   hs.Endpoints,
+		Ports:       hs.Ports,
+	}
+	if err := controllerutil.SetControllerReference(si, s, kube.Scheme); err != nil {
+		return nil, fmt.Errorf("owning imported EndpointSlice %s by ServiceImport %s: %w", s.Name, client.ObjectKeyFromObject(si), err)
+	}
+	return s, nil
+}
+
+// importUpToDate reports whether cur equals want in everything we set. Labels and annotations
+// are compared whole: all of them are ours (or the exporters'), and an exported label that is
+// no longer exported must go.
+func importUpToDate(cur, want *mcsv1beta1.ServiceImport) bool {
+	return equalMaps(cur.Labels, want.Labels) && equalMaps(cur.Annotations, want.Annotations) &&
+		equality.Semantic.DeepEqual(cur.Spec, want.Spec)
+}
+
+// derivedUpToDate compares what we set; the API server fills in the rest (clusterIP,
+// targetPort, families), which must not count as a difference.
+func derivedUpToDate(cur, want *corev1.Service) bool {
+	if !subset(want.Labels, cur.Labels) || !equality.Semantic.DeepEqual(cur.OwnerReferences, want.OwnerReferences) ||
+		cur.Spec.Type != want.Spec.Type || len(cur.Spec.Selector) != 0 || cur.Spec.SessionAffinity != want.Spec.SessionAffinity ||
+		len(cur.Spec.Ports) != len(want.Spec.Ports) ||
+		(want.Spec.SessionAffinityConfig != nil && !equality.Semantic.DeepEqual(cur.Spec.SessionAffinityConfig, want.Spec.SessionAffinityConfig)) ||
+		(want.Spec.InternalTrafficPolicy != nil && !equality.Semantic.DeepEqual(cur.Spec.InternalTrafficPolicy, want.Spec.InternalTrafficPolicy)) ||
+		!equality.Semantic.DeepEqual(cur.Spec.TrafficDistribution, want.Spec.TrafficDistribution) {
+		return false
+	}
+	for i, w := range want.Spec.Ports {
+		c := cur.Spec.Ports[i]
+		if c.Name != w.Name || c.Protocol != w.Protocol || c.Port != w.Port || !equality.Semantic.DeepEqual(c.AppProtocol, w.AppProtocol) {
+			return false
+		}
+	}
+	return true
+}
+
+// importedSliceUpToDate compares a slice wholly ours: labels exactly, so that a label dropped
+// (the import turned headless) is removed.
+func importedSliceUpToDate(cur, want *discoveryv1.EndpointSlice) bool {
+	return equalMaps(cur.Labels, want.Labels) && equality.Semantic.DeepEqual(cur.OwnerReferences, want.OwnerReferences) &&
+		cur.AddressType == want.AddressType &&
+		equality.Semantic.DeepEqual(cur.Endpoints, want.Endpoints) && equality.Semantic.DeepEqual(cur.Ports, want.Ports)
+}
+
+func importClusters(si *mcsv1beta1.ServiceImport) []string {
+	out := make([]string, 0, len(si.Status.Clusters))
+	for _, c := range si.Status.Clusters {
+		out = append(out, c.Cluster)
+	}
+	return out
+}
+
+func clusterIPs(svc *corev1.Service) []string {
+	if len(svc.Spec.ClusterIPs) > 0 {
+		return slices.Clone(svc.Spec.ClusterIPs)
+	}
+	if svc.Spec.ClusterIP != "" && svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		return []string{svc.Spec.ClusterIP}
+	}
+	return nil
+}
+
+// ownedByUs reports whether obj carries the label Octopus puts on what it creates in a cluster.
+func ownedByUs(obj client.Object) bool {
+	return obj.GetLabels()[kube.ManagedByLabel] == kube.FieldManager
+}
+
+// applyInto server-side-applies want, as kube.Apply does, and decodes the server's answer into
+// into: the caller needs the new object's UID (to own children) and server-set fields (the
+// ClusterIP) without a second read that the cache could not yet answer.
+func applyInto(ctx context.Context, c client.Client, want, into client.Object) error {
+	gvk, err := apiutil.GVKForObject(want, c.Scheme())
+	if err != nil {
+		return fmt.Errorf("finding the kind of %T: %w", want, err)
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(want)
+	if err != nil {
+		return fmt.Errorf("converting %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(want), err)
+	}
+	u := &unstructured.Unstructured{Object: m}
+	u.SetGroupVersionKind(gvk)
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+	unstructured.RemoveNestedField(u.Object, "status")
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(kube.FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(want), err)
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into); err != nil {
+		return fmt.Errorf("decoding the applied %s %s: %w", gvk.Kind, client.ObjectKeyFromObject(want), err)
+	}
+	return nil
+}

@@ -1,0 +1,347 @@
+package servicediscovery_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/octopus-mcs/octopus/internal/kube"
+)
+
+// wantImport is what a cluster's import of a service must look like.
+type wantImport struct {
+	typ mcsv1beta1.ServiceImportType
+	// ports as "name:port/protocol", in order.
+	ports []string
+	// endpoints maps each source cluster to its addresses, sorted.
+	endpoints map[string][]string
+}
+
+// imported is what a cluster holds for the import of a service.
+type imported struct {
+	si      *mcsv1beta1.ServiceImport
+	derived []corev1.Service
+	slices  []discoveryv1.EndpointSlice
+}
+
+func getImported(ctx context.Context, c client.Client, key types.NamespacedName) (imported, error) {
+	var out imported
+	si := &mcsv1beta1.ServiceImport{}
+	if err := c.Get(ctx, key, si); err == nil {
+		out.si = si
+	} else if !apierrors.IsNotFound(err) {
+		return out, err
+	}
+	svcs := &corev1.ServiceList{}
+	if err := c.List(ctx, svcs, client.InNamespace(key.Namespace), client.MatchingLabels{mcsv1beta1.LabelServiceName: key.Name, kube.ManagedByLabel: kube.FieldManager}); err != nil {
+		return out, err
+	}
+	out.derived = svcs.Items
+	sl := &discoveryv1.EndpointSliceList{}
+	if err := c.List(ctx, sl, client.InNamespace(key.Namespace), client.MatchingLabels{mcsv1beta1.LabelServiceName: key.Name}); err != nil {
+		return out, err
+	}
+	out.slices = sl.Items
+	return out, nil
+}
+
+// checkImport compares the import of key in c with want and returns the first difference.
+func checkImport(ctx context.Context, c client.Client, key types.NamespacedName, want wantImport) (imported, string) {
+	got, err := getImported(ctx, c, key)
+	if err != nil {
+		return got, err.Error()
+	}
+	if got.si == nil {
+		return got, "no ServiceImport"
+	}
+	si := got.si
+	var ports []string
+	for _, p := range si.Spec.Ports {
+		ports = append(ports, fmt.Sprintf("%s:%d/%s", p.Name, p.Port, p.Protocol))
+	}
+	if si.Spec.Type != want.typ || !slices.Equal(ports, want.ports) {
+		return got, fmt.Sprintf("ServiceImport type %s ports %v, want %s %v", si.Spec.Type, ports, want.typ, want.ports)
+	}
+	var clusters, wantClusters []string
+	for _, cs := range si.Status.Clusters {
+		clusters = append(clusters, cs.Cluster)
+	}
+	for c := range want.endpoints {
+		wantClusters = append(wantClusters, c)
+	}
+	sort.Strings(wantClusters)
+	if !slices.Equal(clusters, wantClusters) {
+		return got, fmt.Sprintf("status.clusters %v, want %v", clusters, wantClusters)
+	}
+
+	serviceName := "" // the kubernetes.io/service-name the slices must carry
+	switch want.typ {
+	case mcsv1beta1.ClusterSetIP:
+		if len(got.derived) != 1 {
+			return got, fmt.Sprintf("%d derived Services, want 1", len(got.derived))
+		}
+		d := got.derived[0]
+		serviceName = d.Name
+		if d.Spec.Type != corev1.ServiceTypeClusterIP || len(d.Spec.Selector) != 0 || !slices.Equal(si.Spec.IPs, d.Spec.ClusterIPs) || len(si.Spec.IPs) == 0 {
+			return got, fmt.Sprintf("derived Service %s: type %s selector %v clusterIPs %v; import ips %v", d.Name, d.Spec.Type, d.Spec.Selector, d.Spec.ClusterIPs, si.Spec.IPs)
+		}
+		if !metav1.IsControlledBy(&d, si) {
+			return got, fmt.Sprintf("derived Service %s is not owned by the import: %+v", d.Name, d.OwnerReferences)
+		}
+		var dports []string
+		for _, p := range d.Spec.Ports {
+			dports = append(dports, fmt.Sprintf("%s:%d/%s", p.Name, p.Port, p.Protocol))
+		}
+		if !slices.Equal(dports, want.ports) {
+			return got, fmt.Sprintf("derived Service ports %v, want %v", dports, want.ports)
+		}
+	case mcsv1beta1.Headless:
+		if len(got.derived) != 0 || len(si.Spec.IPs) != 0 {
+			return got, fmt.Sprintf("headless import with %d derived Services and ips %v", len(got.derived), si.Spec.IPs)
+		}
+	}
+
+	endpoints := map[string][]string{}
+	for _, s := range got.slices {
+		src := s.Labels[mcsv1beta1.LabelSourceCluster]
+		if s.Labels[discoveryv1.LabelManagedBy] != "servicediscovery.octopus.io" || s.Labels[discoveryv1.LabelServiceName] != serviceName || src == "" {
+			return got, fmt.Sprintf("slice %s labels %v; want managed-by servicediscovery.octopus.io, kubernetes.io/service-name %q", s.Name, s.Labels, serviceName)
+		}
+		if !metav1.IsControlledBy(&s, si) {
+			return got, fmt.Sprintf("slice %s is not owned by the import", s.Name)
+		}
+		for _, ep := range s.Endpoints {
+			endpoints[src] = append(endpoints[src], ep.Addresses...)
+		}
+	}
+	for c := range endpoints {
+		sort.Strings(endpoints[c])
+	}
+	if fmt.Sprint(endpoints) != fmt.Sprint(want.endpoints) {
+		return got, fmt.Sprintf("endpoints %v, want %v", endpoints, want.endpoints)
+	}
+	return got, ""
+}
+
+func (f *fabric) waitImport(t *testing.T, member string, key types.NamespacedName, want wantImport) imported {
+	t.Helper()
+	var got imported
+	eventually(t, fmt.Sprintf("the import of %s in %s", key, member), func(ctx context.Context) string {
+		var msg string
+		got, msg = checkImport(ctx, f.members[member], key, want)
+		return msg
+	})
+	return got
+}
+
+func (f *fabric) waitNoImport(t *testing.T, member string, key types.NamespacedName) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("no import of %s in %s", key, member), func(ctx context.Context) string {
+		got, err := getImported(ctx, f.members[member], key)
+		if err != nil {
+			return err.Error()
+		}
+		if got.si != nil || len(got.derived)+len(got.slices) > 0 {
+			return fmt.Sprintf("import %v, %d derived Services, %d slices", got.si != nil, len(got.derived), len(got.slices))
+		}
+		return ""
+	})
+}
+
+func clusterIPService(namespace, name string, ports ...corev1.ServicePort) *corev1.Service {
+	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}, Spec: corev1.ServiceSpec{Ports: ports}}
+}
+
+func (f *fabric) clusterIP(t *testing.T, member string, key types.NamespacedName) string {
+	t.Helper()
+	svc := &corev1.Service{}
+	if err := f.members[member].Get(t.Context(), key, svc); err != nil {
+		t.Fatal(err)
+	}
+	return svc.Spec.ClusterIP
+}
+
+// waitConflict waits until the export has the Conflict condition with reason (and status True
+// unless reason is NoConflicts).
+func waitConflict(t *testing.T, c client.Client, key types.NamespacedName, reason string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("ServiceExport %s Conflict=%s", key, reason), func(ctx context.Context) string {
+		ex := &mcsv1beta1.ServiceExport{}
+		if err := c.Get(ctx, key, ex); err != nil {
+			return err.Error()
+		}
+		want := metav1.ConditionTrue
+		if reason == "NoConflicts" {
+			want = metav1.ConditionFalse
+		}
+		for _, cond := range ex.Status.Conditions {
+			if cond.Type == string(mcsv1beta1.ServiceExportConditionConflict) && cond.Reason == reason && cond.Status == want {
+				return ""
+			}
+		}
+		return fmt.Sprintf("conditions %+v", ex.Status.Conditions)
+	})
+}
+
+func TestImport(t *testing.T) {
+	f := newFabric(t, "east", "west", "north")
+	east, west, north := f.members["east"], f.members["west"], f.members["north"]
+	create(t, east, namespace("shop"))
+	create(t, west, namespace("shop"))
+	web := types.NamespacedName{Namespace: "shop", Name: "web"}
+
+	t.Run("ClusterSetIP from one cluster: import, derived Service, slices; only where the namespace exists", func(t *testing.T) {
+		create(t, east, clusterIPService("shop", "web", corev1.ServicePort{Name: "http", Port: 80}), export("shop", "web"))
+		eastIP := f.clusterIP(t, "east", web)
+		want := wantImport{typ: mcsv1beta1.ClusterSetIP, ports: []string{"http:80/TCP"}, endpoints: map[string][]string{"east": {eastIP}}}
+		f.waitImport(t, "west", web, want)
+		f.waitImport(t, "east", web, want) // the exporting cluster consumes the cluster set's service too
+
+		// north has no namespace shop, so no import; it appears with the namespace.
+		if err := north.Get(t.Context(), client.ObjectKey{Name: "shop"}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("namespace shop in north: %v", err)
+		}
+		create(t, north, namespace("shop"))
+		f.waitImport(t, "north", web, want)
+	})
+
+	var westBefore imported
+	t.Run("a second exporter: union of ports, its endpoints added, nothing recreated", func(t *testing.T) {
+		var err error
+		if westBefore, err = getImported(t.Context(), west, web); err != nil || westBefore.si == nil || len(westBefore.derived) != 1 {
+			t.Fatalf("west's import before: %+v, %v", westBefore, err)
+		}
+		create(t, west, clusterIPService("shop", "web", corev1.ServicePort{Name: "http", Port: 80}, corev1.ServicePort{Name: "metrics", Port: 9090}), export("shop", "web"))
+		eastIP, westIP := f.clusterIP(t, "east", web), f.clusterIP(t, "west", web)
+		want := wantImport{typ: mcsv1beta1.ClusterSetIP, ports: []string{"http:80/TCP", "metrics:9090/TCP"}, endpoints: map[string][]string{"east": {eastIP}, "west": {westIP}}}
+		for _, m := range []string{"east", "west", "north"} {
+			f.waitImport(t, m, web, want)
+		}
+		after, _ := getImported(t.Context(), west, web)
+		if after.si.UID != westBefore.si.UID || after.derived[0].UID != westBefore.derived[0].UID || !slices.Equal(after.si.Spec.IPs, westBefore.si.Spec.IPs) {
+			t.Errorf("west's import or derived Service was replaced: UIDs %s→%s, %s→%s, ips %v→%v",
+				westBefore.si.UID, after.si.UID, westBefore.derived[0].UID, after.derived[0].UID, westBefore.si.Spec.IPs, after.si.Spec.IPs)
+		}
+		waitConflict(t, west, web, "NoConflicts")
+	})
+
+	t.Run("a port conflict: the oldest export's port wins; re-resolved when it goes", func(t *testing.T) {
+		svc := &corev1.Service{}
+		if err := west.Get(t.Context(), web, svc); err != nil {
+			t.Fatal(err)
+		}
+		svc.Spec.Ports[0].Port = 8080 // http: 80 in east (older), 8080 in west
+		if err := west.Update(t.Context(), svc); err != nil {
+			t.Fatal(err)
+		}
+		eastIP, westIP := f.clusterIP(t, "east", web), f.clusterIP(t, "west", web)
+		both := map[string][]string{"east": {eastIP}, "west": {westIP}}
+		for _, m := range []string{"east", "west", "north"} {
+			f.waitImport(t, m, web, wantImport{typ: mcsv1beta1.ClusterSetIP, ports: []string{"http:80/TCP", "metrics:9090/TCP"}, endpoints: both})
+		}
+		waitConflict(t, west, web, string(mcsv1beta1.ServiceExportReasonPortConflict))
+		waitConflict(t, east, web, "NoConflicts")
+
+		// Unexporting in east withdraws its endpoints everywhere; west's export is now the
+		// oldest, so its port wins.
+		if err := east.Delete(t.Context(), export("shop", "web")); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []string{"east", "west", "north"} {
+			f.waitImport(t, m, web, wantImport{typ: mcsv1beta1.ClusterSetIP, ports: []string{"http:8080/TCP", "metrics:9090/TCP"}, endpoints: map[string][]string{"west": {westIP}}})
+		}
+		waitConflict(t, west, web, "NoConflicts")
+		after, _ := getImported(t.Context(), west, web)
+		if after.si.UID != westBefore.si.UID || after.derived[0].UID != westBefore.derived[0].UID {
+			t.Errorf("west's import or derived Service was replaced")
+		}
+	})
+
+	t.Run("the last unexport removes the import everywhere", func(t *testing.T) {
+		if err := west.Delete(t.Context(), export("shop", "web")); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []string{"east", "west", "north"} {
+			f.waitNoImport(t, m, web)
+		}
+	})
+
+	t.Run("headless: type Headless, pod addresses, no derived Service", func(t *testing.T) {
+		db := types.NamespacedName{Namespace: "shop", Name: "db"}
+		create(t, east,
+			&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}},
+			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "shop"}, Spec: corev1.ServiceSpec{
+				ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{"app": "db"},
+				Ports: []corev1.ServicePort{{Name: "pg", Port: 5432}},
+			}},
+			export("shop", "db"))
+		podNet := f.env.Cluster("east").PodCIDR.Addr()
+		ip0, ip1 := podNet.Next().Next(), podNet.Next().Next().Next()
+		runPod(t, east, "db-0", "db-0", ip0)
+		runPod(t, east, "db-1", "", ip1)
+		want := wantImport{typ: mcsv1beta1.Headless, ports: []string{"pg:5432/TCP"}, endpoints: map[string][]string{"east": {ip0.String(), ip1.String()}}}
+		got := f.waitImport(t, "west", db, want)
+		f.waitImport(t, "north", db, want)
+		hostnames := map[string]string{}
+		for _, s := range got.slices {
+			for _, ep := range s.Endpoints {
+				hostnames[ep.Addresses[0]] = ptr.Deref(ep.Hostname, "")
+			}
+		}
+		if hostnames[ip0.String()] != "db-0" || hostnames[ip1.String()] != "db-1" {
+			t.Errorf("hostnames of the imported endpoints = %v", hostnames)
+		}
+
+		// A ClusterSetIP export of the same service from a younger export conflicts on type:
+		// the import stays Headless without west's endpoints.
+		create(t, west, clusterIPService("shop", "db", corev1.ServicePort{Name: "pg", Port: 5432}), export("shop", "db"))
+		waitConflict(t, west, db, string(mcsv1beta1.ServiceExportReasonTypeConflict))
+		f.waitImport(t, "north", db, want)
+	})
+
+	t.Run("an import removed by hand is put back", func(t *testing.T) {
+		db := types.NamespacedName{Namespace: "shop", Name: "db"}
+		if err := north.Delete(t.Context(), &mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: db.Name}}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the import of shop/db back in north", func(ctx context.Context) string {
+			si := &mcsv1beta1.ServiceImport{}
+			if err := north.Get(ctx, db, si); err != nil {
+				return err.Error()
+			}
+			if !si.DeletionTimestamp.IsZero() || len(si.Status.Clusters) != 1 {
+				return fmt.Sprintf("import %+v", si.ObjectMeta)
+			}
+			return ""
+		})
+	})
+
+	t.Run("the derived Service's name is readable and fits a DNS label", func(t *testing.T) {
+		api := types.NamespacedName{Namespace: "shop", Name: "api"}
+		got := struct{ name string }{}
+		create(t, east, clusterIPService("shop", "api", corev1.ServicePort{Port: 443}), export("shop", "api"))
+		eventually(t, "the derived Service of shop/api in west", func(ctx context.Context) string {
+			im, err := getImported(ctx, west, api)
+			if err != nil || len(im.derived) != 1 {
+				return fmt.Sprintf("%d derived, %v", len(im.derived), err)
+			}
+			got.name = im.derived[0].Name
+			return ""
+		})
+		if !strings.HasPrefix(got.name, "derived-api-") || len(got.name) > 63 {
+			t.Errorf("derived Service name %q", got.name)
+		}
+	})
+}
