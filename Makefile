@@ -53,9 +53,9 @@ FUZZTIME ?= 2m
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeBrokerInfo -fuzztime=$(FUZZTIME) ./internal/hub
 
-## demo: a hub and two clusters on this machine, joined; Ctrl-C stops and cleans up.
+## demo: a hub and two clusters on this machine, joined, with an exported echo service; Ctrl-C cleans up.
 demo: deps k8s-binaries build
-	$(BIN)/octopus lab up --clusters 2
+	$(BIN)/octopus lab up --clusters 2 --demo
 
 clean:
 	rm -rf $(BIN)

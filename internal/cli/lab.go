@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -44,6 +45,7 @@ type labUpOptions struct {
 	IOStreams
 	dir      *string
 	clusters int
+	demo     bool
 	nodes    int
 }
 
@@ -67,6 +69,7 @@ started. Needs root. The control-plane binaries are built from pinned Go modules
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.Run(cmd.Context()) },
 	}
 	cmd.Flags().IntVar(&o.clusters, "clusters", 2, "number of member clusters")
+	cmd.Flags().BoolVar(&o.demo, "demo", false, "also deploy an echo server in cluster1, export it, start a toolbox in cluster2 and show what works across clusters")
 	cmd.Flags().IntVar(&o.nodes, "nodes-per-cluster", 2, "nodes of each member cluster (the first is the gateway)")
 	return cmd
 }
@@ -121,6 +124,11 @@ func (o *labUpOptions) Run(ctx context.Context) error {
 	fmt.Fprintf(o.Out, "$ octopus show clusters --kubeconfig %s\n", l.Env.Cluster(lab.ClusterName(1)).Kubeconfig)
 	if err := renderClusters(o.Out, statuses); err != nil {
 		return err
+	}
+	if o.demo {
+		if err := o.runDemo(ctx, l, p); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintln(o.Out, "\nThe lab is running. Press Ctrl-C to stop it.")
 	<-ctx.Done()
@@ -244,5 +252,21 @@ func (o *labStatusOptions) Run(ctx context.Context) error {
 	for _, ns := range st.Namespaces {
 		fmt.Fprintf(o.Out, "  %s\n", ns)
 	}
+	return nil
+}
+
+func (o *labUpOptions) runDemo(ctx context.Context, l *lab.Lab, p *progress.Reporter) error {
+	exporter, importer := lab.ClusterName(1), lab.ClusterName(2)
+	p.Step("Demo: echo server in %s exported, toolbox in %s", exporter, importer)
+	r, err := l.Demo(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "\n$ curl http://%s/   # echo Service in %s, from a node, through kube-proxy\n%s\n", r.EchoClusterIP, exporter, r.EchoReply)
+	fmt.Fprintf(o.Out, "\n%s imported the echo service exported by %s (MCS API):\n", importer, exporter)
+	fmt.Fprintf(o.Out, "  ServiceImport %s/echo  ClusterSet IP %s  endpoints %s\n", lab.DemoNamespace, strings.Join(r.ImportIPs, ","), strings.Join(r.ImportedEndpoints, ","))
+	fmt.Fprintf(o.Out, "  toolbox pod %s\n", r.Toolbox)
+	fmt.Fprintf(o.Out, "  KUBECONFIG=%s kubectl -n %s get serviceimports,endpointslices\n", l.Env.Cluster(importer).Kubeconfig, lab.DemoNamespace)
+	fmt.Fprintln(o.Out, "Traffic between the clusters needs the gateways and tunnels, which land next.")
 	return nil
 }

@@ -1,0 +1,207 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+	"github.com/octopus-mcs/octopus/internal/lab/nodeagent"
+)
+
+// DemoNamespace holds what Demo deploys in both clusters.
+const DemoNamespace = "demo"
+
+// DemoReport is what the demo shows works across clusters today.
+type DemoReport struct {
+	// EchoReply is the echo server's answer to an HTTP request made from a node of the
+	// exporting cluster to the echo Service's ClusterIP, through the real kube-proxy.
+	EchoReply string
+	// EchoClusterIP is the echo Service's ClusterIP in the exporting cluster.
+	EchoClusterIP string
+	// ImportIPs are the ClusterSet IPs the importing cluster gave the echo service.
+	ImportIPs []string
+	// ImportedEndpoints are the addresses in the importing cluster's imported EndpointSlices.
+	ImportedEndpoints []string
+	// Toolbox is the toolbox pod of the importing cluster, "<namespace>/<name> on <node>".
+	Toolbox string
+}
+
+// Demo deploys an echo server in the first member cluster, exports it, starts a toolbox pod in
+// the second, and waits until the second cluster has imported the service. The clusters are
+// not connected by tunnels yet, so the import is what crosses clusters; the request to the
+// service is made inside the exporting cluster. It is idempotent.
+func (l *Lab) Demo(ctx context.Context) (*DemoReport, error) {
+	if len(l.Members) < 2 {
+		return nil, fmt.Errorf("the demo needs two member clusters, the lab has %d", len(l.Members))
+	}
+	exporter, importer := l.Members[0], l.Members[1]
+	ec, err := client.New(l.Env.Cluster(exporter).RESTConfig(), client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	ic, err := client.New(l.Env.Cluster(importer).RESTConfig(), client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DemoNamespace}}
+	if err := kube.Apply(ctx, ec, append([]client.Object{ns}, echoObjects()...)...); err != nil {
+		return nil, fmt.Errorf("deploying the echo server in %s: %w", exporter, err)
+	}
+	if err := kube.Apply(ctx, ic, ns, toolboxPod()); err != nil {
+		return nil, fmt.Errorf("starting the toolbox in %s: %w", importer, err)
+	}
+
+	report := &DemoReport{}
+	steps := []struct {
+		what string
+		done func(context.Context) (bool, error)
+	}{
+		{"the echo server to be ready in " + exporter, func(ctx context.Context) (bool, error) {
+			d := &appsv1.Deployment{}
+			if err := ec.Get(ctx, client.ObjectKey{Namespace: DemoNamespace, Name: "echo"}, d); err != nil {
+				return false, client.IgnoreNotFound(err)
+			}
+			return d.Status.ReadyReplicas == ptr.Deref(d.Spec.Replicas, 1), nil
+		}},
+		{"the toolbox to be ready in " + importer, func(ctx context.Context) (bool, error) {
+			pod := &corev1.Pod{}
+			if err := ic.Get(ctx, client.ObjectKey{Namespace: DemoNamespace, Name: "toolbox"}, pod); err != nil {
+				return false, client.IgnoreNotFound(err)
+			}
+			report.Toolbox = fmt.Sprintf("%s/%s on %s (%s)", pod.Namespace, pod.Name, pod.Spec.NodeName, pod.Status.PodIP)
+			return isReady(pod), nil
+		}},
+		{importer + " to import the echo service", func(ctx context.Context) (bool, error) {
+			si := &mcsv1beta1.ServiceImport{}
+			if err := ic.Get(ctx, client.ObjectKey{Namespace: DemoNamespace, Name: "echo"}, si); err != nil {
+				return false, client.IgnoreNotFound(err)
+			}
+			slices := &discoveryv1.EndpointSliceList{}
+			if err := ic.List(ctx, slices, client.InNamespace(DemoNamespace), client.MatchingLabels{mcsv1beta1.LabelServiceName: "echo"}); err != nil {
+				return false, err
+			}
+			report.ImportIPs, report.ImportedEndpoints = si.Spec.IPs, nil
+			for _, s := range slices.Items {
+				for _, e := range s.Endpoints {
+					report.ImportedEndpoints = append(report.ImportedEndpoints, e.Addresses...)
+				}
+			}
+			return len(si.Spec.IPs) > 0 && len(report.ImportedEndpoints) > 0, nil
+		}},
+	}
+	for _, s := range steps {
+		if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, s.done); err != nil {
+			return report, fmt.Errorf("waiting for %s: %w (`octopus lab status` and the logs under the lab dir show why)", s.what, err)
+		}
+	}
+
+	svc := &corev1.Service{}
+	if err := ec.Get(ctx, client.ObjectKey{Namespace: DemoNamespace, Name: "echo"}, svc); err != nil {
+		return report, err
+	}
+	report.EchoClusterIP = svc.Spec.ClusterIP
+	report.EchoReply, err = l.httpGetFromNode(exporter, svc.Spec.ClusterIP, 80)
+	return report, err
+}
+
+// httpGetFromNode asks ip:port for "/" from the namespace of the cluster's last node (a
+// worker), so the request goes through that node's kube-proxy.
+func (l *Lab) httpGetFromNode(cluster, ip string, port uint16) (string, error) {
+	addr, err := netip.ParseAddr(ip)
+	if err != nil {
+		return "", fmt.Errorf("service IP %q: %w", ip, err)
+	}
+	var netns string
+	for _, c := range l.Network.Clusters {
+		if c.Name == cluster && len(c.Nodes) > 0 {
+			netns = c.Nodes[len(c.Nodes)-1].Netns
+		}
+	}
+	conn, err := labnet.DialTCP(netns, netip.AddrPortFrom(addr, port), 5*time.Second)
+	if err != nil {
+		return "", fmt.Errorf("connecting to %s:%d from %s: %w", ip, port, netns, err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(conn, "GET / HTTP/1.0\r\nHost: echo\r\n\r\n"); err != nil {
+		return "", fmt.Errorf("sending the request: %w", err)
+	}
+	body, err := io.ReadAll(bufio.NewReader(conn))
+	if err != nil {
+		return "", fmt.Errorf("reading the reply: %w", err)
+	}
+	_, reply, _ := strings.Cut(string(body), "\r\n\r\n")
+	return strings.TrimSpace(reply), nil
+}
+
+func echoObjects() []client.Object {
+	labels := map[string]string{"app": "echo"}
+	return []client.Object{
+		&appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: DemoNamespace},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To[int32](2),
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{
+						Name: "echo", Image: nodeagent.EchoImage + ":latest",
+						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}, {Name: "tcp", ContainerPort: 9000}},
+						Env: []corev1.EnvVar{
+							fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_NAMESPACE", "metadata.namespace"),
+							fieldEnv("NODE_NAME", "spec.nodeName"), fieldEnv("POD_IP", "status.podIP"),
+						},
+						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
+							HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)},
+						}},
+					}}},
+				},
+			},
+		},
+		&corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: DemoNamespace},
+			Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{
+				{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)},
+				{Name: "tcp", Port: 9000, TargetPort: intstr.FromInt32(9000)},
+			}},
+		},
+		&mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: DemoNamespace}},
+	}
+}
+
+// fieldEnv is an environment variable from the downward API, as the echo server expects.
+func fieldEnv(name, path string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+}
+
+func toolboxPod() *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "toolbox", Namespace: DemoNamespace},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "toolbox", Image: "nicolaka/netshoot"}}},
+	}
+}
+
+func isReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
