@@ -18,6 +18,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/octopus-mcs/octopus/internal/procfs"
 )
 
 // PodNetnsPrefix is the prefix of every pod namespace of the lab with the given ID.
@@ -300,19 +302,10 @@ func pidsIn(inodes map[uint64]string) ([]int, error) {
 		if unix.Stat(filepath.Join("/proc", e.Name(), "ns", "net"), &st) != nil {
 			continue // gone meanwhile
 		}
-		if _, ours := inodes[st.Ino]; !ours || isZombie(pid) {
+		if _, ours := inodes[st.Ino]; !ours || !procfs.Alive(pid) {
 			continue
 		}
 		pids = append(pids, pid)
 	}
 	return pids, nil
-}
-
-func isZombie(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
 }
