@@ -49,9 +49,14 @@ test: deps tools k8s-binaries build lint
 	$(MAKE) fuzz FUZZTIME=20s
 
 FUZZTIME ?= 2m
-## fuzz: fuzz the parsers of untrusted input.
+# FUZZ_TARGETS: every fuzz test, as <package>:<name>; `go test -fuzz` runs one at a time.
+FUZZ_TARGETS := ./internal/hub:FuzzDecodeBrokerInfo ./internal/dnsconfig:FuzzPatchRoundTrip
+## fuzz: fuzz the parsers of untrusted input, each for FUZZTIME.
 fuzz:
-	$(GO) test -run='^$$' -fuzz=FuzzDecodeBrokerInfo -fuzztime=$(FUZZTIME) ./internal/hub
+	@for t in $(FUZZ_TARGETS); do \
+	  echo "==> fuzzing $${t#*:} in $${t%%:*} for $(FUZZTIME)"; \
+	  $(GO) test -run='^$$' -fuzz="^$${t#*:}$$" -fuzztime=$(FUZZTIME) "$${t%%:*}" || exit 1; \
+	done
 
 ## demo: a hub and two clusters on this machine, joined, with an exported echo service; Ctrl-C cleans up.
 demo: deps k8s-binaries build

@@ -23,6 +23,7 @@ import (
 	aboutv1alpha1 "github.com/octopus-mcs/octopus/api/about/v1alpha1"
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/config/crd"
+	"github.com/octopus-mcs/octopus/internal/dnsconfig"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/ipam"
 	"github.com/octopus-mcs/octopus/internal/kube"
@@ -103,6 +104,11 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 	if err != nil {
 		return nil, err
 	}
+	// Before anything is written: a Corefile that join would refuse to patch later must not
+	// leave a half-joined cluster behind.
+	if err := dnsconfig.Check(ctx, mc); err != nil {
+		return nil, fmt.Errorf("%w (join adds a %s zone to the cluster's CoreDNS; fix the Corefile and run join again)", err, dnsconfig.Zone)
+	}
 	p.Step("Joining cluster %s (pods %s, services %s) to the hub at %s", id, joinPrefixes(pods), joinPrefixes(services), info.HubURL)
 
 	joinCfg := &rest.Config{Host: info.HubURL, BearerToken: info.JoinToken, TLSClientConfig: rest.TLSClientConfig{CAData: info.CAData}, UserAgent: "octopus-join"}
@@ -150,7 +156,24 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 		return nil, err
 	}
 	p.Done(start, "Cluster %s registered: global CIDR %s, secondary CIDR %s", id, joined.Cluster.Spec.GlobalCIDR, joined.Cluster.Spec.SecondaryCIDR)
+	dns, err := dnsconfig.Wire(ctx, mc)
+	if err != nil {
+		return nil, fmt.Errorf("%w (the cluster is registered; run join again to finish)", err)
+	}
+	reportDNS(p, dns)
 	return joined, nil
+}
+
+// reportDNS tells the user whether names under clusterset.local resolve without more work.
+func reportDNS(p *progress.Reporter, dns dnsconfig.Result) {
+	switch {
+	case !dns.CoreDNS:
+		p.Step("No CoreDNS configuration (ConfigMap kube-system/coredns) found: forward the %s zone of the cluster's DNS to octopus-dns at %s yourself", dnsconfig.Zone, dns.Target)
+	case !dns.Reload:
+		p.Step("CoreDNS forwards %s to octopus-dns at %s once restarted: its Corefile has no reload plugin, so run `kubectl -n kube-system rollout restart deployment coredns`", dnsconfig.Zone, dns.Target)
+	default:
+		p.Step("CoreDNS forwards %s to octopus-dns at %s (its reload plugin picks the change up within a minute)", dnsconfig.Zone, dns.Target)
+	}
 }
 
 // register writes the cluster's hub objects and its member-side state.

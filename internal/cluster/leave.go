@@ -21,6 +21,7 @@ import (
 	aboutv1alpha1 "github.com/octopus-mcs/octopus/api/about/v1alpha1"
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/config/crd"
+	"github.com/octopus-mcs/octopus/internal/dnsconfig"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/progress"
@@ -123,6 +124,11 @@ func removeFromHub(ctx context.Context, hc client.Client, cred hub.Credential) e
 // removeFromMember deletes what join put into the member cluster. CRDs go only if Octopus
 // installed them (another tool may own a ClusterProperty CRD).
 func removeFromMember(ctx context.Context, mc client.Client) error {
+	// The Corefile first: it lives outside Octopus's namespace and forwards to a Service
+	// inside it.
+	if _, err := dnsconfig.Unwire(ctx, mc); err != nil {
+		return err
+	}
 	var errs []error
 	del := func(obj client.Object) {
 		if err := mc.Delete(ctx, obj); client.IgnoreNotFound(err) != nil && !isNoKind(err) {
