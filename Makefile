@@ -23,9 +23,11 @@ $(CONTROLLER_GEN): $(TOOLS)/controller-gen/go.mod
 $(GOLANGCI_LINT): $(TOOLS)/golangci-lint/go.mod
 	cd $(TOOLS)/golangci-lint && $(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
-## k8s-binaries: etcd and the Kubernetes control-plane binaries, built from pinned modules and cached.
+## k8s-binaries: etcd, the Kubernetes control-plane binaries and CoreDNS (the lab's cluster DNS),
+## built from pinned modules and cached.
 k8s-binaries:
 	@hack/k8s-binaries.sh >/dev/null
+	@hack/coredns.sh >/dev/null
 
 ## build: the octopus CLI and the octopus-agent daemon into ./bin.
 build:
@@ -50,7 +52,7 @@ test: deps tools k8s-binaries build lint
 
 FUZZTIME ?= 2m
 # FUZZ_TARGETS: every fuzz test, as <package>:<name>; `go test -fuzz` runs one at a time.
-FUZZ_TARGETS := ./internal/hub:FuzzDecodeBrokerInfo ./internal/dnsconfig:FuzzPatchRoundTrip
+FUZZ_TARGETS := ./internal/hub:FuzzDecodeBrokerInfo ./internal/dnsconfig:FuzzPatchRoundTrip ./pkg/crossdns:FuzzServeDNS
 ## fuzz: fuzz the parsers of untrusted input, each for FUZZTIME.
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

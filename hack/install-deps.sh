@@ -7,7 +7,8 @@ set -euo pipefail
 # for looking into lab namespaces (the lab itself uses netlink).
 # busybox and socat: the programs of the busybox and alpine/socat images, which lab pods run
 # as host processes (internal/lab/nodeagent).
-PACKAGES=(git make ca-certificates nftables iproute2 busybox socat)
+# dnsutils (dig) and dnsperf: the octopus-dns test (cmd/octopus-dns) and the DNS benchmark (hack/bench/dns).
+PACKAGES=(git make ca-certificates nftables iproute2 busybox socat dnsutils dnsperf util-linux mount)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,0 +1,315 @@
+package crossdns
+
+import (
+	"context"
+	"testing"
+
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/pkg/fall"
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+)
+
+// staticSource is an index whose sync state the test sets.
+type staticSource struct {
+	*Index
+	synced bool
+}
+
+func (s *staticSource) HasSynced() bool { return s.synced }
+
+func serviceImport(ns, name string, typ mcsv1beta1.ServiceImportType, ips []string, ports ...mcsv1beta1.ServicePort) *mcsv1beta1.ServiceImport {
+	return &mcsv1beta1.ServiceImport{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       mcsv1beta1.ServiceImportSpec{Type: typ, IPs: ips, Ports: ports},
+	}
+}
+
+type ep struct {
+	addr, hostname string
+	ready          *bool
+}
+
+func slice(ns, svc, cluster, name string, family discoveryv1.AddressType, eps ...ep) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{
+			mcsv1beta1.LabelServiceName: svc, mcsv1beta1.LabelSourceCluster: cluster,
+		}},
+		AddressType: family,
+	}
+	for _, e := range eps {
+		de := discoveryv1.Endpoint{Addresses: []string{e.addr}, Conditions: discoveryv1.EndpointConditions{Ready: e.ready}}
+		if e.hostname != "" {
+			de.Hostname = ptr.To(e.hostname)
+		}
+		s.Endpoints = append(s.Endpoints, de)
+	}
+	return s
+}
+
+// fixture fills an index with the services the table below queries.
+func fixture() *Index {
+	ix := NewIndex("clusterset.local", 5)
+	ix.Set(types.NamespacedName{Namespace: "shop", Name: "web"}, serviceImport("shop", "web", mcsv1beta1.ClusterSetIP,
+		[]string{"10.200.0.10", "fd00:200::a"},
+		mcsv1beta1.ServicePort{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP},
+		mcsv1beta1.ServicePort{Port: 9090}, // unnamed: no SRV
+		mcsv1beta1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP},
+	), nil)
+	db := types.NamespacedName{Namespace: "shop", Name: "db"}
+	ix.Set(db, serviceImport("shop", "db", mcsv1beta1.Headless, nil, mcsv1beta1.ServicePort{Name: "pg", Port: 5432}), []*discoveryv1.EndpointSlice{
+		slice("shop", "db", "east", "db-east", discoveryv1.AddressTypeIPv4,
+			ep{addr: "10.100.0.2", hostname: "db-0"},
+			ep{addr: "10.100.0.3", ready: ptr.To(true)},
+			ep{addr: "10.100.0.4", hostname: "db-9", ready: ptr.To(false)}),
+		slice("shop", "db", "west", "db-west-4", discoveryv1.AddressTypeIPv4, ep{addr: "10.101.0.2", hostname: "db-0"}),
+		slice("shop", "db", "west", "db-west-6", discoveryv1.AddressTypeIPv6, ep{addr: "fd00:101::2", hostname: "db-0"}),
+		// Another service's slice handed over by mistake must not leak in.
+		slice("shop", "other", "west", "other-west", discoveryv1.AddressTypeIPv4, ep{addr: "10.101.0.99", hostname: "x"}),
+	})
+	// Names that must not exist: a headless service without ready endpoints, a ClusterSetIP
+	// import that has no IP yet.
+	ix.Set(types.NamespacedName{Namespace: "idle", Name: "cold"}, serviceImport("idle", "cold", mcsv1beta1.Headless, nil),
+		[]*discoveryv1.EndpointSlice{slice("idle", "cold", "east", "cold-east", discoveryv1.AddressTypeIPv4, ep{addr: "10.100.1.1", ready: ptr.To(false)})})
+	ix.Set(types.NamespacedName{Namespace: "idle", Name: "new"}, serviceImport("idle", "new", mcsv1beta1.ClusterSetIP, nil), nil)
+	return ix
+}
+
+const soa = "clusterset.local. 5 IN SOA ns.dns.clusterset.local. hostmaster.clusterset.local. 1 7200 1800 86400 5"
+
+func TestServeDNS(t *testing.T) {
+	neg := []dns.RR{test.SOA(soa)}
+	cases := []struct {
+		name string
+		test.Case
+	}{
+		{"schema version (§2.2)", test.Case{Qname: "dns-version.clusterset.local.", Qtype: dns.TypeTXT,
+			Answer: []dns.RR{test.TXT(`dns-version.clusterset.local. 5 IN TXT "1.0.0"`)}}},
+		{"schema version has no address", test.Case{Qname: "dns-version.clusterset.local.", Qtype: dns.TypeA, Ns: neg}},
+		{"apex SOA", test.Case{Qname: "clusterset.local.", Qtype: dns.TypeSOA, Answer: []dns.RR{test.SOA(soa)}}},
+		{"apex NS: NODATA", test.Case{Qname: "clusterset.local.", Qtype: dns.TypeNS, Ns: neg}},
+
+		{"ClusterSetIP A (§2.3.1)", test.Case{Qname: "web.shop.svc.clusterset.local.", Qtype: dns.TypeA,
+			Answer: []dns.RR{test.A("web.shop.svc.clusterset.local. 5 IN A 10.200.0.10")}}},
+		{"ClusterSetIP AAAA, dual-stack (§2.3.1)", test.Case{Qname: "web.shop.svc.clusterset.local.", Qtype: dns.TypeAAAA,
+			Answer: []dns.RR{test.AAAA("web.shop.svc.clusterset.local. 5 IN AAAA fd00:200::a")}}},
+		{"ClusterSetIP, any case", test.Case{Qname: "WEB.Shop.SVC.clusterset.LOCAL.", Qtype: dns.TypeA,
+			Answer: []dns.RR{test.A("web.shop.svc.clusterset.local. 5 IN A 10.200.0.10")}}},
+		{"ClusterSetIP TXT: NODATA", test.Case{Qname: "web.shop.svc.clusterset.local.", Qtype: dns.TypeTXT, Ns: neg}},
+		{"ClusterSetIP SRV, named TCP port (§2.3.2)", test.Case{Qname: "_http._tcp.web.shop.svc.clusterset.local.", Qtype: dns.TypeSRV,
+			Answer: []dns.RR{test.SRV("_http._tcp.web.shop.svc.clusterset.local. 5 IN SRV 0 100 80 web.shop.svc.clusterset.local.")},
+			Extra:  []dns.RR{test.A("web.shop.svc.clusterset.local. 5 IN A 10.200.0.10"), test.AAAA("web.shop.svc.clusterset.local. 5 IN AAAA fd00:200::a")}}},
+		{"ClusterSetIP SRV, UDP port", test.Case{Qname: "_dns._udp.web.shop.svc.clusterset.local.", Qtype: dns.TypeSRV,
+			Answer: []dns.RR{test.SRV("_dns._udp.web.shop.svc.clusterset.local. 5 IN SRV 0 100 53 web.shop.svc.clusterset.local.")},
+			Extra:  []dns.RR{test.A("web.shop.svc.clusterset.local. 5 IN A 10.200.0.10"), test.AAAA("web.shop.svc.clusterset.local. 5 IN AAAA fd00:200::a")}}},
+		{"SRV name, A query: NODATA", test.Case{Qname: "_http._tcp.web.shop.svc.clusterset.local.", Qtype: dns.TypeA, Ns: neg}},
+		{"a port on the wrong protocol", test.Case{Qname: "_http._udp.web.shop.svc.clusterset.local.", Qtype: dns.TypeSRV, Rcode: dns.RcodeNameError, Ns: neg}},
+		{"_proto is an empty non-terminal", test.Case{Qname: "_tcp.web.shop.svc.clusterset.local.", Qtype: dns.TypeSRV, Ns: neg}},
+		{"unnamed port has no SRV (§2.3.2)", test.Case{Qname: "_9090._tcp.web.shop.svc.clusterset.local.", Qtype: dns.TypeSRV, Rcode: dns.RcodeNameError, Ns: neg}},
+		{"no per-cluster name for ClusterSetIP (§2.3.4)", test.Case{Qname: "east.web.shop.svc.clusterset.local.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: neg}},
+		{"no hostnames for ClusterSetIP", test.Case{Qname: "db-0.east.web.shop.svc.clusterset.local.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: neg}},
+
+		{"headless A: ready endpoints of all clusters (§2.4.1)", test.Case{Qname: "db.shop.svc.clusterset.local.", Qtype: dns.TypeA,
+			Answer: []dns.RR{
+				test.A("db.shop.svc.clusterset.local. 5 IN A 10.100.0.2"),
+				test.A("db.shop.svc.clusterset.local. 5 IN A 10.100.0.3"),
+				test.A("db.shop.svc.clusterset.local. 5 IN A 10.101.0.2"),
+			}}},
+		{"headless AAAA (§2.4.1)", test.Case{Qname: "db.shop.svc.clusterset.local.", Qtype: dns.TypeAAAA,
+			Answer: []dns.RR{test.AAAA("db.shop.svc.clusterset.local. 5 IN AAAA fd00:101::2")}}},
+		{"headless hostname in east", test.Case{Qname: "db-0.east.db.shop.svc.clusterset.local.", Qtype: dns.TypeA,
+			Answer: []dns.RR{test.A("db-0.east.db.shop.svc.clusterset.local. 5 IN A 10.100.0.2")}}},
+		{"headless hostname in west, A", test.Case{Qname: "db-0.west.db.shop.svc.clusterset.local.", Qtype: dns.TypeA,
+			Answer: []dns.RR{test.A("db-0.west.db.shop.svc.clusterset.local. 5 IN A 10.101.0.2")}}},
+		{"headless hostname in west, AAAA", test.Case{Qname: "db-0.west.db.shop.svc.clusterset.local.", Qtype: dns.TypeAAAA,
+			Answer: []dns.RR{test.AAAA("db-0.west.db.shop.svc.clusterset.local. 5 IN AAAA fd00:101::2")}}},
+		{"endpoint without hostname: system-assigned name (§2.1)", test.Case{Qname: "10-100-0-3.east.db.shop.svc.clusterset.local.", Qtype: dns.TypeA,
+			Answer: []dns.RR{test.A("10-100-0-3.east.db.shop.svc.clusterset.local. 5 IN A 10.100.0.3")}}},
+		{"unready endpoint has no name (§2.4.1)", test.Case{Qname: "db-9.east.db.shop.svc.clusterset.local.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: neg}},
+		{"hostname in the wrong cluster", test.Case{Qname: "10-100-0-3.west.db.shop.svc.clusterset.local.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: neg}},
+		{"no per-cluster address for headless (§2.4.4)", test.Case{Qname: "east.db.shop.svc.clusterset.local.", Qtype: dns.TypeA, Ns: neg}},
+		{"no per-cluster address for headless, AAAA", test.Case{Qname: "west.db.shop.svc.clusterset.local.", Qtype: dns.TypeAAAA, Ns: neg}},
+		{"unknown cluster", test.Case{Qname: "north.db.shop.svc.clusterset.local.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: neg}},
+		{"headless SRV: ready endpoint × named port (§2.4.2)", test.Case{Qname: "_pg._tcp.db.shop.svc.clusterset.local.", Qtype: dns.TypeSRV,
+			Answer: []dns.RR{
+				test.SRV("_pg._tcp.db.shop.svc.clusterset.local. 5 IN SRV 0 33 5432 10-100-0-3.east.db.shop.svc.clusterset.local."),
+				test.SRV("_pg._tcp.db.shop.svc.clusterset.local. 5 IN SRV 0 33 5432 db-0.east.db.shop.svc.clusterset.local."),
+				test.SRV("_pg._tcp.db.shop.svc.clusterset.local. 5 IN SRV 0 33 5432 db-0.west.db.shop.svc.clusterset.local."),
+			},
+			Extra: []dns.RR{
+				test.A("10-100-0-3.east.db.shop.svc.clusterset.local. 5 IN A 10.100.0.3"),
+				test.A("db-0.east.db.shop.svc.clusterset.local. 5 IN A 10.100.0.2"),
+				test.A("db-0.west.db.shop.svc.clusterset.local. 5 IN A 10.101.0.2"),
+				test.AAAA("db-0.west.db.shop.svc.clusterset.local. 5 IN AAAA fd00:101::2"),
+			}}},
+		{"another service's slice is ignored", test.Case{Qname: "x.west.db.shop.svc.clusterset.local.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: neg}},
+
+		{"headless without ready endpoints: NXDOMAIN (§2.4.1)", test.Case{Qname: "cold.idle.svc.clusterset.local.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: neg}},
+		{"ClusterSetIP without an IP yet", test.Case{Qname: "new.idle.svc.clusterset.local.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: neg}},
+		{"namespace with services: empty non-terminal", test.Case{Qname: "shop.svc.clusterset.local.", Qtype: dns.TypeA, Ns: neg}},
+		{"namespace without names", test.Case{Qname: "idle.svc.clusterset.local.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: neg}},
+		{"svc: empty non-terminal", test.Case{Qname: "svc.clusterset.local.", Qtype: dns.TypeA, Ns: neg}},
+		{"unknown service", test.Case{Qname: "nope.shop.svc.clusterset.local.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: neg}},
+		{"outside svc", test.Case{Qname: "web.shop.pod.clusterset.local.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: neg}},
+		{"too deep", test.Case{Qname: "a.db-0.east.db.shop.svc.clusterset.local.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: neg}},
+		{"other top-level name", test.Case{Qname: "foo.clusterset.local.", Qtype: dns.TypeA, Rcode: dns.RcodeNameError, Ns: neg}},
+		{"zone transfer refused", test.Case{Qname: "clusterset.local.", Qtype: dns.TypeAXFR, Rcode: dns.RcodeRefused}},
+	}
+	h := &Handler{Zone: "clusterset.local.", Source: &staticSource{Index: fixture(), synced: true}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := dnstest.NewRecorder(&test.ResponseWriter{})
+			rcode, err := h.ServeDNS(context.Background(), rec, tc.Msg())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !isWritten(rcode) {
+				// CoreDNS's server writes these replies itself.
+				if rcode != tc.Rcode {
+					t.Fatalf("rcode %s, want %s", dns.RcodeToString[rcode], dns.RcodeToString[tc.Rcode])
+				}
+				return
+			}
+			if rec.Msg == nil {
+				t.Fatal("no reply written")
+			}
+			if !rec.Msg.Authoritative {
+				t.Error("reply is not authoritative")
+			}
+			if err := test.SortAndCheck(rec.Msg, tc.Case); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func isWritten(rcode int) bool {
+	return rcode == dns.RcodeSuccess || rcode == dns.RcodeNameError
+}
+
+func TestServeDNSNotSynced(t *testing.T) {
+	h := &Handler{Zone: "clusterset.local.", Source: &staticSource{Index: fixture(), synced: false}}
+	if h.Ready() {
+		t.Error("Ready() before the index has synced")
+	}
+	rec := dnstest.NewRecorder(&test.ResponseWriter{})
+	rcode, _ := h.ServeDNS(context.Background(), rec, (&test.Case{Qname: "web.shop.svc.clusterset.local.", Qtype: dns.TypeA}).Msg())
+	if rcode != dns.RcodeServerFailure || rec.Msg != nil {
+		t.Errorf("before sync: rcode %s, reply %v; want SERVFAIL written by the server", dns.RcodeToString[rcode], rec.Msg)
+	}
+	h.Source.(*staticSource).synced = true
+	if !h.Ready() {
+		t.Error("not Ready() after sync")
+	}
+}
+
+func TestServeDNSRouting(t *testing.T) {
+	next := test.NextHandler(dns.RcodeSuccess, nil)
+	cases := []struct {
+		name      string
+		qname     string
+		qclass    uint16
+		fall      []string
+		wantRcode int
+	}{
+		{"another zone goes to the next plugin", "example.org.", dns.ClassINET, nil, dns.RcodeSuccess},
+		{"NXDOMAIN without fallthrough is answered", "nope.shop.svc.clusterset.local.", dns.ClassINET, nil, dns.RcodeNameError},
+		{"NXDOMAIN with fallthrough goes on", "nope.shop.svc.clusterset.local.", dns.ClassINET, []string{"clusterset.local."}, dns.RcodeSuccess},
+		{"fallthrough for another zone only", "nope.shop.svc.clusterset.local.", dns.ClassINET, []string{"example.org."}, dns.RcodeNameError},
+		{"existing names never fall through", "web.shop.svc.clusterset.local.", dns.ClassINET, []string{"clusterset.local."}, dns.RcodeSuccess},
+		{"class CHAOS refused", "web.shop.svc.clusterset.local.", dns.ClassCHAOS, nil, dns.RcodeRefused},
+		{"class ANY answered", "web.shop.svc.clusterset.local.", dns.ClassANY, nil, dns.RcodeSuccess},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &Handler{Next: next, Zone: "clusterset.local.", Source: &staticSource{Index: fixture(), synced: true}}
+			h.Fall.SetZonesFromArgs(tc.fall)
+			if tc.fall == nil {
+				h.Fall = fall.Zero
+			}
+			m := new(dns.Msg)
+			m.SetQuestion(tc.qname, dns.TypeA)
+			m.Question[0].Qclass = tc.qclass
+			rec := dnstest.NewRecorder(&test.ResponseWriter{})
+			rcode, err := h.ServeDNS(context.Background(), rec, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rcode != tc.wantRcode {
+				t.Errorf("rcode %s, want %s", dns.RcodeToString[rcode], dns.RcodeToString[tc.wantRcode])
+			}
+		})
+	}
+}
+
+// TestIndexUpdates: replacing and removing a service changes its names and the SOA serial, and
+// the namespace's empty non-terminal goes with its last service.
+func TestIndexUpdates(t *testing.T) {
+	ix := NewIndex("clusterset.local.", 5)
+	key := types.NamespacedName{Namespace: "ns", Name: "a"}
+	serial := func() uint32 { return ix.Lookup("clusterset.local.", dns.TypeSOA).Answer[0].(*dns.SOA).Serial }
+	steps := []struct {
+		name     string
+		si       *mcsv1beta1.ServiceImport
+		wantA    []string
+		wantNS   int // rcode of ns.svc.clusterset.local.
+		wantSize int
+	}{
+		{"created", serviceImport("ns", "a", mcsv1beta1.ClusterSetIP, []string{"10.200.0.1"}), []string{"10.200.0.1"}, dns.RcodeSuccess, 1},
+		{"IP changed", serviceImport("ns", "a", mcsv1beta1.ClusterSetIP, []string{"10.200.0.2"}), []string{"10.200.0.2"}, dns.RcodeSuccess, 1},
+		{"IPs gone", serviceImport("ns", "a", mcsv1beta1.ClusterSetIP, nil), nil, dns.RcodeNameError, 0},
+		{"back", serviceImport("ns", "a", mcsv1beta1.ClusterSetIP, []string{"10.200.0.3", "::ffff:10.200.0.4", "bogus"}), []string{"10.200.0.3", "10.200.0.4"}, dns.RcodeSuccess, 1},
+		{"deleted", nil, nil, dns.RcodeNameError, 0},
+	}
+	last := serial()
+	for _, s := range steps {
+		ix.Set(key, s.si, nil)
+		var got []string
+		for _, rr := range ix.Lookup("a.ns.svc.clusterset.local.", dns.TypeA).Answer {
+			got = append(got, rr.(*dns.A).A.String())
+		}
+		if len(got) != len(s.wantA) || (len(got) > 0 && (got[0] != s.wantA[0] || got[len(got)-1] != s.wantA[len(s.wantA)-1])) {
+			t.Errorf("%s: A %v, want %v", s.name, got, s.wantA)
+		}
+		if r := ix.Lookup("ns.svc.clusterset.local.", dns.TypeA); r.Rcode != s.wantNS {
+			t.Errorf("%s: ns.svc rcode %d, want %d", s.name, r.Rcode, s.wantNS)
+		}
+		if n, _ := ix.Size(); n != s.wantSize {
+			t.Errorf("%s: size %d, want %d", s.name, n, s.wantSize)
+		}
+		if cur := serial(); cur == last {
+			t.Errorf("%s: SOA serial stayed %d", s.name, cur)
+		} else {
+			last = cur
+		}
+	}
+}
+
+// TestDuplicateAddresses: two clusters reporting the same address (overlapping pod CIDRs) give
+// one record at the service name (an RRset has no duplicates, RFC 2181 §5) and one per host.
+func TestDuplicateAddresses(t *testing.T) {
+	ix := NewIndex("clusterset.local.", 5)
+	key := types.NamespacedName{Namespace: "ns", Name: "h"}
+	ix.Set(key, serviceImport("ns", "h", mcsv1beta1.Headless, nil), []*discoveryv1.EndpointSlice{
+		slice("ns", "h", "east", "h-east", discoveryv1.AddressTypeIPv4, ep{addr: "10.1.1.1", hostname: "a"}, ep{addr: "10.1.1.1", hostname: "a"}),
+		slice("ns", "h", "west", "h-west", discoveryv1.AddressTypeIPv4, ep{addr: "10.1.1.1", hostname: "a"}),
+	})
+	for name, want := range map[string]int{
+		"h.ns.svc.clusterset.local.":        1,
+		"a.east.h.ns.svc.clusterset.local.": 1,
+		"a.west.h.ns.svc.clusterset.local.": 1,
+	} {
+		if got := len(ix.Lookup(name, dns.TypeA).Answer); got != want {
+			t.Errorf("%s: %d A records, want %d", name, got, want)
+		}
+	}
+	if _, addrs := ix.Size(); addrs != 1 {
+		t.Errorf("index holds %d addresses, want 1", addrs)
+	}
+}
