@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -102,6 +103,8 @@ func (a *nodeAgent) updateStatus(ctx context.Context, n labnet.NodeNet) error {
 			{Type: corev1.NodeInternalIP, Address: n.LANAddr.Addr().String()},
 			{Type: corev1.NodeHostName, Address: n.Name},
 		}
+		// The API server proxies exec and logs to this port (the node agent's kubelet API).
+		node.Status.DaemonEndpoints.KubeletEndpoint.Port = controlplane.KubeletPort
 		node.Status.Capacity = nodeCapacity
 		node.Status.Allocatable = nodeCapacity
 		node.Status.NodeInfo.OperatingSystem = "linux"
@@ -198,9 +201,16 @@ func (n *nodeAgents) stop() {
 	n.wg.Wait()
 }
 
-// startNodes registers every cluster's nodes, starts their heartbeats and runs kube-proxy in
-// every node namespace.
+// startNodes registers every cluster's nodes, starts their heartbeats, runs kube-proxy in
+// every node namespace and deploys each cluster's DNS (deployClusterDNS).
 func startNodes(ctx context.Context, env *controlplane.Environment, plan labnet.Plan, images nodeagent.Images, log logr.Logger) (*nodeAgents, error) {
+	if images.CoreDNSBinary == "" {
+		// Built by hack/coredns.sh (make k8s-binaries, testenv.BinDir); without it the
+		// coredns pods say so in their status and the rest of the lab works.
+		if path, err := controlplane.CoreDNSPath(); err == nil {
+			images.CoreDNSBinary = path
+		}
+	}
 	hctx, cancel := context.WithCancel(context.Background())
 	agents := &nodeAgents{cancel: cancel}
 	for _, c := range plan.Clusters {
@@ -236,6 +246,11 @@ func startNodes(ctx context.Context, env *controlplane.Environment, plan labnet.
 				return nil, fmt.Errorf("starting kube-proxy on node %s: %w", n.Name, err)
 			}
 		}
+		// Cluster DNS comes with the nodes, as kubeadm deploys it with the control plane.
+		if err := deployClusterDNS(ctx, cs, cp.ServiceCIDR); err != nil {
+			agents.stop()
+			return nil, fmt.Errorf("cluster %s: %w", c.Name, err)
+		}
 	}
 	return agents, nil
 }
@@ -244,13 +259,30 @@ func startNodes(ctx context.Context, env *controlplane.Environment, plan labnet.
 func podAgent(env *controlplane.Environment, plan labnet.Plan, c labnet.ClusterNet, cp *controlplane.ControlPlane,
 	cs kubernetes.Interface, images nodeagent.Images, log logr.Logger) (*nodeagent.Agent, error) {
 	nodes := make([]nodeagent.Node, 0, len(c.Nodes))
+	ips := make([]netip.Addr, 0, len(c.Nodes))
 	for _, n := range c.Nodes {
 		nodes = append(nodes, nodeagent.Node{Name: n.Name, Netns: n.Netns, LANAddr: n.LANAddr.Addr()})
+		ips = append(ips, n.LANAddr.Addr())
 	}
+	cert, key, err := cp.IssueKubeletServing(ips)
+	if err != nil {
+		return nil, err
+	}
+	dns, err := nodeagent.ClusterDNSAddr(cp.ServiceCIDR)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", c.Name, err)
+	}
+	// The default/kubernetes Service has the service CIDR's first address.
+	apiService := netip.AddrPortFrom(cp.ServiceCIDR.Masked().Addr().Next(), 443)
 	return nodeagent.New(nodeagent.Options{
 		Cluster: c.Name, Client: cs, Nodes: nodes, ClusterPodCIDR: cp.PodCIDR, LabID: plan.ID,
 		Dir:    filepath.Join(env.Dir, podsDir, c.Name),
 		Images: images, Network: nodeagent.LabNetwork{}, Start: controlplane.StartInNetns,
+		ClusterDNS: dns, APIService: apiService,
+		Kubelet: &nodeagent.KubeletServing{
+			Port: controlplane.KubeletPort, CertPEM: cert, KeyPEM: key,
+			ClientCAPEM: cp.CAData, ClientUser: controlplane.KubeletClientUser,
+		},
 		Log: log.WithValues("cluster", c.Name),
 	})
 }

@@ -178,13 +178,13 @@ func TestPods(t *testing.T) {
 		t.Errorf("socat pod echoed %q", got)
 	}
 	// The busybox loop really loops: its log grows.
-	logs, _ := filepath.Glob(filepath.Join(dir, "pods", c.Name, "default_client_*", "sh.log"))
+	logs, _ := filepath.Glob(filepath.Join(dir, "pods", c.Name, "default_client_*", "sh", "0.log"))
 	if len(logs) != 1 || !strings.Contains(readFile(logs[0]), "tick 2") {
 		t.Errorf("busybox loop log %v does not show it looping", logs)
 	}
 
 	// A Deployment scaled 1 -> 3 -> 0.
-	staticPods := 5 // echo x2, client, socat, missing
+	staticPods := 6 // echo x2, client, socat, missing, and the cluster's CoreDNS (kube-system)
 	if _, err := cs.AppsV1().Deployments("default").Create(ctx, echoDeployment("scale", 1), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

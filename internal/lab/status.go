@@ -33,6 +33,19 @@ type ClusterStatus struct {
 	Kubeconfig string       `json:"kubeconfig"`
 	Error      string       `json:"error,omitempty"`
 	Nodes      []NodeStatus `json:"nodes,omitempty"`
+	Pods       []PodStatus  `json:"pods,omitempty"`
+	// ClusterDNS is the kube-dns Service's ClusterIP, "" in the hub (no nodes, no DNS).
+	ClusterDNS string `json:"clusterDNS,omitempty"`
+}
+
+// PodStatus is one Pod as its API server reports it.
+type PodStatus struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Node      string `json:"node"`
+	Phase     string `json:"phase"`
+	Ready     bool   `json:"ready"`
+	PodIP     string `json:"podIP,omitempty"`
 }
 
 // NodeStatus is one Node as its API server reports it.
@@ -66,7 +79,7 @@ func CollectStatus(ctx context.Context, dir string) (*Status, error) {
 			continue
 		}
 		cs := ClusterStatus{Name: name, Kubeconfig: kc}
-		if cs.Nodes, err = nodeStatuses(ctx, kc); err != nil {
+		if err := clusterStatus(ctx, kc, &cs); err != nil {
 			cs.Error = err.Error()
 		}
 		st.Clusters = append(st.Clusters, cs)
@@ -74,19 +87,41 @@ func CollectStatus(ctx context.Context, dir string) (*Status, error) {
 	return st, nil
 }
 
-func nodeStatuses(ctx context.Context, kubeconfig string) ([]NodeStatus, error) {
+// clusterStatus fills the nodes, pods and cluster DNS address of one cluster.
+func clusterStatus(ctx context.Context, kubeconfig string, st *ClusterStatus) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", kubeconfig, err)
+		return fmt.Errorf("reading %s: %w", kubeconfig, err)
 	}
 	cfg.Timeout = statusTimeout
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("client for %s: %w", cfg.Host, err)
+		return fmt.Errorf("client for %s: %w", cfg.Host, err)
 	}
+	if st.Nodes, err = nodeStatuses(ctx, cs); err != nil {
+		return err
+	}
+	pods, err := cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing pods at %s: %w", cfg.Host, err)
+	}
+	for _, p := range pods.Items {
+		ps := PodStatus{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, Phase: string(p.Status.Phase), PodIP: p.Status.PodIP}
+		for _, c := range p.Status.Conditions {
+			ps.Ready = ps.Ready || (c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue)
+		}
+		st.Pods = append(st.Pods, ps)
+	}
+	if svc, err := cs.CoreV1().Services(kubeSystem).Get(ctx, kubeDNSService, metav1.GetOptions{}); err == nil {
+		st.ClusterDNS = svc.Spec.ClusterIP
+	}
+	return nil
+}
+
+func nodeStatuses(ctx context.Context, cs kubernetes.Interface) ([]NodeStatus, error) {
 	list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("listing nodes at %s: %w", cfg.Host, err)
+		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	var out []NodeStatus
 	for _, n := range list.Items {

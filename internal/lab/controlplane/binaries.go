@@ -59,7 +59,20 @@ func DefaultBinDir() (string, error) {
 // hack/k8s-binaries.sh (found from repoRoot) when any is missing; build progress goes to
 // progress (nil discards it). Concurrent callers, also in other processes, are serialised
 // with a lock file so that only one of them builds; the others wait and reuse its result.
+//
+// CoreDNS, which the lab runs as cluster DNS, is ensured too (EnsureCoreDNS).
 func EnsureBinaries(ctx context.Context, repoRoot string, progress io.Writer) (string, error) {
+	dir, err := ensureKubernetesBinaries(ctx, repoRoot, progress)
+	if err != nil {
+		return "", err
+	}
+	if _, err := EnsureCoreDNS(ctx, repoRoot, progress); err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+func ensureKubernetesBinaries(ctx context.Context, repoRoot string, progress io.Writer) (string, error) {
 	if progress == nil {
 		progress = io.Discard
 	}

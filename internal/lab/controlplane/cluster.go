@@ -23,9 +23,17 @@ const serviceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
 // an admin kubeconfig of a disposable cluster is for.
 const (
 	adminUser          = "octopus-admin"
-	kubeletClientUser  = "kube-apiserver-kubelet-client"
+	kubeletClientUser  = KubeletClientUser
 	groupSystemMasters = "system:masters"
 )
+
+// KubeletClientUser is the user (certificate CommonName) kube-apiserver presents to kubelets,
+// --kubelet-client-certificate: the lab's node agent serves exec and logs to it alone.
+const KubeletClientUser = "kube-apiserver-kubelet-client"
+
+// KubeletPort is the kubelet's secure port, where the API server reaches exec, attach and
+// containerLogs of a node (Node status.daemonEndpoints.kubeletEndpoint).
+const KubeletPort = 10250
 
 // Files in a cluster's directory (<Dir>/clusters/<name>).
 const (
@@ -68,6 +76,7 @@ type ControlPlane struct {
 
 	env         *Environment
 	dir         string
+	ca          keyPair // signs kubelet serving certificates (IssueKubeletServing)
 	adminCert   []byte
 	adminKey    []byte
 	readyClient *http.Client
@@ -149,6 +158,7 @@ func newControlPlane(env *Environment, o ClusterOptions) (*ControlPlane, error) 
 		PodCIDR:     o.PodCIDR,
 		env:         env,
 		dir:         dir,
+		ca:          ca,
 		adminCert:   admin.CertPEM(),
 		adminKey:    adminKey,
 	}
@@ -198,6 +208,12 @@ func (c *ControlPlane) apiServerArgs(port uint16) []string {
 		"--client-ca-file=" + f(fileCACert),
 		"--kubelet-client-certificate=" + f(fileKubeletCert),
 		"--kubelet-client-key=" + f(fileKubeletKey),
+		// The lab's node agent serves a certificate from the cluster CA (IssueKubeletServing),
+		// so the API server verifies the node it streams exec and logs from.
+		"--kubelet-certificate-authority=" + f(fileCACert),
+		// Lab nodes have no DNS name the host could resolve; their InternalIP is on a LAN the
+		// API server's namespace reaches through the lab's uplink.
+		"--kubelet-preferred-address-types=InternalIP",
 		"--service-account-issuer=" + serviceAccountIssuer,
 		"--service-account-key-file=" + f(fileSAPub),
 		"--service-account-signing-key-file=" + f(fileSAKey),
@@ -293,6 +309,21 @@ func (c *ControlPlane) waitAPIServer(ctx context.Context, r *run) error {
 	return c.apiserver.waitReady(ctx, r, apiServerReadyTimeout, func(ctx context.Context) error {
 		return httpOK(ctx, c.readyClient, c.URL+"/readyz")
 	})
+}
+
+// IssueKubeletServing returns a TLS serving certificate and key (PEM) signed by the cluster CA
+// for the given node addresses, for a node agent that serves a kubelet's API: the API server
+// verifies it with --kubelet-certificate-authority.
+func (c *ControlPlane) IssueKubeletServing(ips []netip.Addr) (certPEM, keyPEM []byte, err error) {
+	kp, err := c.ca.issue(servingTemplate("lab-kubelet", nil, ips, time.Now()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster %s: issuing kubelet serving certificate: %w", c.Name, err)
+	}
+	keyPEM, err = kp.KeyPEM()
+	if err != nil {
+		return nil, nil, err
+	}
+	return kp.CertPEM(), keyPEM, nil
 }
 
 // RESTConfig returns a new admin client configuration (client certificate in system:masters).

@@ -199,6 +199,16 @@ func TestEnsureBinariesUsesCache(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	coredns, _ := CoreDNSPath()
+	if _, err := EnsureBinaries(t.Context(), t.TempDir(), nil); err == nil || !strings.Contains(err.Error(), "build script not found") {
+		t.Fatalf("EnsureBinaries without CoreDNS and no script: %v", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(coredns), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(coredns, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	// With everything cached the script is not needed: a repo root without it must work.
 	got, err := EnsureBinaries(t.Context(), t.TempDir(), nil)
 	if err != nil || got != dir {

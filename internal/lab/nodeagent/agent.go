@@ -4,7 +4,10 @@
 // namespace (well-known images map to host binaries, see Images). It reports pod status
 // (podIP, phase, Ready and ContainersReady, container states), follows the restart policy,
 // and on deletion kills the pod's processes, removes its namespace and finalizes the pod.
-// Not yet: per-pod resolv.conf and /etc/hosts, exec, logs, init containers, volumes.
+// With Options.Kubelet it serves the kubelet API that `kubectl exec` and `kubectl logs` reach
+// through the API server (server.go). Each pod has its own mount namespace with the
+// kubelet's resolv.conf (cluster DNS) and /etc/hosts (mountns.go). Not yet: init containers
+// and volumes.
 package nodeagent
 
 import (
@@ -14,7 +17,9 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -77,6 +82,16 @@ type Options struct {
 	Network Network
 	// Start starts container processes in a namespace: controlplane.StartInNetns in the lab.
 	Start Starter
+	// ClusterDNS is the kube-dns Service's ClusterIP (ClusterDNSAddr): the nameserver of
+	// pods' resolv.conf. Optional: without it pods keep the node's resolv.conf.
+	ClusterDNS netip.Addr
+	// APIService is the ClusterIP and port of the default/kubernetes Service, given to
+	// containers as KUBERNETES_SERVICE_HOST and _PORT (in-cluster clients such as CoreDNS
+	// find the API server by them). Optional.
+	APIService netip.AddrPort
+	// Kubelet serves the kubelet API (exec, logs) on every node's address. Optional:
+	// without it `kubectl exec` and `kubectl logs` fail as for a node without a kubelet.
+	Kubelet *KubeletServing
 	// Log receives structured logs. Optional.
 	Log logr.Logger
 }
@@ -146,6 +161,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
+	waitKubelet := func() {}
+	if a.opts.Kubelet != nil {
+		var err error
+		if waitKubelet, err = a.serveKubelet(ctx); err != nil {
+			a.queue.ShutDown()
+			factory.Shutdown()
+			return err
+		}
+	}
 
 	var wg sync.WaitGroup
 	for range workers {
@@ -157,6 +181,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	<-ctx.Done()
 	a.queue.ShutDown()
 	wg.Wait()
+	waitKubelet()
 	factory.Shutdown()
 	return a.stopAll()
 }
@@ -221,6 +246,9 @@ func (a *Agent) reconcile(ctx context.Context, key string) error {
 		if err := a.teardown(rt, 0); err != nil {
 			return err
 		}
+		if err := rt.removeDir(); err != nil {
+			return err
+		}
 		rt = nil
 	}
 	if obj == nil {
@@ -260,6 +288,9 @@ func (a *Agent) finalize(ctx context.Context, key string, obj *corev1.Pod, rt *p
 			grace = min(time.Duration(*s)*time.Second, maxGrace)
 		}
 		if err := a.teardown(rt, grace); err != nil {
+			return err
+		}
+		if err := rt.removeDir(); err != nil {
 			return err
 		}
 		a.forget(key, rt)
@@ -315,7 +346,8 @@ func (a *Agent) podCIDR(node string) (netip.Prefix, error) {
 
 // createPod sets up the pod's network and starts its containers.
 func (a *Agent) createPod(key string, obj *corev1.Pod, node Node) (*pod, error) {
-	rt := &pod{uid: obj.UID, node: node, hostNetwork: obj.Spec.HostNetwork, created: time.Now(), agent: a, key: key}
+	rt := &pod{uid: obj.UID, node: node, hostNetwork: obj.Spec.HostNetwork, created: time.Now(), agent: a, key: key,
+		tokens: map[string]issuedToken{}}
 	if rt.hostNetwork {
 		rt.ip = node.LANAddr
 		rt.netnsPath = labnet.NetnsPath(node.Netns)
@@ -348,6 +380,10 @@ func (a *Agent) createPod(key string, obj *corev1.Pod, node Node) (*pod, error) 
 	if err := os.MkdirAll(rt.dir, 0o755); err != nil {
 		a.forget(key, rt)
 		return nil, errors.Join(fmt.Errorf("pod %s: %w", key, err), a.teardown(rt, 0))
+	}
+	if err := rt.setupMounts(context.Background(), obj); err != nil {
+		a.forget(key, rt)
+		return nil, errors.Join(err, a.teardown(rt, 0))
 	}
 	rt.startContainers(obj)
 	a.mu.Lock()
@@ -405,6 +441,19 @@ func (a *Agent) teardown(rt *pod, grace time.Duration) error {
 	}
 	if err := a.opts.Network.DeletePod(rt.net); err != nil {
 		return fmt.Errorf("removing the network of pod %s: %w", rt.key, err)
+	}
+	return nil
+}
+
+// removeDir deletes the pod's directory (logs, volumes, resolv.conf) once the pod is gone
+// for good, as a kubelet removes a deleted pod's directory; a finished pod keeps it so that
+// its logs stay readable.
+func (p *pod) removeDir() error {
+	if p.dir == "" {
+		return nil
+	}
+	if err := os.RemoveAll(p.dir); err != nil {
+		return fmt.Errorf("removing the directory of pod %s: %w", p.key, err)
 	}
 	return nil
 }
@@ -472,4 +521,27 @@ func (a *Agent) enqueue(key string) {
 	if a.queue != nil {
 		a.queue.Add(key)
 	}
+}
+
+// serviceEnv returns the kubernetes Service variables the kubelet gives every container,
+// leaving out those env already sets.
+func (a *Agent) serviceEnv(env []string) []string {
+	svc := a.opts.APIService
+	if !svc.IsValid() {
+		return nil
+	}
+	port := strconv.Itoa(int(svc.Port()))
+	vars := [][2]string{
+		{"KUBERNETES_SERVICE_HOST", svc.Addr().String()},
+		{"KUBERNETES_SERVICE_PORT", port},
+		{"KUBERNETES_SERVICE_PORT_HTTPS", port},
+		{"KUBERNETES_PORT", "tcp://" + svc.String()},
+	}
+	var out []string
+	for _, v := range vars {
+		if !slices.ContainsFunc(env, func(e string) bool { return strings.HasPrefix(e, v[0]+"=") }) {
+			out = append(out, v[0]+"="+v[1])
+		}
+	}
+	return out
 }

@@ -48,7 +48,8 @@ type containerSpec struct {
 	env     []string
 	workDir string
 	netns   string // path of the network namespace
-	logPath string
+	// logDir holds one log file per run of the container (runLogPath).
+	logDir  string
 	pidPath string
 	policy  corev1.RestartPolicy
 	// setupErr is set when the container cannot be started at all (missing binary, bad env):
@@ -75,6 +76,8 @@ type container struct {
 	stopped  bool
 	timer    *time.Timer
 	exited   chan struct{} // closed when the current run's process is reaped
+	logPath  string        // log file of the current or last run; "" before the first
+	logRun   int32         // the run logPath belongs to (runLogPath)
 }
 
 func newContainer(spec containerSpec, start Starter, onChange func()) *container {
@@ -106,36 +109,54 @@ func (c *container) startLocked() {
 }
 
 func (c *container) launchLocked() error {
-	logFile, err := os.OpenFile(c.spec.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	// One log file per run, as the kubelet keeps them: <restarts>.log, so `kubectl logs
+	// --previous` reads the run before. Older runs' files go.
+	logPath := runLogPath(c.spec.logDir, c.restarts)
+	if err := os.MkdirAll(c.spec.logDir, 0o755); err != nil {
+		return fmt.Errorf("creating log directory of container %s: %w", c.spec.name, err)
+	}
+	if c.restarts >= 2 {
+		_ = os.Remove(runLogPath(c.spec.logDir, c.restarts-2))
+	}
+	logs, err := newLogWriter(logPath)
 	if err != nil {
 		return fmt.Errorf("opening log of container %s: %w", c.spec.name, err)
+	}
+	stdout, stderr, err := logs.pipes()
+	if err != nil {
+		logs.close()
+		return fmt.Errorf("creating log pipes of container %s: %w", c.spec.name, err)
 	}
 	cmd := exec.Command(c.spec.argv[0], c.spec.argv[1:]...)
 	cmd.Env = c.spec.env
 	cmd.Dir = c.spec.workDir
-	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	// Pdeathsig: a container dies with the agent (also on SIGKILL), as with the control
 	// planes; Setpgid: its children can be killed with it as a group.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := c.start(cmd, c.spec.netns); err != nil {
-		_ = logFile.Close()
-		return fmt.Errorf("starting container %s (%s): %w", c.spec.name, strings.Join(c.spec.argv, " "), err)
+	startErr := c.start(cmd, c.spec.netns)
+	// The child holds its own copies; ours would keep the log readers from seeing EOF.
+	_ = stdout.Close()
+	_ = stderr.Close()
+	if startErr != nil {
+		logs.close()
+		return fmt.Errorf("starting container %s (%s): %w", c.spec.name, strings.Join(c.spec.argv, " "), startErr)
 	}
 	if err := os.WriteFile(c.spec.pidPath, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
 		// Without a pidfile the process is still found by its namespace (labnet.
 		// KillProcessesIn), so this is worth a log line in the container log only.
-		fmt.Fprintf(logFile, "lab node agent: writing pidfile: %v\n", err)
+		logs.note("lab node agent: writing pidfile: " + err.Error())
 	}
-	c.cmd, c.started, c.waiting = cmd, time.Now(), nil
+	c.cmd, c.started, c.waiting, c.logPath, c.logRun = cmd, time.Now(), nil, logPath, c.restarts
 	c.exited = make(chan struct{})
-	go c.wait(cmd, logFile, c.exited)
+	go c.wait(cmd, logs, c.exited)
 	return nil
 }
 
 // wait waits for the main process to exit, kills the rest of its group while its PID is
 // still held by the zombie (so the group ID cannot have been reused), reaps it and applies
 // the restart policy.
-func (c *container) wait(cmd *exec.Cmd, logFile *os.File, exited chan struct{}) {
+func (c *container) wait(cmd *exec.Cmd, logs *logWriter, exited chan struct{}) {
 	pid := cmd.Process.Pid
 	var info unix.Siginfo
 	for {
@@ -146,7 +167,7 @@ func (c *container) wait(cmd *exec.Cmd, logFile *os.File, exited chan struct{}) 
 	}
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	_ = cmd.Wait()
-	_ = logFile.Close()
+	logs.close()
 	_ = os.Remove(c.spec.pidPath)
 
 	code := int32(cmd.ProcessState.ExitCode())
@@ -223,6 +244,28 @@ func (c *container) stop(grace time.Duration) {
 	}
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	<-exited
+}
+
+// logFor returns the log file of the current (or last) run, or of the run before with
+// previous, and a function that reports whether the run is still writing it.
+func (c *container) logFor(previous bool) (path string, live func() bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.logPath == "" {
+		return "", nil, fmt.Errorf("container %s has not started yet", c.spec.name)
+	}
+	if previous {
+		if c.logRun == 0 {
+			return "", nil, fmt.Errorf("previous terminated container %q not found", c.spec.name)
+		}
+		return runLogPath(c.spec.logDir, c.logRun-1), func() bool { return false }, nil
+	}
+	path = c.logPath
+	return path, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.logPath == path && c.cmd != nil
+	}, nil
 }
 
 // running reports whether the main process runs, and since when.

@@ -16,6 +16,10 @@ import (
 // octopus-echo binary found next to the octopus binary.
 const EchoImage = "ghcr.io/octopus-mcs/echo"
 
+// CoreDNSImage is the cluster DNS image kubeadm deploys; the lab runs it from the CoreDNS
+// binary hack/coredns.sh builds (Images.CoreDNSBinary).
+const CoreDNSImage = "registry.k8s.io/coredns/coredns"
+
 // image is what the lab knows of a container image: the argv it would run (ENTRYPOINT and
 // CMD, as in the image's config) and how to find binaries on the host.
 type image struct {
@@ -32,6 +36,8 @@ type image struct {
 // run as host processes, so an image stands for "these programs of the host".
 var wellKnownImages = map[string]image{
 	EchoImage: {entrypoint: []string{"octopus-echo"}},
+	// CoreDNS's image has ENTRYPOINT ["/coredns"].
+	CoreDNSImage: {entrypoint: []string{"/coredns"}},
 	// busybox's CMD is sh; every program runs as a busybox applet, so `sh -c` and `sleep`
 	// behave as in the image and not as the host's bash and coreutils.
 	"busybox": {cmd: []string{"sh"}, multiCall: "busybox"},
@@ -75,6 +81,9 @@ type Images struct {
 	// EchoBinary is the octopus-echo executable. Optional: without it echo containers fail
 	// with errBinaryNotFound.
 	EchoBinary string
+	// CoreDNSBinary is the coredns executable (controlplane.CoreDNSPath). Optional: without
+	// it CoreDNS containers fail with errBinaryNotFound.
+	CoreDNSBinary string
 	// lookPath finds a program on the host; exec.LookPath unless a test replaces it.
 	lookPath func(string) (string, error)
 }
@@ -109,6 +118,9 @@ func (im Images) Argv(c corev1.Container) ([]string, error) {
 	path, err := im.resolve(argv[0])
 	if err != nil {
 		hint := "install it on this machine"
+		if filepath.Base(argv[0]) == "coredns" {
+			hint = "build it with hack/coredns.sh (make k8s-binaries)"
+		}
 		if pkg, ok := debianPackages[filepath.Base(argv[0])]; ok {
 			hint = fmt.Sprintf("install Debian package %s (hack/install-deps.sh)", pkg)
 		}
@@ -122,6 +134,15 @@ func (im Images) Argv(c corev1.Container) ([]string, error) {
 // resolve finds a program: the echo server from EchoBinary, an absolute path if it exists,
 // else its base name in PATH.
 func (im Images) resolve(name string) (string, error) {
+	if filepath.Base(name) == "coredns" {
+		if im.CoreDNSBinary == "" {
+			return "", errors.New("no CoreDNS binary configured: build it with hack/coredns.sh (make k8s-binaries)")
+		}
+		if _, err := os.Stat(im.CoreDNSBinary); err != nil {
+			return "", fmt.Errorf("%w: build it with hack/coredns.sh (make k8s-binaries)", err)
+		}
+		return im.CoreDNSBinary, nil
+	}
 	if filepath.Base(name) == "octopus-echo" {
 		if im.EchoBinary == "" {
 			return "", errors.New("no octopus-echo binary configured")

@@ -25,6 +25,9 @@ type Network interface {
 	// DialTCP connects to addr from inside the named namespace: readiness probes dial from
 	// the pod's node, as a kubelet does.
 	DialTCP(netns string, addr netip.AddrPort, timeout time.Duration) (net.Conn, error)
+	// Listen opens a TCP listener on addr inside the named namespace: the kubelet API of
+	// a node listens on the node's address.
+	Listen(netns string, addr netip.AddrPort) (net.Listener, error)
 }
 
 // LabNetwork is the Network of the lab, on labnet.
@@ -55,4 +58,9 @@ func (LabNetwork) ConfigureNode(c labnet.NodeConfig) error { return labnet.Confi
 // DialTCP is labnet.DialTCP.
 func (LabNetwork) DialTCP(netns string, addr netip.AddrPort, timeout time.Duration) (net.Conn, error) {
 	return labnet.DialTCP(netns, addr, timeout)
+}
+
+// Listen is labnet.ListenTCP.
+func (LabNetwork) Listen(netns string, addr netip.AddrPort) (net.Listener, error) {
+	return labnet.ListenTCP(netns, addr)
 }

@@ -42,10 +42,16 @@ type pod struct {
 
 	containers   []*container
 	cancelProbes context.CancelFunc
+	mounts       *podMounts // nil when the pod uses the node's files
+	// volumeErr, when set, keeps every container waiting with it (a volume the lab
+	// cannot provide).
+	volumeErr     string
+	cancelVolumes context.CancelFunc
 
 	mu       sync.Mutex
-	ready    map[string]bool // container name → readiness (probed containers only)
-	probed   map[string]bool // containers with a readiness probe the lab runs
+	tokens   map[string]issuedToken // service account tokens by volume/path
+	ready    map[string]bool        // container name → readiness (probed containers only)
+	probed   map[string]bool        // containers with a readiness probe the lab runs
 	tornDown bool
 }
 
@@ -80,7 +86,7 @@ func (p *pod) startContainers(obj *corev1.Pod) {
 func (p *pod) containerSpec(obj *corev1.Pod, c corev1.Container, policy corev1.RestartPolicy) containerSpec {
 	spec := containerSpec{
 		name: c.Name, image: c.Image, netns: p.netnsPath, policy: policy,
-		logPath: filepath.Join(p.dir, c.Name+".log"),
+		logDir:  filepath.Join(p.dir, c.Name),
 		pidPath: filepath.Join(p.dir, c.Name+".pid"),
 		workDir: "/",
 	}
@@ -88,6 +94,10 @@ func (p *pod) containerSpec(obj *corev1.Pod, c corev1.Container, policy corev1.R
 		if fi, err := os.Stat(c.WorkingDir); err == nil && fi.IsDir() {
 			spec.workDir = c.WorkingDir
 		}
+	}
+	if p.volumeErr != "" {
+		spec.setupReason, spec.setupErr = reasonConfigError, p.volumeErr
+		return spec
 	}
 	if len(obj.Spec.InitContainers) > 0 {
 		spec.setupReason, spec.setupErr = reasonConfigError, "init containers are not supported by the lab node agent"
@@ -98,7 +108,7 @@ func (p *pod) containerSpec(obj *corev1.Pod, c corev1.Container, policy corev1.R
 		spec.setupReason, spec.setupErr = reasonConfigError, err.Error()
 		return spec
 	}
-	spec.env = env
+	spec.env = append(p.agent.serviceEnv(env), env...)
 	// $(VAR) in command and args refers to the container's env, as in the kubelet.
 	c.Command, c.Args = expandAll(c.Command, env), expandAll(c.Args, env)
 	argv, err := p.agent.opts.Images.Argv(c)
@@ -109,7 +119,7 @@ func (p *pod) containerSpec(obj *corev1.Pod, c corev1.Container, policy corev1.R
 		}
 		return spec
 	}
-	spec.argv = argv
+	spec.argv = p.mounts.wrap(argv)
 	return spec
 }
 
@@ -118,11 +128,15 @@ func (p *pod) stop(grace time.Duration) {
 	if p.cancelProbes != nil {
 		p.cancelProbes()
 	}
+	if p.cancelVolumes != nil {
+		p.cancelVolumes()
+	}
 	var wg sync.WaitGroup
 	for _, c := range p.containers {
 		wg.Go(func() { c.stop(grace) })
 	}
 	wg.Wait()
+	p.mounts.stop()
 	p.mu.Lock()
 	p.tornDown = true
 	p.mu.Unlock()

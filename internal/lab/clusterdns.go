@@ -1,0 +1,159 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
+	"github.com/octopus-mcs/octopus/internal/lab/nodeagent"
+)
+
+// kubeadmCorefile is kubeadm's default Corefile (v1.37), unchanged: the crossdns issue wires
+// clusterset.local into it exactly as into a real cluster's.
+const kubeadmCorefile = `.:53 {
+    errors
+    health {
+       lameduck 5s
+    }
+    ready
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+       pods insecure
+       fallthrough in-addr.arpa ip6.arpa
+       ttl 30
+    }
+    prometheus :9153
+    forward . /etc/resolv.conf {
+       max_concurrent 1000
+    }
+    cache 30 {
+       disable success cluster.local
+       disable denial cluster.local
+    }
+    loop
+    reload
+    loadbalance
+}
+`
+
+// Names of the cluster DNS objects, kubeadm's.
+const (
+	coreDNSName     = "coredns"
+	kubeDNSService  = "kube-dns"
+	coreDNSRoleName = "system:coredns"
+	kubeSystem      = metav1.NamespaceSystem
+)
+
+// deployClusterDNS creates in a member cluster what kubeadm deploys for cluster DNS: the
+// coredns ConfigMap, ServiceAccount, ClusterRole and binding, Deployment and the kube-dns
+// Service at the service CIDR's 10th address. Objects that exist are left as they are, so a
+// user's Corefile edit survives. One replica instead of kubeadm's two: the lab shares a
+// small machine and nothing here tests DNS failover.
+func deployClusterDNS(ctx context.Context, cs kubernetes.Interface, serviceCIDR netip.Prefix) error {
+	dnsIP, err := nodeagent.ClusterDNSAddr(serviceCIDR)
+	if err != nil {
+		return err
+	}
+	labels := map[string]string{"k8s-app": kubeDNSService}
+	create := func(what string, err error) error {
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("deploying cluster DNS: creating %s: %w", what, err)
+		}
+		return nil
+	}
+	meta := metav1.ObjectMeta{Name: coreDNSName, Namespace: kubeSystem}
+	_, err = cs.CoreV1().ConfigMaps(kubeSystem).Create(ctx, &corev1.ConfigMap{ObjectMeta: meta,
+		Data: map[string]string{"Corefile": kubeadmCorefile}}, metav1.CreateOptions{})
+	if err := create("ConfigMap coredns", err); err != nil {
+		return err
+	}
+	_, err = cs.CoreV1().ServiceAccounts(kubeSystem).Create(ctx, &corev1.ServiceAccount{ObjectMeta: meta}, metav1.CreateOptions{})
+	if err := create("ServiceAccount coredns", err); err != nil {
+		return err
+	}
+	_, err = cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: coreDNSRoleName},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"endpoints", "services", "pods", "namespaces"}, Verbs: []string{"list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
+		},
+	}, metav1.CreateOptions{})
+	if err := create("ClusterRole system:coredns", err); err != nil {
+		return err
+	}
+	_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: coreDNSRoleName},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: coreDNSRoleName},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: coreDNSName, Namespace: kubeSystem}},
+	}, metav1.CreateOptions{})
+	if err := create("ClusterRoleBinding system:coredns", err); err != nil {
+		return err
+	}
+	httpProbe := func(path string, port int32) *corev1.Probe {
+		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+			Path: path, Port: intstr.FromInt32(port), Scheme: corev1.URISchemeHTTP}},
+			PeriodSeconds: 10, TimeoutSeconds: 5, FailureThreshold: 3, SuccessThreshold: 1}
+	}
+	_, err = cs.AppsV1().Deployments(kubeSystem).Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: coreDNSName, Namespace: kubeSystem, Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: coreDNSName,
+					PriorityClassName:  "system-cluster-critical",
+					// As kubeadm: CoreDNS forwards other names to the node's resolvers.
+					DNSPolicy: corev1.DNSDefault,
+					Containers: []corev1.Container{{
+						Name:  coreDNSName,
+						Image: nodeagent.CoreDNSImage + ":" + controlplane.CoreDNSVersion,
+						Args:  []string{"-conf", "/etc/coredns/Corefile"},
+						VolumeMounts: []corev1.VolumeMount{
+							{Name: "config-volume", MountPath: "/etc/coredns", ReadOnly: true},
+						},
+						Ports: []corev1.ContainerPort{
+							{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP},
+							{Name: "dns-tcp", ContainerPort: 53, Protocol: corev1.ProtocolTCP},
+							{Name: "metrics", ContainerPort: 9153, Protocol: corev1.ProtocolTCP},
+						},
+						LivenessProbe:  httpProbe("/health", 8080),
+						ReadinessProbe: httpProbe("/ready", 8181),
+					}},
+					Volumes: []corev1.Volume{{Name: "config-volume", VolumeSource: corev1.VolumeSource{
+						ConfigMap: &corev1.ConfigMapVolumeSource{
+							LocalObjectReference: corev1.LocalObjectReference{Name: coreDNSName},
+							Items:                []corev1.KeyToPath{{Key: "Corefile", Path: "Corefile"}},
+						}}}},
+				},
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err := create("Deployment coredns", err); err != nil {
+		return err
+	}
+	_, err = cs.CoreV1().Services(kubeSystem).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: kubeDNSService, Namespace: kubeSystem, Labels: labels},
+		Spec: corev1.ServiceSpec{
+			Selector:  labels,
+			ClusterIP: dnsIP.String(),
+			Ports: []corev1.ServicePort{
+				{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(53)},
+				{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(53)},
+				{Name: "metrics", Port: 9153, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(9153)},
+			},
+		},
+	}, metav1.CreateOptions{})
+	return create("Service kube-dns", err)
+}
