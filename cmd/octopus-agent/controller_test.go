@@ -22,14 +22,12 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/config/crd"
 	"github.com/octopus-mcs/octopus/internal/hub"
-	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
@@ -50,8 +48,8 @@ func TestControllerHeartbeatsAsProcess(t *testing.T) {
 	bin := buildAgent(t)
 	env := testenv.ControlPlanes(t, "hub", "east")
 	hubCP, memberCP := env.Cluster("hub"), env.Cluster("east")
-	hubAdmin := newClient(t, hubCP.RESTConfig())
-	memberAdmin := newClient(t, memberCP.RESTConfig())
+	hubAdmin := testenv.Client(t, hubCP.RESTConfig())
+	memberAdmin := testenv.Client(t, memberCP.RESTConfig())
 
 	installHub(t, hubAdmin)
 	token := clusterToken(t, hubAdmin)
@@ -245,15 +243,6 @@ func clusterCondition(t *testing.T, c client.Client, status metav1.ConditionStat
 		return fmt.Errorf("condition %s is %+v, want %s/%s", v1alpha1.ClusterConditionAgentConnected, got, status, reason)
 	}
 	return nil
-}
-
-func newClient(t *testing.T, cfg *rest.Config) client.Client {
-	t.Helper()
-	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
 
 func create(t *testing.T, c client.Client, obj client.Object) {

@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -43,6 +46,10 @@ type ControllerOptions struct {
 	// HeartbeatInterval and LeaseDuration configure the heartbeat (see cluster.HeartbeatOptions).
 	HeartbeatInterval time.Duration
 	LeaseDuration     time.Duration
+	// StaleClusterTTL is how long another cluster's heartbeat Lease may stay expired before its
+	// endpoints are withdrawn from this cluster's imports. Optional; the default of
+	// servicediscovery.DefaultStaleClusterTTL when zero.
+	StaleClusterTTL time.Duration
 	// HealthProbeBindAddress and MetricsBindAddress are the managers' listen addresses; "0"
 	// turns them off.
 	HealthProbeBindAddress string
@@ -87,6 +94,9 @@ func RunController(ctx context.Context, o ControllerOptions) error {
 	// much later: a bad flag should fail at startup.
 	if o.HeartbeatInterval > 0 && o.LeaseDuration > 0 && o.LeaseDuration <= o.HeartbeatInterval {
 		return fmt.Errorf("lease duration %s must be longer than the heartbeat interval %s", o.LeaseDuration, o.HeartbeatInterval)
+	}
+	if o.StaleClusterTTL < 0 {
+		return fmt.Errorf("the stale cluster TTL %s must not be negative; pass 0 for the default %s", o.StaleClusterTTL, servicediscovery.DefaultStaleClusterTTL)
 	}
 	mgr, err := manager.New(o.Member, manager.Options{
 		Scheme:                  kube.Scheme,
@@ -144,10 +154,19 @@ func (r *hubComponents) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("creating a client of the hub %s: %w", cred.Server, err)
 	}
+	// The hub may be down when the agent starts (DESIGN §5): what was imported stays in place
+	// meanwhile, since nothing here writes to the member until the hub's caches have synced.
+	if err := waitForHub(ctx, hubClient, cred); err != nil {
+		if ctx.Err() != nil {
+			return nil //nolint:nilerr // shutting down while the hub is unreachable is not a failure
+		}
+		return err
+	}
 	// Added now rather than with the manager: they need the credential, and the MCS CRDs
 	// they watch exist only once the cluster has joined.
 	if err := servicediscovery.Setup(r.mgr, servicediscovery.ExportOptions{
 		Hub: cred.RESTConfig(), HubNamespace: cred.Namespace, ClusterID: cred.ClusterID,
+		StaleClusterTTL: r.opts.StaleClusterTTL, HubMapper: hubClient.RESTMapper(),
 	}); err != nil {
 		return err
 	}
@@ -164,6 +183,61 @@ func (r *hubComponents) Start(ctx context.Context) error {
 		return err
 	}
 	return heartbeat.Start(ctx)
+}
+
+// resolveKinds asks m for the mapping of every kind, so that it has them cached.
+func resolveKinds(m meta.RESTMapper, kinds []schema.GroupVersionKind) error {
+	for _, gvk := range kinds {
+		if _, err := m.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+			return fmt.Errorf("discovering %s on the hub: %w", gvk.Kind, err)
+		}
+	}
+	return nil
+}
+
+const (
+	// hubRetryInitial and hubRetryMax bound the backoff between attempts to reach the hub at
+	// start: quick when the hub is only restarting, at most one request every few seconds
+	// when it is down for long.
+	hubRetryInitial = 200 * time.Millisecond
+	hubRetryMax     = 5 * time.Second
+)
+
+// waitForHub returns once the hub answers a read of this cluster's Cluster object and
+// hubClient's RESTMapper has resolved servicediscovery.HubKinds (the controllers' hub caches
+// share that mapper, so setting them up needs no further request), retrying with backoff
+// while the hub is unreachable and logging when it starts and stops waiting. Only ctx ends it
+// early: an agent that exits because the hub is down would gain nothing by restarting.
+func waitForHub(ctx context.Context, hubClient client.Client, cred hub.Credential) error {
+	log := logf.FromContext(ctx)
+	key := client.ObjectKey{Namespace: cred.Namespace, Name: cred.ClusterID}
+	delay := hubRetryInitial
+	start := time.Now()
+	for attempt := 0; ; attempt++ {
+		reqCtx, cancel := context.WithTimeout(ctx, hubRetryMax)
+		err := hubClient.Get(reqCtx, key, &v1alpha1.Cluster{})
+		cancel()
+		if err == nil || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+			err = resolveKinds(hubClient.RESTMapper(), servicediscovery.HubKinds)
+		}
+		if err == nil {
+			// The hub answers: a missing Cluster or a refused credential is the heartbeat's to
+			// report, and the controllers' to retry.
+			if attempt > 0 {
+				log.Info("Reached the hub", "hub", cred.Server, "after", time.Since(start).Round(time.Millisecond).String())
+			}
+			return nil
+		}
+		if attempt == 0 {
+			log.Info("Waiting for the hub to become reachable; imported services stay as they are meanwhile", "hub", cred.Server, "reason", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the hub %s: %w", cred.Server, context.Cause(ctx))
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, hubRetryMax)
+	}
 }
 
 // WaitForCredential reads the cluster's hub credential from the member cluster, retrying every

@@ -49,6 +49,8 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 		newLeaveCommand(streams),
 		newShowCommand(streams),
 		newLabCommand(streams),
+		newExportCommand(streams),
+		newUnexportCommand(streams),
 	)
 	return root
 }

@@ -30,7 +30,6 @@ import (
 	"github.com/octopus-mcs/octopus/internal/agent"
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/hub"
-	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
@@ -53,16 +52,24 @@ type fabric struct {
 	joined  map[string]*cluster.Joined
 	members map[string]client.Client // admin
 	stop    map[string]func()        // stops a member's agent
+	opts    agent.ControllerOptions  // the agents' options
 }
 
 func newFabric(t *testing.T, members ...string) *fabric {
+	t.Helper()
+	return newFabricWith(t, agent.ControllerOptions{}, members...)
+}
+
+// newFabricWith is newFabric with the agents' options (member, identity and the settings every
+// test agent needs are filled in).
+func newFabricWith(t *testing.T, agentOpts agent.ControllerOptions, members ...string) *fabric {
 	t.Helper()
 	env := testenv.ControlPlanes(t, append([]string{"hub"}, members...)...)
 	info, err := hub.Deploy(t.Context(), env.Cluster("hub").RESTConfig(), hub.DeployOptions{})
 	if err != nil {
 		t.Fatalf("deploying the hub: %v", err)
 	}
-	f := &fabric{env: env, hub: newClient(t, env.Cluster("hub").RESTConfig()), ns: info.Namespace, joined: map[string]*cluster.Joined{}, members: map[string]client.Client{}, stop: map[string]func(){}}
+	f := &fabric{env: env, hub: testenv.Client(t, env.Cluster("hub").RESTConfig()), ns: info.Namespace, joined: map[string]*cluster.Joined{}, members: map[string]client.Client{}, stop: map[string]func(){}, opts: agentOpts}
 	for _, name := range members {
 		cfg := env.Cluster(name).RESTConfig()
 		j, err := cluster.Join(t.Context(), cfg, cluster.JoinOptions{BrokerInfo: info, ClusterID: name, PodCIDRs: []string{env.Cluster(name).PodCIDR.String()}})
@@ -70,22 +77,22 @@ func newFabric(t *testing.T, members ...string) *fabric {
 			t.Fatalf("joining %s: %v", name, err)
 		}
 		f.joined[name] = j
-		f.members[name] = newClient(t, cfg)
-		f.stop[name] = startAgent(t, name, cfg)
+		f.members[name] = testenv.Client(t, cfg)
+		f.stop[name] = startAgent(t, name, cfg, agentOpts)
 	}
 	return f
 }
 
 // startAgent runs what `octopus-agent controller` runs, until the test ends or the returned
 // function is called.
-func startAgent(t *testing.T, name string, cfg *rest.Config) func() {
+func startAgent(t *testing.T, name string, cfg *rest.Config, o agent.ControllerOptions) func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	o.Member, o.Identity = cfg, name
+	o.HealthProbeBindAddress, o.MetricsBindAddress = "0", "0"
+	o.CredentialPollInterval = 100 * time.Millisecond
 	go func() {
-		done <- agent.RunController(ctx, agent.ControllerOptions{
-			Member: cfg, HealthProbeBindAddress: "0", MetricsBindAddress: "0", Identity: name,
-			CredentialPollInterval: 100 * time.Millisecond,
-		})
+		done <- agent.RunController(ctx, o)
 	}()
 	stop := sync.OnceFunc(func() {
 		cancel()
@@ -95,15 +102,6 @@ func startAgent(t *testing.T, name string, cfg *rest.Config) func() {
 	})
 	t.Cleanup(stop)
 	return stop
-}
-
-func newClient(t *testing.T, cfg *rest.Config) client.Client {
-	t.Helper()
-	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
 
 // eventually polls check until it returns "" (success) or a minute passes, then fails with
@@ -340,7 +338,7 @@ func TestExport(t *testing.T) {
 			target = s[0]
 			return ""
 		})
-		asEast := newClient(t, f.joined["east"].Credential.RESTConfig())
+		asEast := testenv.Client(t, f.joined["east"].Credential.RESTConfig())
 		evil := netip.MustParseAddr("10.101.0.66").String()
 
 		hijack := target.DeepCopy()

@@ -52,6 +52,10 @@ type ImportReconciler struct {
 	// hubServiceIndex (a cache as SetupImport builds).
 	Hub          client.Reader
 	HubNamespace string
+
+	// liveness says which clusters' endpoints are withdrawn because their heartbeat stopped;
+	// nil withdraws none.
+	liveness *liveness
 }
 
 // +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceimports,verbs=get;list;watch;create;update;patch;delete
@@ -284,8 +288,19 @@ func (r *ImportReconciler) fromHub(ctx context.Context, key types.NamespacedName
 	}
 	// Records without a source cluster cannot be attributed; the ownership policy makes them
 	// impossible, but a slice must never be imported under the wrong cluster.
-	recs := slices.DeleteFunc(records.Items, func(r mcsv1beta1.ServiceImport) bool { return r.Labels[mcsv1beta1.LabelSourceCluster] == "" })
-	return recs, hubSlices.Items, nil
+	recs := slices.DeleteFunc(records.Items, func(rec mcsv1beta1.ServiceImport) bool {
+		return rec.Labels[mcsv1beta1.LabelSourceCluster] == "" || r.withdrawn(rec.Labels[mcsv1beta1.LabelSourceCluster])
+	})
+	// A withdrawn cluster's slices go with its records: it no longer counts as an exporter.
+	sls := slices.DeleteFunc(hubSlices.Items, func(s discoveryv1.EndpointSlice) bool {
+		return r.withdrawn(s.Labels[mcsv1beta1.LabelSourceCluster])
+	})
+	return recs, sls, nil
+}
+
+// withdrawn reports whether clusterID's endpoints are withdrawn for lack of a heartbeat.
+func (r *ImportReconciler) withdrawn(clusterID string) bool {
+	return r.liveness != nil && r.liveness.Withdrawn(clusterID)
 }
 
 // importedSlices returns our imported slices of key by name.

@@ -4,10 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -41,13 +46,35 @@ type ExportOptions struct {
 	ClusterID string
 	// Addresses chooses the published addresses. Optional, DirectAddresses when nil.
 	Addresses AddressPolicy
+	// StaleClusterTTL is how long another cluster's heartbeat Lease may stay expired before the
+	// import side withdraws its endpoints. Optional; DefaultStaleClusterTTL when zero.
+	StaleClusterTTL time.Duration
+	// HubMapper is a RESTMapper of the hub that already resolved the kinds in HubKinds.
+	// Optional: with it, setting up sends no request to the hub, so a hub that flaps right then
+	// (e.g. discovery failing just after an API server restart) cannot fail the setup; without
+	// it, each hub cache discovers the hub's API itself.
+	HubMapper meta.RESTMapper
+}
+
+// HubKinds are the hub kinds the export and import controllers watch, for warming HubMapper.
+var HubKinds = []schema.GroupVersionKind{
+	mcsv1beta1.SchemeGroupVersion.WithKind("ServiceImport"),
+	discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"),
+	coordinationv1.SchemeGroupVersion.WithKind("Lease"),
+}
+
+// useMapper makes a hub cache use m, when it is given.
+func useMapper(co *cluster.Options, m meta.RESTMapper) {
+	if m != nil {
+		co.MapperProvider = func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return m, nil }
+	}
 }
 
 // Setup adds the export and import controllers to mgr, sharing one hub cache of every
 // cluster's exports: the import side builds from it, and the export side reads it to set the
 // Conflict condition. It may be called after mgr has started.
 func Setup(mgr manager.Manager, o ExportOptions) error {
-	exports, err := setupImport(mgr, ImportOptions{Hub: o.Hub, HubNamespace: o.HubNamespace})
+	exports, err := setupImport(mgr, ImportOptions{Hub: o.Hub, HubNamespace: o.HubNamespace, ClusterID: o.ClusterID, StaleClusterTTL: o.StaleClusterTTL, HubMapper: o.HubMapper})
 	if err != nil {
 		return err
 	}
@@ -72,6 +99,7 @@ func setupExport(mgr manager.Manager, o ExportOptions, exports cache.Cache) erro
 	}
 	hubCluster, err := cluster.New(o.Hub, func(co *cluster.Options) {
 		co.Scheme = kube.Scheme
+		useMapper(co, o.HubMapper)
 		co.Cache = cache.Options{
 			DefaultNamespaces: map[string]cache.Config{o.HubNamespace: {}},
 			// Only our own objects: the rest of the cluster set's are not ours to manage here,
@@ -112,7 +140,7 @@ func (r *ExportReconciler) SetupWithManager(mgr manager.Manager, hubCache cache.
 	err := b.
 		// The agent runs one of these per process, but tests run one agent per member cluster
 		// in one process, and controller names are checked process-wide.
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(true), CacheSyncTimeout: hubCacheSyncTimeout}).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("setting up the service export controller: %w", err)
@@ -155,6 +183,12 @@ func hubService[T client.Object](_ context.Context, o T) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}}
 }
 
+// hubCacheSyncTimeout is how long the controllers wait for their hub caches to sync at start:
+// practically forever. The default (2 minutes) would make the controller, and with it the
+// agent, exit when the hub is down at start; the informers retry on their own, and nothing
+// imported is touched before they have synced, which is the behaviour DESIGN §5 asks for.
+const hubCacheSyncTimeout = 100 * 365 * 24 * time.Hour
+
 // hubServiceIndex indexes the import side's hub cache by the exported service, namespace/name,
 // and hubNamespaceIndex by its namespace: reconciles and namespace events look records up by
 // them, which without an index would scan every cluster's exports each time.
@@ -170,6 +204,15 @@ type ImportOptions struct {
 	Hub *rest.Config
 	// HubNamespace is the hub's namespace. Required.
 	HubNamespace string
+	// ClusterID is this cluster's ID. Optional: with it, only this cluster's own fresh heartbeat
+	// proves the hub reachable before another cluster's endpoints are withdrawn (see liveness);
+	// without it, any cluster's does.
+	ClusterID string
+	// StaleClusterTTL is how long a cluster's heartbeat Lease may stay expired before its
+	// endpoints are withdrawn. Optional; DefaultStaleClusterTTL when zero.
+	StaleClusterTTL time.Duration
+	// HubMapper is as in ExportOptions. Optional.
+	HubMapper meta.RESTMapper
 }
 
 // SetupImport adds the import controller to mgr, which runs against the member cluster, along
@@ -185,17 +228,33 @@ func setupImport(mgr manager.Manager, o ImportOptions) (cache.Cache, error) {
 	if o.Hub == nil || o.HubNamespace == "" {
 		return nil, errors.New("setting up the service import controller: hub configuration and namespace are required")
 	}
+	if o.StaleClusterTTL < 0 {
+		return nil, fmt.Errorf("setting up the service import controller: the stale cluster TTL %s must not be negative", o.StaleClusterTTL)
+	}
+	if o.StaleClusterTTL == 0 {
+		o.StaleClusterTTL = DefaultStaleClusterTTL
+	}
+	heartbeats, err := labels.NewRequirement(v1alpha1.ClusterLabel, selection.Exists, nil)
+	if err != nil {
+		return nil, fmt.Errorf("selecting heartbeat Leases: %w", err)
+	}
 	exported, err := labels.NewRequirement(v1alpha1.ServiceNamespaceLabel, selection.Exists, nil)
 	if err != nil {
 		return nil, fmt.Errorf("selecting exported services: %w", err)
 	}
 	hubCluster, err := cluster.New(o.Hub, func(co *cluster.Options) {
 		co.Scheme = kube.Scheme
+		useMapper(co, o.HubMapper)
 		co.Cache = cache.Options{
 			DefaultNamespaces: map[string]cache.Config{o.HubNamespace: {}},
 			// Only exported services' records and slices: the hub namespace holds other
 			// EndpointSlices and nothing else of the cluster set is needed here.
 			DefaultLabelSelector: labels.NewSelector().Add(*exported),
+			// Every cluster's heartbeat Lease, to withdraw the endpoints of clusters that stopped
+			// heartbeating (see liveness).
+			ByObject: map[client.Object]cache.ByObject{
+				&coordinationv1.Lease{}: {Label: labels.NewSelector().Add(*heartbeats)},
+			},
 		}
 	})
 	if err != nil {
@@ -219,7 +278,10 @@ func setupImport(mgr manager.Manager, o ImportOptions) (cache.Cache, error) {
 	if err := mgr.Add(hubCluster); err != nil {
 		return nil, fmt.Errorf("adding the hub cache of exported services: %w", err)
 	}
-	r := &ImportReconciler{Member: mgr.GetClient(), Hub: hubCluster.GetCache(), HubNamespace: o.HubNamespace}
+	r := &ImportReconciler{
+		Member: mgr.GetClient(), Hub: hubCluster.GetCache(), HubNamespace: o.HubNamespace,
+		liveness: newLiveness(o.StaleClusterTTL, o.ClusterID, hubCluster.GetCache(), o.HubNamespace),
+	}
 	if err := r.SetupWithManager(mgr, hubCluster.GetCache()); err != nil {
 		return nil, err
 	}
@@ -235,6 +297,7 @@ func (r *ImportReconciler) SetupWithManager(mgr manager.Manager, hubCache cache.
 		Named("serviceimport").
 		WatchesRawSource(source.Kind(hubCache, &mcsv1beta1.ServiceImport{}, handler.TypedEnqueueRequestsFromMapFunc(hubService[*mcsv1beta1.ServiceImport]))).
 		WatchesRawSource(source.Kind(hubCache, &discoveryv1.EndpointSlice{}, handler.TypedEnqueueRequestsFromMapFunc(hubService[*discoveryv1.EndpointSlice]))).
+		WatchesRawSource(source.Kind(hubCache, &coordinationv1.Lease{}, r.liveness.handler())).
 		Watches(&mcsv1beta1.ServiceImport{}, &handler.EnqueueRequestForObject{}, builder.WithPredicates(predicate.NewPredicateFuncs(ownedByUs))).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(importedService), builder.WithPredicates(predicate.NewPredicateFuncs(ownedByUs))).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(importedService), builder.WithPredicates(predicate.NewPredicateFuncs(importedSlice))).
@@ -244,7 +307,8 @@ func (r *ImportReconciler) SetupWithManager(mgr manager.Manager, hubCache cache.
 			DeleteFunc:  func(event.DeleteEvent) bool { return false },
 			GenericFunc: func(event.GenericEvent) bool { return false },
 		})).
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}). // see the export controller
+		// See the export controller for both options.
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(true), CacheSyncTimeout: hubCacheSyncTimeout}).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("setting up the service import controller: %w", err)

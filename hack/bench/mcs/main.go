@@ -1,0 +1,319 @@
+// Command mcs measures how fast an exported service reaches another cluster: the time from a
+// ServiceExport's creation in cluster A until cluster B holds both its ServiceImport and an
+// imported EndpointSlice with an endpoint. It starts real control planes (a hub and N member
+// clusters), joins them and runs each member's agent controller in this process, then exports
+// services in A one at a time and watches B.
+//
+// Side by side it measures the baseline every such path pays twice (A→hub, hub→B): a write in
+// A seen by a watch on A.
+//
+//	go run ./hack/bench/mcs -exports 200 -rounds 3
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/octopus-mcs/octopus/internal/agent"
+	"github.com/octopus-mcs/octopus/internal/cluster"
+	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
+	"github.com/octopus-mcs/octopus/internal/testenv"
+)
+
+func main() {
+	exports := flag.Int("exports", 200, "services exported one after another per round")
+	rounds := flag.Int("rounds", 3, "rounds, each in a fresh namespace; the summary is the median over rounds")
+	members := flag.Int("clusters", 3, "member clusters besides the hub (A is the first, B the second)")
+	timeout := flag.Duration("timeout", 30*time.Second, "how long one export may take to propagate before the run fails")
+	flag.Parse()
+	logf.SetLogger(logr.Discard())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, *members, *exports, *rounds, *timeout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mcs benchmark:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, members, exports, rounds int, timeout time.Duration) error {
+	if members < 2 || exports < 1 || rounds < 1 {
+		return errors.New("need at least 2 clusters, 1 export and 1 round")
+	}
+	root, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	bin, err := controlplane.EnsureBinaries(ctx, root, os.Stderr)
+	if err != nil {
+		return fmt.Errorf("control-plane binaries (run from the repository root): %w", err)
+	}
+	dir, err := os.MkdirTemp("", "octopus-bench-mcs-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	names := []string{"hub"}
+	opts := []controlplane.ClusterOptions{}
+	for i := range members {
+		names = append(names, fmt.Sprintf("c%d", i+1))
+	}
+	for i, n := range names {
+		svc, pod := testenv.CIDRs(i)
+		opts = append(opts, controlplane.ClusterOptions{Name: n, ServiceCIDR: svc, PodCIDR: pod})
+	}
+	env, err := controlplane.Start(ctx, controlplane.Options{BinDir: bin, Dir: filepath.Join(dir, "env"), Progress: io.Discard}, opts...)
+	if err != nil {
+		return fmt.Errorf("starting control planes: %w", err)
+	}
+	defer func() { _ = env.Stop() }()
+	info, err := hub.Deploy(ctx, env.Cluster("hub").RESTConfig(), hub.DeployOptions{})
+	if err != nil {
+		return fmt.Errorf("deploying the hub: %w", err)
+	}
+	agentCtx, stopAgents := context.WithCancel(ctx)
+	var agents sync.WaitGroup
+	defer func() { stopAgents(); agents.Wait() }()
+	for _, n := range names[1:] {
+		cp := env.Cluster(n)
+		if _, err := cluster.Join(ctx, cp.RESTConfig(), cluster.JoinOptions{BrokerInfo: info, ClusterID: n, PodCIDRs: []string{cp.PodCIDR.String()}}); err != nil {
+			return fmt.Errorf("joining %s: %w", n, err)
+		}
+		agents.Go(func() {
+			if err := agent.RunController(agentCtx, agent.ControllerOptions{Member: cp.RESTConfig(), Identity: n, HealthProbeBindAddress: "0", MetricsBindAddress: "0", CredentialPollInterval: 100 * time.Millisecond}); err != nil {
+				fmt.Fprintf(os.Stderr, "agent of %s: %v\n", n, err)
+			}
+		})
+	}
+	a, b := env.Cluster(names[1]), env.Cluster(names[2])
+	fmt.Printf("clusters: hub + %d; exports per round: %d; A=%s, B=%s\n", members, exports, a.Name, b.Name)
+	var p50s, p99s, base50s, base99s []time.Duration
+	for r := range rounds {
+		lat, base, err := round(ctx, a.RESTConfig(), b.RESTConfig(), fmt.Sprintf("bench-%d", r), names[1:], exports, timeout, env)
+		if err != nil {
+			return fmt.Errorf("round %d: %w", r+1, err)
+		}
+		p50, p99 := quantile(lat, 0.50), quantile(lat, 0.99)
+		b50, b99 := quantile(base, 0.50), quantile(base, 0.99)
+		fmt.Printf("round %d: propagation p50 %s p99 %s max %s | baseline (watch on A) p50 %s p99 %s\n",
+			r+1, ms(p50), ms(p99), ms(slices.Max(lat)), ms(b50), ms(b99))
+		p50s, p99s, base50s, base99s = append(p50s, p50), append(p99s, p99), append(base50s, b50), append(base99s, b99)
+	}
+	fmt.Printf("median over %d rounds: propagation p50 %s p99 %s | baseline p50 %s p99 %s\n",
+		rounds, ms(quantile(p50s, 0.5)), ms(quantile(p99s, 0.5)), ms(quantile(base50s, 0.5)), ms(quantile(base99s, 0.5)))
+	return nil
+}
+
+// round exports n services from A in namespace ns, one after another, and returns for each
+// the time until B held the import with an endpoint, and until A's own watch saw the export.
+func round(ctx context.Context, cfgA, cfgB *rest.Config, ns string, clusters []string, n int, timeout time.Duration, env *controlplane.Environment) (lat, base []time.Duration, err error) {
+	ca, err := client.New(cfgA, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, c := range clusters {
+		mc, err := client.New(env.Cluster(c).RESTConfig(), client.Options{Scheme: kube.Scheme})
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := mc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return nil, nil, fmt.Errorf("creating namespace %s in %s: %w", ns, c, err)
+		}
+	}
+	// The Services exist beforehand: what is measured is the export.
+	for i := range n {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: svcName(i)}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
+		if err := ca.Create(ctx, svc); err != nil {
+			return nil, nil, fmt.Errorf("creating Service %s: %w", svc.Name, err)
+		}
+	}
+
+	seenB := newSightings()
+	seenA := newSightings()
+	stopWatch, err := watch(ctx, cfgB, ns, seenB, cfgA, seenA)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer stopWatch()
+
+	for i := range n {
+		name := svcName(i)
+		start := time.Now()
+		if err := ca.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
+			return nil, nil, fmt.Errorf("creating ServiceExport %s: %w", name, err)
+		}
+		got, err := seenB.wait(ctx, name, timeout)
+		if err != nil {
+			return nil, nil, fmt.Errorf("export %s did not reach B: %w", name, err)
+		}
+		exp, err := seenA.wait(ctx, name, timeout)
+		if err != nil {
+			return nil, nil, fmt.Errorf("export %s not seen by A's watch: %w", name, err)
+		}
+		lat, base = append(lat, got.Sub(start)), append(base, exp.Sub(start))
+	}
+	return lat, base, nil
+}
+
+func svcName(i int) string { return fmt.Sprintf("svc-%04d", i) }
+
+// sightings records when each service became complete in a watch.
+type sightings struct {
+	mu     sync.Mutex
+	si     map[string]time.Time
+	slice  map[string]time.Time
+	done   map[string]time.Time
+	notify chan struct{}
+}
+
+func newSightings() *sightings {
+	return &sightings{si: map[string]time.Time{}, slice: map[string]time.Time{}, done: map[string]time.Time{}, notify: make(chan struct{}, 1)}
+}
+
+// mark records part ("si", "slice" or "export") of name seen now.
+func (s *sightings) mark(name, part string) {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch part {
+	case "si":
+		if _, ok := s.si[name]; !ok {
+			s.si[name] = now
+		}
+	case "slice":
+		if _, ok := s.slice[name]; !ok {
+			s.slice[name] = now
+		}
+	case "export":
+		if _, ok := s.done[name]; !ok {
+			s.done[name] = now
+		}
+	}
+	if _, ok := s.done[name]; !ok {
+		si, ok1 := s.si[name]
+		sl, ok2 := s.slice[name]
+		if ok1 && ok2 {
+			s.done[name] = later(si, sl)
+		}
+	}
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func (s *sightings) wait(ctx context.Context, name string, timeout time.Duration) (time.Time, error) {
+	deadline := time.After(timeout)
+	for {
+		s.mu.Lock()
+		t, ok := s.done[name]
+		s.mu.Unlock()
+		if ok {
+			return t, nil
+		}
+		// One waiter at a time, and mark leaves a token in notify: no sighting is missed.
+		select {
+		case <-s.notify:
+		case <-deadline:
+			return time.Time{}, fmt.Errorf("not within %s", timeout)
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		}
+	}
+}
+
+// watch starts informers on B (imports and imported slices in ns) and on A (exports in ns),
+// feeding seenB and seenA, and returns once they have synced.
+func watch(ctx context.Context, cfgB *rest.Config, ns string, seenB *sightings, cfgA *rest.Config, seenA *sightings) (func(), error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	stop := func() { cancel(); wg.Wait() }
+	start := func(cfg *rest.Config, handlers map[client.Object]func(obj any)) error {
+		c, err := cache.New(cfg, cache.Options{Scheme: kube.Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
+		if err != nil {
+			return err
+		}
+		for obj, h := range handlers {
+			inf, err := c.GetInformer(ctx, obj)
+			if err != nil {
+				return err
+			}
+			if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: h, UpdateFunc: func(_, o any) { h(o) }}); err != nil {
+				return err
+			}
+		}
+		wg.Go(func() { _ = c.Start(ctx) })
+		if !c.WaitForCacheSync(ctx) {
+			return errors.New("watch caches did not sync")
+		}
+		return nil
+	}
+	err := start(cfgB, map[client.Object]func(any){
+		&mcsv1beta1.ServiceImport{}: func(o any) {
+			// Usable once it has its ClusterSet IP.
+			if si, ok := o.(*mcsv1beta1.ServiceImport); ok && len(si.Spec.IPs) > 0 {
+				seenB.mark(si.Name, "si")
+			}
+		},
+		&discoveryv1.EndpointSlice{}: func(o any) {
+			s, ok := o.(*discoveryv1.EndpointSlice)
+			if ok && s.Labels[mcsv1beta1.LabelSourceCluster] != "" && len(s.Endpoints) > 0 {
+				seenB.mark(s.Labels[mcsv1beta1.LabelServiceName], "slice")
+			}
+		},
+	})
+	if err == nil {
+		err = start(cfgA, map[client.Object]func(any){
+			&mcsv1beta1.ServiceExport{}: func(o any) {
+				if se, ok := o.(*mcsv1beta1.ServiceExport); ok {
+					seenA.mark(se.Name, "export")
+				}
+			},
+		})
+	}
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("watching: %w", err)
+	}
+	return stop, nil
+}
+
+// quantile returns the q-quantile of d (nearest rank).
+func quantile(d []time.Duration, q float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func ms(d time.Duration) string { return d.Round(100 * time.Microsecond).String() }

@@ -1,0 +1,214 @@
+package cli
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/octopus-mcs/octopus/internal/kube"
+)
+
+type showServicesOptions struct {
+	IOStreams
+	kube      kubeconfigFlags
+	namespace string
+	output    string
+}
+
+func newShowServicesCommand(streams IOStreams) *cobra.Command {
+	o := &showServicesOptions{IOStreams: streams}
+	cmd := &cobra.Command{
+		Use:   "services",
+		Short: "List the multi-cluster services a cluster sees: imports, their clusters and endpoints, and its own exports",
+		Long: `Reads one cluster (not the hub): its ServiceImports (type and the clusters that export each
+service), the imported EndpointSlices (endpoints ready of total), and its ServiceExports (whether
+the service is exported from here, and the Conflict condition's verdict).
+
+  octopus show services --kubeconfig west.yaml
+  octopus show services -n shop -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	o.kube.addFlags(cmd.Flags(), "cluster to look at")
+	cmd.Flags().StringVarP(&o.namespace, "namespace", "n", "", "only this namespace (default: all namespaces)")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "table or json")
+	return cmd
+}
+
+func (o *showServicesOptions) Validate() error {
+	if o.output != "table" && o.output != "json" {
+		return fmt.Errorf("-o %q: want table or json", o.output)
+	}
+	return nil
+}
+
+// serviceStatus is one row of `show services`, and its JSON form.
+type serviceStatus struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Type is the import's type, empty while the service is not imported here.
+	Type mcsv1beta1.ServiceImportType `json:"type,omitempty"`
+	// Clusters export the service (the import's status.clusters).
+	Clusters []string `json:"clusters"`
+	// ReadyEndpoints and Endpoints count the imported endpoints of every cluster.
+	ReadyEndpoints int `json:"readyEndpoints"`
+	Endpoints      int `json:"endpoints"`
+	// Export is this cluster's export of the service: its conditions; nil when not exported here.
+	Export *localExport `json:"export,omitempty"`
+}
+
+type localExport struct {
+	// State is Exported, Pending or the Valid condition's reason (NoService, …).
+	State      string             `json:"state"`
+	Conflict   *metav1.Condition  `json:"conflict,omitempty"`
+	Conditions []metav1.Condition `json:"conditions"`
+}
+
+func (o *showServicesOptions) Run(ctx context.Context) error {
+	cfg, err := o.kube.restConfig()
+	if err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return fmt.Errorf("connecting to %s: %w", cfg.Host, err)
+	}
+	rows, err := collectServices(ctx, c, o.namespace)
+	if meta.IsNoMatchError(err) {
+		return fmt.Errorf("%s has no MCS API (ServiceExport/ServiceImport): join it with `octopus join BROKER-INFO --cluster-id ID`: %w", cfg.Host, err)
+	}
+	if err != nil {
+		return err
+	}
+	if o.output == "json" {
+		enc := json.NewEncoder(o.Out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	return renderServices(o.Out, rows)
+}
+
+// collectServices reads the multi-cluster services of one cluster, sorted by namespace and name.
+func collectServices(ctx context.Context, c client.Reader, namespace string) ([]serviceStatus, error) {
+	var opts []client.ListOption
+	if namespace != "" {
+		opts = append(opts, client.InNamespace(namespace))
+	}
+	imports := &mcsv1beta1.ServiceImportList{}
+	if err := c.List(ctx, imports, opts...); err != nil {
+		return nil, fmt.Errorf("listing ServiceImports: %w", err)
+	}
+	exports := &mcsv1beta1.ServiceExportList{}
+	if err := c.List(ctx, exports, opts...); err != nil {
+		return nil, fmt.Errorf("listing ServiceExports: %w", err)
+	}
+	// Imported slices carry the MCS labels; the cluster's own slices never do.
+	sl := &discoveryv1.EndpointSliceList{}
+	if err := c.List(ctx, sl, append(opts, client.HasLabels{mcsv1beta1.LabelServiceName, mcsv1beta1.LabelSourceCluster})...); err != nil {
+		return nil, fmt.Errorf("listing imported EndpointSlices: %w", err)
+	}
+
+	rows := map[client.ObjectKey]*serviceStatus{}
+	row := func(ns, name string) *serviceStatus {
+		k := client.ObjectKey{Namespace: ns, Name: name}
+		if rows[k] == nil {
+			rows[k] = &serviceStatus{Namespace: ns, Name: name, Clusters: []string{}}
+		}
+		return rows[k]
+	}
+	for _, si := range imports.Items {
+		r := row(si.Namespace, si.Name)
+		r.Type = si.Spec.Type
+		for _, cs := range si.Status.Clusters {
+			r.Clusters = append(r.Clusters, cs.Cluster)
+		}
+	}
+	for _, s := range sl.Items {
+		r := row(s.Namespace, s.Labels[mcsv1beta1.LabelServiceName])
+		for _, ep := range s.Endpoints {
+			r.Endpoints++
+			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+				r.ReadyEndpoints++ // nil means ready, as for any EndpointSlice consumer
+			}
+		}
+	}
+	for _, se := range exports.Items {
+		row(se.Namespace, se.Name).Export = describeExport(&se)
+	}
+	out := make([]serviceStatus, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, *r)
+	}
+	slices.SortFunc(out, func(a, b serviceStatus) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return out, nil
+}
+
+func describeExport(se *mcsv1beta1.ServiceExport) *localExport {
+	e := &localExport{State: "Pending", Conditions: se.Status.Conditions}
+	valid := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionValid))
+	ready := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionReady))
+	switch {
+	case valid != nil && valid.Status == metav1.ConditionFalse:
+		e.State = valid.Reason
+	case ready != nil && ready.Status == metav1.ConditionTrue:
+		e.State = "Exported"
+	}
+	if c := meta.FindStatusCondition(se.Status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict)); c != nil && c.Status == metav1.ConditionTrue {
+		e.Conflict = c
+	}
+	return e
+}
+
+func renderServices(w io.Writer, rows []serviceStatus) error {
+	if len(rows) == 0 {
+		_, err := fmt.Fprintln(w, "No multi-cluster services: export one with `octopus export service NAME -n NAMESPACE`.")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tNAME\tTYPE\tCLUSTERS\tENDPOINTS READY\tEXPORTED HERE\tCONFLICTS")
+	exported, conflicts := 0, 0
+	for _, r := range rows {
+		typ, clusters, here, conflict := string(r.Type), strings.Join(r.Clusters, ","), "-", "-"
+		if typ == "" {
+			typ = "-"
+		}
+		if clusters == "" {
+			clusters = "-"
+		}
+		if r.Export != nil {
+			here = r.Export.State
+			if here == "Exported" {
+				exported++
+			}
+			if r.Export.Conflict != nil {
+				conflict = r.Export.Conflict.Reason
+				conflicts++
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", r.Namespace, r.Name, typ, clusters, r.ReadyEndpoints, r.Endpoints, here, conflict)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\n%d service(s), %d exported from here, %d with conflicts.\n", len(rows), exported, conflicts)
+	return err
+}
