@@ -28,6 +28,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/ipam"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/progress"
+	"github.com/octopus-mcs/octopus/internal/version"
 )
 
 // memberUIDAnnotation records, on the cluster's hub ServiceAccount, the UID of the member
@@ -45,6 +46,9 @@ type JoinOptions struct {
 	PodCIDRs, ServiceCIDRs []string
 	// Addressing is how other clusters reach this one. Optional, default direct.
 	Addressing v1alpha1.Addressing
+	// DNSImage is the octopus-dns image deployed in the cluster. Optional, default
+	// dnsconfig.Image tagged with this build's version.
+	DNSImage string
 	// Progress receives one line per step. Optional.
 	Progress *progress.Reporter
 	// HubAttempts bounds the attempts to reach the hub, HubRetryInterval spaces them.
@@ -80,6 +84,9 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 	}
 	if err := ValidateClusterID(opts.ClusterID); err != nil {
 		return nil, err
+	}
+	if opts.DNSImage == "" {
+		opts.DNSImage = dnsconfig.Image + ":" + version.Version
 	}
 	if opts.Addressing == "" {
 		opts.Addressing = v1alpha1.AddressingDirect
@@ -157,6 +164,9 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 	}
 	p.Done(start, "Cluster %s registered: global CIDR %s, secondary CIDR %s", id, joined.Cluster.Spec.GlobalCIDR, joined.Cluster.Spec.SecondaryCIDR)
 	dns, err := dnsconfig.Wire(ctx, mc)
+	if err == nil {
+		err = dnsconfig.Deploy(ctx, mc, opts.DNSImage)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w (the cluster is registered; run join again to finish)", err)
 	}

@@ -129,6 +129,9 @@ func removeFromMember(ctx context.Context, mc client.Client) error {
 	if _, err := dnsconfig.Unwire(ctx, mc); err != nil {
 		return err
 	}
+	if err := dnsconfig.Remove(ctx, mc); err != nil {
+		return err
+	}
 	var errs []error
 	del := func(obj client.Object) {
 		if err := mc.Delete(ctx, obj); client.IgnoreNotFound(err) != nil && !isNoKind(err) {

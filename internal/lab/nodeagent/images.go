@@ -16,6 +16,10 @@ import (
 // octopus-echo binary found next to the octopus binary.
 const EchoImage = "ghcr.io/octopus-mcs/echo"
 
+// OctopusDNSImage is octopus-dns (cmd/octopus-dns), which join deploys
+// (dnsconfig.Image); the lab runs it from Images.OctopusDNSBinary.
+const OctopusDNSImage = "ghcr.io/octopus-mcs/octopus-dns"
+
 // CoreDNSImage is the cluster DNS image kubeadm deploys; the lab runs it from the CoreDNS
 // binary hack/coredns.sh builds (Images.CoreDNSBinary).
 const CoreDNSImage = "registry.k8s.io/coredns/coredns"
@@ -35,7 +39,8 @@ type image struct {
 // wellKnownImages maps image repositories (see repository) to their entrypoints. Containers
 // run as host processes, so an image stands for "these programs of the host".
 var wellKnownImages = map[string]image{
-	EchoImage: {entrypoint: []string{"octopus-echo"}},
+	EchoImage:       {entrypoint: []string{"octopus-echo"}},
+	OctopusDNSImage: {entrypoint: []string{"octopus-dns"}},
 	// CoreDNS's image has ENTRYPOINT ["/coredns"].
 	CoreDNSImage: {entrypoint: []string{"/coredns"}},
 	// busybox's CMD is sh; every program runs as a busybox applet, so `sh -c` and `sleep`
@@ -84,6 +89,9 @@ type Images struct {
 	// CoreDNSBinary is the coredns executable (controlplane.CoreDNSPath). Optional: without
 	// it CoreDNS containers fail with errBinaryNotFound.
 	CoreDNSBinary string
+	// OctopusDNSBinary is the octopus-dns executable (cmd/octopus-dns). Optional: without it
+	// containers of OctopusDNSImage fail with errBinaryNotFound.
+	OctopusDNSBinary string
 	// lookPath finds a program on the host; exec.LookPath unless a test replaces it.
 	lookPath func(string) (string, error)
 }
@@ -118,8 +126,8 @@ func (im Images) Argv(c corev1.Container) ([]string, error) {
 	path, err := im.resolve(argv[0])
 	if err != nil {
 		hint := "install it on this machine"
-		if filepath.Base(argv[0]) == "coredns" {
-			hint = "build it with hack/coredns.sh (make k8s-binaries)"
+		if b, ok := im.built()[filepath.Base(argv[0])]; ok {
+			hint = b.hint
 		}
 		if pkg, ok := debianPackages[filepath.Base(argv[0])]; ok {
 			hint = fmt.Sprintf("install Debian package %s (hack/install-deps.sh)", pkg)
@@ -131,26 +139,29 @@ func (im Images) Argv(c corev1.Container) ([]string, error) {
 	return argv, nil
 }
 
-// resolve finds a program: the echo server from EchoBinary, an absolute path if it exists,
-// else its base name in PATH.
-func (im Images) resolve(name string) (string, error) {
-	if filepath.Base(name) == "coredns" {
-		if im.CoreDNSBinary == "" {
-			return "", errors.New("no CoreDNS binary configured: build it with hack/coredns.sh (make k8s-binaries)")
-		}
-		if _, err := os.Stat(im.CoreDNSBinary); err != nil {
-			return "", fmt.Errorf("%w: build it with hack/coredns.sh (make k8s-binaries)", err)
-		}
-		return im.CoreDNSBinary, nil
+// builtProgram is a program the lab builds rather than installs: where it is and how to get it.
+type builtProgram struct{ path, hint string }
+
+// built lists the programs of Octopus's own images and CoreDNS's, by name.
+func (im Images) built() map[string]builtProgram {
+	return map[string]builtProgram{
+		"coredns":      {im.CoreDNSBinary, "build it with hack/coredns.sh (make k8s-binaries)"},
+		"octopus-echo": {im.EchoBinary, "build it with make build"},
+		"octopus-dns":  {im.OctopusDNSBinary, "build it with make build"},
 	}
-	if filepath.Base(name) == "octopus-echo" {
-		if im.EchoBinary == "" {
-			return "", errors.New("no octopus-echo binary configured")
+}
+
+// resolve finds a program: a built one at its configured path, an absolute path if it
+// exists, else its base name in PATH.
+func (im Images) resolve(name string) (string, error) {
+	if b, ok := im.built()[filepath.Base(name)]; ok {
+		if b.path == "" {
+			return "", errBinaryNotFound
 		}
-		if _, err := os.Stat(im.EchoBinary); err != nil {
+		if _, err := os.Stat(b.path); err != nil {
 			return "", err
 		}
-		return im.EchoBinary, nil
+		return b.path, nil
 	}
 	if filepath.IsAbs(name) {
 		if fi, err := os.Stat(name); err == nil && !fi.IsDir() {
