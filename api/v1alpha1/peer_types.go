@@ -126,10 +126,23 @@ type PeerConnection struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100
 	LossPercent int32 `json:"lossPercent,omitempty"`
+	// rxBytes and txBytes count the tunnel's traffic with the remote cluster since the gateway
+	// started.
+	// +optional
+	RxBytes int64 `json:"rxBytes,omitempty"`
+	// +optional
+	TxBytes int64 `json:"txBytes,omitempty"`
+	// lastHandshake is when the WireGuard handshake with the remote gateway last completed.
+	// +optional
+	LastHandshake *metav1.Time `json:"lastHandshake,omitempty"`
 }
 
 // PeerStatus is what the gateway observes.
 type PeerStatus struct {
+	// driver is what carries the tunnels: wireguard (kernel), wireguard-go (userspace) or vxlan.
+	// +optional
+	Driver string `json:"driver,omitempty"`
+
 	// conditions describe the gateway's own state.
 	// +optional
 	// +listType=map

@@ -37,5 +37,7 @@ Examples:
 	root.PersistentFlags().AddGoFlagSet(zapFlags)
 
 	root.AddCommand(newControllerCommand())
+	root.AddCommand(newRouteAgentCommand())
+	root.AddCommand(newGatewayCommand())
 	return root
 }

@@ -23,7 +23,7 @@ import (
 
 func newShowCommand(streams IOStreams) *cobra.Command {
 	cmd := &cobra.Command{Use: "show", Short: "Show what is connected"}
-	cmd.AddCommand(newShowClustersCommand(streams))
+	cmd.AddCommand(newShowClustersCommand(streams), newShowServicesCommand(streams), newShowConnectionsCommand(streams))
 	return cmd
 }
 

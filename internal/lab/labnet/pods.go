@@ -217,14 +217,22 @@ func configureNode(c NodeConfig) error {
 	return errors.Join(errs...)
 }
 
+// NonMasqueradeCIDR is where pod traffic keeps its pod source address: every cluster's pod and
+// service ranges in the lab are inside it (see lab.MaxClusters), so a pod reaching a pod or
+// Service of another cluster through the gateways is seen with its own address there. This is
+// ip-masq-agent's default nonMasqueradeCIDRs (which also lists the other RFC 1918 ranges, not
+// used by the lab). Only traffic leaving the 10.0.0.0/8 world (the API servers, the uplink)
+// is masqueraded.
+var NonMasqueradeCIDR = netip.MustParsePrefix("10.0.0.0/8")
+
 // applyMasquerade (re)writes NodeNFTTable in the node namespace in one nft transaction: add
 // then flush makes it idempotent and replaces whatever an earlier run left.
 func applyMasquerade(netnsName string, clusterPodCIDR netip.Prefix) error {
 	script := fmt.Sprintf(`add table ip %[1]s
 flush table ip %[1]s
 add chain ip %[1]s postrouting { type nat hook postrouting priority srcnat + 10; policy accept; }
-add rule ip %[1]s postrouting ip saddr %[2]s ip daddr != %[2]s oifname != "%[3]s*" masquerade
-`, NodeNFTTable, clusterPodCIDR.Masked(), PodVethPrefix)
+add rule ip %[1]s postrouting ip saddr %[2]s ip daddr != %[2]s ip daddr != %[4]s oifname != "%[3]s*" masquerade
+`, NodeNFTTable, clusterPodCIDR.Masked(), PodVethPrefix, NonMasqueradeCIDR)
 	return inNamespace(netnsName, func() error {
 		// nft inherits the network namespace of the (locked) thread that forks it.
 		cmd := exec.Command("nft", "-f", "-")

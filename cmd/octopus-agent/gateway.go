@@ -1,0 +1,106 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/agent"
+	"github.com/octopus-mcs/octopus/internal/gateway"
+)
+
+// gatewayOptions are the flags of `octopus-agent gateway`.
+type gatewayOptions struct {
+	kubeconfig     string
+	nodeName       string
+	backend        string
+	listenPort     uint16
+	device         string
+	endpointIP     string
+	healthCheckIP  string
+	excludeSubnets []string
+	mtu            int
+	leaseDuration  time.Duration
+	renewDeadline  time.Duration
+	retryPeriod    time.Duration
+	statusInterval time.Duration
+	healthInterval time.Duration
+}
+
+func newGatewayCommand() *cobra.Command {
+	o := gatewayOptions{}
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "Run the cluster's gateway: tunnels to the other clusters (gateway nodes)",
+		Long: `gateway runs on gateway-labelled nodes, in the node's network namespace. The replicas elect one
+active gateway through the octopus-system/octopus-gateway Lease; the others stand by. The active
+one generates a fresh WireGuard key pair, publishes this cluster's Peer on the hub (public key,
+endpoint, subnets, health-check address), tunnels to every other cluster's Peer (mesh), mirrors
+their subnets into the octopus-system/octopus-gateway ConfigMap for the route agents, and reports
+its connections in the Peer's status. It exits with an error when it loses the Lease, so that
+its restart gets a fresh key and stands by.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts, err := o.complete()
+			if err != nil {
+				return err
+			}
+			return gateway.Run(ctrl.SetupSignalHandler(), opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the member cluster; empty means in-cluster configuration")
+	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of the node this gateway runs on (default $NODE_NAME)")
+	f.StringVar(&o.backend, "backend", string(v1alpha1.BackendWireGuard), "tunnel driver: wireguard or vxlan")
+	f.Uint16Var(&o.listenPort, "listen-port", gateway.DefaultListenPort, "UDP port of the tunnel")
+	f.StringVar(&o.device, "device", gateway.DefaultDevice, "name of the tunnel device; unique per machine")
+	f.StringVar(&o.endpointIP, "endpoint-ip", "", "address other gateways tunnel to (default: the Node's ExternalIP, else InternalIP)")
+	f.StringVar(&o.healthCheckIP, "health-check-ip", "", "address in this cluster's pod CIDR that other gateways probe (default: first host of the Node's pod CIDR)")
+	f.StringSliceVar(&o.excludeSubnets, "exclude-subnet", nil, "CIDR not to advertise to other clusters (repeatable)")
+	f.IntVar(&o.mtu, "mtu", 0, "MTU of the tunnel device; 0 derives it from the underlay")
+	f.DurationVar(&o.leaseDuration, "lease-duration", gateway.DefaultLeaseDuration, "how long a standby waits after the active gateway's last renewal before taking over")
+	f.DurationVar(&o.renewDeadline, "renew-deadline", gateway.DefaultRenewDeadline, "how long the active gateway retries renewing before it gives up the role")
+	f.DurationVar(&o.retryPeriod, "retry-period", gateway.DefaultRetryPeriod, "how often to try to acquire or renew the Lease")
+	f.DurationVar(&o.healthInterval, "health-interval", time.Second, "interval of the ICMP health probes to every remote gateway; a connection is down after 3 missed")
+	f.DurationVar(&o.statusInterval, "status-interval", gateway.DefaultStatusInterval, "how often to refresh the Peer's status")
+	return cmd
+}
+
+func (o gatewayOptions) complete() (gateway.Options, error) {
+	if o.nodeName == "" {
+		return gateway.Options{}, errors.New("--node-name is required (in a DaemonSet, set it from spec.nodeName through the NODE_NAME variable)")
+	}
+	member, err := agent.MemberConfig(o.kubeconfig)
+	if err != nil {
+		return gateway.Options{}, err
+	}
+	opts := gateway.Options{
+		Member: member, NodeName: o.nodeName, Backend: v1alpha1.Backend(o.backend), ListenPort: o.listenPort, Device: o.device,
+		MTU: o.mtu, LeaseDuration: o.leaseDuration, RenewDeadline: o.renewDeadline, RetryPeriod: o.retryPeriod,
+		StatusInterval: o.statusInterval, Log: ctrl.Log.WithName("gateway"),
+		NewProber: gateway.NewHealthProber(o.healthInterval, ctrl.Log.WithName("health")),
+	}
+	for flag, dst := range map[string]*netip.Addr{"--endpoint-ip": &opts.EndpointIP, "--health-check-ip": &opts.HealthCheckIP} {
+		v := map[string]string{"--endpoint-ip": o.endpointIP, "--health-check-ip": o.healthCheckIP}[flag]
+		if v == "" {
+			continue
+		}
+		if *dst, err = netip.ParseAddr(v); err != nil {
+			return gateway.Options{}, fmt.Errorf("%s %q: %w", flag, v, err)
+		}
+	}
+	for _, s := range o.excludeSubnets {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return gateway.Options{}, fmt.Errorf("--exclude-subnet %q: %w", s, err)
+		}
+		opts.ExcludeSubnets = append(opts.ExcludeSubnets, p)
+	}
+	return opts, nil
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/octopus-mcs/octopus/internal/agent"
+	"github.com/octopus-mcs/octopus/internal/route"
+	"github.com/octopus-mcs/octopus/internal/route/routeagent"
+)
+
+// routeAgentOptions are the flags of `octopus-agent route-agent`.
+type routeAgentOptions struct {
+	kubeconfig     string
+	nodeName       string
+	resyncInterval time.Duration
+}
+
+func newRouteAgentCommand() *cobra.Command {
+	o := routeAgentOptions{}
+	cmd := &cobra.Command{
+		Use:   "route-agent",
+		Short: "Route remote clusters' CIDRs to the active gateway (every node)",
+		Long: `route-agent runs on every node, in the node's network namespace. It routes the remote
+clusters' CIDRs, which the active gateway mirrors into the octopus-system/octopus-gateway
+ConfigMap, via the InternalIP of the node holding the octopus-system/octopus-gateway Lease, and
+follows failover. Its routes carry protocol 212 and metric 212; it never touches other routes.
+It needs no hub credential. It runs until SIGTERM or SIGINT and leaves its routes in place.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.nodeName == "" {
+				return errors.New("--node-name is required (in a DaemonSet, set it from spec.nodeName through the NODE_NAME variable)")
+			}
+			member, err := agent.MemberConfig(o.kubeconfig)
+			if err != nil {
+				return err
+			}
+			log := ctrl.Log.WithName("route-agent")
+			table, err := route.NewTable(route.TableOptions{Log: log})
+			if err != nil {
+				return err
+			}
+			defer table.Close()
+			return routeagent.Run(ctrl.SetupSignalHandler(), routeagent.Options{
+				Member: member, NodeName: o.nodeName, Routes: table, ResyncInterval: o.resyncInterval, Log: log,
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the member cluster; empty means in-cluster configuration")
+	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of the node this agent runs on (default $NODE_NAME)")
+	f.DurationVar(&o.resyncInterval, "resync-interval", routeagent.DefaultResyncInterval, "how often to re-read the kernel and re-apply the routes without an event")
+	return cmd
+}

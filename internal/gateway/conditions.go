@@ -1,0 +1,24 @@
+// Package gateway is the active gateway of a member cluster: elected by a Lease, it publishes
+// the cluster's Peer on the hub, watches the other clusters' Peers, drives the tunnel driver
+// to the desired configuration, mirrors the remote CIDRs for the route agents and reports the
+// connections it sees in its Peer's status.
+package gateway
+
+// Condition types of a Peer's status, written by its gateway.
+const (
+	// ConditionReady is True while the tunnel configuration for every accepted Peer is applied.
+	ConditionReady = "Ready"
+	// ConditionPeersAccepted is False while some remote Peers are refused (see the message).
+	ConditionPeersAccepted = "PeersAccepted"
+)
+
+// Reasons of the conditions and of refused connections.
+const (
+	ReasonApplied            = "Applied"
+	ReasonApplyFailed        = "ApplyFailed"
+	ReasonAllAccepted        = "AllAccepted"
+	ReasonOverlappingSubnets = "OverlappingSubnets"
+	ReasonBackendMismatch    = "BackendMismatch"
+	ReasonInvalidPeer        = "InvalidPeer"
+	ReasonPeersRefused       = "PeersRefused"
+)

@@ -1,0 +1,210 @@
+package gateway
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/tunnel"
+)
+
+// Local is what the active gateway knows about its own cluster and node.
+type Local struct {
+	ClusterID string
+	Backend   v1alpha1.Backend
+	// Subnets are the CIDRs this cluster advertises (Advertised).
+	Subnets    []netip.Prefix
+	ListenPort uint16
+	// LocalAddr is this gateway's underlay address.
+	LocalAddr netip.Addr
+	MTU       int
+}
+
+// Refusal is a remote Peer the gateway does not tunnel to, and why.
+type Refusal struct {
+	Cluster string
+	// Reason is one of the Reason* constants.
+	Reason  string
+	Message string
+}
+
+// Desired is the data plane the gateway wants: the tunnel configuration, the health-probe
+// targets (cluster → its health-check address) and the Peers it refused.
+type Desired struct {
+	Tunnel  tunnel.Config
+	Targets map[string]netip.Addr
+	Refused []Refusal
+}
+
+// RemoteSubnets lists every accepted peer's subnets, sorted: what the route agents route
+// to the gateway.
+func (d Desired) RemoteSubnets() []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range d.Tunnel.Peers {
+		out = append(out, p.Subnets...)
+	}
+	return sortPrefixes(out)
+}
+
+// Compute turns the hub's Peers into the desired data plane of the mesh topology: a tunnel
+// to every other cluster's Peer. It is pure, so every rule is unit-tested:
+//   - our own Peer and Peers being deleted are skipped;
+//   - Peers are taken oldest first (then by cluster ID), so that of two Peers that overlap
+//     each other the same one wins on every gateway, and a newcomer cannot displace a
+//     cluster that is already connected;
+//   - a Peer is refused (and reported) when its backend differs from ours, it has no usable
+//     endpoint, a wireguard Peer has no public key, a subnet does not parse, or a subnet
+//     overlaps ours or an accepted Peer's (direct addressing needs distinct CIDRs).
+func Compute(local Local, peers []v1alpha1.Peer) Desired {
+	d := Desired{
+		Tunnel:  tunnel.Config{ListenPort: local.ListenPort, LocalAddr: local.LocalAddr, MTU: local.MTU},
+		Targets: map[string]netip.Addr{},
+	}
+	sorted := slices.Clone(peers)
+	slices.SortFunc(sorted, func(a, b v1alpha1.Peer) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Spec.ClusterID, b.Spec.ClusterID)
+	})
+	taken := map[netip.Prefix]string{} // subnet → cluster that has it
+	for _, s := range local.Subnets {
+		taken[s] = local.ClusterID
+	}
+	for _, p := range sorted {
+		id := p.Spec.ClusterID
+		if id == "" || id == local.ClusterID || p.DeletionTimestamp != nil {
+			continue
+		}
+		tp, ref := acceptPeer(local, p, taken)
+		if ref != nil {
+			d.Refused = append(d.Refused, *ref)
+			continue
+		}
+		for _, s := range tp.Subnets {
+			taken[s] = id
+		}
+		d.Tunnel.Peers = append(d.Tunnel.Peers, tp)
+		if hc, err := netip.ParseAddr(p.Spec.HealthCheckIP); err == nil {
+			d.Targets[id] = hc
+		}
+	}
+	slices.SortFunc(d.Tunnel.Peers, func(a, b tunnel.Peer) int { return strings.Compare(a.Cluster, b.Cluster) })
+	return d
+}
+
+func acceptPeer(local Local, p v1alpha1.Peer, taken map[netip.Prefix]string) (tunnel.Peer, *Refusal) {
+	id := p.Spec.ClusterID
+	refuse := func(reason, format string, args ...any) (tunnel.Peer, *Refusal) {
+		return tunnel.Peer{}, &Refusal{Cluster: id, Reason: reason, Message: fmt.Sprintf(format, args...)}
+	}
+	backend := p.Spec.Backend
+	if backend == "" {
+		backend = v1alpha1.BackendWireGuard
+	}
+	if backend != local.Backend {
+		return refuse(ReasonBackendMismatch, "cluster %s uses the %s backend and this cluster %s; run every gateway with the same --backend", id, backend, local.Backend)
+	}
+	ep, err := endpoint(p.Spec.Endpoint)
+	if err != nil {
+		return refuse(ReasonInvalidPeer, "cluster %s: %v", id, err)
+	}
+	if backend == v1alpha1.BackendWireGuard && p.Spec.PublicKey == "" {
+		return refuse(ReasonInvalidPeer, "cluster %s publishes no WireGuard public key; its gateway may still be starting", id)
+	}
+	tp := tunnel.Peer{Cluster: id, PublicKey: p.Spec.PublicKey, Endpoint: ep}
+	for _, s := range p.Spec.Subnets {
+		prefix, err := netip.ParsePrefix(s)
+		if err != nil {
+			return refuse(ReasonInvalidPeer, "cluster %s: subnet %q is not a CIDR", id, s)
+		}
+		tp.Subnets = append(tp.Subnets, prefix.Masked())
+	}
+	tp.Subnets = sortPrefixes(tp.Subnets)
+	var conflicts []string
+	for _, s := range tp.Subnets {
+		for t, owner := range taken {
+			if s.Overlaps(t) {
+				conflicts = append(conflicts, fmt.Sprintf("%s overlaps %s of cluster %s", s, t, owner))
+			}
+		}
+	}
+	if len(conflicts) > 0 {
+		slices.Sort(conflicts)
+		return refuse(ReasonOverlappingSubnets, "cluster %s is not connected: %s; direct addressing needs distinct CIDRs (globalnet or secondary addressing, in a later release, handle overlaps), or opt the subnet out with --exclude-subnet on one side",
+			id, strings.Join(conflicts, "; "))
+	}
+	return tp, nil
+}
+
+// endpoint picks the address to tunnel to: the public IP when the Peer has one (it is behind
+// NAT or on another network), else its private IP.
+func endpoint(e v1alpha1.PeerEndpoint) (netip.AddrPort, error) {
+	ip := e.PublicIP
+	if ip == "" {
+		ip = e.PrivateIP
+	}
+	addr, err := netip.ParseAddr(ip)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("endpoint address %q: %w", ip, err)
+	}
+	if e.Port < 1 || e.Port > 65535 {
+		return netip.AddrPort{}, fmt.Errorf("endpoint port %d out of range", e.Port)
+	}
+	return netip.AddrPortFrom(addr, uint16(e.Port)), nil
+}
+
+// Advertised computes the CIDRs a cluster offers: its pod and service CIDRs minus the
+// opted-out ones. Opting out part of a CIDR splits it into the prefixes that remain.
+func Advertised(c v1alpha1.ClusterSpec, optOut []netip.Prefix) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range slices.Concat(c.PodCIDRs, c.ServiceCIDRs) {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %s: CIDR %q: %w; fix the Cluster object on the hub (re-run `octopus join`)", c.ClusterID, s, err)
+		}
+		out = append(out, subtract(p.Masked(), optOut)...)
+	}
+	return sortPrefixes(out), nil
+}
+
+// subtract returns p minus every prefix of cut, as a minimal list of prefixes.
+func subtract(p netip.Prefix, cut []netip.Prefix) []netip.Prefix {
+	for _, c := range cut {
+		c = c.Masked()
+		if !p.Overlaps(c) {
+			continue
+		}
+		if c.Bits() <= p.Bits() {
+			return nil // p lies inside c
+		}
+		// c lies inside p: split p in halves and recurse into each.
+		lo, hi := halves(p)
+		return slices.Concat(subtract(lo, cut), subtract(hi, cut))
+	}
+	return []netip.Prefix{p}
+}
+
+// halves splits p into its two prefixes one bit longer.
+func halves(p netip.Prefix) (netip.Prefix, netip.Prefix) {
+	bits := p.Bits() + 1
+	lo := netip.PrefixFrom(p.Addr(), bits)
+	b := p.Addr().AsSlice()
+	i := p.Bits() / 8
+	b[i] |= 0x80 >> (p.Bits() % 8)
+	hiAddr, _ := netip.AddrFromSlice(b)
+	return lo, netip.PrefixFrom(hiAddr, bits)
+}
+
+func sortPrefixes(ps []netip.Prefix) []netip.Prefix {
+	out := slices.Clone(ps)
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return slices.Compact(out)
+}

@@ -1,0 +1,180 @@
+package gateway
+
+import (
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/tunnel"
+)
+
+const (
+	keyB = "YmJiYmJiYmJiYmJiYmJiYmJiYmJiYmJiYmJiYmJiYmI="
+	keyC = "Y2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2M="
+)
+
+func peer(id, key, ip string, port int32, subnets ...string) v1alpha1.Peer {
+	return v1alpha1.Peer{
+		ObjectMeta: metav1.ObjectMeta{Name: id},
+		Spec: v1alpha1.PeerSpec{ClusterID: id, Hostname: id + "-node1", Backend: v1alpha1.BackendWireGuard, PublicKey: key,
+			Endpoint: v1alpha1.PeerEndpoint{PrivateIP: ip, Port: port}, Subnets: subnets, HealthCheckIP: "10.0.0.1"},
+	}
+}
+
+func prefixes(ss ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range ss {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
+
+func TestCompute(t *testing.T) {
+	local := Local{ClusterID: "a", Backend: v1alpha1.BackendWireGuard, Subnets: prefixes("10.1.0.0/16", "10.97.0.0/16"),
+		ListenPort: 4500, LocalAddr: netip.MustParseAddr("203.0.113.1")}
+	b := peer("b", keyB, "203.0.113.17", 4500, "10.98.0.0/16", "10.2.0.0/16")
+	b.Spec.HealthCheckIP = "10.2.0.1"
+	c := peer("c", keyC, "203.0.113.33", 4501, "10.3.0.0/16")
+	c.Spec.HealthCheckIP = "10.3.0.1"
+	wantB := tunnel.Peer{Cluster: "b", PublicKey: keyB, Endpoint: netip.MustParseAddrPort("203.0.113.17:4500"), Subnets: prefixes("10.2.0.0/16", "10.98.0.0/16")}
+	wantC := tunnel.Peer{Cluster: "c", PublicKey: keyC, Endpoint: netip.MustParseAddrPort("203.0.113.33:4501"), Subnets: prefixes("10.3.0.0/16")}
+	mutate := func(p v1alpha1.Peer, f func(*v1alpha1.Peer)) v1alpha1.Peer {
+		p = *p.DeepCopy()
+		f(&p)
+		return p
+	}
+	self := peer("a", keyB, "203.0.113.1", 4500, "10.1.0.0/16")
+
+	tests := []struct {
+		name        string
+		peers       []v1alpha1.Peer
+		wantPeers   []tunnel.Peer
+		wantRefused map[string]string // cluster → reason
+		wantTargets map[string]netip.Addr
+	}{
+		{name: "no peers", wantTargets: map[string]netip.Addr{}},
+		{name: "own peer is skipped", peers: []v1alpha1.Peer{self}, wantTargets: map[string]netip.Addr{}},
+		{name: "mesh to every other cluster in cluster order", peers: []v1alpha1.Peer{c, self, b},
+			wantPeers:   []tunnel.Peer{wantB, wantC},
+			wantTargets: map[string]netip.Addr{"b": netip.MustParseAddr("10.2.0.1"), "c": netip.MustParseAddr("10.3.0.1")}},
+		{name: "public IP wins over private", peers: []v1alpha1.Peer{mutate(b, func(p *v1alpha1.Peer) { p.Spec.Endpoint.PublicIP = "198.51.100.9" })},
+			wantPeers: []tunnel.Peer{func() tunnel.Peer {
+				w := wantB
+				w.Endpoint = netip.MustParseAddrPort("198.51.100.9:4500")
+				return w
+			}()},
+			wantTargets: map[string]netip.Addr{"b": netip.MustParseAddr("10.2.0.1")}},
+		{name: "peer overlapping our pod CIDR is refused", peers: []v1alpha1.Peer{b, mutate(c, func(p *v1alpha1.Peer) { p.Spec.Subnets = []string{"10.1.128.0/17"} })},
+			wantPeers: []tunnel.Peer{wantB}, wantRefused: map[string]string{"c": ReasonOverlappingSubnets},
+			wantTargets: map[string]netip.Addr{"b": netip.MustParseAddr("10.2.0.1")}},
+		{name: "of two overlapping peers the older wins", peers: []v1alpha1.Peer{mutate(b, func(p *v1alpha1.Peer) { p.CreationTimestamp = metav1.Now() }), mutate(c, func(p *v1alpha1.Peer) {
+			p.Spec.Subnets = []string{"10.2.0.0/15"}
+			p.CreationTimestamp = metav1.NewTime(time.Now().Add(-time.Hour))
+		})},
+			wantPeers:   []tunnel.Peer{{Cluster: "c", PublicKey: keyC, Endpoint: wantC.Endpoint, Subnets: prefixes("10.2.0.0/15")}},
+			wantRefused: map[string]string{"b": ReasonOverlappingSubnets},
+			wantTargets: map[string]netip.Addr{"c": netip.MustParseAddr("10.3.0.1")}},
+		{name: "of two overlapping peers of the same age the first by cluster ID wins", peers: []v1alpha1.Peer{mutate(c, func(p *v1alpha1.Peer) { p.Spec.Subnets = []string{"10.2.0.0/15"} }), b},
+			wantPeers: []tunnel.Peer{wantB}, wantRefused: map[string]string{"c": ReasonOverlappingSubnets},
+			wantTargets: map[string]netip.Addr{"b": netip.MustParseAddr("10.2.0.1")}},
+		{name: "backend mismatch", peers: []v1alpha1.Peer{mutate(b, func(p *v1alpha1.Peer) { p.Spec.Backend = v1alpha1.BackendVXLAN })},
+			wantRefused: map[string]string{"b": ReasonBackendMismatch}, wantTargets: map[string]netip.Addr{}},
+		{name: "wireguard peer without key", peers: []v1alpha1.Peer{mutate(b, func(p *v1alpha1.Peer) { p.Spec.PublicKey = "" })},
+			wantRefused: map[string]string{"b": ReasonInvalidPeer}, wantTargets: map[string]netip.Addr{}},
+		{name: "bad endpoint", peers: []v1alpha1.Peer{mutate(b, func(p *v1alpha1.Peer) { p.Spec.Endpoint.PrivateIP = "gateway.example" })},
+			wantRefused: map[string]string{"b": ReasonInvalidPeer}, wantTargets: map[string]netip.Addr{}},
+		{name: "bad subnet", peers: []v1alpha1.Peer{mutate(b, func(p *v1alpha1.Peer) { p.Spec.Subnets = []string{"10.2.0.0/33"} })},
+			wantRefused: map[string]string{"b": ReasonInvalidPeer}, wantTargets: map[string]netip.Addr{}},
+		{name: "peer being deleted is dropped", peers: []v1alpha1.Peer{b, mutate(c, func(p *v1alpha1.Peer) { p.DeletionTimestamp = &metav1.Time{} })},
+			wantPeers: []tunnel.Peer{wantB}, wantTargets: map[string]netip.Addr{"b": netip.MustParseAddr("10.2.0.1")}},
+		{name: "no health-check address, no probe target", peers: []v1alpha1.Peer{mutate(b, func(p *v1alpha1.Peer) { p.Spec.HealthCheckIP = "" })},
+			wantPeers: []tunnel.Peer{wantB}, wantTargets: map[string]netip.Addr{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := slices.Clone(tt.peers)
+			d := Compute(local, tt.peers)
+			if !reflect.DeepEqual(tt.peers, in) {
+				t.Fatal("Compute changed its input")
+			}
+			want := tunnel.Config{ListenPort: 4500, LocalAddr: local.LocalAddr, Peers: tt.wantPeers}
+			if !reflect.DeepEqual(d.Tunnel, want) {
+				t.Fatalf("tunnel config\n got %+v\nwant %+v", d.Tunnel, want)
+			}
+			refused := map[string]string{}
+			for _, r := range d.Refused {
+				refused[r.Cluster] = r.Reason
+				if !strings.Contains(r.Message, "cluster "+r.Cluster) {
+					t.Errorf("refusal message %q does not name the cluster", r.Message)
+				}
+			}
+			if len(refused) == 0 {
+				refused = nil
+			}
+			if !reflect.DeepEqual(refused, tt.wantRefused) {
+				t.Fatalf("refused %v, want %v", refused, tt.wantRefused)
+			}
+			if !reflect.DeepEqual(d.Targets, tt.wantTargets) {
+				t.Fatalf("targets %v, want %v", d.Targets, tt.wantTargets)
+			}
+		})
+	}
+}
+
+func TestComputeOverlapMessage(t *testing.T) {
+	local := Local{ClusterID: "a", Backend: v1alpha1.BackendWireGuard, Subnets: prefixes("10.1.0.0/16")}
+	d := Compute(local, []v1alpha1.Peer{peer("b", keyB, "203.0.113.17", 4500, "10.1.0.0/16")})
+	if len(d.Refused) != 1 {
+		t.Fatalf("refused %v", d.Refused)
+	}
+	for _, want := range []string{"10.1.0.0/16 overlaps 10.1.0.0/16 of cluster a", "globalnet", "--exclude-subnet"} {
+		if !strings.Contains(d.Refused[0].Message, want) {
+			t.Errorf("message %q lacks %q", d.Refused[0].Message, want)
+		}
+	}
+}
+
+func TestRemoteSubnets(t *testing.T) {
+	d := Desired{Tunnel: tunnel.Config{Peers: []tunnel.Peer{{Subnets: prefixes("10.3.0.0/16")}, {Subnets: prefixes("10.98.0.0/16", "10.2.0.0/16")}}}}
+	if got, want := d.RemoteSubnets(), prefixes("10.2.0.0/16", "10.3.0.0/16", "10.98.0.0/16"); !slices.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+}
+
+func TestAdvertised(t *testing.T) {
+	spec := v1alpha1.ClusterSpec{ClusterID: "a", PodCIDRs: []string{"10.1.0.0/16"}, ServiceCIDRs: []string{"10.97.0.0/16"}}
+	tests := []struct {
+		name   string
+		optOut []netip.Prefix
+		want   []netip.Prefix
+	}{
+		{"everything", nil, prefixes("10.1.0.0/16", "10.97.0.0/16")},
+		{"whole service CIDR out", prefixes("10.97.0.0/16"), prefixes("10.1.0.0/16")},
+		{"a covering opt-out", prefixes("10.96.0.0/12"), prefixes("10.1.0.0/16")},
+		{"unrelated opt-out", prefixes("172.16.0.0/12"), prefixes("10.1.0.0/16", "10.97.0.0/16")},
+		{"a quarter of the pods out", prefixes("10.1.64.0/18"),
+			prefixes("10.1.0.0/18", "10.1.128.0/17", "10.97.0.0/16")},
+		{"one /24 out", prefixes("10.97.255.0/24"),
+			prefixes("10.1.0.0/16", "10.97.0.0/17", "10.97.128.0/18", "10.97.192.0/19", "10.97.224.0/20", "10.97.240.0/21", "10.97.248.0/22", "10.97.252.0/23", "10.97.254.0/24")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Advertised(spec, tt.optOut)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if _, err := Advertised(v1alpha1.ClusterSpec{ClusterID: "a", PodCIDRs: []string{"10.1.0.0"}}, nil); err == nil {
+		t.Fatal("a bad CIDR was accepted")
+	}
+}

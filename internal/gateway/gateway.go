@@ -1,0 +1,462 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/route/routeagent"
+	"github.com/octopus-mcs/octopus/internal/tunnel"
+)
+
+// Defaults of Options.
+const (
+	DefaultListenPort     = 4500
+	DefaultLeaseDuration  = 15 * time.Second
+	DefaultRenewDeadline  = 10 * time.Second
+	DefaultRetryPeriod    = 2 * time.Second
+	DefaultStatusInterval = 5 * time.Second
+	DefaultResyncInterval = 30 * time.Second
+	DefaultDevice         = "octopus0"
+
+	credentialPollInterval = 2 * time.Second
+	retryInterval          = time.Second
+)
+
+// ErrLostLease is returned by Run when another gateway took the Lease: the process should
+// exit and restart, which gives it a fresh key pair and puts it back into the election.
+var ErrLostLease = errors.New("lost the gateway lease to another node")
+
+// Options configure Run. Durations left zero get the Default* values.
+type Options struct {
+	// Member is the member cluster's client configuration. Required.
+	Member *rest.Config
+	// NodeName is the node this gateway runs on; it is the Lease identity. Required.
+	NodeName string
+	// Backend is the tunnel driver. Required.
+	Backend v1alpha1.Backend
+	// ListenPort is the tunnel's UDP port. Optional, DefaultListenPort.
+	ListenPort uint16
+	// Device names the tunnel link; unique per machine. Optional, DefaultDevice.
+	Device string
+	// EndpointIP is the address other gateways reach this one at. Optional: the Node's
+	// ExternalIP, else its InternalIP.
+	EndpointIP netip.Addr
+	// HealthCheckIP is the address in this cluster's pod CIDR that other gateways probe; the
+	// gateway puts it on its tunnel device, which also makes it the source of the node's own
+	// traffic into the tunnel. Optional: the first host of the Node's pod CIDR (the address a
+	// bridge CNI gives the node).
+	HealthCheckIP netip.Addr
+	// ExcludeSubnets are not advertised (the per-cluster opt-out).
+	ExcludeSubnets []netip.Prefix
+	// MTU of the tunnel; 0 lets the driver derive it from the underlay.
+	MTU int
+	// Leader election timing; see client-go's leaderelection.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// StatusInterval is how often the Peer's status is refreshed (only written when changed).
+	StatusInterval time.Duration
+	// ResyncInterval re-applies the tunnel configuration without an event.
+	ResyncInterval time.Duration
+	// NewDriver creates the tunnel driver on becoming active. Optional: tunnel.New.
+	NewDriver func(backend string, o tunnel.Options) (tunnel.Driver, error)
+	// NewProber creates the health prober on becoming active. Optional: without it the
+	// connection state comes from the driver's handshakes alone.
+	NewProber func() (Prober, error)
+	// AddressDevice puts the health-check address on the tunnel device. Optional: netlink in
+	// the process's namespace (tests, which run no real device, record it instead).
+	AddressDevice func(device string, addr netip.Addr) error
+	// Log receives what the gateway does. Optional.
+	Log logr.Logger
+}
+
+// Prober measures the connection to each remote gateway (package tunnel/health behind an
+// adapter). Snapshot is keyed by cluster ID.
+type Prober interface {
+	SetTargets(targets map[string]netip.Addr)
+	Snapshot() map[string]ProbeStats
+	Close() error
+}
+
+// ProbeStats is one target's health as the gateway reports it.
+type ProbeStats struct {
+	// Up is false once 3 probe intervals pass without an answer.
+	Up bool
+	// Answered tells whether any probe was ever answered.
+	Answered            bool
+	Last, Min, Avg, Max time.Duration
+	LossPercent         int
+}
+
+func (o *Options) setDefaults() error {
+	if o.Member == nil || o.NodeName == "" {
+		return errors.New("gateway: the member cluster configuration and the node name are required")
+	}
+	switch o.Backend {
+	case v1alpha1.BackendWireGuard, v1alpha1.BackendVXLAN:
+	default:
+		return fmt.Errorf("gateway: backend %q: want %s or %s", o.Backend, v1alpha1.BackendWireGuard, v1alpha1.BackendVXLAN)
+	}
+	if o.ListenPort == 0 {
+		o.ListenPort = DefaultListenPort
+	}
+	if o.Device == "" {
+		o.Device = DefaultDevice
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&o.LeaseDuration, DefaultLeaseDuration}, {&o.RenewDeadline, DefaultRenewDeadline}, {&o.RetryPeriod, DefaultRetryPeriod},
+		{&o.StatusInterval, DefaultStatusInterval}, {&o.ResyncInterval, DefaultResyncInterval}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
+	if o.NewDriver == nil {
+		o.NewDriver = tunnel.New
+	}
+	if o.AddressDevice == nil {
+		o.AddressDevice = ensureAddr
+	}
+	if o.Log.GetSink() == nil {
+		o.Log = logr.Discard()
+	}
+	return nil
+}
+
+// Run waits for the cluster's hub credential, then takes part in the election of the active
+// gateway through the LeaseName Lease in octopus-system. While active it runs the gateway
+// (see active). It returns nil when ctx is done, and ErrLostLease (or the active gateway's
+// error) when it stops being the active one.
+func Run(ctx context.Context, o Options) error {
+	if err := o.setDefaults(); err != nil {
+		return err
+	}
+	member, err := client.New(o.Member, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return fmt.Errorf("creating a client of the member cluster: %w", err)
+	}
+	cred, err := waitForCredential(ctx, member, o.Log)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(o.Member)
+	if err != nil {
+		return fmt.Errorf("creating a client of the member cluster: %w", err)
+	}
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, v1alpha1.SystemNamespace, routeagent.LeaseName,
+		cs.CoreV1(), cs.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: o.NodeName})
+	if err != nil {
+		return fmt.Errorf("creating the gateway lease lock: %w", err)
+	}
+	var activeErr error
+	// activeDone is closed when the active gateway has returned (its driver closed): the
+	// elector may return first when it fails to renew, and exiting before the driver is
+	// closed would leave the device and its routes behind.
+	activeDone := make(chan struct{})
+	var acquired atomic.Bool
+	leCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: lock, LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
+		// Hand over at once on a clean shutdown instead of after LeaseDuration.
+		ReleaseOnCancel: true,
+		Name:            routeagent.LeaseName,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				acquired.Store(true)
+				defer close(activeDone)
+				o.Log.Info("Became the active gateway", "node", o.NodeName, "cluster", cred.ClusterID)
+				a := &active{o: o, cred: cred, member: member}
+				activeErr = a.run(ctx)
+				cancel() // release the Lease so that a standby takes over
+			},
+			OnStoppedLeading: func() { o.Log.Info("Stopped being the active gateway", "node", o.NodeName) },
+			OnNewLeader: func(id string) {
+				if id != o.NodeName {
+					o.Log.Info("Standing by: another node is the active gateway", "active", id)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("configuring the gateway election: %w", err)
+	}
+	elector.Run(leCtx)
+	// The elector runs OnStartedLeading in a goroutine and may return (failing to renew)
+	// before it: wait for it whenever it was started. It was, unless we are shutting down:
+	// acquiring only stops when leCtx ends, which before leadership only ctx does.
+	if ctx.Err() == nil || acquired.Load() {
+		<-activeDone
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	if activeErr != nil {
+		return activeErr
+	}
+	return ErrLostLease
+}
+
+func waitForCredential(ctx context.Context, member client.Reader, log logr.Logger) (hub.Credential, error) {
+	var lastMsg string
+	for {
+		cred, err := hub.LoadCredential(ctx, member)
+		if err == nil {
+			return cred, nil
+		}
+		if err.Error() != lastMsg {
+			log.Info("Waiting for the hub credential", "reason", err.Error())
+			lastMsg = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return hub.Credential{}, fmt.Errorf("waiting for the hub credential: %w", context.Cause(ctx))
+		case <-time.After(credentialPollInterval):
+		}
+	}
+}
+
+// active is the gateway while it holds the Lease.
+type active struct {
+	o      Options
+	cred   hub.Credential
+	member client.Client
+	hub    client.Client
+	cache  cache.Cache
+	driver tunnel.Driver
+	prober Prober
+	local  Local
+	hcIP   netip.Addr
+
+	mu        sync.Mutex
+	desired   Desired
+	applyErr  error
+	published *v1alpha1.PeerSpec
+	mirrored  []netip.Prefix
+}
+
+// run publishes the Peer, keeps the data plane at the desired state and reports status until
+// ctx is done. The driver is closed on return, which tears the tunnels down: the standby that
+// takes over brings them up with its own key.
+func (a *active) run(ctx context.Context) error {
+	o := a.o
+	node := &corev1.Node{}
+	if err := a.member.Get(ctx, client.ObjectKey{Name: o.NodeName}, node); err != nil {
+		return fmt.Errorf("reading this gateway's Node %s: %w (is --node-name right?)", o.NodeName, err)
+	}
+	endpoint, hc, err := nodeAddresses(node, o.EndpointIP, o.HealthCheckIP)
+	if err != nil {
+		return err
+	}
+	a.hcIP = hc
+	a.local = Local{ClusterID: a.cred.ClusterID, Backend: o.Backend, ListenPort: o.ListenPort, LocalAddr: endpoint, MTU: o.MTU}
+
+	a.driver, err = o.NewDriver(string(o.Backend), tunnel.Options{Device: o.Device, Log: o.Log.WithName("tunnel")})
+	if err != nil {
+		return fmt.Errorf("creating the %s tunnel driver: %w", o.Backend, err)
+	}
+	defer func() {
+		if err := a.driver.Close(); err != nil {
+			o.Log.Error(err, "Closing the tunnel driver")
+		}
+	}()
+	o.Log.Info("Tunnel driver ready", "driver", a.driver.Name(), "device", o.Device, "endpoint", netip.AddrPortFrom(endpoint, o.ListenPort).String(), "healthCheckIP", hc.String())
+	if o.NewProber != nil {
+		if a.prober, err = o.NewProber(); err != nil {
+			return fmt.Errorf("starting the health prober: %w", err)
+		}
+		defer func() { _ = a.prober.Close() }()
+	}
+
+	hubCfg := a.cred.RESTConfig()
+	if a.hub, err = client.New(hubCfg, client.Options{Scheme: kube.Scheme}); err != nil {
+		return fmt.Errorf("creating a client of the hub %s: %w", a.cred.Server, err)
+	}
+	a.cache, err = cache.New(hubCfg, cache.Options{Scheme: kube.Scheme, DefaultNamespaces: map[string]cache.Config{a.cred.Namespace: {}}})
+	if err != nil {
+		return fmt.Errorf("creating the cache of the hub: %w", err)
+	}
+	kick := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	handler := toolscache.ResourceEventHandlerFuncs{AddFunc: func(any) { notify() }, UpdateFunc: func(old, cur any) {
+		// Status-only updates (every gateway reports every few seconds) change nothing here.
+		if po, ok := old.(*v1alpha1.Peer); ok {
+			if pc, ok := cur.(*v1alpha1.Peer); ok && po.Generation == pc.Generation && po.DeletionTimestamp.Equal(pc.DeletionTimestamp) {
+				return
+			}
+		}
+		notify()
+	}, DeleteFunc: func(any) { notify() }}
+	for _, obj := range []client.Object{&v1alpha1.Peer{}, &v1alpha1.Cluster{}} {
+		inf, err := a.cache.GetInformer(ctx, obj)
+		if err != nil {
+			return fmt.Errorf("watching %T on the hub: %w", obj, err)
+		}
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			return fmt.Errorf("watching %T on the hub: %w", obj, err)
+		}
+	}
+	cacheErr := make(chan error, 1)
+	go func() { cacheErr <- a.cache.Start(ctx) }()
+	if !a.cache.WaitForCacheSync(ctx) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("the hub's informers did not sync: %w", drain(cacheErr))
+	}
+
+	resync := time.NewTimer(0)
+	defer resync.Stop()
+	status := time.NewTicker(o.StatusInterval)
+	defer status.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-cacheErr:
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("the hub's informers stopped: %w", err)
+		case <-kick:
+		case <-resync.C:
+		case <-status.C:
+			if err := a.reportStatus(ctx); err != nil {
+				o.Log.Error(err, "Updating the Peer's status")
+			}
+			continue
+		}
+		next := o.ResyncInterval
+		if err := a.reconcile(ctx); err != nil {
+			o.Log.Error(err, "Reconciling the gateway; retrying", "retryIn", retryInterval.String())
+			next = retryInterval
+		}
+		resync.Reset(next)
+		if err := a.reportStatus(ctx); err != nil {
+			o.Log.Error(err, "Updating the Peer's status")
+		}
+	}
+}
+
+// reconcile publishes our Peer, applies the tunnel configuration computed from the hub's
+// Peers and mirrors the remote subnets for the route agents. Everything that can be done is
+// done; errors are joined.
+func (a *active) reconcile(ctx context.Context) error {
+	var errs []error
+	c := &v1alpha1.Cluster{}
+	if err := a.cache.Get(ctx, client.ObjectKey{Namespace: a.cred.Namespace, Name: a.cred.ClusterID}, c); err != nil {
+		return fmt.Errorf("reading this cluster's Cluster %s on the hub: %w", a.cred.ClusterID, err)
+	}
+	subnets, err := Advertised(c.Spec, a.o.ExcludeSubnets)
+	if err != nil {
+		return err
+	}
+	a.local.Subnets = subnets
+	if err := a.publish(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	peers := &v1alpha1.PeerList{}
+	if err := a.cache.List(ctx, peers); err != nil {
+		return errors.Join(append(errs, fmt.Errorf("listing Peers on the hub: %w", err))...)
+	}
+	d := Compute(a.local, peers.Items)
+	applyErr := a.driver.Apply(ctx, d.Tunnel)
+	if applyErr != nil {
+		applyErr = fmt.Errorf("applying the tunnel configuration (%d peers): %w", len(d.Tunnel.Peers), applyErr)
+		errs = append(errs, applyErr)
+	} else if err := a.o.AddressDevice(a.o.Device, a.hcIP); err != nil {
+		errs = append(errs, err)
+	}
+	if a.prober != nil {
+		a.prober.SetTargets(d.Targets)
+	}
+	a.mu.Lock()
+	changed := !reflect.DeepEqual(a.desired, d)
+	a.desired, a.applyErr = d, applyErr
+	a.mu.Unlock()
+	if changed {
+		var ids []string
+		for _, p := range d.Tunnel.Peers {
+			ids = append(ids, p.Cluster)
+		}
+		a.o.Log.Info("Tunnel configuration applied", "peers", ids, "refused", len(d.Refused), "ok", applyErr == nil)
+		for _, r := range d.Refused {
+			a.o.Log.Info("Refused a Peer", "cluster", r.Cluster, "reason", r.Reason, "message", r.Message)
+		}
+	}
+	remote := d.RemoteSubnets()
+	if applyErr == nil && (a.mirrored == nil || !slices.Equal(remote, a.mirrored)) {
+		cm := routeagent.SubnetsConfigMap(remote)
+		cm.Labels = kube.ManagedLabels()
+		if err := kube.Apply(ctx, a.member, cm); err != nil {
+			errs = append(errs, fmt.Errorf("mirroring remote subnets for the route agents: %w", err))
+		} else {
+			a.mirrored = remote
+			if a.mirrored == nil {
+				a.mirrored = []netip.Prefix{}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// publish server-side-applies this cluster's Peer on the hub when its spec changed.
+func (a *active) publish(ctx context.Context) error {
+	spec := v1alpha1.PeerSpec{
+		ClusterID: a.cred.ClusterID, Hostname: a.o.NodeName, Backend: a.o.Backend, PublicKey: a.driver.PublicKey(),
+		Endpoint:      v1alpha1.PeerEndpoint{PrivateIP: a.local.LocalAddr.String(), Port: int32(a.local.ListenPort)},
+		HealthCheckIP: a.hcIP.String(),
+	}
+	for _, s := range a.local.Subnets {
+		spec.Subnets = append(spec.Subnets, s.String())
+	}
+	if a.published != nil && reflect.DeepEqual(*a.published, spec) {
+		return nil
+	}
+	p := &v1alpha1.Peer{
+		ObjectMeta: metavOf(a.cred.ClusterID, a.cred.Namespace),
+		Spec:       spec,
+	}
+	if err := kube.Apply(ctx, a.hub, p); err != nil {
+		return fmt.Errorf("publishing Peer %s on the hub: %w", a.cred.ClusterID, err)
+	}
+	a.published = &spec
+	a.o.Log.Info("Published the Peer", "name", a.cred.ClusterID, "publicKey", spec.PublicKey, "subnets", spec.Subnets)
+	return nil
+}
+
+func drain(ch <-chan error) error {
+	select {
+	case err := <-ch:
+		return err
+	default:
+		return nil
+	}
+}

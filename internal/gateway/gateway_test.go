@@ -1,0 +1,368 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/cluster"
+	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/route/routeagent"
+	"github.com/octopus-mcs/octopus/internal/testenv"
+	"github.com/octopus-mcs/octopus/internal/tunnel"
+)
+
+func init() {
+	// The controller-runtime clients log through this; the gateways log through t.
+	log.SetLogger(logr.Discard())
+}
+
+// runningGateway is one gateway process of the test.
+type runningGateway struct {
+	node   string
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error // Run's result, set before done is closed
+
+	mu      sync.Mutex
+	drivers []*fakeDriver
+	addrs   []string
+}
+
+func (g *runningGateway) driver() *fakeDriver {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.drivers) == 0 {
+		return nil
+	}
+	return g.drivers[len(g.drivers)-1]
+}
+
+func (g *runningGateway) stop(t *testing.T) {
+	t.Helper()
+	g.cancel()
+	select {
+	case <-g.done:
+		if g.err != nil {
+			t.Fatalf("gateway on %s: %v", g.node, g.err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("gateway on %s did not stop", g.node)
+	}
+}
+
+func startGateway(t *testing.T, member *rest.Config, node string, endpoint string) *runningGateway {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &runningGateway{node: node, cancel: cancel, done: make(chan struct{})}
+	o := Options{
+		Member: member, NodeName: node, Backend: v1alpha1.BackendWireGuard, Device: "og-test",
+		EndpointIP:    netip.MustParseAddr(endpoint),
+		LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 300 * time.Millisecond,
+		StatusInterval: 300 * time.Millisecond,
+		NewDriver: func(backend string, _ tunnel.Options) (tunnel.Driver, error) {
+			if backend != "wireguard" {
+				return nil, fmt.Errorf("backend %s", backend)
+			}
+			d := newFakeDriver()
+			g.mu.Lock()
+			g.drivers = append(g.drivers, d)
+			g.mu.Unlock()
+			return d, nil
+		},
+		NewProber: func() (Prober, error) { return &fakeProber{}, nil },
+		AddressDevice: func(device string, addr netip.Addr) error {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			g.addrs = append(g.addrs, device+" "+addr.String())
+			return nil
+		},
+		Log: testr.NewWithOptions(t, testr.Options{LogTimestamp: true}).WithValues("gateway", node),
+	}
+	go func() {
+		defer close(g.done)
+		g.err = Run(ctx, o)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-g.done
+	})
+	return g
+}
+
+func eventually(t *testing.T, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func newClient(t *testing.T, cfg *rest.Config) client.Client {
+	t.Helper()
+	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func addNode(t *testing.T, c client.Client, name, ip, podCIDR string) {
+	t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: podCIDR}}
+	if err := c.Create(t.Context(), n); err != nil {
+		t.Fatal(err)
+	}
+	// The node controller updates new Nodes too: retry on conflicts.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(t.Context(), client.ObjectKeyFromObject(n), n); err != nil {
+			return err
+		}
+		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
+		return c.Status().Update(t.Context(), n)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// configPeer returns the driver's last configured peer for the cluster.
+func configPeer(d *fakeDriver, id string) (tunnel.Peer, error) {
+	if d == nil {
+		return tunnel.Peer{}, errors.New("no driver created")
+	}
+	cfg, ok := d.last()
+	if !ok {
+		return tunnel.Peer{}, errors.New("nothing applied yet")
+	}
+	for _, p := range cfg.Peers {
+		if p.Cluster == id {
+			return p, nil
+		}
+	}
+	return tunnel.Peer{}, fmt.Errorf("no peer %s in %+v", id, cfg.Peers)
+}
+
+// TestGateway runs real gateways (fake tunnel drivers) against a real hub and two member
+// clusters: peers published and meshed, standby and failover with a fresh key, status with
+// connections, refusal of an overlapping Peer, and teardown when a Peer disappears.
+func TestGateway(t *testing.T) {
+	env := testenv.ControlPlanes(t, "hub", "east", "west")
+	ctx := t.Context()
+	info, err := hub.Deploy(ctx, env.Cluster("hub").RESTConfig(), hub.DeployOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"east", "west"} {
+		if _, err := cluster.Join(ctx, env.Cluster(name).RESTConfig(), cluster.JoinOptions{
+			BrokerInfo: info, ClusterID: name, PodCIDRs: []string{env.Cluster(name).PodCIDR.String()},
+		}); err != nil {
+			t.Fatalf("joining %s: %v", name, err)
+		}
+	}
+	hubc := newClient(t, env.Cluster("hub").RESTConfig())
+	eastCfg, westCfg := env.Cluster("east").RESTConfig(), env.Cluster("west").RESTConfig()
+	east, west := newClient(t, eastCfg), newClient(t, westCfg)
+	addNode(t, east, "east-gw1", "198.51.100.2", "10.101.0.0/24")
+	addNode(t, east, "east-gw2", "198.51.100.3", "10.101.1.0/24")
+	addNode(t, west, "west-gw1", "198.51.100.18", "10.102.0.0/24")
+	eastSubnets := []string{env.Cluster("east").PodCIDR.String(), env.Cluster("east").ServiceCIDR.String()}
+	westSubnets := []string{env.Cluster("west").PodCIDR.String(), env.Cluster("west").ServiceCIDR.String()}
+	ns := info.Namespace
+
+	gw1 := startGateway(t, eastCfg, "east-gw1", "203.0.113.1")
+	wgw := startGateway(t, westCfg, "west-gw1", "203.0.113.17")
+
+	getPeer := func(id string) (*v1alpha1.Peer, error) {
+		p := &v1alpha1.Peer{}
+		return p, hubc.Get(ctx, client.ObjectKey{Namespace: ns, Name: id}, p)
+	}
+	// Both Peers are published with their drivers' keys and each gateway tunnels to the other.
+	eventually(t, "east's Peer published", func() error {
+		p, err := getPeer("east")
+		if err != nil {
+			return err
+		}
+		want := v1alpha1.PeerSpec{ClusterID: "east", Hostname: "east-gw1", Backend: v1alpha1.BackendWireGuard, PublicKey: gw1.driver().PublicKey(),
+			Endpoint: v1alpha1.PeerEndpoint{PrivateIP: "203.0.113.1", Port: DefaultListenPort}, Subnets: sortedStrings(eastSubnets), HealthCheckIP: "10.101.0.1"}
+		if p.Labels[v1alpha1.ClusterLabel] != "east" || fmt.Sprint(p.Spec) != fmt.Sprint(want) {
+			return fmt.Errorf("peer %v %+v, want %+v", p.Labels, p.Spec, want)
+		}
+		return nil
+	})
+	eventually(t, "east tunnels to west", func() error {
+		p, err := configPeer(gw1.driver(), "west")
+		if err != nil {
+			return err
+		}
+		if p.PublicKey != wgw.driver().PublicKey() || p.Endpoint.String() != "203.0.113.17:4500" || fmt.Sprint(p.Subnets) != fmt.Sprint(sortedStrings(westSubnets)) {
+			return fmt.Errorf("peer %+v", p)
+		}
+		return nil
+	})
+	eventually(t, "west tunnels to east", func() error {
+		p, err := configPeer(wgw.driver(), "east")
+		if err == nil && p.PublicKey != gw1.driver().PublicKey() {
+			err = fmt.Errorf("key %s, want gw1's", p.PublicKey)
+		}
+		return err
+	})
+	eventually(t, "east mirrors west's subnets for its route agents", func() error {
+		cm := &corev1.ConfigMap{}
+		if err := east.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: routeagent.ConfigMapName}, cm); err != nil {
+			return err
+		}
+		if got, want := cm.Data[routeagent.SubnetsKey], strings.Join(sortedStrings(westSubnets), "\n"); got != want {
+			return fmt.Errorf("subnets %q, want %q", got, want)
+		}
+		return nil
+	})
+	eventually(t, "east reports a connected west", func() error {
+		p, err := getPeer("east")
+		if err != nil {
+			return err
+		}
+		if len(p.Status.Connections) != 1 || p.Status.Connections[0].State != v1alpha1.ConnectionConnected ||
+			p.Status.Connections[0].RTT.Max.Duration != 3*time.Millisecond || p.Status.Driver != "fake" ||
+			!meta.IsStatusConditionTrue(p.Status.Conditions, ConditionReady) {
+			return fmt.Errorf("status %+v", p.Status)
+		}
+		return nil
+	})
+	gw1.mu.Lock()
+	if !slices.Contains(gw1.addrs, "og-test 10.101.0.1") {
+		t.Errorf("health-check address not put on the device: %v", gw1.addrs)
+	}
+	gw1.mu.Unlock()
+
+	// A standby waits while gw1 holds the Lease.
+	gw2 := startGateway(t, eastCfg, "east-gw2", "203.0.113.2")
+	time.Sleep(2 * time.Second)
+	if gw2.driver() != nil {
+		t.Fatal("the standby created a tunnel driver while another gateway is active")
+	}
+
+	// A Peer overlapping east is refused with a condition; the tunnel to west stays.
+	bad := &v1alpha1.Peer{
+		ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: ns, Labels: map[string]string{v1alpha1.ClusterLabel: "bad"}},
+		Spec: v1alpha1.PeerSpec{ClusterID: "bad", Hostname: "x", Backend: v1alpha1.BackendWireGuard, PublicKey: newFakeDriver().PublicKey(),
+			Endpoint: v1alpha1.PeerEndpoint{PrivateIP: "203.0.113.50", Port: 4500}, Subnets: []string{"10.101.128.0/17"}},
+	}
+	if err := hubc.Create(ctx, bad); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the overlapping Peer is refused", func() error {
+		p, err := getPeer("east")
+		if err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(p.Status.Conditions, ConditionPeersAccepted)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonOverlappingSubnets || !strings.Contains(c.Message, "10.101.128.0/17 overlaps") {
+			return fmt.Errorf("condition %+v", c)
+		}
+		if _, err := configPeer(gw1.driver(), "bad"); err == nil {
+			return errors.New("a tunnel to the overlapping Peer was configured")
+		}
+		_, err = configPeer(gw1.driver(), "west")
+		return err
+	})
+	if err := hubc.Delete(ctx, bad); err != nil {
+		t.Fatal(err)
+	}
+
+	// Failover: gw1 stops (releasing the Lease), gw2 takes over with a new key, west re-points.
+	oldKey := gw1.driver().PublicKey()
+	gw1.stop(t)
+	if !gw1.driver().isClosed() {
+		t.Error("gw1's driver was not closed when it stopped being active")
+	}
+	eventually(t, "gw2 takes over and republishes east's Peer with a fresh key", func() error {
+		p, err := getPeer("east")
+		if err != nil {
+			return err
+		}
+		if d := gw2.driver(); d == nil || p.Spec.PublicKey != d.PublicKey() || p.Spec.PublicKey == oldKey || p.Spec.Hostname != "east-gw2" ||
+			p.Spec.Endpoint.PrivateIP != "203.0.113.2" || p.Spec.HealthCheckIP != "10.101.1.1" {
+			return fmt.Errorf("peer spec %+v", p.Spec)
+		}
+		return nil
+	})
+	eventually(t, "west re-points to gw2", func() error {
+		p, err := configPeer(wgw.driver(), "east")
+		if err == nil && (p.PublicKey != gw2.driver().PublicKey() || p.Endpoint.String() != "203.0.113.2:4500") {
+			err = fmt.Errorf("peer %+v", p)
+		}
+		return err
+	})
+	lease := &coordinationv1.Lease{}
+	if err := east.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: routeagent.LeaseName}, lease); err != nil {
+		t.Fatal(err)
+	}
+	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != "east-gw2" {
+		t.Fatalf("lease holder %v, want east-gw2", lease.Spec.HolderIdentity)
+	}
+
+	// West goes away (its gateway stops, its Peer is deleted as `octopus leave` does): east
+	// drops the tunnel and withdraws the subnets from its route agents.
+	wgw.stop(t)
+	p, err := getPeer("west")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hubc.Delete(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "east tears the tunnel to west down", func() error {
+		cfg, ok := gw2.driver().last()
+		if !ok || len(cfg.Peers) != 0 {
+			return fmt.Errorf("config %+v", cfg)
+		}
+		cm := &corev1.ConfigMap{}
+		if err := east.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: routeagent.ConfigMapName}, cm); err != nil {
+			return err
+		}
+		if s := cm.Data[routeagent.SubnetsKey]; s != "" {
+			return fmt.Errorf("route agents still get %q", s)
+		}
+		return nil
+	})
+	gw2.stop(t)
+}
+
+func sortedStrings(ss []string) []string {
+	var ps []netip.Prefix
+	for _, s := range ss {
+		ps = append(ps, netip.MustParsePrefix(s))
+	}
+	var out []string
+	for _, p := range sortPrefixes(ps) {
+		out = append(out, p.String())
+	}
+	return out
+}

@@ -1,0 +1,129 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/tunnel"
+)
+
+// handshakeFresh is how recent a WireGuard handshake must be for a connection without health
+// probes to count as Connected: WireGuard re-handshakes every 2 minutes while traffic flows.
+const handshakeFresh = 3 * time.Minute
+
+// reportStatus writes the Peer's status when it differs from what the hub has.
+func (a *active) reportStatus(ctx context.Context) error {
+	a.mu.Lock()
+	d, applyErr := a.desired, a.applyErr
+	a.mu.Unlock()
+	stats, err := a.driver.Stats()
+	if err != nil {
+		a.o.Log.Error(err, "Reading tunnel statistics")
+	}
+	var probes map[string]ProbeStats
+	if a.prober != nil {
+		probes = a.prober.Snapshot()
+	}
+	cur := &v1alpha1.Peer{}
+	if err := a.hub.Get(ctx, client.ObjectKey{Namespace: a.cred.Namespace, Name: a.cred.ClusterID}, cur); err != nil {
+		return fmt.Errorf("reading Peer %s on the hub: %w", a.cred.ClusterID, err)
+	}
+	next := cur.DeepCopy()
+	next.Status = BuildStatus(cur.Status.Conditions, cur.Generation, a.driver.Name(), d, applyErr, stats, probes, time.Now())
+	if equality.Semantic.DeepEqual(cur.Status, next.Status) {
+		return nil
+	}
+	if err := a.hub.Status().Patch(ctx, next, client.MergeFrom(cur)); err != nil {
+		return fmt.Errorf("updating the status of Peer %s on the hub: %w", a.cred.ClusterID, err)
+	}
+	return nil
+}
+
+// BuildStatus computes the Peer's status: a connection per accepted Peer (state from the
+// health probes when there are any, else from WireGuard handshakes), one in state Error per
+// refused Peer, and the Ready and PeersAccepted conditions. Existing conditions keep their
+// transition times when unchanged. It is pure.
+func BuildStatus(conds []metav1.Condition, generation int64, driver string, d Desired, applyErr error,
+	stats []tunnel.PeerStats, probes map[string]ProbeStats, now time.Time) v1alpha1.PeerStatus {
+	byCluster := map[string]tunnel.PeerStats{}
+	for _, s := range stats {
+		byCluster[s.Cluster] = s
+	}
+	st := v1alpha1.PeerStatus{Driver: driver, Conditions: slices.Clone(conds)}
+	for _, p := range d.Tunnel.Peers {
+		c := v1alpha1.PeerConnection{ClusterID: p.Cluster, State: v1alpha1.ConnectionConnecting}
+		s, ok := byCluster[p.Cluster]
+		if ok {
+			c.RxBytes, c.TxBytes = clampInt64(s.RxBytes), clampInt64(s.TxBytes)
+			if !s.LastHandshake.IsZero() {
+				t := metav1.NewTime(s.LastHandshake.Truncate(time.Second))
+				c.LastHandshake = &t
+			}
+		}
+		probe, probed := probes[p.Cluster]
+		switch {
+		case applyErr != nil:
+			c.State, c.Message = v1alpha1.ConnectionError, "the tunnel configuration could not be applied: "+applyErr.Error()
+		case probed:
+			c.RTT = v1alpha1.LatencyStats{Last: dur(probe.Last), Min: dur(probe.Min), Avg: dur(probe.Avg), Max: dur(probe.Max)}
+			c.LossPercent = int32(min(max(probe.LossPercent, 0), 100)) //nolint:gosec // clamped to 0..100
+			switch {
+			case probe.Up:
+				c.State = v1alpha1.ConnectionConnected
+			case probe.Answered:
+				c.State, c.Message = v1alpha1.ConnectionError, "the remote gateway stopped answering health probes"
+			default:
+				c.Message = "waiting for the first answer to health probes"
+			}
+		case ok && !s.LastHandshake.IsZero() && now.Sub(s.LastHandshake) < handshakeFresh:
+			c.State = v1alpha1.ConnectionConnected
+		default:
+			c.Message = "no health probe answered and no recent handshake yet"
+		}
+		st.Connections = append(st.Connections, c)
+	}
+	for _, r := range d.Refused {
+		st.Connections = append(st.Connections, v1alpha1.PeerConnection{ClusterID: r.Cluster, State: v1alpha1.ConnectionError, Message: r.Message})
+	}
+	slices.SortFunc(st.Connections, func(a, b v1alpha1.PeerConnection) int { return strings.Compare(a.ClusterID, b.ClusterID) })
+
+	ready := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonApplied, ObservedGeneration: generation,
+		Message: fmt.Sprintf("%s tunnels to %d clusters configured", driver, len(d.Tunnel.Peers))}
+	if applyErr != nil {
+		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonApplyFailed, applyErr.Error()
+	}
+	meta.SetStatusCondition(&st.Conditions, ready)
+	accepted := metav1.Condition{Type: ConditionPeersAccepted, Status: metav1.ConditionTrue, Reason: ReasonAllAccepted, ObservedGeneration: generation,
+		Message: "every other cluster's Peer is accepted"}
+	if len(d.Refused) > 0 {
+		var msgs []string
+		reason := ReasonPeersRefused
+		for _, r := range d.Refused {
+			msgs = append(msgs, r.Message)
+			if r.Reason == ReasonOverlappingSubnets {
+				reason = ReasonOverlappingSubnets
+			}
+		}
+		accepted.Status, accepted.Reason, accepted.Message = metav1.ConditionFalse, reason, strings.Join(msgs, "\n")
+	}
+	meta.SetStatusCondition(&st.Conditions, accepted)
+	return st
+}
+
+func dur(d time.Duration) metav1.Duration { return metav1.Duration{Duration: d} }
+
+func clampInt64(v uint64) int64 {
+	if v > 1<<63-1 {
+		return 1<<63 - 1
+	}
+	return int64(v)
+}
