@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
+	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/progress"
 )
 
@@ -47,6 +49,54 @@ type labUpOptions struct {
 	clusters int
 	demo     bool
 	nodes    int
+	// nodesSet tells a --nodes-per-cluster given from the default, which grows with
+	// --gateways-per-cluster.
+	nodesSet bool
+	gateways int
+	backend  string
+	topology string
+}
+
+// Topologies of `lab up --topology`.
+const (
+	topologyMesh = "mesh"
+	topologyHub  = "hub"
+)
+
+// labOptions checks the flags and turns them into lab.Options (without the binaries and the
+// progress reporter, which Run adds).
+func (o *labUpOptions) labOptions() (lab.Options, error) {
+	switch o.topology {
+	case topologyMesh:
+	case topologyHub:
+		return lab.Options{}, fmt.Errorf("--topology %s: not implemented yet (gateways tunnel directly to each other); use --topology %s", topologyHub, topologyMesh)
+	default:
+		return lab.Options{}, fmt.Errorf("--topology %q: want %s (%s is not implemented yet)", o.topology, topologyMesh, topologyHub)
+	}
+	switch v1alpha1.Backend(o.backend) {
+	case v1alpha1.BackendWireGuard, v1alpha1.BackendVXLAN:
+	default:
+		return lab.Options{}, fmt.Errorf("--backend %q: want %s or %s", o.backend, v1alpha1.BackendWireGuard, v1alpha1.BackendVXLAN)
+	}
+	if o.clusters < 1 || o.clusters > lab.MaxClusters {
+		return lab.Options{}, fmt.Errorf("--clusters %d: want 1 to %d", o.clusters, lab.MaxClusters)
+	}
+	if o.gateways < 1 || o.gateways > labnet.MaxNodesPerCluster-1 {
+		return lab.Options{}, fmt.Errorf("--gateways-per-cluster %d: want 1 to %d", o.gateways, labnet.MaxNodesPerCluster-1)
+	}
+	nodes := 0 // lab.Up's default: one worker besides the gateways
+	if o.nodesSet {
+		nodes = o.nodes
+		if nodes <= o.gateways {
+			return lab.Options{}, fmt.Errorf("--nodes-per-cluster %d with --gateways-per-cluster %d leaves no worker: give at least %d nodes",
+				nodes, o.gateways, o.gateways+1)
+		}
+	}
+	backends := map[string]string{}
+	for i := 1; i <= o.clusters; i++ {
+		backends[lab.ClusterName(i)] = o.backend
+	}
+	return lab.Options{Clusters: o.clusters, NodesPerCluster: nodes, GatewaysPerCluster: o.gateways, Backends: backends, Dir: *o.dir}, nil
 }
 
 func newLabUpCommand(streams IOStreams, dir *string) *cobra.Command {
@@ -56,25 +106,41 @@ func newLabUpCommand(streams IOStreams, dir *string) *cobra.Command {
 		Short: "Start a hub and N clusters, join them, and run until Ctrl-C",
 		Long: `Starts one etcd and, for the hub and each cluster, a real kube-apiserver and
 kube-controller-manager (and a kube-scheduler per member cluster). Each member cluster gets
-nodes as network namespaces on its own LAN, the first one gateway-labelled, each registered
+nodes as network namespaces on its own LAN, the first --gateways-per-cluster of them
+gateway-labelled (one active gateway, the others standbys), each registered
 as a Ready Node and running the real kube-proxy in nftables mode; an underlay namespace joins
 the gateways. A node agent runs the pods scheduled to each node, each in a network namespace
 of its own with its containers as host processes (well-known images such as busybox,
 alpine/socat and ghcr.io/octopus-mcs/echo map to host binaries). Only documentation
 addresses (198.51.100.0/24, 203.0.113.0/24) are used outside the clusters. Then it deploys the hub, joins every cluster and runs its
 agent, shows the cluster set and keeps running until interrupted, when it stops everything it
-started. Needs root. The control-plane binaries are built from pinned Go modules on first use
+started. Each gateway node runs the Octopus gateway (--backend wireguard or vxlan; tunnels in a
+full mesh, --topology mesh) and every node a route agent. Needs root. The control-plane binaries are built from pinned Go modules on first use
 (several minutes). After a crash, ` + "`octopus lab down`" + ` removes what is left.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return o.Run(cmd.Context()) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.nodesSet = cmd.Flags().Changed("nodes-per-cluster")
+			return o.Run(cmd.Context())
+		},
 	}
-	cmd.Flags().IntVar(&o.clusters, "clusters", 2, "number of member clusters")
-	cmd.Flags().BoolVar(&o.demo, "demo", false, "also deploy an echo server in cluster1, export it, start a toolbox in cluster2 and show what works across clusters")
-	cmd.Flags().IntVar(&o.nodes, "nodes-per-cluster", 2, "nodes of each member cluster (the first is the gateway)")
+	o.bindFlags(cmd.Flags())
 	return cmd
 }
 
+func (o *labUpOptions) bindFlags(fs *pflag.FlagSet) {
+	fs.IntVar(&o.clusters, "clusters", 2, "number of member clusters")
+	fs.BoolVar(&o.demo, "demo", false, "also deploy an echo server in cluster1, export it, start a toolbox in cluster2 and show what works across clusters")
+	fs.IntVar(&o.nodes, "nodes-per-cluster", 2, "nodes of each member cluster, the first --gateways-per-cluster of them gateways (if not given: one more than the gateways)")
+	fs.IntVar(&o.gateways, "gateways-per-cluster", 1, "gateway nodes of each member cluster: one active, the others take over when it dies")
+	fs.StringVar(&o.backend, "backend", string(v1alpha1.BackendWireGuard), "tunnel backend of every cluster's gateway: wireguard or vxlan (unencrypted)")
+	fs.StringVar(&o.topology, "topology", topologyMesh, "how gateways connect: mesh (direct tunnels between all clusters); hub is not implemented yet")
+}
+
 func (o *labUpOptions) Run(ctx context.Context) error {
+	opts, err := o.labOptions()
+	if err != nil {
+		return err
+	}
 	p := &progress.Reporter{W: o.ErrOut}
 	agent, err := agentBinary()
 	if err != nil {
@@ -85,8 +151,9 @@ func (o *labUpOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w (run `make k8s-binaries` from the repository)", err)
 	}
-	l, err := lab.Up(ctx, lab.Options{Clusters: o.clusters, NodesPerCluster: o.nodes, Dir: *o.dir, BinDir: binDir,
-		AgentBinary: agent, EchoBinary: echoBinary(), Progress: p})
+	opts.BinDir, opts.AgentBinary, opts.Progress = binDir, agent, p
+	opts.EchoBinary, opts.DNSBinary = siblingBinary("octopus-echo"), siblingBinary("octopus-dns")
+	l, err := lab.Up(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -135,14 +202,15 @@ func (o *labUpOptions) Run(ctx context.Context) error {
 	return nil
 }
 
-// echoBinary finds octopus-echo next to the octopus binary, as `make build` puts it. Without
-// it the lab still runs, and echo containers report the binary missing.
-func echoBinary() string {
+// siblingBinary finds one of Octopus's binaries (octopus-echo, octopus-dns) next to the
+// octopus binary, as `make build` puts them. Without it the lab still runs, and the pods of
+// its image report the binary missing.
+func siblingBinary(name string) string {
 	self, err := os.Executable()
 	if err != nil {
 		return ""
 	}
-	candidate := filepath.Join(filepath.Dir(self), "octopus-echo")
+	candidate := filepath.Join(filepath.Dir(self), name)
 	if _, err := os.Stat(candidate); err != nil {
 		return ""
 	}
@@ -262,11 +330,12 @@ func (o *labUpOptions) runDemo(ctx context.Context, l *lab.Lab, p *progress.Repo
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.Out, "\n$ curl http://%s/   # echo Service in %s, from a node, through kube-proxy\n%s\n", r.EchoClusterIP, exporter, r.EchoReply)
+	kubectl := fmt.Sprintf("KUBECONFIG=%s kubectl -n %s", l.Env.Cluster(importer).Kubeconfig, lab.DemoNamespace)
 	fmt.Fprintf(o.Out, "\n%s imported the echo service exported by %s (MCS API):\n", importer, exporter)
 	fmt.Fprintf(o.Out, "  ServiceImport %s/echo  ClusterSet IP %s  endpoints %s\n", lab.DemoNamespace, strings.Join(r.ImportIPs, ","), strings.Join(r.ImportedEndpoints, ","))
-	fmt.Fprintf(o.Out, "  toolbox pod %s\n", r.Toolbox)
-	fmt.Fprintf(o.Out, "  KUBECONFIG=%s kubectl -n %s get serviceimports,endpointslices\n", l.Env.Cluster(importer).Kubeconfig, lab.DemoNamespace)
-	fmt.Fprintln(o.Out, "Traffic between the clusters needs the gateways and tunnels, which land next.")
+	fmt.Fprintf(o.Out, "  %s get serviceimports,endpointslices\n", kubectl)
+	fmt.Fprintf(o.Out, "\nFrom the toolbox pod %s, through the gateways' tunnel:\n", r.Toolbox)
+	fmt.Fprintf(o.Out, "$ %s exec toolbox -- dig +short %s\n%s\n", kubectl, r.DNSName, r.DNSAnswer)
+	fmt.Fprintf(o.Out, "$ %s exec toolbox -- busybox wget -qO- http://%s/\n%s\n", kubectl, r.DNSName, r.CrossClusterReply)
 	return nil
 }

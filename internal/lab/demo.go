@@ -2,10 +2,12 @@ package lab
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,6 +17,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -40,12 +45,21 @@ type DemoReport struct {
 	ImportedEndpoints []string
 	// Toolbox is the toolbox pod of the importing cluster, "<namespace>/<name> on <node>".
 	Toolbox string
+	// DNSName is the echo service's name in the clusterset.local zone.
+	DNSName string
+	// DNSAnswer is what the toolbox pod's resolver (the cluster's CoreDNS, forwarding to
+	// octopus-dns) answered for DNSName: the ClusterSet IP.
+	DNSAnswer string
+	// CrossClusterReply is the echo server's answer to an HTTP request the toolbox pod made
+	// by DNSName: kube-proxy in the importing cluster, the gateways' tunnel, kube-proxy in the
+	// exporting cluster.
+	CrossClusterReply string
 }
 
 // Demo deploys an echo server in the first member cluster, exports it, starts a toolbox pod in
-// the second, and waits until the second cluster has imported the service. The clusters are
-// not connected by tunnels yet, so the import is what crosses clusters; the request to the
-// service is made inside the exporting cluster. It is idempotent.
+// the second, waits until the second cluster has imported the service, and then, from the
+// toolbox pod (through the API server's exec, as `kubectl exec` does), resolves the service's
+// clusterset.local name and requests it across the clusters. It is idempotent.
 func (l *Lab) Demo(ctx context.Context) (*DemoReport, error) {
 	if len(l.Members) < 2 {
 		return nil, fmt.Errorf("the demo needs two member clusters, the lab has %d", len(l.Members))
@@ -116,8 +130,66 @@ func (l *Lab) Demo(ctx context.Context) (*DemoReport, error) {
 		return report, err
 	}
 	report.EchoClusterIP = svc.Spec.ClusterIP
-	report.EchoReply, err = l.httpGetFromNode(exporter, svc.Spec.ClusterIP, 80)
+	report.DNSName = "echo." + DemoNamespace + ".svc.clusterset.local"
+	var lastErr error
+	retry := func(what string, f func() (bool, error)) error {
+		// Each of these converges by itself within seconds to a minute: kube-proxy programs
+		// new endpoints, CoreDNS's reload plugin re-reads the Corefile join patched (every
+		// 30 s), octopus-dns and the tunnels come up.
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(context.Context) (bool, error) {
+			done, err := f()
+			lastErr = err
+			return done, nil
+		})
+		if err != nil {
+			return fmt.Errorf("waiting for %s: %w (last: %w)", what, err, lastErr)
+		}
+		return nil
+	}
+	err = retry("the echo Service to answer inside "+exporter, func() (bool, error) {
+		report.EchoReply, err = l.httpGetFromNode(exporter, svc.Spec.ClusterIP, 80)
+		return err == nil, err
+	})
+	if err != nil {
+		return report, err
+	}
+	err = retry(report.DNSName+" to resolve in "+importer, func() (bool, error) {
+		out, err := l.execInPod(ctx, importer, DemoNamespace, "toolbox", "dig", "+short", "+time=2", "+tries=1", report.DNSName)
+		report.DNSAnswer = strings.TrimSpace(out)
+		return err == nil && slices.Contains(report.ImportIPs, report.DNSAnswer), err
+	})
+	if err != nil {
+		return report, err
+	}
+	err = retry("a reply from "+report.DNSName+" across the clusters", func() (bool, error) {
+		out, err := l.execInPod(ctx, importer, DemoNamespace, "toolbox", "busybox", "wget", "-qO-", "http://"+report.DNSName+"/")
+		report.CrossClusterReply = strings.TrimSpace(out)
+		return err == nil && report.CrossClusterReply != "", err
+	})
 	return report, err
+}
+
+// execInPod runs argv in the pod's first container through the API server's exec
+// subresource (WebSocket, as kubectl does) and returns its standard output.
+func (l *Lab) execInPod(ctx context.Context, cluster, namespace, pod string, argv ...string) (string, error) {
+	cfg := l.Env.Cluster(cluster).RESTConfig()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "", err
+	}
+	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Command: argv, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	exec, err := remotecommand.NewWebSocketExecutor(cfg, "GET", req.URL().String())
+	if err != nil {
+		return "", err
+	}
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}); err != nil {
+		return stdout.String(), fmt.Errorf("%s in %s/%s: %w (stderr: %s)", strings.Join(argv, " "), namespace, pod, err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
 }
 
 // httpGetFromNode asks ip:port for "/" from the namespace of the cluster's last node (a

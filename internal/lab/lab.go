@@ -48,9 +48,21 @@ type Options struct {
 	// nodeagent.EchoImage run. Optional: without it such containers report
 	// nodeagent.ReasonBinaryNotFound.
 	EchoBinary string
-	// NodesPerCluster is the number of nodes of each member cluster, the first a gateway.
-	// Optional, default 2; labnet.MinNodesPerCluster..labnet.MaxNodesPerCluster.
+	// DNSBinary is the octopus-dns executable that the octopus-dns pods join deploys run
+	// (nodeagent.OctopusDNSImage). Optional: without it they report
+	// nodeagent.ReasonBinaryNotFound and clusterset.local names do not resolve.
+	DNSBinary string
+	// NodesPerCluster is the number of nodes of each member cluster, the first
+	// GatewaysPerCluster of them gateways. Optional, default GatewaysPerCluster+1 (one
+	// worker); labnet.MinNodesPerCluster..labnet.MaxNodesPerCluster.
 	NodesPerCluster int
+	// GatewaysPerCluster is the number of gateway nodes of each member cluster: one active
+	// gateway, the others standbys that take over when it dies. Optional, default 1; at most
+	// NodesPerCluster-1.
+	GatewaysPerCluster int
+	// Backends picks the tunnel backend ("wireguard" or "vxlan") of each cluster's gateway by
+	// cluster name. Optional: wireguard.
+	Backends map[string]string
 	// Progress receives one line per step. Optional.
 	Progress *progress.Reporter
 	// Log receives structured logs (node heartbeats, process supervision). Optional.
@@ -86,8 +98,11 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	if opts.HeartbeatInterval == 0 {
 		opts.HeartbeatInterval = 2 * time.Second
 	}
+	if opts.GatewaysPerCluster == 0 {
+		opts.GatewaysPerCluster = 1
+	}
 	if opts.NodesPerCluster == 0 {
-		opts.NodesPerCluster = 2
+		opts.NodesPerCluster = max(labnet.MinNodesPerCluster, opts.GatewaysPerCluster+1)
 	}
 	if opts.Log.GetSink() == nil {
 		opts.Log = logr.Discard()
@@ -112,7 +127,8 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		// Member clusters schedule pods onto their nodes; the hub has no nodes.
 		specs = append(specs, controlplane.ClusterOptions{Name: name, PodCIDR: pods, ServiceCIDR: services, Scheduler: i > 0})
 		if i > 0 {
-			netSpecs = append(netSpecs, labnet.ClusterSpec{Name: name, Index: i, ServiceCIDR: services, Nodes: opts.NodesPerCluster})
+			netSpecs = append(netSpecs, labnet.ClusterSpec{Name: name, Index: i, ServiceCIDR: services,
+				Nodes: opts.NodesPerCluster, Gateways: opts.GatewaysPerCluster})
 		}
 	}
 	plan, err := labnet.NewPlan(id, netSpecs)
@@ -155,7 +171,7 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 
 	step = time.Now()
 	p.Step("Registering %d nodes per cluster and starting kube-proxy and the pod agent on each", opts.NodesPerCluster)
-	if l.nodes, err = startNodes(ctx, env, plan, nodeagent.Images{EchoBinary: opts.EchoBinary}, opts.Log); err != nil {
+	if l.nodes, err = startNodes(ctx, env, plan, nodeagent.Images{EchoBinary: opts.EchoBinary, OctopusDNSBinary: opts.DNSBinary}, opts.Log); err != nil {
 		return l, err
 	}
 	p.Done(step, "%d nodes registered", opts.Clusters*opts.NodesPerCluster)
@@ -177,6 +193,9 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 			return l, fmt.Errorf("joining %s: %w", name, err)
 		}
 		if err := startAgent(opts, env, cp); err != nil {
+			return l, err
+		}
+		if err := startGateways(opts, env, cp, *plan.Cluster(name)); err != nil {
 			return l, err
 		}
 		l.Members = append(l.Members, name)

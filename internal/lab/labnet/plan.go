@@ -43,9 +43,14 @@ type ClusterSpec struct {
 	// packets in the output hook, after the routing decision, so without a route they fail
 	// with "network unreachable" before kube-proxy sees them.
 	ServiceCIDR netip.Prefix
-	// Nodes is the number of nodes, MinNodesPerCluster..MaxNodesPerCluster. The first is the
-	// gateway.
+	// Nodes is the number of nodes, MinNodesPerCluster..MaxNodesPerCluster. The first
+	// Gateways of them are gateway nodes.
 	Nodes int
+	// Gateways is how many nodes (the first ones) carry GatewayLabel and join the underlay:
+	// one is active, the others stand by for failover. Optional, default 1; at most Nodes-1,
+	// so that a worker is left and traffic through the gateway from a non-gateway node is
+	// exercised.
+	Gateways int
 }
 
 // Plan is the whole lab network: names and addresses of everything Apply creates.
@@ -91,6 +96,15 @@ type NodeNet struct {
 
 // NetnsPath is where the node's namespace is mounted, for setns and `ip netns exec`.
 func (n NodeNet) NetnsPath() string { return NetnsPath(n.Netns) }
+
+// UnderlayLink is the name, inside the node's namespace, of a gateway node's link to the
+// underlay (the one fault tests cut), or "" for a worker.
+func (n NodeNet) UnderlayLink() string {
+	if !n.Gateway {
+		return ""
+	}
+	return nodeUnderlayName
+}
 
 // NetnsPath is the bind mount of a named network namespace.
 func NetnsPath(name string) string { return netnsDir + "/" + name }
@@ -138,6 +152,14 @@ func NewPlan(id string, clusters []ClusterSpec) (Plan, error) {
 			errs = append(errs, fmt.Errorf("cluster %s: IPv4 service CIDR required, got %s", c.Name, c.ServiceCIDR))
 			continue
 		}
+		if c.Gateways == 0 {
+			c.Gateways = 1
+		}
+		if c.Gateways < 1 || c.Gateways >= c.Nodes {
+			errs = append(errs, fmt.Errorf("cluster %s: %d gateway nodes of %d nodes, want 1..%d (at least one worker must remain; add nodes)",
+				c.Name, c.Gateways, c.Nodes, c.Nodes-1))
+			continue
+		}
 		seenIndex[c.Index], seenName[c.Name] = true, true
 		lan := nthSubnet(LANRange, lanBits, c.Index-1)
 		cn := ClusterNet{
@@ -150,13 +172,14 @@ func NewPlan(id string, clusters []ClusterSpec) (Plan, error) {
 		for k := 1; k <= c.Nodes; k++ {
 			n := NodeNet{
 				Name:    fmt.Sprintf("%s-node%d", c.Name, k),
-				Gateway: k == 1,
+				Gateway: k <= c.Gateways,
 				LANAddr: netip.PrefixFrom(nthAddr(lan, 1+k), lanBits),
 				port:    fmt.Sprintf("n%d", k),
 			}
 			n.Netns = netnsPrefix + n.Name
 			if n.Gateway {
-				// 16 underlay addresses per cluster index leave room for more gateways later.
+				// 16 underlay addresses per cluster index: room for every gateway a /28 LAN can
+				// have (MaxNodesPerCluster-1).
 				n.UnderlayAddr = netip.PrefixFrom(nthAddr(UnderlayRange, 16*(c.Index-1)+k), UnderlayRange.Bits())
 				n.underlayPort = fmt.Sprintf("c%dn%d", c.Index, k)
 			}

@@ -6,19 +6,48 @@ import (
 	"testing"
 )
 
-func specs(n, nodes int) []ClusterSpec {
+func specs(n, nodes int) []ClusterSpec { return specsGW(n, nodes, 0) }
+
+// specsGW is specs with gateways gateway nodes per cluster (0: the default).
+func specsGW(n, nodes, gateways int) []ClusterSpec {
 	var s []ClusterSpec
 	for i := 1; i <= n; i++ {
 		s = append(s, ClusterSpec{
 			Name: "cluster" + string(rune('0'+i%10)) + strings.Repeat("x", i/10), Index: i,
-			ServiceCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(96 + i), 0, 0}), 16), Nodes: nodes,
+			ServiceCIDR: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(96 + i), 0, 0}), 16), Nodes: nodes, Gateways: gateways,
 		})
 	}
 	return s
 }
 
+type wantNode struct {
+	name, netns, lan, underlay string
+	gateway                    bool
+}
+
 func TestPlanAddresses(t *testing.T) {
-	p, err := NewPlan("ab12", specs(2, 3))
+	cases := map[string]struct {
+		gateways int
+		nodes    []wantNode
+	}{
+		"default one gateway": {0, []wantNode{
+			{"cluster2-node1", "octo-ab12-cluster2-node1", "198.51.100.18/28", "203.0.113.17/24", true},
+			{"cluster2-node2", "octo-ab12-cluster2-node2", "198.51.100.19/28", "invalid Prefix", false},
+			{"cluster2-node3", "octo-ab12-cluster2-node3", "198.51.100.20/28", "invalid Prefix", false},
+		}},
+		"two gateways": {2, []wantNode{
+			{"cluster2-node1", "octo-ab12-cluster2-node1", "198.51.100.18/28", "203.0.113.17/24", true},
+			{"cluster2-node2", "octo-ab12-cluster2-node2", "198.51.100.19/28", "203.0.113.18/24", true},
+			{"cluster2-node3", "octo-ab12-cluster2-node3", "198.51.100.20/28", "invalid Prefix", false},
+		}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) { checkPlanAddresses(t, tc.gateways, tc.nodes) })
+	}
+}
+
+func checkPlanAddresses(t *testing.T, gateways int, wantNodes []wantNode) {
+	p, err := NewPlan("ab12", specsGW(2, 3, gateways))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,30 +62,30 @@ func TestPlanAddresses(t *testing.T) {
 	if c2.Uplink != want.uplink || c2.UplinkAddr.String() != want.uplinkAddr || c2.LAN != want.lan {
 		t.Errorf("cluster2: uplink %s %s lan %s, want %+v", c2.Uplink, c2.UplinkAddr, c2.LAN, want)
 	}
-	wantNodes := []struct {
-		name, netns, lan, underlay string
-		gateway                    bool
-	}{
-		{"cluster2-node1", "octo-ab12-cluster2-node1", "198.51.100.18/28", "203.0.113.17/24", true},
-		{"cluster2-node2", "octo-ab12-cluster2-node2", "198.51.100.19/28", "invalid Prefix", false},
-		{"cluster2-node3", "octo-ab12-cluster2-node3", "198.51.100.20/28", "invalid Prefix", false},
+	if len(c2.Nodes) != len(wantNodes) {
+		t.Fatalf("%d nodes, want %d", len(c2.Nodes), len(wantNodes))
 	}
 	for i, w := range wantNodes {
 		n := c2.Nodes[i]
 		if n.Name != w.name || n.Netns != w.netns || n.LANAddr.String() != w.lan || n.UnderlayAddr.String() != w.underlay || n.Gateway != w.gateway {
 			t.Errorf("node %d = %+v, want %+v", i, n, w)
 		}
+		if (n.UnderlayLink() != "") != w.gateway {
+			t.Errorf("node %d: underlay link %q for gateway=%v", i, n.UnderlayLink(), w.gateway)
+		}
 	}
 }
 
 // TestPlanStaysInRanges checks the largest plan: every address in its documentation range,
 // no two equal, every LAN address inside its cluster's /28 and not its network or broadcast
-// address, every name within the kernel's limits and carrying the ownership prefixes.
+// address, every name within the kernel's limits and carrying the ownership prefixes. Every
+// node but one is a gateway, so the underlay addresses are at their most numerous too.
 func TestPlanStaysInRanges(t *testing.T) {
-	p, err := NewPlan("0f0f", specs(MaxClusters, MaxNodesPerCluster))
+	p, err := NewPlan("0f0f", specsGW(MaxClusters, MaxNodesPerCluster, MaxNodesPerCluster-1))
 	if err != nil {
 		t.Fatal(err)
 	}
+	gateways := 0
 	seen := map[netip.Addr]string{APIAddress: "api"}
 	check := func(what string, a netip.Prefix, in netip.Prefix) {
 		t.Helper()
@@ -81,6 +110,7 @@ func TestPlanStaysInRanges(t *testing.T) {
 				t.Errorf("%s: %s is the network or broadcast address of %s", n.Name, n.LANAddr, lan)
 			}
 			if n.Gateway {
+				gateways++
 				check(n.Name+" underlay", n.UnderlayAddr, UnderlayRange)
 			}
 			if !strings.HasPrefix(n.Netns, NetnsOwnerPrefix("0f0f")) {
@@ -92,6 +122,9 @@ func TestPlanStaysInRanges(t *testing.T) {
 				}
 			}
 		}
+	}
+	if want := MaxClusters * (MaxNodesPerCluster - 1); gateways != want {
+		t.Errorf("%d gateway nodes, want %d", gateways, want)
 	}
 	if !LANRange.Contains(APIAddress) {
 		t.Errorf("APIAddress %s outside %s: the root namespace would gain another range", APIAddress, LANRange)
@@ -113,13 +146,15 @@ func TestPlanRejects(t *testing.T) {
 		specs []ClusterSpec
 		want  string
 	}{
-		"bad id":         {"XYZ1", specs(1, 2), "hex"},
-		"too many":       {"aaaa", specs(MaxClusters+1, 2), "room for"},
-		"one node":       {"aaaa", specs(1, 1), "gateway and at least one worker"},
-		"too many nodes": {"aaaa", specs(1, MaxNodesPerCluster+1), "want 2..13"},
-		"duplicate":      {"aaaa", append(specs(1, 2), specs(1, 2)...), "given twice"},
-		"no services":    {"aaaa", []ClusterSpec{{Name: "a", Index: 1, Nodes: 2}}, "service CIDR"},
-		"bad name":       {"aaaa", []ClusterSpec{{Name: "A_b", Index: 1, Nodes: 2, ServiceCIDR: netip.MustParsePrefix("10.96.0.0/16")}}, "cluster name"},
+		"bad id":            {"XYZ1", specs(1, 2), "hex"},
+		"too many":          {"aaaa", specs(MaxClusters+1, 2), "room for"},
+		"one node":          {"aaaa", specs(1, 1), "gateway and at least one worker"},
+		"too many nodes":    {"aaaa", specs(1, MaxNodesPerCluster+1), "want 2..13"},
+		"duplicate":         {"aaaa", append(specs(1, 2), specs(1, 2)...), "given twice"},
+		"no services":       {"aaaa", []ClusterSpec{{Name: "a", Index: 1, Nodes: 2}}, "service CIDR"},
+		"no worker left":    {"aaaa", specsGW(1, 3, 3), "3 gateway nodes of 3 nodes, want 1..2"},
+		"negative gateways": {"aaaa", specsGW(1, 3, -1), "want 1..2"},
+		"bad name":          {"aaaa", []ClusterSpec{{Name: "A_b", Index: 1, Nodes: 2, ServiceCIDR: netip.MustParsePrefix("10.96.0.0/16")}}, "cluster name"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -1,0 +1,62 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/octopus-mcs/octopus/internal/lab"
+)
+
+func TestLabUpFlags(t *testing.T) {
+	cases := map[string]struct {
+		args    []string
+		wantErr string
+		// nodes, gateways and backend of the lab.Options when there is no error.
+		nodes, gateways int
+		backend         string
+	}{
+		"defaults":                 {args: nil, nodes: 0, gateways: 1, backend: "wireguard"},
+		"vxlan":                    {args: []string{"--backend", "vxlan"}, gateways: 1, backend: "vxlan"},
+		"two gateways, default":    {args: []string{"--gateways-per-cluster", "2"}, nodes: 0, gateways: 2, backend: "wireguard"},
+		"two gateways, four nodes": {args: []string{"--gateways-per-cluster", "2", "--nodes-per-cluster", "4"}, nodes: 4, gateways: 2, backend: "wireguard"},
+		"mesh":                     {args: []string{"--topology", "mesh"}, gateways: 1, backend: "wireguard"},
+		"hub topology":             {args: []string{"--topology", "hub"}, wantErr: "--topology hub: not implemented yet"},
+		"unknown topology":         {args: []string{"--topology", "star"}, wantErr: `--topology "star": want mesh`},
+		"unknown backend":          {args: []string{"--backend", "ipsec"}, wantErr: `--backend "ipsec": want wireguard or vxlan`},
+		"no worker left":           {args: []string{"--gateways-per-cluster", "2", "--nodes-per-cluster", "2"}, wantErr: "leaves no worker: give at least 3 nodes"},
+		"zero gateways":            {args: []string{"--gateways-per-cluster", "0"}, wantErr: "--gateways-per-cluster 0: want 1 to 12"},
+		"too many clusters":        {args: []string{"--clusters", "16"}, wantErr: "--clusters 16: want 1 to 15"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir := "/tmp/lab"
+			o := &labUpOptions{dir: &dir}
+			fs := pflag.NewFlagSet("up", pflag.ContinueOnError)
+			o.bindFlags(fs)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			o.nodesSet = fs.Changed("nodes-per-cluster")
+			opts, err := o.labOptions()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if opts.NodesPerCluster != tc.nodes || opts.GatewaysPerCluster != tc.gateways || opts.Clusters != 2 || opts.Dir != dir {
+				t.Errorf("options %+v, want %d nodes and %d gateways in 2 clusters", opts, tc.nodes, tc.gateways)
+			}
+			for i := 1; i <= 2; i++ {
+				if got := opts.Backends[lab.ClusterName(i)]; got != tc.backend {
+					t.Errorf("backend of %s = %q, want %q", lab.ClusterName(i), got, tc.backend)
+				}
+			}
+		})
+	}
+}

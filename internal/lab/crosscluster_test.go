@@ -1,0 +1,330 @@
+package lab_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/cluster"
+	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/lab"
+	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+	"github.com/octopus-mcs/octopus/internal/route"
+	"github.com/octopus-mcs/octopus/internal/testenv"
+)
+
+// xpod is a pod of the cross-cluster test.
+type xpod struct {
+	cluster, name, node string
+	ip                  netip.Addr
+	netns               string
+}
+
+// TestCrossCluster runs, for each backend (wireguard, vxlan; mesh), a lab of a hub and two clusters with gateways and
+// route agents, and an echo pod on the gateway node and on the worker node of each cluster.
+// It checks TCP (with the client's pod address preserved) and ICMP pod → pod across clusters
+// in both directions, pod → an exported Service of the other cluster through its ClusterSet
+// IP, recovery when the gateway process is killed (with a new key for wireguard), and that a cluster
+// leaving removes every route and tunnel that referred to it.
+func TestCrossCluster(t *testing.T) {
+	testenv.LabNetwork(t)
+	if _, err := exec.LookPath("busybox"); err != nil {
+		t.Fatal("busybox is missing (its ping probes ICMP): run hack/install-deps.sh")
+	}
+	binDir := testenv.BinDir(t)
+	bins := buildCommands(t, "octopus-agent", "octopus-echo", "octopus-dns", "octopus")
+	// One lab per backend, one after the other (the lab network lock is ours meanwhile).
+	for _, backend := range []string{"wireguard", "vxlan"} {
+		t.Run(backend, func(t *testing.T) { crossCluster(t, backend, binDir, bins) })
+	}
+}
+
+func crossCluster(t *testing.T, backend, binDir string, bins map[string]string) {
+	dir := filepath.Join(t.TempDir(), "lab")
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	begin := time.Now()
+	l, err := lab.Up(ctx, lab.Options{
+		Clusters: 2, NodesPerCluster: 2, Dir: dir, BinDir: binDir,
+		AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"], DNSBinary: bins["octopus-dns"],
+		Backends: map[string]string{lab.ClusterName(1): backend, lab.ClusterName(2): backend},
+	})
+	if err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = l.Stop()
+		if err := lab.Down(dir); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+	})
+	t.Logf("lab up took %.1fs", time.Since(begin).Seconds())
+
+	// Echo pods on the gateway node and the worker node of each cluster.
+	pods := map[string][]xpod{}
+	for _, c := range l.Network.Clusters {
+		cs := clientset(t, l.Env.Cluster(c.Name).Kubeconfig)
+		for _, n := range c.Nodes {
+			create(ctx, t, cs, echoPod("echo-"+n.Name, n.Name))
+		}
+		for _, n := range c.Nodes {
+			p := waitPodReady(ctx, t, cs, "echo-"+n.Name)
+			pods[c.Name] = append(pods[c.Name], xpod{cluster: c.Name, name: p.Name, node: n.Name,
+				ip: netip.MustParseAddr(p.Status.PodIP), netns: labnet.PodNetnsName(l.Network.ID, string(p.UID))})
+		}
+	}
+	c1, c2 := l.Network.Clusters[0].Name, l.Network.Clusters[1].Name
+
+	// TCP pod → pod, every pod to every pod of the other cluster; the answer names the
+	// server and the client address it saw, which must be the client pod's own.
+	checkTCP := func(what string, src, dst xpod, timeout time.Duration) {
+		t.Helper()
+		want := fmt.Sprintf("cluster=%s node=%s pod=%s", dst.cluster, dst.node, dst.name)
+		var got string
+		var err error
+		deadline := time.Now().Add(timeout)
+		for {
+			got, err = tryHTTPGet(src.netns, netip.AddrPortFrom(dst.ip, 8080))
+			if err == nil && strings.HasPrefix(got, want) && strings.Contains(got, "client="+src.ip.String()+":") {
+				t.Logf("%s: %s -> %s: %s", what, src.name, dst.name, got)
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %s (%s) -> %s (%s): answer %q, error %v; want %q from client %s",
+					what, src.name, src.cluster, dst.name, dst.cluster, got, err, want, src.ip)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	checkICMP := func(src, dst xpod) {
+		t.Helper()
+		out, err := exec.Command("ip", "netns", "exec", src.netns, "busybox", "ping", "-c", "2", "-W", "2", dst.ip.String()).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ICMP %s (%s) -> %s (%s): %v\n%s", src.name, src.cluster, dst.name, dst.cluster, err, out)
+		}
+	}
+	allPairs := func(what string, timeout time.Duration) {
+		t.Helper()
+		for _, pair := range [][2]string{{c1, c2}, {c2, c1}} {
+			for _, src := range pods[pair[0]] {
+				for _, dst := range pods[pair[1]] {
+					checkTCP(what, src, dst, timeout)
+				}
+			}
+		}
+	}
+	// The first check waits for the gateways to elect, publish and handshake.
+	allPairs("pod -> pod", 90*time.Second)
+	for _, pair := range [][2]string{{c1, c2}, {c2, c1}} {
+		for _, src := range pods[pair[0]] {
+			for _, dst := range pods[pair[1]] {
+				checkICMP(src, dst)
+			}
+		}
+	}
+	t.Log("ICMP pod -> pod across clusters works both ways")
+
+	// Each gateway reports the other cluster as connected, with RTTs from its ICMP probes
+	// through the tunnel (to the other gateway's health-check address).
+	hubc := kubeClient(t, l.Env.Cluster(lab.HubName).Kubeconfig)
+	for _, pair := range [][2]string{{c1, c2}, {c2, c1}} {
+		waitFor(t, 30*time.Second, pair[0]+"'s Peer to report "+pair[1]+" connected", func() error {
+			p := &v1alpha1.Peer{}
+			if err := hubc.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: pair[0]}, p); err != nil {
+				return err
+			}
+			for _, c := range p.Status.Connections {
+				if c.ClusterID == pair[1] && c.State == v1alpha1.ConnectionConnected && c.RTT.Max.Duration > 0 && c.TxBytes > 0 &&
+					strings.HasPrefix(p.Status.Driver, backend) {
+					t.Logf("%s -> %s: driver %s, %s, rtt last %s max %s, loss %d%%, tx %d B", pair[0], pair[1], p.Status.Driver, c.State, c.RTT.Last.Duration, c.RTT.Max.Duration, c.LossPercent, c.TxBytes)
+					return nil
+				}
+			}
+			return fmt.Errorf("status %+v", p.Status)
+		})
+	}
+
+	// The CLI shows both tunnels up.
+	out, err := exec.Command(bins["octopus"], "show", "connections", "--kubeconfig", l.Env.Cluster(lab.HubName).Kubeconfig, "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("octopus show connections: %v", err)
+	}
+	var conns []struct {
+		Cluster, Peer, Backend, State string
+	}
+	if err := json.Unmarshal(out, &conns); err != nil {
+		t.Fatalf("octopus show connections -o json: %v: %s", err, out)
+	}
+	if got, want := fmt.Sprint(conns), fmt.Sprintf("[{%[1]s %[2]s %[3]s Connected} {%[2]s %[1]s %[3]s Connected}]", c1, c2, backend); got != want {
+		t.Fatalf("octopus show connections: %s, want %s", got, want)
+	}
+
+	// pod → exported Service of the other cluster by DNS name and by ClusterSet IP: the demo
+	// exports an echo service from cluster1, imports it into cluster2 and, from a toolbox pod
+	// there (through the API server's exec), resolves echo.demo.svc.clusterset.local through
+	// the cluster's CoreDNS and octopus-dns, and requests it.
+	report, err := l.Demo(ctx)
+	if err != nil {
+		t.Fatalf("demo (export from %s, import into %s): %v", c1, c2, err)
+	}
+	if len(report.ImportIPs) == 0 || report.DNSAnswer != report.ImportIPs[0] {
+		t.Fatalf("%s resolved to %q in %s, want the ClusterSet IP %v", report.DNSName, report.DNSAnswer, c2, report.ImportIPs)
+	}
+	if !strings.HasPrefix(report.CrossClusterReply, "cluster="+c1+" ") {
+		t.Fatalf("toolbox in %s -> http://%s/: %q, want an answer from %s", c2, report.DNSName, report.CrossClusterReply, c1)
+	}
+	t.Logf("pod -> DNS name: %s = %s: %s", report.DNSName, report.DNSAnswer, report.CrossClusterReply)
+	setIP := netip.MustParseAddr(report.ImportIPs[0])
+	for _, src := range pods[c2] {
+		var got string
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			got, err = tryHTTPGet(src.netns, netip.AddrPortFrom(setIP, 80))
+			if err == nil && strings.HasPrefix(got, "cluster="+c1+" ") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s -> ClusterSet IP %s of the echo service of %s: %q, %v", src.name, setIP, c1, got, err)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		t.Logf("pod -> ClusterSet IP: %s -> %s: %s", src.name, setIP, got)
+	}
+
+	// Key rotation: kill cluster1's gateway; its supervisor restarts it with a fresh key,
+	// and traffic recovers without anyone doing anything.
+	peerKey := func(id string) string {
+		p := &v1alpha1.Peer{}
+		if err := hubc.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: id}, p); err != nil {
+			return ""
+		}
+		return p.Spec.PublicKey
+	}
+	oldKey := peerKey(c1)
+	if (oldKey == "") != (backend == "vxlan") {
+		t.Fatalf("Peer %s has public key %q with backend %s", c1, oldKey, backend)
+	}
+	gwNode := l.Network.Clusters[0].Nodes[0]
+	killed := time.Now()
+	killProcess(t, filepath.Join(dir, "pids", lab.GatewayProcessName(gwNode.Name)+".pid"))
+	if backend == "wireguard" {
+		waitFor(t, 60*time.Second, "a new key in cluster1's Peer", func() error {
+			if k := peerKey(c1); k == oldKey || k == "" {
+				return fmt.Errorf("key still %q", k)
+			}
+			return nil
+		})
+	}
+	allPairs("after the gateway restart", 60*time.Second)
+	t.Logf("connectivity recovered %.1fs after the gateway was killed", time.Since(killed).Seconds())
+
+	// cluster2 leaves: every route and tunnel that referred to it goes, on both sides.
+	if err := cluster.Leave(ctx, l.Env.Cluster(c2).RESTConfig(), cluster.LeaveOptions{}); err != nil {
+		t.Fatalf("%s leaving: %v", c2, err)
+	}
+	cidrsOf := func(name string) []string {
+		cp := l.Env.Cluster(name)
+		return []string{cp.PodCIDR.Masked().String(), cp.ServiceCIDR.Masked().String()}
+	}
+	for _, side := range []struct{ cluster, gone string }{{c1, c2}, {c2, c1}} {
+		c := l.Network.Cluster(side.cluster)
+		waitFor(t, 60*time.Second, fmt.Sprintf("%s to drop every route to %s", side.cluster, side.gone), func() error {
+			for _, n := range c.Nodes {
+				for _, cidr := range cidrsOf(side.gone) {
+					out, err := exec.Command("ip", "-n", n.Netns, "route", "show", "match", cidr).CombinedOutput()
+					if err != nil {
+						return fmt.Errorf("ip route on %s: %w: %s", n.Name, err, out)
+					}
+					for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+						// A default route or the lab's own 10/8-free routes do not count;
+						// anything naming the left cluster's CIDR, ours or the driver's, does.
+						if strings.HasPrefix(line, cidr) {
+							return fmt.Errorf("node %s still routes %q", n.Name, line)
+						}
+					}
+				}
+				out, _ := exec.Command("ip", "-n", n.Netns, "route", "show", "proto", strconv.Itoa(route.Protocol)).CombinedOutput()
+				if side.cluster == c2 && strings.TrimSpace(string(out)) != "" {
+					return fmt.Errorf("the left cluster's node %s keeps route-agent routes: %s", n.Name, out)
+				}
+			}
+			return nil
+		})
+	}
+	waitFor(t, 30*time.Second, "cluster1's Peer status to forget cluster2", func() error {
+		p := &v1alpha1.Peer{}
+		if err := hubc.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: c1}, p); err != nil {
+			return err
+		}
+		for _, c := range p.Status.Connections {
+			if c.ClusterID == c2 {
+				return fmt.Errorf("connection %+v", c)
+			}
+		}
+		return nil
+	})
+	// The left cluster's gateway lost its Lease with the namespace and closed its device.
+	waitFor(t, 60*time.Second, "cluster2's tunnel device to go", func() error {
+		gw := l.Network.Clusters[1].Nodes[0]
+		if out, err := exec.Command("ip", "-n", gw.Netns, "link", "show", lab.GatewayDevice(c2)).CombinedOutput(); err == nil {
+			return fmt.Errorf("still there: %s", out)
+		}
+		return nil
+	})
+}
+
+func kubeClient(t *testing.T, kubeconfig string) client.Client {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func killProcess(t *testing.T, pidfile string) {
+	t.Helper()
+	b, err := os.ReadFile(pidfile)
+	if err != nil {
+		t.Fatalf("reading %s: %v", pidfile, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("pidfile %s: %v", pidfile, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("killing %d: %v", pid, err)
+	}
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}

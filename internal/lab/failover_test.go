@@ -1,0 +1,602 @@
+package lab_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/lab"
+	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+	"github.com/octopus-mcs/octopus/internal/route/routeagent"
+	"github.com/octopus-mcs/octopus/internal/testenv"
+)
+
+// probeInterval is how often the UDP prober sends, so interruptions are measured to ~10 ms.
+const probeInterval = 10 * time.Millisecond
+
+// echoPort is octopus-echo's TCP and UDP echo port.
+const echoPort = 9000
+
+// failoverLab is the lab of TestGatewayFailover and what the phases share.
+type failoverLab struct {
+	l               *lab.Lab
+	dir             string
+	hub             client.Client
+	c1, c2          *labnet.ClusterNet
+	cs1, cs2        kubernetes.Interface
+	client, server  xpod // client in cluster2's worker, server in cluster1's worker
+	active, standby labnet.NodeNet
+	gateways1       []labnet.NodeNet
+	remotePodCIDR   netip.Prefix // cluster2's pod CIDR, as routed in cluster1
+	serverEcho      netip.AddrPort
+	serverHTTP      netip.AddrPort
+	activeGateways2 string
+}
+
+// TestGatewayFailover runs a hub and two clusters with two gateway nodes and one worker each
+// (wireguard, mesh) and probes, every 10 ms over UDP, from a pod on cluster2's worker to a pod
+// on cluster1's worker while it injects faults into cluster1's active gateway and the hub:
+//   - the active gateway node's underlay link is cut and restored: the tunnel health marks the
+//     connection down on both sides, the Lease does not move (nothing detects an underlay
+//     loss yet), and traffic recovers once the link is back;
+//   - the active gateway is killed for good (not restarted): the standby takes the Lease,
+//     publishes a Peer with a new key, cluster2 re-points, cluster1's route agents follow and
+//     traffic recovers; the interruption is measured;
+//   - the hub's API server is down for 60 s: an established TCP connection keeps working, new
+//     ones succeed, and afterwards nothing has flapped (same Peers, keys, Lease holders and
+//     gateway processes; no probe gap).
+func TestGatewayFailover(t *testing.T) {
+	testenv.LabNetwork(t)
+	binDir := testenv.BinDir(t)
+	bins := buildCommands(t, "octopus-agent", "octopus-echo")
+	dir := filepath.Join(t.TempDir(), "lab")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	begin := time.Now()
+	l, err := lab.Up(ctx, lab.Options{
+		Clusters: 2, GatewaysPerCluster: 2, NodesPerCluster: 3, Dir: dir, BinDir: binDir,
+		AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"],
+	})
+	if err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = l.Stop()
+		if err := lab.Down(dir); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+	})
+	t.Logf("lab up took %.1fs", time.Since(begin).Seconds())
+
+	f := &failoverLab{l: l, dir: dir, c1: &l.Network.Clusters[0], c2: &l.Network.Clusters[1]}
+	f.hub = kubeClient(t, l.Env.Cluster(lab.HubName).Kubeconfig)
+	f.cs1, f.cs2 = clientset(t, l.Env.Cluster(f.c1.Name).Kubeconfig), clientset(t, l.Env.Cluster(f.c2.Name).Kubeconfig)
+	for _, n := range f.c1.Nodes {
+		if n.Gateway {
+			f.gateways1 = append(f.gateways1, n)
+		}
+	}
+	if len(f.gateways1) != 2 || f.c1.Nodes[2].Gateway {
+		t.Fatalf("cluster1 nodes %+v: want two gateways and a worker", f.c1.Nodes)
+	}
+	f.remotePodCIDR = l.Env.Cluster(f.c2.Name).PodCIDR.Masked()
+
+	// Echo pods on the workers: traffic crosses a route agent's route, both gateways and the
+	// tunnel.
+	f.server = startEchoPod(ctx, t, f.cs1, l, f.c1.Name, f.c1.Nodes[2].Name)
+	f.client = startEchoPod(ctx, t, f.cs2, l, f.c2.Name, f.c2.Nodes[2].Name)
+	f.serverHTTP = netip.AddrPortFrom(f.server.ip, 8080)
+	f.serverEcho = netip.AddrPortFrom(f.server.ip, echoPort)
+	f.waitHTTP(t, 90*time.Second)
+
+	holder := f.waitHolder(ctx, t, f.cs1, "", 30*time.Second)
+	for _, n := range f.gateways1 {
+		if n.Name == holder {
+			f.active = n
+		} else {
+			f.standby = n
+		}
+	}
+	if f.active.Name == "" {
+		t.Fatalf("cluster1's gateway Lease is held by %q, not one of its gateway nodes", holder)
+	}
+	f.activeGateways2 = f.waitHolder(ctx, t, f.cs2, "", 30*time.Second)
+	t.Logf("active gateways: %s in %s, %s in %s; standby in %s: %s", f.active.Name, f.c1.Name, f.activeGateways2, f.c2.Name, f.c1.Name, f.standby.Name)
+
+	t.Run("underlay cut", func(t *testing.T) { f.underlayCut(ctx, t) })
+	if t.Failed() {
+		return
+	}
+	t.Run("gateway killed", func(t *testing.T) { f.gatewayKilled(ctx, t) })
+	if t.Failed() {
+		return
+	}
+	t.Run("hub down 60s", func(t *testing.T) { f.hubDown(ctx, t) })
+}
+
+// underlayCut sets the active gateway node's underlay link down and up again.
+func (f *failoverLab) underlayCut(ctx context.Context, t *testing.T) {
+	probe := startUDPProbe(t, f.client.netns, f.serverEcho)
+	defer probe.stop()
+	probe.waitFlowing(t, 30*time.Second)
+
+	link := f.active.UnderlayLink()
+	cut := time.Now()
+	ipLink(t, f.active.Netns, link, "down")
+	restored := false
+	defer func() {
+		if !restored {
+			ipLink(t, f.active.Netns, link, "up")
+		}
+	}()
+	// The tunnel's health check (probes every status interval, down within 3) notices on both
+	// sides.
+	for _, side := range []struct{ peer, remote string }{{f.c1.Name, f.c2.Name}, {f.c2.Name, f.c1.Name}} {
+		waitFor(t, 60*time.Second, side.peer+"'s Peer to report "+side.remote+" not connected", func() error {
+			c, err := f.connection(ctx, side.peer, side.remote)
+			if err != nil {
+				return err
+			}
+			if c.State == v1alpha1.ConnectionConnected {
+				return fmt.Errorf("still %s (loss %d%%)", c.State, c.LossPercent)
+			}
+			t.Logf("%s -> %s marked %s %.1fs after the cut: %s", side.peer, side.remote, c.State, time.Since(cut).Seconds(), c.Message)
+			return nil
+		})
+	}
+	if last := probe.lastAnswered(); last.After(cut.Add(time.Second)) {
+		t.Fatalf("a probe sent %.1fs after the underlay cut was answered: the cut did not cut the data path", last.Sub(cut).Seconds())
+	}
+	// Nothing detects an underlay loss yet: the gateway still reaches its API server over the
+	// LAN, so it keeps renewing the Lease and no standby takes over. Wait out two Lease
+	// durations to be sure. When gateways learn to give up the Lease on a dead underlay, this
+	// is where the test must change (and docs/architecture.md §6d with it).
+	time.Sleep(12 * time.Second)
+	if h := f.waitHolder(ctx, t, f.cs1, "", 5*time.Second); h != f.active.Name {
+		t.Fatalf("the Lease moved from %s to %s after an underlay cut: failover on underlay loss exists now; update this test and the docs", f.active.Name, h)
+	}
+	t.Logf("Lease still held by %s %.0fs after its underlay was cut: no failover on underlay loss (known gap)", f.active.Name, time.Since(cut).Seconds())
+
+	up := time.Now()
+	ipLink(t, f.active.Netns, link, "up")
+	restored = true
+	probe.waitAnsweredAfter(t, up, 60*time.Second)
+	t.Logf("traffic recovered %.2fs after the underlay link came back up", probe.firstAnsweredAfter(up).Sub(up).Seconds())
+	for _, side := range []struct{ peer, remote string }{{f.c1.Name, f.c2.Name}, {f.c2.Name, f.c1.Name}} {
+		waitFor(t, 60*time.Second, side.peer+"'s Peer to report "+side.remote+" connected again", func() error {
+			c, err := f.connection(ctx, side.peer, side.remote)
+			if err != nil {
+				return err
+			}
+			if c.State != v1alpha1.ConnectionConnected {
+				return fmt.Errorf("%s: %s", c.State, c.Message)
+			}
+			return nil
+		})
+	}
+}
+
+// gatewayKilled kills cluster1's active gateway for good and measures the interruption.
+func (f *failoverLab) gatewayKilled(ctx context.Context, t *testing.T) {
+	probe := startUDPProbe(t, f.client.netns, f.serverEcho)
+	defer probe.stop()
+	probe.waitFlowing(t, 30*time.Second)
+	old := f.peer(ctx, t, f.c1.Name)
+	if old.Spec.Hostname != f.active.Name || old.Spec.PublicKey == "" {
+		t.Fatalf("%s's Peer: hostname %q key %q, want the active gateway %s with a key", f.c1.Name, old.Spec.Hostname, old.Spec.PublicKey, f.active.Name)
+	}
+
+	killed := time.Now()
+	if err := f.l.Env.StopProcess(lab.GatewayProcessName(f.active.Name), 0); err != nil {
+		t.Fatal(err)
+	}
+	if h := f.waitHolder(ctx, t, f.cs1, f.standby.Name, 60*time.Second); h != f.standby.Name {
+		t.Fatalf("Lease holder %q", h)
+	}
+	t.Logf("%s took the Lease %.1fs after %s was killed", f.standby.Name, time.Since(killed).Seconds(), f.active.Name)
+	waitFor(t, 60*time.Second, f.c1.Name+"'s Peer to name "+f.standby.Name+" with a new key", func() error {
+		p := &v1alpha1.Peer{}
+		if err := f.hub.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: f.c1.Name}, p); err != nil {
+			return err
+		}
+		if p.Spec.Hostname != f.standby.Name || p.Spec.PublicKey == old.Spec.PublicKey || p.Spec.PublicKey == "" {
+			return fmt.Errorf("hostname %s, key %q (old %q)", p.Spec.Hostname, p.Spec.PublicKey, old.Spec.PublicKey)
+		}
+		return nil
+	})
+	t.Logf("%s's Peer re-published by %s %.1fs after the kill", f.c1.Name, f.standby.Name, time.Since(killed).Seconds())
+	// The worker's route agent re-points the route to cluster2 at the new gateway.
+	worker := f.c1.Nodes[2]
+	want := "via " + f.standby.LANAddr.Addr().String() + " "
+	waitFor(t, 60*time.Second, worker.Name+"'s route to "+f.remotePodCIDR.String()+" via "+f.standby.Name, func() error {
+		out, err := exec.Command("ip", "-n", worker.Netns, "route", "show", f.remotePodCIDR.String()).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%w: %s", err, out)
+		}
+		if !strings.Contains(string(out), want) {
+			return fmt.Errorf("route %q, want one %q", strings.TrimSpace(string(out)), want)
+		}
+		return nil
+	})
+	probe.waitAnsweredAfter(t, killed, 90*time.Second)
+	// Keep probing a little so the gap is closed by a steady flow, not a lucky packet.
+	time.Sleep(2 * time.Second)
+	gap, lost, sent := probe.longestGap(killed.Add(-time.Second), time.Now())
+	t.Logf("MEASURED failover interruption: %.2fs (longest gap between answered 10 ms UDP probes; %d of %d lost) after SIGKILL of the active gateway (lease 6s, renew 4s, retry 1s)",
+		gap.Seconds(), lost, sent)
+	// A generous bound: the Lease expiry dominates; anything near a minute means a step hung.
+	if gap > 45*time.Second {
+		t.Errorf("failover took %s, want well under 45s", gap)
+	}
+	f.waitHTTP(t, 30*time.Second)
+
+	// The killed gateway stays dead: StopProcess does not let the supervisor restart it.
+	time.Sleep(2 * time.Second)
+	if _, err := os.Stat(filepath.Join(f.dir, "pids", lab.GatewayProcessName(f.active.Name)+".pid")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the stopped gateway on %s has a pidfile (restarted?): %v", f.active.Name, err)
+	}
+	f.active, f.standby = f.standby, labnet.NodeNet{}
+}
+
+// hubDown stops the hub's API server for 60 s while traffic flows.
+func (f *failoverLab) hubDown(ctx context.Context, t *testing.T) {
+	probe := startUDPProbe(t, f.client.netns, f.serverEcho)
+	defer probe.stop()
+	probe.waitFlowing(t, 30*time.Second)
+	conn, err := labnet.DialTCP(f.client.netns, f.serverEcho, 5*time.Second)
+	if err != nil {
+		t.Fatalf("connecting %s -> %s: %v", f.client.name, f.serverEcho, err)
+	}
+	defer conn.Close()
+	roundTrip := func(i int) error {
+		msg := fmt.Sprintf("established %d\n", i)
+		_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
+		if _, err := io.WriteString(conn, msg); err != nil {
+			return err
+		}
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(conn, buf); err != nil {
+			return err
+		}
+		if string(buf) != msg {
+			return fmt.Errorf("echo %q, want %q", buf, msg)
+		}
+		return nil
+	}
+	if err := roundTrip(0); err != nil {
+		t.Fatalf("established connection before the outage: %v", err)
+	}
+	before := map[string]*v1alpha1.Peer{f.c1.Name: f.peer(ctx, t, f.c1.Name), f.c2.Name: f.peer(ctx, t, f.c2.Name)}
+	pids := f.gatewayPIDs(t)
+	holders := map[string]string{f.c1.Name: f.waitHolder(ctx, t, f.cs1, "", 5*time.Second), f.c2.Name: f.waitHolder(ctx, t, f.cs2, "", 5*time.Second)}
+
+	hub := f.l.Env.Cluster(lab.HubName)
+	down := time.Now()
+	if err := hub.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	started := false
+	defer func() {
+		if !started {
+			_ = hub.StartAPIServer(ctx)
+		}
+	}()
+	newConns := 0
+	for i := 1; time.Since(down) < 60*time.Second; i++ {
+		if err := roundTrip(i); err != nil {
+			t.Fatalf("established connection %.1fs into the hub outage: %v", time.Since(down).Seconds(), err)
+		}
+		if i%5 == 0 {
+			got, err := tryHTTPGet(f.client.netns, f.serverHTTP)
+			if err != nil || !strings.Contains(got, "pod="+f.server.name) {
+				t.Fatalf("new connection %.1fs into the hub outage: %q, %v", time.Since(down).Seconds(), got, err)
+			}
+			newConns++
+		}
+		time.Sleep(time.Second)
+	}
+	if err := hub.StartAPIServer(ctx); err != nil {
+		t.Fatalf("starting the hub's API server again: %v", err)
+	}
+	started = true
+	t.Logf("hub API server down %.1fs: the established connection echoed every second and %d new connections succeeded", time.Since(down).Seconds(), newConns)
+
+	// Give the gateways time to resync against the hub (several status intervals), then
+	// check that nothing flapped.
+	time.Sleep(15 * time.Second)
+	if err := roundTrip(-1); err != nil {
+		t.Fatalf("established connection after the hub came back: %v", err)
+	}
+	gap, lost, sent := probe.longestGap(down, time.Now())
+	t.Logf("during and after the hub outage: longest probe gap %s, %d of %d probes lost", gap, lost, sent)
+	if gap > time.Second {
+		t.Errorf("the data path was interrupted for %s during the hub outage; want no interruption", gap)
+	}
+	for name, b := range before {
+		a := f.peer(ctx, t, name)
+		if a.UID != b.UID || a.Generation != b.Generation || a.Spec.PublicKey != b.Spec.PublicKey || a.Spec.Hostname != b.Spec.Hostname {
+			t.Errorf("%s's Peer changed across the hub outage: uid %s→%s generation %d→%d key %q→%q host %s→%s",
+				name, b.UID, a.UID, b.Generation, a.Generation, b.Spec.PublicKey, a.Spec.PublicKey, b.Spec.Hostname, a.Spec.Hostname)
+		}
+	}
+	if got := f.gatewayPIDs(t); fmt.Sprint(got) != fmt.Sprint(pids) {
+		t.Errorf("gateway processes changed across the hub outage (restarted): %v → %v", pids, got)
+	}
+	for name, cs := range map[string]kubernetes.Interface{f.c1.Name: f.cs1, f.c2.Name: f.cs2} {
+		if h := f.waitHolder(ctx, t, cs, "", 5*time.Second); h != holders[name] {
+			t.Errorf("%s's gateway Lease moved from %s to %s across the hub outage", name, holders[name], h)
+		}
+	}
+}
+
+// waitHTTP waits until a new TCP connection from the client pod gets the server pod's answer.
+func (f *failoverLab) waitHTTP(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	waitFor(t, timeout, fmt.Sprintf("HTTP %s -> %s", f.client.name, f.server.name), func() error {
+		got, err := tryHTTPGet(f.client.netns, f.serverHTTP)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(got, "pod="+f.server.name) || !strings.Contains(got, "client="+f.client.ip.String()+":") {
+			return fmt.Errorf("answer %q", got)
+		}
+		return nil
+	})
+}
+
+// waitHolder waits until the cluster's gateway Lease has a holder (want, if given) and returns it.
+func (f *failoverLab) waitHolder(ctx context.Context, t *testing.T, cs kubernetes.Interface, want string, timeout time.Duration) string {
+	t.Helper()
+	var holder string
+	waitFor(t, timeout, "the gateway Lease holder "+want, func() error {
+		lease, err := cs.CoordinationV1().Leases(v1alpha1.SystemNamespace).Get(ctx, routeagent.LeaseName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+			return errors.New("no holder")
+		}
+		holder = *lease.Spec.HolderIdentity
+		if want != "" && holder != want {
+			return fmt.Errorf("held by %s", holder)
+		}
+		return nil
+	})
+	return holder
+}
+
+func (f *failoverLab) peer(ctx context.Context, t *testing.T, name string) *v1alpha1.Peer {
+	t.Helper()
+	p := &v1alpha1.Peer{}
+	if err := f.hub.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: name}, p); err != nil {
+		t.Fatalf("reading %s's Peer: %v", name, err)
+	}
+	return p
+}
+
+// connection returns the named Peer's status of its connection to remote.
+func (f *failoverLab) connection(ctx context.Context, name, remote string) (v1alpha1.PeerConnection, error) {
+	p := &v1alpha1.Peer{}
+	if err := f.hub.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: name}, p); err != nil {
+		return v1alpha1.PeerConnection{}, err
+	}
+	for _, c := range p.Status.Connections {
+		if c.ClusterID == remote {
+			return c, nil
+		}
+	}
+	return v1alpha1.PeerConnection{}, fmt.Errorf("no connection to %s in %+v", remote, p.Status.Connections)
+}
+
+// gatewayPIDs reads the pidfiles of every gateway process that runs.
+func (f *failoverLab) gatewayPIDs(t *testing.T) map[string]string {
+	t.Helper()
+	pids := map[string]string{}
+	for _, c := range f.l.Network.Clusters {
+		for _, n := range c.Nodes {
+			if b, err := os.ReadFile(filepath.Join(f.dir, "pids", lab.GatewayProcessName(n.Name)+".pid")); err == nil {
+				pids[n.Name] = strings.TrimSpace(string(b))
+			}
+		}
+	}
+	return pids
+}
+
+func startEchoPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, l *lab.Lab, cluster, node string) xpod {
+	t.Helper()
+	create(ctx, t, cs, echoPod("echo-"+node, node))
+	p := waitPodReady(ctx, t, cs, "echo-"+node)
+	return xpod{cluster: cluster, name: p.Name, node: node, ip: netip.MustParseAddr(p.Status.PodIP),
+		netns: labnet.PodNetnsName(l.Network.ID, string(p.UID))}
+}
+
+func ipLink(t *testing.T, netns, link, state string) {
+	t.Helper()
+	if out, err := exec.Command("ip", "-n", netns, "link", "set", link, state).CombinedOutput(); err != nil {
+		t.Fatalf("ip -n %s link set %s %s: %v: %s", netns, link, state, err, out)
+	}
+}
+
+// udpProbe sends a numbered datagram every probeInterval from a pod's namespace to a UDP echo
+// server and records which were answered. Probes, not a stream: each one is independent,
+// so the longest run of unanswered ones is the data path's interruption.
+type udpProbe struct {
+	conn *net.UDPConn
+	done chan struct{}
+	wg   sync.WaitGroup
+
+	mu       sync.Mutex
+	sent     []time.Time // by sequence number
+	answered []bool
+}
+
+func startUDPProbe(t *testing.T, netns string, dst netip.AddrPort) *udpProbe {
+	t.Helper()
+	p := &udpProbe{done: make(chan struct{})}
+	// The socket belongs to the namespace it is created in; sends and receives work from any
+	// thread afterwards.
+	err := labnet.InNamespace(netns, func() error {
+		var err error
+		p.conn, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("UDP socket in %s to %s: %v", netns, dst, err)
+	}
+	p.wg.Add(2)
+	go func() {
+		defer p.wg.Done()
+		tick := time.NewTicker(probeInterval)
+		defer tick.Stop()
+		buf := make([]byte, 8)
+		for {
+			select {
+			case <-p.done:
+				return
+			case now := <-tick.C:
+				p.mu.Lock()
+				seq := uint64(len(p.sent))
+				p.sent = append(p.sent, now)
+				p.answered = append(p.answered, false)
+				p.mu.Unlock()
+				binary.BigEndian.PutUint64(buf, seq)
+				// A send error (no route while routes change) is an unanswered probe.
+				_, _ = p.conn.Write(buf)
+			}
+		}
+	}()
+	go func() {
+		defer p.wg.Done()
+		buf := make([]byte, 64)
+		for {
+			n, err := p.conn.Read(buf)
+			if err != nil {
+				select {
+				case <-p.done:
+					return
+				default:
+				}
+				// ECONNREFUSED from an ICMP error: the probe stays unanswered.
+				continue
+			}
+			if n != 8 {
+				continue
+			}
+			seq := binary.BigEndian.Uint64(buf)
+			p.mu.Lock()
+			if seq < uint64(len(p.answered)) {
+				p.answered[seq] = true
+			}
+			p.mu.Unlock()
+		}
+	}()
+	return p
+}
+
+func (p *udpProbe) stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	close(p.done)
+	_ = p.conn.Close()
+	p.wg.Wait()
+}
+
+// lastAnswered is when the newest answered probe was sent (zero if none).
+func (p *udpProbe) lastAnswered() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := len(p.answered) - 1; i >= 0; i-- {
+		if p.answered[i] {
+			return p.sent[i]
+		}
+	}
+	return time.Time{}
+}
+
+// firstAnsweredAfter is when the first answered probe sent after since was sent (zero if none).
+func (p *udpProbe) firstAnsweredAfter(since time.Time) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, s := range p.sent {
+		if s.After(since) && p.answered[i] {
+			return s
+		}
+	}
+	return time.Time{}
+}
+
+// waitFlowing waits until 50 probes in a row (half a second) were answered.
+func (p *udpProbe) waitFlowing(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	waitFor(t, timeout, "UDP probes to be answered steadily", func() error {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		// The newest few may still be in flight.
+		end := len(p.answered) - 10
+		if end < 50 {
+			return fmt.Errorf("%d probes sent", len(p.answered))
+		}
+		for i := end - 50; i < end; i++ {
+			if !p.answered[i] {
+				return fmt.Errorf("probe %d unanswered", i)
+			}
+		}
+		return nil
+	})
+}
+
+// waitAnsweredAfter waits until probes sent after since are answered steadily again.
+func (p *udpProbe) waitAnsweredAfter(t *testing.T, since time.Time, timeout time.Duration) {
+	t.Helper()
+	waitFor(t, timeout, "UDP probes to be answered again", func() error {
+		if first := p.firstAnsweredAfter(since); first.IsZero() {
+			return errors.New("no probe answered yet")
+		}
+		return nil
+	})
+	p.waitFlowing(t, timeout)
+}
+
+// longestGap returns, over probes sent in [from, to], the longest time between the sending of
+// two consecutive answered probes (the interruption a client would see, to probeInterval),
+// how many were lost and how many were sent. Probes at either end of the window count as
+// answered boundaries only if they were.
+func (p *udpProbe) longestGap(from, to time.Time) (gap time.Duration, lost, sent int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var prev time.Time
+	for i, s := range p.sent {
+		if s.Before(from) || s.After(to) {
+			continue
+		}
+		sent++
+		if !p.answered[i] {
+			lost++
+			continue
+		}
+		if !prev.IsZero() && s.Sub(prev)-probeInterval > gap {
+			gap = s.Sub(prev) - probeInterval
+		}
+		prev = s
+	}
+	return gap, lost, sent
+}
