@@ -55,6 +55,8 @@ type labUpOptions struct {
 	gateways int
 	backend  string
 	topology string
+	// overlapping gives every cluster the same pod and service CIDRs.
+	overlapping bool
 }
 
 // Topologies of `lab up --topology`.
@@ -96,7 +98,8 @@ func (o *labUpOptions) labOptions() (lab.Options, error) {
 	for i := 1; i <= o.clusters; i++ {
 		backends[lab.ClusterName(i)] = o.backend
 	}
-	return lab.Options{Clusters: o.clusters, NodesPerCluster: nodes, GatewaysPerCluster: o.gateways, Backends: backends, Dir: *o.dir}, nil
+	return lab.Options{Clusters: o.clusters, NodesPerCluster: nodes, GatewaysPerCluster: o.gateways, Backends: backends,
+		OverlappingCIDRs: o.overlapping, Dir: *o.dir}, nil
 }
 
 func newLabUpCommand(streams IOStreams, dir *string) *cobra.Command {
@@ -132,6 +135,7 @@ func (o *labUpOptions) bindFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.demo, "demo", false, "also deploy an echo server in cluster1, export it, start a toolbox in cluster2 and show what works across clusters")
 	fs.IntVar(&o.nodes, "nodes-per-cluster", 2, "nodes of each member cluster, the first --gateways-per-cluster of them gateways (if not given: one more than the gateways)")
 	fs.IntVar(&o.gateways, "gateways-per-cluster", 1, "gateway nodes of each member cluster: one active, the others take over when it dies")
+	fs.BoolVar(&o.overlapping, "overlapping-cidrs", false, "give every cluster the same pod and service CIDRs (joined with globalnet addressing; the gateways refuse to tunnel between them until globalnet lands)")
 	fs.StringVar(&o.backend, "backend", string(v1alpha1.BackendWireGuard), "tunnel backend of every cluster's gateway: wireguard or vxlan (unencrypted)")
 	fs.StringVar(&o.topology, "topology", topologyMesh, "how gateways connect: mesh (direct tunnels between all clusters); hub is not implemented yet")
 }

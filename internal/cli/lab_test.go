@@ -16,12 +16,14 @@ func TestLabUpFlags(t *testing.T) {
 		// nodes, gateways and backend of the lab.Options when there is no error.
 		nodes, gateways int
 		backend         string
+		overlapping     bool
 	}{
 		"defaults":                 {args: nil, nodes: 0, gateways: 1, backend: "wireguard"},
 		"vxlan":                    {args: []string{"--backend", "vxlan"}, gateways: 1, backend: "vxlan"},
 		"two gateways, default":    {args: []string{"--gateways-per-cluster", "2"}, nodes: 0, gateways: 2, backend: "wireguard"},
 		"two gateways, four nodes": {args: []string{"--gateways-per-cluster", "2", "--nodes-per-cluster", "4"}, nodes: 4, gateways: 2, backend: "wireguard"},
 		"mesh":                     {args: []string{"--topology", "mesh"}, gateways: 1, backend: "wireguard"},
+		"overlapping CIDRs":        {args: []string{"--overlapping-cidrs"}, gateways: 1, backend: "wireguard", overlapping: true},
 		"hub topology":             {args: []string{"--topology", "hub"}, wantErr: "--topology hub: not implemented yet"},
 		"unknown topology":         {args: []string{"--topology", "star"}, wantErr: `--topology "star": want mesh`},
 		"unknown backend":          {args: []string{"--backend", "ipsec"}, wantErr: `--backend "ipsec": want wireguard or vxlan`},
@@ -49,7 +51,8 @@ func TestLabUpFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if opts.NodesPerCluster != tc.nodes || opts.GatewaysPerCluster != tc.gateways || opts.Clusters != 2 || opts.Dir != dir {
+			if opts.NodesPerCluster != tc.nodes || opts.GatewaysPerCluster != tc.gateways || opts.Clusters != 2 || opts.Dir != dir ||
+				opts.OverlappingCIDRs != tc.overlapping {
 				t.Errorf("options %+v, want %d nodes and %d gateways in 2 clusters", opts, tc.nodes, tc.gateways)
 			}
 			for i := 1; i <= 2; i++ {

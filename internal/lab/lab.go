@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
@@ -48,6 +49,9 @@ type Options struct {
 	// nodeagent.EchoImage run. Optional: without it such containers report
 	// nodeagent.ReasonBinaryNotFound.
 	EchoBinary string
+	// OverlappingCIDRs gives every member cluster the same pod and service CIDRs and joins
+	// them with globalnet addressing, for the modes that connect such clusters. Optional.
+	OverlappingCIDRs bool
 	// DNSBinary is the octopus-dns executable that the octopus-dns pods join deploys run
 	// (nodeagent.OctopusDNSImage). Optional: without it they report
 	// nodeagent.ReasonBinaryNotFound and clusterset.local names do not resolve.
@@ -82,7 +86,12 @@ type Lab struct {
 // ClusterName is the name of the i-th member cluster (1-based).
 func ClusterName(i int) string { return fmt.Sprintf("cluster%d", i) }
 
-func clusterCIDRs(i int) (pods, services netip.Prefix) {
+// clusterCIDRs gives the i-th cluster (0 is the hub) its pod and service CIDRs: distinct per
+// cluster, or, with overlapping, those of cluster 1 for every member cluster.
+func clusterCIDRs(i int, overlapping bool) (pods, services netip.Prefix) {
+	if overlapping && i > 0 {
+		i = 1
+	}
 	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i), 0, 0}), 16),
 		netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(96 + i), 0, 0}), 16)
 }
@@ -123,7 +132,7 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		if i > 0 {
 			name = ClusterName(i)
 		}
-		pods, services := clusterCIDRs(i)
+		pods, services := clusterCIDRs(i, opts.OverlappingCIDRs)
 		// Member clusters schedule pods onto their nodes; the hub has no nodes.
 		specs = append(specs, controlplane.ClusterOptions{Name: name, PodCIDR: pods, ServiceCIDR: services, Scheduler: i > 0})
 		if i > 0 {
@@ -184,11 +193,17 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	if err := info.WriteFile(l.BrokerInfo); err != nil {
 		return l, err
 	}
+	// Direct addressing refuses overlapping CIDRs at join; globalnet is the mode meant for them.
+	addressing := v1alpha1.AddressingDirect
+	if opts.OverlappingCIDRs {
+		addressing = v1alpha1.AddressingGlobalnet
+	}
 	for i := 1; i <= opts.Clusters; i++ {
 		name := ClusterName(i)
 		cp := env.Cluster(name)
 		if _, err := cluster.Join(ctx, cp.RESTConfig(), cluster.JoinOptions{
 			BrokerInfo: info, ClusterID: name, PodCIDRs: []string{cp.PodCIDR.String()}, Progress: p,
+			Addressing: addressing,
 		}); err != nil {
 			return l, fmt.Errorf("joining %s: %w", name, err)
 		}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
@@ -45,6 +47,9 @@ type childReport struct {
 }
 
 func TestMain(m *testing.M) {
+	// The controller-runtime clients of the tests and the demo log through this; the tests
+	// report through t instead.
+	ctrllog.SetLogger(logr.Discard())
 	if dir := os.Getenv(envChildDir); dir != "" {
 		os.Exit(runChild(dir))
 	}
