@@ -71,7 +71,7 @@ type exportOptions struct {
 	IOStreams
 	svc    serviceFlags
 	wait   time.Duration
-	output string
+	output outputFormat
 }
 
 func newExportCommand(streams IOStreams) *cobra.Command {
@@ -92,27 +92,19 @@ from other clusters, with the condition's message; the export stays in place eit
 
   octopus export service web -n shop --kubeconfig east.yaml`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.Complete(args); err != nil {
-				return err
-			}
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			return o.Run(cmd.Context())
-		},
+		RunE: runE(o),
 	}
 	o.svc.addFlags(cmd.Flags())
 	cmd.Flags().DurationVar(&o.wait, "wait", 15*time.Second, "how long to wait for the agent's verdict; 0 prints what is there at once")
-	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "table or json")
+	o.output.addFlag(cmd.Flags())
 	return cmd
 }
 
 func (o *exportOptions) Complete(args []string) error { return o.svc.complete(args) }
 
 func (o *exportOptions) Validate() error {
-	if o.output != "table" && o.output != "json" {
-		return fmt.Errorf("-o %q: want table or json", o.output)
+	if err := o.output.validate(); err != nil {
+		return err
 	}
 	if o.wait < 0 {
 		return fmt.Errorf("--wait %s: must not be negative", o.wait)
@@ -150,7 +142,7 @@ func (o *exportOptions) Run(ctx context.Context) error {
 		return err
 	}
 	res.Conditions = se.Status.Conditions
-	if o.output == "json" {
+	if o.output == outputJSON {
 		enc := json.NewEncoder(o.Out)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(res); err != nil {

@@ -40,15 +40,7 @@ records them; otherwise pass --pod-cidr and --service-cidr. Running join again r
 With --agent process (the default until the Helm chart lands) the agent's controller runs as
 a process on this machine, logging under ~/.local/state/octopus; ` + "`octopus leave`" + ` stops it.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.Complete(args); err != nil {
-				return err
-			}
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			return o.Run(cmd.Context())
-		},
+		RunE: runE(o),
 	}
 	fs := cmd.Flags()
 	o.kube.addFlags(fs, "cluster to join")

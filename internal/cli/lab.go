@@ -263,7 +263,7 @@ namespaces and links (found by the lab ID derived from --dir) and then --dir. Sa
 type labStatusOptions struct {
 	IOStreams
 	dir    *string
-	output string
+	output outputFormat
 }
 
 func newLabStatusCommand(streams IOStreams, dir *string) *cobra.Command {
@@ -274,19 +274,19 @@ func newLabStatusCommand(streams IOStreams, dir *string) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return o.Run(cmd.Context()) },
 	}
-	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table or json")
+	o.output.addFlag(cmd.Flags())
 	return cmd
 }
 
 func (o *labStatusOptions) Run(ctx context.Context) error {
-	if o.output != "table" && o.output != "json" {
-		return fmt.Errorf("--output %q: want table or json", o.output)
+	if err := o.output.validate(); err != nil {
+		return err
 	}
 	st, err := lab.CollectStatus(ctx, *o.dir)
 	if err != nil {
 		return err
 	}
-	if o.output == "json" {
+	if o.output == outputJSON {
 		enc := json.NewEncoder(o.Out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(st)

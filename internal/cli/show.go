@@ -31,7 +31,7 @@ type showClustersOptions struct {
 	IOStreams
 	kube      kubeconfigFlags
 	namespace string
-	output    string
+	output    outputFormat
 }
 
 func newShowClustersCommand(streams IOStreams) *cobra.Command {
@@ -43,15 +43,15 @@ func newShowClustersCommand(streams IOStreams) *cobra.Command {
 credential is used) or the hub's own.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.output != "table" && o.output != "json" {
-				return fmt.Errorf("-o %q: want table or json", o.output)
+			if err := o.output.validate(); err != nil {
+				return err
 			}
 			return o.Run(cmd.Context())
 		},
 	}
 	o.kube.addFlags(cmd.Flags(), "hub or of a joined cluster")
 	cmd.Flags().StringVar(&o.namespace, "hub-namespace", v1alpha1.DefaultHubNamespace, "hub namespace, when --kubeconfig is the hub's")
-	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "table or json")
+	o.output.addFlag(cmd.Flags())
 	return cmd
 }
 
@@ -71,7 +71,7 @@ func (o *showClustersOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if o.output == "json" {
+	if o.output == outputJSON {
 		enc := json.NewEncoder(o.Out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(statuses)

@@ -23,7 +23,7 @@ type showConnectionsOptions struct {
 	IOStreams
 	kube      kubeconfigFlags
 	namespace string
-	output    string
+	output    outputFormat
 }
 
 func newShowConnectionsCommand(streams IOStreams) *cobra.Command {
@@ -37,15 +37,15 @@ backend and the driver running it, the remote endpoint, the state, round-trip ti
 the health probes, and the bytes carried.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.output != "table" && o.output != "json" {
-				return fmt.Errorf("-o %q: want table or json", o.output)
+			if err := o.output.validate(); err != nil {
+				return err
 			}
 			return o.Run(cmd.Context())
 		},
 	}
 	o.kube.addFlags(cmd.Flags(), "hub or of a joined cluster")
 	cmd.Flags().StringVar(&o.namespace, "hub-namespace", v1alpha1.DefaultHubNamespace, "hub namespace, when --kubeconfig is the hub's")
-	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "table or json")
+	o.output.addFlag(cmd.Flags())
 	return cmd
 }
 
@@ -81,7 +81,7 @@ func (o *showConnectionsOptions) Run(ctx context.Context) error {
 		return fmt.Errorf("listing Peers on the hub: %w", err)
 	}
 	conns := CollectConnections(peers.Items)
-	if o.output == "json" {
+	if o.output == outputJSON {
 		enc := json.NewEncoder(o.Out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(conns)

@@ -24,7 +24,7 @@ type showServicesOptions struct {
 	IOStreams
 	kube      kubeconfigFlags
 	namespace string
-	output    string
+	output    outputFormat
 }
 
 func newShowServicesCommand(streams IOStreams) *cobra.Command {
@@ -48,13 +48,13 @@ the service is exported from here, and the Conflict condition's verdict).
 	}
 	o.kube.addFlags(cmd.Flags(), "cluster to look at")
 	cmd.Flags().StringVarP(&o.namespace, "namespace", "n", "", "only this namespace (default: all namespaces)")
-	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "table or json")
+	o.output.addFlag(cmd.Flags())
 	return cmd
 }
 
 func (o *showServicesOptions) Validate() error {
-	if o.output != "table" && o.output != "json" {
-		return fmt.Errorf("-o %q: want table or json", o.output)
+	if err := o.output.validate(); err != nil {
+		return err
 	}
 	return nil
 }
@@ -97,7 +97,7 @@ func (o *showServicesOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if o.output == "json" {
+	if o.output == outputJSON {
 		enc := json.NewEncoder(o.Out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rows)

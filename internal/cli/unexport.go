@@ -14,7 +14,7 @@ import (
 type unexportOptions struct {
 	IOStreams
 	svc    serviceFlags
-	output string
+	output outputFormat
 }
 
 func newUnexportCommand(streams IOStreams) *cobra.Command {
@@ -34,26 +34,18 @@ the service). The Service itself is left alone.
 
   octopus unexport service web -n shop --kubeconfig east.yaml`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.Complete(args); err != nil {
-				return err
-			}
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			return o.Run(cmd.Context())
-		},
+		RunE: runE(o),
 	}
 	o.svc.addFlags(cmd.Flags())
-	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "table or json")
+	o.output.addFlag(cmd.Flags())
 	return cmd
 }
 
 func (o *unexportOptions) Complete(args []string) error { return o.svc.complete(args) }
 
 func (o *unexportOptions) Validate() error {
-	if o.output != "table" && o.output != "json" {
-		return fmt.Errorf("-o %q: want table or json", o.output)
+	if err := o.output.validate(); err != nil {
+		return err
 	}
 	return nil
 }
@@ -71,7 +63,7 @@ func (o *unexportOptions) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("deleting ServiceExport %s: %w", key, err)
 	}
-	if o.output == "json" {
+	if o.output == outputJSON {
 		return json.NewEncoder(o.Out).Encode(map[string]any{"namespace": o.svc.namespace, "name": o.svc.name, "deleted": true})
 	}
 	_, err = fmt.Fprintf(o.Out, "Deleted ServiceExport %s: its endpoints are withdrawn from the cluster set.\n", key)

@@ -1,8 +1,6 @@
 package controlplane
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -39,16 +37,25 @@ const (
 // package but the lab needs them, so a bin directory without them is incomplete.
 var Binaries = []string{binEtcd, binAPIServer, binControllerManager, binScheduler, binKubeProxy, binKubectl}
 
+// cacheDir is the root of the binary cache that the build scripts under hack/ write:
+// $OCTOPUS_CACHE, else ~/.cache/octopus.
+func cacheDir() (string, error) {
+	if cache := os.Getenv("OCTOPUS_CACHE"); cache != "" {
+		return cache, nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("finding the binary cache: set OCTOPUS_CACHE or HOME: %w", err)
+	}
+	return filepath.Join(home, ".cache", "octopus"), nil
+}
+
 // DefaultBinDir returns the directory hack/k8s-binaries.sh builds into, computed from the same
 // environment variables the script reads (OCTOPUS_CACHE, KUBE_VERSION, ETCD_VERSION, HOME).
 func DefaultBinDir() (string, error) {
-	cache := os.Getenv("OCTOPUS_CACHE")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", fmt.Errorf("finding the binary cache: set OCTOPUS_CACHE or HOME: %w", err)
-		}
-		cache = filepath.Join(home, ".cache", "octopus")
+	cache, err := cacheDir()
+	if err != nil {
+		return "", err
 	}
 	kube := envOr("KUBE_VERSION", KubernetesVersion)
 	etcd := envOr("ETCD_VERSION", EtcdVersion)
@@ -73,39 +80,62 @@ func EnsureBinaries(ctx context.Context, repoRoot string, progress io.Writer) (s
 }
 
 func ensureKubernetesBinaries(ctx context.Context, repoRoot string, progress io.Writer) (string, error) {
-	if progress == nil {
-		progress = io.Discard
-	}
 	dir, err := DefaultBinDir()
 	if err != nil {
 		return "", err
 	}
-	if missingBinaries(dir) == nil {
-		return dir, nil
-	}
+	err = cachedBuild(ctx, cachedBuildOptions{
+		RepoRoot: repoRoot, Script: buildScript, CacheDir: filepath.Dir(dir),
+		What:    "control-plane binaries",
+		Missing: func() error { return missingBinaries(dir) },
+	}, progress)
+	return dir, err
+}
 
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		return "", fmt.Errorf("creating binary cache %s: %w", filepath.Dir(dir), err)
+// cachedBuildOptions describe one cached build by a script under hack/.
+type cachedBuildOptions struct {
+	// RepoRoot is where the script runs; Script is its path relative to it.
+	RepoRoot, Script string
+	// CacheDir holds the build's output and its lock file.
+	CacheDir string
+	// What names the output in progress and error messages.
+	What string
+	// Missing reports what of the output is absent, nil when the build is complete.
+	Missing func() error
+}
+
+// cachedBuild runs the build script when its output is missing. Builders of the same cache,
+// also in other processes, serialise on a lock file there, and check again after waiting, so
+// only one of them builds and the others reuse its result. Build output goes to progress (nil
+// discards it).
+func cachedBuild(ctx context.Context, o cachedBuildOptions, progress io.Writer) error {
+	if progress == nil {
+		progress = io.Discard
 	}
-	unlock, err := lockFile(ctx, filepath.Join(filepath.Dir(dir), ".build.lock"), progress)
+	if o.Missing() == nil {
+		return nil
+	}
+	if err := os.MkdirAll(o.CacheDir, 0o755); err != nil {
+		return fmt.Errorf("creating binary cache %s: %w", o.CacheDir, err)
+	}
+	unlock, err := lockFile(ctx, filepath.Join(o.CacheDir, ".build.lock"), progress)
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer unlock()
 	// Another process may have finished the build while we waited for the lock.
-	if missingBinaries(dir) == nil {
-		return dir, nil
+	missing := o.Missing()
+	if missing == nil {
+		return nil
 	}
-
-	script := filepath.Join(repoRoot, buildScript)
+	script := filepath.Join(o.RepoRoot, o.Script)
 	if _, err := os.Stat(script); err != nil {
-		return "", fmt.Errorf("control-plane binaries missing in %s and build script not found: %w", dir, err)
+		return fmt.Errorf("%s: %w, and the build script is not there: %w", o.What, missing, err)
 	}
-	fmt.Fprintf(progress, "building control-plane binaries with %s (several minutes on a cold cache)\n", script)
-	var stdout bytes.Buffer
+	fmt.Fprintf(progress, "building %s with %s (minutes on a cold cache)\n", o.What, script)
 	cmd := exec.CommandContext(ctx, "bash", script)
-	cmd.Dir = repoRoot
-	cmd.Stdout = &stdout
+	cmd.Dir = o.RepoRoot
+	cmd.Stdout = io.Discard
 	cmd.Stderr = progress
 	// The script runs `go build`; its own process group lets a cancelled context stop the
 	// compilers too, not only bash.
@@ -113,16 +143,12 @@ func ensureKubernetesBinaries(ctx context.Context, repoRoot string, progress io.
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("running %s (output above): %w", script, err)
+		return fmt.Errorf("running %s (output above): %w", script, err)
 	}
-	built := lastLine(stdout.String())
-	if built == "" {
-		built = dir
+	if err := o.Missing(); err != nil {
+		return fmt.Errorf("%s finished, but the build of %s is incomplete: %w", script, o.What, err)
 	}
-	if err := missingBinaries(built); err != nil {
-		return "", fmt.Errorf("%s finished but binaries are still missing: %w", script, err)
-	}
-	return built, nil
+	return nil
 }
 
 // missingBinaries reports which binaries are absent or not executable in dir.
@@ -157,7 +183,7 @@ func lockFile(ctx context.Context, path string, progress io.Writer) (unlock func
 			return nil, fmt.Errorf("locking %s: %w", path, err)
 		}
 		if !told {
-			fmt.Fprintf(progress, "waiting for another build of the control-plane binaries (lock %s)\n", path)
+			fmt.Fprintf(progress, "waiting for another build to finish (lock %s)\n", path)
 			told = true
 		}
 		select {
@@ -167,17 +193,6 @@ func lockFile(ctx context.Context, path string, progress io.Writer) (unlock func
 		case <-time.After(time.Second):
 		}
 	}
-}
-
-func lastLine(s string) string {
-	var last string
-	sc := bufio.NewScanner(strings.NewReader(s))
-	for sc.Scan() {
-		if l := strings.TrimSpace(sc.Text()); l != "" {
-			last = l
-		}
-	}
-	return last
 }
 
 func envOr(key, def string) string {

@@ -5,10 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
-	"time"
 )
 
 // CoreDNSVersion is the CoreDNS release hack/coredns pins; it names the cache directory and
@@ -21,13 +18,9 @@ const coreDNSScript = "hack/coredns.sh"
 // CoreDNSPath returns where hack/coredns.sh puts the CoreDNS binary:
 // $OCTOPUS_CACHE/coredns-<version>/coredns (default cache ~/.cache/octopus).
 func CoreDNSPath() (string, error) {
-	cache := os.Getenv("OCTOPUS_CACHE")
-	if cache == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", fmt.Errorf("finding the binary cache: set OCTOPUS_CACHE or HOME: %w", err)
-		}
-		cache = filepath.Join(home, ".cache", "octopus")
+	cache, err := cacheDir()
+	if err != nil {
+		return "", err
 	}
 	return filepath.Join(cache, "coredns-"+CoreDNSVersion, "coredns"), nil
 }
@@ -35,45 +28,20 @@ func CoreDNSPath() (string, error) {
 // EnsureCoreDNS returns the CoreDNS binary, running hack/coredns.sh (found from repoRoot) when
 // it is missing, serialised with other builders by the binary cache's lock file.
 func EnsureCoreDNS(ctx context.Context, repoRoot string, progress io.Writer) (string, error) {
-	if progress == nil {
-		progress = io.Discard
-	}
 	path, err := CoreDNSPath()
 	if err != nil {
 		return "", err
 	}
-	if isExecutable(path) {
-		return path, nil
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return "", fmt.Errorf("creating binary cache %s: %w", filepath.Dir(path), err)
-	}
-	unlock, err := lockFile(ctx, filepath.Join(filepath.Dir(path), ".build.lock"), progress)
-	if err != nil {
-		return "", err
-	}
-	defer unlock()
-	if isExecutable(path) {
-		return path, nil
-	}
-	script := filepath.Join(repoRoot, coreDNSScript)
-	if _, err := os.Stat(script); err != nil {
-		return "", fmt.Errorf("CoreDNS missing at %s and build script not found: %w", path, err)
-	}
-	cmd := exec.CommandContext(ctx, "bash", script)
-	cmd.Dir = repoRoot
-	cmd.Stdout = io.Discard
-	cmd.Stderr = progress
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 10 * time.Second
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("running %s (output above): %w", script, err)
-	}
-	if !isExecutable(path) {
-		return "", fmt.Errorf("%s finished but %s is still missing", script, path)
-	}
-	return path, nil
+	err = cachedBuild(ctx, cachedBuildOptions{
+		RepoRoot: repoRoot, Script: coreDNSScript, CacheDir: filepath.Dir(path), What: "CoreDNS",
+		Missing: func() error {
+			if !isExecutable(path) {
+				return fmt.Errorf("no executable %s", path)
+			}
+			return nil
+		},
+	}, progress)
+	return path, err
 }
 
 func isExecutable(path string) bool {
