@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"time"
@@ -31,6 +32,7 @@ type gatewayOptions struct {
 	retryPeriod    time.Duration
 	statusInterval time.Duration
 	healthInterval time.Duration
+	metricsAddr    string
 }
 
 func newGatewayCommand() *cobra.Command {
@@ -68,6 +70,8 @@ its restart gets a fresh key and stands by.`,
 	f.DurationVar(&o.renewDeadline, "renew-deadline", gateway.DefaultRenewDeadline, "how long the active gateway retries renewing before it gives up the role")
 	f.DurationVar(&o.retryPeriod, "retry-period", gateway.DefaultRetryPeriod, "how often to try to acquire or renew the Lease")
 	f.DurationVar(&o.healthInterval, "health-interval", time.Second, "interval of the ICMP health probes to every remote gateway; a connection is down after 3 missed")
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", fmt.Sprintf(":%d", gateway.DefaultMetricsPort),
+		`address of the Prometheus metrics endpoint (/metrics), standbys included; "0" turns it off`)
 	f.DurationVar(&o.statusInterval, "status-interval", gateway.DefaultStatusInterval, "how often to refresh the Peer's status")
 	return cmd
 }
@@ -101,6 +105,12 @@ func (o gatewayOptions) complete() (gateway.Options, error) {
 			return gateway.Options{}, fmt.Errorf("--exclude-subnet %q: %w", s, err)
 		}
 		opts.ExcludeSubnets = append(opts.ExcludeSubnets, p)
+	}
+	// Listening here, last, makes a taken port fail the start instead of going unnoticed.
+	if o.metricsAddr != "0" && o.metricsAddr != "" {
+		if opts.MetricsListener, err = net.Listen("tcp", o.metricsAddr); err != nil {
+			return gateway.Options{}, fmt.Errorf("listening for metrics: %w (pick another address with --metrics-bind-address, or \"0\" to turn metrics off)", err)
+		}
 	}
 	return opts, nil
 }

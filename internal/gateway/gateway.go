@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -84,6 +86,9 @@ type Options struct {
 	// AddressDevice puts the health-check address on the tunnel device. Optional: netlink in
 	// the process's namespace (tests, which run no real device, record it instead).
 	AddressDevice func(device string, addr netip.Addr) error
+	// MetricsListener is where Run serves Prometheus metrics at /metrics (metrics.go) until
+	// it returns; Run closes it. Optional: without it there is no metrics endpoint.
+	MetricsListener net.Listener
 	// Log receives what the gateway does. Optional.
 	Log logr.Logger
 }
@@ -148,7 +153,23 @@ func (o *Options) setDefaults() error {
 // error) when it stops being the active one.
 func Run(ctx context.Context, o Options) error {
 	if err := o.setDefaults(); err != nil {
+		if o.MetricsListener != nil {
+			_ = o.MetricsListener.Close()
+		}
 		return err
+	}
+	// The registry is this Run's own: several gateways may run in one process (tests).
+	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg)
+	if err != nil {
+		return fmt.Errorf("registering the gateway's metrics: %w", err)
+	}
+	m.setActive(false)
+	if o.MetricsListener != nil {
+		srvCtx, stop := context.WithCancel(ctx)
+		wait := serveMetrics(srvCtx, o.MetricsListener, reg, o.Log)
+		defer wait()
+		defer stop()
 	}
 	member, err := client.New(o.Member, client.Options{Scheme: kube.Scheme})
 	if err != nil {
@@ -188,8 +209,10 @@ func Run(ctx context.Context, o Options) error {
 				acquired.Store(true)
 				defer close(activeDone)
 				o.Log.Info("Became the active gateway", "node", o.NodeName, "cluster", cred.ClusterID)
-				a := &active{o: o, cred: cred, member: member}
+				a := &active{o: o, cred: cred, member: member, metrics: m}
+				m.setActive(true)
 				activeErr = a.run(ctx)
+				m.setActive(false)
 				cancel() // release the Lease so that a standby takes over
 			},
 			OnStoppedLeading: func() { o.Log.Info("Stopped being the active gateway", "node", o.NodeName) },
@@ -249,6 +272,8 @@ type active struct {
 	prober Prober
 	local  Local
 	hcIP   netip.Addr
+	// metrics are set from the status that reportStatus computes.
+	metrics *metrics
 
 	mu        sync.Mutex
 	desired   Desired

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -42,6 +43,8 @@ type runningGateway struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	err    error // Run's result, set before done is closed
+	// metricsAddr is where the gateway serves /metrics.
+	metricsAddr string
 
 	mu      sync.Mutex
 	drivers []*fakeDriver
@@ -74,6 +77,11 @@ func startGateway(t *testing.T, member *rest.Config, node string, endpoint strin
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &runningGateway{node: node, cancel: cancel, done: make(chan struct{})}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.metricsAddr = l.Addr().String()
 	o := Options{
 		Member: member, NodeName: node, Backend: v1alpha1.BackendWireGuard, Device: "og-test",
 		EndpointIP:    netip.MustParseAddr(endpoint),
@@ -89,7 +97,8 @@ func startGateway(t *testing.T, member *rest.Config, node string, endpoint strin
 			g.mu.Unlock()
 			return d, nil
 		},
-		NewProber: func() (Prober, error) { return &fakeProber{}, nil },
+		NewProber:       func() (Prober, error) { return &fakeProber{}, nil },
+		MetricsListener: l,
 		AddressDevice: func(device string, addr netip.Addr) error {
 			g.mu.Lock()
 			defer g.mu.Unlock()
@@ -255,6 +264,25 @@ func TestGateway(t *testing.T) {
 		}
 		return nil
 	})
+	// The metrics say the same as the status, with the driver's byte counters.
+	d1 := gw1.driver()
+	d1.mu.Lock()
+	d1.stats = []tunnel.PeerStats{{Cluster: "west", RxBytes: 1234, TxBytes: 5678}}
+	d1.mu.Unlock()
+	eventually(t, "east's metrics show west connected", func() error {
+		return wantSeries(t, gw1.metricsAddr, map[string]float64{
+			`octopus_gateway_active`: 1,
+			`octopus_gateway_connection_state{backend="wireguard",cluster="west",state="Connected"}`:  1,
+			`octopus_gateway_connection_state{backend="wireguard",cluster="west",state="Connecting"}`: 0,
+			`octopus_gateway_connection_rtt_seconds{backend="wireguard",cluster="west",stat="max"}`:   0.003,
+			`octopus_gateway_connection_rtt_seconds{backend="wireguard",cluster="west",stat="min"}`:   0.001,
+			`octopus_gateway_connection_loss_ratio{backend="wireguard",cluster="west"}`:               0,
+			`octopus_gateway_connection_rx_bytes_total{backend="wireguard",cluster="west"}`:           1234,
+			`octopus_gateway_connection_tx_bytes_total{backend="wireguard",cluster="west"}`:           5678,
+			`octopus_gateway_peers{result="accepted"}`:                                                1,
+			`octopus_gateway_peers{result="refused"}`:                                                 0,
+		}, nil)
+	})
 	gw1.mu.Lock()
 	if !slices.Contains(gw1.addrs, "og-test 10.101.0.1") {
 		t.Errorf("health-check address not put on the device: %v", gw1.addrs)
@@ -267,6 +295,9 @@ func TestGateway(t *testing.T) {
 	if gw2.driver() != nil {
 		t.Fatal("the standby created a tunnel driver while another gateway is active")
 	}
+	eventually(t, "the standby's metrics say it stands by", func() error {
+		return wantSeries(t, gw2.metricsAddr, map[string]float64{`octopus_gateway_active`: 0}, []string{`cluster=`, `octopus_gateway_peers`})
+	})
 
 	// A Peer overlapping east is refused with a condition; the tunnel to west stays.
 	bad := &v1alpha1.Peer{
@@ -291,6 +322,14 @@ func TestGateway(t *testing.T) {
 		}
 		_, err = configPeer(gw1.driver(), "west")
 		return err
+	})
+	eventually(t, "east's metrics count the refused Peer", func() error {
+		return wantSeries(t, gw1.metricsAddr, map[string]float64{
+			`octopus_gateway_peers{result="accepted"}`:                                               1,
+			`octopus_gateway_peers{result="refused"}`:                                                1,
+			`octopus_gateway_connection_state{backend="wireguard",cluster="bad",state="Error"}`:      1,
+			`octopus_gateway_connection_state{backend="wireguard",cluster="west",state="Connected"}`: 1,
+		}, nil)
 	})
 	if err := hubc.Delete(ctx, bad); err != nil {
 		t.Fatal(err)
@@ -319,6 +358,12 @@ func TestGateway(t *testing.T) {
 			err = fmt.Errorf("peer %+v", p)
 		}
 		return err
+	})
+	eventually(t, "gw2's metrics show west connected", func() error {
+		return wantSeries(t, gw2.metricsAddr, map[string]float64{
+			`octopus_gateway_active`: 1,
+			`octopus_gateway_connection_state{backend="wireguard",cluster="west",state="Connected"}`: 1,
+		}, nil)
 	})
 	lease := &coordinationv1.Lease{}
 	if err := east.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: routeagent.LeaseName}, lease); err != nil {
@@ -352,6 +397,13 @@ func TestGateway(t *testing.T) {
 		}
 		return nil
 	})
+	eventually(t, "the removed Peer's series are gone from the new active gateway's metrics", func() error {
+		return wantSeries(t, gw2.metricsAddr, map[string]float64{
+			`octopus_gateway_active`:                   1,
+			`octopus_gateway_peers{result="accepted"}`: 0,
+			`octopus_gateway_peers{result="refused"}`:  0,
+		}, []string{`cluster=`})
+	})
 	gw2.stop(t)
 }
 
@@ -365,4 +417,27 @@ func sortedStrings(ss []string) []string {
 		out = append(out, p.String())
 	}
 	return out
+}
+
+// wantSeries scrapes addr and checks that every series of want has its value and that no
+// series contains any of absent.
+func wantSeries(t *testing.T, addr string, want map[string]float64, absent []string) error {
+	t.Helper()
+	got, err := scrape(t, addr)
+	if err != nil {
+		return err
+	}
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			return fmt.Errorf("%s = %v (present %t), want %v; all: %v", k, g, ok, v, got)
+		}
+	}
+	for k := range got {
+		for _, a := range absent {
+			if strings.Contains(k, a) {
+				return fmt.Errorf("series %s should be gone; all: %v", k, got)
+			}
+		}
+	}
+	return nil
 }

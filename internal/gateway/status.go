@@ -34,11 +34,17 @@ func (a *active) reportStatus(ctx context.Context) error {
 		probes = a.prober.Snapshot()
 	}
 	cur := &v1alpha1.Peer{}
-	if err := a.hub.Get(ctx, client.ObjectKey{Namespace: a.cred.Namespace, Name: a.cred.ClusterID}, cur); err != nil {
-		return fmt.Errorf("reading Peer %s on the hub: %w", a.cred.ClusterID, err)
+	getErr := a.hub.Get(ctx, client.ObjectKey{Namespace: a.cred.Namespace, Name: a.cred.ClusterID}, cur)
+	// With the hub unreachable the status cannot be written, but the metrics, computed from
+	// the same status (its connections do not depend on the conditions read from the hub),
+	// still tell how the tunnels are.
+	st := BuildStatus(cur.Status.Conditions, cur.Generation, a.driver.Name(), d, applyErr, stats, probes, time.Now())
+	a.metrics.observe(a.o.Backend, st, len(d.Tunnel.Peers), len(d.Refused), probes)
+	if getErr != nil {
+		return fmt.Errorf("reading Peer %s on the hub: %w", a.cred.ClusterID, getErr)
 	}
 	next := cur.DeepCopy()
-	next.Status = BuildStatus(cur.Status.Conditions, cur.Generation, a.driver.Name(), d, applyErr, stats, probes, time.Now())
+	next.Status = st
 	if equality.Semantic.DeepEqual(cur.Status, next.Status) {
 		return nil
 	}

@@ -4,21 +4,27 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/cluster"
+	"github.com/octopus-mcs/octopus/internal/gateway"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
@@ -157,6 +163,29 @@ func crossCluster(t *testing.T, backend, binDir string, bins map[string]string) 
 		})
 	}
 
+	// Each active gateway's Prometheus metrics say the same, scraped over the cluster's LAN
+	// from the worker node, as a Prometheus in the cluster would.
+	for i, pair := range [][2]string{{c1, c2}, {c2, c1}} {
+		c := l.Network.Clusters[i]
+		gw, worker := c.Nodes[0], c.Nodes[len(c.Nodes)-1]
+		addr := netip.AddrPortFrom(gw.LANAddr.Addr(), gateway.DefaultMetricsPort)
+		waitFor(t, 30*time.Second, pair[0]+"'s gateway metrics to show "+pair[1]+" connected", func() error {
+			got, err := scrapeFrom(worker.Netns, addr)
+			if err != nil {
+				return err
+			}
+			conn := fmt.Sprintf(`backend=%q,cluster=%q`, backend, pair[1])
+			if got[`octopus_gateway_active`] != 1 || got[`octopus_gateway_connection_state{`+conn+`,state="Connected"}`] != 1 ||
+				got[`octopus_gateway_connection_rtt_seconds{`+conn+`,stat="max"}`] <= 0 || got[`octopus_gateway_connection_tx_bytes_total{`+conn+`}`] <= 0 ||
+				got[`octopus_gateway_peers{result="accepted"}`] != 1 {
+				return fmt.Errorf("metrics of %s at %s: %v", gw.Name, addr, got)
+			}
+			t.Logf("%s's gateway metrics at %s: %s connected, rtt max %gs, tx %g B", pair[0], addr, pair[1],
+				got[`octopus_gateway_connection_rtt_seconds{`+conn+`,stat="max"}`], got[`octopus_gateway_connection_tx_bytes_total{`+conn+`}`])
+			return nil
+		})
+	}
+
 	// The CLI shows both tunnels up.
 	out, err := exec.Command(bins["octopus"], "show", "connections", "--kubeconfig", l.Env.Cluster(lab.HubName).Kubeconfig, "-o", "json").Output()
 	if err != nil {
@@ -284,6 +313,49 @@ func crossCluster(t *testing.T, backend, binDir string, bins map[string]string) 
 		}
 		return nil
 	})
+}
+
+// scrapeFrom GETs http://addr/metrics from inside the named namespace and returns the
+// octopus_* series as "name{sorted labels}" → value.
+func scrapeFrom(netns string, addr netip.AddrPort) (map[string]float64, error) {
+	c := http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(context.Context, string, string) (net.Conn, error) {
+			return labnet.DialTCP(netns, addr, 3*time.Second)
+		},
+	}}
+	defer c.CloseIdleConnections()
+	resp, err := c.Get("http://" + addr.String() + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET http://%s/metrics: %s", addr, resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("parsing the metrics of %s: %w", addr, err)
+	}
+	out := map[string]float64{}
+	for name, f := range fams {
+		if !strings.HasPrefix(name, "octopus_") {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var ls []string
+			for _, l := range m.GetLabel() {
+				ls = append(ls, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			sort.Strings(ls)
+			key := name
+			if len(ls) > 0 {
+				key += "{" + strings.Join(ls, ",") + "}"
+			}
+			out[key] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	return out, nil
 }
 
 func kubeClient(t *testing.T, kubeconfig string) client.Client {

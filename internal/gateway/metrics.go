@@ -1,0 +1,189 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+)
+
+// DefaultMetricsPort is where `octopus-agent gateway` serves /metrics unless told otherwise.
+// The gateway runs in the node's network namespace (hostNetwork), so the port must not clash
+// with the node's usual daemons (node-exporter 9100, kube-proxy 10249/10256, kubelet 10250,
+// CoreDNS 9153, the OpenTelemetry exporter's customary 9464); no other Octopus component
+// listens on it.
+const DefaultMetricsPort = 9473
+
+// Label values of the metrics.
+const (
+	peersAccepted = "accepted"
+	peersRefused  = "refused"
+)
+
+var (
+	connectionStates = []v1alpha1.ConnectionState{v1alpha1.ConnectionConnected, v1alpha1.ConnectionConnecting, v1alpha1.ConnectionError}
+	rttStats         = []string{"last", "min", "avg", "max"}
+)
+
+// metrics are the gateway's Prometheus metrics. They are set only by observe, from the Peer
+// status that reportStatus computes, so the metrics and the status never disagree.
+type metrics struct {
+	active prometheus.Gauge
+	state  *prometheus.GaugeVec
+	rtt    *prometheus.GaugeVec
+	loss   *prometheus.GaugeVec
+	rx, tx *prometheus.CounterVec
+	peers  *prometheus.GaugeVec
+
+	mu sync.Mutex
+	// last is, per remote cluster, the byte counters of the previous observation: the
+	// Prometheus counters grow by the difference, so that they stay monotonic when the
+	// driver's counters restart from zero (the remote gateway failed over and its tunnel
+	// peer was replaced).
+	last map[string]byteCounts
+}
+
+type byteCounts struct{ rx, tx int64 }
+
+// newMetrics creates the gateway's metrics in reg, with the Go runtime's and the process's.
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	conn := []string{"cluster", "backend"}
+	m := &metrics{
+		active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "octopus_gateway_active",
+			Help: "1 while this gateway holds the cluster's gateway Lease (is the active gateway), 0 while it stands by."}),
+		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "octopus_gateway_connection_state",
+			Help: "State of the connection to a remote cluster's gateway, as in the Peer status: 1 for the current state, 0 for the others."},
+			append(conn, "state")),
+		rtt: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "octopus_gateway_connection_rtt_seconds",
+			Help: "Round-trip time of the health probes through the tunnel to a remote cluster's gateway (stat: last, min, avg, max of the recent probes)."},
+			append(conn, "stat")),
+		loss: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "octopus_gateway_connection_loss_ratio",
+			Help: "Share of the recent health probes to a remote cluster's gateway that got no answer, 0 to 1."}, conn),
+		rx: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "octopus_gateway_connection_rx_bytes_total",
+			Help: "Bytes received through the tunnel from a remote cluster."}, conn),
+		tx: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "octopus_gateway_connection_tx_bytes_total",
+			Help: "Bytes sent through the tunnel to a remote cluster."}, conn),
+		peers: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "octopus_gateway_peers",
+			Help: "Number of other clusters' Peers this gateway tunnels to (result=accepted) or refused (result=refused, see the PeersAccepted condition)."},
+			[]string{"result"}),
+		last: map[string]byteCounts{},
+	}
+	for _, c := range []prometheus.Collector{m.active, m.state, m.rtt, m.loss, m.rx, m.tx, m.peers,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// setActive records whether this gateway is the active one. Becoming inactive drops every
+// connection's series: the driver is closed, so there are no connections any more.
+func (m *metrics) setActive(active bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v := 0.0
+	if active {
+		v = 1
+	}
+	m.active.Set(v)
+	if !active {
+		for _, vec := range []interface{ Reset() }{m.state, m.rtt, m.loss, m.rx, m.tx, m.peers} {
+			vec.Reset()
+		}
+		clear(m.last)
+	}
+}
+
+// observe sets the connection metrics from st, the status BuildStatus computed from the same
+// probes; a cluster absent from st loses its series. RTT is only exported once a probe was
+// answered and loss once the cluster is probed: before that the status's zeros mean "not
+// measured", which a gauge cannot say.
+func (m *metrics) observe(backend v1alpha1.Backend, st v1alpha1.PeerStatus, accepted, refused int, probes map[string]ProbeStats) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seen := map[string]bool{}
+	b := string(backend)
+	for _, c := range st.Connections {
+		id := c.ClusterID
+		seen[id] = true
+		for _, s := range connectionStates {
+			v := 0.0
+			if c.State == s {
+				v = 1
+			}
+			m.state.WithLabelValues(id, b, string(s)).Set(v)
+		}
+		probe, probed := probes[id]
+		if probed && probe.Answered {
+			for i, d := range []time.Duration{c.RTT.Last.Duration, c.RTT.Min.Duration, c.RTT.Avg.Duration, c.RTT.Max.Duration} {
+				m.rtt.WithLabelValues(id, b, rttStats[i]).Set(d.Seconds())
+			}
+		} else {
+			m.rtt.DeletePartialMatch(prometheus.Labels{"cluster": id})
+		}
+		if probed {
+			m.loss.WithLabelValues(id, b).Set(float64(c.LossPercent) / 100)
+		} else {
+			m.loss.DeletePartialMatch(prometheus.Labels{"cluster": id})
+		}
+		prev := m.last[id]
+		m.rx.WithLabelValues(id, b).Add(float64(growth(prev.rx, c.RxBytes)))
+		m.tx.WithLabelValues(id, b).Add(float64(growth(prev.tx, c.TxBytes)))
+		m.last[id] = byteCounts{rx: c.RxBytes, tx: c.TxBytes}
+	}
+	// A removed Peer's series go. Every cluster with series has an entry in last.
+	for id := range m.last {
+		if seen[id] {
+			continue
+		}
+		for _, vec := range []interface {
+			DeletePartialMatch(prometheus.Labels) int
+		}{m.state, m.rtt, m.loss, m.rx, m.tx} {
+			vec.DeletePartialMatch(prometheus.Labels{"cluster": id})
+		}
+		delete(m.last, id)
+	}
+	m.peers.WithLabelValues(peersAccepted).Set(float64(accepted))
+	m.peers.WithLabelValues(peersRefused).Set(float64(refused))
+}
+
+// growth is how much a driver counter grew from prev to cur. A counter below its previous
+// value was restarted (a new tunnel peer or driver): all of cur is new traffic.
+func growth(prev, cur int64) int64 {
+	if cur < prev {
+		return cur
+	}
+	return cur - prev
+}
+
+// serveMetrics serves reg's metrics at /metrics on l until ctx is done, then closes l.
+func serveMetrics(ctx context.Context, l net.Listener, reg *prometheus.Registry, log logr.Logger) (wait func()) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		log.Info("Serving metrics", "address", l.Addr().String(), "path", "/metrics")
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(err, "Serving metrics stopped; the gateway goes on without them", "address", l.Addr().String())
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	return func() { <-done }
+}
