@@ -325,8 +325,10 @@ func (f *failoverLab) hubDown(ctx context.Context, t *testing.T) {
 	}
 	gap, lost, sent := probe.longestGap(down, time.Now())
 	t.Logf("during and after the hub outage: longest probe gap %s, %d of %d probes lost", gap, lost, sent)
-	if gap > time.Second {
-		t.Errorf("the data path was interrupted for %s during the hub outage; want no interruption", gap)
+	// A second's worth of lost probes would be a real interruption; a few lost ones are what a
+	// busy machine drops anyway (the replies that miss their deadline).
+	if time.Duration(lost)*probeInterval > time.Second {
+		t.Errorf("the data path lost %d probes (%s) during the hub outage, longest gap %s; want no interruption", lost, time.Duration(lost)*probeInterval, gap)
 	}
 	for name, b := range before {
 		a := f.peer(ctx, t, name)
@@ -577,13 +579,15 @@ func (p *udpProbe) waitAnsweredAfter(t *testing.T, since time.Time, timeout time
 }
 
 // longestGap returns, over probes sent in [from, to], the longest time between the sending of
-// two consecutive answered probes (the interruption a client would see, to probeInterval),
+// two answered probes with lost ones in between (the interruption a client would see, to
+// probeInterval),
 // how many were lost and how many were sent. Probes at either end of the window count as
 // answered boundaries only if they were.
 func (p *udpProbe) longestGap(from, to time.Time) (gap time.Duration, lost, sent int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var prev time.Time
+	lostSincePrev := false
 	for i, s := range p.sent {
 		if s.Before(from) || s.After(to) {
 			continue
@@ -591,12 +595,16 @@ func (p *udpProbe) longestGap(from, to time.Time) (gap time.Duration, lost, sent
 		sent++
 		if !p.answered[i] {
 			lost++
+			lostSincePrev = true
 			continue
 		}
-		if !prev.IsZero() && s.Sub(prev)-probeInterval > gap {
+		// Only a run of lost probes is an interruption: a pause between two answered probes
+		// with none lost in between is the prober not being scheduled (a busy machine), not
+		// the data path failing.
+		if lostSincePrev && !prev.IsZero() && s.Sub(prev)-probeInterval > gap {
 			gap = s.Sub(prev) - probeInterval
 		}
-		prev = s
+		prev, lostSincePrev = s, false
 	}
 	return gap, lost, sent
 }

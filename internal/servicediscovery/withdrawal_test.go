@@ -38,11 +38,13 @@ func (f *fabric) lastRenewal(t *testing.T, member string) time.Time {
 // has been expired for the TTL, the other clusters drop its endpoints (and an import it alone
 // exported), while its records stay on the hub; when the agent comes back, so do its endpoints.
 func TestStaleClusterWithdrawal(t *testing.T) {
+	// Short enough for a quick test, long enough that the agents that keep running never miss
+	// lease + TTL on a busy 2-core machine (a CI run at load average 38 did with 1 s + 2 s).
 	const (
-		leaseDuration = time.Second
-		ttl           = 2 * time.Second
+		leaseDuration = 3 * time.Second
+		ttl           = 5 * time.Second
 	)
-	f := newFabricWith(t, agent.ControllerOptions{HeartbeatInterval: 200 * time.Millisecond, LeaseDuration: leaseDuration, StaleClusterTTL: ttl},
+	f := newFabricWith(t, agent.ControllerOptions{HeartbeatInterval: 500 * time.Millisecond, LeaseDuration: leaseDuration, StaleClusterTTL: ttl},
 		"east", "west", "north")
 	east, north := f.members["east"], f.members["north"]
 	for _, m := range []string{"east", "west", "north"} {
