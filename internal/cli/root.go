@@ -51,6 +51,7 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 		newLabCommand(streams),
 		newExportCommand(streams),
 		newUnexportCommand(streams),
+		newVerifyCommand(streams),
 	)
 	return root
 }

@@ -1,0 +1,146 @@
+package lab_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/octopus-mcs/octopus/internal/lab"
+	"github.com/octopus-mcs/octopus/internal/testenv"
+	"github.com/octopus-mcs/octopus/internal/verify"
+)
+
+// TestVerify runs the built `octopus verify` against a lab of a hub and two clusters: every
+// check passes and the probe namespace is gone afterwards; then cluster1's gateway is
+// stopped for good (the supervisor does not restart it, and with the userspace WireGuard
+// driver its tunnel device dies with it) and verify fails, naming exactly the pod-to-pod,
+// ClusterSet IP and DNS checks between the two clusters, in both directions.
+func TestVerify(t *testing.T) {
+	testenv.LabNetwork(t)
+	binDir := testenv.BinDir(t)
+	bins := buildCommands(t, "octopus-agent", "octopus-echo", "octopus-dns", "octopus")
+	dir := filepath.Join(t.TempDir(), "lab")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	begin := time.Now()
+	l, err := lab.Up(ctx, lab.Options{
+		Clusters: 2, NodesPerCluster: 2, Dir: dir, BinDir: binDir,
+		AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"], DNSBinary: bins["octopus-dns"],
+	})
+	if err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = l.Stop()
+		if err := lab.Down(dir); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+	})
+	t.Logf("lab up took %.1fs", time.Since(begin).Seconds())
+	c1, c2 := l.Network.Clusters[0].Name, l.Network.Clusters[1].Name
+
+	run := func(checkTimeout time.Duration) (*verify.Report, error) {
+		t.Helper()
+		start := time.Now()
+		cmd := exec.CommandContext(ctx, bins["octopus"], "verify",
+			"--kubeconfig", l.Env.Cluster(c1).Kubeconfig, "--kubeconfig", l.Env.Cluster(c2).Kubeconfig,
+			"--check-timeout", checkTimeout.String(), "--ready-timeout", "2m", "-o", "json")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		runErr := cmd.Run()
+		t.Logf("octopus verify took %.1fs, exit %v; progress:\n%s", time.Since(start).Seconds(), runErr, stderr.String())
+		report := &verify.Report{}
+		if err := json.Unmarshal(stdout.Bytes(), report); err != nil {
+			t.Fatalf("octopus verify -o json: %v: %q (stderr %s)", err, stdout.String(), stderr.String())
+		}
+		for _, r := range report.Results {
+			t.Logf("%-14s %s -> %s passed=%v %s (latency %s, %d attempts)", r.Check, r.From, r.To, r.Passed, r.Detail, r.Latency.Duration, r.Attempts)
+		}
+		// The namespace goes in both clusters however the run ended.
+		for _, c := range []string{c1, c2} {
+			if ns := liveVerifyNamespaces(ctx, t, l.Env.Cluster(c).Kubeconfig); len(ns) > 0 {
+				t.Errorf("%s still has verify namespaces not being deleted: %v", c, ns)
+			}
+		}
+		if runErr != nil && !strings.Contains(stderr.String(), report.Summary()) {
+			t.Errorf("the error does not carry the summary %q: %s", report.Summary(), stderr.String())
+		}
+		return report, runErr
+	}
+
+	// Healthy: the first checks also wait out the tunnels' handshake and CoreDNS picking up
+	// the clusterset.local forward (its reload plugin polls every 30 s).
+	report, err := run(3 * time.Minute)
+	if err != nil || !report.Passed || len(report.Results) != 6 {
+		t.Fatalf("verify on a healthy lab: %v, passed %v, %d results; want 6 passing checks", err, report.Passed, len(report.Results))
+	}
+	if want := []string{c1, c2}; !slices.Equal(report.Clusters, want) {
+		t.Fatalf("clusters %v, want %v (the IDs joining gave them)", report.Clusters, want)
+	}
+	for _, r := range report.Results {
+		if !strings.Contains(r.Detail, "answered by "+r.To+"/probe-server") || r.Latency.Duration <= 0 {
+			t.Errorf("%s: detail %q, latency %s: want an answer from %s's probe server with a latency", r.Name(), r.Detail, r.Latency.Duration, r.To)
+		}
+	}
+
+	// cluster1's gateway stops for good: no tunnel between the clusters any more.
+	var gw string
+	for _, n := range l.Network.Clusters[0].Nodes {
+		if n.Gateway {
+			gw = n.Name
+		}
+	}
+	if err := l.Env.StopProcess(lab.GatewayProcessName(gw), 0); err != nil {
+		t.Fatalf("stopping the gateway on %s: %v", gw, err)
+	}
+	t.Logf("stopped the gateway of %s on %s", c1, gw)
+	report, err = run(20 * time.Second)
+	var exitErr *exec.ExitError
+	if !errors.As(err, &exitErr) || report.Passed {
+		t.Fatalf("verify with %s's gateway down: %v, passed %v; want a non-zero exit", c1, err, report.Passed)
+	}
+	var failed []string
+	for _, r := range report.Failed() {
+		failed = append(failed, r.Name())
+	}
+	want := []string{
+		"pod-to-pod " + c1 + "->" + c2, "clusterset-ip " + c1 + "->" + c2, "dns " + c1 + "->" + c2,
+		"pod-to-pod " + c2 + "->" + c1, "clusterset-ip " + c2 + "->" + c1, "dns " + c2 + "->" + c1,
+	}
+	if !slices.Equal(failed, want) {
+		t.Fatalf("failed checks %v, want %v", failed, want)
+	}
+	// Each failure says what the client's tool saw, not that verify cancelled it.
+	for _, r := range report.Failed() {
+		if !strings.Contains(r.Detail, "curl") || strings.Contains(r.Detail, "context deadline exceeded") {
+			t.Errorf("%s: detail %q, want curl's reason", r.Name(), r.Detail)
+		}
+	}
+	t.Logf("summary: %s", report.Summary())
+}
+
+// liveVerifyNamespaces lists the namespaces verify created that are not being deleted.
+func liveVerifyNamespaces(ctx context.Context, t *testing.T, kubeconfig string) []string {
+	t.Helper()
+	list, err := clientset(t, kubeconfig).CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=octopus-verify"})
+	if err != nil {
+		t.Fatalf("listing namespaces: %v", err)
+	}
+	var live []string
+	for _, ns := range list.Items {
+		if ns.DeletionTimestamp == nil && ns.Status.Phase != corev1.NamespaceTerminating {
+			live = append(live, ns.Name)
+		}
+	}
+	return live
+}
