@@ -184,7 +184,6 @@ func TestPods(t *testing.T) {
 	}
 
 	// A Deployment scaled 1 -> 3 -> 0.
-	staticPods := 6 // echo x2, client, socat, missing, and the cluster's CoreDNS (kube-system)
 	if _, err := cs.AppsV1().Deployments("default").Create(ctx, echoDeployment("scale", 1), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -205,6 +204,19 @@ func TestPods(t *testing.T) {
 			if err != nil {
 				return false, err
 			}
+			// Every other scheduled pod has a namespace and a veth too: the test's own (echo x2,
+			// client, socat, "missing", whose sandbox is up though its container cannot
+			// start) and the system's (CoreDNS, octopus-dns).
+			others, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: "app!=scale"})
+			if err != nil {
+				return false, err
+			}
+			staticPods := 0
+			for _, p := range others.Items {
+				if p.Spec.NodeName != "" && !p.Spec.HostNetwork && p.DeletionTimestamp == nil {
+					staticPods++
+				}
+			}
 			readyPods := 0
 			for i := range list.Items {
 				if podReady(&list.Items[i]) {
@@ -216,10 +228,8 @@ func TestPods(t *testing.T) {
 				return false, err
 			}
 			veths := podVeths(t, c)
-			last = fmt.Sprintf("%d pods (%d ready), %d pod namespaces, %d pod veths", len(list.Items), readyPods, len(namespaces), veths)
+			last = fmt.Sprintf("%d pods (%d ready), %d pod namespaces, %d pod veths, %d other pods", len(list.Items), readyPods, len(namespaces), veths, staticPods)
 			want := int(replicas)
-			// "missing" has a namespace and veth too: its sandbox is up, only its container
-			// cannot start.
 			return len(list.Items) == want && readyPods == want &&
 				len(namespaces) == staticPods+want && veths == staticPods+want, nil
 		})
