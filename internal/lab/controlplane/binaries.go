@@ -130,7 +130,7 @@ func cachedBuild(ctx context.Context, o cachedBuildOptions, progress io.Writer) 
 	}
 	script := filepath.Join(o.RepoRoot, o.Script)
 	if _, err := os.Stat(script); err != nil {
-		return fmt.Errorf("%s: %w, and the build script is not there: %w", o.What, missing, err)
+		return fmt.Errorf("%s: %w, and the build script not found: %w", o.What, missing, err)
 	}
 	fmt.Fprintf(progress, "building %s with %s (minutes on a cold cache)\n", o.What, script)
 	cmd := exec.CommandContext(ctx, "bash", script)

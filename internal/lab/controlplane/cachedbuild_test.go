@@ -23,7 +23,7 @@ func TestCachedBuild(t *testing.T) {
 		{name: "built", script: `touch "$OUT"`, wantBuilt: true},
 		{name: "script builds nothing", script: "true", wantErr: "finished, but the build of the thing is incomplete"},
 		{name: "script fails", script: "echo boom >&2; exit 3", wantErr: "exit status 3"},
-		{name: "no script", wantErr: "the build script is not there"},
+		{name: "no script", wantErr: "build script not found"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root, cache := t.TempDir(), t.TempDir()
