@@ -8,6 +8,11 @@
 // A seen by a watch on A.
 //
 //	go run ./hack/bench/mcs -exports 200 -rounds 3
+//
+// With -scale it instead measures a cold start of many clusters with many exports each, running
+// every member's agent as its own process (see scale.go):
+//
+//	go run ./hack/bench/mcs -scale -clusters 10 -services 1000
 package main
 
 import (
@@ -44,14 +49,32 @@ import (
 )
 
 func main() {
+	// The scale mode re-executes this binary as each member's agent (see runAgent).
+	if len(os.Args) > 1 && os.Args[1] == agentSubcommand {
+		os.Exit(runAgent(os.Args[2:]))
+	}
 	exports := flag.Int("exports", 200, "services exported one after another per round")
 	rounds := flag.Int("rounds", 3, "rounds, each in a fresh namespace; the summary is the median over rounds")
 	members := flag.Int("clusters", 3, "member clusters besides the hub (A is the first, B the second)")
-	timeout := flag.Duration("timeout", 30*time.Second, "how long one export may take to propagate before the run fails")
+	timeout := flag.Duration("timeout", 30*time.Second, "how long one export may take to propagate before the run fails; with -scale, a probe not seen by then counts as this long")
+	var so scaleOptions
+	scale := flag.Bool("scale", false, "measure a cold start of -clusters clusters with -services exports each instead of one-by-one latency")
+	flag.IntVar(&so.services, "services", 1000, "scale: exported services per cluster")
+	flag.IntVar(&so.probes, "probes", 50, "scale: single exports timed one at a time (cluster 1 to cluster 2) while the cold start converges")
+	flag.DurationVar(&so.probeGap, "probe-gap", time.Second, "scale: pause between two probes, to spread them over the convergence")
+	flag.DurationVar(&so.converge, "converge-timeout", 30*time.Minute, "scale: how long the cold start may take before the run fails")
+	flag.StringVar(&so.agentBin, "agent-bin", "", "scale: run this octopus-agent binary's `controller` command as the agents (client-go's default rate limits) instead of this program's agent mode")
+	flag.Float64Var(&so.memberQPS, "agent-member-qps", 100, "scale, without -agent-bin: client QPS of each agent towards its member cluster (burst twice that); 0 means client-go's default of 5")
 	flag.Parse()
 	logf.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, *members, *exports, *rounds, *timeout)
+	var err error
+	if *scale {
+		so.members, so.timeout = *members, *timeout
+		err = runScale(ctx, so)
+	} else {
+		err = run(ctx, *members, *exports, *rounds, *timeout)
+	}
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mcs benchmark:", err)
@@ -63,37 +86,11 @@ func run(ctx context.Context, members, exports, rounds int, timeout time.Duratio
 	if members < 2 || exports < 1 || rounds < 1 {
 		return errors.New("need at least 2 clusters, 1 export and 1 round")
 	}
-	root, err := os.Getwd()
+	env, names, info, cleanup, err := startEnv(ctx, members)
 	if err != nil {
 		return err
 	}
-	bin, err := controlplane.EnsureBinaries(ctx, root, os.Stderr)
-	if err != nil {
-		return fmt.Errorf("control-plane binaries (run from the repository root): %w", err)
-	}
-	dir, err := os.MkdirTemp("", "octopus-bench-mcs-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	names := []string{"hub"}
-	opts := []controlplane.ClusterOptions{}
-	for i := range members {
-		names = append(names, fmt.Sprintf("c%d", i+1))
-	}
-	for i, n := range names {
-		svc, pod := testenv.CIDRs(i)
-		opts = append(opts, controlplane.ClusterOptions{Name: n, ServiceCIDR: svc, PodCIDR: pod})
-	}
-	env, err := controlplane.Start(ctx, controlplane.Options{BinDir: bin, Dir: filepath.Join(dir, "env"), Progress: io.Discard}, opts...)
-	if err != nil {
-		return fmt.Errorf("starting control planes: %w", err)
-	}
-	defer func() { _ = env.Stop() }()
-	info, err := hub.Deploy(ctx, env.Cluster("hub").RESTConfig(), hub.DeployOptions{})
-	if err != nil {
-		return fmt.Errorf("deploying the hub: %w", err)
-	}
+	defer cleanup()
 	agentCtx, stopAgents := context.WithCancel(ctx)
 	var agents sync.WaitGroup
 	defer func() { stopAgents(); agents.Wait() }()
@@ -125,6 +122,44 @@ func run(ctx context.Context, members, exports, rounds int, timeout time.Duratio
 	fmt.Printf("median over %d rounds: propagation p50 %s p99 %s | baseline p50 %s p99 %s\n",
 		rounds, ms(quantile(p50s, 0.5)), ms(quantile(p99s, 0.5)), ms(quantile(base50s, 0.5)), ms(quantile(base99s, 0.5)))
 	return nil
+}
+
+// startEnv starts a hub and members member clusters (c1, c2, …) and deploys the hub. names
+// starts with "hub"; cleanup stops the control planes and removes their state.
+func startEnv(ctx context.Context, members int) (env *controlplane.Environment, names []string, info *hub.BrokerInfo, cleanup func(), err error) {
+	root, err := os.Getwd()
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	bin, err := controlplane.EnsureBinaries(ctx, root, os.Stderr)
+	if err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("control-plane binaries (run from the repository root): %w", err)
+	}
+	dir, err := os.MkdirTemp("", "octopus-bench-mcs-")
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	names = []string{"hub"}
+	opts := []controlplane.ClusterOptions{}
+	for i := range members {
+		names = append(names, fmt.Sprintf("c%d", i+1))
+	}
+	for i, n := range names {
+		svc, pod := testenv.CIDRs(i)
+		opts = append(opts, controlplane.ClusterOptions{Name: n, ServiceCIDR: svc, PodCIDR: pod})
+	}
+	env, err = controlplane.Start(ctx, controlplane.Options{BinDir: bin, Dir: filepath.Join(dir, "env"), Progress: io.Discard}, opts...)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, nil, nil, fmt.Errorf("starting control planes: %w", err)
+	}
+	cleanup = func() { _ = env.Stop(); _ = os.RemoveAll(dir) }
+	info, err = hub.Deploy(ctx, env.Cluster("hub").RESTConfig(), hub.DeployOptions{})
+	if err != nil {
+		cleanup()
+		return nil, nil, nil, nil, fmt.Errorf("deploying the hub: %w", err)
+	}
+	return env, names, info, cleanup, nil
 }
 
 // round exports n services from A in namespace ns, one after another, and returns for each

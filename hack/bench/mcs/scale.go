@@ -1,0 +1,618 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/octopus-mcs/octopus/internal/agent"
+	"github.com/octopus-mcs/octopus/internal/cluster"
+	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
+)
+
+// Namespaces of the scale run: the bulk exports, and the probes timed one at a time.
+const (
+	scaleNS = "scale"
+	probeNS = "probe"
+)
+
+type scaleOptions struct {
+	members, services, probes int
+	probeGap, timeout         time.Duration
+	converge                  time.Duration
+	agentBin                  string
+	memberQPS                 float64
+}
+
+// agentProc is one member's agent running as a child process.
+type agentProc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	// peakRSS is the largest VmRSS sampled, in kB.
+	peakRSS atomic.Int64
+}
+
+// runScale measures a cold start: every member's Services and ServiceExports (and the
+// namespaces) exist before any agent runs; then all agents start at once (t0), and the run
+// waits until every member holds, for every service exported anywhere, the ServiceImport with
+// spec.ips and an imported EndpointSlice with an endpoint. Meanwhile it times single probe
+// exports from c1 to c2, samples each agent process's RSS, and counts the hub's write requests.
+func runScale(ctx context.Context, o scaleOptions) error {
+	if o.members < 2 || o.services < 1 || o.probes < 0 {
+		return errors.New("scale needs at least 2 clusters and 1 service per cluster")
+	}
+	// Ends the probe goroutine and the watches on an early return.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	begin := time.Now()
+	progress("starting hub + %d control planes", o.members)
+	env, names, info, cleanup, err := startEnv(ctx, o.members)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	members := names[1:]
+	clients := map[string]client.Client{}
+	for _, n := range members {
+		c, err := client.New(env.Cluster(n).RESTConfig(), client.Options{Scheme: kube.Scheme})
+		if err != nil {
+			return err
+		}
+		clients[n] = c
+		if _, err := cluster.Join(ctx, env.Cluster(n).RESTConfig(), cluster.JoinOptions{BrokerInfo: info, ClusterID: n, PodCIDRs: []string{env.Cluster(n).PodCIDR.String()}}); err != nil {
+			return fmt.Errorf("joining %s: %w", n, err)
+		}
+		for _, ns := range []string{scaleNS, probeNS} {
+			if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+				return fmt.Errorf("creating namespace %s in %s: %w", ns, n, err)
+			}
+		}
+	}
+	progress("control planes up and joined (%s); creating %d Services + ServiceExports per cluster", since(begin), o.services)
+	created := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, len(members))
+	for i, n := range members {
+		wg.Go(func() { errs[i] = createExports(ctx, clients[n], n, o.services) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for i := range o.probes {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: probeNS, Name: svcName(i)}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
+		if err := clients[members[0]].Create(ctx, svc); err != nil {
+			return fmt.Errorf("creating probe Service %s: %w", svc.Name, err)
+		}
+	}
+	progress("created %d exports in %s", o.members*o.services, since(created))
+
+	total := o.members * o.services
+	counters := make([]*importCounter, len(members))
+	for i, n := range members {
+		counters[i] = newImportCounter()
+		stopWatch, err := watchImports(ctx, env.Cluster(n).RESTConfig(), counters[i])
+		if err != nil {
+			return fmt.Errorf("watching %s: %w", n, err)
+		}
+		defer stopWatch()
+	}
+	seenB, seenA := newSightings(), newSightings()
+	stopProbeWatch, err := watch(ctx, env.Cluster(members[1]).RESTConfig(), probeNS, seenB, env.Cluster(members[0]).RESTConfig(), seenA)
+	if err != nil {
+		return err
+	}
+	defer stopProbeWatch()
+
+	hubCfg := env.Cluster("hub").RESTConfig()
+	writesBefore, err := hubWrites(ctx, hubCfg)
+	if err != nil {
+		return err
+	}
+
+	// t0: all agents start.
+	agentDir := filepath.Join(env.Dir, "agents")
+	if err := os.MkdirAll(agentDir, 0o755); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	var agents []*agentProc
+	defer func() { stopAgents(agents) }()
+	for _, n := range members {
+		a, err := startAgentProc(o, n, env.Cluster(n), agentDir)
+		if err != nil {
+			return err
+		}
+		agents = append(agents, a)
+	}
+	progress("started %d agents in %s; logs in %s", len(agents), since(t0), agentDir)
+	samplerCtx, stopSampler := context.WithCancel(ctx)
+	var sampler sync.WaitGroup
+	sampler.Go(func() { sampleRSS(samplerCtx, agents) })
+	defer func() { stopSampler(); sampler.Wait() }()
+
+	// Probes, one at a time, while the bulk converges.
+	converged := make(chan struct{})
+	var probeLat []time.Duration
+	var probesDuring, probesTimedOut int
+	var probeErr error
+	var probeWG sync.WaitGroup
+	probeWG.Go(func() {
+		for i := range o.probes {
+			name := svcName(i)
+			start := time.Now()
+			if err := clients[members[0]].Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: probeNS, Name: name}}); err != nil {
+				probeErr = fmt.Errorf("creating probe ServiceExport %s: %w", name, err)
+				return
+			}
+			got, err := seenB.wait(ctx, name, o.timeout)
+			switch {
+			case ctx.Err() != nil:
+				probeErr = ctx.Err()
+				return
+			case err != nil:
+				// Counted at the timeout: a lower bound that still drags p99 up.
+				probesTimedOut++
+				probeLat = append(probeLat, o.timeout)
+			default:
+				probeLat = append(probeLat, got.Sub(start))
+			}
+			select {
+			case <-converged:
+			default:
+				// Still converging when this probe completed (polled every second).
+				probesDuring++
+			}
+			select {
+			case <-time.After(o.probeGap):
+			case <-ctx.Done():
+				probeErr = ctx.Err()
+				return
+			}
+		}
+	})
+
+	// Cold start: wait for every member to hold every import.
+	perCluster := make([]time.Duration, len(members))
+	deadline := time.After(o.converge)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for polls := 1; ; polls++ {
+		all := true
+		var counts []string
+		for i, c := range counters {
+			n, at := c.complete()
+			if n >= total && perCluster[i] == 0 {
+				perCluster[i] = at.Sub(t0)
+			}
+			all = all && n >= total
+			counts = append(counts, strconv.Itoa(n))
+		}
+		if all {
+			break
+		}
+		select {
+		case <-tick.C:
+			if polls%5 != 0 {
+				break
+			}
+			progress("t0+%s: imports complete per cluster (of %d): %s; agent RSS max %d MB", since(t0), total, strings.Join(counts, " "), maxRSS(agents)/1024)
+		case <-deadline:
+			return fmt.Errorf("cold start did not converge within %s (counts %s of %d); agent logs in %s", o.converge, strings.Join(counts, " "), total, agentDir)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		for _, a := range agents {
+			select {
+			case <-a.done:
+				return fmt.Errorf("agent of %s exited during the run: see %s", a.name, filepath.Join(agentDir, a.name+".log"))
+			default:
+			}
+		}
+	}
+	coldStart := slices.Max(perCluster)
+	close(converged)
+	progress("cold start converged in %s; waiting for the remaining probes", coldStart.Round(time.Millisecond))
+	probeWG.Wait()
+	if probeErr != nil {
+		return probeErr
+	}
+	// Let trailing status writes land before counting.
+	time.Sleep(5 * time.Second)
+	writesAfter, err := hubWrites(ctx, hubCfg)
+	if err != nil {
+		return err
+	}
+	rssAtEnd, hwm := make([]int64, len(agents)), make([]int64, len(agents))
+	for i, a := range agents {
+		rssAtEnd[i], hwm[i] = readRSS(a.cmd.Process.Pid)
+	}
+
+	exports := total + o.probes
+	fmt.Printf("## MCS scale: hub + %d clusters × %d exported services (+%d probes)\n\n", o.members, o.services, o.probes)
+	mode := fmt.Sprintf("this program's agent mode (agent.RunController, member client %g QPS)", o.memberQPS)
+	if o.agentBin != "" {
+		mode = o.agentBin + " controller (client-go default rate limits)"
+	}
+	fmt.Printf("agents: one process per cluster, %s\n\n", mode)
+	fmt.Println("| metric | value | target |")
+	fmt.Println("|---|---|---|")
+	fmt.Printf("| cold start: all %d imports (spec.ips + slice) in every cluster | %s | ≤ 60 s |\n", total, coldStart.Round(time.Millisecond))
+	slices.Sort(perCluster)
+	fmt.Printf("| cold start: first cluster complete | %s | |\n", perCluster[0].Round(time.Millisecond))
+	if len(probeLat) > 0 {
+		fmt.Printf("| single export c1→c2 p50 / p99 / max (%d probes, %d during convergence, %d timed out at %s) | %s / %s / %s | p99 ≤ 2 s |\n",
+			len(probeLat), probesDuring, probesTimedOut, o.timeout, ms(quantile(probeLat, 0.5)), ms(quantile(probeLat, 0.99)), ms(slices.Max(probeLat)))
+	}
+	fmt.Printf("| agent peak RSS (VmHWM) max / median over %d processes | %d / %d MB | ≤ 200 MB |\n", len(agents), slices.Max(hwm)/1024, medianInt(hwm)/1024)
+	fmt.Printf("| agent RSS at the end max / median | %d / %d MB | |\n", slices.Max(rssAtEnd)/1024, medianInt(rssAtEnd)/1024)
+	w := writesAfter.sub(writesBefore)
+	fmt.Printf("| hub write requests per export (excluding heartbeat Leases) | %.2f (%d / %d) | |\n", float64(w.total-w.leases)/float64(exports), w.total-w.leases, exports)
+	fmt.Printf("| hub write requests, all (incl. %d Lease renewals) | %d | |\n", w.leases, w.total)
+	fmt.Println()
+	fmt.Println("hub writes by verb and resource (excluding Leases):")
+	keys := make([]string, 0, len(w.byKey))
+	for k := range w.byKey {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if w.byKey[k] != 0 {
+			fmt.Printf("- %s: %d\n", k, w.byKey[k])
+		}
+	}
+	return nil
+}
+
+// createExports creates n Services and their ServiceExports in namespace scale of cluster name,
+// named after it so that every exported service is distinct. Eight writers at a time.
+func createExports(ctx context.Context, c client.Client, name string, n int) error {
+	work := make(chan int)
+	errs := make([]error, 8)
+	var wg sync.WaitGroup
+	for w := range errs {
+		wg.Go(func() {
+			for i := range work {
+				if errs[w] != nil {
+					continue
+				}
+				svc := fmt.Sprintf("%s-%04d", name, i)
+				if err := c.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: scaleNS, Name: svc}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}); err != nil {
+					errs[w] = fmt.Errorf("creating Service %s in %s: %w", svc, name, err)
+					continue
+				}
+				if err := c.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: scaleNS, Name: svc}}); err != nil {
+					errs[w] = fmt.Errorf("creating ServiceExport %s in %s: %w", svc, name, err)
+				}
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// importCounter counts the services a cluster holds completely: ServiceImport with spec.ips and
+// an imported EndpointSlice with an endpoint.
+type importCounter struct {
+	mu    sync.Mutex
+	si    map[string]bool
+	slice map[string]bool
+	n     int
+	last  time.Time
+}
+
+func newImportCounter() *importCounter {
+	return &importCounter{si: map[string]bool{}, slice: map[string]bool{}}
+}
+
+func (c *importCounter) mark(name string, slice bool) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, other := c.si, c.slice
+	if slice {
+		m, other = c.slice, c.si
+	}
+	if m[name] {
+		return
+	}
+	m[name] = true
+	if other[name] {
+		c.n++
+		c.last = now
+	}
+}
+
+// complete returns how many services are complete and when the last one became so.
+func (c *importCounter) complete() (int, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n, c.last
+}
+
+func watchImports(ctx context.Context, cfg *rest.Config, cnt *importCounter) (func(), error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	stop := func() { cancel(); wg.Wait() }
+	c, err := cache.New(cfg, cache.Options{Scheme: kube.Scheme, DefaultNamespaces: map[string]cache.Config{scaleNS: {}}})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	handlers := map[client.Object]func(any){
+		&mcsv1beta1.ServiceImport{}: func(o any) {
+			if si, ok := o.(*mcsv1beta1.ServiceImport); ok && len(si.Spec.IPs) > 0 {
+				cnt.mark(si.Name, false)
+			}
+		},
+		&discoveryv1.EndpointSlice{}: func(o any) {
+			s, ok := o.(*discoveryv1.EndpointSlice)
+			if ok && s.Labels[mcsv1beta1.LabelSourceCluster] != "" && len(s.Endpoints) > 0 {
+				cnt.mark(s.Labels[mcsv1beta1.LabelServiceName], true)
+			}
+		},
+	}
+	for obj, h := range handlers {
+		inf, err := c.GetInformer(ctx, obj)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: h, UpdateFunc: func(_, o any) { h(o) }}); err != nil {
+			stop()
+			return nil, err
+		}
+	}
+	wg.Go(func() { _ = c.Start(ctx) })
+	if !c.WaitForCacheSync(ctx) {
+		stop()
+		return nil, errors.New("import watch caches did not sync")
+	}
+	return stop, nil
+}
+
+// agentSubcommand is the argument that makes this program run one member's agent controller
+// (agent.RunController, what `octopus-agent controller` runs) with a chosen client rate limit.
+const agentSubcommand = "agent"
+
+func runAgent(args []string) int {
+	fs := flag.NewFlagSet(agentSubcommand, flag.ContinueOnError)
+	kubeconfig := fs.String("kubeconfig", "", "member cluster kubeconfig")
+	identity := fs.String("identity", "", "heartbeat identity")
+	qps := fs.Float64("member-qps", 0, "client QPS towards the member cluster (burst twice that); 0 keeps client-go's default")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	member, err := agent.MemberConfig(*kubeconfig)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if *qps > 0 {
+		member.QPS, member.Burst = float32(*qps), int(2**qps)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := agent.RunController(ctx, agent.ControllerOptions{Member: member, Identity: *identity, HealthProbeBindAddress: "0", MetricsBindAddress: "0", CredentialPollInterval: 100 * time.Millisecond}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+func startAgentProc(o scaleOptions, name string, cp *controlplane.ControlPlane, dir string) (*agentProc, error) {
+	var cmd *exec.Cmd
+	if o.agentBin != "" {
+		cmd = exec.Command(o.agentBin, "controller", "--kubeconfig="+cp.Kubeconfig, "--leader-elect=false")
+	} else {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		cmd = exec.Command(self, agentSubcommand, "-kubeconfig="+cp.Kubeconfig, "-identity="+name, fmt.Sprintf("-member-qps=%g", o.memberQPS))
+	}
+	log, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	// Dies with the benchmark rather than running on.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = log.Close()
+		return nil, fmt.Errorf("starting the agent of %s: %w", name, err)
+	}
+	a := &agentProc{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		_ = log.Close()
+		close(a.done)
+	}()
+	return a, nil
+}
+
+// stopAgents sends SIGTERM to every agent and waits; SIGKILL after 10 s.
+func stopAgents(agents []*agentProc) {
+	for _, a := range agents {
+		_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, a := range agents {
+		select {
+		case <-a.done:
+		case <-time.After(10 * time.Second):
+			_ = a.cmd.Process.Kill()
+			<-a.done
+		}
+	}
+}
+
+func sampleRSS(ctx context.Context, agents []*agentProc) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		for _, a := range agents {
+			if rss, _ := readRSS(a.cmd.Process.Pid); rss > a.peakRSS.Load() {
+				a.peakRSS.Store(rss)
+			}
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func maxRSS(agents []*agentProc) int64 {
+	var m int64
+	for _, a := range agents {
+		m = max(m, a.peakRSS.Load())
+	}
+	return m
+}
+
+// readRSS returns VmRSS and VmHWM (peak resident set) of pid in kB, 0 if unreadable.
+func readRSS(pid int) (rss, hwm int64) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || (k != "VmRSS" && k != "VmHWM") {
+			continue
+		}
+		n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if k == "VmRSS" {
+			rss = n
+		} else {
+			hwm = n
+		}
+	}
+	return rss, hwm
+}
+
+// writeCounts is the hub API server's apiserver_request_total summed over write verbs.
+type writeCounts struct {
+	total, leases int64
+	byKey         map[string]int64
+}
+
+func (w writeCounts) sub(before writeCounts) writeCounts {
+	d := writeCounts{total: w.total - before.total, leases: w.leases - before.leases, byKey: map[string]int64{}}
+	for k, v := range w.byKey {
+		d.byKey[k] = v - before.byKey[k]
+	}
+	return d
+}
+
+// hubWrites reads the hub's /metrics and sums apiserver_request_total over the verbs that write.
+func hubWrites(ctx context.Context, cfg *rest.Config) (writeCounts, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return writeCounts{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(cfg.Host, "/")+"/metrics", nil)
+	if err != nil {
+		return writeCounts{}, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return writeCounts{}, fmt.Errorf("reading the hub's /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return writeCounts{}, fmt.Errorf("reading the hub's /metrics (status %s): %w", resp.Status, err)
+	}
+	return parseWrites(string(body))
+}
+
+var writeVerbs = map[string]bool{"POST": true, "PUT": true, "PATCH": true, "DELETE": true, "APPLY": true, "DELETECOLLECTION": true}
+
+// parseWrites sums the write verbs of apiserver_request_total in a Prometheus text exposition.
+func parseWrites(text string) (writeCounts, error) {
+	w := writeCounts{byKey: map[string]int64{}}
+	found := false
+	for line := range strings.SplitSeq(text, "\n") {
+		rest, ok := strings.CutPrefix(line, "apiserver_request_total{")
+		if !ok {
+			continue
+		}
+		found = true
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			return writeCounts{}, fmt.Errorf("unparsable metrics line %q", line)
+		}
+		l := map[string]string{}
+		for kv := range strings.SplitSeq(labels, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			l[k] = strings.Trim(v, `"`)
+		}
+		if !writeVerbs[l["verb"]] {
+			continue
+		}
+		n, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			return writeCounts{}, fmt.Errorf("metrics line %q: %w", line, err)
+		}
+		w.total += int64(n)
+		if l["resource"] == "leases" {
+			w.leases += int64(n)
+			continue
+		}
+		key := l["verb"] + " " + l["resource"]
+		if l["subresource"] != "" {
+			key += "/" + l["subresource"]
+		}
+		w.byKey[key] += int64(n)
+	}
+	if !found {
+		return writeCounts{}, errors.New("the hub's /metrics has no apiserver_request_total")
+	}
+	return w, nil
+}
+
+func medianInt(v []int64) int64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, time.Now().UTC().Format("15:04:05")+" "+format+"\n", args...)
+}
+
+func since(t time.Time) string { return time.Since(t).Round(100 * time.Millisecond).String() }

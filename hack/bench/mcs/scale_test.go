@@ -1,0 +1,106 @@
+package main
+
+import (
+	"os"
+	"testing"
+)
+
+func TestParseWrites(t *testing.T) {
+	metrics := `# HELP apiserver_request_total [STABLE] Counter of apiserver requests
+# TYPE apiserver_request_total counter
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="multicluster.x-k8s.io",resource="serviceimports",scope="resource",subresource="",verb="APPLY",version="v1beta1"} 12
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="discovery.k8s.io",resource="endpointslices",scope="resource",subresource="",verb="APPLY",version="v1"} 30
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="resource",subresource="",verb="PUT",version="v1"} 7
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="octopus.io",resource="clusters",scope="resource",subresource="status",verb="PATCH",version="v1alpha1"} 2
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="services",scope="namespace",subresource="",verb="LIST",version="v1"} 900
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="services",scope="resource",subresource="",verb="WATCH",version="v1"} 4
+apiserver_request_duration_seconds_count{verb="POST"} 99
+`
+	tests := []struct {
+		name    string
+		text    string
+		want    writeCounts
+		wantErr bool
+	}{
+		{
+			name: "write verbs only, leases apart",
+			text: metrics,
+			want: writeCounts{total: 51, leases: 7, byKey: map[string]int64{
+				"APPLY serviceimports": 12, "APPLY endpointslices": 30, "PATCH clusters/status": 2,
+			}},
+		},
+		{name: "no request counter", text: "process_cpu_seconds_total 3\n", wantErr: true},
+		{name: "malformed value", text: `apiserver_request_total{verb="POST"} x` + "\n", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseWrites(tt.text)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("error %v, want error %v", err, tt.wantErr)
+			}
+			if tt.wantErr {
+				return
+			}
+			if got.total != tt.want.total || got.leases != tt.want.leases || len(got.byKey) != len(tt.want.byKey) {
+				t.Fatalf("got %+v, want %+v", got, tt.want)
+			}
+			for k, v := range tt.want.byKey {
+				if got.byKey[k] != v {
+					t.Errorf("%s: got %d, want %d", k, got.byKey[k], v)
+				}
+			}
+		})
+	}
+}
+
+func TestWriteCountsSub(t *testing.T) {
+	before := writeCounts{total: 10, leases: 3, byKey: map[string]int64{"APPLY serviceimports": 4}}
+	after := writeCounts{total: 25, leases: 5, byKey: map[string]int64{"APPLY serviceimports": 9, "PATCH clusters/status": 1}}
+	d := after.sub(before)
+	if d.total != 15 || d.leases != 2 || d.byKey["APPLY serviceimports"] != 5 || d.byKey["PATCH clusters/status"] != 1 {
+		t.Fatalf("got %+v", d)
+	}
+}
+
+func TestImportCounter(t *testing.T) {
+	tests := []struct {
+		name  string
+		marks []struct {
+			svc   string
+			slice bool
+		}
+		want int
+	}{
+		{name: "import without slice is incomplete", marks: []struct {
+			svc   string
+			slice bool
+		}{{"a", false}}, want: 0},
+		{name: "import and slice complete it, in either order, once", marks: []struct {
+			svc   string
+			slice bool
+		}{{"a", true}, {"a", false}, {"a", false}, {"a", true}, {"b", false}, {"b", true}}, want: 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newImportCounter()
+			for _, m := range tt.marks {
+				c.mark(m.svc, m.slice)
+			}
+			if n, at := c.complete(); n != tt.want || (n > 0) == at.IsZero() {
+				t.Fatalf("complete() = %d, %v; want %d", n, at, tt.want)
+			}
+		})
+	}
+}
+
+// TestReadRSS reads this test process's own /proc status: a live Go process has megabytes
+// resident, and its peak is at least its current size.
+func TestReadRSS(t *testing.T) {
+	rss, hwm := readRSS(os.Getpid())
+	if rss < 1024 || hwm < rss {
+		t.Fatalf("readRSS(self) = %d kB, peak %d kB", rss, hwm)
+	}
+	if rss, hwm := readRSS(-1); rss != 0 || hwm != 0 {
+		t.Fatalf("readRSS(-1) = %d, %d; want 0, 0", rss, hwm)
+	}
+}
