@@ -21,6 +21,10 @@ import (
 // process it left behind in another session could hold the output open for good.
 const execDrainMax = 2 * time.Second
 
+// firstResizeWait bounds how long a terminal session waits for the client's first terminal
+// size before starting the command anyway.
+const firstResizeWait = time.Second
+
 // execIO is an exec session's streams; nil ones are not attached.
 type execIO struct {
 	in       io.Reader
@@ -89,9 +93,22 @@ func (p *pod) exec(ctx context.Context, c *container, argv []string, sio execIO)
 			copies.Go(func() { _, _ = io.Copy(sio.out, master) }) // ends with EIO once the terminal closes
 		}
 		if sio.resize != nil {
+			setSize := func(size remotecommand.TerminalSize) {
+				_ = unix.IoctlSetWinsize(int(master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: size.Height, Col: size.Width})
+			}
+			// Clients send the terminal's size as soon as the session opens, on a stream of
+			// its own. Apply the first one before the command starts, as a container runtime
+			// does, so that the command never sees a 0x0 terminal.
+			select {
+			case size, ok := <-sio.resize:
+				if ok {
+					setSize(size)
+				}
+			case <-time.After(firstResizeWait):
+			}
 			go func() {
 				for size := range sio.resize {
-					_ = unix.IoctlSetWinsize(int(master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: size.Height, Col: size.Width})
+					setSize(size)
 				}
 			}()
 		}
