@@ -53,6 +53,14 @@ type ClusterSpec struct {
 	// +kubebuilder:default=direct
 	Addressing Addressing `json:"addressing,omitempty"`
 
+	// topology selects how this cluster's gateway reaches the others: mesh (a direct tunnel to
+	// every other mesh cluster) or hub (one tunnel, to the hub's gateway, which forwards; only
+	// the hub needs an address the clusters can reach). Traffic between a mesh and a hub
+	// cluster goes through the hub's gateway.
+	// +optional
+	// +kubebuilder:default=mesh
+	Topology Topology `json:"topology,omitempty"`
+
 	// globalCIDR is the block of the hub's globalnet range allocated to this cluster.
 	// +optional
 	// +kubebuilder:validation:MaxLength=43

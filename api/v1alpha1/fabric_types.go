@@ -70,9 +70,9 @@ type JoinConfig struct {
 	// +kubebuilder:validation:items:MaxLength=43
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR"
 	ServiceCIDRs []string `json:"serviceCIDRs,omitempty"`
-	// topology of the tunnels.
+	// topology of the tunnels (Cluster.spec.topology).
 	// +optional
-	// +kubebuilder:default=hub
+	// +kubebuilder:default=mesh
 	Topology Topology `json:"topology,omitempty"`
 	// backend is the tunnel driver.
 	// +optional

@@ -15,6 +15,22 @@ const (
 	BackendVXLAN Backend = "vxlan"
 )
 
+// PeerRole tells a member cluster's gateway from the hub's.
+// +kubebuilder:validation:Enum=member;hub
+type PeerRole string
+
+const (
+	// PeerRoleMember is a member cluster's active gateway.
+	PeerRoleMember PeerRole = "member"
+	// PeerRoleHub is the hub's gateway: it advertises no cluster of its own and forwards
+	// between the clusters that reach each other through it (the hub topology).
+	PeerRoleHub PeerRole = "hub"
+)
+
+// HubPeerName is the name and clusterID of the hub gateway's Peer. Join refuses it as a
+// cluster ID, and the hub's admission policy refuses hub-role Peers from cluster credentials.
+const HubPeerName = "hub"
+
 // PeerEndpoint is where a gateway's tunnel can be reached.
 type PeerEndpoint struct {
 	// publicIP is the address other clusters use when they are not on the gateway's own network.
@@ -49,6 +65,17 @@ type PeerSpec struct {
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	Hostname string `json:"hostname"`
+
+	// role is member for a cluster's gateway and hub for the hub's gateway.
+	// +optional
+	// +kubebuilder:default=member
+	Role PeerRole `json:"role,omitempty"`
+
+	// topology is how this gateway wants to be reached, copied from its Cluster: mesh gateways
+	// tunnel directly to each other; everything else goes through the hub's gateway.
+	// +optional
+	// +kubebuilder:default=mesh
+	Topology Topology `json:"topology,omitempty"`
 
 	// backend is the tunnel driver.
 	// +optional
@@ -118,6 +145,11 @@ type PeerConnection struct {
 	// message explains the state when it is not Connected.
 	// +optional
 	Message string `json:"message,omitempty"`
+	// via is the Peer whose tunnel carries this connection (the hub's gateway) when there is
+	// no direct tunnel. Such a connection has no counters or handshake of its own: they are
+	// the carrying tunnel's, reported under its Peer.
+	// +optional
+	Via string `json:"via,omitempty"`
 	// rtt is the measured round-trip time.
 	// +optional
 	RTT LatencyStats `json:"rtt,omitempty"`
@@ -162,6 +194,8 @@ type PeerStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=octopus
 // +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterID`
+// +kubebuilder:printcolumn:name="Role",type=string,JSONPath=`.spec.role`
+// +kubebuilder:printcolumn:name="Topology",type=string,JSONPath=`.spec.topology`
 // +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=`.spec.backend`
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.spec.endpoint.privateIP`
 // +kubebuilder:printcolumn:name="Port",type=integer,JSONPath=`.spec.endpoint.port`

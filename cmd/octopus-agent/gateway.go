@@ -33,6 +33,8 @@ type gatewayOptions struct {
 	statusInterval time.Duration
 	healthInterval time.Duration
 	metricsAddr    string
+	hub            bool
+	hubNamespace   string
 }
 
 func newGatewayCommand() *cobra.Command {
@@ -46,7 +48,14 @@ one generates a fresh WireGuard key pair, publishes this cluster's Peer on the h
 endpoint, subnets, health-check address), tunnels to every other cluster's Peer (mesh), mirrors
 their subnets into the octopus-system/octopus-gateway ConfigMap for the route agents, and reports
 its connections in the Peer's status. It exits with an error when it loses the Lease, so that
-its restart gets a fresh key and stands by.`,
+its restart gets a fresh key and stands by.
+
+With --hub it is the hub's gateway instead, for clusters joined with --topology hub: --kubeconfig
+is the hub's (its ServiceAccount octopus-hub-gateway, made by hub deploy, has the rights it
+needs), the Lease is octopus-hub-gateway in the hub namespace, and it publishes the Peer "hub",
+tunnels to every member and forwards between them. The node needs IP forwarding; pass
+--endpoint-ip and --health-check-ip (an address in no cluster's CIDRs) where the hub has no
+Node objects.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts, err := o.complete()
@@ -72,6 +81,8 @@ its restart gets a fresh key and stands by.`,
 	f.DurationVar(&o.healthInterval, "health-interval", time.Second, "interval of the ICMP health probes to every remote gateway; a connection is down after 3 missed")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", fmt.Sprintf(":%d", gateway.DefaultMetricsPort),
 		`address of the Prometheus metrics endpoint (/metrics), standbys included; "0" turns it off`)
+	f.BoolVar(&o.hub, "hub", false, "run as the hub's gateway (the hub topology); --kubeconfig is then the hub's")
+	f.StringVar(&o.hubNamespace, "hub-namespace", v1alpha1.DefaultHubNamespace, "with --hub: the hub namespace")
 	f.DurationVar(&o.statusInterval, "status-interval", gateway.DefaultStatusInterval, "how often to refresh the Peer's status")
 	return cmd
 }
@@ -89,6 +100,9 @@ func (o gatewayOptions) complete() (gateway.Options, error) {
 		MTU: o.mtu, LeaseDuration: o.leaseDuration, RenewDeadline: o.renewDeadline, RetryPeriod: o.retryPeriod,
 		StatusInterval: o.statusInterval, Log: ctrl.Log.WithName("gateway"),
 		NewProber: gateway.NewHealthProber(o.healthInterval, ctrl.Log.WithName("health")),
+	}
+	if o.hub {
+		opts.Role, opts.HubNamespace = v1alpha1.PeerRoleHub, o.hubNamespace
 	}
 	for flag, dst := range map[string]*netip.Addr{"--endpoint-ip": &opts.EndpointIP, "--health-check-ip": &opts.HealthCheckIP} {
 		v := map[string]string{"--endpoint-ip": o.endpointIP, "--health-check-ip": o.healthCheckIP}[flag]

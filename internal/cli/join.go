@@ -24,6 +24,7 @@ type joinOptions struct {
 	brokerInfo string
 	join       cluster.JoinOptions
 	addressing string
+	topology   string
 	agent      string
 }
 
@@ -48,6 +49,7 @@ a process on this machine, logging under ~/.local/state/octopus; ` + "`octopus l
 	fs.StringSliceVar(&o.join.PodCIDRs, "pod-cidr", nil, "the cluster's pod CIDR(s) (default: discovered)")
 	fs.StringSliceVar(&o.join.ServiceCIDRs, "service-cidr", nil, "the cluster's service CIDR(s) (default: discovered)")
 	fs.StringVar(&o.addressing, "addressing", string(v1alpha1.AddressingDirect), "direct, globalnet (overlapping CIDRs) or secondary")
+	fs.StringVar(&o.topology, "topology", string(v1alpha1.TopologyMesh), "how the gateway reaches other clusters: mesh (direct tunnels) or hub (only through the hub's gateway, `octopus-agent gateway --hub`)")
 	fs.StringVar(&o.agent, "agent", agentProcess, "how to run the agent: process (on this machine) or none")
 	_ = cmd.MarkFlagRequired("cluster-id")
 	return cmd
@@ -61,6 +63,7 @@ func (o *joinOptions) Complete(args []string) error {
 	}
 	o.join.BrokerInfo = info
 	o.join.Addressing = v1alpha1.Addressing(o.addressing)
+	o.join.Topology = v1alpha1.Topology(o.topology)
 	o.join.Progress = &progress.Reporter{W: o.ErrOut}
 	return nil
 }
@@ -68,6 +71,9 @@ func (o *joinOptions) Complete(args []string) error {
 func (o *joinOptions) Validate() error {
 	if err := cluster.ValidateClusterID(o.join.ClusterID); err != nil {
 		return fmt.Errorf("--cluster-id: %w", err)
+	}
+	if t := v1alpha1.Topology(o.topology); t != v1alpha1.TopologyMesh && t != v1alpha1.TopologyHub {
+		return fmt.Errorf("--topology %q: want %s or %s", o.topology, v1alpha1.TopologyMesh, v1alpha1.TopologyHub)
 	}
 	if o.agent != agentProcess && o.agent != agentNone {
 		return fmt.Errorf("--agent %q: want %s or %s", o.agent, agentProcess, agentNone)

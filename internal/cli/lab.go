@@ -59,21 +59,13 @@ type labUpOptions struct {
 	overlapping bool
 }
 
-// Topologies of `lab up --topology`.
-const (
-	topologyMesh = "mesh"
-	topologyHub  = "hub"
-)
-
 // labOptions checks the flags and turns them into lab.Options (without the binaries and the
 // progress reporter, which Run adds).
 func (o *labUpOptions) labOptions() (lab.Options, error) {
-	switch o.topology {
-	case topologyMesh:
-	case topologyHub:
-		return lab.Options{}, fmt.Errorf("--topology %s: not implemented yet (gateways tunnel directly to each other); use --topology %s", topologyHub, topologyMesh)
+	switch topology := v1alpha1.Topology(o.topology); topology {
+	case v1alpha1.TopologyMesh, v1alpha1.TopologyHub:
 	default:
-		return lab.Options{}, fmt.Errorf("--topology %q: want %s (%s is not implemented yet)", o.topology, topologyMesh, topologyHub)
+		return lab.Options{}, fmt.Errorf("--topology %q: want %s or %s", o.topology, v1alpha1.TopologyMesh, v1alpha1.TopologyHub)
 	}
 	switch v1alpha1.Backend(o.backend) {
 	case v1alpha1.BackendWireGuard, v1alpha1.BackendVXLAN:
@@ -94,12 +86,12 @@ func (o *labUpOptions) labOptions() (lab.Options, error) {
 				nodes, o.gateways, o.gateways+1)
 		}
 	}
-	backends := map[string]string{}
+	backends := map[string]string{lab.HubName: o.backend}
 	for i := 1; i <= o.clusters; i++ {
 		backends[lab.ClusterName(i)] = o.backend
 	}
 	return lab.Options{Clusters: o.clusters, NodesPerCluster: nodes, GatewaysPerCluster: o.gateways, Backends: backends,
-		OverlappingCIDRs: o.overlapping, Dir: *o.dir}, nil
+		OverlappingCIDRs: o.overlapping, Topology: v1alpha1.Topology(o.topology), Dir: *o.dir}, nil
 }
 
 func newLabUpCommand(streams IOStreams, dir *string) *cobra.Command {
@@ -117,8 +109,10 @@ of its own with its containers as host processes (well-known images such as busy
 alpine/socat and ghcr.io/octopus-mcs/echo map to host binaries). Only documentation
 addresses (198.51.100.0/24, 203.0.113.0/24) are used outside the clusters. Then it deploys the hub, joins every cluster and runs its
 agent, shows the cluster set and keeps running until interrupted, when it stops everything it
-started. Each gateway node runs the Octopus gateway (--backend wireguard or vxlan; tunnels in a
-full mesh, --topology mesh) and every node a route agent. Needs root. The control-plane binaries are built from pinned Go modules on first use
+started. Each gateway node runs the Octopus gateway (--backend wireguard or vxlan) and every
+node a route agent. With --topology mesh the gateways tunnel directly to each other; with
+--topology hub every cluster tunnels only to the hub's gateway, which runs in a namespace of
+its own on the underlay and forwards between them. Needs root. The control-plane binaries are built from pinned Go modules on first use
 (several minutes). After a crash, ` + "`octopus lab down`" + ` removes what is left.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -137,7 +131,7 @@ func (o *labUpOptions) bindFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.gateways, "gateways-per-cluster", 1, "gateway nodes of each member cluster: one active, the others take over when it dies")
 	fs.BoolVar(&o.overlapping, "overlapping-cidrs", false, "give every cluster the same pod and service CIDRs (joined with globalnet addressing; the gateways refuse to tunnel between them until globalnet lands)")
 	fs.StringVar(&o.backend, "backend", string(v1alpha1.BackendWireGuard), "tunnel backend of every cluster's gateway: wireguard or vxlan (unencrypted)")
-	fs.StringVar(&o.topology, "topology", topologyMesh, "how gateways connect: mesh (direct tunnels between all clusters); hub is not implemented yet")
+	fs.StringVar(&o.topology, "topology", string(v1alpha1.TopologyMesh), "how gateways connect: mesh (direct tunnels between all clusters) or hub (every cluster through the hub's gateway)")
 }
 
 func (o *labUpOptions) Run(ctx context.Context) error {

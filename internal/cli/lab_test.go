@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/lab"
 )
 
@@ -17,15 +18,16 @@ func TestLabUpFlags(t *testing.T) {
 		nodes, gateways int
 		backend         string
 		overlapping     bool
+		topology        v1alpha1.Topology
 	}{
-		"defaults":                 {args: nil, nodes: 0, gateways: 1, backend: "wireguard"},
-		"vxlan":                    {args: []string{"--backend", "vxlan"}, gateways: 1, backend: "vxlan"},
-		"two gateways, default":    {args: []string{"--gateways-per-cluster", "2"}, nodes: 0, gateways: 2, backend: "wireguard"},
-		"two gateways, four nodes": {args: []string{"--gateways-per-cluster", "2", "--nodes-per-cluster", "4"}, nodes: 4, gateways: 2, backend: "wireguard"},
-		"mesh":                     {args: []string{"--topology", "mesh"}, gateways: 1, backend: "wireguard"},
-		"overlapping CIDRs":        {args: []string{"--overlapping-cidrs"}, gateways: 1, backend: "wireguard", overlapping: true},
-		"hub topology":             {args: []string{"--topology", "hub"}, wantErr: "--topology hub: not implemented yet"},
-		"unknown topology":         {args: []string{"--topology", "star"}, wantErr: `--topology "star": want mesh`},
+		"defaults":                 {args: nil, nodes: 0, gateways: 1, backend: "wireguard", topology: "mesh"},
+		"vxlan":                    {args: []string{"--backend", "vxlan"}, gateways: 1, backend: "vxlan", topology: "mesh"},
+		"two gateways, default":    {args: []string{"--gateways-per-cluster", "2"}, nodes: 0, gateways: 2, backend: "wireguard", topology: "mesh"},
+		"two gateways, four nodes": {args: []string{"--gateways-per-cluster", "2", "--nodes-per-cluster", "4"}, nodes: 4, gateways: 2, backend: "wireguard", topology: "mesh"},
+		"mesh":                     {args: []string{"--topology", "mesh"}, gateways: 1, backend: "wireguard", topology: "mesh"},
+		"overlapping CIDRs":        {args: []string{"--overlapping-cidrs"}, gateways: 1, backend: "wireguard", overlapping: true, topology: "mesh"},
+		"hub topology":             {args: []string{"--topology", "hub", "--backend", "vxlan"}, gateways: 1, backend: "vxlan", topology: "hub"},
+		"unknown topology":         {args: []string{"--topology", "star"}, wantErr: `--topology "star": want mesh or hub`},
 		"unknown backend":          {args: []string{"--backend", "ipsec"}, wantErr: `--backend "ipsec": want wireguard or vxlan`},
 		"no worker left":           {args: []string{"--gateways-per-cluster", "2", "--nodes-per-cluster", "2"}, wantErr: "leaves no worker: give at least 3 nodes"},
 		"zero gateways":            {args: []string{"--gateways-per-cluster", "0"}, wantErr: "--gateways-per-cluster 0: want 1 to 12"},
@@ -52,12 +54,12 @@ func TestLabUpFlags(t *testing.T) {
 				t.Fatal(err)
 			}
 			if opts.NodesPerCluster != tc.nodes || opts.GatewaysPerCluster != tc.gateways || opts.Clusters != 2 || opts.Dir != dir ||
-				opts.OverlappingCIDRs != tc.overlapping {
+				opts.OverlappingCIDRs != tc.overlapping || opts.Topology != tc.topology {
 				t.Errorf("options %+v, want %d nodes and %d gateways in 2 clusters", opts, tc.nodes, tc.gateways)
 			}
-			for i := 1; i <= 2; i++ {
-				if got := opts.Backends[lab.ClusterName(i)]; got != tc.backend {
-					t.Errorf("backend of %s = %q, want %q", lab.ClusterName(i), got, tc.backend)
+			for _, name := range []string{lab.HubName, lab.ClusterName(1), lab.ClusterName(2)} {
+				if got := opts.Backends[name]; got != tc.backend {
+					t.Errorf("backend of %s = %q, want %q", name, got, tc.backend)
 				}
 			}
 		})

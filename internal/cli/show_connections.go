@@ -33,7 +33,8 @@ func newShowConnectionsCommand(streams IOStreams) *cobra.Command {
 		Short: "List the tunnels between clusters as each cluster's gateway reports them",
 		Long: `Reads every cluster's Peer on the hub (through a joined cluster's hub credential or the hub's
 own kubeconfig) and prints one line per tunnel: the reporting cluster, the remote cluster, the
-backend and the driver running it, the remote endpoint, the state, round-trip times and loss of
+backend and the driver running it, the remote endpoint (or "via hub" for a cluster reached
+through the hub's gateway), the state, round-trip times and loss of
 the health probes, and the bytes carried.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -56,6 +57,7 @@ type Connection struct {
 	Backend     v1alpha1.Backend         `json:"backend"`
 	Driver      string                   `json:"driver,omitempty"`
 	Endpoint    string                   `json:"endpoint,omitempty"`
+	Via         string                   `json:"via,omitempty"`
 	State       v1alpha1.ConnectionState `json:"state"`
 	Message     string                   `json:"message,omitempty"`
 	RTT         v1alpha1.LatencyStats    `json:"rtt"`
@@ -111,7 +113,7 @@ func CollectConnections(peers []v1alpha1.Peer) []Connection {
 		for _, c := range p.Status.Connections {
 			conns = append(conns, Connection{
 				Cluster: p.Spec.ClusterID, Peer: c.ClusterID, Backend: backend, Driver: p.Status.Driver,
-				Endpoint: endpoints[c.ClusterID], State: c.State, Message: c.Message, RTT: c.RTT,
+				Endpoint: endpoints[c.ClusterID], Via: c.Via, State: c.State, Message: c.Message, RTT: c.RTT,
 				LossPercent: c.LossPercent, RxBytes: c.RxBytes, TxBytes: c.TxBytes,
 			})
 		}
@@ -141,7 +143,11 @@ func renderConnections(w io.Writer, conns []Connection, peers int) error {
 		if c.Message != "" && c.State != v1alpha1.ConnectionConnected {
 			state += " (" + truncate(c.Message, 60) + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%d%%\t%s\t%s\n", c.Cluster, c.Peer, c.Backend, c.Driver, c.Endpoint, state,
+		endpoint := c.Endpoint
+		if c.Via != "" {
+			endpoint = "via " + c.Via
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%d%%\t%s\t%s\n", c.Cluster, c.Peer, c.Backend, c.Driver, endpoint, state,
 			rtt(c.RTT.Avg.Duration), rtt(c.RTT.Min.Duration), rtt(c.RTT.Max.Duration), c.LossPercent, byteCount(c.RxBytes), byteCount(c.TxBytes))
 	}
 	if err := tw.Flush(); err != nil {

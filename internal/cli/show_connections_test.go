@@ -21,6 +21,7 @@ func TestCollectAndRenderConnections(t *testing.T) {
 			Status: v1alpha1.PeerStatus{Driver: "wireguard-go", Connections: []v1alpha1.PeerConnection{
 				{ClusterID: "east", State: v1alpha1.ConnectionConnected, RTT: v1alpha1.LatencyStats{Last: ms(1), Min: ms(0.5), Avg: ms(1.2), Max: ms(3)}, RxBytes: 2048, TxBytes: 5 << 20},
 				{ClusterID: "bad", State: v1alpha1.ConnectionError, Message: "cluster bad is not connected: 10.1.0.0/16 overlaps"},
+				{ClusterID: "south", Via: "hub", State: v1alpha1.ConnectionConnected},
 			}}},
 		{Spec: v1alpha1.PeerSpec{ClusterID: "east", Endpoint: v1alpha1.PeerEndpoint{PrivateIP: "203.0.113.1", PublicIP: "198.51.100.7", Port: 4500}},
 			Status: v1alpha1.PeerStatus{Driver: "wireguard-go", Connections: []v1alpha1.PeerConnection{
@@ -32,7 +33,7 @@ func TestCollectAndRenderConnections(t *testing.T) {
 	for _, c := range conns {
 		order = append(order, c.Cluster+">"+c.Peer+"@"+c.Endpoint)
 	}
-	if got, want := strings.Join(order, " "), "east>west@203.0.113.17:4500 west>bad@ west>east@198.51.100.7:4500"; got != want {
+	if got, want := strings.Join(order, " "), "east>west@203.0.113.17:4500 west>bad@ west>east@198.51.100.7:4500 west>south@"; got != want {
 		t.Fatalf("connections %s, want %s", got, want)
 	}
 	if conns[0].Backend != v1alpha1.BackendWireGuard {
@@ -50,7 +51,8 @@ func TestCollectAndRenderConnections(t *testing.T) {
 		"west east wireguard wireguard-go 198.51.100.7:4500 Connected 1.2ms 500µs/3ms 0% 2.0 KiB 5.0 MiB",
 		"Error (cluster bad is not connected: 10.1.0.0/16 overlaps)",
 		"Connecting (waiting for the first answer to health probes)",
-		"1 of 3 connections up.",
+		"west south wireguard wireguard-go via hub Connected",
+		"2 of 4 connections up.",
 	} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())

@@ -184,6 +184,8 @@ func TestJoinCredentialIsConfinedToEnrolment(t *testing.T) {
 		{"bind the cluster Role to another cluster's account", binding("cluster-x", hub.ClusterServiceAccount("east"))},
 		{"create a ServiceAccount that is not a cluster's", &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sneaky"}}},
 		{"create a cluster ServiceAccount labelled as another", &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cluster-x", Labels: map[string]string{v1alpha1.ClusterLabel: "east"}}}},
+		{"enrol the cluster ID reserved for the hub's gateway", &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: hub.ClusterServiceAccount(v1alpha1.HubPeerName),
+			Labels: map[string]string{v1alpha1.ClusterLabel: v1alpha1.HubPeerName}}}},
 		{"create an ordinary Secret", &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sneaky"}, StringData: map[string]string{"a": "b"}}},
 		{"mint a second token for a cluster", &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "east-token-2", Annotations: map[string]string{corev1.ServiceAccountNameKey: hub.ClusterServiceAccount("east")}},

@@ -46,6 +46,9 @@ type JoinOptions struct {
 	PodCIDRs, ServiceCIDRs []string
 	// Addressing is how other clusters reach this one. Optional, default direct.
 	Addressing v1alpha1.Addressing
+	// Topology is how this cluster's gateway reaches the others (Cluster.spec.topology).
+	// Optional, default mesh.
+	Topology v1alpha1.Topology
 	// DNSImage is the octopus-dns image deployed in the cluster. Optional, default
 	// dnsconfig.Image tagged with this build's version.
 	DNSImage string
@@ -67,6 +70,9 @@ type Joined struct {
 func ValidateClusterID(id string) error {
 	if errs := validation.IsDNS1123Label(id); len(errs) > 0 {
 		return fmt.Errorf("cluster ID %q is not valid: %s", id, strings.Join(errs, "; "))
+	}
+	if id == v1alpha1.HubPeerName {
+		return fmt.Errorf("cluster ID %q is reserved for the hub's gateway; pick another --cluster-id", id)
 	}
 	return nil
 }
@@ -95,6 +101,12 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 	case v1alpha1.AddressingDirect, v1alpha1.AddressingGlobalnet, v1alpha1.AddressingSecondary:
 	default:
 		return nil, fmt.Errorf("addressing %q is not one of direct, globalnet, secondary", opts.Addressing)
+	}
+	if opts.Topology == "" {
+		opts.Topology = v1alpha1.TopologyMesh
+	}
+	if opts.Topology != v1alpha1.TopologyMesh && opts.Topology != v1alpha1.TopologyHub {
+		return nil, fmt.Errorf("topology %q is not one of mesh, hub", opts.Topology)
 	}
 	info := opts.BrokerInfo
 	id := opts.ClusterID
@@ -209,7 +221,7 @@ func register(ctx context.Context, hc, mc client.Client, cred hub.Credential, op
 		ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: info.Namespace, Labels: map[string]string{v1alpha1.ClusterLabel: id}},
 		Spec: v1alpha1.ClusterSpec{
 			ClusterID: id, PodCIDRs: prefixStrings(pods), ServiceCIDRs: prefixStrings(services),
-			Addressing: opts.Addressing, GlobalCIDR: global.String(), SecondaryCIDR: secondary.String(),
+			Addressing: opts.Addressing, Topology: opts.Topology, GlobalCIDR: global.String(), SecondaryCIDR: secondary.String(),
 		},
 	}
 	if err := kube.Apply(ctx, hc, cl); err != nil {

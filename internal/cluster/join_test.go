@@ -108,6 +108,8 @@ func TestJoinRejectsBadInput(t *testing.T) {
 		wantErr []string
 	}{
 		{"ID not a label", func(o *JoinOptions) { o.ClusterID = "East_1" }, []string{`cluster ID "East_1" is not valid`}},
+		{"ID reserved for the hub's gateway", func(o *JoinOptions) { o.ClusterID = v1alpha1.HubPeerName }, []string{`cluster ID "hub" is reserved`}},
+		{"unknown topology", func(o *JoinOptions) { o.Topology = "star" }, []string{`topology "star"`}},
 		{"ID too long", func(o *JoinOptions) { o.ClusterID = strings.Repeat("a", 64) }, []string{"must be no more than 63 characters"}},
 		{"pod CIDR not a CIDR", func(o *JoinOptions) { o.PodCIDRs = []string{"10.0.0.300/16"} }, []string{"pod CIDR", "10.0.0.300/16"}},
 		{"pod CIDR host bits", func(o *JoinOptions) { o.PodCIDRs = []string{"10.1.2.3/16"} }, []string{"did you mean 10.1.0.0/16"}},

@@ -20,5 +20,8 @@ const (
 	ReasonOverlappingSubnets = "OverlappingSubnets"
 	ReasonBackendMismatch    = "BackendMismatch"
 	ReasonInvalidPeer        = "InvalidPeer"
-	ReasonPeersRefused       = "PeersRefused"
+	// ReasonNoHubGateway: the Peer is reached through the hub's gateway (one of the two
+	// clusters uses the hub topology), but the hub has published no gateway Peer.
+	ReasonNoHubGateway = "NoHubGateway"
+	ReasonPeersRefused = "PeersRefused"
 )

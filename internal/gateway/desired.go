@@ -13,7 +13,11 @@ import (
 // Local is what the active gateway knows about its own cluster and node.
 type Local struct {
 	ClusterID string
-	Backend   v1alpha1.Backend
+	// Role is PeerRoleHub for the hub's gateway; "" means a member's.
+	Role v1alpha1.PeerRole
+	// Topology is the cluster's (Cluster.spec.topology); "" means mesh.
+	Topology v1alpha1.Topology
+	Backend  v1alpha1.Backend
 	// Subnets are the CIDRs this cluster advertises (Advertised).
 	Subnets    []netip.Prefix
 	ListenPort uint16
@@ -30,10 +34,14 @@ type Refusal struct {
 	Message string
 }
 
-// Desired is the data plane the gateway wants: the tunnel configuration, the health-probe
-// targets (cluster → its health-check address) and the Peers it refused.
+// Desired is the data plane the gateway wants: the tunnel configuration, the clusters
+// reached through another Peer's tunnel, the health-probe targets (cluster → its
+// health-check address) and the Peers it refused.
 type Desired struct {
-	Tunnel  tunnel.Config
+	Tunnel tunnel.Config
+	// Via maps each cluster without a tunnel of its own to the Peer (the hub's gateway)
+	// whose tunnel carries its subnets.
+	Via     map[string]string
 	Targets map[string]netip.Addr
 	Refused []Refusal
 }
@@ -48,22 +56,34 @@ func (d Desired) RemoteSubnets() []netip.Prefix {
 	return sortPrefixes(out)
 }
 
-// Compute turns the hub's Peers into the desired data plane of the mesh topology: a tunnel
-// to every other cluster's Peer. It is pure, so every rule is unit-tested:
+// Compute turns the hub's Peers into the desired data plane. It is pure, so every rule is
+// unit-tested:
 //   - our own Peer and Peers being deleted are skipped;
 //   - Peers are taken oldest first (then by cluster ID), so that of two Peers that overlap
 //     each other the same one wins on every gateway, and a newcomer cannot displace a
 //     cluster that is already connected;
 //   - a Peer is refused (and reported) when its backend differs from ours, it has no usable
 //     endpoint, a wireguard Peer has no public key, a subnet does not parse, or a subnet
-//     overlaps ours or an accepted Peer's (direct addressing needs distinct CIDRs).
+//     overlaps ours or an accepted Peer's (direct addressing needs distinct CIDRs);
+//   - topology: a member tunnels to the hub's gateway whenever it has published a Peer, and
+//     directly to another member only when both use the mesh topology; any other member's
+//     subnets are added to the hub tunnel (the hub forwards), or, with no hub gateway, the
+//     member is refused. The hub's gateway tunnels to every member.
 func Compute(local Local, peers []v1alpha1.Peer) Desired {
 	d := Desired{
 		Tunnel:  tunnel.Config{ListenPort: local.ListenPort, LocalAddr: local.LocalAddr, MTU: local.MTU},
+		Via:     map[string]string{},
 		Targets: map[string]netip.Addr{},
 	}
 	sorted := slices.Clone(peers)
 	slices.SortFunc(sorted, func(a, b v1alpha1.Peer) int {
+		// The hub's gateway first: whether a member can be reached through it depends on it.
+		if ah, bh := a.Spec.Role == v1alpha1.PeerRoleHub, b.Spec.Role == v1alpha1.PeerRoleHub; ah != bh {
+			if ah {
+				return -1
+			}
+			return 1
+		}
 		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
 			return c
 		}
@@ -73,12 +93,24 @@ func Compute(local Local, peers []v1alpha1.Peer) Desired {
 	for _, s := range local.Subnets {
 		taken[s] = local.ClusterID
 	}
+	hubAt := -1 // index of the hub gateway's tunnel in d.Tunnel.Peers
 	for _, p := range sorted {
 		id := p.Spec.ClusterID
 		if id == "" || id == local.ClusterID || p.DeletionTimestamp != nil {
 			continue
 		}
+		isHub := p.Spec.Role == v1alpha1.PeerRoleHub
+		if isHub && hubAt >= 0 {
+			d.Refused = append(d.Refused, Refusal{Cluster: id, Reason: ReasonInvalidPeer,
+				Message: fmt.Sprintf("cluster %s: a second hub gateway Peer; only %s's is used", id, d.Tunnel.Peers[hubAt].Cluster)})
+			continue
+		}
 		tp, ref := acceptPeer(local, p, taken)
+		if ref == nil && !isHub && !direct(local, p) && hubAt < 0 {
+			ref = &Refusal{Cluster: id, Reason: ReasonNoHubGateway, Message: fmt.Sprintf(
+				"cluster %s is not connected: %s uses the hub topology, so traffic goes through the hub's gateway, and the hub runs none; "+
+					"run `octopus-agent gateway --hub` on the hub, or join both clusters with --topology mesh", id, hubSide(local, p))}
+		}
 		if ref != nil {
 			d.Refused = append(d.Refused, *ref)
 			continue
@@ -86,13 +118,38 @@ func Compute(local Local, peers []v1alpha1.Peer) Desired {
 		for _, s := range tp.Subnets {
 			taken[s] = id
 		}
-		d.Tunnel.Peers = append(d.Tunnel.Peers, tp)
 		if hc, err := netip.ParseAddr(p.Spec.HealthCheckIP); err == nil {
 			d.Targets[id] = hc
 		}
+		if !isHub && !direct(local, p) {
+			hub := &d.Tunnel.Peers[hubAt]
+			hub.Subnets = sortPrefixes(slices.Concat(hub.Subnets, tp.Subnets))
+			d.Via[id] = hub.Cluster
+			continue
+		}
+		if isHub {
+			hubAt = len(d.Tunnel.Peers)
+		}
+		d.Tunnel.Peers = append(d.Tunnel.Peers, tp)
 	}
 	slices.SortFunc(d.Tunnel.Peers, func(a, b tunnel.Peer) int { return strings.Compare(a.Cluster, b.Cluster) })
 	return d
+}
+
+// direct tells whether local tunnels straight to the member Peer p: the hub's gateway
+// tunnels to every member, members only to each other when both use the mesh topology.
+func direct(local Local, p v1alpha1.Peer) bool {
+	return local.Role == v1alpha1.PeerRoleHub || (isMesh(local.Topology) && isMesh(p.Spec.Topology))
+}
+
+func isMesh(t v1alpha1.Topology) bool { return t == "" || t == v1alpha1.TopologyMesh }
+
+// hubSide names the side whose hub topology keeps two members from tunnelling directly.
+func hubSide(local Local, p v1alpha1.Peer) string {
+	if !isMesh(local.Topology) {
+		return "this cluster (" + local.ClusterID + ")"
+	}
+	return "cluster " + p.Spec.ClusterID
 }
 
 func acceptPeer(local Local, p v1alpha1.Peer, taken map[netip.Prefix]string) (tunnel.Peer, *Refusal) {

@@ -178,3 +178,118 @@ func TestAdvertised(t *testing.T) {
 		t.Fatal("a bad CIDR was accepted")
 	}
 }
+
+func TestComputeTopology(t *testing.T) {
+	const keyH = "aGhoaGhoaGhoaGhoaGhoaGhoaGhoaGhoaGhoaGhoaGg="
+	hubPeer := peer(v1alpha1.HubPeerName, keyH, "203.0.113.250", 4500, "10.0.0.1/32")
+	hubPeer.Spec.Role, hubPeer.Spec.HealthCheckIP = v1alpha1.PeerRoleHub, "10.0.0.1"
+	member := func(id, key, ip, subnet, hc string, topo v1alpha1.Topology) v1alpha1.Peer {
+		p := peer(id, key, ip, 4500, subnet)
+		p.Spec.Topology, p.Spec.HealthCheckIP = topo, hc
+		return p
+	}
+	meshB := member("b", keyB, "203.0.113.17", "10.2.0.0/16", "10.2.0.1", v1alpha1.TopologyMesh)
+	hubC := member("c", keyC, "203.0.113.33", "10.3.0.0/16", "10.3.0.1", v1alpha1.TopologyHub)
+	tp := func(p v1alpha1.Peer, subnets ...string) tunnel.Peer {
+		return tunnel.Peer{Cluster: p.Spec.ClusterID, PublicKey: p.Spec.PublicKey,
+			Endpoint: netip.AddrPortFrom(netip.MustParseAddr(p.Spec.Endpoint.PrivateIP), 4500), Subnets: prefixes(subnets...)}
+	}
+	memberA := func(topo v1alpha1.Topology) Local {
+		return Local{ClusterID: "a", Topology: topo, Backend: v1alpha1.BackendWireGuard, Subnets: prefixes("10.1.0.0/16")}
+	}
+	hubLocal := Local{ClusterID: v1alpha1.HubPeerName, Role: v1alpha1.PeerRoleHub, Backend: v1alpha1.BackendWireGuard, Subnets: prefixes("10.0.0.1/32")}
+	memberAPeer := member("a", keyB, "203.0.113.1", "10.1.0.0/16", "10.1.0.1", v1alpha1.TopologyHub)
+	addr := netip.MustParseAddr
+
+	tests := []struct {
+		name        string
+		local       Local
+		peers       []v1alpha1.Peer
+		wantPeers   []tunnel.Peer
+		wantVia     map[string]string
+		wantRefused map[string]string
+		wantTargets map[string]netip.Addr
+	}{
+		{name: "hub member: one tunnel, to the hub, carrying every other cluster",
+			local: memberA(v1alpha1.TopologyHub), peers: []v1alpha1.Peer{hubC, meshB, hubPeer},
+			wantPeers:   []tunnel.Peer{tp(hubPeer, "10.0.0.1/32", "10.2.0.0/16", "10.3.0.0/16")},
+			wantVia:     map[string]string{"b": "hub", "c": "hub"},
+			wantTargets: map[string]netip.Addr{"hub": addr("10.0.0.1"), "b": addr("10.2.0.1"), "c": addr("10.3.0.1")}},
+		{name: "mesh member: direct to mesh, through the hub to hub members",
+			local: memberA(v1alpha1.TopologyMesh), peers: []v1alpha1.Peer{hubPeer, meshB, hubC},
+			wantPeers:   []tunnel.Peer{tp(meshB, "10.2.0.0/16"), tp(hubPeer, "10.0.0.1/32", "10.3.0.0/16")},
+			wantVia:     map[string]string{"c": "hub"},
+			wantTargets: map[string]netip.Addr{"hub": addr("10.0.0.1"), "b": addr("10.2.0.1"), "c": addr("10.3.0.1")}},
+		{name: "empty topology is mesh",
+			local: memberA(""), peers: []v1alpha1.Peer{peer("b", keyB, "203.0.113.17", 4500, "10.2.0.0/16")},
+			wantPeers: []tunnel.Peer{tp(meshB, "10.2.0.0/16")}, wantVia: map[string]string{},
+			wantTargets: map[string]netip.Addr{"b": addr("10.0.0.1")}},
+		{name: "hub gateway: a tunnel to every member, whatever its topology",
+			local: hubLocal, peers: []v1alpha1.Peer{hubPeer, hubC, meshB, memberAPeer},
+			wantPeers:   []tunnel.Peer{tp(memberAPeer, "10.1.0.0/16"), tp(meshB, "10.2.0.0/16"), tp(hubC, "10.3.0.0/16")},
+			wantVia:     map[string]string{},
+			wantTargets: map[string]netip.Addr{"a": addr("10.1.0.1"), "b": addr("10.2.0.1"), "c": addr("10.3.0.1")}},
+		{name: "hub topology without a hub gateway refuses the others",
+			local: memberA(v1alpha1.TopologyHub), peers: []v1alpha1.Peer{meshB, hubC},
+			wantVia: map[string]string{}, wantRefused: map[string]string{"b": ReasonNoHubGateway, "c": ReasonNoHubGateway},
+			wantTargets: map[string]netip.Addr{}},
+		{name: "mesh member without a hub gateway: only the hub members are refused",
+			local: memberA(v1alpha1.TopologyMesh), peers: []v1alpha1.Peer{meshB, hubC},
+			wantPeers: []tunnel.Peer{tp(meshB, "10.2.0.0/16")}, wantVia: map[string]string{},
+			wantRefused: map[string]string{"c": ReasonNoHubGateway}, wantTargets: map[string]netip.Addr{"b": addr("10.2.0.1")}},
+		{name: "a member overlapping another is refused, not routed through the hub",
+			local: memberA(v1alpha1.TopologyHub), peers: []v1alpha1.Peer{hubPeer, hubC, func() v1alpha1.Peer {
+				p := member("d", keyB, "203.0.113.49", "10.3.0.0/17", "10.3.0.9", v1alpha1.TopologyHub)
+				p.CreationTimestamp = metav1.NewTime(time.Now())
+				return p
+			}()},
+			wantPeers: []tunnel.Peer{tp(hubPeer, "10.0.0.1/32", "10.3.0.0/16")}, wantVia: map[string]string{"c": "hub"},
+			wantRefused: map[string]string{"d": ReasonOverlappingSubnets},
+			wantTargets: map[string]netip.Addr{"hub": addr("10.0.0.1"), "c": addr("10.3.0.1")}},
+		{name: "a second hub-role Peer is refused",
+			local: memberA(v1alpha1.TopologyHub), peers: []v1alpha1.Peer{hubPeer, func() v1alpha1.Peer {
+				p := *hubPeer.DeepCopy()
+				p.Name, p.Spec.ClusterID, p.Spec.Subnets, p.Spec.HealthCheckIP = "x", "x", []string{"10.9.0.1/32"}, ""
+				return p
+			}()},
+			wantPeers: []tunnel.Peer{tp(hubPeer, "10.0.0.1/32")}, wantVia: map[string]string{},
+			wantRefused: map[string]string{"x": ReasonInvalidPeer}, wantTargets: map[string]netip.Addr{"hub": addr("10.0.0.1")}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := Compute(tt.local, tt.peers)
+			if !reflect.DeepEqual(d.Tunnel.Peers, tt.wantPeers) {
+				t.Errorf("tunnel peers\n got %+v\nwant %+v", d.Tunnel.Peers, tt.wantPeers)
+			}
+			if !reflect.DeepEqual(d.Via, tt.wantVia) {
+				t.Errorf("via %v, want %v", d.Via, tt.wantVia)
+			}
+			refused := map[string]string{}
+			for _, r := range d.Refused {
+				refused[r.Cluster] = r.Reason
+			}
+			if len(refused) == 0 {
+				refused = nil
+			}
+			if !reflect.DeepEqual(refused, tt.wantRefused) {
+				t.Errorf("refused %v, want %v", refused, tt.wantRefused)
+			}
+			if !reflect.DeepEqual(d.Targets, tt.wantTargets) {
+				t.Errorf("targets %v, want %v", d.Targets, tt.wantTargets)
+			}
+		})
+	}
+}
+
+func TestComputeNoHubGatewayMessage(t *testing.T) {
+	local := Local{ClusterID: "a", Topology: v1alpha1.TopologyHub, Backend: v1alpha1.BackendWireGuard, Subnets: prefixes("10.1.0.0/16")}
+	d := Compute(local, []v1alpha1.Peer{peer("b", keyB, "203.0.113.17", 4500, "10.2.0.0/16")})
+	if len(d.Refused) != 1 {
+		t.Fatalf("refused %v", d.Refused)
+	}
+	for _, want := range []string{"cluster b", "this cluster (a) uses the hub topology", "octopus-agent gateway --hub", "--topology mesh"} {
+		if !strings.Contains(d.Refused[0].Message, want) {
+			t.Errorf("message %q lacks %q", d.Refused[0].Message, want)
+		}
+	}
+}

@@ -39,6 +39,8 @@ const (
 	DefaultStatusInterval = 5 * time.Second
 	DefaultResyncInterval = 30 * time.Second
 	DefaultDevice         = "octopus0"
+	// HubLeaseName is the Lease, in the hub namespace, that elects the hub's active gateway.
+	HubLeaseName = "octopus-hub-gateway"
 
 	credentialPollInterval = 2 * time.Second
 	retryInterval          = time.Second
@@ -54,6 +56,13 @@ type Options struct {
 	Member *rest.Config
 	// NodeName is the node this gateway runs on; it is the Lease identity. Required.
 	NodeName string
+	// Role is v1alpha1.PeerRoleHub for the hub's gateway, which runs against the hub itself
+	// (Member is then the hub's configuration), publishes the Peer v1alpha1.HubPeerName and
+	// forwards between the clusters of the hub topology. Optional: a member's gateway.
+	Role v1alpha1.PeerRole
+	// HubNamespace is the hub namespace, for the hub's gateway only. Optional,
+	// v1alpha1.DefaultHubNamespace.
+	HubNamespace string
 	// Backend is the tunnel driver. Required.
 	Backend v1alpha1.Backend
 	// ListenPort is the tunnel's UDP port. Optional, DefaultListenPort.
@@ -126,6 +135,16 @@ func (o *Options) setDefaults() error {
 	if o.Device == "" {
 		o.Device = DefaultDevice
 	}
+	switch o.Role {
+	case "", v1alpha1.PeerRoleMember:
+		o.Role = v1alpha1.PeerRoleMember
+	case v1alpha1.PeerRoleHub:
+		if o.HubNamespace == "" {
+			o.HubNamespace = v1alpha1.DefaultHubNamespace
+		}
+	default:
+		return fmt.Errorf("gateway: role %q: want %s or %s", o.Role, v1alpha1.PeerRoleMember, v1alpha1.PeerRoleHub)
+	}
 	for _, d := range []struct {
 		v   *time.Duration
 		def time.Duration
@@ -175,7 +194,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("creating a client of the member cluster: %w", err)
 	}
-	cred, err := waitForCredential(ctx, member, o.Log)
+	at, err := o.hubAccess(ctx, member)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -186,7 +205,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("creating a client of the member cluster: %w", err)
 	}
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, v1alpha1.SystemNamespace, routeagent.LeaseName,
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, at.leaseNamespace, at.leaseName,
 		cs.CoreV1(), cs.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: o.NodeName})
 	if err != nil {
 		return fmt.Errorf("creating the gateway lease lock: %w", err)
@@ -203,13 +222,13 @@ func Run(ctx context.Context, o Options) error {
 		Lock: lock, LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
 		// Hand over at once on a clean shutdown instead of after LeaseDuration.
 		ReleaseOnCancel: true,
-		Name:            routeagent.LeaseName,
+		Name:            at.leaseName,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				acquired.Store(true)
 				defer close(activeDone)
-				o.Log.Info("Became the active gateway", "node", o.NodeName, "cluster", cred.ClusterID)
-				a := &active{o: o, cred: cred, member: member, metrics: m}
+				o.Log.Info("Became the active gateway", "node", o.NodeName, "cluster", at.ClusterID, "role", o.Role)
+				a := &active{o: o, at: at, member: member, metrics: m}
 				m.setActive(true)
 				activeErr = a.run(ctx)
 				m.setActive(false)
@@ -242,6 +261,31 @@ func Run(ctx context.Context, o Options) error {
 	return ErrLostLease
 }
 
+// hubAccess is where the gateway's Peer lives and where it is elected.
+type hubAccess struct {
+	// ClusterID names the Peer; Namespace is the hub namespace.
+	ClusterID, Namespace string
+	// config is the hub's client configuration.
+	config *rest.Config
+	// leaseNamespace and leaseName are the election's Lease, in the cluster the gateway runs in.
+	leaseNamespace, leaseName string
+}
+
+// hubAccess is, for a member's gateway, the cluster's hub credential (waited for until join
+// has stored it) and the Lease in octopus-system; for the hub's gateway, the hub itself.
+func (o *Options) hubAccess(ctx context.Context, member client.Reader) (hubAccess, error) {
+	if o.Role == v1alpha1.PeerRoleHub {
+		return hubAccess{ClusterID: v1alpha1.HubPeerName, Namespace: o.HubNamespace, config: o.Member,
+			leaseNamespace: o.HubNamespace, leaseName: HubLeaseName}, nil
+	}
+	cred, err := waitForCredential(ctx, member, o.Log)
+	if err != nil {
+		return hubAccess{}, err
+	}
+	return hubAccess{ClusterID: cred.ClusterID, Namespace: cred.Namespace, config: cred.RESTConfig(),
+		leaseNamespace: v1alpha1.SystemNamespace, leaseName: routeagent.LeaseName}, nil
+}
+
 func waitForCredential(ctx context.Context, member client.Reader, log logr.Logger) (hub.Credential, error) {
 	var lastMsg string
 	for {
@@ -264,7 +308,7 @@ func waitForCredential(ctx context.Context, member client.Reader, log logr.Logge
 // active is the gateway while it holds the Lease.
 type active struct {
 	o      Options
-	cred   hub.Credential
+	at     hubAccess
 	member client.Client
 	hub    client.Client
 	cache  cache.Cache
@@ -287,16 +331,20 @@ type active struct {
 // takes over brings them up with its own key.
 func (a *active) run(ctx context.Context) error {
 	o := a.o
+	// The Node is read only for what the flags leave out: the hub's gateway may run where
+	// the hub has no Node objects.
 	node := &corev1.Node{}
-	if err := a.member.Get(ctx, client.ObjectKey{Name: o.NodeName}, node); err != nil {
-		return fmt.Errorf("reading this gateway's Node %s: %w (is --node-name right?)", o.NodeName, err)
+	if !o.EndpointIP.IsValid() || !o.HealthCheckIP.IsValid() {
+		if err := a.member.Get(ctx, client.ObjectKey{Name: o.NodeName}, node); err != nil {
+			return fmt.Errorf("reading this gateway's Node %s: %w (is --node-name right? or pass --endpoint-ip and --health-check-ip)", o.NodeName, err)
+		}
 	}
 	endpoint, hc, err := nodeAddresses(node, o.EndpointIP, o.HealthCheckIP)
 	if err != nil {
 		return err
 	}
 	a.hcIP = hc
-	a.local = Local{ClusterID: a.cred.ClusterID, Backend: o.Backend, ListenPort: o.ListenPort, LocalAddr: endpoint, MTU: o.MTU}
+	a.local = Local{ClusterID: a.at.ClusterID, Role: o.Role, Backend: o.Backend, ListenPort: o.ListenPort, LocalAddr: endpoint, MTU: o.MTU}
 
 	a.driver, err = o.NewDriver(string(o.Backend), tunnel.Options{Device: o.Device, Log: o.Log.WithName("tunnel")})
 	if err != nil {
@@ -315,11 +363,10 @@ func (a *active) run(ctx context.Context) error {
 		defer func() { _ = a.prober.Close() }()
 	}
 
-	hubCfg := a.cred.RESTConfig()
-	if a.hub, err = client.New(hubCfg, client.Options{Scheme: kube.Scheme}); err != nil {
-		return fmt.Errorf("creating a client of the hub %s: %w", a.cred.Server, err)
+	if a.hub, err = client.New(a.at.config, client.Options{Scheme: kube.Scheme}); err != nil {
+		return fmt.Errorf("creating a client of the hub %s: %w", a.at.config.Host, err)
 	}
-	a.cache, err = cache.New(hubCfg, cache.Options{Scheme: kube.Scheme, DefaultNamespaces: map[string]cache.Config{a.cred.Namespace: {}}})
+	a.cache, err = cache.New(a.at.config, cache.Options{Scheme: kube.Scheme, DefaultNamespaces: map[string]cache.Config{a.at.Namespace: {}}})
 	if err != nil {
 		return fmt.Errorf("creating the cache of the hub: %w", err)
 	}
@@ -395,15 +442,9 @@ func (a *active) run(ctx context.Context) error {
 // done; errors are joined.
 func (a *active) reconcile(ctx context.Context) error {
 	var errs []error
-	c := &v1alpha1.Cluster{}
-	if err := a.cache.Get(ctx, client.ObjectKey{Namespace: a.cred.Namespace, Name: a.cred.ClusterID}, c); err != nil {
-		return fmt.Errorf("reading this cluster's Cluster %s on the hub: %w", a.cred.ClusterID, err)
-	}
-	subnets, err := Advertised(c.Spec, a.o.ExcludeSubnets)
-	if err != nil {
+	if err := a.readLocal(ctx); err != nil {
 		return err
 	}
-	a.local.Subnets = subnets
 	if err := a.publish(ctx); err != nil {
 		errs = append(errs, err)
 	}
@@ -437,7 +478,8 @@ func (a *active) reconcile(ctx context.Context) error {
 		}
 	}
 	remote := d.RemoteSubnets()
-	if applyErr == nil && (a.mirrored == nil || !slices.Equal(remote, a.mirrored)) {
+	// The hub's gateway has no route agents to tell.
+	if applyErr == nil && a.o.Role == v1alpha1.PeerRoleMember && (a.mirrored == nil || !slices.Equal(remote, a.mirrored)) {
 		cm := routeagent.SubnetsConfigMap(remote)
 		cm.Labels = kube.ManagedLabels()
 		if err := kube.Apply(ctx, a.member, cm); err != nil {
@@ -452,10 +494,31 @@ func (a *active) reconcile(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// readLocal refreshes what this gateway advertises: a member's pod and service CIDRs (minus
+// the opted-out ones) and topology, from its Cluster on the hub; for the hub's gateway, which
+// has no cluster behind it, only its health-check address.
+func (a *active) readLocal(ctx context.Context) error {
+	if a.o.Role == v1alpha1.PeerRoleHub {
+		a.local.Subnets = []netip.Prefix{netip.PrefixFrom(a.hcIP, a.hcIP.BitLen())}
+		return nil
+	}
+	c := &v1alpha1.Cluster{}
+	if err := a.cache.Get(ctx, client.ObjectKey{Namespace: a.at.Namespace, Name: a.at.ClusterID}, c); err != nil {
+		return fmt.Errorf("reading this cluster's Cluster %s on the hub: %w", a.at.ClusterID, err)
+	}
+	subnets, err := Advertised(c.Spec, a.o.ExcludeSubnets)
+	if err != nil {
+		return err
+	}
+	a.local.Subnets, a.local.Topology = subnets, c.Spec.Topology
+	return nil
+}
+
 // publish server-side-applies this cluster's Peer on the hub when its spec changed.
 func (a *active) publish(ctx context.Context) error {
 	spec := v1alpha1.PeerSpec{
-		ClusterID: a.cred.ClusterID, Hostname: a.o.NodeName, Backend: a.o.Backend, PublicKey: a.driver.PublicKey(),
+		ClusterID: a.at.ClusterID, Hostname: a.o.NodeName, Role: a.o.Role, Topology: a.local.Topology,
+		Backend: a.o.Backend, PublicKey: a.driver.PublicKey(),
 		Endpoint:      v1alpha1.PeerEndpoint{PrivateIP: a.local.LocalAddr.String(), Port: int32(a.local.ListenPort)},
 		HealthCheckIP: a.hcIP.String(),
 	}
@@ -466,14 +529,14 @@ func (a *active) publish(ctx context.Context) error {
 		return nil
 	}
 	p := &v1alpha1.Peer{
-		ObjectMeta: metavOf(a.cred.ClusterID, a.cred.Namespace),
+		ObjectMeta: metavOf(a.at.ClusterID, a.at.Namespace),
 		Spec:       spec,
 	}
 	if err := kube.Apply(ctx, a.hub, p); err != nil {
-		return fmt.Errorf("publishing Peer %s on the hub: %w", a.cred.ClusterID, err)
+		return fmt.Errorf("publishing Peer %s on the hub: %w", a.at.ClusterID, err)
 	}
 	a.published = &spec
-	a.o.Log.Info("Published the Peer", "name", a.cred.ClusterID, "publicKey", spec.PublicKey, "subnets", spec.Subnets)
+	a.o.Log.Info("Published the Peer", "name", a.at.ClusterID, "publicKey", spec.PublicKey, "subnets", spec.Subnets)
 	return nil
 }
 

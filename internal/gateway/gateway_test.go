@@ -73,7 +73,8 @@ func (g *runningGateway) stop(t *testing.T) {
 	}
 }
 
-func startGateway(t *testing.T, member *rest.Config, node string, endpoint string) *runningGateway {
+// startGateway runs a gateway with fake driver and prober; mutate adjusts its Options.
+func startGateway(t *testing.T, member *rest.Config, node string, endpoint string, mutate ...func(*Options)) *runningGateway {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &runningGateway{node: node, cancel: cancel, done: make(chan struct{})}
@@ -106,6 +107,9 @@ func startGateway(t *testing.T, member *rest.Config, node string, endpoint strin
 			return nil
 		},
 		Log: testr.NewWithOptions(t, testr.Options{LogTimestamp: true}).WithValues("gateway", node),
+	}
+	for _, m := range mutate {
+		m(&o)
 	}
 	go func() {
 		defer close(g.done)
@@ -218,7 +222,8 @@ func TestGateway(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		want := v1alpha1.PeerSpec{ClusterID: "east", Hostname: "east-gw1", Backend: v1alpha1.BackendWireGuard, PublicKey: gw1.driver().PublicKey(),
+		want := v1alpha1.PeerSpec{ClusterID: "east", Hostname: "east-gw1", Role: v1alpha1.PeerRoleMember, Topology: v1alpha1.TopologyMesh,
+			Backend: v1alpha1.BackendWireGuard, PublicKey: gw1.driver().PublicKey(),
 			Endpoint: v1alpha1.PeerEndpoint{PrivateIP: "203.0.113.1", Port: DefaultListenPort}, Subnets: sortedStrings(eastSubnets), HealthCheckIP: "10.101.0.1"}
 		if p.Labels[v1alpha1.ClusterLabel] != "east" || fmt.Sprint(p.Spec) != fmt.Sprint(want) {
 			return fmt.Errorf("peer %v %+v, want %+v", p.Labels, p.Spec, want)

@@ -34,14 +34,14 @@ func (a *active) reportStatus(ctx context.Context) error {
 		probes = a.prober.Snapshot()
 	}
 	cur := &v1alpha1.Peer{}
-	getErr := a.hub.Get(ctx, client.ObjectKey{Namespace: a.cred.Namespace, Name: a.cred.ClusterID}, cur)
+	getErr := a.hub.Get(ctx, client.ObjectKey{Namespace: a.at.Namespace, Name: a.at.ClusterID}, cur)
 	// With the hub unreachable the status cannot be written, but the metrics, computed from
 	// the same status (its connections do not depend on the conditions read from the hub),
 	// still tell how the tunnels are.
 	st := BuildStatus(cur.Status.Conditions, cur.Generation, a.driver.Name(), d, applyErr, stats, probes, time.Now())
 	a.metrics.observe(a.o.Backend, st, len(d.Tunnel.Peers), len(d.Refused), probes)
 	if getErr != nil {
-		return fmt.Errorf("reading Peer %s on the hub: %w", a.cred.ClusterID, getErr)
+		return fmt.Errorf("reading Peer %s on the hub: %w", a.at.ClusterID, getErr)
 	}
 	next := cur.DeepCopy()
 	next.Status = st
@@ -49,15 +49,16 @@ func (a *active) reportStatus(ctx context.Context) error {
 		return nil
 	}
 	if err := a.hub.Status().Patch(ctx, next, client.MergeFrom(cur)); err != nil {
-		return fmt.Errorf("updating the status of Peer %s on the hub: %w", a.cred.ClusterID, err)
+		return fmt.Errorf("updating the status of Peer %s on the hub: %w", a.at.ClusterID, err)
 	}
 	return nil
 }
 
 // BuildStatus computes the Peer's status: a connection per accepted Peer (state from the
-// health probes when there are any, else from WireGuard handshakes), one in state Error per
-// refused Peer, and the Ready and PeersAccepted conditions. Existing conditions keep their
-// transition times when unchanged. It is pure.
+// health probes when there are any, else from WireGuard handshakes; a cluster reached through
+// the hub's tunnel has the hub as `via`, and without probes that tunnel's state), one in state
+// Error per refused Peer, and the Ready and PeersAccepted conditions. Existing conditions keep
+// their transition times when unchanged. It is pure.
 func BuildStatus(conds []metav1.Condition, generation int64, driver string, d Desired, applyErr error,
 	stats []tunnel.PeerStats, probes map[string]ProbeStats, now time.Time) v1alpha1.PeerStatus {
 	byCluster := map[string]tunnel.PeerStats{}
@@ -65,6 +66,7 @@ func BuildStatus(conds []metav1.Condition, generation int64, driver string, d De
 		byCluster[s.Cluster] = s
 	}
 	st := v1alpha1.PeerStatus{Driver: driver, Conditions: slices.Clone(conds)}
+	tunnels := map[string]v1alpha1.PeerConnection{}
 	for _, p := range d.Tunnel.Peers {
 		c := v1alpha1.PeerConnection{ClusterID: p.Cluster, State: v1alpha1.ConnectionConnecting}
 		s, ok := byCluster[p.Cluster]
@@ -80,20 +82,21 @@ func BuildStatus(conds []metav1.Condition, generation int64, driver string, d De
 		case applyErr != nil:
 			c.State, c.Message = v1alpha1.ConnectionError, "the tunnel configuration could not be applied: "+applyErr.Error()
 		case probed:
-			c.RTT = v1alpha1.LatencyStats{Last: dur(probe.Last), Min: dur(probe.Min), Avg: dur(probe.Avg), Max: dur(probe.Max)}
-			c.LossPercent = int32(min(max(probe.LossPercent, 0), 100)) //nolint:gosec // clamped to 0..100
-			switch {
-			case probe.Up:
-				c.State = v1alpha1.ConnectionConnected
-			case probe.Answered:
-				c.State, c.Message = v1alpha1.ConnectionError, "the remote gateway stopped answering health probes"
-			default:
-				c.Message = "waiting for the first answer to health probes"
-			}
+			setProbed(&c, probe)
 		case ok && !s.LastHandshake.IsZero() && now.Sub(s.LastHandshake) < handshakeFresh:
 			c.State = v1alpha1.ConnectionConnected
 		default:
 			c.Message = "no health probe answered and no recent handshake yet"
+		}
+		tunnels[p.Cluster] = c
+		st.Connections = append(st.Connections, c)
+	}
+	for id, via := range d.Via {
+		c := v1alpha1.PeerConnection{ClusterID: id, Via: via, State: v1alpha1.ConnectionConnecting}
+		if probe, probed := probes[id]; probed && applyErr == nil {
+			setProbed(&c, probe)
+		} else {
+			c.State, c.Message = tunnels[via].State, tunnels[via].Message
 		}
 		st.Connections = append(st.Connections, c)
 	}
@@ -104,6 +107,9 @@ func BuildStatus(conds []metav1.Condition, generation int64, driver string, d De
 
 	ready := metav1.Condition{Type: ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonApplied, ObservedGeneration: generation,
 		Message: fmt.Sprintf("%s tunnels to %d clusters configured", driver, len(d.Tunnel.Peers))}
+	if len(d.Via) > 0 {
+		ready.Message += fmt.Sprintf(", %d more reached through the hub's gateway", len(d.Via))
+	}
 	if applyErr != nil {
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, ReasonApplyFailed, applyErr.Error()
 	}
@@ -123,6 +129,20 @@ func BuildStatus(conds []metav1.Condition, generation int64, driver string, d De
 	}
 	meta.SetStatusCondition(&st.Conditions, accepted)
 	return st
+}
+
+// setProbed sets a connection's RTT, loss and state from its health probes.
+func setProbed(c *v1alpha1.PeerConnection, probe ProbeStats) {
+	c.RTT = v1alpha1.LatencyStats{Last: dur(probe.Last), Min: dur(probe.Min), Avg: dur(probe.Avg), Max: dur(probe.Max)}
+	c.LossPercent = int32(min(max(probe.LossPercent, 0), 100)) //nolint:gosec // clamped to 0..100
+	switch {
+	case probe.Up:
+		c.State, c.Message = v1alpha1.ConnectionConnected, ""
+	case probe.Answered:
+		c.State, c.Message = v1alpha1.ConnectionError, "the remote gateway stopped answering health probes"
+	default:
+		c.State, c.Message = v1alpha1.ConnectionConnecting, "waiting for the first answer to health probes"
+	}
 }
 
 func dur(d time.Duration) metav1.Duration { return metav1.Duration{Duration: d} }

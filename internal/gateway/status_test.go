@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,6 +72,39 @@ func TestBuildStatus(t *testing.T) {
 				t.Errorf("PeersAccepted %+v", acc)
 			}
 		})
+	}
+}
+
+// A cluster reached through the hub's tunnel gets a connection of its own, marked via the hub,
+// with its own probe results, or the carrying tunnel's state when it has none; never the
+// carrying tunnel's counters.
+func TestBuildStatusVia(t *testing.T) {
+	now := time.Date(2026, 11, 23, 8, 0, 0, 0, time.UTC)
+	d := Desired{
+		Tunnel: tunnel.Config{Peers: []tunnel.Peer{{Cluster: "hub"}}},
+		Via:    map[string]string{"b": "hub", "c": "hub"},
+	}
+	stats := []tunnel.PeerStats{{Cluster: "hub", RxBytes: 10, TxBytes: 20, LastHandshake: now.Add(-time.Minute)}}
+	probes := map[string]ProbeStats{"b": {Up: false, Answered: true}}
+	st := BuildStatus(nil, 1, "wireguard-go", d, nil, stats, probes, now)
+	want := map[string]struct {
+		state v1alpha1.ConnectionState
+		via   string
+	}{"b": {v1alpha1.ConnectionError, "hub"}, "c": {v1alpha1.ConnectionConnected, "hub"}, "hub": {v1alpha1.ConnectionConnected, ""}}
+	if len(st.Connections) != len(want) {
+		t.Fatalf("connections %+v", st.Connections)
+	}
+	for _, c := range st.Connections {
+		w := want[c.ClusterID]
+		if c.State != w.state || c.Via != w.via {
+			t.Errorf("%s: state %s via %q, want %s via %q", c.ClusterID, c.State, c.Via, w.state, w.via)
+		}
+		if c.Via != "" && (c.RxBytes != 0 || c.LastHandshake != nil) {
+			t.Errorf("%s: carries the hub tunnel's counters %+v", c.ClusterID, c)
+		}
+	}
+	if ready := meta.FindStatusCondition(st.Conditions, ConditionReady); ready == nil || !strings.Contains(ready.Message, "2 more reached through the hub") {
+		t.Errorf("Ready %+v", ready)
 	}
 }
 

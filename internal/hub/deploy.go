@@ -104,6 +104,7 @@ func Deploy(ctx context.Context, cfg *rest.Config, opts DeployOptions) (*BrokerI
 	join, joinBinding := joinPolicy(opts.Namespace)
 	objs := []client.Object{ownership, ownershipBinding, join, joinBinding, clusterRole(opts.Namespace), joinRole(opts.Namespace)}
 	objs = append(objs, joinIdentity(opts.Namespace)...)
+	objs = append(objs, hubGatewayIdentity(opts.Namespace)...)
 	if err := kube.Apply(ctx, c, objs...); err != nil {
 		return nil, err
 	}

@@ -67,6 +67,18 @@ func ownershipPolicy(namespace string) (*admissionregistrationv1.ValidatingAdmis
 			Reason:            ptr.To(metav1.StatusReasonForbidden),
 		})
 	}
+	// The hub gateway's Peer carries the label of HubPeerName, a cluster ID join refuses; this
+	// keeps a cluster from publishing a hub-role Peer of its own, or turning its Peer into one,
+	// which would make the members route through it.
+	notHub := func(obj string) string {
+		return fmt.Sprintf("!has(%[1]s.spec.role) || %[1]s.spec.role != %q", obj, v1alpha1.PeerRoleHub)
+	}
+	validations = append(validations, admissionregistrationv1.Validation{
+		Expression: fmt.Sprintf(`request.resource.group != "octopus.io" || request.resource.resource != "peers" || ((request.operation == 'DELETE' || %s) && (request.operation == 'CREATE' || %s))`,
+			notHub("object"), notHub("oldObject")),
+		MessageExpression: fmt.Sprintf("'cluster ' + variables.clusterID + ' may not write Peers of role %s: only the hub gateway publishes one'", v1alpha1.PeerRoleHub),
+		Reason:            ptr.To(metav1.StatusReasonForbidden),
+	})
 	return policyAndBinding(OwnershipPolicyName, namespace,
 		admissionregistrationv1.MatchCondition{Name: "cluster-credential", Expression: fmt.Sprintf("request.userInfo.username.startsWith(%q)", prefix)},
 		[]admissionregistrationv1.Variable{{Name: "clusterID", Expression: fmt.Sprintf("request.userInfo.username.substring(size(%q))", prefix)}},
@@ -83,6 +95,12 @@ func joinPolicy(namespace string) (*admissionregistrationv1.ValidatingAdmissionP
 		{
 			Expression: fmt.Sprintf(`request.resource.resource != "serviceaccounts" || (object.metadata.name.startsWith(%[1]q) && has(object.metadata.labels) && %[2]q in object.metadata.labels && object.metadata.labels[%[2]q] == object.metadata.name.substring(size(%[1]q)))`, p, v1alpha1.ClusterLabel),
 			Message:    fmt.Sprintf("the join identity may only create ServiceAccounts named %s<id> labelled %s=<id>", p, v1alpha1.ClusterLabel),
+		},
+		{
+			// The hub gateway's Peer is labelled with this ID: a cluster holding it could
+			// rewrite that Peer.
+			Expression: fmt.Sprintf(`request.resource.resource != "serviceaccounts" || object.metadata.name != %q`, p+v1alpha1.HubPeerName),
+			Message:    fmt.Sprintf("the join identity may only create ServiceAccounts for cluster IDs other than %s, which is reserved for the hub's gateway", v1alpha1.HubPeerName),
 		},
 		{
 			Expression: fmt.Sprintf(`request.resource.resource != "secrets" || (object.type == %q && has(object.metadata.annotations) && %[2]q in object.metadata.annotations && object.metadata.annotations[%[2]q].startsWith(%[3]q) && object.metadata.name == object.metadata.annotations[%[2]q] + "-token")`,

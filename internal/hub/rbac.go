@@ -18,6 +18,9 @@ const (
 	JoinRoleName = "octopus-join"
 	// JoinServiceAccount is the identity `octopus join` uses to enrol a cluster.
 	JoinServiceAccount = "octopus-join"
+	// HubGatewayServiceAccount is the identity of the hub's gateway (`octopus-agent gateway
+	// --hub`, the hub topology), bound to the Role of the same name.
+	HubGatewayServiceAccount = "octopus-hub-gateway"
 	// joinTokenSecret holds the join identity's long-lived token.
 	joinTokenSecret = "octopus-join-token"
 )
@@ -61,6 +64,30 @@ func joinRole(namespace string) *rbacv1.Role {
 			// Binding a role needs either all its permissions or "bind" on it.
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles"}, Verbs: []string{"bind"}, ResourceNames: []string{ClusterRoleName}},
 			{APIGroups: []string{"octopus.io"}, Resources: []string{"clusters"}, Verbs: readOnly},
+		},
+	}
+}
+
+// hubGatewayIdentity is what the hub's gateway may do: publish its own Peer and its status,
+// read the members' Peers and Clusters, and hold its election Lease. It is not a cluster
+// credential, so the ownership policy does not confine it; it is confined to the hub
+// namespace and to these resources instead, and cannot read Secrets.
+func hubGatewayIdentity(namespace string) []client.Object {
+	return []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: HubGatewayServiceAccount, Namespace: namespace, Labels: kube.ManagedLabels()}},
+		&rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Name: HubGatewayServiceAccount, Namespace: namespace, Labels: kube.ManagedLabels()},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{"octopus.io"}, Resources: []string{"peers"}, Verbs: readWrite},
+				{APIGroups: []string{"octopus.io"}, Resources: []string{"peers/status"}, Verbs: []string{"get", "update", "patch"}},
+				{APIGroups: []string{"octopus.io"}, Resources: []string{"clusters"}, Verbs: readOnly},
+				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: readWrite},
+			},
+		},
+		&rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: HubGatewayServiceAccount, Namespace: namespace, Labels: kube.ManagedLabels()},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: HubGatewayServiceAccount},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: HubGatewayServiceAccount, Namespace: namespace}},
 		},
 	}
 }

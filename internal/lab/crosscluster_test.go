@@ -79,55 +79,15 @@ func crossCluster(t *testing.T, backend, binDir string, bins map[string]string) 
 	})
 	t.Logf("lab up took %.1fs", time.Since(begin).Seconds())
 
-	// Echo pods on the gateway node and the worker node of each cluster.
-	pods := map[string][]xpod{}
-	for _, c := range l.Network.Clusters {
-		cs := clientset(t, l.Env.Cluster(c.Name).Kubeconfig)
-		for _, n := range c.Nodes {
-			create(ctx, t, cs, echoPod("echo-"+n.Name, n.Name))
-		}
-		for _, n := range c.Nodes {
-			p := waitPodReady(ctx, t, cs, "echo-"+n.Name)
-			pods[c.Name] = append(pods[c.Name], xpod{cluster: c.Name, name: p.Name, node: n.Name,
-				ip: netip.MustParseAddr(p.Status.PodIP), netns: labnet.PodNetnsName(l.Network.ID, string(p.UID))})
-		}
-	}
+	pods := startEchoPods(ctx, t, l)
 	c1, c2 := l.Network.Clusters[0].Name, l.Network.Clusters[1].Name
 
-	// TCP pod → pod, every pod to every pod of the other cluster; the answer names the
-	// server and the client address it saw, which must be the client pod's own.
-	checkTCP := func(what string, src, dst xpod, timeout time.Duration) {
-		t.Helper()
-		want := fmt.Sprintf("cluster=%s node=%s pod=%s", dst.cluster, dst.node, dst.name)
-		var got string
-		var err error
-		deadline := time.Now().Add(timeout)
-		for {
-			got, err = tryHTTPGet(src.netns, netip.AddrPortFrom(dst.ip, 8080))
-			if err == nil && strings.HasPrefix(got, want) && strings.Contains(got, "client="+src.ip.String()+":") {
-				t.Logf("%s: %s -> %s: %s", what, src.name, dst.name, got)
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %s (%s) -> %s (%s): answer %q, error %v; want %q from client %s",
-					what, src.name, src.cluster, dst.name, dst.cluster, got, err, want, src.ip)
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
-	}
-	checkICMP := func(src, dst xpod) {
-		t.Helper()
-		out, err := exec.Command("ip", "netns", "exec", src.netns, "busybox", "ping", "-c", "2", "-W", "2", dst.ip.String()).CombinedOutput()
-		if err != nil {
-			t.Fatalf("ICMP %s (%s) -> %s (%s): %v\n%s", src.name, src.cluster, dst.name, dst.cluster, err, out)
-		}
-	}
 	allPairs := func(what string, timeout time.Duration) {
 		t.Helper()
 		for _, pair := range [][2]string{{c1, c2}, {c2, c1}} {
 			for _, src := range pods[pair[0]] {
 				for _, dst := range pods[pair[1]] {
-					checkTCP(what, src, dst, timeout)
+					checkTCP(t, what, src, dst, timeout)
 				}
 			}
 		}
@@ -137,7 +97,7 @@ func crossCluster(t *testing.T, backend, binDir string, bins map[string]string) 
 	for _, pair := range [][2]string{{c1, c2}, {c2, c1}} {
 		for _, src := range pods[pair[0]] {
 			for _, dst := range pods[pair[1]] {
-				checkICMP(src, dst)
+				checkICMP(t, src, dst)
 			}
 		}
 	}
@@ -313,6 +273,56 @@ func crossCluster(t *testing.T, backend, binDir string, bins map[string]string) 
 		}
 		return nil
 	})
+}
+
+// startEchoPods runs an echo pod on every node of every cluster and returns them, Ready, by
+// cluster.
+func startEchoPods(ctx context.Context, t *testing.T, l *lab.Lab) map[string][]xpod {
+	t.Helper()
+	pods := map[string][]xpod{}
+	for _, c := range l.Network.Clusters {
+		cs := clientset(t, l.Env.Cluster(c.Name).Kubeconfig)
+		for _, n := range c.Nodes {
+			create(ctx, t, cs, echoPod("echo-"+n.Name, n.Name))
+		}
+		for _, n := range c.Nodes {
+			p := waitPodReady(ctx, t, cs, "echo-"+n.Name)
+			pods[c.Name] = append(pods[c.Name], xpod{cluster: c.Name, name: p.Name, node: n.Name,
+				ip: netip.MustParseAddr(p.Status.PodIP), netns: labnet.PodNetnsName(l.Network.ID, string(p.UID))})
+		}
+	}
+	return pods
+}
+
+// checkTCP requests the echo server of dst from src until it answers, naming dst and seeing
+// src's own pod address (no NAT on the way), or timeout passes.
+func checkTCP(t *testing.T, what string, src, dst xpod, timeout time.Duration) {
+	t.Helper()
+	want := fmt.Sprintf("cluster=%s node=%s pod=%s", dst.cluster, dst.node, dst.name)
+	var got string
+	var err error
+	deadline := time.Now().Add(timeout)
+	for {
+		got, err = tryHTTPGet(src.netns, netip.AddrPortFrom(dst.ip, 8080))
+		if err == nil && strings.HasPrefix(got, want) && strings.Contains(got, "client="+src.ip.String()+":") {
+			t.Logf("%s: %s -> %s: %s", what, src.name, dst.name, got)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s (%s) -> %s (%s): answer %q, error %v; want %q from client %s",
+				what, src.name, src.cluster, dst.name, dst.cluster, got, err, want, src.ip)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// checkICMP pings dst from src's namespace.
+func checkICMP(t *testing.T, src, dst xpod) {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", src.netns, "busybox", "ping", "-c", "2", "-W", "2", dst.ip.String()).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ICMP %s (%s) -> %s (%s): %v\n%s", src.name, src.cluster, dst.name, dst.cluster, err, out)
+	}
 }
 
 // scrapeFrom GETs http://addr/metrics from inside the named namespace and returns the

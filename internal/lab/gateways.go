@@ -1,9 +1,16 @@
 package lab
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"time"
 
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 )
@@ -23,6 +30,23 @@ func GatewayProcessName(node string) string { return "gateway-" + node }
 // RouteAgentProcessName names the supervised route agent process of a node.
 func RouteAgentProcessName(node string) string { return "route-agent-" + node }
 
+// Names of the hub's gateway in the lab.
+const (
+	// HubGatewayNode is its Lease identity and Peer hostname; the hub has no Node objects.
+	HubGatewayNode = "hub-gateway"
+	// HubGatewayProcess names its supervised process.
+	HubGatewayProcess = "gateway-hub"
+	// hubGatewayTokenTTL is how long its hub token lives: longer than any lab session.
+	hubGatewayTokenTTL = 7 * 24 * time.Hour
+)
+
+// HubGatewayHealthCheckIP is the address the clusters probe the hub's gateway at: the first
+// host of the hub's own pod CIDR, which no member cluster uses (clusterCIDRs).
+func HubGatewayHealthCheckIP() string {
+	pods, _ := clusterCIDRs(0, false)
+	return pods.Addr().Next().String()
+}
+
 // GatewayDevice is the tunnel device of a cluster's gateway. All the lab's gateways share one
 // machine, and wireguard-go's control sockets are machine-wide, so each cluster gets its own
 // name ("og-cluster15" fits IFNAMSIZ).
@@ -36,19 +60,12 @@ func startGateways(opts Options, env *controlplane.Environment, cp *controlplane
 	if err != nil {
 		return fmt.Errorf("starting the gateways of %s: %w", cp.Name, err)
 	}
-	backend := opts.Backends[cp.Name]
-	if backend == "" {
-		backend = "wireguard"
-	}
 	for _, n := range c.Nodes {
 		if n.Gateway {
 			err := env.StartProcess(controlplane.ProcessOptions{
-				Name:   GatewayProcessName(n.Name),
-				Binary: binary,
-				Args: []string{"gateway", "--kubeconfig", cp.Kubeconfig, "--node-name", n.Name,
-					"--backend", backend, "--device", GatewayDevice(cp.Name), "--endpoint-ip", n.UnderlayAddr.Addr().String(),
-					"--lease-duration", labGatewayLeaseDuration, "--renew-deadline", labGatewayRenewDeadline,
-					"--retry-period", labGatewayRetryPeriod, "--status-interval", labGatewayStatus},
+				Name:           GatewayProcessName(n.Name),
+				Binary:         binary,
+				Args:           gatewayArgs(opts, cp.Name, cp.Kubeconfig, n.Name, n.UnderlayAddr.Addr().String()),
 				Netns:          n.NetnsPath(),
 				RestartOnCrash: true,
 			})
@@ -68,4 +85,49 @@ func startGateways(opts Options, env *controlplane.Environment, cp *controlplane
 		}
 	}
 	return nil
+}
+
+// gatewayArgs are the flags of `octopus-agent gateway` in the lab, for cluster's gateway
+// (HubName: the hub's) on node, tunnelling from endpoint.
+func gatewayArgs(opts Options, cluster, kubeconfig, node, endpoint string) []string {
+	backend := opts.Backends[cluster]
+	if backend == "" {
+		backend = "wireguard"
+	}
+	return []string{"gateway", "--kubeconfig", kubeconfig, "--node-name", node,
+		"--backend", backend, "--device", GatewayDevice(cluster), "--endpoint-ip", endpoint,
+		"--lease-duration", labGatewayLeaseDuration, "--renew-deadline", labGatewayRenewDeadline,
+		"--retry-period", labGatewayRetryPeriod, "--status-interval", labGatewayStatus}
+}
+
+// startHubGateway runs `octopus-agent gateway --hub` in the hub gateway's namespace, with a
+// kubeconfig holding a token of the ServiceAccount hub deploy made for it (not the hub's admin
+// credential), supervised like the clusters' gateways.
+func startHubGateway(ctx context.Context, opts Options, env *controlplane.Environment, h labnet.HubGatewayNet, namespace string) error {
+	binary, err := filepath.Abs(opts.AgentBinary)
+	if err != nil {
+		return fmt.Errorf("starting the hub's gateway: %w", err)
+	}
+	cfg, err := hub.HubGatewayConfig(ctx, env.Cluster(HubName).RESTConfig(), namespace, hubGatewayTokenTTL)
+	if err != nil {
+		return fmt.Errorf("starting the hub's gateway: %w", err)
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters[HubName] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos[hub.HubGatewayServiceAccount] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
+	kc.Contexts[HubName] = &clientcmdapi.Context{Cluster: HubName, AuthInfo: hub.HubGatewayServiceAccount}
+	kc.CurrentContext = HubName
+	path := filepath.Join(env.Dir, "hub-gateway.kubeconfig")
+	data, err := clientcmd.Write(*kc)
+	if err != nil {
+		return fmt.Errorf("writing the hub gateway's kubeconfig: %w", err)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return fmt.Errorf("writing the hub gateway's kubeconfig: %w", err)
+	}
+	args := append(gatewayArgs(opts, HubName, path, HubGatewayNode, h.UnderlayAddr.Addr().String()),
+		"--hub", "--hub-namespace", namespace, "--health-check-ip", HubGatewayHealthCheckIP())
+	return env.StartProcess(controlplane.ProcessOptions{
+		Name: HubGatewayProcess, Binary: binary, Args: args, Netns: h.NetnsPath(), RestartOnCrash: true,
+	})
 }

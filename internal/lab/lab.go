@@ -65,8 +65,12 @@ type Options struct {
 	// NodesPerCluster-1.
 	GatewaysPerCluster int
 	// Backends picks the tunnel backend ("wireguard" or "vxlan") of each cluster's gateway by
-	// cluster name. Optional: wireguard.
+	// cluster name, and of the hub's gateway by HubName. Optional: wireguard.
 	Backends map[string]string
+	// Topology is how the clusters' gateways connect: mesh (direct tunnels) or hub (every
+	// cluster joins with the hub topology and the hub's gateway, in a namespace of its own on
+	// the underlay, forwards between them). Optional, default mesh.
+	Topology v1alpha1.Topology
 	// Progress receives one line per step. Optional.
 	Progress *progress.Reporter
 	// Log receives structured logs (node heartbeats, process supervision). Optional.
@@ -140,7 +144,8 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 				Nodes: opts.NodesPerCluster, Gateways: opts.GatewaysPerCluster})
 		}
 	}
-	plan, err := labnet.NewPlan(id, netSpecs)
+	hubTopology := opts.Topology == v1alpha1.TopologyHub
+	plan, err := labnet.NewPlan(id, netSpecs, hubTopology)
 	if err != nil {
 		return nil, err
 	}
@@ -193,6 +198,11 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	if err := info.WriteFile(l.BrokerInfo); err != nil {
 		return l, err
 	}
+	if hubTopology {
+		if err := startHubGateway(ctx, opts, env, *plan.HubGateway, info.Namespace); err != nil {
+			return l, err
+		}
+	}
 	// Direct addressing refuses overlapping CIDRs at join; globalnet is the mode meant for them.
 	addressing := v1alpha1.AddressingDirect
 	if opts.OverlappingCIDRs {
@@ -203,7 +213,7 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		cp := env.Cluster(name)
 		if _, err := cluster.Join(ctx, cp.RESTConfig(), cluster.JoinOptions{
 			BrokerInfo: info, ClusterID: name, PodCIDRs: []string{cp.PodCIDR.String()}, Progress: p,
-			Addressing: addressing,
+			Addressing: addressing, Topology: opts.Topology,
 		}); err != nil {
 			return l, fmt.Errorf("joining %s: %w", name, err)
 		}

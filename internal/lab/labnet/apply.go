@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"sort"
 	"strings"
 
@@ -63,7 +64,62 @@ func Apply(p Plan) error {
 			return fmt.Errorf("cluster %s: %w", c.Name, err)
 		}
 	}
+	if p.HubGateway != nil {
+		if err := applyHubGateway(root, underlay, *p.HubGateway); err != nil {
+			return fmt.Errorf("hub gateway: %w", err)
+		}
+	}
 	return nil
+}
+
+// applyHubGateway makes the hub gateway's namespace: a /31 uplink to the root namespace, over
+// which it reaches APIAddress, its underlay link, and forwarding on, since it forwards between
+// the clusters' tunnels.
+func applyHubGateway(root, underlay *nsHandle, h HubGatewayNet) error {
+	gw, err := openNamespace(h.Netns)
+	if err != nil {
+		return err
+	}
+	defer gw.Close()
+	if err := gw.setUp("lo"); err != nil {
+		return err
+	}
+	if err := rootLink(root, h.Uplink, nodeLANName, gw, h.UplinkAddr); err != nil {
+		return err
+	}
+	if err := gw.replaceAddr(nodeLANName, h.Addr); err != nil {
+		return err
+	}
+	if err := gw.replaceRoute(nodeLANName, netip.PrefixFrom(APIAddress, 32), h.UplinkAddr.Addr()); err != nil {
+		return err
+	}
+	if err := joinUnderlay(underlay, gw, h.underlayPort, h.UnderlayAddr); err != nil {
+		return err
+	}
+	return inNamespace(h.Netns, func() error {
+		if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
+			return fmt.Errorf("turning IP forwarding on: %w", err)
+		}
+		return nil
+	})
+}
+
+// joinUnderlay puts a namespace on the underlay bridge: port is the bridge's end, the
+// namespace's end is nodeUnderlayName with addr.
+func joinUnderlay(underlay, ns *nsHandle, port string, addr netip.Prefix) error {
+	if err := underlay.ensureVeth(port, nodeUnderlayName, ns); err != nil {
+		return err
+	}
+	if err := underlay.setMaster(port, bridgeName); err != nil {
+		return err
+	}
+	if err := underlay.setUp(port); err != nil {
+		return err
+	}
+	if err := ns.replaceAddr(nodeUnderlayName, addr); err != nil {
+		return err
+	}
+	return ns.setUp(nodeUnderlayName)
 }
 
 // rootLink creates a veth from the root namespace into peer and gives the root end addr.
@@ -146,19 +202,7 @@ func applyNode(lan, underlay *nsHandle, c ClusterNet, n NodeNet) error {
 	if !n.Gateway {
 		return nil
 	}
-	if err := underlay.ensureVeth(n.underlayPort, nodeUnderlayName, node); err != nil {
-		return err
-	}
-	if err := underlay.setMaster(n.underlayPort, bridgeName); err != nil {
-		return err
-	}
-	if err := underlay.setUp(n.underlayPort); err != nil {
-		return err
-	}
-	if err := node.replaceAddr(nodeUnderlayName, n.UnderlayAddr); err != nil {
-		return err
-	}
-	return node.setUp(nodeUnderlayName)
+	return joinUnderlay(underlay, node, n.underlayPort, n.UnderlayAddr)
 }
 
 // Teardown deletes every root-namespace link and every namespace of the lab with the given

@@ -18,7 +18,7 @@ func TestApplyAndTeardown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewPlan(id, specs(2, 2))
+	p, err := NewPlan(id, specs(2, 2), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +79,18 @@ func TestApplyAndTeardown(t *testing.T) {
 	}()
 	if err := dialFrom(gw1.Netns, gwLn.Addr().String()); err != nil {
 		t.Errorf("gateway %s cannot reach gateway %s over the underlay: %v", gw1.Name, gw2.Name, err)
+	}
+	// The hub's gateway reaches the API address over its uplink and the gateways over the underlay.
+	if err := dialFrom(p.HubGateway.Netns, ln.Addr().String()); err != nil {
+		t.Errorf("the hub gateway cannot reach the API address: %v", err)
+	}
+	go func() {
+		if c, err := gwLn.Accept(); err == nil {
+			_ = c.Close()
+		}
+	}()
+	if err := dialFrom(p.HubGateway.Netns, gwLn.Addr().String()); err != nil {
+		t.Errorf("the hub gateway cannot reach gateway %s over the underlay: %v", gw2.Name, err)
 	}
 	// A worker is not on the underlay.
 	if err := dialFrom(p.Clusters[0].Nodes[1].Netns, gwLn.Addr().String()); err == nil {

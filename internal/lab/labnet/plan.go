@@ -61,7 +61,28 @@ type Plan struct {
 	// Underlay is the namespace joining the gateway nodes.
 	Underlay string
 	Clusters []ClusterNet
+	// HubGateway is the hub's gateway node, for the hub topology; nil without it.
+	HubGateway *HubGatewayNet
 }
+
+// HubGatewayNet is the namespace where the hub's gateway runs: on the underlay like the
+// clusters' gateway nodes, and with a link of its own to the API servers, since the hub has no
+// cluster LAN.
+type HubGatewayNet struct {
+	// Netns is the namespace.
+	Netns string
+	// UnderlayAddr is its address on the underlay, the one every cluster tunnels to.
+	UnderlayAddr netip.Prefix
+	// Uplink is the root-namespace link into Netns; the root end has UplinkAddr, the other
+	// end (nodeLANName) Addr, both in a /31 of the API's /28 of LANRange.
+	Uplink           string
+	UplinkAddr, Addr netip.Prefix
+	// underlayPort is the underlay namespace's end of its underlay veth.
+	underlayPort string
+}
+
+// NetnsPath is where the hub gateway's namespace is mounted.
+func (h HubGatewayNet) NetnsPath() string { return NetnsPath(h.Netns) }
 
 // ClusterNet is one cluster's LAN.
 type ClusterNet struct {
@@ -119,8 +140,9 @@ func NetnsOwnerPrefix(id string) string { return NetnsPrefix + id + "-" }
 // RootLinkOwnerPrefix is the prefix of every root-namespace link of the lab with the given ID.
 func RootLinkOwnerPrefix(id string) string { return RootLinkPrefix + id + "-" }
 
-// NewPlan computes names and addresses. It is pure, so the address plan is unit-tested.
-func NewPlan(id string, clusters []ClusterSpec) (Plan, error) {
+// NewPlan computes names and addresses. With hubGateway it adds the hub's gateway node
+// (HubGatewayNet). It is pure, so the address plan is unit-tested.
+func NewPlan(id string, clusters []ClusterSpec, hubGateway bool) (Plan, error) {
 	if len(id) != idLen || strings.Trim(id, "0123456789abcdef") != "" {
 		return Plan{}, fmt.Errorf("lab ID %q: want %d lower-case hex digits (see LabID)", id, idLen)
 	}
@@ -190,6 +212,18 @@ func NewPlan(id string, clusters []ClusterSpec) (Plan, error) {
 	if err := errors.Join(errs...); err != nil {
 		return Plan{}, fmt.Errorf("lab network plan: %w", err)
 	}
+	if hubGateway {
+		// After the clusters' gateways (16 underlay addresses per cluster index); the uplink
+		// takes the /31 after APIAddress in the /28 no cluster LAN uses.
+		p.HubGateway = &HubGatewayNet{
+			Netns:        netnsPrefix + "hub-gw",
+			UnderlayAddr: netip.PrefixFrom(nthAddr(UnderlayRange, 16*MaxClusters+10), UnderlayRange.Bits()),
+			Uplink:       linkPrefix + "hub",
+			UplinkAddr:   netip.PrefixFrom(APIAddress.Next(), 31),
+			Addr:         netip.PrefixFrom(APIAddress.Next().Next(), 31),
+			underlayPort: "hub",
+		}
+	}
 	for _, name := range p.rootLinks() {
 		if len(name) > maxIfNameLen {
 			return Plan{}, fmt.Errorf("lab network plan: link name %q is longer than %d bytes", name, maxIfNameLen)
@@ -204,6 +238,9 @@ func (p Plan) rootLinks() []string {
 	for _, c := range p.Clusters {
 		names = append(names, c.Uplink)
 	}
+	if p.HubGateway != nil {
+		names = append(names, p.HubGateway.Uplink)
+	}
 	return names
 }
 
@@ -215,6 +252,9 @@ func (p Plan) Namespaces() []string {
 		for _, n := range c.Nodes {
 			names = append(names, n.Netns)
 		}
+	}
+	if p.HubGateway != nil {
+		names = append(names, p.HubGateway.Netns)
 	}
 	return names
 }

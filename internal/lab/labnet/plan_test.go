@@ -47,7 +47,7 @@ func TestPlanAddresses(t *testing.T) {
 }
 
 func checkPlanAddresses(t *testing.T, gateways int, wantNodes []wantNode) {
-	p, err := NewPlan("ab12", specsGW(2, 3, gateways))
+	p, err := NewPlan("ab12", specsGW(2, 3, gateways), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func checkPlanAddresses(t *testing.T, gateways int, wantNodes []wantNode) {
 // address, every name within the kernel's limits and carrying the ownership prefixes. Every
 // node but one is a gateway, so the underlay addresses are at their most numerous too.
 func TestPlanStaysInRanges(t *testing.T) {
-	p, err := NewPlan("0f0f", specsGW(MaxClusters, MaxNodesPerCluster, MaxNodesPerCluster-1))
+	p, err := NewPlan("0f0f", specsGW(MaxClusters, MaxNodesPerCluster, MaxNodesPerCluster-1), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,6 +123,21 @@ func TestPlanStaysInRanges(t *testing.T) {
 			}
 		}
 	}
+	h := p.HubGateway
+	if h == nil {
+		t.Fatal("no hub gateway in the plan")
+	}
+	check("hub gateway underlay", h.UnderlayAddr, UnderlayRange)
+	check(h.Uplink, h.UplinkAddr, LANRange)
+	check("hub gateway uplink peer", h.Addr, LANRange)
+	if h.UplinkAddr.Masked() != h.Addr.Masked() || h.Addr.Bits() != 31 {
+		t.Errorf("hub gateway uplink %s and %s are not one /31", h.UplinkAddr, h.Addr)
+	}
+	for _, c := range p.Clusters {
+		if c.UplinkAddr.Overlaps(h.Addr) {
+			t.Errorf("hub gateway uplink %s overlaps cluster LAN %s", h.Addr, c.UplinkAddr.Masked())
+		}
+	}
 	if want := MaxClusters * (MaxNodesPerCluster - 1); gateways != want {
 		t.Errorf("%d gateway nodes, want %d", gateways, want)
 	}
@@ -158,7 +173,7 @@ func TestPlanRejects(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, err := NewPlan(tc.id, tc.specs)
+			_, err := NewPlan(tc.id, tc.specs, false)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v, want one containing %q", err, tc.want)
 			}
@@ -171,7 +186,7 @@ func TestLabID(t *testing.T) {
 	if len(a) != idLen || a == b || a != LabID("/var/lib/octopus/lab") {
 		t.Errorf("LabID: %q %q", a, b)
 	}
-	if _, err := NewPlan(a, specs(1, 2)); err != nil {
+	if _, err := NewPlan(a, specs(1, 2), false); err != nil {
 		t.Errorf("plan with LabID: %v", err)
 	}
 }

@@ -1,0 +1,170 @@
+package lab_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/lab"
+	"github.com/octopus-mcs/octopus/internal/testenv"
+)
+
+// TestHubTopology runs, for each backend, a lab of a hub and two clusters joined with the hub
+// topology, with the clusters' gateways forbidden to exchange a single packet on the underlay
+// (an nftables drop in each gateway node), so that everything between the clusters must go
+// through the hub's gateway. It checks TCP (client address preserved) and ICMP pod → pod both
+// ways, the Peers' statuses (each cluster sees the other via the hub, the hub sees both and
+// carries bytes), `octopus show connections`, a request to an exported Service by its
+// clusterset.local name, and recovery with a new key when the hub's gateway is killed.
+func TestHubTopology(t *testing.T) {
+	testenv.LabNetwork(t)
+	if _, err := exec.LookPath("busybox"); err != nil {
+		t.Fatal("busybox is missing (its ping probes ICMP): run hack/install-deps.sh")
+	}
+	binDir := testenv.BinDir(t)
+	bins := buildCommands(t, "octopus-agent", "octopus-echo", "octopus-dns", "octopus")
+	for _, backend := range []string{"wireguard", "vxlan"} {
+		t.Run(backend, func(t *testing.T) { hubTopology(t, backend, binDir, bins) })
+	}
+}
+
+func hubTopology(t *testing.T, backend, binDir string, bins map[string]string) {
+	dir := filepath.Join(t.TempDir(), "lab")
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	l, err := lab.Up(ctx, lab.Options{
+		Clusters: 2, NodesPerCluster: 2, Dir: dir, BinDir: binDir, Topology: v1alpha1.TopologyHub,
+		AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"], DNSBinary: bins["octopus-dns"],
+		Backends: map[string]string{lab.HubName: backend, lab.ClusterName(1): backend, lab.ClusterName(2): backend},
+	})
+	if err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = l.Stop()
+		if err := lab.Down(dir); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+	})
+	c1, c2 := l.Network.Clusters[0], l.Network.Clusters[1]
+	isolate(t, c1.Nodes[0].Netns, c2.Nodes[0].UnderlayAddr.Addr().String())
+	isolate(t, c2.Nodes[0].Netns, c1.Nodes[0].UnderlayAddr.Addr().String())
+
+	pods := startEchoPods(ctx, t, l)
+	for _, pair := range [][2]string{{c1.Name, c2.Name}, {c2.Name, c1.Name}} {
+		for _, src := range pods[pair[0]] {
+			for _, dst := range pods[pair[1]] {
+				checkTCP(t, "pod -> pod through the hub", src, dst, 90*time.Second)
+				checkICMP(t, src, dst)
+			}
+		}
+	}
+
+	hubc := kubeClient(t, l.Env.Cluster(lab.HubName).Kubeconfig)
+	connections := func(id string) (map[string]v1alpha1.PeerConnection, error) {
+		p := &v1alpha1.Peer{}
+		if err := hubc.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: id}, p); err != nil {
+			return nil, err
+		}
+		out := map[string]v1alpha1.PeerConnection{}
+		for _, c := range p.Status.Connections {
+			out[c.ClusterID] = c
+		}
+		return out, nil
+	}
+	for _, pair := range [][2]string{{c1.Name, c2.Name}, {c2.Name, c1.Name}} {
+		waitFor(t, 30*time.Second, pair[0]+" to report "+pair[1]+" connected via the hub", func() error {
+			conns, err := connections(pair[0])
+			if err != nil {
+				return err
+			}
+			other, hubConn := conns[pair[1]], conns[v1alpha1.HubPeerName]
+			if len(conns) != 2 || other.Via != v1alpha1.HubPeerName || other.State != v1alpha1.ConnectionConnected || other.RTT.Max.Duration == 0 ||
+				hubConn.State != v1alpha1.ConnectionConnected || hubConn.Via != "" {
+				return fmt.Errorf("connections %+v", conns)
+			}
+			return nil
+		})
+	}
+	waitFor(t, 30*time.Second, "the hub's gateway to report both clusters connected, carrying traffic", func() error {
+		conns, err := connections(v1alpha1.HubPeerName)
+		if err != nil {
+			return err
+		}
+		for _, id := range []string{c1.Name, c2.Name} {
+			if c := conns[id]; c.State != v1alpha1.ConnectionConnected || c.RxBytes == 0 || c.TxBytes == 0 {
+				return fmt.Errorf("hub -> %s: %+v", id, c)
+			}
+		}
+		return nil
+	})
+
+	out, err := exec.Command(bins["octopus"], "show", "connections", "--kubeconfig", l.Env.Cluster(lab.HubName).Kubeconfig, "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("octopus show connections: %v", err)
+	}
+	var conns []struct{ Cluster, Peer, Via, State string }
+	if err := json.Unmarshal(out, &conns); err != nil {
+		t.Fatalf("octopus show connections -o json: %v: %s", err, out)
+	}
+	want := fmt.Sprintf("[{%[1]s %[2]s hub Connected} {%[1]s hub  Connected} {%[2]s %[1]s hub Connected} {%[2]s hub  Connected} {hub %[1]s  Connected} {hub %[2]s  Connected}]", c1.Name, c2.Name)
+	if got := fmt.Sprint(conns); got != want {
+		t.Fatalf("octopus show connections: %s, want %s", got, want)
+	}
+
+	report, err := l.Demo(ctx)
+	if err != nil {
+		t.Fatalf("demo: %v", err)
+	}
+	if !strings.HasPrefix(report.CrossClusterReply, "cluster="+c1.Name+" ") || len(report.ImportIPs) == 0 || report.DNSAnswer != report.ImportIPs[0] {
+		t.Fatalf("toolbox in %s -> http://%s/ (%s, ClusterSet IPs %v): %q, want an answer from %s",
+			c2.Name, report.DNSName, report.DNSAnswer, report.ImportIPs, report.CrossClusterReply, c1.Name)
+	}
+	t.Logf("pod -> DNS name through the hub: %s = %s: %s", report.DNSName, report.DNSAnswer, report.CrossClusterReply)
+
+	// The hub's gateway dies; its supervisor restarts it (a new key for wireguard), the
+	// clusters re-point, and traffic recovers with nobody doing anything.
+	hubKey := func() string {
+		p := &v1alpha1.Peer{}
+		if err := hubc.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: v1alpha1.HubPeerName}, p); err != nil {
+			return ""
+		}
+		return p.Spec.PublicKey
+	}
+	oldKey := hubKey()
+	killed := time.Now()
+	killProcess(t, filepath.Join(dir, "pids", lab.HubGatewayProcess+".pid"))
+	if backend == "wireguard" {
+		waitFor(t, 60*time.Second, "a new key in the hub's Peer", func() error {
+			if k := hubKey(); k == oldKey || k == "" {
+				return fmt.Errorf("key still %q", k)
+			}
+			return nil
+		})
+	}
+	checkTCP(t, "after the hub gateway's restart", pods[c2.Name][1], pods[c1.Name][1], 60*time.Second)
+	t.Logf("connectivity recovered %.1fs after the hub's gateway was killed", time.Since(killed).Seconds())
+}
+
+// isolate drops, in a gateway node's namespace, every packet to and from another gateway's
+// underlay address: with it, traffic between the two clusters can only pass the hub.
+func isolate(t *testing.T, netns, other string) {
+	t.Helper()
+	rules := fmt.Sprintf(`table inet octopus-test-isolation {
+	chain out { type filter hook output priority 0; ip daddr %[1]s counter drop; }
+	chain in { type filter hook input priority 0; ip saddr %[1]s counter drop; }
+}`, other)
+	cmd := exec.Command("ip", "netns", "exec", netns, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("isolating %s from %s: %v: %s", netns, other, err, out)
+	}
+}
