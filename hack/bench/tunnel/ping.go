@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os/exec"
 	"slices"
@@ -45,7 +46,7 @@ func parsePingRTTs(out string) []time.Duration {
 		if err != nil {
 			continue
 		}
-		rtts = append(rtts, time.Duration(v*float64(time.Millisecond)))
+		rtts = append(rtts, time.Duration(math.Round(v*float64(time.Millisecond))))
 	}
 	return rtts
 }

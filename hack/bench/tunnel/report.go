@@ -65,16 +65,20 @@ func report(w io.Writer, c config, rounds []round) {
 		fmt.Fprintln(w, "| "+strings.Join(cells, " | ")+" |")
 	}
 
-	fmt.Fprintf(w, "\n| ratio (median of the per-round ratios) | 1 stream | %d streams | target | met |\n", n)
-	fmt.Fprintln(w, "|---|---|---|---|---|")
+	fmt.Fprintf(w, "\n| ratio (median of the per-round ratios) | 1 stream | %d streams | target | met | Gbit per CPU s, same ratio, 1 / %d streams |\n", n, n)
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	for _, t := range targets {
 		if !slices.Contains(c.modes, t.num) || !slices.Contains(c.modes, t.den) {
 			continue
 		}
 		r1 := median(ratios(rounds, t, single))
 		rn := median(ratios(rounds, t, multi))
-		fmt.Fprintf(w, "| %s ÷ %s | **%.2f×** | **%.2f×** | ≥ %.1f× | %s |\n",
-			modeByKey(t.num).label, modeByKey(t.den).label, r1, rn, t.target, met(r1, rn, t.target, n))
+		// Efficiency: the inverse ratio of CPU cost per Gbit, steadier than throughput when
+		// other work takes CPU from the run.
+		e1 := median(ratios(rounds, ratioTarget{num: t.den, den: t.num}, singleCPU))
+		en := median(ratios(rounds, ratioTarget{num: t.den, den: t.num}, multiCPU))
+		fmt.Fprintf(w, "| %s ÷ %s | **%.2f×** | **%.2f×** | ≥ %.1f× | %s | %.2f× / %.2f× |\n",
+			modeByKey(t.num).label, modeByKey(t.den).label, r1, rn, t.target, met(r1, rn, t.target, n), e1, en)
 	}
 }
 
