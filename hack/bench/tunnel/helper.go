@@ -101,7 +101,8 @@ type driverTunnel struct {
 }
 
 func newDriver(backend, dev string, local netip.Addr) (*driverTunnel, error) {
-	// The gateway logs through zap at the default level; funcr at verbosity 0 is the same cost.
+	// The gateway logs through zap at its default level; funcr at verbosity 0 drops the same
+	// V(1) and V(2) lines (wireguard-go's per-handshake messages).
 	log := funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{})
 	d, err := tunnel.New(backend, tunnel.Options{Device: dev, Log: log})
 	if err != nil {

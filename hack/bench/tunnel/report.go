@@ -126,7 +126,7 @@ func met(r1, rn, target float64, n int) string {
 		if r >= target {
 			return "yes"
 		}
-		return fmt.Sprintf("**no** (%.0f %% short)", (1-r/target)*100)
+		return fmt.Sprintf("**no** (%.3f×, %.1f %% short)", r, (1-r/target)*100)
 	}
 	return fmt.Sprintf("1 stream: %s; %d streams: %s", yes(r1), n, yes(rn))
 }
