@@ -122,6 +122,9 @@ func run(ctx context.Context, c config) error {
 		for i := range setups {
 			s := setups[(i+r)%len(setups)]
 			smp, err := s.measure(ctx, c)
+			if ctx.Err() != nil {
+				return fmt.Errorf("interrupted in round %d, %s", r+1, s.mode.key)
+			}
 			if err != nil {
 				return fmt.Errorf("round %d, %s: %w", r+1, s.mode.key, err)
 			}
