@@ -8,7 +8,11 @@ set -euo pipefail
 # busybox and socat: the programs of the busybox and alpine/socat images, which lab pods run
 # as host processes (internal/lab/nodeagent).
 # dnsutils (dig) and dnsperf: the octopus-dns test (cmd/octopus-dns) and the DNS benchmark (hack/bench/dns).
-PACKAGES=(git make ca-certificates nftables iproute2 busybox socat dnsutils dnsperf util-linux mount)
+# iperf3, iputils-ping, wireguard-go and wireguard-tools (wg): the tunnel benchmark
+# (hack/bench/tunnel) measures pod → pod with iperf3 and ping and compares our wireguard driver
+# with Debian's wireguard-go program configured by `wg`.
+PACKAGES=(git make ca-certificates nftables iproute2 busybox socat dnsutils dnsperf util-linux mount
+  iperf3 iputils-ping wireguard-go wireguard-tools)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,0 +1,158 @@
+// Command tunnel measures cross-cluster pod → pod throughput and latency through Octopus's
+// tunnel drivers against baselines, all in one run so that the ratios compare like with like
+// (issue 6; docs/benchmarks.md "Tunnel throughput"). For every mode it builds two gateway
+// namespaces joined by a veth underlay, with a pod namespace behind each, and measures with
+// iperf3 (1 stream and -streams parallel streams) and ping from pod 1 to pod 2. Modes:
+//
+//	veth       plain routing over the underlay, no tunnel (the ceiling)
+//	debian-wg  Debian's wireguard-go program (the 2022 build) configured with `wg`
+//	lib-wg     a bare pair of the wireguard-go library pinned in go.mod: TUN + NewDevice + IpcSet
+//	wireguard  Octopus's wireguard driver: tunnel.New + Apply, as the gateway calls them
+//	vxlan      Octopus's vxlan driver, the same way
+//
+// Rounds interleave the modes (each round starts one mode later), and the summary is the
+// median over rounds; ratios are the medians of the per-round ratios. It needs root, iperf3,
+// ping, ip, wireguard-go and wg (hack/install-deps.sh). Progress goes to stderr, the results
+// (Markdown) to stdout:
+//
+//	go run ./hack/bench/tunnel -rounds 5   # as root, from the repository root
+//
+// The lib-wg, wireguard and vxlan gateways are this program re-executed inside the gateway
+// namespace (see helper.go), so each is a process of its own, like the real gateway.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type config struct {
+	modes    []string
+	rounds   int
+	duration time.Duration
+	streams  int
+	pings    int
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == helperCommand {
+		os.Exit(helperMain(os.Args[2:]))
+	}
+	var c config
+	modes := flag.String("modes", strings.Join(modeKeys(), ","), "modes to measure, comma-separated")
+	flag.IntVar(&c.rounds, "rounds", 5, "rounds; every round measures every mode once")
+	flag.DurationVar(&c.duration, "duration", 5*time.Second, "length of one iperf3 run")
+	flag.IntVar(&c.streams, "streams", 4, "parallel TCP streams of the multi-stream run")
+	flag.IntVar(&c.pings, "pings", 200, "ICMP echo requests per latency sample (10 ms apart)")
+	flag.Parse()
+	err := c.complete(*modes)
+	if err == nil {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err = run(ctx, c)
+		stop()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tunnel benchmark:", err)
+		os.Exit(1)
+	}
+}
+
+func (c *config) complete(modes string) error {
+	for m := range strings.SplitSeq(modes, ",") {
+		m = strings.TrimSpace(m)
+		if !slices.Contains(modeKeys(), m) {
+			return fmt.Errorf("-modes: unknown mode %q; choose from %s", m, strings.Join(modeKeys(), ", "))
+		}
+		c.modes = append(c.modes, m)
+	}
+	switch {
+	case c.rounds < 1:
+		return errors.New("-rounds: want at least 1")
+	case c.duration < time.Second:
+		return errors.New("-duration: want at least 1s")
+	case c.streams < 2:
+		return errors.New("-streams: want at least 2 (1 stream is always measured)")
+	case c.pings < 1:
+		return errors.New("-pings: want at least 1")
+	}
+	return nil
+}
+
+func run(ctx context.Context, c config) error {
+	if os.Geteuid() != 0 {
+		return errors.New("needs root: it creates network namespaces, links and TUN devices (run it with sudo)")
+	}
+	for _, tool := range []string{"ip", "ping", "iperf3", "wireguard-go", "wg"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s not found: run hack/install-deps.sh", tool)
+		}
+	}
+	removeStale(ctx)
+	var cleanups []func()
+	defer func() {
+		progress("cleaning up")
+		for _, f := range slices.Backward(cleanups) {
+			f()
+		}
+	}()
+	var setups []*setup
+	for _, key := range c.modes {
+		progress("setting up %s", key)
+		s, err := newSetup(ctx, modeByKey(key))
+		if s != nil {
+			cleanups = append(cleanups, s.close)
+		}
+		if err != nil {
+			return fmt.Errorf("setting up %s: %w", key, err)
+		}
+		setups = append(setups, s)
+	}
+	var rounds []round
+	for r := range c.rounds {
+		rd := round{samples: map[string]sample{}, loadBefore: loadAverage()}
+		for i := range setups {
+			s := setups[(i+r)%len(setups)]
+			smp, err := s.measure(ctx, c)
+			if ctx.Err() != nil {
+				return fmt.Errorf("interrupted in round %d, %s", r+1, s.mode.key)
+			}
+			if err != nil {
+				return fmt.Errorf("round %d, %s: %w", r+1, s.mode.key, err)
+			}
+			rd.samples[s.mode.key] = smp
+			progress("round %d/%d %-9s 1 stream %5.2f Gbit/s (%d retr, %.2f CPU s/Gbit), %d streams %5.2f Gbit/s (%d retr, %.2f), ping p50 %s p99 %s (load %s)",
+				r+1, c.rounds, s.mode.key, smp.single.gbps(), smp.single.Retransmits, smp.single.coresPerGbps(),
+				c.streams, smp.multi.gbps(), smp.multi.Retransmits, smp.multi.coresPerGbps(), smp.ping.p50, smp.ping.p99, loadAverage())
+		}
+		rd.loadAfter = loadAverage()
+		rounds = append(rounds, rd)
+	}
+	report(os.Stdout, c, rounds)
+	return nil
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+// loadAverage is the 1-minute load average, as /proc/loadavg says it ("?" if unreadable).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
+}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// mode is one way of connecting the two gateways.
+type mode struct {
+	key    string
+	label  string
+	letter byte // in device names
+	// connect makes pod 1 and pod 2 reach each other through the gateways of s.
+	connect func(ctx context.Context, s *setup) error
+}
+
+var modes = []mode{
+	{"veth", "(a) veth routing, no tunnel", 'a', vethRouting},
+	{"debian-wg", "(b) Debian wireguard-go program + wg", 'b', debianWireGuard},
+	{"lib-wg", "(c) bare wireguard-go library pair", 'c', helperTunnel("lib-wg")},
+	{"wireguard", "(d) Octopus wireguard driver", 'd', helperTunnel("wireguard")},
+	{"vxlan", "(e) Octopus vxlan driver", 'e', helperTunnel("vxlan")},
+}
+
+func modeKeys() []string {
+	keys := make([]string, len(modes))
+	for i, m := range modes {
+		keys[i] = m.key
+	}
+	return keys
+}
+
+func modeByKey(key string) mode {
+	for _, m := range modes {
+		if m.key == key {
+			return m
+		}
+	}
+	panic("unknown mode " + key) // complete() validated the keys
+}
+
+// vethRouting routes each pod subnet via the other gateway's underlay address.
+func vethRouting(ctx context.Context, s *setup) error {
+	for i, g := range s.topo.gws {
+		peer := s.topo.gws[1-i]
+		if err := ip(ctx, "-n", g.ns, "route", "add", peer.podNet.String(), "via", peer.underlay.String()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// debianWireGuard runs Debian's wireguard-go program in each gateway namespace and configures
+// it with wg through its UAPI socket (/var/run/wireguard/<device>.sock, machine-wide: hence
+// the machine-unique device names).
+func debianWireGuard(ctx context.Context, s *setup) error {
+	var priv, pub [2][]byte
+	for i, g := range s.topo.gws {
+		var err error
+		if priv[i], pub[i], err = newKeyPair(); err != nil {
+			return err
+		}
+		p, err := start(g.ns, "wireguard-go "+g.dev, []string{"wireguard-go", "-f", g.dev}, withEnv("WG_PROCESS_FOREGROUND=1"))
+		if err != nil {
+			return err
+		}
+		s.addGateway(p)
+		if err := waitFor(p, 10*time.Second, func() bool {
+			_, err := os.Stat(filepath.Join("/var/run/wireguard", g.dev+".sock"))
+			return err == nil
+		}); err != nil {
+			return fmt.Errorf("waiting for the UAPI socket of %s: %w", g.dev, err)
+		}
+	}
+	for i, g := range s.topo.gws {
+		peer := s.topo.gws[1-i]
+		wg := exec.CommandContext(ctx, "ip", "netns", "exec", g.ns, "wg", "set", g.dev,
+			"private-key", "/dev/stdin", "listen-port", strconv.Itoa(tunnelPort),
+			"peer", base64.StdEncoding.EncodeToString(pub[1-i]),
+			"endpoint", netip.AddrPortFrom(peer.underlay, tunnelPort).String(),
+			"allowed-ips", peer.podNet.String(), "persistent-keepalive", "25")
+		wg.Stdin = strings.NewReader(base64.StdEncoding.EncodeToString(priv[i]) + "\n")
+		if out, err := wg.CombinedOutput(); err != nil {
+			return fmt.Errorf("wg set %s: %w: %s", g.dev, err, out)
+		}
+		if err := upAndRoute(ctx, g, peer); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// upAndRoute does for the baselines what our driver does itself: MTU, link up, route.
+func upAndRoute(ctx context.Context, g, peer gateway) error {
+	if err := ip(ctx, "-n", g.ns, "link", "set", g.dev, "mtu", strconv.Itoa(tunnelMTU), "up"); err != nil {
+		return err
+	}
+	return ip(ctx, "-n", g.ns, "route", "add", peer.podNet.String(), "dev", g.dev)
+}
+
+// helperTunnel runs this program as the gateway in each gateway namespace (helper.go) and
+// exchanges the keys and endpoints between the two.
+func helperTunnel(kind string) func(context.Context, *setup) error {
+	return func(ctx context.Context, s *setup) error {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		var procs [2]*process
+		var outs [2]*bufio.Scanner
+		var keys [2]string
+		for i, g := range s.topo.gws {
+			p, err := start(g.ns, kind+" "+g.dev, []string{exe, helperCommand, kind, g.dev, g.underlay.String()}, withStdin, withStdout)
+			if err != nil {
+				return err
+			}
+			s.addGateway(p)
+			procs[i], outs[i] = p, bufio.NewScanner(p.stdout)
+			if keys[i], err = expectLine(p, outs[i], "key "); err != nil {
+				return err
+			}
+		}
+		for i, g := range s.topo.gws {
+			peer := s.topo.gws[1-i]
+			if _, err := fmt.Fprintf(procs[i].stdin, "peer %s %s %s\n",
+				keys[1-i], netip.AddrPortFrom(peer.underlay, tunnelPort), peer.podNet); err != nil {
+				return fmt.Errorf("configuring %s: %w", procs[i].name, err)
+			}
+			if _, err := expectLine(procs[i], outs[i], "ready"); err != nil {
+				return err
+			}
+			if kind == "lib-wg" {
+				if err := upAndRoute(ctx, g, peer); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+}
+
+// expectLine reads the helper's next line, which must start with prefix, and returns the rest.
+func expectLine(p *process, sc *bufio.Scanner, prefix string) (string, error) {
+	if !sc.Scan() {
+		<-p.done
+		return "", fmt.Errorf("%s: expected %q: %w", p.name, prefix, p.exited())
+	}
+	rest, ok := strings.CutPrefix(sc.Text(), prefix)
+	if !ok {
+		return "", fmt.Errorf("%s: expected %q, got %q", p.name, prefix, sc.Text())
+	}
+	return rest, nil
+}
+
+// waitFor polls cond every 50 ms until it holds, p exits, or timeout passes.
+func waitFor(p *process, timeout time.Duration, cond func() bool) error {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if cond() {
+			return nil
+		}
+		if p != nil {
+			if err := p.exited(); err != nil {
+				return err
+			}
+		}
+	}
+	return fmt.Errorf("not done within %s", timeout)
+}
