@@ -28,7 +28,9 @@ import (
 
 // TestPods runs a lab (hub + 1 cluster x 2 nodes) and pods on it: echo servers on both nodes
 // behind a Service, a busybox shell loop as the client, an alpine/socat listener with a TCP
-// readiness probe and a container whose binary is missing. From the client pod's namespace
+// readiness probe, busybox pods with exec readiness probes (one passing once kubectl exec has
+// created the file it tests for, one whose probes fail for good, by exit code and by timeout)
+// and a container whose binary is missing. From the client pod's namespace
 // it checks TCP pod → pod on the same node, on the other node, through the ClusterIP
 // (kube-proxy) and to kubernetes.default; then a Deployment scaled 1 → 3 → 0 gets pods, namespaces and veths and loses
 // them again. Finally Stop leaves no pod namespace or process.
@@ -93,6 +95,28 @@ func TestPods(t *testing.T) {
 			}},
 		},
 	})
+	// Exec readiness probes run in the container's context: exec-ready's probe tests for a
+	// file in the pod's own emptyDir, which the test creates later with kubectl exec;
+	// exec-unready's probes fail for good, one by its exit code, one by its timeout.
+	create(ctx, t, cs, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "exec-ready"},
+		Spec: corev1.PodSpec{
+			Volumes: []corev1.Volume{{Name: "probe", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+			Containers: []corev1.Container{{Name: "app", Image: "busybox:1.37", Command: []string{"sleep", "3600"},
+				VolumeMounts:   []corev1.VolumeMount{{Name: "probe", MountPath: "/var/lib/octopus-lab-test/probe"}},
+				ReadinessProbe: execProbe(1, "test", "-f", "/var/lib/octopus-lab-test/probe/ready"),
+			}},
+		},
+	})
+	create(ctx, t, cs, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "exec-unready"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{
+			{Name: "fails", Image: "busybox:1.37", Command: []string{"sleep", "3600"},
+				ReadinessProbe: execProbe(1, "sh", "-c", "exit 1")},
+			{Name: "hangs", Image: "busybox:1.37", Command: []string{"sleep", "3600"},
+				ReadinessProbe: execProbe(1, "sleep", "30")},
+		}},
+	})
 	create(ctx, t, cs, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "missing"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1",
@@ -123,6 +147,40 @@ func TestPods(t *testing.T) {
 	}
 	if missing.Status.Phase != corev1.PodPending {
 		t.Errorf("pod with a missing binary: phase %s, want Pending", missing.Status.Phase)
+	}
+
+	// Both exec-probed pods run, unready, for a few probe periods; then the file appears
+	// and exec-ready becomes ready, while exec-unready stays unready.
+	for _, name := range []string{"exec-ready", "exec-unready"} {
+		p := waitPod(ctx, t, cs, name, allContainersRunning)
+		time.Sleep(time.Until(latestStart(p).Add(3 * time.Second)))
+		p, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if conds := readiness(p); conds != "Ready=False ContainersReady=False" {
+			t.Errorf("pod %s, whose exec readiness probes fail, is %s", name, conds)
+		}
+	}
+	kubectl := labCluster{kubeconfig: l.Env.Cluster(c.Name).Kubeconfig, kubectl: filepath.Join(binDir, "kubectl")}
+	if res := kubectl.run(ctx, t, nil, "", "exec", "exec-ready", "--", "touch", "/var/lib/octopus-lab-test/probe/ready"); res.code != 0 {
+		t.Fatalf("kubectl exec touch .../probe/ready: exit %d, stderr %q", res.code, res.stderr)
+	}
+	execReady := waitPodReady(ctx, t, cs, "exec-ready")
+	if conds := readiness(execReady); conds != "Ready=True ContainersReady=True" {
+		t.Errorf("pod exec-ready, whose exec readiness probe passes, is %s", conds)
+	}
+	unready, err := pods.Get(ctx, "exec-unready", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conds := readiness(unready); conds != "Ready=False ContainersReady=False" || !allContainersRunning(unready) {
+		t.Errorf("pod exec-unready is %s, all containers running %t; want it unready and running", conds, allContainersRunning(unready))
+	}
+	for _, st := range unready.Status.ContainerStatuses {
+		if st.Ready || st.RestartCount != 0 {
+			t.Errorf("pod exec-unready: container %s ready %t, restarts %d; want unready and never restarted", st.Name, st.Ready, st.RestartCount)
+		}
 	}
 
 	clientNetns := labnet.PodNetnsName(l.Network.ID, string(ready["client"].UID))
@@ -294,6 +352,44 @@ func echoDeployment(name string, replicas int32) *appsv1.Deployment {
 			},
 		},
 	}
+}
+
+// execProbe is a readiness probe that runs argv in the container every period seconds.
+func execProbe(period int32, argv ...string) *corev1.Probe {
+	return &corev1.Probe{PeriodSeconds: period, ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: argv}}}
+}
+
+// allContainersRunning reports whether the pod runs and every container of it is running.
+func allContainersRunning(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) != len(p.Spec.Containers) {
+		return false
+	}
+	for _, st := range p.Status.ContainerStatuses {
+		if st.State.Running == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// latestStart is when the pod's last container to start started.
+func latestStart(p *corev1.Pod) time.Time {
+	var last time.Time
+	for _, st := range p.Status.ContainerStatuses {
+		if st.State.Running != nil && st.State.Running.StartedAt.After(last) {
+			last = st.State.Running.StartedAt.Time
+		}
+	}
+	return last
+}
+
+// readiness renders the pod's Ready and ContainersReady conditions.
+func readiness(p *corev1.Pod) string {
+	status := map[corev1.PodConditionType]corev1.ConditionStatus{}
+	for _, c := range p.Status.Conditions {
+		status[c.Type] = c.Status
+	}
+	return fmt.Sprintf("Ready=%s ContainersReady=%s", status[corev1.PodReady], status[corev1.ContainersReady])
 }
 
 func create(ctx context.Context, t *testing.T, cs kubernetes.Interface, p *corev1.Pod) {

@@ -66,7 +66,7 @@ func (p *pod) startContainers(obj *corev1.Pod) {
 	for _, c := range obj.Spec.Containers {
 		spec := p.containerSpec(obj, c, policy)
 		p.containers = append(p.containers, newContainer(spec, p.agent.opts.Start, onChange))
-		if pr := c.ReadinessProbe; pr != nil && (pr.TCPSocket != nil || pr.HTTPGet != nil) {
+		if pr := c.ReadinessProbe; pr != nil && (pr.TCPSocket != nil || pr.HTTPGet != nil || pr.Exec != nil) {
 			p.probed[c.Name] = true
 		}
 	}
@@ -242,38 +242,33 @@ func (p *pod) probeLoop(ctx context.Context, c *container, spec corev1.Container
 	pr := spec.ReadinessProbe
 	period := seconds(pr.PeriodSeconds, defaultProbePeriod)
 	timeout := seconds(pr.TimeoutSeconds, defaultProbeTimeout)
-	var successes, failures int32
-	needSuccess := max(pr.SuccessThreshold, 1)
-	needFailure := pr.FailureThreshold
-	if needFailure <= 0 {
-		needFailure = defaultFailures
-	}
+	results := newProbeResults(pr)
 	for {
-		p.mu.Lock()
-		ready := p.ready[spec.Name]
-		p.mu.Unlock()
-		now := ready
+		was := results.passing
+		var err error
 		running, since := c.running()
 		switch {
 		case !running:
 			// A restarted container starts unready, as a new one does.
-			now, successes, failures = false, 0, 0
+			results.reset()
 		case time.Since(since) < time.Duration(pr.InitialDelaySeconds)*time.Second:
-		case p.probe(pr, spec, timeout) == nil:
-			successes, failures = successes+1, 0
-			now = now || successes >= needSuccess
 		default:
-			successes, failures = 0, failures+1
-			now = now && failures < needFailure
+			err = p.probe(ctx, c, pr, spec, timeout)
+			if ctx.Err() != nil {
+				return // the pod stops; its probe was cut short, not failed
+			}
+			results.record(err == nil)
 		}
-		if now != ready {
+		if results.passing != was {
 			p.mu.Lock()
-			p.ready[spec.Name] = now
+			p.ready[spec.Name] = results.passing
 			p.mu.Unlock()
+			p.agent.opts.Log.V(1).Info("Readiness changed", "cluster", p.agent.opts.Cluster, "pod", p.key,
+				"container", spec.Name, "ready", results.passing, "probeError", err)
 			p.agent.enqueue(p.key)
 		}
 		wait := period
-		if !now {
+		if !results.passing {
 			// An unready container is probed every second (at most its period), so a new
 			// pod becomes Ready soon after it listens: the lab's pods start in well under
 			// the default 10 s period.
@@ -287,11 +282,47 @@ func (p *pod) probeLoop(ctx context.Context, c *container, spec corev1.Container
 	}
 }
 
-// probe runs one TCP or HTTP readiness check from the pod's node namespace.
-func (p *pod) probe(pr *corev1.Probe, spec corev1.Container, timeout time.Duration) error {
+// probeResults applies a probe's thresholds to its results, as the kubelet's prober does:
+// the probe passes after SuccessThreshold successes in a row and fails after FailureThreshold
+// failures in a row; it starts failing.
+type probeResults struct {
+	needSuccess, needFailure int32
+	successes, failures      int32 // in a row
+	passing                  bool
+}
+
+func newProbeResults(pr *corev1.Probe) *probeResults {
+	r := &probeResults{needSuccess: max(pr.SuccessThreshold, 1), needFailure: pr.FailureThreshold}
+	if r.needFailure <= 0 {
+		r.needFailure = defaultFailures
+	}
+	return r
+}
+
+// record adds one probe's result.
+func (r *probeResults) record(ok bool) {
+	if ok {
+		r.successes, r.failures = r.successes+1, 0
+		r.passing = r.passing || r.successes >= r.needSuccess
+		return
+	}
+	r.successes, r.failures = 0, r.failures+1
+	r.passing = r.passing && r.failures < r.needFailure
+}
+
+// reset starts over, failing: the container is new.
+func (r *probeResults) reset() {
+	*r = probeResults{needSuccess: r.needSuccess, needFailure: r.needFailure}
+}
+
+// probe runs one readiness check: TCP and HTTP from the pod's node namespace, exec in the
+// container.
+func (p *pod) probe(ctx context.Context, c *container, pr *corev1.Probe, spec corev1.Container, timeout time.Duration) error {
 	var port intstr.IntOrString
 	host := ""
 	switch {
+	case pr.Exec != nil:
+		return p.execProbe(ctx, c, probeCommand(pr.Exec.Command, spec.Env), timeout)
 	case pr.TCPSocket != nil:
 		port, host = pr.TCPSocket.Port, pr.TCPSocket.Host
 	case pr.HTTPGet != nil:
@@ -335,6 +366,34 @@ func (p *pod) probe(pr *corev1.Probe, spec corev1.Container, timeout time.Durati
 		return fmt.Errorf("HTTP probe: status %d", code)
 	}
 	return nil
+}
+
+// execProbe runs an exec probe's command as `kubectl exec` runs one (the container's image
+// table, env and namespaces) and passes if it exits with 0. At the timeout the command and
+// what it forked in its process group are killed, and the probe fails, as with the kubelet's
+// exec probe timeout.
+func (p *pod) execProbe(ctx context.Context, c *container, argv []string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := p.exec(ctx, c, argv, execIO{})
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("exec probe %q of pod %s: timed out after %s", argv, p.key, timeout)
+	}
+	if err != nil {
+		return fmt.Errorf("exec probe: %w", err)
+	}
+	return nil
+}
+
+// probeCommand expands $(VAR) in an exec probe's command as the kubelet does
+// (ExpandContainerCommandOnlyStatic): with the env values written in the container's spec
+// only, so a valueFrom variable expands to nothing.
+func probeCommand(cmd []string, env []corev1.EnvVar) []string {
+	vars := make([]string, 0, len(env))
+	for _, e := range env {
+		vars = append(vars, e.Name+"="+e.Value)
+	}
+	return expandAll(cmd, vars)
 }
 
 // resolvePort turns a probe's port (a number or a container port's name) into a number.
