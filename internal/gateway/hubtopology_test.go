@@ -54,7 +54,7 @@ func TestHubTopology(t *testing.T) {
 	westSubnets := sortedStrings([]string{env.Cluster("west").PodCIDR.String(), env.Cluster("west").ServiceCIDR.String()})
 	const hubHC = "10.100.0.1"
 
-	gwCfg, err := hub.HubGatewayConfig(ctx, hubCfg, ns, time.Hour)
+	gwCfg, err := hub.GatewayConfig(ctx, hubCfg, ns, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,9 +18,9 @@ const (
 	JoinRoleName = "octopus-join"
 	// JoinServiceAccount is the identity `octopus join` uses to enrol a cluster.
 	JoinServiceAccount = "octopus-join"
-	// HubGatewayServiceAccount is the identity of the hub's gateway (`octopus-agent gateway
+	// GatewayServiceAccount is the identity of the hub's gateway (`octopus-agent gateway
 	// --hub`, the hub topology), bound to the Role of the same name.
-	HubGatewayServiceAccount = "octopus-hub-gateway"
+	GatewayServiceAccount = "octopus-hub-gateway"
 	// joinTokenSecret holds the join identity's long-lived token.
 	joinTokenSecret = "octopus-join-token"
 )
@@ -74,9 +74,9 @@ func joinRole(namespace string) *rbacv1.Role {
 // namespace and to these resources instead, and cannot read Secrets.
 func hubGatewayIdentity(namespace string) []client.Object {
 	return []client.Object{
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: HubGatewayServiceAccount, Namespace: namespace, Labels: kube.ManagedLabels()}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: GatewayServiceAccount, Namespace: namespace, Labels: kube.ManagedLabels()}},
 		&rbacv1.Role{
-			ObjectMeta: metav1.ObjectMeta{Name: HubGatewayServiceAccount, Namespace: namespace, Labels: kube.ManagedLabels()},
+			ObjectMeta: metav1.ObjectMeta{Name: GatewayServiceAccount, Namespace: namespace, Labels: kube.ManagedLabels()},
 			Rules: []rbacv1.PolicyRule{
 				{APIGroups: []string{"octopus.io"}, Resources: []string{"peers"}, Verbs: readWrite},
 				{APIGroups: []string{"octopus.io"}, Resources: []string{"peers/status"}, Verbs: []string{"get", "update", "patch"}},
@@ -85,9 +85,9 @@ func hubGatewayIdentity(namespace string) []client.Object {
 			},
 		},
 		&rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: HubGatewayServiceAccount, Namespace: namespace, Labels: kube.ManagedLabels()},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: HubGatewayServiceAccount},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: HubGatewayServiceAccount, Namespace: namespace}},
+			ObjectMeta: metav1.ObjectMeta{Name: GatewayServiceAccount, Namespace: namespace, Labels: kube.ManagedLabels()},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: GatewayServiceAccount},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: GatewayServiceAccount, Namespace: namespace}},
 		},
 	}
 }

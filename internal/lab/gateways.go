@@ -108,14 +108,14 @@ func startHubGateway(ctx context.Context, opts Options, env *controlplane.Enviro
 	if err != nil {
 		return fmt.Errorf("starting the hub's gateway: %w", err)
 	}
-	cfg, err := hub.HubGatewayConfig(ctx, env.Cluster(HubName).RESTConfig(), namespace, hubGatewayTokenTTL)
+	cfg, err := hub.GatewayConfig(ctx, env.Cluster(HubName).RESTConfig(), namespace, hubGatewayTokenTTL)
 	if err != nil {
 		return fmt.Errorf("starting the hub's gateway: %w", err)
 	}
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters[HubName] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos[hub.HubGatewayServiceAccount] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
-	kc.Contexts[HubName] = &clientcmdapi.Context{Cluster: HubName, AuthInfo: hub.HubGatewayServiceAccount}
+	kc.AuthInfos[hub.GatewayServiceAccount] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
+	kc.Contexts[HubName] = &clientcmdapi.Context{Cluster: HubName, AuthInfo: hub.GatewayServiceAccount}
 	kc.CurrentContext = HubName
 	path := filepath.Join(env.Dir, "hub-gateway.kubeconfig")
 	data, err := clientcmd.Write(*kc)
