@@ -107,17 +107,7 @@ func TestCompute(t *testing.T) {
 			if !reflect.DeepEqual(d.Tunnel, want) {
 				t.Fatalf("tunnel config\n got %+v\nwant %+v", d.Tunnel, want)
 			}
-			refused := map[string]string{}
-			for _, r := range d.Refused {
-				refused[r.Cluster] = r.Reason
-				if !strings.Contains(r.Message, "cluster "+r.Cluster) {
-					t.Errorf("refusal message %q does not name the cluster", r.Message)
-				}
-			}
-			if len(refused) == 0 {
-				refused = nil
-			}
-			if !reflect.DeepEqual(refused, tt.wantRefused) {
+			if refused := refusedReasons(t, d); !reflect.DeepEqual(refused, tt.wantRefused) {
 				t.Fatalf("refused %v, want %v", refused, tt.wantRefused)
 			}
 			if !reflect.DeepEqual(d.Targets, tt.wantTargets) {
@@ -125,6 +115,23 @@ func TestCompute(t *testing.T) {
 			}
 		})
 	}
+}
+
+// refusedReasons maps each refused cluster to its reason (nil for none), checking that every
+// refusal's message names its cluster.
+func refusedReasons(t *testing.T, d Desired) map[string]string {
+	t.Helper()
+	var refused map[string]string
+	for _, r := range d.Refused {
+		if refused == nil {
+			refused = map[string]string{}
+		}
+		refused[r.Cluster] = r.Reason
+		if !strings.Contains(r.Message, "cluster "+r.Cluster) {
+			t.Errorf("refusal message %q does not name the cluster", r.Message)
+		}
+	}
+	return refused
 }
 
 func TestComputeOverlapMessage(t *testing.T) {
@@ -264,14 +271,7 @@ func TestComputeTopology(t *testing.T) {
 			if !reflect.DeepEqual(d.Via, tt.wantVia) {
 				t.Errorf("via %v, want %v", d.Via, tt.wantVia)
 			}
-			refused := map[string]string{}
-			for _, r := range d.Refused {
-				refused[r.Cluster] = r.Reason
-			}
-			if len(refused) == 0 {
-				refused = nil
-			}
-			if !reflect.DeepEqual(refused, tt.wantRefused) {
+			if refused := refusedReasons(t, d); !reflect.DeepEqual(refused, tt.wantRefused) {
 				t.Errorf("refused %v, want %v", refused, tt.wantRefused)
 			}
 			if !reflect.DeepEqual(d.Targets, tt.wantTargets) {

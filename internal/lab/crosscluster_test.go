@@ -46,15 +46,20 @@ type xpod struct {
 // IP, recovery when the gateway process is killed (with a new key for wireguard), and that a cluster
 // leaving removes every route and tunnel that referred to it.
 func TestCrossCluster(t *testing.T) {
+	forEachBackend(t, crossCluster)
+}
+
+// forEachBackend takes the lab network, builds the binaries a lab with gateways runs, and runs
+// test with each tunnel backend, one lab after the other.
+func forEachBackend(t *testing.T, test func(t *testing.T, backend, binDir string, bins map[string]string)) {
 	testenv.LabNetwork(t)
 	if _, err := exec.LookPath("busybox"); err != nil {
 		t.Fatal("busybox is missing (its ping probes ICMP): run hack/install-deps.sh")
 	}
 	binDir := testenv.BinDir(t)
 	bins := buildCommands(t, "octopus-agent", "octopus-echo", "octopus-dns", "octopus")
-	// One lab per backend, one after the other (the lab network lock is ours meanwhile).
 	for _, backend := range []string{"wireguard", "vxlan"} {
-		t.Run(backend, func(t *testing.T) { crossCluster(t, backend, binDir, bins) })
+		t.Run(backend, func(t *testing.T) { test(t, backend, binDir, bins) })
 	}
 }
 

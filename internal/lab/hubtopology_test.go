@@ -14,7 +14,6 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/lab"
-	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
 // TestHubTopology runs, for each backend, a lab of a hub and two clusters joined with the hub
@@ -25,15 +24,7 @@ import (
 // carries bytes), `octopus show connections`, a request to an exported Service by its
 // clusterset.local name, and recovery with a new key when the hub's gateway is killed.
 func TestHubTopology(t *testing.T) {
-	testenv.LabNetwork(t)
-	if _, err := exec.LookPath("busybox"); err != nil {
-		t.Fatal("busybox is missing (its ping probes ICMP): run hack/install-deps.sh")
-	}
-	binDir := testenv.BinDir(t)
-	bins := buildCommands(t, "octopus-agent", "octopus-echo", "octopus-dns", "octopus")
-	for _, backend := range []string{"wireguard", "vxlan"} {
-		t.Run(backend, func(t *testing.T) { hubTopology(t, backend, binDir, bins) })
-	}
+	forEachBackend(t, hubTopology)
 }
 
 func hubTopology(t *testing.T, backend, binDir string, bins map[string]string) {
