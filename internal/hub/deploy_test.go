@@ -61,10 +61,11 @@ func TestDeployTwiceChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := managedVersions(t, c)
-	// Namespace, 3 CRDs (clusters, peers, MCS serviceimports), 2 Roles, 1 RoleBinding,
-	// 1 ServiceAccount, 1 Secret, 2 policies, 2 bindings.
-	if len(before) != 13 {
-		t.Fatalf("deploy manages %d objects, want 13: %v", len(before), before)
+	// Namespace, 3 CRDs (clusters, peers, MCS serviceimports), 3 Roles (cluster, join,
+	// hub gateway), 2 RoleBindings and 2 ServiceAccounts (join, hub gateway), 1 Secret,
+	// 2 policies, 2 bindings.
+	if len(before) != 16 {
+		t.Fatalf("deploy manages %d objects, want 16: %v", len(before), before)
 	}
 	second, err := Deploy(t.Context(), cfg, DeployOptions{})
 	if err != nil {
