@@ -53,6 +53,10 @@ type ImportReconciler struct {
 	Hub          client.Reader
 	HubNamespace string
 
+	// Workers is how many services SetupWithManager lets reconcile at once. Optional;
+	// DefaultWorkers when zero.
+	Workers int
+
 	// liveness says which clusters' endpoints are withdrawn because their heartbeat stopped;
 	// nil withdraws none.
 	liveness *liveness
