@@ -317,7 +317,7 @@ func setupImport(mgr manager.Manager, o ImportOptions) (cache.Cache, error) {
 	r := &ImportReconciler{
 		Member: mgr.GetClient(), Hub: hubCluster.GetCache(), HubNamespace: o.HubNamespace,
 		liveness: newLiveness(o.StaleClusterTTL, o.ClusterID, hubCluster.GetCache(), o.HubNamespace),
-		Workers:  o.Workers,
+		Workers:  o.Workers, expectations: newExpectations(),
 	}
 	if err := r.SetupWithManager(mgr, hubCluster.GetCache()); err != nil {
 		return nil, err
