@@ -57,6 +57,9 @@ type ExportReconciler struct {
 	// Exports reads every cluster's records in HubNamespace, indexed by hubServiceIndex (the
 	// import side's cache). Optional: without it the Conflict condition is not set.
 	Exports client.Reader
+	// Workers is how many exports SetupWithManager lets reconcile at once. Optional;
+	// DefaultWorkers when zero.
+	Workers int
 }
 
 // +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceexports,verbs=get;list;watch

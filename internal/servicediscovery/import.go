@@ -53,9 +53,15 @@ type ImportReconciler struct {
 	Hub          client.Reader
 	HubNamespace string
 
+	// Workers is how many services SetupWithManager lets reconcile at once. Optional;
+	// DefaultWorkers when zero.
+	Workers int
+
 	// liveness says which clusters' endpoints are withdrawn because their heartbeat stopped;
 	// nil withdraws none.
 	liveness *liveness
+	// expectations hold our writes the cache has not shown yet; nil waits for none.
+	expectations *expectations
 }
 
 // +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceimports,verbs=get;list;watch;create;update;patch;delete
@@ -69,6 +75,13 @@ type ImportReconciler struct {
 // when no cluster exports it any more.
 func (r *ImportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	key := req.NamespacedName
+	// Our last writes fired the events that brought us here, likely before the cache holds
+	// them: from the older copies, this reconcile would only repeat them.
+	if ok, err := r.expectations.satisfied(ctx, r.Member, key); err != nil {
+		return ctrl.Result{}, err
+	} else if !ok {
+		return ctrl.Result{RequeueAfter: expectationRecheck}, nil
+	}
 	ns := &corev1.Namespace{}
 	if err := r.Member.Get(ctx, types.NamespacedName{Name: key.Namespace}, ns); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -97,6 +110,7 @@ func (r *ImportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, err
 	}
 	if len(records) == 0 {
+		r.expectations.forget(key)
 		return ctrl.Result{}, r.remove(ctx, key, cur)
 	}
 	if cur != nil && !cur.DeletionTimestamp.IsZero() {
@@ -158,6 +172,8 @@ func (r *ImportReconciler) importService(ctx context.Context, key types.Namespac
 		}
 		if err := r.Member.Status().Patch(ctx, si, client.MergeFrom(orig)); err != nil {
 			errs = append(errs, fmt.Errorf("updating the status of ServiceImport %s: %w", key, err))
+		} else {
+			r.expectations.wrote(key, writtenImport, si)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -177,6 +193,7 @@ func (r *ImportReconciler) ensureImport(ctx context.Context, cur, want *mcsv1bet
 	if err := applyInto(ctx, r.Member, want, got); err != nil {
 		return nil, err
 	}
+	r.expectations.wrote(client.ObjectKeyFromObject(want), writtenImport, got)
 	if cur == nil {
 		logf.FromContext(ctx).Info("Created ServiceImport", "serviceImport", client.ObjectKeyFromObject(want), "type", want.Spec.Type)
 	}
@@ -197,6 +214,7 @@ func (r *ImportReconciler) ensureDerived(ctx context.Context, si *mcsv1beta1.Ser
 	if err := applyInto(ctx, r.Member, want, got); err != nil {
 		return nil, err
 	}
+	r.expectations.wrote(client.ObjectKeyFromObject(si), writtenService, got)
 	return got, nil
 }
 
@@ -231,9 +249,12 @@ func (r *ImportReconciler) syncSlices(ctx context.Context, si *mcsv1beta1.Servic
 				continue
 			}
 		}
-		if err := applyInto(ctx, r.Member, want, &discoveryv1.EndpointSlice{}); err != nil {
+		got := &discoveryv1.EndpointSlice{}
+		if err := applyInto(ctx, r.Member, want, got); err != nil {
 			errs = append(errs, err)
+			continue
 		}
+		r.expectations.wrote(key, writtenSlice, got)
 	}
 	for _, s := range have {
 		if err := r.Member.Delete(ctx, s); client.IgnoreNotFound(err) != nil {

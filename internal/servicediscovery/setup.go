@@ -54,7 +54,42 @@ type ExportOptions struct {
 	// (e.g. discovery failing just after an API server restart) cannot fail the setup; without
 	// it, each hub cache discovers the hub's API itself.
 	HubMapper meta.RESTMapper
+	// ExportWorkers and ImportWorkers are how many exports, and imported services, are
+	// reconciled at once. Optional; DefaultWorkers when zero.
+	ExportWorkers int
+	ImportWorkers int
 }
+
+// DefaultWorkers is how many exports, and how many imported services, each controller
+// reconciles at once by default. One (controller-runtime's default) makes a cold start a chain
+// of member round trips, one service after another; kube-controller-manager runs its
+// EndpointSlice and Service controllers with 5 workers each (--concurrent-service-endpoint-
+// syncs, --concurrent-service-syncs), and the agent's work per service is of the same kind. It
+// is safe: the workqueue never hands one key to two workers at once, every object a reconcile
+// writes belongs to its key alone (records, slices and derived names are per service), and the
+// reconcilers' only shared state (liveness) is locked.
+const DefaultWorkers = 5
+
+// controllerOptions are the options of both controllers with workers workers (DefaultWorkers
+// when zero).
+func controllerOptions(workers int) controller.Options {
+	if workers <= 0 {
+		workers = DefaultWorkers
+	}
+	return controller.Options{
+		MaxConcurrentReconciles: workers,
+		// The agent runs one of these per process, but tests run one agent per member cluster
+		// in one process, and controller names are checked process-wide.
+		SkipNameValidation: ptr.To(true),
+		CacheSyncTimeout:   hubCacheSyncTimeout,
+	}
+}
+
+// stripForCache drops what no reconciler reads from the objects of the hub caches before they
+// are stored: managedFields, often the largest part of a record or slice, kept once per
+// cluster and export in every agent. Everything else is read (labels, annotations, spec, the
+// slices' endpoints).
+var stripForCache = cache.TransformStripManagedFields()
 
 // HubKinds are the hub kinds the export and import controllers watch, for warming HubMapper.
 var HubKinds = []schema.GroupVersionKind{
@@ -74,7 +109,7 @@ func useMapper(co *cluster.Options, m meta.RESTMapper) {
 // cluster's exports: the import side builds from it, and the export side reads it to set the
 // Conflict condition. It may be called after mgr has started.
 func Setup(mgr manager.Manager, o ExportOptions) error {
-	exports, err := setupImport(mgr, ImportOptions{Hub: o.Hub, HubNamespace: o.HubNamespace, ClusterID: o.ClusterID, StaleClusterTTL: o.StaleClusterTTL, HubMapper: o.HubMapper})
+	exports, err := setupImport(mgr, ImportOptions{Hub: o.Hub, HubNamespace: o.HubNamespace, ClusterID: o.ClusterID, StaleClusterTTL: o.StaleClusterTTL, HubMapper: o.HubMapper, Workers: o.ImportWorkers})
 	if err != nil {
 		return err
 	}
@@ -105,6 +140,7 @@ func setupExport(mgr manager.Manager, o ExportOptions, exports cache.Cache) erro
 			// Only our own objects: the rest of the cluster set's are not ours to manage here,
 			// and the cache stays as small as what we export.
 			DefaultLabelSelector: labels.SelectorFromSet(labels.Set{v1alpha1.ClusterLabel: o.ClusterID}),
+			DefaultTransform:     stripForCache,
 		}
 	})
 	if err != nil {
@@ -116,6 +152,7 @@ func setupExport(mgr manager.Manager, o ExportOptions, exports cache.Cache) erro
 	r := &ExportReconciler{
 		Member: mgr.GetClient(), Hub: hubCluster.GetClient(),
 		HubNamespace: o.HubNamespace, ClusterID: o.ClusterID, Addresses: o.Addresses, Exports: exports,
+		Workers: o.ExportWorkers,
 	}
 	return r.SetupWithManager(mgr, hubCluster.GetCache())
 }
@@ -137,11 +174,7 @@ func (r *ExportReconciler) SetupWithManager(mgr manager.Manager, hubCache cache.
 		// Another cluster's export of a service exported here may change this one's Conflict.
 		b = b.WatchesRawSource(source.Kind(exports, &mcsv1beta1.ServiceImport{}, handler.TypedEnqueueRequestsFromMapFunc(r.othersExport)))
 	}
-	err := b.
-		// The agent runs one of these per process, but tests run one agent per member cluster
-		// in one process, and controller names are checked process-wide.
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(true), CacheSyncTimeout: hubCacheSyncTimeout}).
-		Complete(r)
+	err := b.WithOptions(controllerOptions(r.Workers)).Complete(r)
 	if err != nil {
 		return fmt.Errorf("setting up the service export controller: %w", err)
 	}
@@ -213,6 +246,8 @@ type ImportOptions struct {
 	StaleClusterTTL time.Duration
 	// HubMapper is as in ExportOptions. Optional.
 	HubMapper meta.RESTMapper
+	// Workers is how many services are reconciled at once. Optional; DefaultWorkers when zero.
+	Workers int
 }
 
 // SetupImport adds the import controller to mgr, which runs against the member cluster, along
@@ -255,6 +290,7 @@ func setupImport(mgr manager.Manager, o ImportOptions) (cache.Cache, error) {
 			ByObject: map[client.Object]cache.ByObject{
 				&coordinationv1.Lease{}: {Label: labels.NewSelector().Add(*heartbeats)},
 			},
+			DefaultTransform: stripForCache,
 		}
 	})
 	if err != nil {
@@ -281,6 +317,7 @@ func setupImport(mgr manager.Manager, o ImportOptions) (cache.Cache, error) {
 	r := &ImportReconciler{
 		Member: mgr.GetClient(), Hub: hubCluster.GetCache(), HubNamespace: o.HubNamespace,
 		liveness: newLiveness(o.StaleClusterTTL, o.ClusterID, hubCluster.GetCache(), o.HubNamespace),
+		Workers:  o.Workers, expectations: newExpectations(),
 	}
 	if err := r.SetupWithManager(mgr, hubCluster.GetCache()); err != nil {
 		return nil, err
@@ -307,8 +344,7 @@ func (r *ImportReconciler) SetupWithManager(mgr manager.Manager, hubCache cache.
 			DeleteFunc:  func(event.DeleteEvent) bool { return false },
 			GenericFunc: func(event.GenericEvent) bool { return false },
 		})).
-		// See the export controller for both options.
-		WithOptions(controller.Options{SkipNameValidation: ptr.To(true), CacheSyncTimeout: hubCacheSyncTimeout}).
+		WithOptions(controllerOptions(r.Workers)).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("setting up the service import controller: %w", err)

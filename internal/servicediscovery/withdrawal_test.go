@@ -7,12 +7,20 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/agent"
 	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/servicediscovery"
 )
 
 // restart starts member's agent again after f.stop[member] stopped it.
@@ -44,7 +52,9 @@ func TestStaleClusterWithdrawal(t *testing.T) {
 		leaseDuration = 3 * time.Second
 		ttl           = 5 * time.Second
 	)
-	f := newFabricWith(t, agent.ControllerOptions{HeartbeatInterval: 500 * time.Millisecond, LeaseDuration: leaseDuration, StaleClusterTTL: ttl},
+	// Worker counts other than the default, to see them reach the controllers.
+	f := newFabricWith(t, agent.ControllerOptions{HeartbeatInterval: 500 * time.Millisecond, LeaseDuration: leaseDuration, StaleClusterTTL: ttl,
+		ExportWorkers: 2, ImportWorkers: 3},
 		"east", "west", "north")
 	east, north := f.members["east"], f.members["north"]
 	for _, m := range []string{"east", "west", "north"} {
@@ -63,6 +73,11 @@ func TestStaleClusterWithdrawal(t *testing.T) {
 	for _, m := range []string{"west", "north"} {
 		f.waitImport(t, m, solo, soloWant)
 		f.waitImport(t, m, shared, sharedBoth)
+	}
+	for controller, want := range map[string]float64{"serviceexport": 2, "serviceimport": 3} {
+		if got := maxConcurrentReconciles(t, controller); got != want {
+			t.Errorf("controller %s runs %g workers, want %g", controller, got, want)
+		}
 	}
 	before, err := getImported(t.Context(), f.members["west"], shared)
 	if err != nil {
@@ -100,4 +115,80 @@ func TestStaleClusterWithdrawal(t *testing.T) {
 		_, msg := checkImport(ctx, east, solo, soloWant)
 		return msg
 	})
+	checkHubCacheStripped(t, f, "west")
+}
+
+// maxConcurrentReconciles reads the worker count controller-runtime reports for controller.
+func maxConcurrentReconciles(t *testing.T, controller string) float64 {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() != "controller_runtime_max_concurrent_reconciles" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == controller {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no worker count reported for controller %s", controller)
+	return 0
+}
+
+// checkHubCacheStripped builds the import side's hub cache as the agent does, in member, and
+// checks that it holds the hub's records and slices without their managedFields, which the
+// API server's copies have.
+func checkHubCacheStripped(t *testing.T, f *fabric, member string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	mgr, err := manager.New(f.env.Cluster(member).RESTConfig(), manager.Options{Scheme: kube.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hubCache, err := servicediscovery.SetupImportCache(mgr, servicediscovery.ImportOptions{Hub: f.env.Cluster("hub").RESTConfig(), HubNamespace: f.ns, ClusterID: member})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	if !hubCache.WaitForCacheSync(ctx) {
+		t.Fatal("the hub cache did not sync")
+	}
+	for _, lists := range []struct{ api, cached client.ObjectList }{
+		{&mcsv1beta1.ServiceImportList{}, &mcsv1beta1.ServiceImportList{}},
+		{&discoveryv1.EndpointSliceList{}, &discoveryv1.EndpointSliceList{}},
+	} {
+		sel := client.HasLabels{v1alpha1.ServiceNamespaceLabel}
+		if err := f.hub.List(ctx, lists.api, client.InNamespace(f.ns), sel); err != nil {
+			t.Fatal(err)
+		}
+		if err := hubCache.List(ctx, lists.cached, client.InNamespace(f.ns)); err != nil {
+			t.Fatal(err)
+		}
+		apiItems, _ := apimeta.ExtractList(lists.api)
+		cachedItems, _ := apimeta.ExtractList(lists.cached)
+		if len(cachedItems) == 0 || len(cachedItems) != len(apiItems) {
+			t.Fatalf("%T: %d cached, %d on the hub; want the same, more than none", lists.cached, len(cachedItems), len(apiItems))
+		}
+		if o := apiItems[0].(client.Object); len(o.GetManagedFields()) == 0 {
+			t.Fatalf("%T %s has no managedFields on the hub: the check below proves nothing", o, o.GetName())
+		}
+		for _, item := range cachedItems {
+			if o := item.(client.Object); len(o.GetManagedFields()) != 0 {
+				t.Errorf("the hub cache holds %T %s with its managedFields", o, o.GetName())
+			}
+		}
+	}
 }

@@ -135,6 +135,10 @@ func runScale(ctx context.Context, o scaleOptions) error {
 	if err != nil {
 		return err
 	}
+	memberBefore, err := memberWrites(ctx, env, members)
+	if err != nil {
+		return err
+	}
 
 	// t0: all agents start.
 	agentDir := filepath.Join(env.Dir, "agents")
@@ -249,6 +253,10 @@ func runScale(ctx context.Context, o scaleOptions) error {
 	if err != nil {
 		return err
 	}
+	memberAfter, err := memberWrites(ctx, env, members)
+	if err != nil {
+		return err
+	}
 	rssAtEnd, hwm := make([]int64, len(agents)), make([]int64, len(agents))
 	for i, a := range agents {
 		rssAtEnd[i], hwm[i] = readRSS(a.cmd.Process.Pid)
@@ -258,7 +266,7 @@ func runScale(ctx context.Context, o scaleOptions) error {
 	fmt.Printf("## MCS scale: hub + %d clusters × %d exported services (+%d probes)\n\n", o.members, o.services, o.probes)
 	mode := fmt.Sprintf("this program's agent mode (agent.RunController, member client %g QPS)", o.memberQPS)
 	if o.agentBin != "" {
-		mode = o.agentBin + " controller (client-go default rate limits)"
+		mode = o.agentBin + " controller (its built-in client rate limits and workers)"
 	}
 	fmt.Printf("agents: one process per cluster, %s\n\n", mode)
 	fmt.Println("| metric | value | target |")
@@ -275,8 +283,21 @@ func runScale(ctx context.Context, o scaleOptions) error {
 	w := writesAfter.sub(writesBefore)
 	fmt.Printf("| hub write requests per export (excluding heartbeat Leases) | %.2f (%d / %d) | |\n", float64(w.total-w.leases)/float64(exports), w.total-w.leases, exports)
 	fmt.Printf("| hub write requests, all (incl. %d Lease renewals) | %d | |\n", w.leases, w.total)
+	// Every cluster imports every export, its own included; the members' writes also hold
+	// the probes' 2 creates each (Service made before t0, ServiceExport after) and the
+	// exports' status patches.
+	imports := o.members * exports
+	mw := memberAfter.sub(memberBefore)
+	fmt.Printf("| member write requests per import, all members (excluding Leases) | %.2f (%d / %d) | |\n", float64(mw.total-mw.leases)/float64(imports), mw.total-mw.leases, imports)
 	fmt.Println()
-	fmt.Println("hub writes by verb and resource (excluding Leases):")
+	printWrites("hub writes by verb and resource (excluding Leases):", w)
+	fmt.Println()
+	printWrites("member writes by verb and resource, all members (excluding Leases):", mw)
+	return nil
+}
+
+func printWrites(title string, w writeCounts) {
+	fmt.Println(title)
 	keys := make([]string, 0, len(w.byKey))
 	for k := range w.byKey {
 		keys = append(keys, k)
@@ -287,7 +308,23 @@ func runScale(ctx context.Context, o scaleOptions) error {
 			fmt.Printf("- %s: %d\n", k, w.byKey[k])
 		}
 	}
-	return nil
+}
+
+// memberWrites sums the write requests of every member's API server.
+func memberWrites(ctx context.Context, env *controlplane.Environment, members []string) (writeCounts, error) {
+	sum := writeCounts{byKey: map[string]int64{}}
+	for _, n := range members {
+		w, err := hubWrites(ctx, env.Cluster(n).RESTConfig())
+		if err != nil {
+			return writeCounts{}, fmt.Errorf("member %s: %w", n, err)
+		}
+		sum.total += w.total
+		sum.leases += w.leases
+		for k, v := range w.byKey {
+			sum.byKey[k] += v
+		}
+	}
+	return sum, nil
 }
 
 // createExports creates n Services and their ServiceExports in namespace scale of cluster name,
@@ -409,7 +446,7 @@ func runAgent(args []string) int {
 	fs := flag.NewFlagSet(agentSubcommand, flag.ContinueOnError)
 	kubeconfig := fs.String("kubeconfig", "", "member cluster kubeconfig")
 	identity := fs.String("identity", "", "heartbeat identity")
-	qps := fs.Float64("member-qps", 0, "client QPS towards the member cluster (burst twice that); 0 keeps client-go's default")
+	qps := fs.Float64("member-qps", 0, "client QPS towards the member cluster (burst twice that); 0 keeps the agent's default")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

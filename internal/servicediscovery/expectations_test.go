@@ -1,0 +1,191 @@
+package servicediscovery
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+)
+
+// fakeCache answers Get from objects by type and name; nothing else is needed here.
+type fakeCache []client.Object
+
+func (c fakeCache) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	for _, o := range c {
+		if o.GetName() == key.Name && o.GetNamespace() == key.Namespace {
+			switch dst := obj.(type) {
+			case *mcsv1beta1.ServiceImport:
+				if src, ok := o.(*mcsv1beta1.ServiceImport); ok {
+					*dst = *src
+					return nil
+				}
+			case *corev1.Service:
+				if src, ok := o.(*corev1.Service); ok {
+					*dst = *src
+					return nil
+				}
+			case *discoveryv1.EndpointSlice:
+				if src, ok := o.(*discoveryv1.EndpointSlice); ok {
+					*dst = *src
+					return nil
+				}
+			}
+		}
+	}
+	return apierrors.NewNotFound(schema.GroupResource{}, key.Name)
+}
+
+func (c fakeCache) List(context.Context, client.ObjectList, ...client.ListOption) error {
+	panic("not used")
+}
+
+func objMeta(name, rv string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: "shop", Name: name, ResourceVersion: rv}
+}
+
+// TestExpectations checks when a reconcile may go ahead after our own writes: only once the
+// cache shows each of them (or they are too old to wait for), so that a stale cache never
+// makes the import controller repeat a write.
+func TestExpectations(t *testing.T) {
+	key := types.NamespacedName{Namespace: "shop", Name: "web"}
+	other := types.NamespacedName{Namespace: "shop", Name: "db"}
+	written := []struct {
+		kind writtenKind
+		obj  client.Object
+	}{
+		{writtenImport, &mcsv1beta1.ServiceImport{ObjectMeta: objMeta("web", "12")}},
+		{writtenService, &corev1.Service{ObjectMeta: objMeta("derived-web", "11")}},
+		{writtenSlice, &discoveryv1.EndpointSlice{ObjectMeta: objMeta("web-east", "13")}},
+	}
+	for _, tc := range []struct {
+		name    string
+		cache   fakeCache
+		key     types.NamespacedName
+		elapsed time.Duration
+		want    bool
+		// wantAfter is what a second call says with an empty cache: true when the first call
+		// forgot every expectation.
+		wantAfter bool
+	}{
+		{
+			name: "cache holds every write",
+			cache: fakeCache{
+				&mcsv1beta1.ServiceImport{ObjectMeta: objMeta("web", "12")},
+				&corev1.Service{ObjectMeta: objMeta("derived-web", "11")},
+				&discoveryv1.EndpointSlice{ObjectMeta: objMeta("web-east", "13")},
+			},
+			key: key, want: true, wantAfter: true,
+		},
+		{
+			name: "cache holds newer versions",
+			cache: fakeCache{
+				&mcsv1beta1.ServiceImport{ObjectMeta: objMeta("web", "20")},
+				&corev1.Service{ObjectMeta: objMeta("derived-web", "100")},
+				&discoveryv1.EndpointSlice{ObjectMeta: objMeta("web-east", "14")},
+			},
+			key: key, want: true, wantAfter: true,
+		},
+		{
+			name: "the import is older in the cache",
+			cache: fakeCache{
+				&mcsv1beta1.ServiceImport{ObjectMeta: objMeta("web", "10")},
+				&corev1.Service{ObjectMeta: objMeta("derived-web", "11")},
+				&discoveryv1.EndpointSlice{ObjectMeta: objMeta("web-east", "13")},
+			},
+			key: key, want: false, wantAfter: false,
+		},
+		{
+			name: "a new slice is not in the cache yet",
+			cache: fakeCache{
+				&mcsv1beta1.ServiceImport{ObjectMeta: objMeta("web", "12")},
+				&corev1.Service{ObjectMeta: objMeta("derived-web", "11")},
+			},
+			key: key, want: false, wantAfter: false,
+		},
+		{
+			name:  "expectations too old to wait for",
+			cache: fakeCache{},
+			key:   key, elapsed: expectationTTL + time.Second, want: true, wantAfter: true,
+		},
+		{
+			name:  "another service waits for nothing",
+			cache: fakeCache{},
+			key:   other, want: true, wantAfter: false,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			now := start
+			e := newExpectations()
+			e.now = func() time.Time { return now }
+			for _, w := range written {
+				e.wrote(key, w.kind, w.obj)
+			}
+			now = start.Add(tc.elapsed)
+			got, err := e.satisfied(t.Context(), tc.cache, tc.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("satisfied = %v, want %v", got, tc.want)
+			}
+			after, err := e.satisfied(t.Context(), fakeCache{}, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if after != tc.wantAfter {
+				t.Errorf("then with an empty cache: satisfied = %v, want %v", after, tc.wantAfter)
+			}
+		})
+	}
+
+	t.Run("forget", func(t *testing.T) {
+		e := newExpectations()
+		e.wrote(key, writtenImport, written[0].obj)
+		e.forget(key)
+		if ok, err := e.satisfied(t.Context(), fakeCache{}, key); err != nil || !ok {
+			t.Errorf("satisfied after forget = %v, %v; want true", ok, err)
+		}
+	})
+	t.Run("nil waits for nothing", func(t *testing.T) {
+		var e *expectations
+		e.wrote(key, writtenImport, written[0].obj)
+		if ok, err := e.satisfied(t.Context(), fakeCache{}, key); err != nil || !ok {
+			t.Errorf("satisfied = %v, %v; want true", ok, err)
+		}
+	})
+}
+
+// TestExpectationsConcurrent exercises expectations from several workers at once, as the
+// import controller's workers share them (run with -race).
+func TestExpectationsConcurrent(t *testing.T) {
+	e := newExpectations()
+	cache := fakeCache{&mcsv1beta1.ServiceImport{ObjectMeta: objMeta("web", "5")}}
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			key := types.NamespacedName{Namespace: "shop", Name: fmt.Sprintf("svc-%d", i%3)}
+			for j := range 100 {
+				e.wrote(key, writtenImport, &mcsv1beta1.ServiceImport{ObjectMeta: objMeta("web", strconv.Itoa(j+1))})
+				if _, err := e.satisfied(t.Context(), cache, key); err != nil {
+					t.Error(err)
+				}
+				if j%10 == 0 {
+					e.forget(key)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
