@@ -18,21 +18,25 @@ import (
 
 // gatewayOptions are the flags of `octopus-agent gateway`.
 type gatewayOptions struct {
-	kubeconfig     string
-	nodeName       string
-	backend        string
-	listenPort     uint16
-	device         string
-	endpointIP     string
-	healthCheckIP  string
-	excludeSubnets []string
-	mtu            int
-	leaseDuration  time.Duration
-	renewDeadline  time.Duration
-	retryPeriod    time.Duration
-	statusInterval time.Duration
-	healthInterval time.Duration
-	metricsAddr    string
+	kubeconfig       string
+	nodeName         string
+	backend          string
+	listenPort       uint16
+	device           string
+	endpointIP       string
+	healthCheckIP    string
+	excludeSubnets   []string
+	mtu              int
+	leaseDuration    time.Duration
+	renewDeadline    time.Duration
+	retryPeriod      time.Duration
+	statusInterval   time.Duration
+	healthInterval   time.Duration
+	metricsAddr      string
+	livenessPort     uint16
+	livenessInterval time.Duration
+	livenessFailures int
+	takeoverAfter    time.Duration
 }
 
 func newGatewayCommand() *cobra.Command {
@@ -46,7 +50,15 @@ one generates a fresh WireGuard key pair, publishes this cluster's Peer on the h
 endpoint, subnets, health-check address), tunnels to every other cluster's Peer (mesh), mirrors
 their subnets into the octopus-system/octopus-gateway ConfigMap for the route agents, and reports
 its connections in the Peer's status. It exits with an error when it loses the Lease, so that
-its restart gets a fresh key and stands by.`,
+its restart gets a fresh key and stands by.
+
+Standbys take over from a dead active gateway before the Lease expires: every gateway process
+accepts TCP connections on --liveness-port, and a standby connects to the Lease holder's node
+(its InternalIP) every --liveness-interval. When --liveness-failures probes in a row failed AND
+the Lease was not renewed for --takeover-after, the standby writes itself into the Lease (an
+optimistic-concurrency update: a renewal or another standby's takeover in between wins). An
+active gateway that renews, or that answers, is never displaced. --liveness-port 0 turns this
+off: standbys then wait out --lease-duration.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts, err := o.complete()
@@ -72,6 +84,12 @@ its restart gets a fresh key and stands by.`,
 	f.DurationVar(&o.healthInterval, "health-interval", time.Second, "interval of the ICMP health probes to every remote gateway; a connection is down after 3 missed")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", fmt.Sprintf(":%d", gateway.DefaultMetricsPort),
 		`address of the Prometheus metrics endpoint (/metrics), standbys included; "0" turns it off`)
+	f.Uint16Var(&o.livenessPort, "liveness-port", gateway.DefaultLivenessPort,
+		"TCP port every gateway listens on and standbys probe on the active gateway's node InternalIP for a fast takeover; 0 turns fast takeover off")
+	f.DurationVar(&o.livenessInterval, "liveness-interval", gateway.DefaultLivenessInterval, "how often a standby probes the active gateway (also the probe's timeout)")
+	f.IntVar(&o.livenessFailures, "liveness-failures", gateway.DefaultLivenessFailures, "consecutive failed probes before a standby may take over")
+	f.DurationVar(&o.takeoverAfter, "takeover-after", 0,
+		"how long the Lease must also go unrenewed before a standby takes over; must exceed --retry-period (default 2 × --retry-period)")
 	f.DurationVar(&o.statusInterval, "status-interval", gateway.DefaultStatusInterval, "how often to refresh the Peer's status")
 	return cmd
 }
@@ -88,7 +106,11 @@ func (o gatewayOptions) complete() (gateway.Options, error) {
 		Member: member, NodeName: o.nodeName, Backend: v1alpha1.Backend(o.backend), ListenPort: o.listenPort, Device: o.device,
 		MTU: o.mtu, LeaseDuration: o.leaseDuration, RenewDeadline: o.renewDeadline, RetryPeriod: o.retryPeriod,
 		StatusInterval: o.statusInterval, Log: ctrl.Log.WithName("gateway"),
-		NewProber: gateway.NewHealthProber(o.healthInterval, ctrl.Log.WithName("health")),
+		NewProber:    gateway.NewHealthProber(o.healthInterval, ctrl.Log.WithName("health")),
+		LivenessPort: o.livenessPort, LivenessInterval: o.livenessInterval, LivenessFailures: o.livenessFailures, TakeoverAfter: o.takeoverAfter,
+	}
+	if o.livenessPort != 0 && o.takeoverAfter != 0 && o.takeoverAfter <= o.retryPeriod {
+		return gateway.Options{}, fmt.Errorf("--takeover-after %s must exceed --retry-period %s: a live active gateway renews only every retry period", o.takeoverAfter, o.retryPeriod)
 	}
 	for flag, dst := range map[string]*netip.Addr{"--endpoint-ip": &opts.EndpointIP, "--health-check-ip": &opts.HealthCheckIP} {
 		v := map[string]string{"--endpoint-ip": o.endpointIP, "--health-check-ip": o.healthCheckIP}[flag]
@@ -110,6 +132,14 @@ func (o gatewayOptions) complete() (gateway.Options, error) {
 	if o.metricsAddr != "0" && o.metricsAddr != "" {
 		if opts.MetricsListener, err = net.Listen("tcp", o.metricsAddr); err != nil {
 			return gateway.Options{}, fmt.Errorf("listening for metrics: %w (pick another address with --metrics-bind-address, or \"0\" to turn metrics off)", err)
+		}
+	}
+	if o.livenessPort != 0 {
+		if opts.LivenessListener, err = net.Listen("tcp", fmt.Sprintf(":%d", o.livenessPort)); err != nil {
+			if opts.MetricsListener != nil {
+				_ = opts.MetricsListener.Close()
+			}
+			return gateway.Options{}, fmt.Errorf("listening for liveness probes: %w (pick another port with --liveness-port, the same on every gateway node, or 0 to turn fast takeover off)", err)
 		}
 	}
 	return opts, nil

@@ -73,7 +73,7 @@ func (g *runningGateway) stop(t *testing.T) {
 	}
 }
 
-func startGateway(t *testing.T, member *rest.Config, node string, endpoint string) *runningGateway {
+func startGateway(t *testing.T, member *rest.Config, node string, endpoint string, mods ...func(*Options)) *runningGateway {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &runningGateway{node: node, cancel: cancel, done: make(chan struct{})}
@@ -106,6 +106,9 @@ func startGateway(t *testing.T, member *rest.Config, node string, endpoint strin
 			return nil
 		},
 		Log: testr.NewWithOptions(t, testr.Options{LogTimestamp: true}).WithValues("gateway", node),
+	}
+	for _, mod := range mods {
+		mod(&o)
 	}
 	go func() {
 		defer close(g.done)

@@ -55,9 +55,10 @@ type failoverLab struct {
 //   - the active gateway node's underlay link is cut and restored: the tunnel health marks the
 //     connection down on both sides, the Lease does not move (nothing detects an underlay
 //     loss yet), and traffic recovers once the link is back;
-//   - the active gateway is killed for good (not restarted): the standby takes the Lease,
+//   - the active gateway is killed for good (not restarted): the standby notices (liveness
+//     probes refused, Lease not renewed) and takes the Lease over long before it expires,
 //     publishes a Peer with a new key, cluster2 re-points, cluster1's route agents follow and
-//     traffic recovers; the interruption is measured;
+//     traffic recovers; the interruption is measured and must stay under 3 s;
 //   - the hub's API server is down for 60 s: an established TCP connection keeps working, new
 //     ones succeed, and afterwards nothing has flapped (same Peers, keys, Lease holders and
 //     gateway processes; no probe gap).
@@ -164,7 +165,8 @@ func (f *failoverLab) underlayCut(ctx context.Context, t *testing.T) {
 		t.Fatalf("a probe sent %.1fs after the underlay cut was answered: the cut did not cut the data path", last.Sub(cut).Seconds())
 	}
 	// Nothing detects an underlay loss yet: the gateway still reaches its API server over the
-	// LAN, so it keeps renewing the Lease and no standby takes over. Wait out two Lease
+	// LAN, so it keeps renewing the Lease (and answers the standby's liveness probes over the
+	// LAN), and no standby takes over. Wait out two Lease
 	// durations to be sure. When gateways learn to give up the Lease on a dead underlay, this
 	// is where the test must change (and docs/architecture.md §6d with it).
 	time.Sleep(12 * time.Second)
@@ -238,11 +240,12 @@ func (f *failoverLab) gatewayKilled(ctx context.Context, t *testing.T) {
 	// Keep probing a little so the gap is closed by a steady flow, not a lucky packet.
 	time.Sleep(2 * time.Second)
 	gap, lost, sent := probe.longestGap(killed.Add(-time.Second), time.Now())
-	t.Logf("MEASURED failover interruption: %.2fs (longest gap between answered 10 ms UDP probes; %d of %d lost) after SIGKILL of the active gateway (lease 6s, renew 4s, retry 1s)",
+	t.Logf("MEASURED failover interruption: %.2fs (longest gap between answered 10 ms UDP probes; %d of %d lost) after SIGKILL of the active gateway (lease 6s, renew 4s, retry 500ms, liveness probes every 100ms, takeover after 3 failed and 1s unrenewed)",
 		gap.Seconds(), lost, sent)
-	// A generous bound: the Lease expiry dominates; anything near a minute means a step hung.
-	if gap > 45*time.Second {
-		t.Errorf("failover took %s, want well under 45s", gap)
+	// The target is 2 s and runs measure ~1–1.5 s (docs/benchmarks.md); 3 s leaves
+	// room for a loaded machine while staying well below the 6 s the Lease expiry alone takes.
+	if gap > 3*time.Second {
+		t.Errorf("failover interrupted the data path for %s, want at most 3s (the fast takeover did not happen?)", gap)
 	}
 	f.waitHTTP(t, 30*time.Second)
 

@@ -8,12 +8,16 @@ import (
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 )
 
-// Gateway timing in the lab: short, so failover and status show within seconds.
+// Gateway timing in the lab: short, so failover and status show within seconds. A standby
+// probes the active gateway every 100 ms and takes over after 3 failed probes once the Lease
+// went unrenewed for 2 retry periods (1 s; internal/gateway/takeover.go), well before the
+// Lease expires.
 const (
-	labGatewayLeaseDuration = "6s"
-	labGatewayRenewDeadline = "4s"
-	labGatewayRetryPeriod   = "1s"
-	labGatewayStatus        = "2s"
+	labGatewayLeaseDuration    = "6s"
+	labGatewayRenewDeadline    = "4s"
+	labGatewayRetryPeriod      = "500ms"
+	labGatewayStatus           = "2s"
+	labGatewayLivenessInterval = "100ms"
 )
 
 // GatewayProcessName names the supervised gateway process of a node (its log is
@@ -48,7 +52,8 @@ func startGateways(opts Options, env *controlplane.Environment, cp *controlplane
 				Args: []string{"gateway", "--kubeconfig", cp.Kubeconfig, "--node-name", n.Name,
 					"--backend", backend, "--device", GatewayDevice(cp.Name), "--endpoint-ip", n.UnderlayAddr.Addr().String(),
 					"--lease-duration", labGatewayLeaseDuration, "--renew-deadline", labGatewayRenewDeadline,
-					"--retry-period", labGatewayRetryPeriod, "--status-interval", labGatewayStatus},
+					"--retry-period", labGatewayRetryPeriod, "--status-interval", labGatewayStatus,
+					"--liveness-interval", labGatewayLivenessInterval},
 				Netns:          n.NetnsPath(),
 				RestartOnCrash: true,
 			})
