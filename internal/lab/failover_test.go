@@ -253,6 +253,10 @@ func (f *failoverLab) gatewayKilled(ctx context.Context, t *testing.T) {
 	if gap > 3*time.Second {
 		t.Errorf("failover interrupted the data path for %s, want at most 3s (the fast takeover did not happen?)", gap)
 	}
+	if gap > 2*time.Second {
+		// Above the target: show what the gateways and route agents did meanwhile.
+		f.logTails(t, 30)
+	}
 	f.waitHTTP(t, 30*time.Second)
 
 	// The killed gateway stays dead: StopProcess does not let the supervisor restart it.
@@ -330,6 +334,10 @@ func (f *failoverLab) hubDown(ctx context.Context, t *testing.T) {
 	// check that nothing flapped.
 	time.Sleep(15 * time.Second)
 	if err := roundTrip(-1); err != nil {
+		gap, lost, sent := probe.longestGap(down, time.Now())
+		t.Logf("probes since the outage began: longest gap %s, %d of %d lost; Lease holders %s, %s", gap, lost, sent,
+			f.waitHolder(ctx, t, f.cs1, "", 5*time.Second), f.waitHolder(ctx, t, f.cs2, "", 5*time.Second))
+		f.logTails(t, 30)
 		t.Fatalf("established connection after the hub came back: %v", err)
 	}
 	gap, lost, sent := probe.longestGap(down, time.Now())
@@ -352,6 +360,23 @@ func (f *failoverLab) hubDown(ctx context.Context, t *testing.T) {
 	for name, cs := range map[string]kubernetes.Interface{f.c1.Name: f.cs1, f.c2.Name: f.cs2} {
 		if h := f.waitHolder(ctx, t, cs, "", 5*time.Second); h != holders[name] {
 			t.Errorf("%s's gateway Lease moved from %s to %s across the hub outage", name, holders[name], h)
+		}
+	}
+}
+
+// logTails logs the last n lines of every gateway's and route agent's log.
+func (f *failoverLab) logTails(t *testing.T, n int) {
+	t.Helper()
+	for _, c := range f.l.Network.Clusters {
+		for _, node := range c.Nodes {
+			for _, name := range []string{lab.GatewayProcessName(node.Name), lab.RouteAgentProcessName(node.Name)} {
+				b, err := os.ReadFile(filepath.Join(f.dir, "logs", name+".log"))
+				if err != nil {
+					continue
+				}
+				lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+				t.Logf("last %d lines of %s:\n%s", n, name, strings.Join(lines[max(0, len(lines)-n):], "\n"))
+			}
 		}
 	}
 }
