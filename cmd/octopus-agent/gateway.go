@@ -86,7 +86,7 @@ off: standbys then wait out --lease-duration.`,
 		`address of the Prometheus metrics endpoint (/metrics), standbys included; "0" turns it off`)
 	f.Uint16Var(&o.livenessPort, "liveness-port", gateway.DefaultLivenessPort,
 		"TCP port every gateway listens on and standbys probe on the active gateway's node InternalIP for a fast takeover; 0 turns fast takeover off")
-	f.DurationVar(&o.livenessInterval, "liveness-interval", gateway.DefaultLivenessInterval, "how often a standby probes the active gateway (also the probe's timeout)")
+	f.DurationVar(&o.livenessInterval, "liveness-interval", gateway.DefaultLivenessInterval, "how often a standby probes the active gateway (a probe times out after 1s; a refused one fails at once)")
 	f.IntVar(&o.livenessFailures, "liveness-failures", gateway.DefaultLivenessFailures, "consecutive failed probes before a standby may take over")
 	f.DurationVar(&o.takeoverAfter, "takeover-after", 0,
 		"how long the Lease must also go unrenewed before a standby takes over; must exceed --retry-period (default 2 × --retry-period)")

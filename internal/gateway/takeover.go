@@ -69,6 +69,11 @@ const (
 	DefaultLivenessPort     = 9474
 	DefaultLivenessInterval = 200 * time.Millisecond
 	DefaultLivenessFailures = 3
+
+	// livenessTimeout bounds one probe. A dead process's port is refused at once, so this
+	// only delays noticing a silent node; it is long so that a loaded machine, which may not
+	// run the prober's goroutine for a while, does not turn a slow answer into a failure.
+	livenessTimeout = time.Second
 )
 
 // verdict is what a standby does after a probe.
@@ -170,12 +175,11 @@ type takeover struct {
 }
 
 func newTakeover(o Options, cs kubernetes.Interface, lock *trackingLock) *takeover {
-	timeout := o.LivenessInterval
 	return &takeover{
 		o: o, cs: cs, lock: lock, log: o.Log.WithName("takeover"), now: time.Now,
 		d: detector{self: o.NodeName, failures: o.LivenessFailures, staleAfter: o.TakeoverAfter, backoff: o.RetryPeriod},
 		dial: func(ctx context.Context, addr netip.AddrPort) error {
-			c, err := (&net.Dialer{Timeout: timeout}).DialContext(ctx, "tcp", addr.String())
+			c, err := (&net.Dialer{Timeout: livenessTimeout}).DialContext(ctx, "tcp", addr.String())
 			if err != nil {
 				return err
 			}
