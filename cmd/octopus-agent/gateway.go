@@ -18,23 +18,27 @@ import (
 
 // gatewayOptions are the flags of `octopus-agent gateway`.
 type gatewayOptions struct {
-	kubeconfig     string
-	nodeName       string
-	backend        string
-	listenPort     uint16
-	device         string
-	endpointIP     string
-	healthCheckIP  string
-	excludeSubnets []string
-	mtu            int
-	leaseDuration  time.Duration
-	renewDeadline  time.Duration
-	retryPeriod    time.Duration
-	statusInterval time.Duration
-	healthInterval time.Duration
-	metricsAddr    string
-	hub            bool
-	hubNamespace   string
+	kubeconfig       string
+	nodeName         string
+	backend          string
+	listenPort       uint16
+	device           string
+	endpointIP       string
+	healthCheckIP    string
+	excludeSubnets   []string
+	mtu              int
+	leaseDuration    time.Duration
+	renewDeadline    time.Duration
+	retryPeriod      time.Duration
+	statusInterval   time.Duration
+	healthInterval   time.Duration
+	metricsAddr      string
+	livenessPort     uint16
+	livenessInterval time.Duration
+	livenessFailures int
+	takeoverAfter    time.Duration
+	hub              bool
+	hubNamespace     string
 }
 
 func newGatewayCommand() *cobra.Command {
@@ -50,12 +54,21 @@ their subnets into the octopus-system/octopus-gateway ConfigMap for the route ag
 its connections in the Peer's status. It exits with an error when it loses the Lease, so that
 its restart gets a fresh key and stands by.
 
+Standbys take over from a dead active gateway before the Lease expires: every gateway process
+accepts TCP connections on --liveness-port, and a standby connects to the Lease holder's node
+(its InternalIP) every --liveness-interval. When --liveness-failures probes in a row failed AND
+the Lease was not renewed for --takeover-after, the standby writes itself into the Lease (an
+optimistic-concurrency update: a renewal or another standby's takeover in between wins). An
+active gateway that renews, or that answers, is never displaced. --liveness-port 0 turns this
+off: standbys then wait out --lease-duration.
+
 With --hub it is the hub's gateway instead, for clusters joined with --topology hub: --kubeconfig
 is the hub's (its ServiceAccount octopus-hub-gateway, made by hub deploy, has the rights it
 needs), the Lease is octopus-hub-gateway in the hub namespace, and it publishes the Peer "hub",
 tunnels to every member and forwards between them. The node needs IP forwarding; pass
 --endpoint-ip and --health-check-ip (an address in no cluster's CIDRs) where the hub has no
-Node objects.`,
+Node objects. Fast takeover is off for the hub's gateway, since a standby finds the active one's
+address through its Node object and the hub has none: a standby waits out --lease-duration.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts, err := o.complete()
@@ -83,6 +96,12 @@ Node objects.`,
 		`address of the Prometheus metrics endpoint (/metrics), standbys included; "0" turns it off`)
 	f.BoolVar(&o.hub, "hub", false, "run as the hub's gateway (the hub topology); --kubeconfig is then the hub's")
 	f.StringVar(&o.hubNamespace, "hub-namespace", v1alpha1.DefaultHubNamespace, "with --hub: the hub namespace")
+	f.Uint16Var(&o.livenessPort, "liveness-port", gateway.DefaultLivenessPort,
+		"TCP port every gateway listens on and standbys probe on the active gateway's node InternalIP for a fast takeover; 0 turns fast takeover off")
+	f.DurationVar(&o.livenessInterval, "liveness-interval", gateway.DefaultLivenessInterval, "how often a standby probes the active gateway (a probe times out after 1s; a refused one fails at once)")
+	f.IntVar(&o.livenessFailures, "liveness-failures", gateway.DefaultLivenessFailures, "consecutive failed probes before a standby may take over")
+	f.DurationVar(&o.takeoverAfter, "takeover-after", 0,
+		"how long the Lease must also go unrenewed before a standby takes over; must exceed --retry-period (default 2 × --retry-period)")
 	f.DurationVar(&o.statusInterval, "status-interval", gateway.DefaultStatusInterval, "how often to refresh the Peer's status")
 	return cmd
 }
@@ -99,10 +118,15 @@ func (o gatewayOptions) complete() (gateway.Options, error) {
 		Member: member, NodeName: o.nodeName, Backend: v1alpha1.Backend(o.backend), ListenPort: o.listenPort, Device: o.device,
 		MTU: o.mtu, LeaseDuration: o.leaseDuration, RenewDeadline: o.renewDeadline, RetryPeriod: o.retryPeriod,
 		StatusInterval: o.statusInterval, Log: ctrl.Log.WithName("gateway"),
-		NewProber: gateway.NewHealthProber(o.healthInterval, ctrl.Log.WithName("health")),
+		NewProber:    gateway.NewHealthProber(o.healthInterval, ctrl.Log.WithName("health")),
+		LivenessPort: o.livenessPort, LivenessInterval: o.livenessInterval, LivenessFailures: o.livenessFailures, TakeoverAfter: o.takeoverAfter,
+	}
+	if o.livenessPort != 0 && o.takeoverAfter != 0 && o.takeoverAfter <= o.retryPeriod {
+		return gateway.Options{}, fmt.Errorf("--takeover-after %s must exceed --retry-period %s: a live active gateway renews only every retry period", o.takeoverAfter, o.retryPeriod)
 	}
 	if o.hub {
 		opts.Role, opts.HubNamespace = v1alpha1.PeerRoleHub, o.hubNamespace
+		opts.LivenessPort = 0
 	}
 	for flag, dst := range map[string]*netip.Addr{"--endpoint-ip": &opts.EndpointIP, "--health-check-ip": &opts.HealthCheckIP} {
 		v := map[string]string{"--endpoint-ip": o.endpointIP, "--health-check-ip": o.healthCheckIP}[flag]
@@ -124,6 +148,14 @@ func (o gatewayOptions) complete() (gateway.Options, error) {
 	if o.metricsAddr != "0" && o.metricsAddr != "" {
 		if opts.MetricsListener, err = net.Listen("tcp", o.metricsAddr); err != nil {
 			return gateway.Options{}, fmt.Errorf("listening for metrics: %w (pick another address with --metrics-bind-address, or \"0\" to turn metrics off)", err)
+		}
+	}
+	if opts.LivenessPort != 0 {
+		if opts.LivenessListener, err = net.Listen("tcp", fmt.Sprintf(":%d", o.livenessPort)); err != nil {
+			if opts.MetricsListener != nil {
+				_ = opts.MetricsListener.Close()
+			}
+			return gateway.Options{}, fmt.Errorf("listening for liveness probes: %w (pick another port with --liveness-port, the same on every gateway node, or 0 to turn fast takeover off)", err)
 		}
 	}
 	return opts, nil

@@ -98,6 +98,23 @@ type Options struct {
 	// MetricsListener is where Run serves Prometheus metrics at /metrics (metrics.go) until
 	// it returns; Run closes it. Optional: without it there is no metrics endpoint.
 	MetricsListener net.Listener
+	// LivenessListener is where Run accepts the standbys' liveness probes (takeover.go) until
+	// it returns; Run closes it. Optional: without it standbys cannot tell that this gateway
+	// is alive, so they take over once it stops renewing for TakeoverAfter.
+	LivenessListener net.Listener
+	// LivenessPort is the port a standby probes on the Lease holder's node InternalIP for a
+	// fast takeover (takeover.go). Optional: 0 turns fast takeover off, and a standby waits
+	// for the Lease to expire.
+	LivenessPort uint16
+	// LivenessInterval is how often a standby probes the holder; LivenessFailures
+	// consecutive failed probes are needed. Optional: DefaultLivenessInterval and
+	// DefaultLivenessFailures.
+	LivenessInterval time.Duration
+	LivenessFailures int
+	// TakeoverAfter is how long the Lease must go unrenewed, as well, before a standby takes
+	// it over. It must exceed RetryPeriod, the active's renew cadence. Optional: 2 ×
+	// RetryPeriod.
+	TakeoverAfter time.Duration
 	// Log receives what the gateway does. Optional.
 	Log logr.Logger
 }
@@ -154,6 +171,20 @@ func (o *Options) setDefaults() error {
 			*d.v = d.def
 		}
 	}
+	if o.LivenessInterval <= 0 {
+		o.LivenessInterval = DefaultLivenessInterval
+	}
+	if o.LivenessFailures <= 0 {
+		o.LivenessFailures = DefaultLivenessFailures
+	}
+	if o.TakeoverAfter <= 0 {
+		o.TakeoverAfter = 2 * o.RetryPeriod
+	}
+	if o.LivenessPort != 0 && o.TakeoverAfter <= o.RetryPeriod {
+		// A live active renews every RetryPeriod: a shorter wait could displace it between
+		// two renewals.
+		return fmt.Errorf("gateway: the takeover wait %s must exceed the retry period %s", o.TakeoverAfter, o.RetryPeriod)
+	}
 	if o.NewDriver == nil {
 		o.NewDriver = tunnel.New
 	}
@@ -167,15 +198,27 @@ func (o *Options) setDefaults() error {
 }
 
 // Run waits for the cluster's hub credential, then takes part in the election of the active
-// gateway through the LeaseName Lease in octopus-system. While active it runs the gateway
+// gateway through the LeaseName Lease in octopus-system (the hub's gateway: HubLeaseName in
+// the hub namespace), with fast takeover when LivenessPort is set. While active it runs the gateway
 // (see active). It returns nil when ctx is done, and ErrLostLease (or the active gateway's
 // error) when it stops being the active one.
 func Run(ctx context.Context, o Options) error {
 	if err := o.setDefaults(); err != nil {
-		if o.MetricsListener != nil {
-			_ = o.MetricsListener.Close()
+		for _, l := range []net.Listener{o.MetricsListener, o.LivenessListener} {
+			if l != nil {
+				_ = l.Close()
+			}
 		}
 		return err
+	}
+	if o.LivenessListener != nil {
+		// Served for the whole Run, standbys included: the Lease identity is the node name,
+		// so a live gateway process on the holder's node holds the Lease or gets it back at
+		// once (a restarted one re-acquires its own record without waiting).
+		srvCtx, stop := context.WithCancel(ctx)
+		wait := serveLiveness(srvCtx, o.LivenessListener, o.Log)
+		defer wait()
+		defer stop()
 	}
 	// The registry is this Run's own: several gateways may run in one process (tests).
 	reg := prometheus.NewRegistry()
@@ -205,7 +248,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("creating a client of the member cluster: %w", err)
 	}
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, at.leaseNamespace, at.leaseName,
+	rl, err := resourcelock.New(resourcelock.LeasesResourceLock, at.leaseNamespace, at.leaseName,
 		cs.CoreV1(), cs.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: o.NodeName})
 	if err != nil {
 		return fmt.Errorf("creating the gateway lease lock: %w", err)
@@ -218,37 +261,55 @@ func Run(ctx context.Context, o Options) error {
 	var acquired atomic.Bool
 	leCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: lock, LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
-		// Hand over at once on a clean shutdown instead of after LeaseDuration.
-		ReleaseOnCancel: true,
-		Name:            at.leaseName,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				acquired.Store(true)
-				defer close(activeDone)
-				o.Log.Info("Became the active gateway", "node", o.NodeName, "cluster", at.ClusterID, "role", o.Role)
-				a := &active{o: o, at: at, member: member, metrics: m}
-				m.setActive(true)
-				activeErr = a.run(ctx)
-				m.setActive(false)
-				cancel() // release the Lease so that a standby takes over
-			},
-			OnStoppedLeading: func() { o.Log.Info("Stopped being the active gateway", "node", o.NodeName) },
-			OnNewLeader: func(id string) {
-				if id != o.NodeName {
-					o.Log.Info("Standing by: another node is the active gateway", "active", id)
-				}
-			},
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("configuring the gateway election: %w", err)
+	lock := &trackingLock{Interface: rl, onDisplaced: func(holder string) {
+		// A standby took over while we could not renew (takeover.go): stop now rather than
+		// keep acting until RenewDeadline runs out.
+		o.Log.Info("Another gateway took the Lease over; stopping being the active gateway", "node", o.NodeName, "holder", holder)
+		cancel()
+	}}
+	var tk *takeover
+	if o.LivenessPort != 0 {
+		tk = newTakeover(o, cs, lock, at.leaseNamespace, at.leaseName)
+		go tk.run(leCtx)
 	}
-	elector.Run(leCtx)
+	// Each round runs an elector until it leads or a takeover (or a released Lease) kicks
+	// it: client-go retries acquiring only every RetryPeriod plus up to 120 % jitter, while a
+	// fresh elector tries at once, and finds itself the holder after a takeover.
+	for {
+		acqCtx, acqCancel := context.WithCancel(leCtx)
+		var kicked atomic.Bool
+		if tk != nil {
+			tk.setKick(func() {
+				lock.cancelUnlessLeading(func() {
+					kicked.Store(true) // before the elector can see the cancellation
+					acqCancel()
+				})
+			})
+		}
+		err := runElector(acqCtx, o, at.leaseName, lock, &acquired, func(ctx context.Context) {
+			defer close(activeDone)
+			o.Log.Info("Became the active gateway", "node", o.NodeName, "cluster", at.ClusterID, "role", o.Role)
+			a := &active{o: o, at: at, member: member, metrics: m}
+			m.setActive(true)
+			activeErr = a.run(ctx)
+			m.setActive(false)
+			cancel() // release the Lease so that a standby takes over
+		})
+		acqCancel()
+		if err != nil {
+			return err
+		}
+		if !kicked.Load() || acquired.Load() || leCtx.Err() != nil {
+			break
+		}
+	}
+	if tk != nil {
+		tk.setKick(nil)
+	}
 	// The elector runs OnStartedLeading in a goroutine and may return (failing to renew)
 	// before it: wait for it whenever it was started. It was, unless we are shutting down:
-	// acquiring only stops when leCtx ends, which before leadership only ctx does.
+	// acquiring only stops when leCtx ends (or a kick, which starts another round), which
+	// before leadership only ctx does.
 	if ctx.Err() == nil || acquired.Load() {
 		<-activeDone
 	}
@@ -284,6 +345,37 @@ func (o *Options) hubAccess(ctx context.Context, member client.Reader) (hubAcces
 	}
 	return hubAccess{ClusterID: cred.ClusterID, Namespace: cred.Namespace, config: cred.RESTConfig(),
 		leaseNamespace: v1alpha1.SystemNamespace, leaseName: routeagent.LeaseName}, nil
+}
+
+// runElector runs one client-go elector on lock until ctx ends or it stops leading.
+func runElector(ctx context.Context, o Options, name string, lock resourcelock.Interface, acquired *atomic.Bool, lead func(context.Context)) error {
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: lock, LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
+		// Hand over at once on a clean shutdown instead of after LeaseDuration.
+		ReleaseOnCancel: true,
+		Name:            name,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				acquired.Store(true)
+				lead(ctx)
+			},
+			OnStoppedLeading: func() {
+				if acquired.Load() {
+					o.Log.Info("Stopped being the active gateway", "node", o.NodeName)
+				}
+			},
+			OnNewLeader: func(id string) {
+				if id != o.NodeName {
+					o.Log.Info("Standing by: another node is the active gateway", "active", id)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("configuring the gateway election: %w", err)
+	}
+	elector.Run(ctx)
+	return nil
 }
 
 func waitForCredential(ctx context.Context, member client.Reader, log logr.Logger) (hub.Credential, error) {

@@ -55,9 +55,10 @@ type failoverLab struct {
 //   - the active gateway node's underlay link is cut and restored: the tunnel health marks the
 //     connection down on both sides, the Lease does not move (nothing detects an underlay
 //     loss yet), and traffic recovers once the link is back;
-//   - the active gateway is killed for good (not restarted): the standby takes the Lease,
+//   - the active gateway is killed for good (not restarted): the standby notices (liveness
+//     probes refused, Lease not renewed) and takes the Lease over long before it expires,
 //     publishes a Peer with a new key, cluster2 re-points, cluster1's route agents follow and
-//     traffic recovers; the interruption is measured;
+//     traffic recovers; the interruption is measured and must stay under 3 s;
 //   - the hub's API server is down for 60 s: an established TCP connection keeps working, new
 //     ones succeed, and afterwards nothing has flapped (same Peers, keys, Lease holders and
 //     gateway processes; no probe gap).
@@ -164,7 +165,8 @@ func (f *failoverLab) underlayCut(ctx context.Context, t *testing.T) {
 		t.Fatalf("a probe sent %.1fs after the underlay cut was answered: the cut did not cut the data path", last.Sub(cut).Seconds())
 	}
 	// Nothing detects an underlay loss yet: the gateway still reaches its API server over the
-	// LAN, so it keeps renewing the Lease and no standby takes over. Wait out two Lease
+	// LAN, so it keeps renewing the Lease (and answers the standby's liveness probes over the
+	// LAN), and no standby takes over. Wait out two Lease
 	// durations to be sure. When gateways learn to give up the Lease on a dead underlay, this
 	// is where the test must change (and docs/architecture.md §6d with it).
 	time.Sleep(12 * time.Second)
@@ -209,7 +211,13 @@ func (f *failoverLab) gatewayKilled(ctx context.Context, t *testing.T) {
 	if h := f.waitHolder(ctx, t, f.cs1, f.standby.Name, 60*time.Second); h != f.standby.Name {
 		t.Fatalf("Lease holder %q", h)
 	}
-	t.Logf("%s took the Lease %.1fs after %s was killed", f.standby.Name, time.Since(killed).Seconds(), f.active.Name)
+	// The lab's processes share one clock, so the acquireTime the standby wrote dates the
+	// takeover more precisely than this test's polling.
+	acquired := "?"
+	if lease, err := f.cs1.CoordinationV1().Leases(v1alpha1.SystemNamespace).Get(ctx, routeagent.LeaseName, metav1.GetOptions{}); err == nil && lease.Spec.AcquireTime != nil {
+		acquired = fmt.Sprintf("%.2fs", lease.Spec.AcquireTime.Sub(killed).Seconds())
+	}
+	t.Logf("%s took the Lease %.1fs after %s was killed (acquireTime: %s after the kill)", f.standby.Name, time.Since(killed).Seconds(), f.active.Name, acquired)
 	waitFor(t, 60*time.Second, f.c1.Name+"'s Peer to name "+f.standby.Name+" with a new key", func() error {
 		p := &v1alpha1.Peer{}
 		if err := f.hub.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: f.c1.Name}, p); err != nil {
@@ -238,11 +246,16 @@ func (f *failoverLab) gatewayKilled(ctx context.Context, t *testing.T) {
 	// Keep probing a little so the gap is closed by a steady flow, not a lucky packet.
 	time.Sleep(2 * time.Second)
 	gap, lost, sent := probe.longestGap(killed.Add(-time.Second), time.Now())
-	t.Logf("MEASURED failover interruption: %.2fs (longest gap between answered 10 ms UDP probes; %d of %d lost) after SIGKILL of the active gateway (lease 6s, renew 4s, retry 1s)",
+	t.Logf("MEASURED failover interruption: %.2fs (longest gap between answered 10 ms UDP probes; %d of %d lost) after SIGKILL of the active gateway (lease 6s, renew 4s, retry 500ms, liveness probes every 100ms, takeover after 3 failed and 1s unrenewed)",
 		gap.Seconds(), lost, sent)
-	// A generous bound: the Lease expiry dominates; anything near a minute means a step hung.
-	if gap > 45*time.Second {
-		t.Errorf("failover took %s, want well under 45s", gap)
+	// The target is 2 s and runs measure ~1–1.5 s (docs/benchmarks.md); 3 s leaves
+	// room for a loaded machine while staying well below the 6 s the Lease expiry alone takes.
+	if gap > 3*time.Second {
+		t.Errorf("failover interrupted the data path for %s, want at most 3s (the fast takeover did not happen?)", gap)
+	}
+	if gap > 2*time.Second {
+		// Above the target: show what the gateways and route agents did meanwhile.
+		f.logTails(t, 30)
 	}
 	f.waitHTTP(t, 30*time.Second)
 
@@ -321,6 +334,10 @@ func (f *failoverLab) hubDown(ctx context.Context, t *testing.T) {
 	// check that nothing flapped.
 	time.Sleep(15 * time.Second)
 	if err := roundTrip(-1); err != nil {
+		gap, lost, sent := probe.longestGap(down, time.Now())
+		t.Logf("probes since the outage began: longest gap %s, %d of %d lost; Lease holders %s, %s", gap, lost, sent,
+			f.waitHolder(ctx, t, f.cs1, "", 5*time.Second), f.waitHolder(ctx, t, f.cs2, "", 5*time.Second))
+		f.logTails(t, 30)
 		t.Fatalf("established connection after the hub came back: %v", err)
 	}
 	gap, lost, sent := probe.longestGap(down, time.Now())
@@ -343,6 +360,23 @@ func (f *failoverLab) hubDown(ctx context.Context, t *testing.T) {
 	for name, cs := range map[string]kubernetes.Interface{f.c1.Name: f.cs1, f.c2.Name: f.cs2} {
 		if h := f.waitHolder(ctx, t, cs, "", 5*time.Second); h != holders[name] {
 			t.Errorf("%s's gateway Lease moved from %s to %s across the hub outage", name, holders[name], h)
+		}
+	}
+}
+
+// logTails logs the last n lines of every gateway's and route agent's log.
+func (f *failoverLab) logTails(t *testing.T, n int) {
+	t.Helper()
+	for _, c := range f.l.Network.Clusters {
+		for _, node := range c.Nodes {
+			for _, name := range []string{lab.GatewayProcessName(node.Name), lab.RouteAgentProcessName(node.Name)} {
+				b, err := os.ReadFile(filepath.Join(f.dir, "logs", name+".log"))
+				if err != nil {
+					continue
+				}
+				lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+				t.Logf("last %d lines of %s:\n%s", n, name, strings.Join(lines[max(0, len(lines)-n):], "\n"))
+			}
 		}
 	}
 }

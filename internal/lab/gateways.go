@@ -15,12 +15,16 @@ import (
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 )
 
-// Gateway timing in the lab: short, so failover and status show within seconds.
+// Gateway timing in the lab: short, so failover and status show within seconds. A standby
+// probes the active gateway every 100 ms and takes over after 3 failed probes once the Lease
+// went unrenewed for 2 retry periods (1 s; internal/gateway/takeover.go), well before the
+// Lease expires.
 const (
-	labGatewayLeaseDuration = "6s"
-	labGatewayRenewDeadline = "4s"
-	labGatewayRetryPeriod   = "1s"
-	labGatewayStatus        = "2s"
+	labGatewayLeaseDuration    = "6s"
+	labGatewayRenewDeadline    = "4s"
+	labGatewayRetryPeriod      = "500ms"
+	labGatewayStatus           = "2s"
+	labGatewayLivenessInterval = "100ms"
 )
 
 // GatewayProcessName names the supervised gateway process of a node (its log is
@@ -97,7 +101,8 @@ func gatewayArgs(opts Options, cluster, kubeconfig, node, endpoint string) []str
 	return []string{"gateway", "--kubeconfig", kubeconfig, "--node-name", node,
 		"--backend", backend, "--device", GatewayDevice(cluster), "--endpoint-ip", endpoint,
 		"--lease-duration", labGatewayLeaseDuration, "--renew-deadline", labGatewayRenewDeadline,
-		"--retry-period", labGatewayRetryPeriod, "--status-interval", labGatewayStatus}
+		"--retry-period", labGatewayRetryPeriod, "--status-interval", labGatewayStatus,
+		"--liveness-interval", labGatewayLivenessInterval}
 }
 
 // startHubGateway runs `octopus-agent gateway --hub` in the hub gateway's namespace, with a

@@ -1,0 +1,361 @@
+package gateway
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/cluster"
+	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/route/routeagent"
+	"github.com/octopus-mcs/octopus/internal/testenv"
+)
+
+// TestDetector drives the standby's takeover decision through Lease observations and probe
+// results on a fake clock.
+func TestDetector(t *testing.T) {
+	type step struct {
+		at time.Duration // since the start
+		// lease, when set, is an observation "holder@rv".
+		lease string
+		// probe, when set, is a probe result: "ok" or "fail".
+		probe string
+		// attempt records a takeover attempt at this step.
+		attempt bool
+		want    verdict
+	}
+	lease := func(at time.Duration, l string) step { return step{at: at, lease: l} }
+	probe := func(at time.Duration, r string, want verdict) step { return step{at: at, probe: r, want: want} }
+	const ms = time.Millisecond
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"nothing observed yet", []step{probe(0, "fail", wait), probe(100*ms, "fail", wait), probe(5000*ms, "fail", wait)}},
+		{"dead holder: 3 failed probes and 1s unrenewed", []step{
+			lease(0, "a@1"),
+			probe(700*ms, "fail", wait), probe(800*ms, "fail", wait), probe(900*ms, "fail", wait),
+			probe(999*ms, "fail", wait), // failures enough, not yet stale
+			probe(1000*ms, "fail", takeOver),
+		}},
+		{"stale: the third failed probe decides", []step{
+			lease(0, "a@1"), probe(2000*ms, "fail", wait), probe(2100*ms, "fail", wait), probe(2200*ms, "fail", takeOver),
+		}},
+		{"an answered probe resets the count", []step{
+			lease(0, "a@1"), probe(1000*ms, "fail", wait), probe(1100*ms, "fail", wait), probe(1200*ms, "ok", wait),
+			probe(1300*ms, "fail", wait), probe(1400*ms, "fail", wait), probe(1500*ms, "fail", takeOver),
+		}},
+		{"alive and renewing but unreachable: never", []step{
+			lease(0, "a@1"), probe(100*ms, "fail", wait), probe(200*ms, "fail", wait), probe(300*ms, "fail", wait),
+			lease(500*ms, "a@2"), probe(900*ms, "fail", wait), lease(1000*ms, "a@3"), probe(1400*ms, "fail", wait),
+			lease(1500*ms, "a@4"), probe(1999*ms, "fail", wait), lease(2000*ms, "a@5"), probe(2900*ms, "fail", wait),
+		}},
+		{"answering but not renewing (its API server unreachable): never", []step{
+			lease(0, "a@1"), probe(1000*ms, "ok", wait), probe(5000*ms, "ok", wait), probe(60000*ms, "ok", wait),
+		}},
+		{"a renewal restarts the staleness clock", []step{
+			lease(0, "a@1"), probe(800*ms, "fail", wait), probe(900*ms, "fail", wait), lease(950*ms, "a@2"),
+			probe(1000*ms, "fail", wait), probe(1900*ms, "fail", wait), probe(1950*ms, "fail", takeOver),
+		}},
+		{"a new holder resets the probe count", []step{
+			lease(0, "a@1"), probe(100*ms, "fail", wait), probe(200*ms, "fail", wait), lease(250*ms, "b@2"),
+			probe(1300*ms, "fail", wait), probe(1400*ms, "fail", wait), probe(1500*ms, "fail", takeOver),
+		}},
+		{"we hold it: never", []step{
+			lease(0, "me@1"), probe(1000*ms, "fail", wait), probe(1100*ms, "fail", wait), probe(5000*ms, "fail", wait),
+		}},
+		{"released: acquire now, once per version", []step{
+			lease(0, "a@1"), lease(100*ms, "@2"), probe(200*ms, "fail", acquireNow), probe(300*ms, "fail", wait),
+			lease(400*ms, "a@3"), lease(500*ms, "@4"), probe(600*ms, "fail", acquireNow),
+		}},
+		{"a failed attempt backs off", []step{
+			lease(0, "a@1"), probe(1000*ms, "fail", wait), probe(1100*ms, "fail", wait),
+			{at: 1200 * ms, probe: "fail", attempt: true, want: takeOver},
+			probe(1300*ms, "fail", wait), probe(1699*ms, "fail", wait), probe(1700*ms, "fail", takeOver),
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+			d := detector{self: "me", failures: 3, staleAfter: time.Second, backoff: 500 * time.Millisecond}
+			for i, s := range tc.steps {
+				now := start.Add(s.at)
+				if s.lease != "" {
+					holder, rv, _ := strings.Cut(s.lease, "@")
+					d.lease(holder, rv, now)
+					continue
+				}
+				d.probed(s.probe == "ok")
+				if got := d.decide(now); got != s.want {
+					t.Fatalf("step %d (%s, probe %s): %s, want %s", i, s.at, s.probe, got, s.want)
+				}
+				if s.attempt {
+					d.attempted(now)
+				}
+			}
+		})
+	}
+}
+
+// cuttableProxy forwards TCP to an API server until cut: then it drops every connection and
+// closes new ones at once, as if the client's node had vanished.
+type cuttableProxy struct {
+	l      net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  []net.Conn
+}
+
+func startProxy(t *testing.T, target string) *cuttableProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cuttableProxy{l: l, target: target}
+	t.Cleanup(func() { _ = l.Close(); p.setCut(true) })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			if p.cut {
+				p.mu.Unlock()
+				_ = c.Close()
+				continue
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				p.mu.Unlock()
+				_ = c.Close()
+				continue
+			}
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *cuttableProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for _, c := range p.conns {
+			_ = c.Close()
+		}
+		p.conns = nil
+	}
+}
+
+// TestGatewayTakeover runs two gateways of one member cluster against real API servers: the
+// active one reaches its API server through a proxy the test cuts, and listens for liveness
+// probes on a listener the test closes. A standby must take over fast from an active that
+// neither renews nor answers, and never from one that does either.
+func TestGatewayTakeover(t *testing.T) {
+	env := testenv.ControlPlanes(t, "hub", "east")
+	ctx := t.Context()
+	info, err := hub.Deploy(ctx, env.Cluster("hub").RESTConfig(), hub.DeployOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cluster.Join(ctx, env.Cluster("east").RESTConfig(), cluster.JoinOptions{
+		BrokerInfo: info, ClusterID: "east", PodCIDRs: []string{env.Cluster("east").PodCIDR.String()},
+	}); err != nil {
+		t.Fatalf("joining east: %v", err)
+	}
+	eastCfg := env.Cluster("east").RESTConfig()
+	east := newClient(t, eastCfg)
+	cs, err := kubernetes.NewForConfig(eastCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The InternalIPs are loopback addresses (all of 127/8 is local on Linux), where the
+	// gateways' liveness listeners are.
+	addNode(t, east, "east-gw1", "127.0.0.2", "10.101.0.0/24")
+	addNode(t, east, "east-gw2", "127.0.0.3", "10.101.1.0/24")
+
+	t.Run("two standbys cannot both take over", func(t *testing.T) {
+		leases := cs.CoordinationV1().Leases(v1alpha1.SystemNamespace)
+		holder := "dead"
+		l, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "takeover-race"},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Both saw the same version.
+		errA := takeLease(ctx, cs, l, "a", 10*time.Second, time.Now())
+		errB := takeLease(ctx, cs, l, "b", 10*time.Second, time.Now())
+		if errA != nil || !apierrors.IsConflict(errB) {
+			t.Fatalf("first takeover: %v, second: %v; want success then a conflict", errA, errB)
+		}
+		got, err := leases.Get(ctx, l.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if holderOf(got) != "a" || got.Spec.LeaseTransitions == nil || *got.Spec.LeaseTransitions != 1 || *got.Spec.LeaseDurationSeconds != 10 {
+			t.Fatalf("lease after the race: %+v", got.Spec)
+		}
+	})
+
+	u, err := url.Parse(eastCfg.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := startProxy(t, u.Host)
+	proxied := rest.CopyConfig(eastCfg)
+	proxied.Host = "https://" + proxy.l.Addr().String()
+	// Short requests, so that a cut shows within the test's timing.
+	proxied.Timeout = 2 * time.Second
+
+	l1, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := strings.Cut(l1.Addr().String(), ":")
+	l2, err := net.Listen("tcp", "127.0.0.3:"+port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var livenessPort uint16
+	if p, err := net.LookupPort("tcp", port); err == nil {
+		livenessPort = uint16(p)
+	}
+	const (
+		retry    = 300 * time.Millisecond
+		interval = 100 * time.Millisecond
+	)
+	timing := func(l net.Listener) func(*Options) {
+		return func(o *Options) {
+			// A Lease far longer than the takeover: a takeover before it expires can only be
+			// the fast one.
+			o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 20*time.Second, 15*time.Second, retry
+			o.LivenessListener, o.LivenessPort, o.LivenessInterval, o.LivenessFailures = l, livenessPort, interval, 3
+		}
+	}
+	lease := func() *coordinationv1.Lease {
+		t.Helper()
+		l, err := cs.CoordinationV1().Leases(v1alpha1.SystemNamespace).Get(ctx, routeagent.LeaseName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	holder := func() string { return holderOf(lease()) }
+
+	gw1 := startGateway(t, proxied, "east-gw1", "203.0.113.1", timing(l1))
+	eventually(t, "gw1 becomes active", func() error {
+		if gw1.driver() == nil {
+			return errors.New("no driver yet")
+		}
+		return nil
+	})
+	gw2 := startGateway(t, eastCfg, "east-gw2", "203.0.113.2", timing(l2))
+	// Long enough for gw2 to watch the Lease and probe gw1 many times over.
+	time.Sleep(2 * time.Second)
+	if h := holder(); h != "east-gw1" || gw2.driver() != nil {
+		t.Fatalf("holder %s, gw2 driver %v: the standby took over from a healthy active", h, gw2.driver())
+	}
+	hold := 4 * time.Second // > TakeoverAfter (600 ms) + 3 probes, many times over
+
+	// Alive (answering) but unable to renew: not displaced early.
+	before := lease()
+	proxy.setCut(true)
+	time.Sleep(hold)
+	if l := lease(); holderOf(l) != "east-gw1" || l.ResourceVersion != before.ResourceVersion {
+		t.Fatalf("lease %s@%s: want east-gw1's, unrenewed, at %s", holderOf(l), l.ResourceVersion, before.ResourceVersion)
+	}
+	if gw2.driver() != nil {
+		t.Fatal("gw2 became active while gw1 answered its probes")
+	}
+	proxy.setCut(false)
+	eventually(t, "gw1 renews again", func() error {
+		if l := lease(); l.ResourceVersion == before.ResourceVersion || holderOf(l) != "east-gw1" {
+			return errors.New("not renewed")
+		}
+		return nil
+	})
+
+	// Renewing but not answering: never displaced.
+	_ = l1.Close()
+	before = lease()
+	time.Sleep(hold)
+	if l := lease(); holderOf(l) != "east-gw1" || l.ResourceVersion == before.ResourceVersion || gw2.driver() != nil {
+		t.Fatalf("lease %s@%s (was %s): want east-gw1 renewing, gw2 standing by", holderOf(l), l.ResourceVersion, before.ResourceVersion)
+	}
+	select {
+	case <-gw1.done:
+		t.Fatalf("gw1 stopped: %v", gw1.err)
+	default:
+	}
+
+	// Neither: gw2 takes over long before the 20 s Lease expires.
+	cut := time.Now()
+	proxy.setCut(true)
+	eventually(t, "gw2 takes the Lease over", func() error {
+		if h := holder(); h != "east-gw2" {
+			return errors.New("held by " + h)
+		}
+		return nil
+	})
+	took := time.Since(cut)
+	t.Logf("gw2 took the Lease over %s after gw1 stopped renewing and answering", took.Round(time.Millisecond))
+	// TakeoverAfter (2 × 300 ms) after gw1's last renewal, plus a probe and the API calls.
+	if took > 3*time.Second {
+		t.Errorf("takeover took %s, want well under 3s", took)
+	}
+	eventually(t, "gw2 is active and republishes east's Peer", func() error {
+		p := &v1alpha1.Peer{}
+		if err := newClient(t, env.Cluster("hub").RESTConfig()).Get(ctx, client.ObjectKey{Namespace: info.Namespace, Name: "east"}, p); err != nil {
+			return err
+		}
+		if d := gw2.driver(); d == nil || p.Spec.Hostname != "east-gw2" || p.Spec.PublicKey != d.PublicKey() {
+			return errors.New("peer names " + p.Spec.Hostname)
+		}
+		return nil
+	})
+	if l := lease(); l.Spec.LeaseTransitions == nil || *l.Spec.LeaseTransitions < 1 {
+		t.Errorf("lease transitions %v, want counted", l.Spec.LeaseTransitions)
+	}
+
+	// gw1 comes back: its next renewal conflicts, it sees gw2 and stops at once (not after
+	// its 15 s RenewDeadline), without releasing gw2's Lease.
+	back := time.Now()
+	proxy.setCut(false)
+	select {
+	case <-gw1.done:
+		if !errors.Is(gw1.err, ErrLostLease) {
+			t.Fatalf("gw1: %v, want ErrLostLease", gw1.err)
+		}
+		t.Logf("gw1 stopped %s after it could reach its API server again", time.Since(back).Round(time.Millisecond))
+	case <-time.After(8 * time.Second):
+		t.Fatal("gw1 still runs 8s after it could see that gw2 took over")
+	}
+	if !gw1.driver().isClosed() {
+		t.Error("gw1's driver was not closed")
+	}
+	time.Sleep(time.Second)
+	if h := holder(); h != "east-gw2" {
+		t.Fatalf("holder %s after gw1 stopped, want east-gw2", h)
+	}
+	gw2.stop(t)
+}
