@@ -326,7 +326,8 @@ func Run(ctx context.Context, o Options) error {
 type hubAccess struct {
 	// ClusterID names the Peer; Namespace is the hub namespace.
 	ClusterID, Namespace string
-	// config is the hub's client configuration.
+	// config is the hub's client configuration; its reads wait out a hub that cannot be
+	// dialled, so that the Peer informers catch up as soon as it is back.
 	config *rest.Config
 	// leaseNamespace and leaseName are the election's Lease, in the cluster the gateway runs in.
 	leaseNamespace, leaseName string
@@ -336,14 +337,14 @@ type hubAccess struct {
 // has stored it) and the Lease in octopus-system; for the hub's gateway, the hub itself.
 func (o *Options) hubAccess(ctx context.Context, member client.Reader) (hubAccess, error) {
 	if o.Role == v1alpha1.PeerRoleHub {
-		return hubAccess{ClusterID: v1alpha1.HubPeerName, Namespace: o.HubNamespace, config: o.Member,
+		return hubAccess{ClusterID: v1alpha1.HubPeerName, Namespace: o.HubNamespace, config: kube.WaitForServerOnReads(o.Member),
 			leaseNamespace: o.HubNamespace, leaseName: HubLeaseName}, nil
 	}
 	cred, err := waitForCredential(ctx, member, o.Log)
 	if err != nil {
 		return hubAccess{}, err
 	}
-	return hubAccess{ClusterID: cred.ClusterID, Namespace: cred.Namespace, config: cred.RESTConfig(),
+	return hubAccess{ClusterID: cred.ClusterID, Namespace: cred.Namespace, config: kube.WaitForServerOnReads(cred.RESTConfig()),
 		leaseNamespace: v1alpha1.SystemNamespace, leaseName: routeagent.LeaseName}, nil
 }
 

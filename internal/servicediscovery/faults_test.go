@@ -180,6 +180,7 @@ func TestFaults(t *testing.T) {
 		if err := hubCP.StartAPIServer(t.Context()); err != nil {
 			t.Fatal(err)
 		}
+		back := time.Now()
 		lateWant := wantImport{typ: mcsv1beta1.ClusterSetIP, ports: []string{"http:80/TCP"}, endpoints: map[string][]string{"east": {f.clusterIP(t, "east", late)}}}
 		for _, m := range []string{"west", "north"} {
 			f.waitImport(t, m, late, lateWant)
@@ -195,6 +196,13 @@ func TestFaults(t *testing.T) {
 				return ""
 			})
 			f.waitImport(t, m, web, webWant)
+		}
+		// The hub informers catch up as soon as the hub is back (kube.WaitForServerOnReads),
+		// not after client-go's reflector backoff, which reaches 30–60 s in such an outage.
+		converged := time.Since(back)
+		t.Logf("west and north converged %.1fs after the hub's API server was back", converged.Seconds())
+		if converged > 30*time.Second {
+			t.Errorf("west and north took %s to converge after the hub came back, want at most 30s", converged)
 		}
 		// probe's removal is wanted: its import and what it owns go. Nothing else may.
 		westChurn.check(t, "west", "probe")
