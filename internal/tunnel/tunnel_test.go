@@ -107,7 +107,7 @@ func TestDrivers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkWire(t, frames, tc.encrypted)
+			tunneltest.CheckWire(t, frames, port, kernel.VXLANVNI, canary, tc.encrypted)
 			// The pod's SYN left with MSS 1460 (its veth MTU 1500); the gateway clamped it to
 			// fit the tunnel.
 			podFrames, err := podCapture.Stop()
@@ -233,35 +233,4 @@ func snapshot(t *testing.T, g tunneltest.Gateway) string {
 		}
 	}
 	return b.String()
-}
-
-// checkWire asserts what the underlay carried: for an encrypted tunnel, UDP to the tunnel port
-// and never the plaintext; for vxlan, the plaintext inside VXLAN frames with our VNI.
-func checkWire(t *testing.T, frames [][]byte, encrypted bool) {
-	t.Helper()
-	var tunnelFrames, plaintextFrames, vxlanPlaintext int
-	for _, f := range frames {
-		dport, payload, ok := tunneltest.UDPPayload(f)
-		if ok && dport == port {
-			tunnelFrames++
-			if len(payload) >= 8 && payload[0] == 0x08 && int(payload[4])<<16|int(payload[5])<<8|int(payload[6]) == kernel.VXLANVNI &&
-				bytes.Contains(payload, canary) {
-				vxlanPlaintext++
-			}
-		}
-		if bytes.Contains(f, canary) {
-			plaintextFrames++
-		}
-	}
-	t.Logf("captured %d frames: %d to UDP port %d, %d with the plaintext, %d of those VXLAN with VNI %d",
-		len(frames), tunnelFrames, port, plaintextFrames, vxlanPlaintext, kernel.VXLANVNI)
-	if tunnelFrames == 0 {
-		t.Fatalf("no UDP frames to port %d on the underlay", port)
-	}
-	if encrypted && plaintextFrames > 0 {
-		t.Fatalf("%d underlay frames carry the plaintext: the tunnel does not encrypt", plaintextFrames)
-	}
-	if !encrypted && (vxlanPlaintext == 0 || vxlanPlaintext != plaintextFrames) {
-		t.Fatalf("plaintext in %d frames, %d of them VXLAN-encapsulated with VNI %d: want all, and at least one", plaintextFrames, vxlanPlaintext, kernel.VXLANVNI)
-	}
 }

@@ -249,14 +249,16 @@ func StartCapture(t testing.TB, ns, dev string) *Capture {
 		defer close(c.done)
 		buf := make([]byte, 65536)
 		for {
-			select {
-			case <-c.stopCh:
-				return
-			default:
-			}
 			n, _, err := unix.Recvfrom(c.fd, buf, 0)
 			if err != nil {
 				if err == unix.EAGAIN || err == unix.EINTR {
+					// Stop only once the socket has gone quiet: frames still queued when Stop
+					// is called (a loaded machine's reader lags) belong to the capture.
+					select {
+					case <-c.stopCh:
+						return
+					default:
+					}
 					continue
 				}
 				c.mu.Lock()
@@ -288,18 +290,58 @@ func (c *Capture) Stop() ([][]byte, error) {
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
-// UDPPayload returns the UDP destination port and payload of an Ethernet/IPv4/UDP frame.
-func UDPPayload(frame []byte) (dport uint16, payload []byte, ok bool) {
-	if len(frame) < 14+20+8 || frame[12] != 0x08 || frame[13] != 0x00 {
-		return 0, nil, false
+// udpOf returns the UDP ports and payload of an Ethernet/IPv4/UDP frame; ipv4 says whether
+// the frame is IPv4 at all.
+func udpOf(frame []byte) (sport, dport uint16, payload []byte, ipv4, ok bool) {
+	if len(frame) < 14+20 || frame[12] != 0x08 || frame[13] != 0x00 {
+		return 0, 0, nil, false, false
 	}
 	ip := frame[14:]
 	ihl := int(ip[0]&0x0f) * 4
 	if ip[9] != unix.IPPROTO_UDP || len(ip) < ihl+8 {
-		return 0, nil, false
+		return 0, 0, nil, true, false
 	}
 	udp := ip[ihl:]
-	return uint16(udp[2])<<8 | uint16(udp[3]), udp[8:], true
+	return uint16(udp[0])<<8 | uint16(udp[1]), uint16(udp[2])<<8 | uint16(udp[3]), udp[8:], true, true
+}
+
+// CheckWire asserts what an underlay capture carried while canary crossed a tunnel on UDP
+// port. Encrypted: IPv4 only as UDP to or from port, and the canary nowhere. Not encrypted
+// (vxlan): the canary, and only inside VXLAN frames with vni, which also proves the capture
+// saw the transfer at all.
+func CheckWire(t testing.TB, frames [][]byte, port uint16, vni int, canary []byte, encrypted bool) {
+	t.Helper()
+	var tunnelFrames, otherIPv4, plaintextFrames, vxlanPlaintext int
+	for _, f := range frames {
+		sport, dport, payload, ipv4, ok := udpOf(f)
+		switch {
+		case ok && (dport == port || sport == port):
+			tunnelFrames++
+			if dport == port && len(payload) >= 8 && payload[0] == 0x08 && int(payload[4])<<16|int(payload[5])<<8|int(payload[6]) == vni &&
+				bytes.Contains(payload, canary) {
+				vxlanPlaintext++
+			}
+		case ipv4:
+			otherIPv4++
+		}
+		if bytes.Contains(f, canary) {
+			plaintextFrames++
+		}
+	}
+	t.Logf("captured %d frames: %d UDP to or from port %d, %d other IPv4, %d with the plaintext, %d of those VXLAN with VNI %d",
+		len(frames), tunnelFrames, port, otherIPv4, plaintextFrames, vxlanPlaintext, vni)
+	if tunnelFrames == 0 {
+		t.Fatalf("no UDP frames to or from port %d on the underlay", port)
+	}
+	if encrypted && plaintextFrames > 0 {
+		t.Fatalf("%d underlay frames carry the plaintext: the tunnel does not encrypt (or is bypassed)", plaintextFrames)
+	}
+	if encrypted && otherIPv4 > 0 {
+		t.Fatalf("%d IPv4 frames on the underlay are not the tunnel's UDP: traffic bypasses the tunnel", otherIPv4)
+	}
+	if !encrypted && (vxlanPlaintext == 0 || vxlanPlaintext != plaintextFrames) {
+		t.Fatalf("plaintext in %d frames, %d of them VXLAN-encapsulated with VNI %d: want all, and at least one", plaintextFrames, vxlanPlaintext, vni)
+	}
 }
 
 // SYNMSS returns the MSS option of the first TCP SYN to dst among Ethernet/IPv4 frames.
