@@ -396,6 +396,13 @@ func (l *trackingLock) Update(ctx context.Context, ler resourcelock.LeaderElecti
 func (l *trackingLock) write(ctx context.Context, ler resourcelock.LeaderElectionRecord, f func(context.Context, resourcelock.LeaderElectionRecord) error) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if ler.HolderIdentity == "" && !l.leading {
+		// client-go's release (ReleaseOnCancel) re-reads the Lease, which brings the lock up
+		// to its current resourceVersion, but decides from the holder it observed earlier: a
+		// gateway deposed while it could not reach its API server would clear its
+		// successor's Lease, and a restarted process could then grab it back.
+		return fmt.Errorf("not releasing the gateway Lease: it is no longer held by %s", l.Identity())
+	}
 	if err := f(ctx, ler); err != nil {
 		return err
 	}

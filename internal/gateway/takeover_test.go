@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
@@ -214,6 +215,42 @@ func TestGatewayTakeover(t *testing.T) {
 		}
 		if holderOf(got) != "a" || got.Spec.LeaseTransitions == nil || *got.Spec.LeaseTransitions != 1 || *got.Spec.LeaseDurationSeconds != 10 {
 			t.Fatalf("lease after the race: %+v", got.Spec)
+		}
+	})
+
+	t.Run("a deposed gateway does not release its successor's Lease", func(t *testing.T) {
+		rl, err := resourcelock.New(resourcelock.LeasesResourceLock, v1alpha1.SystemNamespace, "release-race",
+			cs.CoreV1(), cs.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: "old"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var displacedBy string
+		lock := &trackingLock{Interface: rl, onDisplaced: func(h string) { displacedBy = h }}
+		now := metav1.Now()
+		if err := lock.Create(ctx, resourcelock.LeaderElectionRecord{HolderIdentity: "old", LeaseDurationSeconds: 10, AcquireTime: now, RenewTime: now}); err != nil {
+			t.Fatal(err)
+		}
+		leases := cs.CoordinationV1().Leases(v1alpha1.SystemNamespace)
+		l, err := leases.Get(ctx, "release-race", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := takeLease(ctx, cs, l, "new", 10*time.Second, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		// What client-go's release does: a fresh Get, then an Update clearing the holder.
+		if _, _, err := lock.Get(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := lock.Update(ctx, resourcelock.LeaderElectionRecord{LeaseDurationSeconds: 1, AcquireTime: now, RenewTime: now}); err == nil {
+			t.Fatal("the deposed holder's release was written")
+		}
+		got, err := leases.Get(ctx, "release-race", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if holderOf(got) != "new" || displacedBy != "new" {
+			t.Fatalf("holder %q after the deposed one's release, displaced by %q; want new, new", holderOf(got), displacedBy)
 		}
 	})
 

@@ -1,9 +1,11 @@
 package lab_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -30,6 +32,8 @@ import (
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/route"
 	"github.com/octopus-mcs/octopus/internal/testenv"
+	"github.com/octopus-mcs/octopus/internal/tunnel/kernel"
+	"github.com/octopus-mcs/octopus/internal/tunnel/tunneltest"
 )
 
 // xpod is a pod of the cross-cluster test.
@@ -107,6 +111,7 @@ func crossCluster(t *testing.T, backend, binDir string, bins map[string]string) 
 		}
 	}
 	t.Log("ICMP pod -> pod across clusters works both ways")
+	checkUnderlay(t, l.Network.Clusters[0], pods[c2][1], pods[c1][1], backend == "wireguard")
 
 	// Each gateway reports the other cluster as connected, with RTTs from its ICMP probes
 	// through the tunnel (to the other gateway's health-check address).
@@ -334,6 +339,44 @@ func checkICMP(t *testing.T, src, dst xpod) {
 		}
 		return nil
 	})
+}
+
+// underlayCanary is the plaintext the lab's encryption check sends and looks for.
+var underlayCanary = []byte("octopus-lab-underlay-canary-51c0de")
+
+// checkUnderlay captures on the underlay link of cluster's gateway node while src sends
+// the canary through dst's TCP echo port, and checks what the wire carried
+// (tunneltest.CheckWire): for wireguard, only UDP to or from the tunnel port and never the
+// plaintext; for vxlan, the plaintext inside VXLAN frames, which also shows that the
+// capture sees the transfer.
+func checkUnderlay(t *testing.T, cluster labnet.ClusterNet, src, dst xpod, encrypted bool) {
+	t.Helper()
+	var gw labnet.NodeNet
+	for _, n := range cluster.Nodes {
+		if n.Gateway {
+			gw = n
+		}
+	}
+	capture := tunneltest.StartCapture(t, gw.Netns, gw.UnderlayLink())
+	payload := bytes.Repeat(underlayCanary, 40)
+	conn, err := labnet.DialTCP(src.netns, netip.AddrPortFrom(dst.ip, echoPort), 5*time.Second)
+	if err != nil {
+		t.Fatalf("connecting %s -> %s's TCP echo: %v", src.name, dst.name, err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := conn.Write(payload); err != nil {
+		t.Fatalf("sending to %s: %v", dst.name, err)
+	}
+	got := make([]byte, len(payload))
+	if n, err := io.ReadFull(conn, got); err != nil || !bytes.Equal(got, payload) {
+		t.Fatalf("TCP echo %s -> %s: read %d bytes (%v), want the %d sent, back", src.name, dst.name, n, err, len(payload))
+	}
+	frames, err := capture.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tunneltest.CheckWire(t, frames, gateway.DefaultListenPort, kernel.VXLANVNI, underlayCanary, encrypted)
 }
 
 // scrapeFrom GETs http://addr/metrics from inside the named namespace and returns the

@@ -127,6 +127,22 @@ func (n NodeNet) UnderlayLink() string {
 	return nodeUnderlayName
 }
 
+// Cable is the far end of one of a node's links, in the namespace across from the node.
+// Setting it down is pulling the node's cable: the node keeps its addresses and routes (its
+// side only loses carrier), as a node whose switch port died would, and setting it up again
+// restores everything.
+type Cable struct{ Netns, Link string }
+
+// Cables are the far ends of node's links in cluster: its LAN bridge port and, for a
+// gateway, its underlay port.
+func (p Plan) Cables(cluster ClusterNet, node NodeNet) []Cable {
+	cables := []Cable{{Netns: cluster.LAN, Link: node.port}}
+	if node.Gateway {
+		cables = append(cables, Cable{Netns: p.Underlay, Link: node.underlayPort})
+	}
+	return cables
+}
+
 // NetnsPath is the bind mount of a named network namespace.
 func NetnsPath(name string) string { return netnsDir + "/" + name }
 
