@@ -183,7 +183,24 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 		return nil, fmt.Errorf("%w (the cluster is registered; run join again to finish)", err)
 	}
 	reportDNS(p, dns)
+	if opts.Topology == v1alpha1.TopologyHub {
+		reportHubGateway(ctx, p, hc, info.Namespace)
+	}
 	return joined, nil
+}
+
+// reportHubGateway tells a cluster joining with the hub topology whether the hub's gateway
+// has published its Peer: until it does, the cluster reaches no other.
+func reportHubGateway(ctx context.Context, p *progress.Reporter, hc client.Reader, namespace string) {
+	err := hc.Get(ctx, client.ObjectKey{Namespace: namespace, Name: v1alpha1.HubPeerName}, &v1alpha1.Peer{})
+	switch {
+	case err == nil:
+		p.Step("The hub's gateway is up (Peer %s/%s): this cluster's gateway tunnels to it", namespace, v1alpha1.HubPeerName)
+	case apierrors.IsNotFound(err):
+		p.Step("No hub gateway yet (no Peer %s/%s): with --topology hub this cluster reaches the others only once `octopus-agent gateway --hub` runs with the hub's kubeconfig", namespace, v1alpha1.HubPeerName)
+	default:
+		p.Step("Could not check for the hub's gateway (Peer %s/%s): %v", namespace, v1alpha1.HubPeerName, err)
+	}
 }
 
 // reportDNS tells the user whether names under clusterset.local resolve without more work.

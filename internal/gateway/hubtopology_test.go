@@ -18,6 +18,7 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/progress"
 	"github.com/octopus-mcs/octopus/internal/route/routeagent"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
@@ -38,10 +39,16 @@ func TestHubTopology(t *testing.T) {
 	}
 	topology := map[string]v1alpha1.Topology{"east": v1alpha1.TopologyHub, "west": v1alpha1.TopologyMesh}
 	for _, name := range []string{"east", "west"} {
+		var out strings.Builder
 		if _, err := cluster.Join(ctx, env.Cluster(name).RESTConfig(), cluster.JoinOptions{
 			BrokerInfo: info, ClusterID: name, PodCIDRs: []string{env.Cluster(name).PodCIDR.String()}, Topology: topology[name],
+			Progress: &progress.Reporter{W: &out},
 		}); err != nil {
 			t.Fatalf("joining %s: %v", name, err)
+		}
+		// The hub's gateway is not running yet: the hub-topology join says so.
+		if warned := strings.Contains(out.String(), "No hub gateway yet"); warned != (topology[name] == v1alpha1.TopologyHub) {
+			t.Errorf("joining %s (topology %s) printed:\n%s\nwant the missing hub gateway reported for the hub topology only", name, topology[name], out.String())
 		}
 	}
 	hubc := newClient(t, hubCfg)

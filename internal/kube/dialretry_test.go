@@ -31,7 +31,11 @@ func TestWaitForServerOnReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := hc.Do(post); !isDialError(err) {
+	resp, err := hc.Do(post)
+	if err == nil {
+		resp.Body.Close()
+	}
+	if !isDialError(err) {
 		t.Fatalf("POST to a closed port: %v, want a dial error at once", err)
 	}
 
@@ -42,7 +46,11 @@ func TestWaitForServerOnReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	sent := time.Now()
-	if _, err := hc.Do(get); err == nil || time.Since(sent) < 250*time.Millisecond {
+	resp, err = hc.Do(get)
+	if err == nil {
+		resp.Body.Close()
+	}
+	if err == nil || time.Since(sent) < 250*time.Millisecond {
 		t.Fatalf("GET to a closed port with a 300ms deadline: %v after %s, want an error at the deadline", err, time.Since(sent))
 	}
 
