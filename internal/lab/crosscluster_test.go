@@ -68,25 +68,13 @@ func forEachBackend(t *testing.T, test func(t *testing.T, backend, binDir string
 }
 
 func crossCluster(t *testing.T, backend, binDir string, bins map[string]string) {
-	dir := filepath.Join(t.TempDir(), "lab")
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	begin := time.Now()
-	l, err := lab.Up(ctx, lab.Options{
-		Clusters: 2, NodesPerCluster: 2, Dir: dir, BinDir: binDir,
+	l, dir := startLab(ctx, t, lab.Options{
+		Clusters: 2, NodesPerCluster: 2, BinDir: binDir,
 		AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"], DNSBinary: bins["octopus-dns"],
 		Backends: map[string]string{lab.ClusterName(1): backend, lab.ClusterName(2): backend},
 	})
-	if err != nil {
-		t.Fatalf("lab up: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = l.Stop()
-		if err := lab.Down(dir); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
-	})
-	t.Logf("lab up took %.1fs", time.Since(begin).Seconds())
 
 	pods := startEchoPods(ctx, t, l)
 	c1, c2 := l.Network.Clusters[0].Name, l.Network.Clusters[1].Name

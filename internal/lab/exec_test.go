@@ -54,24 +54,10 @@ func upLab(ctx context.Context, t *testing.T) labCluster {
 	}
 	binDir := testenv.BinDir(t)
 	bins := buildCommands(t, "octopus-agent", "octopus-echo")
-	dir := filepath.Join(t.TempDir(), "lab")
-	begin := time.Now()
-	l, err := lab.Up(ctx, lab.Options{
-		Clusters: 1, NodesPerCluster: 2, Dir: dir, BinDir: binDir,
+	l, dir := startLab(ctx, t, lab.Options{
+		Clusters: 1, NodesPerCluster: 2, BinDir: binDir,
 		AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"],
 	})
-	if err != nil {
-		t.Fatalf("lab up: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := l.Stop(); err != nil {
-			t.Errorf("lab stop: %v", err)
-		}
-		if err := lab.Down(dir); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
-	})
-	t.Logf("lab up took %.1fs", time.Since(begin).Seconds())
 	kubeconfig := l.Env.Cluster(l.Network.Clusters[0].Name).Kubeconfig
 	return labCluster{lab: l, dir: dir, kubeconfig: kubeconfig, kubectl: filepath.Join(binDir, "kubectl"), cs: clientset(t, kubeconfig)}
 }

@@ -69,24 +69,12 @@ func TestGatewayFailover(t *testing.T) {
 	testenv.LabNetwork(t)
 	binDir := testenv.BinDir(t)
 	bins := buildCommands(t, "octopus-agent", "octopus-echo")
-	dir := filepath.Join(t.TempDir(), "lab")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	begin := time.Now()
-	l, err := lab.Up(ctx, lab.Options{
-		Clusters: 2, GatewaysPerCluster: 2, NodesPerCluster: 3, Dir: dir, BinDir: binDir,
+	l, dir := startLab(ctx, t, lab.Options{
+		Clusters: 2, GatewaysPerCluster: 2, NodesPerCluster: 3, BinDir: binDir,
 		AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"],
 	})
-	if err != nil {
-		t.Fatalf("lab up: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = l.Stop()
-		if err := lab.Down(dir); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
-	})
-	t.Logf("lab up took %.1fs", time.Since(begin).Seconds())
 
 	f := &failoverLab{l: l, dir: dir, c1: &l.Network.Clusters[0], c2: &l.Network.Clusters[1]}
 	f.hub = kubeClient(t, l.Env.Cluster(lab.HubName).Kubeconfig)

@@ -21,29 +21,20 @@ import (
 // (an nftables drop in each gateway node), so that everything between the clusters must go
 // through the hub's gateway. It checks TCP (client address preserved) and ICMP pod → pod both
 // ways, the Peers' statuses (each cluster sees the other via the hub, the hub sees both and
-// carries bytes), `octopus show connections`, a request to an exported Service by its
+// carries bytes), what a member gateway's underlay carries (only the tunnel's UDP; for
+// wireguard never the plaintext), `octopus show connections`, a request to an exported Service by its
 // clusterset.local name, and recovery with a new key when the hub's gateway is killed.
 func TestHubTopology(t *testing.T) {
 	forEachBackend(t, hubTopology)
 }
 
 func hubTopology(t *testing.T, backend, binDir string, bins map[string]string) {
-	dir := filepath.Join(t.TempDir(), "lab")
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	l, err := lab.Up(ctx, lab.Options{
-		Clusters: 2, NodesPerCluster: 2, Dir: dir, BinDir: binDir, Topology: v1alpha1.TopologyHub,
+	l, dir := startLab(ctx, t, lab.Options{
+		Clusters: 2, NodesPerCluster: 2, BinDir: binDir, Topology: v1alpha1.TopologyHub,
 		AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"], DNSBinary: bins["octopus-dns"],
 		Backends: map[string]string{lab.HubName: backend, lab.ClusterName(1): backend, lab.ClusterName(2): backend},
-	})
-	if err != nil {
-		t.Fatalf("lab up: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = l.Stop()
-		if err := lab.Down(dir); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
 	})
 	c1, c2 := l.Network.Clusters[0], l.Network.Clusters[1]
 	isolate(t, c1.Nodes[0].Netns, c2.Nodes[0].UnderlayAddr.Addr().String())
@@ -58,6 +49,8 @@ func hubTopology(t *testing.T, backend, binDir string, bins map[string]string) {
 			}
 		}
 	}
+	// What leaves a member gateway for the hub is the tunnel's UDP alone.
+	checkUnderlay(t, c1, pods[c2.Name][1], pods[c1.Name][1], backend == "wireguard")
 
 	hubc := kubeClient(t, l.Env.Cluster(lab.HubName).Kubeconfig)
 	connections := func(id string) (map[string]v1alpha1.PeerConnection, error) {

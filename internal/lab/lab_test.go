@@ -359,3 +359,24 @@ func readFile(path string) string {
 	}
 	return string(b)
 }
+
+// startLab brings a lab up in a fresh directory with opts (Dir is set here), fails the test if
+// that fails, and stops and removes it when the test ends. It returns the lab and its
+// directory (logs/, pids/).
+func startLab(ctx context.Context, t *testing.T, opts lab.Options) (*lab.Lab, string) {
+	t.Helper()
+	opts.Dir = filepath.Join(t.TempDir(), "lab")
+	begin := time.Now()
+	l, err := lab.Up(ctx, opts)
+	if err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = l.Stop()
+		if err := lab.Down(opts.Dir); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+	})
+	t.Logf("lab up took %.1fs", time.Since(begin).Seconds())
+	return l, opts.Dir
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -28,20 +27,10 @@ func TestOverlappingCIDRs(t *testing.T) {
 	testenv.LabNetwork(t)
 	binDir := testenv.BinDir(t)
 	bins := buildCommands(t, "octopus-agent")
-	dir := filepath.Join(t.TempDir(), "lab")
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	l, err := lab.Up(ctx, lab.Options{
-		Clusters: 2, Dir: dir, BinDir: binDir, AgentBinary: bins["octopus-agent"], OverlappingCIDRs: true,
-	})
-	if err != nil {
-		t.Fatalf("lab up --overlapping-cidrs: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = l.Stop()
-		if err := lab.Down(dir); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
+	l, _ := startLab(ctx, t, lab.Options{
+		Clusters: 2, BinDir: binDir, AgentBinary: bins["octopus-agent"], OverlappingCIDRs: true,
 	})
 	c1, c2 := l.Env.Cluster(lab.ClusterName(1)), l.Env.Cluster(lab.ClusterName(2))
 	if c1.PodCIDR != c2.PodCIDR || c1.ServiceCIDR != c2.ServiceCIDR {

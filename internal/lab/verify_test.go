@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -29,22 +28,12 @@ func TestVerify(t *testing.T) {
 	testenv.LabNetwork(t)
 	binDir := testenv.BinDir(t)
 	bins := buildCommands(t, "octopus-agent", "octopus-echo", "octopus-dns", "octopus")
-	dir := filepath.Join(t.TempDir(), "lab")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	begin := time.Now()
-	l, err := lab.Up(ctx, lab.Options{
-		Clusters: 2, NodesPerCluster: 2, Dir: dir, BinDir: binDir,
+	l, _ := startLab(ctx, t, lab.Options{
+		Clusters: 2, NodesPerCluster: 2, BinDir: binDir,
 		AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"], DNSBinary: bins["octopus-dns"],
-	})
-	if err != nil {
-		t.Fatalf("lab up: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = l.Stop()
-		if err := lab.Down(dir); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
 	})
 	t.Logf("lab up took %.1fs", time.Since(begin).Seconds())
 	c1, c2 := l.Network.Clusters[0].Name, l.Network.Clusters[1].Name
