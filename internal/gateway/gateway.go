@@ -530,20 +530,17 @@ func (a *active) run(ctx context.Context) error {
 	}
 }
 
-// reconcile publishes our Peer, applies the tunnel configuration computed from the hub's
-// Peers and mirrors the remote subnets for the route agents. Everything that can be done is
+// reconcile applies the tunnel configuration computed from the hub's Peers, publishes our
+// Peer and mirrors the remote subnets for the route agents. Everything that can be done is
 // done; errors are joined.
 func (a *active) reconcile(ctx context.Context) error {
 	var errs []error
 	if err := a.readLocal(ctx); err != nil {
 		return err
 	}
-	if err := a.publish(ctx); err != nil {
-		errs = append(errs, err)
-	}
 	peers := &v1alpha1.PeerList{}
 	if err := a.cache.List(ctx, peers); err != nil {
-		return errors.Join(append(errs, fmt.Errorf("listing Peers on the hub: %w", err))...)
+		return fmt.Errorf("listing Peers on the hub: %w", err)
 	}
 	d := Compute(a.local, peers.Items)
 	applyErr := a.driver.Apply(ctx, d.Tunnel)
@@ -551,6 +548,12 @@ func (a *active) reconcile(ctx context.Context) error {
 		applyErr = fmt.Errorf("applying the tunnel configuration (%d peers): %w", len(d.Tunnel.Peers), applyErr)
 		errs = append(errs, applyErr)
 	} else if err := a.o.AddressDevice(a.o.Device, a.hcIP); err != nil {
+		errs = append(errs, err)
+	}
+	// Published only now, with the remote Peers configured: a remote gateway starts its
+	// handshake as soon as it sees our (new) key, and one that arrived before our device knew
+	// it would be dropped and retried only after WireGuard's 5 s rekey timeout.
+	if err := a.publish(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	if a.prober != nil {
