@@ -2,6 +2,7 @@ package kube
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"time"
@@ -38,17 +39,27 @@ func (d dialRetrier) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Method != http.MethodGet {
 		return d.next.RoundTrip(req)
 	}
+	ctx := req.Context()
 	delay := dialRetryMin
+	var lastDial error
 	for {
 		resp, err := d.next.RoundTrip(req)
-		if err == nil || !isDialError(err) {
+		switch {
+		case err == nil:
+			return resp, nil
+		case isDialError(err):
+			lastDial = err
+		case lastDial != nil && ctx.Err() != nil:
+			// Gave up waiting: say why it waited, not only that it stopped.
+			return nil, fmt.Errorf("%w; while waiting for the server: %w", err, lastDial)
+		default:
 			return resp, err
 		}
 		t := time.NewTimer(delay)
 		select {
-		case <-req.Context().Done():
+		case <-ctx.Done():
 			t.Stop()
-			return nil, err
+			return nil, fmt.Errorf("%w; while waiting for the server: %w", ctx.Err(), lastDial)
 		case <-t.C:
 		}
 		delay = min(2*delay, dialRetryMax)

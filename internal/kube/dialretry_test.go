@@ -14,7 +14,7 @@ import (
 
 // TestWaitForServerOnReads checks, on real loopback sockets, that a GET to a server that is
 // not listening yet waits for it and gets its answer, while a POST fails at once and a GET
-// whose context ends fails then.
+// whose context ends fails then, naming the refused dial.
 func TestWaitForServerOnReads(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -50,8 +50,8 @@ func TestWaitForServerOnReads(t *testing.T) {
 	if err == nil {
 		resp.Body.Close()
 	}
-	if err == nil || time.Since(sent) < 250*time.Millisecond {
-		t.Fatalf("GET to a closed port with a 300ms deadline: %v after %s, want an error at the deadline", err, time.Since(sent))
+	if err == nil || time.Since(sent) < 250*time.Millisecond || !isDialError(err) || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("GET to a closed port with a 300ms deadline: %v after %s, want an error at the deadline that names the refused dial", err, time.Since(sent))
 	}
 
 	type result struct {
