@@ -169,8 +169,10 @@ type takeover struct {
 	d     detector
 	lease *coordinationv1.Lease // the newest observed
 	kick  func()                // set by Run for the current elector
-	// addrs caches Node InternalIPs by node name.
-	addrs map[string]netip.Addr
+	// addrs caches Node InternalIPs by node name; lastAddrErr is the last error reading one
+	// (only step's goroutine touches it).
+	addrs       map[string]netip.Addr
+	lastAddrErr string
 }
 
 func newTakeover(o Options, cs kubernetes.Interface, lock *trackingLock, leaseNamespace, leaseName string) *takeover {
@@ -281,6 +283,11 @@ func (t *takeover) step(ctx context.Context) {
 	t.d.probed(err == nil)
 	now := t.now()
 	v, missed, stale := t.d.decide(now), t.d.missed, now.Sub(t.d.since)
+	if missed == 1 {
+		// Once per run of failures: what a standby saw when a takeover is slow to come.
+		t.log.Info("A liveness probe of the active gateway failed", "holder", holder, "address", addr.String(), "error", err.Error(),
+			"leaseUnchangedFor", stale.Round(time.Millisecond).String())
+	}
 	var lease *coordinationv1.Lease
 	if v == takeOver {
 		t.d.attempted(now)
@@ -310,9 +317,15 @@ func (t *takeover) address(ctx context.Context, node string) (netip.Addr, bool) 
 	}
 	n, err := t.cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
-		t.log.V(1).Info("Reading the active gateway's Node", "node", node, "error", err.Error())
+		// Until this succeeds nothing is probed and only the Lease's expiry helps: say so,
+		// once per kind of error.
+		if msg := err.Error(); msg != t.lastAddrErr {
+			t.lastAddrErr = msg
+			t.log.Info("Cannot read the active gateway's Node to probe it; retrying", "node", node, "error", msg)
+		}
 		return netip.Addr{}, false
 	}
+	t.lastAddrErr = ""
 	for _, na := range n.Status.Addresses {
 		if ip, err := netip.ParseAddr(na.Address); err == nil && na.Type == corev1.NodeInternalIP {
 			t.mu.Lock()
