@@ -71,6 +71,11 @@ const (
 	// only delays noticing a silent node; it is long so that a loaded machine, which may not
 	// run the prober's goroutine for a while, does not turn a slow answer into a failure.
 	livenessTimeout = time.Second
+
+	// apiTimeout bounds the standby's own API requests (the holder's Node, the takeover): the
+	// probe loop runs them inline, and one that hung would stop every later probe, leaving
+	// only the Lease's expiry.
+	apiTimeout = 5 * time.Second
 )
 
 // verdict is what a standby does after a probe.
@@ -297,7 +302,10 @@ func (t *takeover) step(ctx context.Context) {
 	if v != takeOver {
 		return
 	}
-	if err := takeLease(ctx, t.cs, lease, t.o.NodeName, t.o.LeaseDuration, now); err != nil {
+	takeCtx, cancel := context.WithTimeout(ctx, apiTimeout)
+	err = takeLease(takeCtx, t.cs, lease, t.o.NodeName, t.o.LeaseDuration, now)
+	cancel()
+	if err != nil {
 		t.log.Info("Taking over the gateway Lease failed; the active gateway renewed it, another standby took it, or the API server is unreachable",
 			"holder", holder, "error", err.Error())
 		return
@@ -315,7 +323,9 @@ func (t *takeover) address(ctx context.Context, node string) (netip.Addr, bool) 
 	if ok {
 		return a, true
 	}
-	n, err := t.cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	getCtx, cancel := context.WithTimeout(ctx, apiTimeout)
+	n, err := t.cs.CoreV1().Nodes().Get(getCtx, node, metav1.GetOptions{})
+	cancel()
 	if err != nil {
 		// Until this succeeds nothing is probed and only the Lease's expiry helps: say so,
 		// once per kind of error.
