@@ -122,12 +122,10 @@ func (o ControllerOptions) MemberRESTConfig() *rest.Config {
 	return withRateLimit(o.Member, o.MemberQPS, o.MemberBurst, DefaultKubeAPIQPS, DefaultKubeAPIBurst)
 }
 
-// HubRESTConfig is the client configuration of the hub with cred and o's rate limit, whose
-// reads wait out a hub that cannot be dialled so that the hub informers catch up as soon as
-// it is back (kube.WaitForServerOnReads). The credential's configuration has neither: it is
-// shared with the CLI.
+// HubRESTConfig is the client configuration of the hub with cred and o's rate limit. The
+// credential's configuration carries no limit of its own: it is shared with the CLI.
 func (o ControllerOptions) HubRESTConfig(cred hub.Credential) *rest.Config {
-	return withRateLimit(kube.WaitForServerOnReads(cred.RESTConfig()), o.HubQPS, o.HubBurst, DefaultHubAPIQPS, DefaultHubAPIBurst)
+	return withRateLimit(cred.RESTConfig(), o.HubQPS, o.HubBurst, DefaultHubAPIQPS, DefaultHubAPIBurst)
 }
 
 // MemberConfig returns the member cluster's client configuration: from the kubeconfig file at

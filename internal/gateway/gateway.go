@@ -326,8 +326,7 @@ func Run(ctx context.Context, o Options) error {
 type hubAccess struct {
 	// ClusterID names the Peer; Namespace is the hub namespace.
 	ClusterID, Namespace string
-	// config is the hub's client configuration; its reads wait out a hub that cannot be
-	// dialled, so that the Peer informers catch up as soon as it is back.
+	// config is the hub's client configuration.
 	config *rest.Config
 	// leaseNamespace and leaseName are the election's Lease, in the cluster the gateway runs in.
 	leaseNamespace, leaseName string
@@ -337,14 +336,14 @@ type hubAccess struct {
 // has stored it) and the Lease in octopus-system; for the hub's gateway, the hub itself.
 func (o *Options) hubAccess(ctx context.Context, member client.Reader) (hubAccess, error) {
 	if o.Role == v1alpha1.PeerRoleHub {
-		return hubAccess{ClusterID: v1alpha1.HubPeerName, Namespace: o.HubNamespace, config: kube.WaitForServerOnReads(o.Member),
+		return hubAccess{ClusterID: v1alpha1.HubPeerName, Namespace: o.HubNamespace, config: o.Member,
 			leaseNamespace: o.HubNamespace, leaseName: HubLeaseName}, nil
 	}
 	cred, err := waitForCredential(ctx, member, o.Log)
 	if err != nil {
 		return hubAccess{}, err
 	}
-	return hubAccess{ClusterID: cred.ClusterID, Namespace: cred.Namespace, config: kube.WaitForServerOnReads(cred.RESTConfig()),
+	return hubAccess{ClusterID: cred.ClusterID, Namespace: cred.Namespace, config: cred.RESTConfig(),
 		leaseNamespace: v1alpha1.SystemNamespace, leaseName: routeagent.LeaseName}, nil
 }
 
@@ -459,7 +458,10 @@ func (a *active) run(ctx context.Context) error {
 	if a.hub, err = client.New(a.at.config, client.Options{Scheme: kube.Scheme}); err != nil {
 		return fmt.Errorf("creating a client of the hub %s: %w", a.at.config.Host, err)
 	}
-	a.cache, err = cache.New(a.at.config, cache.Options{Scheme: kube.Scheme, DefaultNamespaces: map[string]cache.Config{a.at.Namespace: {}}})
+	// The cache's lists and watches wait out a hub that cannot be dialled, so that the Peers
+	// catch up as soon as it is back (kube.WaitForServerOnReads); the client's writes and the
+	// status read fail fast.
+	a.cache, err = cache.New(kube.WaitForServerOnReads(a.at.config), cache.Options{Scheme: kube.Scheme, DefaultNamespaces: map[string]cache.Config{a.at.Namespace: {}}})
 	if err != nil {
 		return fmt.Errorf("creating the cache of the hub: %w", err)
 	}

@@ -34,11 +34,7 @@ func (a *active) reportStatus(ctx context.Context) error {
 		probes = a.prober.Snapshot()
 	}
 	cur := &v1alpha1.Peer{}
-	// Bounded: the hub client's reads wait for an unreachable hub (kube.WaitForServerOnReads),
-	// and the metrics below must keep coming meanwhile.
-	getCtx, cancel := context.WithTimeout(ctx, a.o.StatusInterval)
-	getErr := a.hub.Get(getCtx, client.ObjectKey{Namespace: a.at.Namespace, Name: a.at.ClusterID}, cur)
-	cancel()
+	getErr := a.hub.Get(ctx, client.ObjectKey{Namespace: a.at.Namespace, Name: a.at.ClusterID}, cur)
 	// With the hub unreachable the status cannot be written, but the metrics, computed from
 	// the same status (its connections do not depend on the conditions read from the hub),
 	// still tell how the tunnels are.

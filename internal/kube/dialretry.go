@@ -19,14 +19,14 @@ const (
 // WaitForServerOnReads returns a copy of cfg whose GET requests, when the server cannot be
 // dialled, dial again until it can or the request's context ends, instead of failing.
 //
-// It is for long-running agents whose informers must catch up as soon as a server comes back.
+// It is for the configuration of informer caches that must catch up as soon as a server comes
+// back; clients that should see an outage (heartbeats, status, the CLI) keep the plain one.
 // Every failed list or watch sends client-go's reflector into an exponential backoff that,
 // after half a minute of outage, reaches [30 s, 60 s): an informer then stays stale for up to
 // a minute after its server returned, whatever else recovered. Waiting inside the transport
 // keeps the reflector's one attempt open instead, and the first dial that succeeds serves it.
 // A dial that failed never reached the server, so dialling again is safe for any request; only
-// reads wait, so that writes (heartbeats, status) still fail fast and their callers see the
-// outage. Not for the CLI: a command should say the server is down, not hang.
+// reads wait, so that a cache's client still fails its writes fast.
 func WaitForServerOnReads(cfg *rest.Config) *rest.Config {
 	out := rest.CopyConfig(cfg)
 	out.Wrap(func(next http.RoundTripper) http.RoundTripper { return dialRetrier{next: next} })

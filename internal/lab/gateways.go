@@ -3,11 +3,9 @@ package lab
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
-	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/octopus-mcs/octopus/internal/hub"
@@ -117,17 +115,9 @@ func startHubGateway(ctx context.Context, opts Options, env *controlplane.Enviro
 	if err != nil {
 		return fmt.Errorf("starting the hub's gateway: %w", err)
 	}
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters[HubName] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos[hub.GatewayServiceAccount] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
-	kc.Contexts[HubName] = &clientcmdapi.Context{Cluster: HubName, AuthInfo: hub.GatewayServiceAccount}
-	kc.CurrentContext = HubName
 	path := filepath.Join(env.Dir, "hub-gateway.kubeconfig")
-	data, err := clientcmd.Write(*kc)
+	err = controlplane.WriteKubeconfig(path, HubName, cfg.Host, cfg.CAData, hub.GatewayServiceAccount, &clientcmdapi.AuthInfo{Token: cfg.BearerToken})
 	if err != nil {
-		return fmt.Errorf("writing the hub gateway's kubeconfig: %w", err)
-	}
-	if err := os.WriteFile(path, data, 0o600); err != nil {
 		return fmt.Errorf("writing the hub gateway's kubeconfig: %w", err)
 	}
 	args := append(gatewayArgs(opts, HubName, path, HubGatewayNode, h.UnderlayAddr.Addr().String()),

@@ -98,6 +98,11 @@ var HubKinds = []schema.GroupVersionKind{
 	coordinationv1.SchemeGroupVersion.WithKind("Lease"),
 }
 
+// hubCacheConfig is the configuration of a hub cache: its lists and watches wait out a hub
+// that cannot be dialled, so that the cache catches up as soon as the hub is back instead of
+// after client-go's reconnect backoff (kube.WaitForServerOnReads); writes still fail fast.
+func hubCacheConfig(hub *rest.Config) *rest.Config { return kube.WaitForServerOnReads(hub) }
+
 // useMapper makes a hub cache use m, when it is given.
 func useMapper(co *cluster.Options, m meta.RESTMapper) {
 	if m != nil {
@@ -132,7 +137,7 @@ func setupExport(mgr manager.Manager, o ExportOptions, exports cache.Cache) erro
 	if o.Addresses == nil {
 		o.Addresses = DirectAddresses{}
 	}
-	hubCluster, err := cluster.New(o.Hub, func(co *cluster.Options) {
+	hubCluster, err := cluster.New(hubCacheConfig(o.Hub), func(co *cluster.Options) {
 		co.Scheme = kube.Scheme
 		useMapper(co, o.HubMapper)
 		co.Cache = cache.Options{
@@ -277,7 +282,7 @@ func setupImport(mgr manager.Manager, o ImportOptions) (cache.Cache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("selecting exported services: %w", err)
 	}
-	hubCluster, err := cluster.New(o.Hub, func(co *cluster.Options) {
+	hubCluster, err := cluster.New(hubCacheConfig(o.Hub), func(co *cluster.Options) {
 		co.Scheme = kube.Scheme
 		useMapper(co, o.HubMapper)
 		co.Cache = cache.Options{

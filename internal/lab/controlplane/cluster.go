@@ -181,7 +181,8 @@ func newControlPlane(env *Environment, o ClusterOptions) (*ControlPlane, error) 
 // setPort fixes the API server's port: URL, admin kubeconfig, readiness client and flags.
 func (c *ControlPlane) setPort(port uint16) error {
 	c.URL = "https://" + netip.AddrPortFrom(c.env.bindAddr, port).String()
-	if err := writeKubeconfig(c.Kubeconfig, c.Name, c.URL, c.CAData, c.adminCert, c.adminKey); err != nil {
+	admin := &clientcmdapi.AuthInfo{ClientCertificateData: c.adminCert, ClientKeyData: c.adminKey}
+	if err := WriteKubeconfig(c.Kubeconfig, c.Name, c.URL, c.CAData, c.Name+"-admin", admin); err != nil {
 		return err
 	}
 	hc, err := rest.HTTPClientFor(c.RESTConfig())
@@ -370,13 +371,13 @@ func (c *ControlPlane) StartAPIServer(ctx context.Context) error {
 	return nil
 }
 
-// writeKubeconfig writes an admin kubeconfig with embedded certificates, so it stays valid
-// when copied into a node namespace or another machine's view of the lab.
-func writeKubeconfig(path, name, url string, caPEM, certPEM, keyPEM []byte) error {
+// WriteKubeconfig writes, with mode 0600 and atomically, a kubeconfig of one context: cluster
+// name at url with CA caPEM, and user with auth. Credentials are embedded, so it stays valid
+// when read from a node namespace or another machine's view of the lab.
+func WriteKubeconfig(path, name, url string, caPEM []byte, user string, auth *clientcmdapi.AuthInfo) error {
 	cfg := clientcmdapi.NewConfig()
-	user := name + "-admin"
 	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: url, CertificateAuthorityData: caPEM}
-	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM}
+	cfg.AuthInfos[user] = auth
 	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: user}
 	cfg.CurrentContext = name
 	data, err := clientcmd.Write(*cfg)

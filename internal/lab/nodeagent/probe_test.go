@@ -2,7 +2,6 @@ package nodeagent
 
 import (
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/octopus-mcs/octopus/internal/procfs"
 )
 
 func TestProbeResults(t *testing.T) {
@@ -66,7 +67,7 @@ func TestProbeCommand(t *testing.T) {
 // what it forked.
 func TestExecProbe(t *testing.T) {
 	if _, err := exec.LookPath("sh"); err != nil {
-		t.Skip("no sh on this machine")
+		t.Fatal("sh is missing: every Debian machine has it (package dash); the lab's pods need it too")
 	}
 	dir := t.TempDir()
 	p := &pod{
@@ -108,7 +109,7 @@ func TestExecProbe(t *testing.T) {
 		}
 		// The orphaned child may linger as a zombie until init reaps it; it must not run.
 		deadline := time.Now().Add(2 * time.Second)
-		for alive(pid) {
+		for procfs.Alive(pid) {
 			if time.Now().After(deadline) {
 				t.Errorf("process %d of a timed-out probe still runs", pid)
 				_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -117,18 +118,4 @@ func TestExecProbe(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-}
-
-// alive reports whether pid runs: it exists and is not a zombie.
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if errors.Is(err, os.ErrNotExist) {
-		return false
-	}
-	// The state follows the command name in parentheses, which may contain spaces.
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
-	}
-	return true
 }
