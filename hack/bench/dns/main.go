@@ -6,7 +6,14 @@
 //     latencies from -v) for a mix of ClusterSetIP, headless and NXDOMAIN queries, over 1,000
 //     and 10,000 services; medians over rounds, the two servers alternating;
 //   - freshness: time from an EndpointSlice update (from the start of the API call) to octopus-dns
-//     answering with the change.
+//     answering with the change;
+//   - the floors: the same dnsperf runs against a responder that does no DNS work at all (it
+//     flips the query into an NXDOMAIN reply), pinned like the servers, and against the same
+//     responder busy per query for as much CPU time as octopus-dns spends answering (the
+//     difference of the two's time per query, saturated) but doing nothing else: no
+//     allocation, no goroutine, no garbage collector. No server can
+//     do better than the first on this machine, nor one as costly as octopus-dns than the
+//     second; they are the controls that say how much of a p99 is the machine's.
 //
 // Run from the repository root as root or not (nothing here needs privileges):
 //
@@ -23,6 +30,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -36,6 +44,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,11 +73,21 @@ type options struct {
 	serverCPU          string
 	clientCPU          string
 	freshnessSamples   int
+	floor              bool
 	workdir, repoRoot  string
 	octopusDNS, stockD string
 }
 
+// floorServerArg, as the first argument, makes this program the floor responder instead.
+const floorServerArg = "floor-server"
+
 func main() {
+	if len(os.Args) == 4 && os.Args[1] == floorServerArg {
+		if err := serveFloor(os.Args[2], os.Args[3]); err != nil {
+			fatalf("floor responder: %v", err)
+		}
+		return
+	}
 	var o options
 	sizes := flag.String("sizes", "1000,10000", "numbers of services, comma-separated")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds per size and server; the report gives medians")
@@ -77,6 +96,7 @@ func main() {
 	flag.StringVar(&o.serverCPU, "server-cpu", "1", "taskset CPU list for the DNS servers")
 	flag.StringVar(&o.clientCPU, "client-cpu", "0", "taskset CPU list for dnsperf")
 	flag.IntVar(&o.freshnessSamples, "freshness", 200, "EndpointSlice changes timed for freshness")
+	flag.BoolVar(&o.floor, "floor", true, "also measure responders that do no DNS work, idle and busy per query as long as octopus-dns: the floors under any server")
 	flag.Parse()
 	for _, s := range strings.Split(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -164,7 +184,7 @@ func run(ctx context.Context, o *options) error {
 	kubeconfig := controlplane.KubeconfigPath(env.Dir, "bench")
 
 	report := &strings.Builder{}
-	fmt.Fprintf(report, "| services | server | QPS (unthrottled) | p50 at %d QPS | p99 at %d QPS | lost at %d QPS |\n|---|---|---|---|---|---|\n", o.rate, o.rate, o.rate)
+	fmt.Fprintf(report, "| services | server | QPS (unthrottled) | p50 at %d QPS | p99 at %d QPS | lost at %d QPS | CPU steal at %d QPS |\n|---|---|---|---|---|---|---|\n", o.rate, o.rate, o.rate, o.rate)
 	created := 0
 	var fresh []time.Duration
 	for _, size := range o.sizes {
@@ -325,8 +345,9 @@ type server struct {
 	cmd  *exec.Cmd
 }
 
-func startServer(ctx context.Context, o *options, name, bin, corefile string, port int) (*server, error) {
-	dir := filepath.Join(o.workdir, "run-"+name)
+// startCoreDNS starts a CoreDNS binary with corefile, pinned to the server CPU.
+func startCoreDNS(ctx context.Context, o *options, name, bin, corefile string, port int) (*server, error) {
+	dir := runDir(o, port)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -334,11 +355,42 @@ func startServer(ctx context.Context, o *options, name, bin, corefile string, po
 	if err := os.WriteFile(cf, []byte(corefile), 0o600); err != nil {
 		return nil, err
 	}
+	return startServer(ctx, o, name, port, bin, "-conf", cf)
+}
+
+// startFloor starts this program as the floor responder, busy for work per query, pinned to
+// the server CPU, and waits until it answers.
+func startFloor(ctx context.Context, o *options, name string, port int, work time.Duration) (*server, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("finding this program to start the floor responder: %w", err)
+	}
+	s, err := startServer(ctx, o, name, port, self, floorServerArg, fmt.Sprintf("127.0.0.1:%d", port), work.String())
+	if err != nil {
+		return nil, err
+	}
+	if err := waitNXDomain(ctx, s); err != nil {
+		s.stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// runDir holds the Corefile and log of the server on port.
+func runDir(o *options, port int) string {
+	return filepath.Join(o.workdir, fmt.Sprintf("run-%d", port))
+}
+
+func startServer(ctx context.Context, o *options, name string, port int, argv ...string) (*server, error) {
+	dir := runDir(o, port)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
 	logf, err := os.Create(filepath.Join(dir, "log"))
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, "taskset", "-c", o.serverCPU, bin, "-conf", cf)
+	cmd := exec.CommandContext(ctx, "taskset", append([]string{"-c", o.serverCPU}, argv...)...)
 	cmd.Stdout, cmd.Stderr, cmd.Dir = logf, logf, dir
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
@@ -355,6 +407,21 @@ func (s *server) stop() {
 	case <-time.After(10 * time.Second):
 		_ = s.cmd.Process.Kill()
 		<-done
+	}
+}
+
+// waitNXDomain waits until s answers a query, with NXDOMAIN.
+func waitNXDomain(ctx context.Context, s *server) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r, err := query(ctx, s.addr(), "missing."+zone)
+		if err == nil && r.Rcode == dns.RcodeNameError {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s is not answering on %s after 30 s (reply %v, error %v)", s.name, s.addr(), r, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -388,16 +455,42 @@ func measure(ctx context.Context, o *options, c client.Client, kubeconfig string
 	}
 	// No cache in either: the benchmark compares the backends, not CoreDNS's cache.
 	op, sp := 15353, 15354
-	octo, err := startServer(ctx, o, "octopus-dns", o.octopusDNS, fmt.Sprintf("%s:%d {\n bind 127.0.0.1\n crossdns {\n  kubeconfig %s\n  ttl %d\n }\n}\n", zone, op, kubeconfig, ttl), op)
+	octo, err := startCoreDNS(ctx, o, "octopus-dns", o.octopusDNS, fmt.Sprintf("%s:%d {\n bind 127.0.0.1\n crossdns {\n  kubeconfig %s\n  ttl %d\n }\n}\n", zone, op, kubeconfig, ttl), op)
 	if err != nil {
 		return "", nil, err
 	}
 	defer octo.stop()
-	stock, err := startServer(ctx, o, "coredns-file", o.stockD, fmt.Sprintf("%s:%d {\n bind 127.0.0.1\n file %s\n}\n", zone, sp, zf), sp)
+	stock, err := startCoreDNS(ctx, o, "coredns-file", o.stockD, fmt.Sprintf("%s:%d {\n bind 127.0.0.1\n file %s\n}\n", zone, sp, zf), sp)
 	if err != nil {
 		return "", nil, err
 	}
 	defer stock.stop()
+	servers := []*server{octo, stock}
+	if o.floor {
+		floor, err := startFloor(ctx, o, "floor (no DNS work)", 15355, 0)
+		if err != nil {
+			return "", nil, err
+		}
+		defer floor.stop()
+		// What answering costs octopus-dns beyond receiving and sending, per query: the
+		// difference of the two servers' times per query when dnsperf keeps them saturated.
+		progress("%d services: octopus-dns's CPU time per query", size)
+		qpsOcto, _, _, err := dnsperf(ctx, o, octo, qf, 0)
+		if err != nil {
+			return "", nil, err
+		}
+		qpsFloor, _, _, err := dnsperf(ctx, o, floor, qf, 0)
+		if err != nil {
+			return "", nil, err
+		}
+		work := max(0, time.Duration(float64(time.Second)/qpsOcto-float64(time.Second)/qpsFloor)).Round(100 * time.Nanosecond)
+		busy, err := startFloor(ctx, o, fmt.Sprintf("floor + %s of CPU per query (octopus-dns's, without its DNS work)", work), 15356, work)
+		if err != nil {
+			return "", nil, err
+		}
+		defer busy.stop()
+		servers = append(servers, floor, busy)
+	}
 
 	// Both serve everything, and the same answers.
 	last := fqdn(size - 1)
@@ -423,16 +516,19 @@ func measure(ctx context.Context, o *options, c client.Client, kubeconfig string
 		}
 	}
 
-	type cell struct{ qps, p50, p99, lost []float64 }
-	cells := map[string]*cell{octo.name: {}, stock.name: {}}
+	type cell struct{ qps, p50, p99, lost, steal []float64 }
+	cells := map[*server]*cell{}
 	for round := range o.rounds {
-		order := []*server{octo, stock}
-		if round%2 == 1 {
-			order = []*server{stock, octo}
-		}
+		// Each round starts with another server, so that none is always measured first.
+		order := slices.Clone(servers)
+		rotate(order, round)
 		for _, s := range order {
 			progress("%d services, round %d, %s", size, round+1, s.name)
 			qps, _, _, err := dnsperf(ctx, o, s, qf, 0)
+			if err != nil {
+				return "", nil, err
+			}
+			before, err := readCPUTimes()
 			if err != nil {
 				return "", nil, err
 			}
@@ -440,18 +536,27 @@ func measure(ctx context.Context, o *options, c client.Client, kubeconfig string
 			if err != nil {
 				return "", nil, err
 			}
-			cl := cells[s.name]
+			after, err := readCPUTimes()
+			if err != nil {
+				return "", nil, err
+			}
+			cl := cells[s]
+			if cl == nil {
+				cl = &cell{}
+				cells[s] = cl
+			}
 			cl.qps = append(cl.qps, qps)
 			cl.p50 = append(cl.p50, float64(pct(lat, 50)))
 			cl.p99 = append(cl.p99, float64(pct(lat, 99)))
 			cl.lost = append(cl.lost, lost)
+			cl.steal = append(cl.steal, after.stealShare(before))
 		}
 	}
 	var rows strings.Builder
-	for _, s := range []*server{octo, stock} {
-		cl := cells[s.name]
-		fmt.Fprintf(&rows, "| %d | %s | %.0f | %s | %s | %.2f%% |\n", size, s.name, median(cl.qps),
-			time.Duration(median(cl.p50)).Round(time.Microsecond), time.Duration(median(cl.p99)).Round(time.Microsecond), median(cl.lost))
+	for _, s := range servers {
+		cl := cells[s]
+		fmt.Fprintf(&rows, "| %d | %s | %.0f | %s | %s | %.2f%% | %.1f%% |\n", size, s.name, median(cl.qps),
+			time.Duration(median(cl.p50)).Round(time.Microsecond), time.Duration(median(cl.p99)).Round(time.Microsecond), median(cl.lost), median(cl.steal))
 	}
 
 	progress("%d services: freshness", size)
@@ -545,6 +650,100 @@ func freshness(ctx context.Context, o *options, c client.Client, s *server, size
 		out = append(out, time.Since(start))
 	}
 	return out, nil
+}
+
+// rotate turns s left by n places.
+func rotate[T any](s []T, n int) {
+	n %= len(s)
+	slices.Reverse(s[:n])
+	slices.Reverse(s[n:])
+	slices.Reverse(s)
+}
+
+// cpuTimes is the first line of /proc/stat: every CPU's time, in clock ticks.
+type cpuTimes struct{ total, steal uint64 }
+
+func readCPUTimes() (cpuTimes, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	// cpu user nice system idle iowait irq softirq steal guest guest_nice
+	if len(f) < 9 || f[0] != "cpu" {
+		return cpuTimes{}, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var t cpuTimes
+	for i, v := range f[1:9] {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return cpuTimes{}, fmt.Errorf("/proc/stat: %q: %w", line, err)
+		}
+		t.total += n
+		if i == 7 {
+			t.steal = n
+		}
+	}
+	return t, nil
+}
+
+// stealShare is the share of all CPUs' time, in percent, that the hypervisor gave to others
+// between before and t: time in which nothing of ours ran, whatever its priority.
+func (t cpuTimes) stealShare(before cpuTimes) float64 {
+	if t.total <= before.total {
+		return 0
+	}
+	return 100 * float64(t.steal-before.steal) / float64(t.total-before.total)
+}
+
+// busy spins until its thread has used d of CPU time: time the hypervisor or the scheduler
+// takes away does not count, as it would not for a server's real work.
+func busy(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts)
+	end := ts.Nano() + d.Nanoseconds()
+	for ts.Nano() < end {
+		_ = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts)
+	}
+}
+
+// serveFloor answers every UDP query on addr with the query itself turned into an NXDOMAIN
+// reply, from one goroutine and one buffer: no parsing, no allocation, no DNS logic. Before
+// each reply it spins for work (a duration), standing in for a server's CPU time per query.
+func serveFloor(addr, work string) error {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return err
+	}
+	spin, err := time.ParseDuration(work)
+	if err != nil {
+		return err
+	}
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(ap))
+	if err != nil {
+		return err
+	}
+	runtime.LockOSThread() // the thread's CPU clock is the goroutine's
+	buf := make([]byte, 65535)
+	for {
+		n, from, err := c.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			return err
+		}
+		if n < 12 { // shorter than a DNS header
+			continue
+		}
+		busy(spin)
+		buf[2] |= 0x80                             // QR: a response
+		buf[3] = buf[3]&^0x0f | dns.RcodeNameError // RCODE
+		if _, err := c.WriteToUDPAddrPort(buf[:n], from); err != nil {
+			return err
+		}
+	}
 }
 
 func pct(sorted []time.Duration, p int) time.Duration {
