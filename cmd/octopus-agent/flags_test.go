@@ -42,24 +42,28 @@ func TestControllerFlags(t *testing.T) {
 		memberQPS, hubQPS            float32
 		memberBurst, hubBurst        int
 		exportWorkers, importWorkers int
+		pprof                        string
 	}{
 		{
 			name:      "defaults",
 			memberQPS: agent.DefaultKubeAPIQPS, memberBurst: agent.DefaultKubeAPIBurst,
 			hubQPS: agent.DefaultHubAPIQPS, hubBurst: agent.DefaultHubAPIBurst,
 			exportWorkers: servicediscovery.DefaultWorkers, importWorkers: servicediscovery.DefaultWorkers,
+			pprof: "0",
 		},
 		{
 			name: "set",
 			args: []string{"--kube-api-qps=20", "--kube-api-burst=30", "--hub-api-qps=10", "--hub-api-burst=15",
-				"--export-workers=2", "--import-workers=8"},
+				"--export-workers=2", "--import-workers=8", "--pprof-bind-address=127.0.0.1:6060"},
 			memberQPS: 20, memberBurst: 30, hubQPS: 10, hubBurst: 15, exportWorkers: 2, importWorkers: 8,
+			pprof: "127.0.0.1:6060",
 		},
 		{
 			name:      "limits off",
 			args:      []string{"--kube-api-qps=-1", "--hub-api-qps=-1"},
 			memberQPS: -1, memberBurst: agent.DefaultKubeAPIBurst, hubQPS: -1, hubBurst: agent.DefaultHubAPIBurst,
 			exportWorkers: servicediscovery.DefaultWorkers, importWorkers: servicediscovery.DefaultWorkers,
+			pprof: "0",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -81,6 +85,9 @@ func TestControllerFlags(t *testing.T) {
 			}
 			if got.ExportWorkers != tc.exportWorkers || got.ImportWorkers != tc.importWorkers {
 				t.Errorf("workers: export %d, import %d; want %d, %d", got.ExportWorkers, got.ImportWorkers, tc.exportWorkers, tc.importWorkers)
+			}
+			if got.PprofBindAddress != tc.pprof {
+				t.Errorf("pprof address %q, want %q", got.PprofBindAddress, tc.pprof)
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/octopus-mcs/octopus/internal/memlimit"
 	"github.com/octopus-mcs/octopus/internal/version"
 )
 
@@ -30,6 +31,13 @@ Examples:
 			ctrl.SetLogger(logger)
 			// client-go's leader election and transport log through klog: same sink, same format.
 			klog.SetLogger(logger)
+			// In a container with a memory limit, collect garbage harder near it rather than
+			// be killed at it; not being able to read the limit is no reason not to run.
+			if limit, err := memlimit.Set(memlimit.DefaultRatio); err != nil {
+				logger.Error(err, "Could not read the cgroup memory limit; running without a soft memory limit (set GOMEMLIMIT to choose one)")
+			} else if limit > 0 {
+				logger.Info("Set the Go soft memory limit from the cgroup's", "limitBytes", limit, "ratio", memlimit.DefaultRatio)
+			}
 		},
 	}
 	zapFlags := goflag.NewFlagSet("zap", goflag.ContinueOnError)

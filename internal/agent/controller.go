@@ -68,10 +68,11 @@ type ControllerOptions struct {
 	// endpoints are withdrawn from this cluster's imports. Optional; the default of
 	// servicediscovery.DefaultStaleClusterTTL when zero.
 	StaleClusterTTL time.Duration
-	// HealthProbeBindAddress and MetricsBindAddress are the managers' listen addresses; "0"
-	// turns them off.
+	// HealthProbeBindAddress, MetricsBindAddress and PprofBindAddress are the manager's listen
+	// addresses; "0" turns them off ("" too, for pprof, which is off unless asked for).
 	HealthProbeBindAddress string
 	MetricsBindAddress     string
+	PprofBindAddress       string
 	// LeaderElection makes replicas elect one active controller through the
 	// ControllerLeaderElectionID Lease in octopus-system.
 	LeaderElection bool
@@ -153,6 +154,7 @@ func (o ControllerOptions) managerOptions() manager.Options {
 		// a cached object (every Service, EndpointSlice and import of the member is cached).
 		Cache:                   cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		PprofBindAddress:        o.PprofBindAddress,
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        ControllerLeaderElectionID,
