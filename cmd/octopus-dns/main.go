@@ -13,9 +13,11 @@ import (
 	_ "github.com/coredns/coredns/plugin/health"
 	_ "github.com/coredns/coredns/plugin/log"
 	_ "github.com/coredns/coredns/plugin/metrics"
+	clog "github.com/coredns/coredns/plugin/pkg/log"
 	_ "github.com/coredns/coredns/plugin/ready"
 	_ "github.com/coredns/coredns/plugin/reload"
 
+	"github.com/octopus-mcs/octopus/internal/memlimit"
 	_ "github.com/octopus-mcs/octopus/pkg/crossdns"
 )
 
@@ -40,5 +42,12 @@ func main() {
 	// Replacing the list (rather than inserting into CoreDNS's) leaves out every plugin this
 	// binary does not compile in, so a Corefile naming one fails at startup, not at query time.
 	dnsserver.Directives = Directives
+	// Like CoreDNS's own deployments, octopus-dns runs with a memory limit: collect garbage
+	// harder near it rather than be killed at it.
+	if limit, err := memlimit.Set(memlimit.DefaultRatio); err != nil {
+		clog.Warningf("Could not read the cgroup memory limit, running without a soft memory limit (set GOMEMLIMIT to choose one): %v", err)
+	} else if limit > 0 {
+		clog.Infof("Go soft memory limit set to %d bytes, %g of the cgroup's", limit, memlimit.DefaultRatio)
+	}
 	coremain.Run()
 }

@@ -419,7 +419,10 @@ func waitNXDomain(ctx context.Context, s *server) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s is not answering on %s after 30 s (reply %v, error %v)", s.name, s.addr(), r, err)
+			if err == nil {
+				err = fmt.Errorf("it answered %s", dns.RcodeToString[r.Rcode])
+			}
+			return fmt.Errorf("%s is not answering NXDOMAIN on %s after 30 s: %w", s.name, s.addr(), err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
