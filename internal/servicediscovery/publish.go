@@ -157,3 +157,19 @@ func sameKeys(want, have map[string]string, keys []string) bool {
 	}
 	return true
 }
+
+// Publication is what clusterID publishes in hubNamespace for export of svc, whose
+// EndpointSlices in its cluster are local, under direct addressing: the record and the
+// EndpointSlices, exactly as the export controller writes them. The scale benchmark uses it to
+// stand in for clusters it does not run.
+func Publication(hubNamespace, clusterID string, export *mcsv1beta1.ServiceExport, svc *corev1.Service, local []discoveryv1.EndpointSlice) (*mcsv1beta1.ServiceImport, []*discoveryv1.EndpointSlice, error) {
+	typ, ok := importType(svc)
+	if !ok {
+		return nil, nil, fmt.Errorf("publishing Service %s/%s: type %s cannot be exported", svc.Namespace, svc.Name, svc.Spec.Type)
+	}
+	p, err := desiredState(hubNamespace, clusterID, export, svc, typ, DirectAddresses{}.Endpoints(svc, typ, local))
+	if err != nil {
+		return nil, nil, err
+	}
+	return p.record, p.slices, nil
+}

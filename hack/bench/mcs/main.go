@@ -32,6 +32,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -60,10 +61,23 @@ func main() {
 	var so scaleOptions
 	scale := flag.Bool("scale", false, "measure a cold start of -clusters clusters with -services exports each instead of one-by-one latency")
 	flag.IntVar(&so.services, "services", 1000, "scale: exported services per cluster")
+	flag.IntVar(&so.synthetic, "synthetic", 0, "scale: clusters that only publish on the hub (written by the benchmark before t0, no API server or agent); the -clusters real members import theirs too")
 	flag.IntVar(&so.probes, "probes", 50, "scale: single exports timed one at a time (cluster 1 to cluster 2) while the cold start converges")
 	flag.DurationVar(&so.probeGap, "probe-gap", time.Second, "scale: pause between two probes, to spread them over the convergence")
 	flag.DurationVar(&so.converge, "converge-timeout", 30*time.Minute, "scale: how long the cold start may take before the run fails")
 	flag.StringVar(&so.agentBin, "agent-bin", "", "scale: run this octopus-agent binary's `controller` command as the agents (with its built-in rate limits and workers) instead of this program's agent mode")
+	flag.Func("agent-arg", "scale, with -agent-bin: one more argument for every agent's `controller` command, e.g. --kube-api-qps=200 (repeatable)", func(v string) error {
+		so.agentArgs = append(so.agentArgs, v)
+		return nil
+	})
+	flag.Func("agent-memory-limit", "scale: run every agent in a memory cgroup with this limit, e.g. 200Mi, as a pod's limits.memory (needs root)", func(v string) error {
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return err
+		}
+		so.agentMemoryLimit = q.Value()
+		return nil
+	})
 	flag.Float64Var(&so.memberQPS, "agent-member-qps", 100, "scale, without -agent-bin: client QPS of each agent towards its member cluster (burst twice that); 0 means the agent's default (agent.DefaultKubeAPIQPS)")
 	flag.Parse()
 	logf.SetLogger(logr.Discard())

@@ -33,6 +33,8 @@ import (
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
+	"github.com/octopus-mcs/octopus/internal/memlimit"
+	"github.com/octopus-mcs/octopus/internal/servicediscovery"
 )
 
 // Namespaces of the scale run: the bulk exports, and the probes timed one at a time.
@@ -43,10 +45,18 @@ const (
 
 type scaleOptions struct {
 	members, services, probes int
-	probeGap, timeout         time.Duration
-	converge                  time.Duration
-	agentBin                  string
-	memberQPS                 float64
+	// synthetic clusters publish on the hub but run nothing: the benchmark writes what their
+	// agents would (servicediscovery.Publication) before t0, so that the real members import
+	// a fleet's worth of services with fewer API servers competing for the machine.
+	synthetic         int
+	probeGap, timeout time.Duration
+	converge          time.Duration
+	agentBin          string
+	agentArgs         []string
+	// agentMemoryLimit, if not 0, runs every agent in a memory cgroup of this many bytes, as
+	// a pod's limits.memory would (the agent then sets its soft limit from it).
+	agentMemoryLimit int64
+	memberQPS        float64
 }
 
 // agentProc is one member's agent running as a child process.
@@ -59,12 +69,13 @@ type agentProc struct {
 }
 
 // runScale measures a cold start: every member's Services and ServiceExports (and the
-// namespaces) exist before any agent runs; then all agents start at once (t0), and the run
-// waits until every member holds, for every service exported anywhere, the ServiceImport with
-// spec.ips and an imported EndpointSlice with an endpoint. Meanwhile it times single probe
-// exports from c1 to c2, samples each agent process's RSS, and counts the hub's write requests.
+// namespaces) exist before any agent runs, and so do the synthetic clusters' publications on
+// the hub; then all agents start at once (t0), and the run waits until every member holds, for
+// every service exported anywhere, the ServiceImport with spec.ips and an imported
+// EndpointSlice with an endpoint. Meanwhile it times single probe exports from c1 to c2,
+// samples each agent process's RSS, and counts the hub's write requests.
 func runScale(ctx context.Context, o scaleOptions) error {
-	if o.members < 2 || o.services < 1 || o.probes < 0 {
+	if o.members < 2 || o.services < 1 || o.probes < 0 || o.synthetic < 0 {
 		return errors.New("scale needs at least 2 clusters and 1 service per cluster")
 	}
 	// Ends the probe goroutine and the watches on an early return.
@@ -112,8 +123,15 @@ func runScale(ctx context.Context, o scaleOptions) error {
 		}
 	}
 	progress("created %d exports in %s", o.members*o.services, since(created))
+	if o.synthetic > 0 {
+		published := time.Now()
+		if err := publishSynthetic(ctx, env.Cluster("hub").RESTConfig(), info.Namespace, o.synthetic, o.services); err != nil {
+			return err
+		}
+		progress("published %d synthetic clusters' %d exports on the hub in %s", o.synthetic, o.synthetic*o.services, since(published))
+	}
 
-	total := o.members * o.services
+	total := (o.members + o.synthetic) * o.services
 	counters := make([]*importCounter, len(members))
 	for i, n := range members {
 		counters[i] = newImportCounter()
@@ -235,7 +253,11 @@ func runScale(ctx context.Context, o scaleOptions) error {
 		for _, a := range agents {
 			select {
 			case <-a.done:
-				return fmt.Errorf("agent of %s exited during the run: see %s", a.name, filepath.Join(agentDir, a.name+".log"))
+				hint := ""
+				if o.agentMemoryLimit > 0 {
+					hint = fmt.Sprintf(" (it ran with a %d MiB memory limit: an OOM kill leaves no line in its log, see dmesg)", o.agentMemoryLimit>>20)
+				}
+				return fmt.Errorf("agent of %s exited during the run%s: see %s", a.name, hint, filepath.Join(agentDir, a.name+".log"))
 			default:
 			}
 		}
@@ -262,11 +284,22 @@ func runScale(ctx context.Context, o scaleOptions) error {
 		rssAtEnd[i], hwm[i] = readRSS(a.cmd.Process.Pid)
 	}
 
-	exports := total + o.probes
-	fmt.Printf("## MCS scale: hub + %d clusters × %d exported services (+%d probes)\n\n", o.members, o.services, o.probes)
+	// What the agents exported during the run; the synthetic records were on the hub before.
+	exports := o.members*o.services + o.probes
+	fmt.Printf("## MCS scale: hub + %d clusters × %d exported services (+%d probes)\n\n", o.members+o.synthetic, o.services, o.probes)
+	if o.synthetic > 0 {
+		fmt.Printf("%d of the clusters are synthetic: their %d records and slices were written to the hub before t0, as their agents would have published them; "+
+			"the %d real members import all %d services.\n\n", o.synthetic, o.synthetic*o.services, o.members, total)
+	}
+	if o.agentMemoryLimit > 0 {
+		fmt.Printf("every agent ran in a memory cgroup limited to %d MiB, like a pod's limits.memory\n\n", o.agentMemoryLimit>>20)
+	}
 	mode := fmt.Sprintf("this program's agent mode (agent.RunController, member client %g QPS)", o.memberQPS)
 	if o.agentBin != "" {
 		mode = o.agentBin + " controller (its built-in client rate limits and workers)"
+		if len(o.agentArgs) > 0 {
+			mode = fmt.Sprintf("%s controller %s", o.agentBin, strings.Join(o.agentArgs, " "))
+		}
 	}
 	fmt.Printf("agents: one process per cluster, %s\n\n", mode)
 	fmt.Println("| metric | value | target |")
@@ -280,13 +313,20 @@ func runScale(ctx context.Context, o scaleOptions) error {
 	}
 	fmt.Printf("| agent peak RSS (VmHWM) max / median over %d processes | %d / %d MB | ≤ 200 MB |\n", len(agents), slices.Max(hwm)/1024, medianInt(hwm)/1024)
 	fmt.Printf("| agent RSS at the end max / median | %d / %d MB | |\n", slices.Max(rssAtEnd)/1024, medianInt(rssAtEnd)/1024)
+	live := make([]int64, len(agents))
+	for i, a := range agents {
+		if live[i], err = liveHeap(filepath.Join(agentDir, a.name+".log")); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("| agent live heap after GC, largest max / median (gctrace) | %d / %d MB | |\n", slices.Max(live), medianInt(live))
 	w := writesAfter.sub(writesBefore)
 	fmt.Printf("| hub write requests per export (excluding heartbeat Leases) | %.2f (%d / %d) | |\n", float64(w.total-w.leases)/float64(exports), w.total-w.leases, exports)
 	fmt.Printf("| hub write requests, all (incl. %d Lease renewals) | %d | |\n", w.leases, w.total)
 	// Every cluster imports every export, its own included; the members' writes also hold
 	// the probes' 2 creates each (Service made before t0, ServiceExport after) and the
 	// exports' status patches.
-	imports := o.members * exports
+	imports := o.members * (total + o.probes)
 	mw := memberAfter.sub(memberBefore)
 	fmt.Printf("| member write requests per import, all members (excluding Leases) | %.2f (%d / %d) | |\n", float64(mw.total-mw.leases)/float64(imports), mw.total-mw.leases, imports)
 	fmt.Println()
@@ -330,22 +370,65 @@ func memberWrites(ctx context.Context, env *controlplane.Environment, members []
 // createExports creates n Services and their ServiceExports in namespace scale of cluster name,
 // named after it so that every exported service is distinct. Eight writers at a time.
 func createExports(ctx context.Context, c client.Client, name string, n int) error {
+	return inParallel(n, 8, func(i int) error {
+		svc := fmt.Sprintf("%s-%04d", name, i)
+		if err := c.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: scaleNS, Name: svc}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}); err != nil {
+			return fmt.Errorf("creating Service %s in %s: %w", svc, name, err)
+		}
+		if err := c.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: scaleNS, Name: svc}}); err != nil {
+			return fmt.Errorf("creating ServiceExport %s in %s: %w", svc, name, err)
+		}
+		return nil
+	})
+}
+
+// publishSynthetic writes to the hub what clusters s01…sNN would publish for n exported
+// ClusterIP services each, as servicediscovery.Publication makes it. Their ClusterIPs are from
+// 198.18.0.0/15 (RFC 2544's benchmarking range): nothing ever sends to them, and they cannot
+// collide with the real members' service CIDRs.
+func publishSynthetic(ctx context.Context, hubCfg *rest.Config, hubNamespace string, clusters, n int) error {
+	cfg := rest.CopyConfig(hubCfg)
+	cfg.QPS, cfg.Burst = 1000, 2000
+	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return err
+	}
+	created := metav1.Now()
+	return inParallel(clusters*n, 32, func(j int) error {
+		id := fmt.Sprintf("s%02d", j/n+1)
+		name := fmt.Sprintf("%s-%04d", id, j%n)
+		export := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: scaleNS, Name: name, CreationTimestamp: created}}
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: scaleNS, Name: name}, Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeClusterIP, ClusterIP: fmt.Sprintf("198.18.%d.%d", j/250, j%250+1),
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+		}}
+		rec, sls, err := servicediscovery.Publication(hubNamespace, id, export, svc, nil)
+		if err != nil {
+			return err
+		}
+		objs := []client.Object{rec}
+		for _, s := range sls {
+			objs = append(objs, s)
+		}
+		for _, obj := range objs {
+			if err := c.Create(ctx, obj); err != nil {
+				return fmt.Errorf("publishing %s's %T %s on the hub: %w", id, obj, obj.GetName(), err)
+			}
+		}
+		return nil
+	})
+}
+
+// inParallel calls fn for 0…n-1 from workers goroutines; a worker stops at its first error.
+func inParallel(n, workers int, fn func(i int) error) error {
 	work := make(chan int)
-	errs := make([]error, 8)
+	errs := make([]error, workers)
 	var wg sync.WaitGroup
 	for w := range errs {
 		wg.Go(func() {
 			for i := range work {
-				if errs[w] != nil {
-					continue
-				}
-				svc := fmt.Sprintf("%s-%04d", name, i)
-				if err := c.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: scaleNS, Name: svc}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}); err != nil {
-					errs[w] = fmt.Errorf("creating Service %s in %s: %w", svc, name, err)
-					continue
-				}
-				if err := c.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: scaleNS, Name: svc}}); err != nil {
-					errs[w] = fmt.Errorf("creating ServiceExport %s in %s: %w", svc, name, err)
+				if errs[w] == nil {
+					errs[w] = fn(i)
 				}
 			}
 		})
@@ -468,21 +551,32 @@ func runAgent(args []string) int {
 }
 
 func startAgentProc(o scaleOptions, name string, cp *controlplane.ControlPlane, dir string) (*agentProc, error) {
-	var cmd *exec.Cmd
+	var argv []string
 	if o.agentBin != "" {
-		cmd = exec.Command(o.agentBin, "controller", "--kubeconfig="+cp.Kubeconfig, "--leader-elect=false")
+		argv = append([]string{o.agentBin, "controller", "--kubeconfig=" + cp.Kubeconfig, "--leader-elect=false"}, o.agentArgs...)
 	} else {
 		self, err := os.Executable()
 		if err != nil {
 			return nil, err
 		}
-		cmd = exec.Command(self, agentSubcommand, "-kubeconfig="+cp.Kubeconfig, "-identity="+name, fmt.Sprintf("-member-qps=%g", o.memberQPS))
+		argv = []string{self, agentSubcommand, "-kubeconfig=" + cp.Kubeconfig, "-identity=" + name, fmt.Sprintf("-member-qps=%g", o.memberQPS)}
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	var cg *memlimit.Cgroup
+	if o.agentMemoryLimit > 0 {
+		var err error
+		if cg, err = memlimit.NewCgroup(o.agentMemoryLimit); err != nil {
+			return nil, fmt.Errorf("-agent-memory-limit: %w", err)
+		}
+		cmd = cg.Command(context.Background(), argv[0], argv[1:]...)
 	}
 	log, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = log, log
+	// The runtime's GC trace in the log gives the live heap after each collection (liveHeap).
+	cmd.Env = append(os.Environ(), "GODEBUG=gctrace=1")
 	// Dies with the benchmark rather than running on.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -493,6 +587,11 @@ func startAgentProc(o scaleOptions, name string, cp *controlplane.ControlPlane, 
 	go func() {
 		_ = cmd.Wait()
 		_ = log.Close()
+		if cg != nil {
+			if err := cg.Remove(); err != nil {
+				progress("%v", err)
+			}
+		}
 		close(a.done)
 	}()
 	return a, nil
@@ -559,6 +658,42 @@ func readRSS(pid int) (rss, hwm int64) {
 		}
 	}
 	return rss, hwm
+}
+
+// liveHeap returns the largest heap left live after a garbage collection, in MB, from the
+// runtime's gctrace lines in an agent's log ("gc 12 @3.1s 2%: … 60->61->32 MB, …"): what the
+// agent really holds, where RSS also counts garbage awaiting the next collection.
+func liveHeap(logPath string) (int64, error) {
+	f, err := os.Open(logPath)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var peak int64
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "gc ") {
+			continue
+		}
+		_, sizes, ok := strings.Cut(line, " ms cpu, ")
+		if !ok {
+			continue
+		}
+		sizes, _, _ = strings.Cut(sizes, " MB")
+		parts := strings.Split(sizes, "->")
+		if n, err := strconv.ParseInt(parts[len(parts)-1], 10, 64); err == nil {
+			peak = max(peak, n)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("reading %s: %w", logPath, err)
+	}
+	if peak == 0 {
+		return 0, fmt.Errorf("no gctrace lines in %s", logPath)
+	}
+	return peak, nil
 }
 
 // writeCounts is the hub API server's apiserver_request_total summed over write verbs.

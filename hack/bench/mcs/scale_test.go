@@ -104,3 +104,29 @@ func TestReadRSS(t *testing.T) {
 		t.Fatalf("readRSS(-1) = %d, %d; want 0, 0", rss, hwm)
 	}
 }
+
+func TestLiveHeap(t *testing.T) {
+	for _, tc := range []struct {
+		name, log string
+		want      int64
+		wantErr   bool
+	}{
+		{"largest live heap of all collections", `{"level":"info","msg":"Starting"}
+gc 1 @0.012s 3%: 0.010+1.2+0.003 ms clock, 0.020+0.1/0.5/0+0.006 ms cpu, 3->4->1 MB, 4 MB goal, 0 MB stacks, 0 MB globals, 2 P
+gc 2 @1.5s 2%: 0.034+57+0.004 ms clock, 0.034+0.69/15/0+0.004 ms cpu, 67->71->35 MB, 72 MB goal, 0 MB stacks, 0 MB globals, 2 P
+gc 3 @2.5s 2%: 0.034+57+0.004 ms clock, 0.034+0.69/15/0+0.004 ms cpu, 60->61->32 MB, 70 MB goal, 0 MB stacks, 0 MB globals, 2 P (forced)
+`, 35, false},
+		{"no trace: an error, not a zero", `{"level":"info","msg":"Starting"}` + "\n", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := t.TempDir() + "/agent.log"
+			if err := os.WriteFile(path, []byte(tc.log), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			got, err := liveHeap(path)
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Errorf("liveHeap = %d, %v; want %d, error %v", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
