@@ -183,6 +183,7 @@ func runScale(ctx context.Context, o scaleOptions) error {
 	converged := make(chan struct{})
 	var probeLat []time.Duration
 	var probesDuring, probesTimedOut int
+	var timedOutAt []string // when each timed-out probe started, from t0: early ones wait for the agents' first sync
 	var probeErr error
 	var probeWG sync.WaitGroup
 	probeWG.Go(func() {
@@ -202,6 +203,7 @@ func runScale(ctx context.Context, o scaleOptions) error {
 				// Counted at the timeout: a lower bound that still drags p99 up.
 				probesTimedOut++
 				probeLat = append(probeLat, o.timeout)
+				timedOutAt = append(timedOutAt, "t0+"+start.Sub(t0).Round(time.Second).String())
 			default:
 				probeLat = append(probeLat, got.Sub(start))
 			}
@@ -244,7 +246,7 @@ func runScale(ctx context.Context, o scaleOptions) error {
 			if polls%5 != 0 {
 				break
 			}
-			progress("t0+%s: imports complete per cluster (of %d): %s; agent RSS max %d MB", since(t0), total, strings.Join(counts, " "), maxRSS(agents)/1024)
+			progress("t0+%s: imports complete per cluster (of %d): %s; agent RSS max %d MiB", since(t0), total, strings.Join(counts, " "), maxRSS(agents)/1024)
 		case <-deadline:
 			return fmt.Errorf("cold start did not converge within %s (counts %s of %d); agent logs in %s", o.converge, strings.Join(counts, " "), total, agentDir)
 		case <-ctx.Done():
@@ -310,16 +312,19 @@ func runScale(ctx context.Context, o scaleOptions) error {
 	if len(probeLat) > 0 {
 		fmt.Printf("| single export c1→c2 p50 / p99 / max (%d probes, %d during convergence, %d timed out at %s) | %s / %s / %s | p99 ≤ 2 s |\n",
 			len(probeLat), probesDuring, probesTimedOut, o.timeout, ms(quantile(probeLat, 0.5)), ms(quantile(probeLat, 0.99)), ms(slices.Max(probeLat)))
+		if len(timedOutAt) > 0 {
+			fmt.Printf("| probes that timed out, started at | %s | |\n", strings.Join(timedOutAt, ", "))
+		}
 	}
-	fmt.Printf("| agent peak RSS (VmHWM) max / median over %d processes | %d / %d MB | ≤ 200 MB |\n", len(agents), slices.Max(hwm)/1024, medianInt(hwm)/1024)
-	fmt.Printf("| agent RSS at the end max / median | %d / %d MB | |\n", slices.Max(rssAtEnd)/1024, medianInt(rssAtEnd)/1024)
+	fmt.Printf("| agent peak RSS (VmHWM) max / median over %d processes | %d / %d MiB | ≤ 200 MB |\n", len(agents), slices.Max(hwm)/1024, medianInt(hwm)/1024)
+	fmt.Printf("| agent RSS at the end max / median | %d / %d MiB | |\n", slices.Max(rssAtEnd)/1024, medianInt(rssAtEnd)/1024)
 	live := make([]int64, len(agents))
 	for i, a := range agents {
 		if live[i], err = liveHeap(filepath.Join(agentDir, a.name+".log")); err != nil {
 			return err
 		}
 	}
-	fmt.Printf("| agent live heap after GC, largest max / median (gctrace) | %d / %d MB | |\n", slices.Max(live), medianInt(live))
+	fmt.Printf("| agent live heap after GC, largest max / median (gctrace) | %d / %d MiB | |\n", slices.Max(live), medianInt(live))
 	w := writesAfter.sub(writesBefore)
 	fmt.Printf("| hub write requests per export (excluding heartbeat Leases) | %.2f (%d / %d) | |\n", float64(w.total-w.leases)/float64(exports), w.total-w.leases, exports)
 	fmt.Printf("| hub write requests, all (incl. %d Lease renewals) | %d | |\n", w.leases, w.total)
@@ -660,7 +665,7 @@ func readRSS(pid int) (rss, hwm int64) {
 	return rss, hwm
 }
 
-// liveHeap returns the largest heap left live after a garbage collection, in MB, from the
+// liveHeap returns the largest heap left live after a garbage collection, in MiB (the runtime's "MB"), from the
 // runtime's gctrace lines in an agent's log ("gc 12 @3.1s 2%: … 60->61->32 MB, …"): what the
 // agent really holds, where RSS also counts garbage awaiting the next collection.
 func liveHeap(logPath string) (int64, error) {
