@@ -4,16 +4,16 @@
 //
 //   - throughput (dnsperf, unthrottled) and latency p50/p99 (dnsperf at a fixed rate, per-query
 //     latencies from -v) for a mix of ClusterSetIP, headless and NXDOMAIN queries, over 1,000
-//     and 10,000 services; medians over rounds, the two servers alternating;
+//     and 10,000 services; medians over rounds, the servers in a rotating order;
 //   - freshness: time from an EndpointSlice update (from the start of the API call) to octopus-dns
 //     answering with the change;
 //   - the floors: the same dnsperf runs against a responder that does no DNS work at all (it
 //     flips the query into an NXDOMAIN reply), pinned like the servers, and against the same
 //     responder busy per query for as much CPU time as octopus-dns spends answering (the
 //     difference of the two's time per query, saturated) but doing nothing else: no
-//     allocation, no goroutine, no garbage collector. No server can
-//     do better than the first on this machine, nor one as costly as octopus-dns than the
-//     second; they are the controls that say how much of a p99 is the machine's.
+//     allocation, no goroutine, no garbage collector. No server can do better than the first
+//     on this machine, nor one as costly as octopus-dns than the second; they are the
+//     controls that say how much of a p99 is the machine's.
 //
 // Run from the repository root as root or not (nothing here needs privileges):
 //

@@ -78,6 +78,9 @@ func runScale(ctx context.Context, o scaleOptions) error {
 	if o.members < 2 || o.services < 1 || o.probes < 0 || o.synthetic < 0 {
 		return errors.New("scale needs at least 2 clusters and 1 service per cluster")
 	}
+	if o.synthetic*o.services > maxSynthetic {
+		return fmt.Errorf("-synthetic × -services may be at most %d (the ClusterIPs of 198.18.0.0/15)", maxSynthetic)
+	}
 	// Ends the probe goroutine and the watches on an early return.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -391,6 +394,10 @@ func createExports(ctx context.Context, c client.Client, name string, n int) err
 // ClusterIP services each, as servicediscovery.Publication makes it. Their ClusterIPs are from
 // 198.18.0.0/15 (RFC 2544's benchmarking range): nothing ever sends to them, and they cannot
 // collide with the real members' service CIDRs.
+// maxSynthetic is how many synthetic services get distinct ClusterIPs: 250 per /24 of
+// 198.18.0.0/15.
+const maxSynthetic = 512 * 250
+
 func publishSynthetic(ctx context.Context, hubCfg *rest.Config, hubNamespace string, clusters, n int) error {
 	cfg := rest.CopyConfig(hubCfg)
 	cfg.QPS, cfg.Burst = 1000, 2000
