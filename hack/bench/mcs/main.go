@@ -70,6 +70,7 @@ func main() {
 		so.agentArgs = append(so.agentArgs, v)
 		return nil
 	})
+	flag.StringVar(&so.agentLogDir, "agent-log-dir", "", "scale: keep the agents' logs in this directory (by default they go with the environment)")
 	flag.Func("agent-memory-limit", "scale: run every agent in a memory cgroup with this limit, e.g. 200Mi, as a pod's limits.memory (needs root)", func(v string) error {
 		q, err := resource.ParseQuantity(v)
 		if err != nil {

@@ -53,6 +53,7 @@ type scaleOptions struct {
 	converge          time.Duration
 	agentBin          string
 	agentArgs         []string
+	agentLogDir       string
 	// agentMemoryLimit, if not 0, runs every agent in a memory cgroup of this many bytes, as
 	// a pod's limits.memory would (the agent then sets its soft limit from it).
 	agentMemoryLimit int64
@@ -162,7 +163,10 @@ func runScale(ctx context.Context, o scaleOptions) error {
 	}
 
 	// t0: all agents start.
-	agentDir := filepath.Join(env.Dir, "agents")
+	agentDir := o.agentLogDir
+	if agentDir == "" {
+		agentDir = filepath.Join(env.Dir, "agents") // removed with the environment
+	}
 	if err := os.MkdirAll(agentDir, 0o755); err != nil {
 		return err
 	}
