@@ -2,6 +2,7 @@ package memlimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -28,24 +29,18 @@ func NewCgroup(limit int64) (*Cgroup, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading this process's cgroups: %w", err)
 	}
-	v1, v2, err := parseProcCgroup(self)
+	h, ok, err := memoryHierarchy(self)
 	if err != nil {
 		return nil, err
 	}
-	name := fmt.Sprintf("octopus-%d-%d", os.Getpid(), cgroupSeq.Add(1))
-	var dir, limitFile string
-	switch {
-	case v1 != "":
-		dir, limitFile = filepath.Join("/sys/fs/cgroup/memory", v1, name), "memory.limit_in_bytes"
-	case v2 != "":
-		dir, limitFile = filepath.Join("/sys/fs/cgroup", v2, name), "memory.max"
-	default:
-		return nil, fmt.Errorf("this process is in no memory cgroup: mount cgroup v2, or v1's memory controller")
+	if !ok {
+		return nil, errors.New("this process is in no memory cgroup: mount cgroup v2, or v1's memory controller")
 	}
+	dir := filepath.Join("/", h.mount, h.cgroup, fmt.Sprintf("octopus-%d-%d", os.Getpid(), cgroupSeq.Add(1)))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating cgroup %s (needs root): %w", dir, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, limitFile), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, h.limitFile), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
 		_ = os.Remove(dir)
 		return nil, fmt.Errorf("setting the memory limit of cgroup %s: %w", dir, err)
 	}

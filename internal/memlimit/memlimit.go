@@ -56,18 +56,31 @@ func CgroupLimit(root fs.FS) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("reading the process's cgroups: %w", err)
 	}
-	v1, v2, err := parseProcCgroup(self)
-	if err != nil {
+	h, ok, err := memoryHierarchy(self)
+	if err != nil || !ok {
 		return 0, err
 	}
-	// A hybrid system lists both; the memory controller is in the one that has it.
-	if v1 != "" {
-		return smallestLimit(root, "sys/fs/cgroup/memory", v1, "memory.limit_in_bytes")
+	return smallestLimit(root, h.mount, h.cgroup, h.limitFile)
+}
+
+// hierarchy is where the process's memory cgroup is: the mount (relative to /) of the cgroup
+// file system that holds the memory controller, the process's cgroup in it, and the name of
+// its limit file.
+type hierarchy struct{ mount, cgroup, limitFile string }
+
+// memoryHierarchy finds the hierarchy with the memory controller from /proc/self/cgroup; ok is
+// false when the process is in none.
+func memoryHierarchy(procSelfCgroup []byte) (h hierarchy, ok bool, err error) {
+	v1, v2, err := parseProcCgroup(procSelfCgroup)
+	switch {
+	case err != nil:
+		return hierarchy{}, false, err
+	case v1 != "": // a hybrid system lists both; the memory controller is in v1 then
+		return hierarchy{"sys/fs/cgroup/memory", v1, "memory.limit_in_bytes"}, true, nil
+	case v2 != "":
+		return hierarchy{"sys/fs/cgroup", v2, "memory.max"}, true, nil
 	}
-	if v2 != "" {
-		return smallestLimit(root, "sys/fs/cgroup", v2, "memory.max")
-	}
-	return 0, nil
+	return hierarchy{}, false, nil
 }
 
 // parseProcCgroup returns the process's cgroup path in the v1 memory hierarchy and in the v2
