@@ -169,7 +169,7 @@ func setupExport(mgr manager.Manager, o ExportOptions, exports cache.Cache) erro
 func (r *ExportReconciler) SetupWithManager(mgr manager.Manager, hubCache cache.Cache) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("serviceexport").
-		For(&mcsv1beta1.ServiceExport{}).
+		Watches(&mcsv1beta1.ServiceExport{}, newBacklogLast(&handler.EnqueueRequestForObject{}, time.Now(), objectCreated)).
 		// A Service has the name of its export: the object's own key is the export's.
 		Watches(&corev1.Service{}, &handler.EnqueueRequestForObject{}).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(localSliceService)).
@@ -335,10 +335,13 @@ func setupImport(mgr manager.Manager, o ImportOptions) (cache.Cache, error) {
 // Services and imported slices in the member (so that one deleted or changed by someone else
 // is put back), and by namespaces being created (an import waits for its namespace).
 func (r *ImportReconciler) SetupWithManager(mgr manager.Manager, hubCache cache.Cache) error {
+	started := time.Now()
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("serviceimport").
-		WatchesRawSource(source.Kind(hubCache, &mcsv1beta1.ServiceImport{}, handler.TypedEnqueueRequestsFromMapFunc(hubService[*mcsv1beta1.ServiceImport]))).
-		WatchesRawSource(source.Kind(hubCache, &discoveryv1.EndpointSlice{}, handler.TypedEnqueueRequestsFromMapFunc(hubService[*discoveryv1.EndpointSlice]))).
+		WatchesRawSource(source.Kind(hubCache, &mcsv1beta1.ServiceImport{}, newBacklogLast(
+			handler.TypedEnqueueRequestsFromMapFunc(hubService[*mcsv1beta1.ServiceImport]), started, recordCreated))).
+		WatchesRawSource(source.Kind(hubCache, &discoveryv1.EndpointSlice{}, newBacklogLast(
+			handler.TypedEnqueueRequestsFromMapFunc(hubService[*discoveryv1.EndpointSlice]), started, sliceCreated(hubCache, r.HubNamespace)))).
 		WatchesRawSource(source.Kind(hubCache, &coordinationv1.Lease{}, r.liveness.handler())).
 		Watches(&mcsv1beta1.ServiceImport{}, &handler.EnqueueRequestForObject{}, builder.WithPredicates(predicate.NewPredicateFuncs(ownedByUs))).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(importedService), builder.WithPredicates(predicate.NewPredicateFuncs(ownedByUs))).
