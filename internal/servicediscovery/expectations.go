@@ -25,13 +25,15 @@ const expectationTTL = 10 * time.Second
 // brings it back earlier: the backstop for expectationTTL.
 const expectationRecheck = time.Second
 
-// writtenKind is a kind of member object the import reconciler writes.
+// writtenKind is a kind of member object the import and export reconcilers write.
 type writtenKind int
 
 const (
 	writtenImport writtenKind = iota
 	writtenService
 	writtenSlice
+	// writtenExport is the export side's status patch of a ServiceExport.
+	writtenExport
 )
 
 func (k writtenKind) object() client.Object {
@@ -40,6 +42,8 @@ func (k writtenKind) object() client.Object {
 		return &corev1.Service{}
 	case writtenSlice:
 		return &discoveryv1.EndpointSlice{}
+	case writtenExport:
+		return &mcsv1beta1.ServiceExport{}
 	default:
 		return &mcsv1beta1.ServiceImport{}
 	}
@@ -52,7 +56,7 @@ type writtenRef struct {
 	name string
 }
 
-// expectations remember, per imported service, the resourceVersion each of our writes left on
+// expectations remember, per service, the resourceVersion each of our writes left on
 // the member, until the manager's cache shows at least that version. Every write of ours fires
 // a watch event that reconciles the service again, usually before the cache holds the write:
 // that reconcile would see the old object (or none), and write again what the server already

@@ -3,6 +3,7 @@ package servicediscovery
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strconv"
 	"sync"
 	"testing"
@@ -23,24 +24,9 @@ type fakeCache []client.Object
 
 func (c fakeCache) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
 	for _, o := range c {
-		if o.GetName() == key.Name && o.GetNamespace() == key.Namespace {
-			switch dst := obj.(type) {
-			case *mcsv1beta1.ServiceImport:
-				if src, ok := o.(*mcsv1beta1.ServiceImport); ok {
-					*dst = *src
-					return nil
-				}
-			case *corev1.Service:
-				if src, ok := o.(*corev1.Service); ok {
-					*dst = *src
-					return nil
-				}
-			case *discoveryv1.EndpointSlice:
-				if src, ok := o.(*discoveryv1.EndpointSlice); ok {
-					*dst = *src
-					return nil
-				}
-			}
+		if o.GetName() == key.Name && o.GetNamespace() == key.Namespace && reflect.TypeOf(o) == reflect.TypeOf(obj) {
+			reflect.ValueOf(obj).Elem().Set(reflect.ValueOf(o).Elem())
+			return nil
 		}
 	}
 	return apierrors.NewNotFound(schema.GroupResource{}, key.Name)
@@ -67,6 +53,7 @@ func TestExpectations(t *testing.T) {
 		{writtenImport, &mcsv1beta1.ServiceImport{ObjectMeta: objMeta("web", "12")}},
 		{writtenService, &corev1.Service{ObjectMeta: objMeta("derived-web", "11")}},
 		{writtenSlice, &discoveryv1.EndpointSlice{ObjectMeta: objMeta("web-east", "13")}},
+		{writtenExport, &mcsv1beta1.ServiceExport{ObjectMeta: objMeta("web", "14")}},
 	}
 	for _, tc := range []struct {
 		name    string
@@ -84,6 +71,7 @@ func TestExpectations(t *testing.T) {
 				&mcsv1beta1.ServiceImport{ObjectMeta: objMeta("web", "12")},
 				&corev1.Service{ObjectMeta: objMeta("derived-web", "11")},
 				&discoveryv1.EndpointSlice{ObjectMeta: objMeta("web-east", "13")},
+				&mcsv1beta1.ServiceExport{ObjectMeta: objMeta("web", "14")},
 			},
 			key: key, want: true, wantAfter: true,
 		},
@@ -93,6 +81,7 @@ func TestExpectations(t *testing.T) {
 				&mcsv1beta1.ServiceImport{ObjectMeta: objMeta("web", "20")},
 				&corev1.Service{ObjectMeta: objMeta("derived-web", "100")},
 				&discoveryv1.EndpointSlice{ObjectMeta: objMeta("web-east", "14")},
+				&mcsv1beta1.ServiceExport{ObjectMeta: objMeta("web", "15")},
 			},
 			key: key, want: true, wantAfter: true,
 		},
@@ -102,6 +91,18 @@ func TestExpectations(t *testing.T) {
 				&mcsv1beta1.ServiceImport{ObjectMeta: objMeta("web", "10")},
 				&corev1.Service{ObjectMeta: objMeta("derived-web", "11")},
 				&discoveryv1.EndpointSlice{ObjectMeta: objMeta("web-east", "13")},
+				&mcsv1beta1.ServiceExport{ObjectMeta: objMeta("web", "14")},
+			},
+			key: key, want: false, wantAfter: false,
+		},
+		{
+			// Same name as the import, another kind: the export's status patch is its own wait.
+			name: "the export's status patch is not in the cache yet",
+			cache: fakeCache{
+				&mcsv1beta1.ServiceImport{ObjectMeta: objMeta("web", "12")},
+				&corev1.Service{ObjectMeta: objMeta("derived-web", "11")},
+				&discoveryv1.EndpointSlice{ObjectMeta: objMeta("web-east", "13")},
+				&mcsv1beta1.ServiceExport{ObjectMeta: objMeta("web", "9")},
 			},
 			key: key, want: false, wantAfter: false,
 		},

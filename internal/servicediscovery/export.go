@@ -60,6 +60,11 @@ type ExportReconciler struct {
 	// Workers is how many exports SetupWithManager lets reconcile at once. Optional;
 	// DefaultWorkers when zero.
 	Workers int
+
+	// expectations hold our status patches the cache has not shown yet: the reconcile that
+	// our own hub writes trigger would otherwise compare against the older status and patch
+	// again, only to be refused for its stale resourceVersion. nil waits for none.
+	expectations *expectations
 }
 
 // +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceexports,verbs=get;list;watch
@@ -76,10 +81,18 @@ func (r *ExportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		if !apierrors.IsNotFound(err) {
 			return ctrl.Result{}, fmt.Errorf("reading ServiceExport %s: %w", req.NamespacedName, err)
 		}
+		r.expectations.forget(req.NamespacedName)
 		return ctrl.Result{}, r.withdraw(ctx, req.NamespacedName)
 	}
 	if !export.DeletionTimestamp.IsZero() {
+		r.expectations.forget(req.NamespacedName)
 		return ctrl.Result{}, r.withdraw(ctx, req.NamespacedName)
+	}
+	// After the checks above: an export going away is withdrawn at once, whatever we wait for.
+	if ok, err := r.expectations.satisfied(ctx, r.Member, req.NamespacedName); err != nil {
+		return ctrl.Result{}, err
+	} else if !ok {
+		return ctrl.Result{RequeueAfter: expectationRecheck}, nil
 	}
 
 	valid, desired, err := r.desired(ctx, export)
@@ -281,7 +294,10 @@ func (r *ExportReconciler) patchStatus(ctx context.Context, export *mcsv1beta1.S
 		return nil
 	}
 	err := r.Member.Status().Patch(ctx, export, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
-	if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+	switch {
+	case err == nil:
+		r.expectations.wrote(client.ObjectKeyFromObject(export), writtenExport, export)
+	case !apierrors.IsConflict(err) && !apierrors.IsNotFound(err):
 		return fmt.Errorf("updating the status of ServiceExport %s: %w", client.ObjectKeyFromObject(export), err)
 	}
 	return nil

@@ -157,7 +157,7 @@ func setupExport(mgr manager.Manager, o ExportOptions, exports cache.Cache) erro
 	r := &ExportReconciler{
 		Member: mgr.GetClient(), Hub: hubCluster.GetClient(),
 		HubNamespace: o.HubNamespace, ClusterID: o.ClusterID, Addresses: o.Addresses, Exports: exports,
-		Workers: o.ExportWorkers,
+		Workers: o.ExportWorkers, expectations: newExpectations(),
 	}
 	return r.SetupWithManager(mgr, hubCluster.GetCache())
 }

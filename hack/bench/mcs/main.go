@@ -63,7 +63,7 @@ func main() {
 	flag.IntVar(&so.services, "services", 1000, "scale: exported services per cluster")
 	flag.IntVar(&so.synthetic, "synthetic", 0, "scale: clusters that only publish on the hub (written by the benchmark before t0, no API server or agent); the -clusters real members import theirs too")
 	flag.IntVar(&so.probes, "probes", 50, "scale: single exports timed one at a time (cluster 1 to cluster 2) while the cold start converges")
-	flag.DurationVar(&so.probeGap, "probe-gap", time.Second, "scale: pause between two probes, to spread them over the convergence")
+	flag.DurationVar(&so.probeGap, "probe-gap", time.Second, "scale: pause before each probe (the first counts from the agents' start), to spread them over the convergence")
 	flag.DurationVar(&so.converge, "converge-timeout", 30*time.Minute, "scale: how long the cold start may take before the run fails")
 	flag.StringVar(&so.agentBin, "agent-bin", "", "scale: run this octopus-agent binary's `controller` command as the agents (with its built-in rate limits and workers) instead of this program's agent mode")
 	flag.Func("agent-arg", "scale, with -agent-bin: one more argument for every agent's `controller` command, e.g. --kube-api-qps=200 (repeatable)", func(v string) error {

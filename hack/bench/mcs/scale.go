@@ -186,7 +186,8 @@ func runScale(ctx context.Context, o scaleOptions) error {
 	sampler.Go(func() { sampleRSS(samplerCtx, agents) })
 	defer func() { stopSampler(); sampler.Wait() }()
 
-	// Probes, one at a time, while the bulk converges.
+	// Probes, one at a time, while the bulk converges. Each waits a gap first: an export made
+	// as the agents start is older than them, and so part of their backlog by design.
 	converged := make(chan struct{})
 	var probeLat []time.Duration
 	var probesDuring, probesTimedOut int
@@ -195,6 +196,12 @@ func runScale(ctx context.Context, o scaleOptions) error {
 	var probeWG sync.WaitGroup
 	probeWG.Go(func() {
 		for i := range o.probes {
+			select {
+			case <-time.After(o.probeGap):
+			case <-ctx.Done():
+				probeErr = ctx.Err()
+				return
+			}
 			name := svcName(i)
 			start := time.Now()
 			if err := clients[members[0]].Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: probeNS, Name: name}}); err != nil {
@@ -219,12 +226,6 @@ func runScale(ctx context.Context, o scaleOptions) error {
 			default:
 				// Still converging when this probe completed (polled every second).
 				probesDuring++
-			}
-			select {
-			case <-time.After(o.probeGap):
-			case <-ctx.Done():
-				probeErr = ctx.Err()
-				return
 			}
 		}
 	})
