@@ -2,12 +2,15 @@
 // ServiceExport's creation in cluster A until cluster B holds both its ServiceImport and an
 // imported EndpointSlice with an endpoint. It starts real control planes (a hub and N member
 // clusters), joins them and runs each member's agent controller in this process, then exports
-// services in A one at a time and watches B.
+// services in A one at a time and watches B. With -trigger endpoint it times the other change
+// users wait for: an endpoint becoming ready in an exported headless service of A, until B's
+// imported slice holds it.
 //
 // Side by side it measures the baseline every such path pays twice (A→hub, hub→B): a write in
 // A seen by a watch on A.
 //
 //	go run ./hack/bench/mcs -exports 200 -rounds 3
+//	go run ./hack/bench/mcs -exports 200 -rounds 3 -trigger endpoint
 //
 // With -scale it instead measures a cold start of many clusters with many exports each, running
 // every member's agent as its own process (see scale.go):
@@ -57,6 +60,7 @@ func main() {
 	exports := flag.Int("exports", 200, "services exported one after another per round")
 	rounds := flag.Int("rounds", 3, "rounds, each in a fresh namespace; the summary is the median over rounds")
 	members := flag.Int("clusters", 3, "member clusters besides the hub (A is the first, B the second)")
+	trigger := flag.String("trigger", triggerExport, "what a round times: \""+triggerExport+"\" (a ServiceExport created) or \""+triggerEndpoint+"\" (a ready endpoint added to an exported headless service)")
 	timeout := flag.Duration("timeout", 30*time.Second, "how long one export may take to propagate before the run fails; with -scale, a probe not seen by then counts as this long")
 	var so scaleOptions
 	scale := flag.Bool("scale", false, "measure a cold start of -clusters clusters with -services exports each instead of one-by-one latency")
@@ -88,7 +92,7 @@ func main() {
 		so.members, so.timeout = *members, *timeout
 		err = runScale(ctx, so)
 	} else {
-		err = run(ctx, *members, *exports, *rounds, *timeout)
+		err = run(ctx, *members, *exports, *rounds, *timeout, *trigger)
 	}
 	stop()
 	if err != nil {
@@ -97,9 +101,18 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, members, exports, rounds int, timeout time.Duration) error {
+// What a latency round times.
+const (
+	triggerExport   = "export"
+	triggerEndpoint = "endpoint"
+)
+
+func run(ctx context.Context, members, exports, rounds int, timeout time.Duration, trigger string) error {
 	if members < 2 || exports < 1 || rounds < 1 {
 		return errors.New("need at least 2 clusters, 1 export and 1 round")
+	}
+	if trigger != triggerExport && trigger != triggerEndpoint {
+		return fmt.Errorf("-trigger %q: use %q or %q", trigger, triggerExport, triggerEndpoint)
 	}
 	env, names, info, cleanup, err := startEnv(ctx, members)
 	if err != nil {
@@ -121,10 +134,10 @@ func run(ctx context.Context, members, exports, rounds int, timeout time.Duratio
 		})
 	}
 	a, b := env.Cluster(names[1]), env.Cluster(names[2])
-	fmt.Printf("clusters: hub + %d; exports per round: %d; A=%s, B=%s\n", members, exports, a.Name, b.Name)
+	fmt.Printf("clusters: hub + %d; %s changes per round: %d; A=%s, B=%s\n", members, trigger, exports, a.Name, b.Name)
 	var p50s, p99s, base50s, base99s []time.Duration
 	for r := range rounds {
-		lat, base, err := round(ctx, a.RESTConfig(), b.RESTConfig(), fmt.Sprintf("bench-%d", r), names[1:], exports, timeout, env)
+		lat, base, err := round(ctx, a.RESTConfig(), b.RESTConfig(), fmt.Sprintf("bench-%d", r), names[1:], exports, timeout, env, trigger)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", r+1, err)
 		}
@@ -177,9 +190,12 @@ func startEnv(ctx context.Context, members int) (env *controlplane.Environment, 
 	return env, names, info, cleanup, nil
 }
 
-// round exports n services from A in namespace ns, one after another, and returns for each
-// the time until B held the import with an endpoint, and until A's own watch saw the export.
-func round(ctx context.Context, cfgA, cfgB *rest.Config, ns string, clusters []string, n int, timeout time.Duration, env *controlplane.Environment) (lat, base []time.Duration, err error) {
+// round times n changes of trigger's kind in A, in namespace ns, one after another, and returns
+// for each the time until B held the result, and until A's own watch saw the change. For
+// triggerExport a change is a ServiceExport created (B holds the import with its ClusterSet IP
+// and a slice with an endpoint); for triggerEndpoint it is a ready endpoint added to an exported
+// headless service (B's imported slice holds an endpoint).
+func round(ctx context.Context, cfgA, cfgB *rest.Config, ns string, clusters []string, n int, timeout time.Duration, env *controlplane.Environment, trigger string) (lat, base []time.Duration, err error) {
 	ca, err := client.New(cfgA, client.Options{Scheme: kube.Scheme})
 	if err != nil {
 		return nil, nil, err
@@ -193,17 +209,26 @@ func round(ctx context.Context, cfgA, cfgB *rest.Config, ns string, clusters []s
 			return nil, nil, fmt.Errorf("creating namespace %s in %s: %w", ns, c, err)
 		}
 	}
-	// The Services exist beforehand: what is measured is the export.
+	// The Services exist beforehand, and for an endpoint trigger their exports and B's imports
+	// too: what is measured is the change alone.
 	for i := range n {
 		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: svcName(i)}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
+		if trigger == triggerEndpoint {
+			svc.Spec.ClusterIP = corev1.ClusterIPNone // selectorless: the benchmark writes its endpoints
+		}
 		if err := ca.Create(ctx, svc); err != nil {
 			return nil, nil, fmt.Errorf("creating Service %s: %w", svc.Name, err)
+		}
+	}
+	if trigger == triggerEndpoint {
+		if err := exportAndWait(ctx, ca, cfgB, ns, n); err != nil {
+			return nil, nil, err
 		}
 	}
 
 	seenB := newSightings()
 	seenA := newSightings()
-	stopWatch, err := watch(ctx, cfgB, ns, seenB, cfgA, seenA)
+	stopWatch, err := watch(ctx, cfgB, ns, seenB, cfgA, seenA, trigger)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -211,21 +236,73 @@ func round(ctx context.Context, cfgA, cfgB *rest.Config, ns string, clusters []s
 
 	for i := range n {
 		name := svcName(i)
+		var change client.Object = &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		if trigger == triggerEndpoint {
+			change = readyEndpoint(ns, name, i)
+		}
 		start := time.Now()
-		if err := ca.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
-			return nil, nil, fmt.Errorf("creating ServiceExport %s: %w", name, err)
+		if err := ca.Create(ctx, change); err != nil {
+			return nil, nil, fmt.Errorf("creating %T %s: %w", change, name, err)
 		}
 		got, err := seenB.wait(ctx, name, timeout)
 		if err != nil {
-			return nil, nil, fmt.Errorf("export %s did not reach B: %w", name, err)
+			return nil, nil, fmt.Errorf("the %s change of %s did not reach B: %w", trigger, name, err)
 		}
 		exp, err := seenA.wait(ctx, name, timeout)
 		if err != nil {
-			return nil, nil, fmt.Errorf("export %s not seen by A's watch: %w", name, err)
+			return nil, nil, fmt.Errorf("the %s change of %s not seen by A's watch: %w", trigger, name, err)
 		}
 		lat, base = append(lat, got.Sub(start)), append(base, exp.Sub(start))
 	}
 	return lat, base, nil
+}
+
+// exportAndWait exports the n services of ns in A and waits until B holds all n imports.
+func exportAndWait(ctx context.Context, ca client.Client, cfgB *rest.Config, ns string, n int) error {
+	for i := range n {
+		if err := ca.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: svcName(i)}}); err != nil {
+			return fmt.Errorf("creating ServiceExport %s: %w", svcName(i), err)
+		}
+	}
+	cb, err := client.New(cfgB, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		list := &mcsv1beta1.ServiceImportList{}
+		if err := cb.List(ctx, list, client.InNamespace(ns)); err != nil {
+			return fmt.Errorf("listing B's imports: %w", err)
+		}
+		if len(list.Items) == n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("B holds %d of the %d headless imports after 5 minutes", len(list.Items), n)
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// readyEndpoint is a local EndpointSlice of Service name in A with one ready endpoint, as the
+// EndpointSlice controller would write it when a pod became ready. Its address is from TEST-NET-1
+// (RFC 5737): nothing is ever sent to it.
+func readyEndpoint(ns, name string, i int) *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-local", Labels: map[string]string{
+			discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "bench.octopus.io",
+		}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints: []discoveryv1.Endpoint{{
+			Addresses:  []string{fmt.Sprintf("192.0.2.%d", i%250+1)},
+			Conditions: discoveryv1.EndpointConditions{Ready: new(true)},
+		}},
+		Ports: []discoveryv1.EndpointPort{{Name: new("http"), Port: new(int32(80)), Protocol: new(corev1.ProtocolTCP)}},
+	}
 }
 
 func svcName(i int) string { return fmt.Sprintf("svc-%04d", i) }
@@ -243,7 +320,7 @@ func newSightings() *sightings {
 	return &sightings{si: map[string]time.Time{}, slice: map[string]time.Time{}, done: map[string]time.Time{}, notify: make(chan struct{}, 1)}
 }
 
-// mark records part ("si", "slice" or "export") of name seen now.
+// mark records part of name seen now: "si" and "slice" complete it together, "done" alone.
 func (s *sightings) mark(name, part string) {
 	now := time.Now()
 	s.mu.Lock()
@@ -257,7 +334,7 @@ func (s *sightings) mark(name, part string) {
 		if _, ok := s.slice[name]; !ok {
 			s.slice[name] = now
 		}
-	case "export":
+	case "done":
 		if _, ok := s.done[name]; !ok {
 			s.done[name] = now
 		}
@@ -302,9 +379,10 @@ func (s *sightings) wait(ctx context.Context, name string, timeout time.Duration
 	}
 }
 
-// watch starts informers on B (imports and imported slices in ns) and on A (exports in ns),
-// feeding seenB and seenA, and returns once they have synced.
-func watch(ctx context.Context, cfgB *rest.Config, ns string, seenB *sightings, cfgA *rest.Config, seenA *sightings) (func(), error) {
+// watch starts informers on B (imports and imported slices in ns) and on A (exports, or for
+// triggerEndpoint local slices, in ns), feeding seenB and seenA, and returns once they have
+// synced.
+func watch(ctx context.Context, cfgB *rest.Config, ns string, seenB *sightings, cfgA *rest.Config, seenA *sightings, trigger string) (func(), error) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	stop := func() { cancel(); wg.Wait() }
@@ -328,7 +406,14 @@ func watch(ctx context.Context, cfgB *rest.Config, ns string, seenB *sightings, 
 		}
 		return nil
 	}
-	err := start(cfgB, map[client.Object]func(any){
+	importedSlice := func(o any) (string, bool) {
+		s, ok := o.(*discoveryv1.EndpointSlice)
+		if !ok || s.Labels[mcsv1beta1.LabelSourceCluster] == "" || len(s.Endpoints) == 0 {
+			return "", false
+		}
+		return s.Labels[mcsv1beta1.LabelServiceName], true
+	}
+	onB := map[client.Object]func(any){
 		&mcsv1beta1.ServiceImport{}: func(o any) {
 			// Usable once it has its ClusterSet IP.
 			if si, ok := o.(*mcsv1beta1.ServiceImport); ok && len(si.Spec.IPs) > 0 {
@@ -336,20 +421,34 @@ func watch(ctx context.Context, cfgB *rest.Config, ns string, seenB *sightings, 
 			}
 		},
 		&discoveryv1.EndpointSlice{}: func(o any) {
-			s, ok := o.(*discoveryv1.EndpointSlice)
-			if ok && s.Labels[mcsv1beta1.LabelSourceCluster] != "" && len(s.Endpoints) > 0 {
-				seenB.mark(s.Labels[mcsv1beta1.LabelServiceName], "slice")
+			if name, ok := importedSlice(o); ok {
+				seenB.mark(name, "slice")
 			}
 		},
-	})
+	}
+	onA := map[client.Object]func(any){
+		&mcsv1beta1.ServiceExport{}: func(o any) {
+			if se, ok := o.(*mcsv1beta1.ServiceExport); ok {
+				seenA.mark(se.Name, "done")
+			}
+		},
+	}
+	if trigger == triggerEndpoint {
+		// A headless import has no IP: its slice with the endpoint is the whole result.
+		onB = map[client.Object]func(any){&discoveryv1.EndpointSlice{}: func(o any) {
+			if name, ok := importedSlice(o); ok {
+				seenB.mark(name, "done")
+			}
+		}}
+		onA = map[client.Object]func(any){&discoveryv1.EndpointSlice{}: func(o any) {
+			if s, ok := o.(*discoveryv1.EndpointSlice); ok && s.Labels[mcsv1beta1.LabelSourceCluster] == "" && len(s.Endpoints) > 0 {
+				seenA.mark(s.Labels[discoveryv1.LabelServiceName], "done")
+			}
+		}}
+	}
+	err := start(cfgB, onB)
 	if err == nil {
-		err = start(cfgA, map[client.Object]func(any){
-			&mcsv1beta1.ServiceExport{}: func(o any) {
-				if se, ok := o.(*mcsv1beta1.ServiceExport); ok {
-					seenA.mark(se.Name, "export")
-				}
-			},
-		})
+		err = start(cfgA, onA)
 	}
 	if err != nil {
 		stop()

@@ -146,7 +146,7 @@ func runScale(ctx context.Context, o scaleOptions) error {
 		defer stopWatch()
 	}
 	seenB, seenA := newSightings(), newSightings()
-	stopProbeWatch, err := watch(ctx, env.Cluster(members[1]).RESTConfig(), probeNS, seenB, env.Cluster(members[0]).RESTConfig(), seenA)
+	stopProbeWatch, err := watch(ctx, env.Cluster(members[1]).RESTConfig(), probeNS, seenB, env.Cluster(members[0]).RESTConfig(), seenA, triggerExport)
 	if err != nil {
 		return err
 	}

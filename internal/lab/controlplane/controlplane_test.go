@@ -284,6 +284,19 @@ func TestUnexpectedExits(t *testing.T) {
 		})
 	}
 
+	// kube-controller-manager exits if the API fails it while it builds its controllers (with
+	// etcd dead, it does): that crash would rightly be reported. Its informers start once every
+	// controller is built, so their first sync says the restart is complete.
+	kcmLog := filepath.Join(env.Dir, "logs", "solo-kube-controller-manager.log")
+	waitFor(t, 60*time.Second, "restarted kube-controller-manager built its controllers", func() (bool, error) {
+		b, err := os.ReadFile(kcmLog)
+		if err != nil {
+			return false, err
+		}
+		lastRun := b[max(bytes.LastIndex(b, []byte("==> ")), 0):]
+		return bytes.Contains(lastRun, []byte(`"Caches are synced"`)), nil
+	})
+
 	killFromPidfile(t, filepath.Join(pids, "etcd.pid"))
 	waitFor(t, 10*time.Second, "etcd pidfile removed after it died", func() (bool, error) {
 		_, ok := readPidfiles(t, pids)["etcd"]
