@@ -1,7 +1,8 @@
-// Package procfs answers the two questions Octopus asks about a PID before it signals it:
-// is the process still alive, and is it still the process we started (its command line).
-// A PID read from a pidfile may have been reused; only a live process whose command line
-// matches may be stopped.
+// Package procfs reads what Octopus needs from /proc. Mostly the two questions it asks about a
+// PID before it signals it: is the process still alive, and is it still the process we
+// started (its command line). A PID read from a pidfile may have been reused; only a live
+// process whose command line matches may be stopped. The benchmarks also read CPU times
+// here, of a process and of the whole machine.
 package procfs
 
 import (

@@ -57,6 +57,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
+	"github.com/octopus-mcs/octopus/internal/procfs"
 )
 
 const (
@@ -531,7 +532,7 @@ func measure(ctx context.Context, o *options, c client.Client, kubeconfig string
 			if err != nil {
 				return "", nil, err
 			}
-			before, err := readCPUTimes()
+			before, err := procfs.ReadSystemCPU()
 			if err != nil {
 				return "", nil, err
 			}
@@ -539,7 +540,7 @@ func measure(ctx context.Context, o *options, c client.Client, kubeconfig string
 			if err != nil {
 				return "", nil, err
 			}
-			after, err := readCPUTimes()
+			after, err := procfs.ReadSystemCPU()
 			if err != nil {
 				return "", nil, err
 			}
@@ -552,7 +553,7 @@ func measure(ctx context.Context, o *options, c client.Client, kubeconfig string
 			cl.p50 = append(cl.p50, float64(pct(lat, 50)))
 			cl.p99 = append(cl.p99, float64(pct(lat, 99)))
 			cl.lost = append(cl.lost, lost)
-			cl.steal = append(cl.steal, after.stealShare(before))
+			cl.steal = append(cl.steal, stealShare(after.Sub(before)))
 		}
 	}
 	var rows strings.Builder
@@ -663,41 +664,13 @@ func rotate[T any](s []T, n int) {
 	slices.Reverse(s)
 }
 
-// cpuTimes is the first line of /proc/stat: every CPU's time, in clock ticks.
-type cpuTimes struct{ total, steal uint64 }
-
-func readCPUTimes() (cpuTimes, error) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return cpuTimes{}, err
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	// cpu user nice system idle iowait irq softirq steal guest guest_nice
-	if len(f) < 9 || f[0] != "cpu" {
-		return cpuTimes{}, fmt.Errorf("/proc/stat: unexpected first line %q", line)
-	}
-	var t cpuTimes
-	for i, v := range f[1:9] {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			return cpuTimes{}, fmt.Errorf("/proc/stat: %q: %w", line, err)
-		}
-		t.total += n
-		if i == 7 {
-			t.steal = n
-		}
-	}
-	return t, nil
-}
-
 // stealShare is the share of all CPUs' time, in percent, that the hypervisor gave to others
-// between before and t: time in which nothing of ours ran, whatever its priority.
-func (t cpuTimes) stealShare(before cpuTimes) float64 {
-	if t.total <= before.total {
+// during d: time in which nothing of ours ran, whatever its priority.
+func stealShare(d procfs.SystemCPU) float64 {
+	if d.Total <= 0 {
 		return 0
 	}
-	return 100 * float64(t.steal-before.steal) / float64(t.total-before.total)
+	return 100 * float64(d.Steal) / float64(d.Total)
 }
 
 // busy spins until its thread has used d of CPU time: time the hypervisor or the scheduler

@@ -278,7 +278,7 @@ func exportAndWait(ctx context.Context, ca client.Client, cfgB *rest.Config, ns 
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("B holds %d of the %d headless imports after 5 minutes", len(list.Items), n)
+			return fmt.Errorf("cluster B holds %d of the %d headless imports after 5 minutes", len(list.Items), n)
 		}
 		select {
 		case <-time.After(200 * time.Millisecond):

@@ -161,6 +161,11 @@ func runScale(ctx context.Context, o scaleOptions) error {
 	if err != nil {
 		return err
 	}
+	pidsDir := filepath.Join(env.Dir, "pids")
+	cpuBefore, err := sampleCPU(pidsDir, nil)
+	if err != nil {
+		return err
+	}
 
 	// t0: all agents start.
 	agentDir := o.agentLogDir
@@ -273,6 +278,14 @@ func runScale(ctx context.Context, o scaleOptions) error {
 		}
 	}
 	coldStart := slices.Max(perCluster)
+	agentPids := make([]int, 0, len(agents))
+	for _, a := range agents {
+		agentPids = append(agentPids, a.cmd.Process.Pid)
+	}
+	cpuEnd, err := sampleCPU(pidsDir, agentPids)
+	if err != nil {
+		return err
+	}
 	close(converged)
 	progress("cold start converged in %s; waiting for the remaining probes", coldStart.Round(time.Millisecond))
 	probeWG.Wait()
@@ -324,6 +337,8 @@ func runScale(ctx context.Context, o scaleOptions) error {
 			fmt.Printf("| probes that timed out, started at | %s | |\n", strings.Join(timedOutAt, ", "))
 		}
 	}
+	spent, sys := cpuSpent(cpuBefore, cpuEnd)
+	fmt.Printf("| CPU time from t0 until the last member held every import | %s | |\n", cpuRow(spent, sys, len(members)*total))
 	fmt.Printf("| agent peak RSS (VmHWM) max / median over %d processes | %d / %d MiB | ≤ 200 MB |\n", len(agents), slices.Max(hwm)/1024, medianInt(hwm)/1024)
 	fmt.Printf("| agent RSS at the end max / median | %d / %d MiB | |\n", slices.Max(rssAtEnd)/1024, medianInt(rssAtEnd)/1024)
 	live := make([]int64, len(agents))

@@ -2,7 +2,13 @@ package main
 
 import (
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/octopus-mcs/octopus/internal/procfs"
 )
 
 func TestParseWrites(t *testing.T) {
@@ -128,5 +134,53 @@ gc 3 @2.5s 2%: 0.034+57+0.004 ms clock, 0.034+0.69/15/0+0.004 ms cpu, 60->61->32
 				t.Errorf("liveHeap = %d, %v; want %d, error %v", got, err, tc.want, tc.wantErr)
 			}
 		})
+	}
+}
+
+func TestCPUAccounting(t *testing.T) {
+	for name, want := range map[string]string{
+		"etcd": groupEtcd, "hub-kube-apiserver": groupHubAPI, "c1-kube-apiserver": groupMemberAPI,
+		"c10-kube-apiserver": groupMemberAPI, "hub-kube-controller-manager": groupKCM, "c2-kube-controller-manager": groupKCM,
+		"c1-kube-scheduler": "c1-kube-scheduler",
+	} {
+		if got := cpuGroup(name); got != want {
+			t.Errorf("cpuGroup(%q) = %q, want %q", name, got, want)
+		}
+	}
+
+	dir := t.TempDir()
+	// This process under a control-plane name, and a pidfile of a process that is gone.
+	if err := os.WriteFile(filepath.Join(dir, "c1-kube-apiserver.pid"), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "etcd.pid"), []byte("1073741824\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before, err := sampleCPU(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Spin for 50 ms of CPU, however long the busy machine takes to give it.
+	start, _ := procfs.ProcessCPU(os.Getpid())
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		if now, _ := procfs.ProcessCPU(os.Getpid()); now-start >= 50*time.Millisecond {
+			break
+		}
+	}
+	after, err := sampleCPU(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spent, sys := cpuSpent(before, after)
+	// The same pid was named twice (pidfile and this program): the last naming, this program's, wins.
+	if spent[groupSelf] < 40*time.Millisecond || sys.Total <= 0 {
+		t.Errorf("spent %v, machine %+v: want this program's spin counted", spent, sys)
+	}
+	if _, ok := spent[groupEtcd]; ok {
+		t.Errorf("a process that does not exist was counted: %v", spent)
+	}
+	row := cpuRow(spent, sys, 10)
+	if !strings.Contains(row, groupSelf) || !strings.Contains(row, "per import") || !strings.Contains(row, "the machine: busy") {
+		t.Errorf("report row %q", row)
 	}
 }
