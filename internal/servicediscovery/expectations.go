@@ -93,15 +93,7 @@ func (e *expectations) wrote(key types.NamespacedName, kind writtenKind, obj cli
 		e.pending[key] = x
 	}
 	x.since = e.now()
-	ref, rv := writtenRef{kind, obj.GetName()}, obj.GetResourceVersion()
-	// Two writes of one object may be recorded in either order (the import's spec.ips and
-	// its status go out together): wait for the later version.
-	if prev, ok := x.rvs[ref]; ok {
-		if cmp, err := resourceversion.CompareResourceVersion(prev, rv); err == nil && cmp > 0 {
-			rv = prev
-		}
-	}
-	x.rvs[ref] = rv
+	x.rvs[writtenRef{kind, obj.GetName()}] = obj.GetResourceVersion()
 }
 
 // forget drops what was expected for key: a removed import has nothing left to wait for.

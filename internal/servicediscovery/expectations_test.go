@@ -151,19 +151,6 @@ func TestExpectations(t *testing.T) {
 		})
 	}
 
-	t.Run("two writes of one object recorded out of order", func(t *testing.T) {
-		e := newExpectations()
-		e.wrote(key, writtenImport, &mcsv1beta1.ServiceImport{ObjectMeta: objMeta("web", "21")})
-		e.wrote(key, writtenImport, &mcsv1beta1.ServiceImport{ObjectMeta: objMeta("web", "20")})
-		older := fakeCache{&mcsv1beta1.ServiceImport{ObjectMeta: objMeta("web", "20")}}
-		if ok, err := e.satisfied(t.Context(), older, key); err != nil || ok {
-			t.Errorf("satisfied by the earlier write = %v, %v; want false until the later shows", ok, err)
-		}
-		later := fakeCache{&mcsv1beta1.ServiceImport{ObjectMeta: objMeta("web", "21")}}
-		if ok, err := e.satisfied(t.Context(), later, key); err != nil || !ok {
-			t.Errorf("satisfied by the later write = %v, %v; want true", ok, err)
-		}
-	})
 	t.Run("forget", func(t *testing.T) {
 		e := newExpectations()
 		e.wrote(key, writtenImport, written[0].obj)

@@ -9,7 +9,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -146,14 +145,15 @@ func (r *ImportReconciler) importService(ctx context.Context, key types.Namespac
 
 	var errs []error
 	derivedName := ""
-	var wantIPs *mcsv1beta1.ServiceImport
 	if m.Spec.Type == mcsv1beta1.ClusterSetIP {
 		derivedName = derivedServiceName(key)
 		if derived, err = r.ensureDerived(ctx, si, derived, m); err != nil {
 			return err
 		}
 		if want := desiredImport(key, m, derived); !importUpToDate(si, want) {
-			wantIPs = want
+			if si, err = r.ensureImport(ctx, si, want); err != nil {
+				return err
+			}
 		}
 	} else if derived != nil {
 		// Headless now, ClusterSetIP before: the virtual IP goes.
@@ -162,21 +162,21 @@ func (r *ImportReconciler) importService(ctx context.Context, key types.Namespac
 		}
 	}
 
-	// What remains needs only the import to exist (the slices' owner) and the derived Service's
-	// IP: the import's spec.ips, its slices and its status go out at once rather than one after
-	// another, so a new import takes three writes' time instead of five. Nothing here changes
-	// si; each write works on its own object.
-	var wg sync.WaitGroup
-	var ipsErr, slicesErr, statusErr error
-	if wantIPs != nil {
-		wg.Go(func() { _, ipsErr = r.ensureImport(ctx, si, wantIPs) })
-	}
-	wg.Go(func() { slicesErr = r.syncSlices(ctx, si, key, derivedName, m.Clusters, hubSlices) })
+	errs = append(errs, r.syncSlices(ctx, si, key, derivedName, m.Clusters, hubSlices))
+
 	if !slices.Equal(importClusters(si), m.Clusters) {
-		wg.Go(func() { statusErr = r.patchClusters(ctx, si.DeepCopy(), m.Clusters) })
+		orig := si.DeepCopy()
+		si.Status.Clusters = make([]mcsv1beta1.ClusterStatus, 0, len(m.Clusters))
+		for _, c := range m.Clusters {
+			si.Status.Clusters = append(si.Status.Clusters, mcsv1beta1.ClusterStatus{Cluster: c})
+		}
+		if err := r.Member.Status().Patch(ctx, si, client.MergeFrom(orig)); err != nil {
+			errs = append(errs, fmt.Errorf("updating the status of ServiceImport %s: %w", key, err))
+		} else {
+			r.expectations.wrote(key, writtenImport, si)
+		}
 	}
-	wg.Wait()
-	if err := errors.Join(append(errs, ipsErr, slicesErr, statusErr)...); err != nil {
+	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	log.V(1).Info("Reconciled ServiceImport", "serviceImport", key, "type", m.Spec.Type, "clusters", m.Clusters)
@@ -198,20 +198,6 @@ func (r *ImportReconciler) ensureImport(ctx context.Context, cur, want *mcsv1bet
 		logf.FromContext(ctx).Info("Created ServiceImport", "serviceImport", client.ObjectKeyFromObject(want), "type", want.Spec.Type)
 	}
 	return got, nil
-}
-
-// patchClusters sets the status.clusters of si to clusters.
-func (r *ImportReconciler) patchClusters(ctx context.Context, si *mcsv1beta1.ServiceImport, clusters []string) error {
-	orig := si.DeepCopy()
-	si.Status.Clusters = make([]mcsv1beta1.ClusterStatus, 0, len(clusters))
-	for _, c := range clusters {
-		si.Status.Clusters = append(si.Status.Clusters, mcsv1beta1.ClusterStatus{Cluster: c})
-	}
-	if err := r.Member.Status().Patch(ctx, si, client.MergeFrom(orig)); err != nil {
-		return fmt.Errorf("updating the status of ServiceImport %s: %w", client.ObjectKeyFromObject(si), err)
-	}
-	r.expectations.wrote(client.ObjectKeyFromObject(si), writtenImport, si)
-	return nil
 }
 
 // ensureDerived makes the derived Service of import si match m and returns it as the server
