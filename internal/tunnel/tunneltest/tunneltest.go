@@ -305,6 +305,37 @@ func udpOf(frame []byte) (sport, dport uint16, payload []byte, ipv4, ok bool) {
 	return uint16(udp[0])<<8 | uint16(udp[1]), uint16(udp[2])<<8 | uint16(udp[3]), udp[8:], true, true
 }
 
+// tunnelControl reports whether an IPv4 frame that is not the tunnel's UDP still belongs to the
+// underlay's own operation rather than to traffic that bypassed the tunnel: an IGMP report
+// (the kernel announces multicast memberships when an interface comes up), or an ICMP error
+// about the tunnel's own UDP (a handshake sent before the peer's socket was open), which
+// quotes that datagram.
+func tunnelControl(frame []byte, port uint16) bool {
+	ip := frame[14:]
+	ihl := int(ip[0]&0x0f) * 4
+	if len(ip) < ihl {
+		return false
+	}
+	switch ip[9] {
+	case unix.IPPROTO_IGMP:
+		return true
+	case unix.IPPROTO_ICMP:
+		// type(1) code(1) checksum(2) unused(4), then the original IPv4 header and 8 bytes.
+		icmp := ip[ihl:]
+		if len(icmp) < 8+20 || (icmp[0] != 3 && icmp[0] != 11) {
+			return false // not destination unreachable or time exceeded
+		}
+		orig := icmp[8:]
+		oihl := int(orig[0]&0x0f) * 4
+		if orig[9] != unix.IPPROTO_UDP || len(orig) < oihl+4 {
+			return false
+		}
+		sport, dport := uint16(orig[oihl])<<8|uint16(orig[oihl+1]), uint16(orig[oihl+2])<<8|uint16(orig[oihl+3])
+		return sport == port || dport == port
+	}
+	return false
+}
+
 // CheckWire asserts what an underlay capture carried while canary crossed a tunnel on UDP
 // port. Encrypted: IPv4 only as UDP to or from port, and the canary nowhere. Not encrypted
 // (vxlan): the canary, and only inside VXLAN frames with vni, which also proves the capture
@@ -321,8 +352,9 @@ func CheckWire(t testing.TB, frames [][]byte, port uint16, vni int, canary []byt
 				bytes.Contains(payload, canary) {
 				vxlanPlaintext++
 			}
-		case ipv4:
+		case ipv4 && !tunnelControl(f, port):
 			otherIPv4++
+			t.Logf("underlay IPv4 frame that is not the tunnel's: protocol %d, %d bytes", f[14+9], len(f))
 		}
 		if bytes.Contains(f, canary) {
 			plaintextFrames++
