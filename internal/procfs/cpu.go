@@ -1,7 +1,6 @@
 package procfs
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"strconv"
@@ -17,19 +16,13 @@ func ticks(n uint64) time.Duration { return time.Duration(n) * time.Second / use
 
 // ProcessCPU returns the CPU time pid has used so far, in user and system mode together.
 func ProcessCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	f, err := stat(pid)
 	if err != nil {
 		return 0, fmt.Errorf("reading the CPU time of pid %d: %w", pid, err)
 	}
-	// Fields count from the state, which follows the command name: that is in parentheses
-	// and may contain spaces. utime and stime are the stat file's fields 14 and 15.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name in %q", pid, b)
-	}
-	f := strings.Fields(string(b[i+1:]))
+	// utime and stime are the stat file's fields 14 and 15.
 	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: too few fields in %q", pid, b)
+		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
 	}
 	var sum uint64
 	for _, v := range f[11:13] {

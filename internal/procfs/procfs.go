@@ -15,17 +15,29 @@ import (
 // Alive reports whether pid exists and is not a zombie: a zombie holds no resources and is
 // its parent's to reap, so it counts as gone.
 func Alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	f, err := stat(pid)
 	if err != nil {
 		return false
 	}
-	// The state follows the command name, which is in parentheses and may contain spaces.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return false
+	return f[0] != "Z" && f[0] != "X"
+}
+
+// stat returns the fields of /proc/<pid>/stat from the third, the state, on: the second, the
+// command name, is in parentheses and may contain spaces, so fields are counted after it.
+func stat(pid int) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
 	}
-	state := b[i+2]
-	return state != 'Z' && state != 'X'
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil, fmt.Errorf("/proc/%d/stat: no command name in %q", pid, b)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) == 0 {
+		return nil, fmt.Errorf("/proc/%d/stat: no state in %q", pid, b)
+	}
+	return f, nil
 }
 
 // Cmdline returns the arguments of pid, the program first.

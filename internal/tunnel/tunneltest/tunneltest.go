@@ -296,13 +296,22 @@ func udpOf(frame []byte) (sport, dport uint16, payload []byte, ipv4, ok bool) {
 	if len(frame) < 14+20 || frame[12] != 0x08 || frame[13] != 0x00 {
 		return 0, 0, nil, false, false
 	}
-	ip := frame[14:]
+	sport, dport, payload, ok = udpIn(frame[14:])
+	return sport, dport, payload, true, ok
+}
+
+// udpIn returns the UDP ports and payload of an IPv4 packet (at least its header and the UDP
+// header, as an ICMP error quotes it); ok is false for any other packet.
+func udpIn(ip []byte) (sport, dport uint16, payload []byte, ok bool) {
+	if len(ip) < 20 {
+		return 0, 0, nil, false
+	}
 	ihl := int(ip[0]&0x0f) * 4
 	if ip[9] != unix.IPPROTO_UDP || len(ip) < ihl+8 {
-		return 0, 0, nil, true, false
+		return 0, 0, nil, false
 	}
 	udp := ip[ihl:]
-	return uint16(udp[0])<<8 | uint16(udp[1]), uint16(udp[2])<<8 | uint16(udp[3]), udp[8:], true, true
+	return uint16(udp[0])<<8 | uint16(udp[1]), uint16(udp[2])<<8 | uint16(udp[3]), udp[8:], true
 }
 
 // tunnelControl reports whether an IPv4 frame that is not the tunnel's UDP still belongs to the
@@ -325,13 +334,8 @@ func tunnelControl(frame []byte, port uint16) bool {
 		if len(icmp) < 8+20 || (icmp[0] != 3 && icmp[0] != 11) {
 			return false // not destination unreachable or time exceeded
 		}
-		orig := icmp[8:]
-		oihl := int(orig[0]&0x0f) * 4
-		if orig[9] != unix.IPPROTO_UDP || len(orig) < oihl+4 {
-			return false
-		}
-		sport, dport := uint16(orig[oihl])<<8|uint16(orig[oihl+1]), uint16(orig[oihl+2])<<8|uint16(orig[oihl+3])
-		return sport == port || dport == port
+		sport, dport, _, ok := udpIn(icmp[8:])
+		return ok && (sport == port || dport == port)
 	}
 	return false
 }
