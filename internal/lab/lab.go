@@ -149,15 +149,10 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	if err != nil {
 		return nil, err
 	}
-	others, err := labnet.OtherLabs(id)
-	if err != nil {
+	start := time.Now()
+	if err := clearAbandonedLabs(id, p); err != nil {
 		return nil, err
 	}
-	if len(others) > 0 {
-		return nil, fmt.Errorf("another lab is running on this machine (links %s%s-*); stop it with `octopus lab down --dir <its dir>` first", labnet.RootLinkPrefix, others[0])
-	}
-
-	start := time.Now()
 	p.Step("Removing what an earlier lab in %s left behind", dir)
 	if err := Down(dir); err != nil {
 		return nil, err
@@ -280,6 +275,34 @@ func Down(dir string) error {
 		return err
 	}
 	return labnet.Teardown(id)
+}
+
+// clearAbandonedLabs makes way for lab id: two labs cannot run at once (both would put
+// APIAddress and the same LAN addresses on root links), but the network of one whose run was
+// killed outright (the machine's session ended, SIGKILL to the whole group) stays behind with
+// nothing running in it, and nobody may know its directory any more. That network is removed;
+// a lab that still runs is refused with what to do.
+func clearAbandonedLabs(id string, p *progress.Reporter) error {
+	others, err := labnet.OtherLabs(id)
+	if err != nil {
+		return err
+	}
+	for _, other := range others {
+		abandoned, reason, err := labnet.Abandoned(other)
+		if err != nil {
+			return err
+		}
+		if !abandoned {
+			return fmt.Errorf("another lab is running on this machine (links %s%s-*: %s); stop it with `octopus lab down --dir <its dir>` first", labnet.RootLinkPrefix, other, reason)
+		}
+		step := time.Now()
+		p.Step("Removing the network of lab %s, left behind by a run that was killed (nothing runs in it)", other)
+		if err := labnet.Teardown(other); err != nil {
+			return err
+		}
+		p.Done(step, "removed")
+	}
+	return nil
 }
 
 // downKillTimeout bounds how long Down waits for the processes in the lab's namespaces to die.

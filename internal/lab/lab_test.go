@@ -380,3 +380,21 @@ func startLab(ctx context.Context, t *testing.T, opts lab.Options) (*lab.Lab, st
 	t.Logf("lab up took %.1fs", time.Since(begin).Seconds())
 	return l, opts.Dir
 }
+
+// abandonedLabNetwork creates the network of a lab with nothing running in it, as a run killed
+// with all its processes leaves it, and returns its ID.
+func abandonedLabNetwork(t *testing.T) string {
+	t.Helper()
+	id := labnet.LabID(t.TempDir())
+	plan, err := labnet.NewPlan(id, []labnet.ClusterSpec{{
+		Name: lab.ClusterName(1), Index: 1, ServiceCIDR: netip.MustParsePrefix("10.96.0.0/16"), Nodes: 2,
+	}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = labnet.Teardown(id) })
+	if err := labnet.Apply(plan); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}

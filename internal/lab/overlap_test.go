@@ -15,6 +15,7 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/gateway"
 	"github.com/octopus-mcs/octopus/internal/lab"
+	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
@@ -29,9 +30,15 @@ func TestOverlappingCIDRs(t *testing.T) {
 	bins := buildCommands(t, "octopus-agent")
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
+	// The network of a lab whose run was killed outright, processes and all, is in the way of
+	// this one (same API address, same LAN addresses) and nothing uses it: Up removes it.
+	abandoned := abandonedLabNetwork(t)
 	l, _ := startLab(ctx, t, lab.Options{
 		Clusters: 2, BinDir: binDir, AgentBinary: bins["octopus-agent"], OverlappingCIDRs: true,
 	})
+	if namespaces, links, err := labnet.Leftovers(abandoned); err != nil || len(namespaces)+len(links) > 0 {
+		t.Errorf("after lab up, the abandoned lab %s still has namespaces %v, links %v (%v)", abandoned, namespaces, links, err)
+	}
 	c1, c2 := l.Env.Cluster(lab.ClusterName(1)), l.Env.Cluster(lab.ClusterName(2))
 	if c1.PodCIDR != c2.PodCIDR || c1.ServiceCIDR != c2.ServiceCIDR {
 		t.Fatalf("CIDRs differ: %s/%s vs %s/%s", c1.PodCIDR, c1.ServiceCIDR, c2.PodCIDR, c2.ServiceCIDR)

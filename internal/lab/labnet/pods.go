@@ -266,13 +266,7 @@ func DialTCP(netnsName string, addr netip.AddrPort, timeout time.Duration) (net.
 // its children, kube-proxy), so this finds also what no pidfile names: the children a shell
 // or socat forked, orphaned when `lab up` was killed. Missing namespaces are skipped.
 func KillProcessesIn(names []string, timeout time.Duration) error {
-	inodes := map[uint64]string{}
-	for _, n := range names {
-		var st unix.Stat_t
-		if err := unix.Stat(NetnsPath(n), &st); err == nil && isMountedNamespace(NetnsPath(n)) {
-			inodes[st.Ino] = n
-		}
-	}
+	inodes := namespaceInodes(names)
 	if len(inodes) == 0 {
 		return nil
 	}
@@ -292,6 +286,19 @@ func KillProcessesIn(names []string, timeout time.Duration) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// namespaceInodes maps the inode of each named namespace that exists to its name: a process's
+// /proc/<pid>/ns/net has the same inode as the namespace it is in.
+func namespaceInodes(names []string) map[uint64]string {
+	inodes := map[uint64]string{}
+	for _, n := range names {
+		var st unix.Stat_t
+		if err := unix.Stat(NetnsPath(n), &st); err == nil && isMountedNamespace(NetnsPath(n)) {
+			inodes[st.Ino] = n
+		}
+	}
+	return inodes
 }
 
 // pidsIn lists live processes (not zombies) whose network namespace has one of the inodes.

@@ -1,0 +1,80 @@
+package labnet
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+)
+
+// Abandoned tells whether lab id is what a killed run left behind rather than a lab that is
+// running: no process lives in any of its namespaces (every node runs kube-proxy and its
+// pods there) and no socket in the root namespace is bound to APIAddress (its etcd and API
+// servers). When it is not, reason says what still runs, so the caller's error can name it.
+//
+// A lab between creating its network and starting its first API server looks abandoned for
+// that second or two; two `lab up` at once are refused by the links check anyway, and this
+// only decides whether to clear the way after a crash.
+func Abandoned(id string) (abandoned bool, reason string, err error) {
+	names, err := ListNamespaces(NetnsOwnerPrefix(id))
+	if err != nil {
+		return false, "", err
+	}
+	pids, err := pidsIn(namespaceInodes(names))
+	if err != nil {
+		return false, "", err
+	}
+	if len(pids) > 0 {
+		return false, fmt.Sprintf("process %d runs in its namespaces", pids[0]), nil
+	}
+	bound, err := socketsOn(APIAddress)
+	if err != nil {
+		return false, "", err
+	}
+	if bound > 0 {
+		return false, fmt.Sprintf("%d TCP sockets use its API address %s", bound, APIAddress), nil
+	}
+	return true, "", nil
+}
+
+// socketsOn counts the TCP sockets of the calling thread's network namespace whose local
+// address is addr, listening or connected. /proc/net/tcp prints an address as the hex of its
+// four bytes read as a host-order integer.
+func socketsOn(addr netip.Addr) (int, error) {
+	f, err := os.Open("/proc/net/tcp")
+	if err != nil {
+		return 0, fmt.Errorf("listing TCP sockets: %w", err)
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	sc.Scan() // header
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 {
+			continue
+		}
+		local, _, _ := strings.Cut(fields[1], ":")
+		if a, ok := parseProcAddr(local); ok && a == addr {
+			n++
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("reading /proc/net/tcp: %w", err)
+	}
+	return n, nil
+}
+
+// parseProcAddr decodes an IPv4 address as /proc/net/tcp prints it.
+func parseProcAddr(s string) (netip.Addr, bool) {
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != 4 {
+		return netip.Addr{}, false
+	}
+	var a [4]byte
+	binary.NativeEndian.PutUint32(a[:], binary.BigEndian.Uint32(b))
+	return netip.AddrFrom4(a), true
+}

@@ -1,0 +1,64 @@
+package labnet
+
+import (
+	"net"
+	"net/netip"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/octopus-mcs/octopus/internal/testenv"
+)
+
+// TestAbandoned tells a lab a killed run left behind (its network, nothing running) from one
+// that runs: a process in one of its namespaces, or a socket on its API address, make it live.
+func TestAbandoned(t *testing.T) {
+	testenv.LabNetwork(t)
+	id := LabID(t.TempDir())
+	p, err := NewPlan(id, specs(1, 2), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := Teardown(id); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	others, err := OtherLabs(LabID(t.TempDir()))
+	if err != nil || len(others) != 1 || others[0] != id {
+		t.Fatalf("OtherLabs from another lab's view = %v, %v; want [%s]", others, err, id)
+	}
+	check := func(want bool, wantReason string) {
+		t.Helper()
+		abandoned, reason, err := Abandoned(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if abandoned != want || !strings.Contains(reason, wantReason) {
+			t.Errorf("Abandoned = %t (%q); want %t (%q)", abandoned, reason, want, wantReason)
+		}
+	}
+	check(true, "")
+
+	node := p.Clusters[0].Nodes[0].Netns
+	sleep := exec.Command("nsenter", "--net="+NetnsPath(node), "sleep", "60")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	check(false, "process "+strconv.Itoa(sleep.Process.Pid))
+	_ = sleep.Process.Kill()
+	_ = sleep.Wait()
+	check(true, "")
+
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(APIAddress, 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(false, "TCP sockets use its API address")
+	ln.Close()
+	check(true, "")
+}
