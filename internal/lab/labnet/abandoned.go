@@ -41,8 +41,9 @@ func Abandoned(id string) (abandoned bool, reason string, err error) {
 }
 
 // socketsOn counts the TCP sockets of the calling thread's network namespace whose local
-// address is addr, listening or connected. /proc/net/tcp prints an address as the hex of its
-// four bytes read as a host-order integer.
+// address is addr and that a process holds, listening or connected. A socket in TIME_WAIT
+// outlives its process by a minute; /proc/net/tcp shows it with inode 0. An address is the hex
+// of its four bytes read as a host-order integer.
 func socketsOn(addr netip.Addr) (int, error) {
 	f, err := os.Open("/proc/net/tcp")
 	if err != nil {
@@ -54,7 +55,7 @@ func socketsOn(addr netip.Addr) (int, error) {
 	sc.Scan() // header
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) < 2 {
+		if len(fields) < 10 || fields[9] == "0" {
 			continue
 		}
 		local, _, _ := strings.Cut(fields[1], ":")
