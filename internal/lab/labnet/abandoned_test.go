@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
@@ -32,15 +33,21 @@ func TestAbandoned(t *testing.T) {
 	if err != nil || len(others) != 1 || others[0] != id {
 		t.Fatalf("OtherLabs from another lab's view = %v, %v; want [%s]", others, err, id)
 	}
+	// check waits a little for the answer: nsenter joins the namespace only after it started.
 	check := func(want bool, wantReason string) {
 		t.Helper()
-		abandoned, reason, err := Abandoned(id)
-		if err != nil {
-			t.Fatal(err)
+		var abandoned bool
+		var reason string
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			var err error
+			if abandoned, reason, err = Abandoned(id); err != nil {
+				t.Fatal(err)
+			}
+			if abandoned == want && strings.Contains(reason, wantReason) {
+				return
+			}
 		}
-		if abandoned != want || !strings.Contains(reason, wantReason) {
-			t.Errorf("Abandoned = %t (%q); want %t (%q)", abandoned, reason, want, wantReason)
-		}
+		t.Errorf("Abandoned = %t (%q); want %t (%q)", abandoned, reason, want, wantReason)
 	}
 	check(true, "")
 
