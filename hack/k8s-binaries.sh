@@ -20,6 +20,11 @@ step() { printf '==> %s\n' "$*" >&2; }
 
 mkdir -p "${BIN}"
 
+# Two checkouts building at once (a CI clone next to a working tree) would write the same
+# .tmp files; the second waits and then finds the binaries built.
+exec 9>"${BIN}/.lock"
+flock -n 9 || { step "waiting for another build into ${BIN}"; flock 9; }
+
 missing=()
 for c in "${KUBE_CMDS[@]}"; do [[ -x "${BIN}/${c}" ]] || missing+=("${c}"); done
 
