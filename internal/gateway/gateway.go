@@ -594,10 +594,11 @@ func (a *active) reconcile(ctx context.Context) error {
 
 // readLocal refreshes what this gateway advertises: a member's pod and service CIDRs (minus
 // the opted-out ones) and topology, from its Cluster on the hub; for the hub's gateway, which
-// has no cluster behind it, only its health-check address.
+// has no cluster behind it, only its health-check address, and the hub topology (the
+// Peer's default, mesh, would misreport it).
 func (a *active) readLocal(ctx context.Context) error {
 	if a.o.Role == v1alpha1.PeerRoleHub {
-		a.local.Subnets = []netip.Prefix{netip.PrefixFrom(a.hcIP, a.hcIP.BitLen())}
+		a.local.Subnets, a.local.Topology = []netip.Prefix{netip.PrefixFrom(a.hcIP, a.hcIP.BitLen())}, v1alpha1.TopologyHub
 		return nil
 	}
 	c := &v1alpha1.Cluster{}

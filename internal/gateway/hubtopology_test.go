@@ -80,7 +80,8 @@ func TestHubTopology(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if p.Spec.Role != v1alpha1.PeerRoleHub || p.Spec.PublicKey != hgw.driver().PublicKey() || fmt.Sprint(p.Spec.Subnets) != "["+hubHC+"/32]" ||
+		// Its topology is hub, not the CRD's default mesh: `kubectl get peers` shows what it is.
+		if p.Spec.Role != v1alpha1.PeerRoleHub || p.Spec.Topology != v1alpha1.TopologyHub || p.Spec.PublicKey != hgw.driver().PublicKey() || fmt.Sprint(p.Spec.Subnets) != "["+hubHC+"/32]" ||
 			p.Spec.HealthCheckIP != hubHC || p.Labels[v1alpha1.ClusterLabel] != v1alpha1.HubPeerName {
 			return fmt.Errorf("peer %v %+v", p.Labels, p.Spec)
 		}
