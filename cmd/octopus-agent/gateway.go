@@ -56,7 +56,7 @@ its restart gets a fresh key and stands by.
 
 Standbys take over from a dead active gateway before the Lease expires: every gateway process
 accepts TCP connections on --liveness-port, and a standby connects to the Lease holder's node
-(its InternalIP) every --liveness-interval. When --liveness-failures probes in a row failed AND
+(its InternalIP; with --hub, the hub Peer's endpoint address) every --liveness-interval. When --liveness-failures probes in a row failed AND
 the Lease was not renewed for --takeover-after, the standby writes itself into the Lease (an
 optimistic-concurrency update: a renewal or another standby's takeover in between wins). An
 active gateway that renews, or that answers, is never displaced. --liveness-port 0 turns this

@@ -102,8 +102,8 @@ type Options struct {
 	// it returns; Run closes it. Optional: without it standbys cannot tell that this gateway
 	// is alive, so they take over once it stops renewing for TakeoverAfter.
 	LivenessListener net.Listener
-	// LivenessPort is the port a standby probes on the Lease holder's node InternalIP for a
-	// fast takeover (takeover.go). Optional: 0 turns fast takeover off, and a standby waits
+	// LivenessPort is the port a standby probes on the Lease holder's node InternalIP (the
+	// hub's gateway: its Peer's endpoint address) for a fast takeover (takeover.go). Optional: 0 turns fast takeover off, and a standby waits
 	// for the Lease to expire.
 	LivenessPort uint16
 	// LivenessInterval is how often a standby probes the holder; LivenessFailures
@@ -269,7 +269,11 @@ func Run(ctx context.Context, o Options) error {
 	}}
 	var tk *takeover
 	if o.LivenessPort != 0 {
-		tk = newTakeover(o, cs, lock, at.leaseNamespace, at.leaseName)
+		locate := nodeInternalIP(cs)
+		if o.Role == v1alpha1.PeerRoleHub {
+			locate = hubPeerEndpoint(member, at.Namespace)
+		}
+		tk = newTakeover(o, cs, locate, lock, at.leaseNamespace, at.leaseName)
 		go tk.run(leCtx)
 	}
 	// Each round runs an elector until it leads or a takeover (or a released Lease) kicks

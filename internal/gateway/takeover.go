@@ -6,7 +6,10 @@ package gateway
 // client-go's election alone a standby waits out LeaseDuration; shortening the Lease instead
 // makes a loaded active lose it (flapping). Here every gateway process accepts TCP connections
 // on a liveness port of its node, and each standby connects to the Lease holder's node
-// (its InternalIP) every LivenessInterval. It takes the Lease over only when BOTH
+// every LivenessInterval: a member's gateway at the holder's Node InternalIP; the hub's
+// gateway, whose cluster has no Nodes, at the endpoint address of the hub's Peer when that
+// Peer names the holder (the active publishes it; until it has, nothing is probed and only
+// the Lease's expiry helps). It takes the Lease over only when BOTH
 //   - LivenessFailures consecutive probes failed (refused: no gateway process on that node;
 //     timeout: the node or the path to it is gone), and
 //   - the Lease has not changed for TakeoverAfter (> RetryPeriod, the active's renew cadence)
@@ -24,9 +27,9 @@ package gateway
 //   - an active that answers the probes is never displaced, whatever the Lease says (e.g. it
 //     cannot reach its API server for a moment); it then loses the Lease only the ordinary way,
 //     after RenewDeadline;
-//   - the hub plays no part (the probe is member-local, the Lease is the member cluster's), so
-//     a hub outage cannot cause a takeover; when the member API server is unreachable nobody
-//     can write the Lease, so nobody takes over;
+//   - for a member's gateway the hub plays no part (the probe is member-local, the Lease is
+//     the member cluster's), so a hub outage cannot cause a takeover; when the API server
+//     that holds the Lease is unreachable nobody can write it, so nobody takes over;
 //   - split brain needs an active that is alive, cannot renew (cut from its API server) and
 //     cannot be probed (cut from the standby) at the same time. The standby then takes over
 //     TakeoverAfter after the last renewal it saw, while the old active only gives up after
@@ -56,6 +59,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 )
 
 // Defaults of the fast takeover (Options.Liveness*).
@@ -174,15 +180,56 @@ type takeover struct {
 	d     detector
 	lease *coordinationv1.Lease // the newest observed
 	kick  func()                // set by Run for the current elector
-	// addrs caches Node InternalIPs by node name; lastAddrErr is the last error reading one
-	// (only step's goroutine touches it).
+	// locate finds where a holder answers the probes; addrs caches its answers by holder, and
+	// lastAddrErr is the last error it gave (only step's goroutine touches it).
+	locate      locator
 	addrs       map[string]netip.Addr
 	lastAddrErr string
 }
 
-func newTakeover(o Options, cs kubernetes.Interface, lock *trackingLock, leaseNamespace, leaseName string) *takeover {
+// locator returns the address where the gateway process of the Lease holder holder listens
+// for liveness probes.
+type locator func(ctx context.Context, holder string) (netip.Addr, error)
+
+// nodeInternalIP locates a member's gateway: its identity is its Node's name.
+func nodeInternalIP(cs kubernetes.Interface) locator {
+	return func(ctx context.Context, node string) (netip.Addr, error) {
+		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("reading the active gateway's Node: %w", err)
+		}
+		for _, na := range n.Status.Addresses {
+			if ip, err := netip.ParseAddr(na.Address); err == nil && na.Type == corev1.NodeInternalIP {
+				return ip, nil
+			}
+		}
+		return netip.Addr{}, fmt.Errorf("the active gateway's Node %s has no InternalIP", node)
+	}
+}
+
+// hubPeerEndpoint locates the hub's active gateway, which has no Node: the hub's Peer carries
+// its node name and its address. A Peer naming another node is the previous holder's, not yet
+// republished, and its address must not be probed.
+func hubPeerEndpoint(hub client.Reader, namespace string) locator {
+	return func(ctx context.Context, holder string) (netip.Addr, error) {
+		p := &v1alpha1.Peer{}
+		if err := hub.Get(ctx, client.ObjectKey{Namespace: namespace, Name: v1alpha1.HubPeerName}, p); err != nil {
+			return netip.Addr{}, fmt.Errorf("reading the hub's Peer: %w", err)
+		}
+		if p.Spec.Hostname != holder {
+			return netip.Addr{}, fmt.Errorf("the hub's Peer is %s's, not yet the Lease holder %s's", p.Spec.Hostname, holder)
+		}
+		ip, err := netip.ParseAddr(p.Spec.Endpoint.PrivateIP)
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("the hub's Peer has no endpoint address to probe: %w", err)
+		}
+		return ip, nil
+	}
+}
+
+func newTakeover(o Options, cs kubernetes.Interface, locate locator, lock *trackingLock, leaseNamespace, leaseName string) *takeover {
 	return &takeover{
-		o: o, cs: cs, lock: lock, leaseNamespace: leaseNamespace, leaseName: leaseName, log: o.Log.WithName("takeover"), now: time.Now,
+		o: o, cs: cs, locate: locate, lock: lock, leaseNamespace: leaseNamespace, leaseName: leaseName, log: o.Log.WithName("takeover"), now: time.Now,
 		d: detector{self: o.NodeName, failures: o.LivenessFailures, staleAfter: o.TakeoverAfter, backoff: o.RetryPeriod},
 		dial: func(ctx context.Context, addr netip.AddrPort) error {
 			c, err := (&net.Dialer{Timeout: livenessTimeout}).DialContext(ctx, "tcp", addr.String())
@@ -315,37 +362,32 @@ func (t *takeover) step(ctx context.Context) {
 	t.doKick()
 }
 
-// address returns the InternalIP of the node, cached.
-func (t *takeover) address(ctx context.Context, node string) (netip.Addr, bool) {
+// address returns where holder answers the probes, cached once found.
+func (t *takeover) address(ctx context.Context, holder string) (netip.Addr, bool) {
 	t.mu.Lock()
-	a, ok := t.addrs[node]
+	a, ok := t.addrs[holder]
 	t.mu.Unlock()
 	if ok {
 		return a, true
 	}
 	getCtx, cancel := context.WithTimeout(ctx, apiTimeout)
-	n, err := t.cs.CoreV1().Nodes().Get(getCtx, node, metav1.GetOptions{})
+	a, err := t.locate(getCtx, holder)
 	cancel()
 	if err != nil {
 		// Until this succeeds nothing is probed and only the Lease's expiry helps: say so,
 		// once per kind of error.
 		if msg := err.Error(); msg != t.lastAddrErr {
 			t.lastAddrErr = msg
-			t.log.Info("Cannot read the active gateway's Node to probe it; retrying", "node", node, "error", msg)
+			t.log.Info("Cannot find the active gateway's address to probe it; until then a standby takes over only when the Lease expires",
+				"holder", holder, "error", msg)
 		}
 		return netip.Addr{}, false
 	}
 	t.lastAddrErr = ""
-	for _, na := range n.Status.Addresses {
-		if ip, err := netip.ParseAddr(na.Address); err == nil && na.Type == corev1.NodeInternalIP {
-			t.mu.Lock()
-			t.addrs[node] = ip
-			t.mu.Unlock()
-			return ip, true
-		}
-	}
-	t.log.Info("The active gateway's Node has no InternalIP to probe; a standby takes over only when the Lease expires", "node", node)
-	return netip.Addr{}, false
+	t.mu.Lock()
+	t.addrs[holder] = a
+	t.mu.Unlock()
+	return a, true
 }
 
 // takeLease writes self as the holder of lease, as observed: the Update carries its

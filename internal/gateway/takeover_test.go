@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -17,10 +19,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/route/routeagent"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
@@ -168,6 +172,71 @@ func (p *cuttableProxy) setCut(cut bool) {
 	}
 }
 
+// TestHubPeerEndpoint: the hub's active gateway is probed at its Peer's endpoint address, and
+// only when that Peer is the holder's: a Peer still naming the previous holder points at a
+// gateway that is gone, and probing it would fail and count against the new one.
+func TestHubPeerEndpoint(t *testing.T) {
+	peer := func(hostname, ip string) *v1alpha1.Peer {
+		return &v1alpha1.Peer{ObjectMeta: metav1.ObjectMeta{Namespace: "octopus-hub", Name: v1alpha1.HubPeerName},
+			Spec: v1alpha1.PeerSpec{Hostname: hostname, Endpoint: v1alpha1.PeerEndpoint{PrivateIP: ip}}}
+	}
+	for _, tc := range []struct {
+		name    string
+		peer    *v1alpha1.Peer
+		want    string
+		wantErr string
+	}{
+		{name: "the holder's Peer", peer: peer("gw2", "203.0.113.251"), want: "203.0.113.251"},
+		{name: "no Peer yet", wantErr: "reading the hub's Peer"},
+		{name: "the previous holder's Peer", peer: peer("gw1", "203.0.113.250"), wantErr: "is gw1's, not yet the Lease holder gw2's"},
+		{name: "no address", peer: peer("gw2", ""), wantErr: "no endpoint address"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := fake.NewClientBuilder().WithScheme(kube.Scheme)
+			if tc.peer != nil {
+				b = b.WithObjects(tc.peer)
+			}
+			got, err := hubPeerEndpoint(b.Build(), "octopus-hub")(t.Context(), "gw2")
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got %v, %v; want an error containing %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got.String() != tc.want {
+				t.Fatalf("got %v, %v; want %s", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// livenessListeners opens the liveness listeners of two gateways on one port at 127.0.0.2
+// and 127.0.0.3 (all of 127/8 is local on Linux), and returns with them the options that give
+// a gateway its listener and a fast takeover far shorter than its Lease: a takeover before the
+// Lease expires can only be the fast one.
+func livenessListeners(t *testing.T) (l1, l2 net.Listener, timing func(net.Listener) func(*Options)) {
+	t.Helper()
+	l1, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := strings.Cut(l1.Addr().String(), ":")
+	l2, err = net.Listen("tcp", "127.0.0.3:"+port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := net.LookupPort("tcp", port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l1, l2, func(l net.Listener) func(*Options) {
+		return func(o *Options) {
+			o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 20*time.Second, 15*time.Second, 300*time.Millisecond
+			o.LivenessListener, o.LivenessPort, o.LivenessInterval, o.LivenessFailures = l, uint16(p), 100*time.Millisecond, 3
+		}
+	}
+}
+
 // TestGatewayTakeover runs two gateways of one member cluster against real API servers: the
 // active one reaches its API server through a proxy the test cuts, and listens for liveness
 // probes on a listener the test closes. A standby must take over fast from an active that
@@ -264,31 +333,7 @@ func TestGatewayTakeover(t *testing.T) {
 	// Short requests, so that a cut shows within the test's timing.
 	proxied.Timeout = 2 * time.Second
 
-	l1, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := strings.Cut(l1.Addr().String(), ":")
-	l2, err := net.Listen("tcp", "127.0.0.3:"+port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var livenessPort uint16
-	if p, err := net.LookupPort("tcp", port); err == nil {
-		livenessPort = uint16(p)
-	}
-	const (
-		retry    = 300 * time.Millisecond
-		interval = 100 * time.Millisecond
-	)
-	timing := func(l net.Listener) func(*Options) {
-		return func(o *Options) {
-			// A Lease far longer than the takeover: a takeover before it expires can only be
-			// the fast one.
-			o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 20*time.Second, 15*time.Second, retry
-			o.LivenessListener, o.LivenessPort, o.LivenessInterval, o.LivenessFailures = l, livenessPort, interval, 3
-		}
-	}
+	l1, l2, timing := livenessListeners(t)
 	lease := func() *coordinationv1.Lease {
 		t.Helper()
 		l, err := cs.CoordinationV1().Leases(v1alpha1.SystemNamespace).Get(ctx, routeagent.LeaseName, metav1.GetOptions{})
@@ -393,6 +438,107 @@ func TestGatewayTakeover(t *testing.T) {
 	time.Sleep(time.Second)
 	if h := holder(); h != "east-gw2" {
 		t.Fatalf("holder %s after gw1 stopped, want east-gw2", h)
+	}
+	gw2.stop(t)
+}
+
+// TestHubGatewayTakeover runs two of the hub's gateways, which have no Node to be probed at:
+// a standby finds the active one at the hub Peer's endpoint address, and takes over fast when
+// it neither renews (its hub connection cut) nor answers.
+func TestHubGatewayTakeover(t *testing.T) {
+	env := testenv.ControlPlanes(t, "hub")
+	ctx := t.Context()
+	hubCfg := env.Cluster("hub").RESTConfig()
+	info, err := hub.Deploy(ctx, hubCfg, hub.DeployOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gwCfg, err := hub.GatewayConfig(ctx, hubCfg, info.Namespace, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(gwCfg.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := startProxy(t, u.Host)
+	proxied := rest.CopyConfig(gwCfg)
+	proxied.Host = "https://" + proxy.l.Addr().String()
+	proxied.Timeout = 2 * time.Second
+	l1, l2, timing := livenessListeners(t)
+	asHub := func(o *Options) {
+		o.Role, o.HubNamespace, o.HealthCheckIP = v1alpha1.PeerRoleHub, info.Namespace, netip.MustParseAddr("10.100.0.1")
+	}
+	hubc := newClient(t, hubCfg)
+	hubPeer := func() (*v1alpha1.Peer, error) {
+		p := &v1alpha1.Peer{}
+		return p, hubc.Get(ctx, client.ObjectKey{Namespace: info.Namespace, Name: v1alpha1.HubPeerName}, p)
+	}
+	cs, err := kubernetes.NewForConfig(hubCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := func() string {
+		l, err := cs.CoordinationV1().Leases(info.Namespace).Get(ctx, HubLeaseName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return holderOf(l)
+	}
+
+	gw1 := startGateway(t, proxied, "hub-gw1", "127.0.0.2", asHub, timing(l1))
+	eventually(t, "gw1 publishes the hub's Peer", func() error {
+		p, err := hubPeer()
+		if err != nil {
+			return err
+		}
+		if p.Spec.Hostname != "hub-gw1" {
+			return errors.New("peer names " + p.Spec.Hostname)
+		}
+		return nil
+	})
+	gw2 := startGateway(t, gwCfg, "hub-gw2", "127.0.0.3", asHub, timing(l2))
+	time.Sleep(2 * time.Second)
+	if h := holder(); h != "hub-gw1" || gw2.driver() != nil {
+		t.Fatalf("holder %s, gw2 driver %v: the standby took over from a healthy active", h, gw2.driver())
+	}
+
+	cut := time.Now()
+	_ = l1.Close()
+	proxy.setCut(true)
+	eventually(t, "gw2 takes the hub gateway's Lease over", func() error {
+		if h := holder(); h != "hub-gw2" {
+			return errors.New("held by " + h)
+		}
+		return nil
+	})
+	took := time.Since(cut)
+	t.Logf("gw2 took the Lease over %s after gw1 stopped renewing and answering", took.Round(time.Millisecond))
+	if took > 3*time.Second {
+		t.Errorf("takeover took %s, want well under 3s (the Lease lasts 20s)", took)
+	}
+	eventually(t, "gw2 republishes the hub's Peer", func() error {
+		p, err := hubPeer()
+		if err != nil {
+			return err
+		}
+		if d := gw2.driver(); d == nil || p.Spec.Hostname != "hub-gw2" || p.Spec.Endpoint.PrivateIP != "127.0.0.3" || p.Spec.PublicKey != d.PublicKey() {
+			return fmt.Errorf("peer %+v", p.Spec)
+		}
+		return nil
+	})
+	// gw1, reaching the hub again, finds itself deposed and stops without releasing gw2's Lease.
+	proxy.setCut(false)
+	select {
+	case <-gw1.done:
+		if !errors.Is(gw1.err, ErrLostLease) {
+			t.Fatalf("gw1: %v, want ErrLostLease", gw1.err)
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("gw1 still runs 8s after it could see that gw2 took over")
+	}
+	if h := holder(); h != "hub-gw2" {
+		t.Fatalf("holder %s after gw1 stopped, want hub-gw2", h)
 	}
 	gw2.stop(t)
 }
