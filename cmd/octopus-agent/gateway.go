@@ -97,7 +97,7 @@ address through its Node object and the hub has none: a standby waits out --leas
 	f.BoolVar(&o.hub, "hub", false, "run as the hub's gateway (the hub topology); --kubeconfig is then the hub's")
 	f.StringVar(&o.hubNamespace, "hub-namespace", v1alpha1.DefaultHubNamespace, "with --hub: the hub namespace")
 	f.Uint16Var(&o.livenessPort, "liveness-port", gateway.DefaultLivenessPort,
-		"TCP port every gateway listens on and standbys probe on the active gateway's node InternalIP for a fast takeover; 0 turns fast takeover off")
+		"TCP port every gateway listens on and standbys probe on the active gateway's node InternalIP (with --hub, the hub Peer's endpoint address) for a fast takeover; 0 turns fast takeover off")
 	f.DurationVar(&o.livenessInterval, "liveness-interval", gateway.DefaultLivenessInterval, "how often a standby probes the active gateway (a probe times out after 1s; a refused one fails at once)")
 	f.IntVar(&o.livenessFailures, "liveness-failures", gateway.DefaultLivenessFailures, "consecutive failed probes before a standby may take over")
 	f.DurationVar(&o.takeoverAfter, "takeover-after", 0,
