@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 )
 
@@ -18,6 +19,7 @@ type Cgroup struct {
 	// Dir is the cgroup's directory.
 	Dir   string
 	procs string
+	peak  string
 }
 
 var cgroupSeq atomic.Int64
@@ -44,13 +46,28 @@ func NewCgroup(limit int64) (*Cgroup, error) {
 		_ = os.Remove(dir)
 		return nil, fmt.Errorf("setting the memory limit of cgroup %s: %w", dir, err)
 	}
-	return &Cgroup{Dir: dir, procs: filepath.Join(dir, "cgroup.procs")}, nil
+	return &Cgroup{Dir: dir, procs: filepath.Join(dir, "cgroup.procs"), peak: filepath.Join(dir, h.peakFile)}, nil
 }
 
 // Command is exec.CommandContext for a process that starts inside the cgroup: a shell moves
 // itself in and then becomes the program, so that nothing of it runs outside.
 func (c *Cgroup) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, "sh", append([]string{"-c", `echo $$ > "$0" && exec "$@"`, c.procs, name}, args...)...)
+}
+
+// Peak returns the most memory the cgroup's processes were charged at once, in bytes: what a
+// pod's limits.memory is enforced against, unlike a process's VmHWM, which counts file pages
+// charged elsewhere and misses those charged here to no process's RSS.
+func (c *Cgroup) Peak() (int64, error) {
+	b, err := os.ReadFile(c.peak)
+	if err != nil {
+		return 0, fmt.Errorf("reading the peak memory of cgroup %s: %w", c.Dir, err)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", c.peak, err)
+	}
+	return n, nil
 }
 
 // Remove removes the cgroup, which must have no processes left.

@@ -65,8 +65,8 @@ func CgroupLimit(root fs.FS) (int64, error) {
 
 // hierarchy is where the process's memory cgroup is: the mount (relative to /) of the cgroup
 // file system that holds the memory controller, the process's cgroup in it, and the name of
-// its limit file.
-type hierarchy struct{ mount, cgroup, limitFile string }
+// its limit and peak-usage files.
+type hierarchy struct{ mount, cgroup, limitFile, peakFile string }
 
 // memoryHierarchy finds the hierarchy with the memory controller from /proc/self/cgroup; ok is
 // false when the process is in none.
@@ -76,9 +76,9 @@ func memoryHierarchy(procSelfCgroup []byte) (h hierarchy, ok bool, err error) {
 	case err != nil:
 		return hierarchy{}, false, err
 	case v1 != "": // a hybrid system lists both; the memory controller is in v1 then
-		return hierarchy{"sys/fs/cgroup/memory", v1, "memory.limit_in_bytes"}, true, nil
+		return hierarchy{"sys/fs/cgroup/memory", v1, "memory.limit_in_bytes", "memory.max_usage_in_bytes"}, true, nil
 	case v2 != "":
-		return hierarchy{"sys/fs/cgroup", v2, "memory.max"}, true, nil
+		return hierarchy{"sys/fs/cgroup", v2, "memory.max", "memory.peak"}, true, nil
 	}
 	return hierarchy{}, false, nil
 }

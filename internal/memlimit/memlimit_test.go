@@ -73,8 +73,16 @@ func TestCgroupLimit(t *testing.T) {
 // childEnv makes the test binary, run as a child, print what Set did and exit.
 const childEnv = "OCTOPUS_MEMLIMIT_CHILD"
 
+// ballastSize is what the child allocates and touches.
+const ballastSize = 64 << 20
+
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
+		// Touched, so that the cgroup's peak has something to show.
+		ballast := make([]byte, ballastSize)
+		for i := 0; i < len(ballast); i += 4096 {
+			ballast[i] = 1
+		}
 		set, err := Set(DefaultRatio)
 		fmt.Printf("%d %d %v\n", set, debug.SetMemoryLimit(-1), err)
 		os.Exit(0)
@@ -83,8 +91,8 @@ func TestMain(m *testing.M) {
 }
 
 // TestSetInARealCgroup runs a process in a memory cgroup of its own with a 300 MiB limit, as a
-// container runtime would, and checks that its runtime's soft limit becomes 90 % of it, and that
-// GOMEMLIMIT, when set, wins.
+// container runtime would, and checks that its runtime's soft limit becomes 90 % of it, that
+// GOMEMLIMIT, when set, wins, and that the cgroup's peak shows the memory the child touched.
 func TestSetInARealCgroup(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("creating a memory cgroup needs root; CI runs as root")
@@ -118,5 +126,8 @@ func TestSetInARealCgroup(t *testing.T) {
 	}
 	if got := run("GOMEMLIMIT=123MiB"); got != fmt.Sprintf("0 %d <nil>", 123<<20) {
 		t.Errorf("with GOMEMLIMIT=123MiB: %q, want Set to leave the runtime's 123 MiB alone", got)
+	}
+	if peak, err := cg.Peak(); err != nil || peak < ballastSize || peak > limit {
+		t.Errorf("cgroup peak = %d, %v; want between the child's %d touched bytes and the %d limit", peak, err, ballastSize, limit)
 	}
 }

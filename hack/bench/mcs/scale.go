@@ -65,6 +65,8 @@ type agentProc struct {
 	name string
 	cmd  *exec.Cmd
 	done chan struct{}
+	// cgroup is the memory cgroup it runs in, with -agent-memory-limit; nil without.
+	cgroup *memlimit.Cgroup
 	// peakRSS is the largest VmRSS sampled, in kB.
 	peakRSS atomic.Int64
 }
@@ -302,9 +304,14 @@ func runScale(ctx context.Context, o scaleOptions) error {
 	if err != nil {
 		return err
 	}
-	rssAtEnd, hwm := make([]int64, len(agents)), make([]int64, len(agents))
+	rssAtEnd, hwm, cgroupPeak := make([]int64, len(agents)), make([]int64, len(agents)), make([]int64, len(agents))
 	for i, a := range agents {
 		rssAtEnd[i], hwm[i] = readRSS(a.cmd.Process.Pid)
+		if a.cgroup != nil {
+			if cgroupPeak[i], err = a.cgroup.Peak(); err != nil {
+				return err
+			}
+		}
 	}
 
 	// What the agents exported during the run; the synthetic records were on the hub before.
@@ -341,6 +348,9 @@ func runScale(ctx context.Context, o scaleOptions) error {
 	fmt.Printf("| CPU time from t0 until the last member held every import | %s | |\n", cpuRow(spent, sys, len(members)*total))
 	fmt.Printf("| agent peak RSS (VmHWM) max / median over %d processes | %d / %d MiB | ≤ 200 MB |\n", len(agents), slices.Max(hwm)/1024, medianInt(hwm)/1024)
 	fmt.Printf("| agent RSS at the end max / median | %d / %d MiB | |\n", slices.Max(rssAtEnd)/1024, medianInt(rssAtEnd)/1024)
+	if o.agentMemoryLimit > 0 {
+		fmt.Printf("| agent memory cgroup peak (what limits.memory enforces) max / median | %d / %d MiB | ≤ 200 MB |\n", slices.Max(cgroupPeak)>>20, medianInt(cgroupPeak)>>20)
+	}
 	live := make([]int64, len(agents))
 	for i, a := range agents {
 		if live[i], err = liveHeap(filepath.Join(agentDir, a.name+".log")); err != nil {
@@ -615,7 +625,7 @@ func startAgentProc(o scaleOptions, name string, cp *controlplane.ControlPlane, 
 		_ = log.Close()
 		return nil, fmt.Errorf("starting the agent of %s: %w", name, err)
 	}
-	a := &agentProc{name: name, cmd: cmd, done: make(chan struct{})}
+	a := &agentProc{name: name, cmd: cmd, done: make(chan struct{}), cgroup: cg}
 	go func() {
 		_ = cmd.Wait()
 		_ = log.Close()
