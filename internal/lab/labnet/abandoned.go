@@ -12,8 +12,8 @@ import (
 
 // Abandoned tells whether lab id is what a killed run left behind rather than a lab that is
 // running: no process lives in any of its namespaces (every node runs kube-proxy and its
-// pods there) and no socket in the root namespace is bound to APIAddress (its etcd and API
-// servers). When it is not, reason says what still runs, so the caller's error can name it.
+// pods there) and nothing in the root namespace listens on APIAddress (its API servers). When
+// it is not, reason says what still runs, so the caller's error can name it.
 //
 // A lab between creating its network and starting its first API server looks abandoned for
 // that second or two; two `lab up` at once are refused by the links check anyway, and this
@@ -30,21 +30,21 @@ func Abandoned(id string) (abandoned bool, reason string, err error) {
 	if len(pids) > 0 {
 		return false, fmt.Sprintf("process %d runs in its namespaces", pids[0]), nil
 	}
-	bound, err := socketsOn(APIAddress)
+	listening, err := listenersOn(APIAddress)
 	if err != nil {
 		return false, "", err
 	}
-	if bound > 0 {
-		return false, fmt.Sprintf("%d TCP sockets use its API address %s", bound, APIAddress), nil
+	if listening > 0 {
+		return false, fmt.Sprintf("%d TCP sockets listen on its API address %s", listening, APIAddress), nil
 	}
 	return true, "", nil
 }
 
-// socketsOn counts the TCP sockets of the calling thread's network namespace whose local
-// address is addr and that a process holds, listening or connected. A socket in TIME_WAIT
-// outlives its process by a minute; /proc/net/tcp shows it with inode 0. An address is the hex
-// of its four bytes read as a host-order integer.
-func socketsOn(addr netip.Addr) (int, error) {
+// listenersOn counts the listening TCP sockets of the calling thread's network namespace on
+// addr. Only listeners: a client's connection to an API server on this machine has the local
+// address APIAddress too, and outlives a lab in a process that ran one (CLOSE_WAIT until its
+// pool drops it). An address is the hex of its four bytes read as a host-order integer.
+func listenersOn(addr netip.Addr) (int, error) {
 	f, err := os.Open("/proc/net/tcp")
 	if err != nil {
 		return 0, fmt.Errorf("listing TCP sockets: %w", err)
@@ -55,7 +55,7 @@ func socketsOn(addr netip.Addr) (int, error) {
 	sc.Scan() // header
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) < 10 || fields[9] == "0" {
+		if len(fields) < 4 || fields[3] != tcpListen {
 			continue
 		}
 		local, _, _ := strings.Cut(fields[1], ":")
@@ -68,6 +68,9 @@ func socketsOn(addr netip.Addr) (int, error) {
 	}
 	return n, nil
 }
+
+// tcpListen is TCP_LISTEN as /proc/net/tcp prints a socket's state.
+const tcpListen = "0A"
 
 // parseProcAddr decodes an IPv4 address as /proc/net/tcp prints it.
 func parseProcAddr(s string) (netip.Addr, bool) {
