@@ -126,7 +126,6 @@ func (o gatewayOptions) complete() (gateway.Options, error) {
 	}
 	if o.hub {
 		opts.Role, opts.HubNamespace = v1alpha1.PeerRoleHub, o.hubNamespace
-		opts.LivenessPort = 0
 	}
 	for flag, dst := range map[string]*netip.Addr{"--endpoint-ip": &opts.EndpointIP, "--health-check-ip": &opts.HealthCheckIP} {
 		v := map[string]string{"--endpoint-ip": o.endpointIP, "--health-check-ip": o.healthCheckIP}[flag]

@@ -55,6 +55,8 @@ type labUpOptions struct {
 	gateways int
 	backend  string
 	topology string
+	// hubGateways is the number of the hub's gateways with --topology hub; 0 is lab.Up's default.
+	hubGateways int
 	// overlapping gives every cluster the same pod and service CIDRs.
 	overlapping bool
 }
@@ -78,6 +80,9 @@ func (o *labUpOptions) labOptions() (lab.Options, error) {
 	if o.gateways < 1 || o.gateways > labnet.MaxNodesPerCluster-1 {
 		return lab.Options{}, fmt.Errorf("--gateways-per-cluster %d: want 1 to %d", o.gateways, labnet.MaxNodesPerCluster-1)
 	}
+	if o.hubGateways != 0 && (v1alpha1.Topology(o.topology) != v1alpha1.TopologyHub || o.hubGateways < 1 || o.hubGateways > labnet.MaxHubGateways) {
+		return lab.Options{}, fmt.Errorf("--hub-gateways %d: want 1 to %d, with --topology hub (only the hub topology has hub gateways)", o.hubGateways, labnet.MaxHubGateways)
+	}
 	nodes := 0 // lab.Up's default: one worker besides the gateways
 	if o.nodesSet {
 		nodes = o.nodes
@@ -91,7 +96,7 @@ func (o *labUpOptions) labOptions() (lab.Options, error) {
 		backends[lab.ClusterName(i)] = o.backend
 	}
 	return lab.Options{Clusters: o.clusters, NodesPerCluster: nodes, GatewaysPerCluster: o.gateways, Backends: backends,
-		OverlappingCIDRs: o.overlapping, Topology: v1alpha1.Topology(o.topology), Dir: *o.dir}, nil
+		OverlappingCIDRs: o.overlapping, Topology: v1alpha1.Topology(o.topology), HubGateways: o.hubGateways, Dir: *o.dir}, nil
 }
 
 func newLabUpCommand(streams IOStreams, dir *string) *cobra.Command {
@@ -112,7 +117,8 @@ agent, shows the cluster set and keeps running until interrupted, when it stops 
 started. Each gateway node runs the Octopus gateway (--backend wireguard or vxlan) and every
 node a route agent. With --topology mesh the gateways tunnel directly to each other; with
 --topology hub every cluster tunnels only to the hub's gateway, which runs in a namespace of
-its own on the underlay and forwards between them. Needs root. The control-plane binaries are built from pinned Go modules on first use
+its own on the underlay and forwards between them (--hub-gateways 2 adds a standby that takes
+over when it dies). Needs root. The control-plane binaries are built from pinned Go modules on first use
 (several minutes). After a crash, ` + "`octopus lab down`" + ` removes what is left.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -132,6 +138,7 @@ func (o *labUpOptions) bindFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.overlapping, "overlapping-cidrs", false, "give every cluster the same pod and service CIDRs (joined with globalnet addressing; the gateways refuse to tunnel between them until globalnet lands)")
 	fs.StringVar(&o.backend, "backend", string(v1alpha1.BackendWireGuard), "tunnel backend of every cluster's gateway: wireguard or vxlan (unencrypted)")
 	fs.StringVar(&o.topology, "topology", string(v1alpha1.TopologyMesh), "how gateways connect: mesh (direct tunnels between all clusters) or hub (every cluster through the hub's gateway)")
+	fs.IntVar(&o.hubGateways, "hub-gateways", 0, "with --topology hub: the hub's gateway nodes, one active, the others take over when it dies (if not given: 1)")
 }
 
 func (o *labUpOptions) Run(ctx context.Context) error {

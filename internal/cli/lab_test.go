@@ -19,6 +19,7 @@ func TestLabUpFlags(t *testing.T) {
 		backend         string
 		overlapping     bool
 		topology        v1alpha1.Topology
+		hubGateways     int
 	}{
 		"defaults":                 {args: nil, nodes: 0, gateways: 1, backend: "wireguard", topology: "mesh"},
 		"vxlan":                    {args: []string{"--backend", "vxlan"}, gateways: 1, backend: "vxlan", topology: "mesh"},
@@ -27,6 +28,9 @@ func TestLabUpFlags(t *testing.T) {
 		"mesh":                     {args: []string{"--topology", "mesh"}, gateways: 1, backend: "wireguard", topology: "mesh"},
 		"overlapping CIDRs":        {args: []string{"--overlapping-cidrs"}, gateways: 1, backend: "wireguard", overlapping: true, topology: "mesh"},
 		"hub topology":             {args: []string{"--topology", "hub", "--backend", "vxlan"}, gateways: 1, backend: "vxlan", topology: "hub"},
+		"two hub gateways":         {args: []string{"--topology", "hub", "--hub-gateways", "2"}, gateways: 1, backend: "wireguard", topology: "hub", hubGateways: 2},
+		"hub gateways in a mesh":   {args: []string{"--hub-gateways", "2"}, wantErr: "--hub-gateways 2: want 1 to 3, with --topology hub"},
+		"too many hub gateways":    {args: []string{"--topology", "hub", "--hub-gateways", "4"}, wantErr: "--hub-gateways 4: want 1 to 3"},
 		"unknown topology":         {args: []string{"--topology", "star"}, wantErr: `--topology "star": want mesh or hub`},
 		"unknown backend":          {args: []string{"--backend", "ipsec"}, wantErr: `--backend "ipsec": want wireguard or vxlan`},
 		"no worker left":           {args: []string{"--gateways-per-cluster", "2", "--nodes-per-cluster", "2"}, wantErr: "leaves no worker: give at least 3 nodes"},
@@ -54,7 +58,7 @@ func TestLabUpFlags(t *testing.T) {
 				t.Fatal(err)
 			}
 			if opts.NodesPerCluster != tc.nodes || opts.GatewaysPerCluster != tc.gateways || opts.Clusters != 2 || opts.Dir != dir ||
-				opts.OverlappingCIDRs != tc.overlapping || opts.Topology != tc.topology {
+				opts.OverlappingCIDRs != tc.overlapping || opts.Topology != tc.topology || opts.HubGateways != tc.hubGateways {
 				t.Errorf("options %+v, want %d nodes and %d gateways in 2 clusters", opts, tc.nodes, tc.gateways)
 			}
 			for _, name := range []string{lab.HubName, lab.ClusterName(1), lab.ClusterName(2)} {

@@ -433,15 +433,21 @@ func (f *failoverLab) logTails(t *testing.T, n int) {
 	for _, c := range f.l.Network.Clusters {
 		for _, node := range c.Nodes {
 			for _, name := range []string{lab.GatewayProcessName(node.Name), lab.RouteAgentProcessName(node.Name)} {
-				b, err := os.ReadFile(filepath.Join(f.dir, "logs", name+".log"))
-				if err != nil {
-					continue
-				}
-				lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-				t.Logf("last %d lines of %s:\n%s", n, name, strings.Join(lines[max(0, len(lines)-n):], "\n"))
+				logTail(t, f.dir, name, n)
 			}
 		}
 	}
+}
+
+// logTail logs the last n lines of the log of the lab's process name, if it has one.
+func logTail(t *testing.T, dir, name string, n int) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "logs", name+".log"))
+	if err != nil {
+		return
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	t.Logf("last %d lines of %s:\n%s", n, name, strings.Join(lines[max(0, len(lines)-n):], "\n"))
 }
 
 // waitHTTP waits until a new TCP connection from the client pod gets the server pod's answer.

@@ -32,15 +32,8 @@ func GatewayProcessName(node string) string { return "gateway-" + node }
 // RouteAgentProcessName names the supervised route agent process of a node.
 func RouteAgentProcessName(node string) string { return "route-agent-" + node }
 
-// Names of the hub's gateway in the lab.
-const (
-	// HubGatewayNode is its Lease identity and Peer hostname; the hub has no Node objects.
-	HubGatewayNode = "hub-gateway"
-	// HubGatewayProcess names its supervised process.
-	HubGatewayProcess = "gateway-hub"
-	// hubGatewayTokenTTL is how long its hub token lives: longer than any lab session.
-	hubGatewayTokenTTL = 7 * 24 * time.Hour
-)
+// hubGatewayTokenTTL is how long the hub gateways' hub token lives: longer than any lab session.
+const hubGatewayTokenTTL = 7 * 24 * time.Hour
 
 // HubGatewayHealthCheckIP is the address the clusters probe the hub's gateway at: the first
 // host of the hub's own pod CIDR, which no member cluster uses (clusterCIDRs).
@@ -103,26 +96,36 @@ func gatewayArgs(opts Options, cluster, kubeconfig, node, endpoint string) []str
 		"--liveness-interval", labGatewayLivenessInterval}
 }
 
-// startHubGateway runs `octopus-agent gateway --hub` in the hub gateway's namespace, with a
-// kubeconfig holding a token of the ServiceAccount hub deploy made for it (not the hub's admin
-// credential), supervised like the clusters' gateways.
-func startHubGateway(ctx context.Context, opts Options, env *controlplane.Environment, h labnet.HubGatewayNet, namespace string) error {
+// startHubGateways runs `octopus-agent gateway --hub` in each hub gateway's namespace
+// (process GatewayProcessName(h.Name), Lease identity h.Name), with a kubeconfig holding a
+// token of the ServiceAccount hub deploy made for them (not the hub's admin credential),
+// supervised like the clusters' gateways. One is elected; the others stand by.
+func startHubGateways(ctx context.Context, opts Options, env *controlplane.Environment, nets []labnet.HubGatewayNet, namespace string) error {
+	if len(nets) == 0 {
+		return nil
+	}
 	binary, err := filepath.Abs(opts.AgentBinary)
 	if err != nil {
-		return fmt.Errorf("starting the hub's gateway: %w", err)
+		return fmt.Errorf("starting the hub's gateways: %w", err)
 	}
 	cfg, err := hub.GatewayConfig(ctx, env.Cluster(HubName).RESTConfig(), namespace, hubGatewayTokenTTL)
 	if err != nil {
-		return fmt.Errorf("starting the hub's gateway: %w", err)
+		return fmt.Errorf("starting the hub's gateways: %w", err)
 	}
 	path := filepath.Join(env.Dir, "hub-gateway.kubeconfig")
 	err = controlplane.WriteKubeconfig(path, HubName, cfg.Host, cfg.CAData, hub.GatewayServiceAccount, &clientcmdapi.AuthInfo{Token: cfg.BearerToken})
 	if err != nil {
 		return fmt.Errorf("writing the hub gateway's kubeconfig: %w", err)
 	}
-	args := append(gatewayArgs(opts, HubName, path, HubGatewayNode, h.UnderlayAddr.Addr().String()),
-		"--hub", "--hub-namespace", namespace, "--health-check-ip", HubGatewayHealthCheckIP())
-	return env.StartProcess(controlplane.ProcessOptions{
-		Name: HubGatewayProcess, Binary: binary, Args: args, Netns: h.NetnsPath(), RestartOnCrash: true,
-	})
+	for _, h := range nets {
+		args := append(gatewayArgs(opts, HubName, path, h.Name, h.UnderlayAddr.Addr().String()),
+			"--hub", "--hub-namespace", namespace, "--health-check-ip", HubGatewayHealthCheckIP())
+		err := env.StartProcess(controlplane.ProcessOptions{
+			Name: GatewayProcessName(h.Name), Binary: binary, Args: args, Netns: h.NetnsPath(), RestartOnCrash: true,
+		})
+		if err != nil {
+			return fmt.Errorf("starting the hub's gateway on %s: %w", h.Name, err)
+		}
+	}
+	return nil
 }

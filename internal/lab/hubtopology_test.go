@@ -10,10 +10,14 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/gateway"
 	"github.com/octopus-mcs/octopus/internal/lab"
+	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 )
 
 // TestHubTopology runs, for each backend, a lab of a hub and two clusters joined with the hub
@@ -23,7 +27,8 @@ import (
 // ways, the Peers' statuses (each cluster sees the other via the hub, the hub sees both and
 // carries bytes), what a member gateway's underlay carries (only the tunnel's UDP; for
 // wireguard never the plaintext), `octopus show connections`, a request to an exported Service by its
-// clusterset.local name, and recovery with a new key when the hub's gateway is killed.
+// clusterset.local name, recovery with a new key when the hub's active gateway is killed and
+// restarted, and a fast takeover by the standby hub gateway when the active one dies for good.
 func TestHubTopology(t *testing.T) {
 	forEachBackend(t, hubTopology)
 }
@@ -32,7 +37,7 @@ func hubTopology(t *testing.T, backend, binDir string, bins map[string]string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	l, dir := startLab(ctx, t, lab.Options{
-		Clusters: 2, NodesPerCluster: 2, BinDir: binDir, Topology: v1alpha1.TopologyHub,
+		Clusters: 2, NodesPerCluster: 2, BinDir: binDir, Topology: v1alpha1.TopologyHub, HubGateways: 2,
 		AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"], DNSBinary: bins["octopus-dns"],
 		Backends: map[string]string{lab.HubName: backend, lab.ClusterName(1): backend, lab.ClusterName(2): backend},
 	})
@@ -114,21 +119,22 @@ func hubTopology(t *testing.T, backend, binDir string, bins map[string]string) {
 	}
 	t.Logf("pod -> DNS name through the hub: %s = %s: %s", report.DNSName, report.DNSAnswer, report.CrossClusterReply)
 
-	// The hub's gateway dies; its supervisor restarts it (a new key for wireguard), the
-	// clusters re-point, and traffic recovers with nobody doing anything.
-	hubKey := func() string {
+	// The hub's active gateway dies; its supervisor restarts it, or the standby takes over
+	// (a new key for wireguard either way), the clusters re-point, and traffic recovers with
+	// nobody doing anything.
+	hubPeer := func() v1alpha1.PeerSpec {
 		p := &v1alpha1.Peer{}
 		if err := hubc.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: v1alpha1.HubPeerName}, p); err != nil {
-			return ""
+			return v1alpha1.PeerSpec{}
 		}
-		return p.Spec.PublicKey
+		return p.Spec
 	}
-	oldKey := hubKey()
+	old := hubPeer()
 	killed := time.Now()
-	killProcess(t, filepath.Join(dir, "pids", lab.HubGatewayProcess+".pid"))
+	killProcess(t, filepath.Join(dir, "pids", lab.GatewayProcessName(old.Hostname)+".pid"))
 	if backend == "wireguard" {
 		waitFor(t, 60*time.Second, "a new key in the hub's Peer", func() error {
-			if k := hubKey(); k == oldKey || k == "" {
+			if k := hubPeer().PublicKey; k == old.PublicKey || k == "" {
 				return fmt.Errorf("key still %q", k)
 			}
 			return nil
@@ -136,6 +142,59 @@ func hubTopology(t *testing.T, backend, binDir string, bins map[string]string) {
 	}
 	checkTCP(t, "after the hub gateway's restart", pods[c2.Name][1], pods[c1.Name][1], 60*time.Second)
 	t.Logf("connectivity recovered %.1fs after the hub's gateway was killed", time.Since(killed).Seconds())
+
+	// The active one dies for good: the standby, which finds it at the hub Peer's endpoint
+	// address, takes over long before the lab's 6 s Lease would expire.
+	var active, standby labnet.HubGatewayNet
+	waitFor(t, 30*time.Second, "an active hub gateway that has published the hub's Peer", func() error {
+		lease := &coordinationv1.Lease{}
+		if err := hubc.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: gateway.HubLeaseName}, lease); err != nil {
+			return err
+		}
+		holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+		for _, h := range l.Network.HubGateways {
+			if h.Name == holder {
+				active = h
+			} else {
+				standby = h
+			}
+		}
+		if p := hubPeer(); active.Name == "" || p.Hostname != holder || p.Endpoint.PrivateIP != active.UnderlayAddr.Addr().String() {
+			return fmt.Errorf("Lease holder %q, hub Peer %s at %s", holder, p.Hostname, p.Endpoint.PrivateIP)
+		}
+		return nil
+	})
+	stopped := time.Now()
+	if err := l.Env.StopProcess(lab.GatewayProcessName(active.Name), 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, standby.Name+" to take the hub gateway's Lease over", func() error {
+		lease := &coordinationv1.Lease{}
+		if err := hubc.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: gateway.HubLeaseName}, lease); err != nil {
+			return err
+		}
+		if h := ptr.Deref(lease.Spec.HolderIdentity, ""); h != standby.Name || lease.Spec.AcquireTime == nil {
+			return fmt.Errorf("held by %q", h)
+		}
+		// The lab's processes share one clock: acquireTime dates the takeover.
+		took := lease.Spec.AcquireTime.Sub(stopped)
+		t.Logf("%s took the hub gateway's Lease %.2fs after %s was killed", standby.Name, took.Seconds(), active.Name)
+		if took > 4*time.Second {
+			t.Errorf("the takeover took %s; the lab's Lease lasts 6s, a fast takeover ~1-2s", took)
+			for _, h := range l.Network.HubGateways {
+				logTail(t, dir, lab.GatewayProcessName(h.Name), 30)
+			}
+		}
+		return nil
+	})
+	waitFor(t, 60*time.Second, "the hub's Peer to name "+standby.Name, func() error {
+		if p := hubPeer(); p.Hostname != standby.Name || p.Endpoint.PrivateIP != standby.UnderlayAddr.Addr().String() {
+			return fmt.Errorf("hub Peer %s at %s", p.Hostname, p.Endpoint.PrivateIP)
+		}
+		return nil
+	})
+	checkTCP(t, "after the standby hub gateway took over", pods[c2.Name][1], pods[c1.Name][1], 60*time.Second)
+	t.Logf("connectivity recovered %.1fs after the active hub gateway was killed for good", time.Since(stopped).Seconds())
 }
 
 // isolate drops, in a gateway node's namespace, every packet to and from another gateway's

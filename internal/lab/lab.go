@@ -71,6 +71,10 @@ type Options struct {
 	// cluster joins with the hub topology and the hub's gateway, in a namespace of its own on
 	// the underlay, forwards between them). Optional, default mesh.
 	Topology v1alpha1.Topology
+	// HubGateways is the number of the hub's gateway nodes with the hub topology: one active,
+	// the others standbys that take over when it dies. Optional, default 1; at most
+	// labnet.MaxHubGateways, and only with the hub topology.
+	HubGateways int
 	// Progress receives one line per step. Optional.
 	Progress *progress.Reporter
 	// Log receives structured logs (node heartbeats, process supervision). Optional.
@@ -117,6 +121,13 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	if opts.NodesPerCluster == 0 {
 		opts.NodesPerCluster = max(labnet.MinNodesPerCluster, opts.GatewaysPerCluster+1)
 	}
+	hubTopology := opts.Topology == v1alpha1.TopologyHub
+	switch {
+	case hubTopology && opts.HubGateways == 0:
+		opts.HubGateways = 1
+	case !hubTopology && opts.HubGateways != 0:
+		return nil, fmt.Errorf("--hub-gateways %d: only the hub topology has hub gateways; add --topology hub", opts.HubGateways)
+	}
 	if opts.Log.GetSink() == nil {
 		opts.Log = logr.Discard()
 	}
@@ -144,8 +155,7 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 				Nodes: opts.NodesPerCluster, Gateways: opts.GatewaysPerCluster})
 		}
 	}
-	hubTopology := opts.Topology == v1alpha1.TopologyHub
-	plan, err := labnet.NewPlan(id, netSpecs, hubTopology)
+	plan, err := labnet.NewPlan(id, netSpecs, opts.HubGateways)
 	if err != nil {
 		return nil, err
 	}
@@ -193,10 +203,8 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	if err := info.WriteFile(l.BrokerInfo); err != nil {
 		return l, err
 	}
-	if hubTopology {
-		if err := startHubGateway(ctx, opts, env, *plan.HubGateway, info.Namespace); err != nil {
-			return l, err
-		}
+	if err := startHubGateways(ctx, opts, env, plan.HubGateways, info.Namespace); err != nil {
+		return l, err
 	}
 	// Direct addressing refuses overlapping CIDRs at join; globalnet is the mode meant for them.
 	addressing := v1alpha1.AddressingDirect

@@ -388,7 +388,7 @@ func abandonedLabNetwork(t *testing.T) string {
 	id := labnet.LabID(t.TempDir())
 	plan, err := labnet.NewPlan(id, []labnet.ClusterSpec{{
 		Name: lab.ClusterName(1), Index: 1, ServiceCIDR: netip.MustParsePrefix("10.96.0.0/16"), Nodes: 2,
-	}}, false)
+	}}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

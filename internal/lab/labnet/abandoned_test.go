@@ -17,7 +17,7 @@ import (
 func TestAbandoned(t *testing.T) {
 	testenv.LabNetwork(t)
 	id := LabID(t.TempDir())
-	p, err := NewPlan(id, specs(1, 2), false)
+	p, err := NewPlan(id, specs(1, 2), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,9 +64,9 @@ func Apply(p Plan) error {
 			return fmt.Errorf("cluster %s: %w", c.Name, err)
 		}
 	}
-	if p.HubGateway != nil {
-		if err := applyHubGateway(root, underlay, *p.HubGateway); err != nil {
-			return fmt.Errorf("hub gateway: %w", err)
+	for _, h := range p.HubGateways {
+		if err := applyHubGateway(root, underlay, h); err != nil {
+			return fmt.Errorf("hub gateway %s: %w", h.Name, err)
 		}
 	}
 	return nil

@@ -18,7 +18,7 @@ func TestApplyAndTeardown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewPlan(id, specs(2, 2), true)
+	p, err := NewPlan(id, specs(2, 2), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,17 +80,19 @@ func TestApplyAndTeardown(t *testing.T) {
 	if err := dialFrom(gw1.Netns, gwLn.Addr().String()); err != nil {
 		t.Errorf("gateway %s cannot reach gateway %s over the underlay: %v", gw1.Name, gw2.Name, err)
 	}
-	// The hub's gateway reaches the API address over its uplink and the gateways over the underlay.
-	if err := dialFrom(p.HubGateway.Netns, ln.Addr().String()); err != nil {
-		t.Errorf("the hub gateway cannot reach the API address: %v", err)
-	}
-	go func() {
-		if c, err := gwLn.Accept(); err == nil {
-			_ = c.Close()
+	// The hub's gateways reach the API address over their uplinks and the gateways over the underlay.
+	for _, h := range p.HubGateways {
+		if err := dialFrom(h.Netns, ln.Addr().String()); err != nil {
+			t.Errorf("hub gateway %s cannot reach the API address: %v", h.Name, err)
 		}
-	}()
-	if err := dialFrom(p.HubGateway.Netns, gwLn.Addr().String()); err != nil {
-		t.Errorf("the hub gateway cannot reach gateway %s over the underlay: %v", gw2.Name, err)
+		go func() {
+			if c, err := gwLn.Accept(); err == nil {
+				_ = c.Close()
+			}
+		}()
+		if err := dialFrom(h.Netns, gwLn.Addr().String()); err != nil {
+			t.Errorf("hub gateway %s cannot reach gateway %s over the underlay: %v", h.Name, gw2.Name, err)
+		}
 	}
 	// A worker is not on the underlay.
 	if err := dialFrom(p.Clusters[0].Nodes[1].Netns, gwLn.Addr().String()); err == nil {

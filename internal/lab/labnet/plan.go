@@ -20,6 +20,9 @@ const (
 	// MinNodesPerCluster: every cluster has a gateway node and at least one worker, so that
 	// traffic between nodes of one cluster is exercised as well as traffic through the gateway.
 	MinNodesPerCluster = 2
+	// MaxHubGateways is how many gateway nodes the hub can have (one active, the others
+	// standing by): underlay addresses after the clusters' 16 each, before the range's end.
+	MaxHubGateways = 3
 )
 
 // GatewayLabel marks the nodes that join the underlay; Octopus places its gateway there.
@@ -61,14 +64,17 @@ type Plan struct {
 	// Underlay is the namespace joining the gateway nodes.
 	Underlay string
 	Clusters []ClusterNet
-	// HubGateway is the hub's gateway node, for the hub topology; nil without it.
-	HubGateway *HubGatewayNet
+	// HubGateways are the hub's gateway nodes, for the hub topology; none without it.
+	HubGateways []HubGatewayNet
 }
 
-// HubGatewayNet is the namespace where the hub's gateway runs: on the underlay like the
+// HubGatewayNet is a namespace where one of the hub's gateways runs: on the underlay like the
 // clusters' gateway nodes, and with a link of its own to the API servers, since the hub has no
 // cluster LAN.
 type HubGatewayNet struct {
+	// Name is the node's name, "hub-gw1", "hub-gw2", ...: its gateway's Lease identity and the
+	// hostname in the hub's Peer (the hub has no Node objects).
+	Name string
 	// Netns is the namespace.
 	Netns string
 	// UnderlayAddr is its address on the underlay, the one every cluster tunnels to.
@@ -156,11 +162,14 @@ func NetnsOwnerPrefix(id string) string { return NetnsPrefix + id + "-" }
 // RootLinkOwnerPrefix is the prefix of every root-namespace link of the lab with the given ID.
 func RootLinkOwnerPrefix(id string) string { return RootLinkPrefix + id + "-" }
 
-// NewPlan computes names and addresses. With hubGateway it adds the hub's gateway node
-// (HubGatewayNet). It is pure, so the address plan is unit-tested.
-func NewPlan(id string, clusters []ClusterSpec, hubGateway bool) (Plan, error) {
+// NewPlan computes names and addresses, with hubGateways gateway nodes for the hub (the hub
+// topology; 0 without it). It is pure, so the address plan is unit-tested.
+func NewPlan(id string, clusters []ClusterSpec, hubGateways int) (Plan, error) {
 	if len(id) != idLen || strings.Trim(id, "0123456789abcdef") != "" {
 		return Plan{}, fmt.Errorf("lab ID %q: want %d lower-case hex digits (see LabID)", id, idLen)
+	}
+	if hubGateways < 0 || hubGateways > MaxHubGateways {
+		return Plan{}, fmt.Errorf("%d hub gateways: want 0..%d", hubGateways, MaxHubGateways)
 	}
 	if len(clusters) > MaxClusters {
 		return Plan{}, fmt.Errorf("%d clusters: the lab's LAN range %s has room for %d", len(clusters), LANRange, MaxClusters)
@@ -228,17 +237,21 @@ func NewPlan(id string, clusters []ClusterSpec, hubGateway bool) (Plan, error) {
 	if err := errors.Join(errs...); err != nil {
 		return Plan{}, fmt.Errorf("lab network plan: %w", err)
 	}
-	if hubGateway {
-		// After the clusters' gateways (16 underlay addresses per cluster index); the uplink
-		// takes the /31 after APIAddress in the /28 no cluster LAN uses.
-		p.HubGateway = &HubGatewayNet{
-			Netns:        netnsPrefix + "hub-gw",
-			UnderlayAddr: netip.PrefixFrom(nthAddr(UnderlayRange, 16*MaxClusters+10), UnderlayRange.Bits()),
-			Uplink:       linkPrefix + "hub",
-			UplinkAddr:   netip.PrefixFrom(APIAddress.Next(), 31),
-			Addr:         netip.PrefixFrom(APIAddress.Next().Next(), 31),
-			underlayPort: "hub",
-		}
+	uplink := APIAddress.Next()
+	for i := 1; i <= hubGateways; i++ {
+		// After the clusters' gateways (16 underlay addresses per cluster index); the uplinks
+		// take the /31s after APIAddress in the /28 no cluster LAN uses.
+		name := fmt.Sprintf("hub-gw%d", i)
+		p.HubGateways = append(p.HubGateways, HubGatewayNet{
+			Name:         name,
+			Netns:        netnsPrefix + name,
+			UnderlayAddr: netip.PrefixFrom(nthAddr(UnderlayRange, 16*MaxClusters+9+i), UnderlayRange.Bits()),
+			Uplink:       linkPrefix + fmt.Sprintf("hub%d", i),
+			UplinkAddr:   netip.PrefixFrom(uplink, 31),
+			Addr:         netip.PrefixFrom(uplink.Next(), 31),
+			underlayPort: fmt.Sprintf("hub%d", i),
+		})
+		uplink = uplink.Next().Next()
 	}
 	for _, name := range p.rootLinks() {
 		if len(name) > maxIfNameLen {
@@ -254,8 +267,8 @@ func (p Plan) rootLinks() []string {
 	for _, c := range p.Clusters {
 		names = append(names, c.Uplink)
 	}
-	if p.HubGateway != nil {
-		names = append(names, p.HubGateway.Uplink)
+	for _, h := range p.HubGateways {
+		names = append(names, h.Uplink)
 	}
 	return names
 }
@@ -269,8 +282,8 @@ func (p Plan) Namespaces() []string {
 			names = append(names, n.Netns)
 		}
 	}
-	if p.HubGateway != nil {
-		names = append(names, p.HubGateway.Netns)
+	for _, h := range p.HubGateways {
+		names = append(names, h.Netns)
 	}
 	return names
 }

@@ -47,7 +47,7 @@ func TestPlanAddresses(t *testing.T) {
 }
 
 func checkPlanAddresses(t *testing.T, gateways int, wantNodes []wantNode) {
-	p, err := NewPlan("ab12", specsGW(2, 3, gateways), false)
+	p, err := NewPlan("ab12", specsGW(2, 3, gateways), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func checkPlanAddresses(t *testing.T, gateways int, wantNodes []wantNode) {
 // address, every name within the kernel's limits and carrying the ownership prefixes. Every
 // node but one is a gateway, so the underlay addresses are at their most numerous too.
 func TestPlanStaysInRanges(t *testing.T) {
-	p, err := NewPlan("0f0f", specsGW(MaxClusters, MaxNodesPerCluster, MaxNodesPerCluster-1), true)
+	p, err := NewPlan("0f0f", specsGW(MaxClusters, MaxNodesPerCluster, MaxNodesPerCluster-1), MaxHubGateways)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,19 +123,23 @@ func TestPlanStaysInRanges(t *testing.T) {
 			}
 		}
 	}
-	h := p.HubGateway
-	if h == nil {
-		t.Fatal("no hub gateway in the plan")
+	if len(p.HubGateways) != MaxHubGateways {
+		t.Fatalf("%d hub gateways in the plan, want %d", len(p.HubGateways), MaxHubGateways)
 	}
-	check("hub gateway underlay", h.UnderlayAddr, UnderlayRange)
-	check(h.Uplink, h.UplinkAddr, LANRange)
-	check("hub gateway uplink peer", h.Addr, LANRange)
-	if h.UplinkAddr.Masked() != h.Addr.Masked() || h.Addr.Bits() != 31 {
-		t.Errorf("hub gateway uplink %s and %s are not one /31", h.UplinkAddr, h.Addr)
-	}
-	for _, c := range p.Clusters {
-		if c.UplinkAddr.Overlaps(h.Addr) {
-			t.Errorf("hub gateway uplink %s overlaps cluster LAN %s", h.Addr, c.UplinkAddr.Masked())
+	for _, h := range p.HubGateways {
+		check(h.Name+" underlay", h.UnderlayAddr, UnderlayRange)
+		check(h.Uplink, h.UplinkAddr, LANRange)
+		check(h.Name+" uplink peer", h.Addr, LANRange)
+		if h.UplinkAddr.Masked() != h.Addr.Masked() || h.Addr.Bits() != 31 {
+			t.Errorf("%s uplink %s and %s are not one /31", h.Name, h.UplinkAddr, h.Addr)
+		}
+		if !strings.HasPrefix(h.Uplink, RootLinkOwnerPrefix("0f0f")) || len(h.Uplink) > maxIfNameLen || len(h.underlayPort) > maxIfNameLen {
+			t.Errorf("%s link names %q, %q", h.Name, h.Uplink, h.underlayPort)
+		}
+		for _, c := range p.Clusters {
+			if c.UplinkAddr.Overlaps(h.Addr) {
+				t.Errorf("%s uplink %s overlaps cluster LAN %s", h.Name, h.Addr, c.UplinkAddr.Masked())
+			}
 		}
 	}
 	if want := MaxClusters * (MaxNodesPerCluster - 1); gateways != want {
@@ -157,23 +161,25 @@ func TestPlanStaysInRanges(t *testing.T) {
 
 func TestPlanRejects(t *testing.T) {
 	cases := map[string]struct {
-		id    string
-		specs []ClusterSpec
-		want  string
+		id          string
+		specs       []ClusterSpec
+		want        string
+		hubGateways int
 	}{
-		"bad id":            {"XYZ1", specs(1, 2), "hex"},
-		"too many":          {"aaaa", specs(MaxClusters+1, 2), "room for"},
-		"one node":          {"aaaa", specs(1, 1), "gateway and at least one worker"},
-		"too many nodes":    {"aaaa", specs(1, MaxNodesPerCluster+1), "want 2..13"},
-		"duplicate":         {"aaaa", append(specs(1, 2), specs(1, 2)...), "given twice"},
-		"no services":       {"aaaa", []ClusterSpec{{Name: "a", Index: 1, Nodes: 2}}, "service CIDR"},
-		"no worker left":    {"aaaa", specsGW(1, 3, 3), "3 gateway nodes of 3 nodes, want 1..2"},
-		"negative gateways": {"aaaa", specsGW(1, 3, -1), "want 1..2"},
-		"bad name":          {"aaaa", []ClusterSpec{{Name: "A_b", Index: 1, Nodes: 2, ServiceCIDR: netip.MustParsePrefix("10.96.0.0/16")}}, "cluster name"},
+		"bad id":                {"XYZ1", specs(1, 2), "hex", 0},
+		"too many":              {"aaaa", specs(MaxClusters+1, 2), "room for", 0},
+		"one node":              {"aaaa", specs(1, 1), "gateway and at least one worker", 0},
+		"too many nodes":        {"aaaa", specs(1, MaxNodesPerCluster+1), "want 2..13", 0},
+		"duplicate":             {"aaaa", append(specs(1, 2), specs(1, 2)...), "given twice", 0},
+		"no services":           {"aaaa", []ClusterSpec{{Name: "a", Index: 1, Nodes: 2}}, "service CIDR", 0},
+		"no worker left":        {"aaaa", specsGW(1, 3, 3), "3 gateway nodes of 3 nodes, want 1..2", 0},
+		"negative gateways":     {"aaaa", specsGW(1, 3, -1), "want 1..2", 0},
+		"bad name":              {"aaaa", []ClusterSpec{{Name: "A_b", Index: 1, Nodes: 2, ServiceCIDR: netip.MustParsePrefix("10.96.0.0/16")}}, "cluster name", 0},
+		"too many hub gateways": {"aaaa", specs(1, 2), "want 0..3", MaxHubGateways + 1},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, err := NewPlan(tc.id, tc.specs, false)
+			_, err := NewPlan(tc.id, tc.specs, tc.hubGateways)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v, want one containing %q", err, tc.want)
 			}
@@ -186,7 +192,7 @@ func TestLabID(t *testing.T) {
 	if len(a) != idLen || a == b || a != LabID("/var/lib/octopus/lab") {
 		t.Errorf("LabID: %q %q", a, b)
 	}
-	if _, err := NewPlan(a, specs(1, 2), false); err != nil {
+	if _, err := NewPlan(a, specs(1, 2), 0); err != nil {
 		t.Errorf("plan with LabID: %v", err)
 	}
 }
