@@ -16,8 +16,9 @@ import (
 // it is not, reason says what still runs, so the caller's error can name it.
 //
 // A lab between creating its network and starting its first API server looks abandoned for
-// that second or two; two `lab up` at once are refused by the links check anyway, and this
-// only decides whether to clear the way after a crash.
+// those few seconds: a second `lab up` started just then would remove the first one's network,
+// and the first would fail to come up. One lab per machine is the rule; this only clears the
+// way after a crash.
 func Abandoned(id string) (abandoned bool, reason string, err error) {
 	names, err := ListNamespaces(NetnsOwnerPrefix(id))
 	if err != nil {
