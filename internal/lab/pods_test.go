@@ -29,8 +29,9 @@ import (
 // TestPods runs a lab (hub + 1 cluster x 2 nodes) and pods on it: echo servers on both nodes
 // behind a Service, a busybox shell loop as the client, an alpine/socat listener with a TCP
 // readiness probe, busybox pods with exec readiness probes (one passing once kubectl exec has
-// created the file it tests for, one whose probes fail for good, by exit code and by timeout)
-// and a container whose binary is missing. From the client pod's namespace
+// created the file it tests for, one whose probes fail for good, by exit code and by timeout),
+// liveness and startup probes that restart containers (testLivenessAndStartup) and a container
+// whose binary is missing. From the client pod's namespace
 // it checks TCP pod → pod on the same node, on the other node, through the ClusterIP
 // (kube-proxy) and to kubernetes.default; then a Deployment scaled 1 → 3 → 0 gets pods, namespaces and veths and loses
 // them again. Finally Stop leaves no pod namespace or process.
@@ -182,6 +183,8 @@ func TestPods(t *testing.T) {
 			t.Errorf("pod exec-unready: container %s ready %t, restarts %d; want unready and never restarted", st.Name, st.Ready, st.RestartCount)
 		}
 	}
+
+	testLivenessAndStartup(ctx, t, cs, kubectl)
 
 	clientNetns := labnet.PodNetnsName(l.Network.ID, string(ready["client"].UID))
 	for _, tc := range []struct{ what, pod string }{

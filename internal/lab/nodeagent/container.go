@@ -230,10 +230,27 @@ func (c *container) stop(grace time.Duration) {
 	}
 	cmd, exited := c.cmd, c.exited
 	c.mu.Unlock()
-	if cmd == nil {
-		return
+	if cmd != nil {
+		terminate(cmd.Process.Pid, exited, grace)
 	}
-	pid := cmd.Process.Pid
+}
+
+// kill ends the run that began at run, as the kubelet does when a liveness or startup probe
+// fails: SIGTERM to its group, SIGKILL after grace. Its restart policy then applies as after
+// any exit. A later run, or a stopped container, is left alone.
+func (c *container) kill(run time.Time, grace time.Duration) {
+	c.mu.Lock()
+	cmd, exited := c.cmd, c.exited
+	mine := cmd != nil && !c.stopped && c.started.Equal(run)
+	c.mu.Unlock()
+	if mine {
+		terminate(cmd.Process.Pid, exited, grace)
+	}
+}
+
+// terminate sends SIGTERM to the process group of pid, SIGKILL after grace, and waits until
+// exited is closed.
+func terminate(pid int, exited <-chan struct{}, grace time.Duration) {
 	// The group is signalled while its leader is alive or a zombie (wait() kills the group
 	// before reaping), so the group ID is still ours.
 	_ = syscall.Kill(-pid, syscall.SIGTERM)
@@ -275,8 +292,8 @@ func (c *container) running() (bool, time.Time) {
 	return c.cmd != nil, c.started
 }
 
-// status reports the container as the kubelet would; ready comes from the prober.
-func (c *container) status(ready bool) corev1.ContainerStatus {
+// status reports the container as the kubelet would; ready and started come from the prober.
+func (c *container) status(ready, started bool) corev1.ContainerStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := corev1.ContainerStatus{
@@ -288,7 +305,7 @@ func (c *container) status(ready bool) corev1.ContainerStatus {
 		s.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(c.started)}
 		s.ContainerID = containerID(c.cmd.Process.Pid)
 		s.Ready = ready
-		s.Started = ptrTo(true)
+		s.Started = ptrTo(started)
 	case c.done && c.last != nil:
 		last := *c.last
 		s.State.Terminated = &last

@@ -48,16 +48,22 @@ type pod struct {
 	volumeErr     string
 	cancelVolumes context.CancelFunc
 
-	mu       sync.Mutex
-	tokens   map[string]issuedToken // service account tokens by volume/path
-	ready    map[string]bool        // container name → readiness (probed containers only)
-	probed   map[string]bool        // containers with a readiness probe the lab runs
-	tornDown bool
+	mu     sync.Mutex
+	tokens map[string]issuedToken // service account tokens by volume/path
+	ready  map[string]bool        // container name → readiness (probed containers only)
+	probed map[string]bool        // containers with a readiness probe the lab runs
+	// started holds, for each container with a startup probe, the start time of the run
+	// whose startup probe passed: until then the run is not started, not ready, and its
+	// liveness and readiness probes wait, as with the kubelet.
+	started      map[string]time.Time
+	startupProbe map[string]bool // containers with a startup probe the lab runs
+	tornDown     bool
 }
 
-// startContainers prepares and starts every container, and the readiness probes.
+// startContainers prepares and starts every container, and their probes.
 func (p *pod) startContainers(obj *corev1.Pod) {
 	p.ready, p.probed = map[string]bool{}, map[string]bool{}
+	p.started, p.startupProbe = map[string]time.Time{}, map[string]bool{}
 	policy := obj.Spec.RestartPolicy
 	if policy == "" {
 		policy = corev1.RestartPolicyAlways
@@ -66,9 +72,8 @@ func (p *pod) startContainers(obj *corev1.Pod) {
 	for _, c := range obj.Spec.Containers {
 		spec := p.containerSpec(obj, c, policy)
 		p.containers = append(p.containers, newContainer(spec, p.agent.opts.Start, onChange))
-		if pr := c.ReadinessProbe; pr != nil && (pr.TCPSocket != nil || pr.HTTPGet != nil || pr.Exec != nil) {
-			p.probed[c.Name] = true
-		}
+		p.probed[c.Name] = runnable(c.ReadinessProbe)
+		p.startupProbe[c.Name] = runnable(c.StartupProbe)
 	}
 	for _, c := range p.containers {
 		c.run()
@@ -76,10 +81,41 @@ func (p *pod) startContainers(obj *corev1.Pod) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p.cancelProbes = cancel
 	for i, c := range obj.Spec.Containers {
-		if p.probed[c.Name] {
-			go p.probeLoop(ctx, p.containers[i], c)
+		for _, kind := range []probeKind{startupProbe, livenessProbe, readinessProbe} {
+			if pr := kind.of(c); runnable(pr) {
+				go p.probeLoop(ctx, p.containers[i], c, kind, killGrace(obj, pr))
+			}
 		}
 	}
+}
+
+// runnable tells whether the lab runs the probe: TCP, HTTP and exec, not gRPC.
+func runnable(pr *corev1.Probe) bool {
+	return pr != nil && (pr.TCPSocket != nil || pr.HTTPGet != nil || pr.Exec != nil)
+}
+
+// killGrace is how long a container killed for a failed probe gets between SIGTERM and
+// SIGKILL: the probe's own terminationGracePeriodSeconds, else the pod's.
+func killGrace(obj *corev1.Pod, pr *corev1.Probe) time.Duration {
+	switch {
+	case pr.TerminationGracePeriodSeconds != nil:
+		return time.Duration(*pr.TerminationGracePeriodSeconds) * time.Second
+	case obj.Spec.TerminationGracePeriodSeconds != nil:
+		return time.Duration(*obj.Spec.TerminationGracePeriodSeconds) * time.Second
+	}
+	return corev1.DefaultTerminationGracePeriodSeconds * time.Second
+}
+
+// isStartedLocked tells whether the container's run that began at run has started: it has no
+// startup probe, or its startup probe passed for this run. p.mu is held.
+func (p *pod) isStartedLocked(name string, run time.Time) bool {
+	return !p.startupProbe[name] || p.started[name].Equal(run)
+}
+
+func (p *pod) isStarted(name string, run time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.isStartedLocked(name, run)
 }
 
 // containerSpec resolves one container; problems become its waiting reason.
@@ -165,12 +201,13 @@ func (p *pod) status(obj *corev1.Pod) corev1.PodStatus {
 	p.mu.Lock()
 	allReady := true
 	for _, c := range p.containers {
-		running, _ := c.running()
-		ready := running
+		running, since := c.running()
+		started := running && p.isStartedLocked(c.spec.name, since)
+		ready := started
 		if p.probed[c.spec.name] {
-			ready = running && p.ready[c.spec.name]
+			ready = started && p.ready[c.spec.name]
 		}
-		cs := c.status(ready)
+		cs := c.status(ready, started)
 		allReady = allReady && cs.Ready
 		s.ContainerStatuses = append(s.ContainerStatuses, cs)
 	}
@@ -236,42 +273,81 @@ func phase(statuses []corev1.ContainerStatus) corev1.PodPhase {
 	return corev1.PodSucceeded
 }
 
-// probeLoop runs a container's readiness probe at its period and records the result
-// (SuccessThreshold and FailureThreshold applied), asking for a status update on a change.
-func (p *pod) probeLoop(ctx context.Context, c *container, spec corev1.Container) {
-	pr := spec.ReadinessProbe
+// probeKind is one of a container's three probes. They run alike and differ in what their
+// result changes: readiness sets the container's Ready; liveness kills the run after
+// FailureThreshold failures in a row; startup marks the run started once it passes (until
+// then the other two wait) and kills it after FailureThreshold failures, as with the kubelet.
+type probeKind string
+
+const (
+	startupProbe   probeKind = "startup"
+	livenessProbe  probeKind = "liveness"
+	readinessProbe probeKind = "readiness"
+)
+
+func (k probeKind) of(c corev1.Container) *corev1.Probe {
+	switch k {
+	case startupProbe:
+		return c.StartupProbe
+	case livenessProbe:
+		return c.LivenessProbe
+	}
+	return c.ReadinessProbe
+}
+
+// probeLoop runs one of a container's probes at its period and acts on the results
+// (SuccessThreshold and FailureThreshold applied) for each run of the container; a container
+// killed for a failed probe is restarted by its restart policy, as after any exit.
+func (p *pod) probeLoop(ctx context.Context, c *container, spec corev1.Container, kind probeKind, grace time.Duration) {
+	pr := kind.of(spec)
 	period := seconds(pr.PeriodSeconds, defaultProbePeriod)
 	timeout := seconds(pr.TimeoutSeconds, defaultProbeTimeout)
 	results := newProbeResults(pr)
+	var run time.Time // the start of the run the results are about
+	log := p.agent.opts.Log.WithValues("cluster", p.agent.opts.Cluster, "pod", p.key, "container", spec.Name, "probe", kind)
 	for {
 		was := results.passing
 		var err error
 		running, since := c.running()
-		switch {
-		case !running:
-			// A restarted container starts unready, as a new one does.
+		if !running || !since.Equal(run) {
+			// A new run starts unprobed, as a new container does.
 			results.reset()
-		case time.Since(since) < time.Duration(pr.InitialDelaySeconds)*time.Second:
-		default:
+			run = since
+		}
+		// The startup probe runs until the run has started; the others from then on.
+		due := running && p.isStarted(spec.Name, since) == (kind != startupProbe) &&
+			time.Since(since) >= time.Duration(pr.InitialDelaySeconds)*time.Second
+		if due {
 			err = p.probe(ctx, c, pr, spec, timeout)
 			if ctx.Err() != nil {
 				return // the pod stops; its probe was cut short, not failed
 			}
 			results.record(err == nil)
 		}
-		if results.passing != was {
+		switch {
+		case kind != readinessProbe && results.failedOut():
+			log.Info("Probe failed; killing the container, which its restart policy may restart", "failures", results.failures, "probeError", err)
+			c.kill(since, grace)
+			results.reset()
+		case kind == startupProbe && results.passing && !was:
+			p.mu.Lock()
+			p.started[spec.Name] = since
+			p.mu.Unlock()
+			log.V(1).Info("Container started")
+			p.agent.enqueue(p.key)
+		case kind == readinessProbe && results.passing != was:
 			p.mu.Lock()
 			p.ready[spec.Name] = results.passing
 			p.mu.Unlock()
-			p.agent.opts.Log.V(1).Info("Readiness changed", "cluster", p.agent.opts.Cluster, "pod", p.key,
-				"container", spec.Name, "ready", results.passing, "probeError", err)
+			log.V(1).Info("Readiness changed", "ready", results.passing, "probeError", err)
 			p.agent.enqueue(p.key)
 		}
 		wait := period
-		if !results.passing {
+		if kind == readinessProbe && !results.passing {
 			// An unready container is probed every second (at most its period), so a new
 			// pod becomes Ready soon after it listens: the lab's pods start in well under
-			// the default 10 s period.
+			// the default 10 s period. Startup and liveness keep their period, which with
+			// FailureThreshold is the time a container is given.
 			wait = min(period, time.Second)
 		}
 		select {
@@ -310,12 +386,15 @@ func (r *probeResults) record(ok bool) {
 	r.passing = r.passing && r.failures < r.needFailure
 }
 
+// failedOut tells whether FailureThreshold probes in a row failed.
+func (r *probeResults) failedOut() bool { return r.failures >= r.needFailure }
+
 // reset starts over, failing: the container is new.
 func (r *probeResults) reset() {
 	*r = probeResults{needSuccess: r.needSuccess, needFailure: r.needFailure}
 }
 
-// probe runs one readiness check: TCP and HTTP from the pod's node namespace, exec in the
+// probe runs one check: TCP and HTTP from the pod's node namespace, exec in the
 // container.
 func (p *pod) probe(ctx context.Context, c *container, pr *corev1.Probe, spec corev1.Container, timeout time.Duration) error {
 	var port intstr.IntOrString

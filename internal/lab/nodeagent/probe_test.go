@@ -52,6 +52,24 @@ func TestProbeResults(t *testing.T) {
 	}
 }
 
+// TestProbeFailedOut: a liveness or startup probe kills the container after FailureThreshold
+// failures in a row, not after as many failures in all.
+func TestProbeFailedOut(t *testing.T) {
+	r := newProbeResults(&corev1.Probe{FailureThreshold: 3})
+	var got strings.Builder
+	for _, res := range "ffsfffs" {
+		r.record(res == 's')
+		if r.failedOut() {
+			got.WriteByte('x')
+		} else {
+			got.WriteByte('.')
+		}
+	}
+	if got.String() != ".....x." {
+		t.Errorf("failed out after each of ffsfffs: %s, want .....x.", got.String())
+	}
+}
+
 func TestProbeCommand(t *testing.T) {
 	env := []corev1.EnvVar{{Name: "FILE", Value: "/tmp/ready"},
 		{Name: "IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}}
