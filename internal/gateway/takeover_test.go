@@ -237,6 +237,41 @@ func livenessListeners(t *testing.T) (l1, l2 net.Listener, timing func(net.Liste
 	}
 }
 
+// waitTakeover waits until standby holds the Lease and checks that it took over fast: the
+// takeover wait (2 × 300 ms) after the active one's last renewal, plus a probe and the API
+// calls, where the Lease lasts 20 s.
+func waitTakeover(t *testing.T, holder func() string, standby string, since time.Time) {
+	t.Helper()
+	eventually(t, standby+" takes the Lease over", func() error {
+		if h := holder(); h != standby {
+			return errors.New("held by " + h)
+		}
+		return nil
+	})
+	took := time.Since(since)
+	t.Logf("%s took the Lease over %s after the active gateway stopped renewing and answering", standby, took.Round(time.Millisecond))
+	if took > 3*time.Second {
+		t.Errorf("takeover took %s, want well under 3s", took)
+	}
+}
+
+// waitDeposed checks that gw, deposed while cut off, stops with ErrLostLease soon after it
+// reaches its API server again: its next renewal conflicts, and it stops at once instead of
+// after its 15 s RenewDeadline.
+func waitDeposed(t *testing.T, gw *runningGateway) {
+	t.Helper()
+	back := time.Now()
+	select {
+	case <-gw.done:
+		if !errors.Is(gw.err, ErrLostLease) {
+			t.Fatalf("%s: %v, want ErrLostLease", gw.node, gw.err)
+		}
+		t.Logf("%s stopped %s after it could reach its API server again", gw.node, time.Since(back).Round(time.Millisecond))
+	case <-time.After(8 * time.Second):
+		t.Fatalf("%s still runs 8s after it could see that another gateway took over", gw.node)
+	}
+}
+
 // TestGatewayTakeover runs two gateways of one member cluster against real API servers: the
 // active one reaches its API server through a proxy the test cuts, and listens for liveness
 // probes on a listener the test closes. A standby must take over fast from an active that
@@ -393,18 +428,7 @@ func TestGatewayTakeover(t *testing.T) {
 	// Neither: gw2 takes over long before the 20 s Lease expires.
 	cut := time.Now()
 	proxy.setCut(true)
-	eventually(t, "gw2 takes the Lease over", func() error {
-		if h := holder(); h != "east-gw2" {
-			return errors.New("held by " + h)
-		}
-		return nil
-	})
-	took := time.Since(cut)
-	t.Logf("gw2 took the Lease over %s after gw1 stopped renewing and answering", took.Round(time.Millisecond))
-	// TakeoverAfter (2 × 300 ms) after gw1's last renewal, plus a probe and the API calls.
-	if took > 3*time.Second {
-		t.Errorf("takeover took %s, want well under 3s", took)
-	}
+	waitTakeover(t, holder, "east-gw2", cut)
 	eventually(t, "gw2 is active and republishes east's Peer", func() error {
 		p := &v1alpha1.Peer{}
 		if err := newClient(t, env.Cluster("hub").RESTConfig()).Get(ctx, client.ObjectKey{Namespace: info.Namespace, Name: "east"}, p); err != nil {
@@ -421,17 +445,8 @@ func TestGatewayTakeover(t *testing.T) {
 
 	// gw1 comes back: its next renewal conflicts, it sees gw2 and stops at once (not after
 	// its 15 s RenewDeadline), without releasing gw2's Lease.
-	back := time.Now()
 	proxy.setCut(false)
-	select {
-	case <-gw1.done:
-		if !errors.Is(gw1.err, ErrLostLease) {
-			t.Fatalf("gw1: %v, want ErrLostLease", gw1.err)
-		}
-		t.Logf("gw1 stopped %s after it could reach its API server again", time.Since(back).Round(time.Millisecond))
-	case <-time.After(8 * time.Second):
-		t.Fatal("gw1 still runs 8s after it could see that gw2 took over")
-	}
+	waitDeposed(t, gw1)
 	if !gw1.driver().isClosed() {
 		t.Error("gw1's driver was not closed")
 	}
@@ -506,17 +521,7 @@ func TestHubGatewayTakeover(t *testing.T) {
 	cut := time.Now()
 	_ = l1.Close()
 	proxy.setCut(true)
-	eventually(t, "gw2 takes the hub gateway's Lease over", func() error {
-		if h := holder(); h != "hub-gw2" {
-			return errors.New("held by " + h)
-		}
-		return nil
-	})
-	took := time.Since(cut)
-	t.Logf("gw2 took the Lease over %s after gw1 stopped renewing and answering", took.Round(time.Millisecond))
-	if took > 3*time.Second {
-		t.Errorf("takeover took %s, want well under 3s (the Lease lasts 20s)", took)
-	}
+	waitTakeover(t, holder, "hub-gw2", cut)
 	eventually(t, "gw2 republishes the hub's Peer", func() error {
 		p, err := hubPeer()
 		if err != nil {
@@ -529,14 +534,7 @@ func TestHubGatewayTakeover(t *testing.T) {
 	})
 	// gw1, reaching the hub again, finds itself deposed and stops without releasing gw2's Lease.
 	proxy.setCut(false)
-	select {
-	case <-gw1.done:
-		if !errors.Is(gw1.err, ErrLostLease) {
-			t.Fatalf("gw1: %v, want ErrLostLease", gw1.err)
-		}
-	case <-time.After(8 * time.Second):
-		t.Fatal("gw1 still runs 8s after it could see that gw2 took over")
-	}
+	waitDeposed(t, gw1)
 	if h := holder(); h != "hub-gw2" {
 		t.Fatalf("holder %s after gw1 stopped, want hub-gw2", h)
 	}

@@ -17,18 +17,7 @@ import (
 func TestAbandoned(t *testing.T) {
 	testenv.LabNetwork(t)
 	id := LabID(t.TempDir())
-	p, err := NewPlan(id, specs(1, 2), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := Teardown(id); err != nil {
-			t.Error(err)
-		}
-	})
-	if err := Apply(p); err != nil {
-		t.Fatal(err)
-	}
+	p := applyPlan(t, id, specs(1, 2), 0)
 	others, err := OtherLabs(LabID(t.TempDir()))
 	if err != nil || len(others) != 1 || others[0] != id {
 		t.Fatalf("OtherLabs from another lab's view = %v, %v; want [%s]", others, err, id)

@@ -18,19 +18,9 @@ func TestApplyAndTeardown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewPlan(id, specs(2, 2), 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := Teardown(id); err != nil {
-			t.Error(err)
-		}
-	})
-	for range 2 {
-		if err := Apply(p); err != nil {
-			t.Fatal(err)
-		}
+	p := applyPlan(t, id, specs(2, 2), 2)
+	if err := Apply(p); err != nil {
+		t.Fatalf("second apply: %v", err)
 	}
 
 	after, err := RootRoutes()
@@ -109,6 +99,24 @@ func TestApplyAndTeardown(t *testing.T) {
 	if err != nil || len(ns) > 0 || len(links) > 0 {
 		t.Errorf("after teardown: namespaces %v, links %v, err %v", ns, links, err)
 	}
+}
+
+// applyPlan applies the network plan of lab id and tears it down when the test ends.
+func applyPlan(t *testing.T, id string, clusters []ClusterSpec, hubGateways int) Plan {
+	t.Helper()
+	p, err := NewPlan(id, clusters, hubGateways)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := Teardown(id); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := Apply(p); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // dialFrom connects to addr from the named namespace. The socket is created on a thread in
