@@ -89,6 +89,8 @@ type Lab struct {
 	// Network names every namespace, link and address of the lab (see labnet.Plan).
 	Network labnet.Plan
 	nodes   *nodeAgents
+	// lock says the lab runs (labnet.Lock) until Stop.
+	lock *os.File
 }
 
 // ClusterName is the name of the i-th member cluster (1-based).
@@ -140,6 +142,15 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		return nil, err
 	}
 	id := labnet.LabID(dir)
+	lock, err := labnet.Lock(id)
+	if err != nil {
+		return nil, fmt.Errorf("%w (the lab in %s; stop it first, or run this one with another --dir)", err, dir)
+	}
+	defer func() {
+		if l == nil {
+			_ = lock.Close()
+		}
+	}()
 	specs := make([]controlplane.ClusterOptions, 0, opts.Clusters+1)
 	var netSpecs []labnet.ClusterSpec
 	for i := 0; i <= opts.Clusters; i++ {
@@ -181,7 +192,7 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	if err != nil {
 		return nil, errors.Join(err, labnet.Teardown(id))
 	}
-	l = &Lab{Env: env, BrokerInfo: filepath.Join(dir, "broker-info"), Network: plan}
+	l = &Lab{Env: env, BrokerInfo: filepath.Join(dir, "broker-info"), Network: plan, lock: lock}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, l.Stop())
@@ -256,7 +267,9 @@ func startAgent(opts Options, env *controlplane.Environment, cp *controlplane.Co
 func (l *Lab) Stop() error {
 	l.nodes.stop()
 	// Kube-proxies stop with the environment; the namespaces can go only after them.
-	return errors.Join(l.Env.Stop(), labnet.Teardown(l.Network.ID))
+	err := errors.Join(l.Env.Stop(), labnet.Teardown(l.Network.ID))
+	_ = l.lock.Close()
+	return err
 }
 
 // Down removes everything a lab in dir made, whether it is still running or crashed: it kills

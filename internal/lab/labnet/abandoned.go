@@ -11,15 +11,15 @@ import (
 )
 
 // Abandoned tells whether lab id is what a killed run left behind rather than a lab that is
-// running: no process lives in any of its namespaces (every node runs kube-proxy and its
-// pods there) and nothing in the root namespace listens on APIAddress (its API servers). When
-// it is not, reason says what still runs, so the caller's error can name it.
-//
-// A lab between creating its network and starting its first API server looks abandoned for
-// those few seconds: a second `lab up` started just then would remove the first one's network,
-// and the first would fail to come up. One lab per machine is the rule; this only clears the
-// way after a crash.
+// running: no process holds its lock (Lock, taken before its network is made), no process
+// lives in any of its namespaces (every node runs kube-proxy and its pods there; pods can
+// outlive a killed `lab up`) and nothing in the root namespace listens on APIAddress (its API
+// servers). When it is not, reason says what still runs, so the caller's error can name it.
 func Abandoned(id string) (abandoned bool, reason string, err error) {
+	held, who, err := lockHeld(id)
+	if err != nil || held {
+		return false, who, err
+	}
 	names, err := ListNamespaces(NetnsOwnerPrefix(id))
 	if err != nil {
 		return false, "", err

@@ -3,6 +3,7 @@ package labnet
 import (
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -13,7 +14,8 @@ import (
 )
 
 // TestAbandoned tells a lab a killed run left behind (its network, nothing running) from one
-// that runs: a process in one of its namespaces, or a listener on its API address, make it live.
+// that runs: its lock held, a process in one of its namespaces, or a listener on its API
+// address make it live.
 func TestAbandoned(t *testing.T) {
 	testenv.LabNetwork(t)
 	id := LabID(t.TempDir())
@@ -38,6 +40,19 @@ func TestAbandoned(t *testing.T) {
 		}
 		t.Errorf("Abandoned = %t (%q); want %t (%q)", abandoned, reason, want, wantReason)
 	}
+	check(true, "")
+
+	// The process running a lab holds its lock from before its network exists: a second
+	// lab of the same ID is refused, and the lab is not abandoned while its processes start.
+	lock, err := Lock(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := Lock(id); err == nil || !strings.Contains(err.Error(), "already running: process "+strconv.Itoa(os.Getpid())+" holds") {
+		t.Errorf("second Lock = %v, %v; want it refused, naming this process", again, err)
+	}
+	check(false, "process "+strconv.Itoa(os.Getpid())+" holds")
+	lock.Close()
 	check(true, "")
 
 	node := p.Clusters[0].Nodes[0].Netns
