@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -154,6 +155,17 @@ func InstallCRDs(ctx context.Context, c client.Client, crds []*apiextensionsv1.C
 		})
 		if err != nil {
 			return fmt.Errorf("waiting for CRD %s to be established: %w", def.Name, err)
+		}
+		// Established is not yet served: the API server's discovery follows a moment later,
+		// and until it does, this client cannot map the kind (a create fails with "no matches
+		// for kind").
+		gk := schema.GroupKind{Group: def.Spec.Group, Kind: def.Spec.Names.Kind}
+		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			_, err := c.RESTMapper().RESTMapping(gk)
+			return err == nil, nil
+		})
+		if err != nil {
+			return fmt.Errorf("waiting for the API server to serve %s: %w", gk, err)
 		}
 	}
 	return nil
