@@ -55,15 +55,15 @@ type pod struct {
 	// started holds, for each container with a startup probe, the start time of the run
 	// whose startup probe passed: until then the run is not started, not ready, and its
 	// liveness and readiness probes wait, as with the kubelet.
-	started      map[string]time.Time
-	startupProbe map[string]bool // containers with a startup probe the lab runs
-	tornDown     bool
+	started         map[string]time.Time
+	hasStartupProbe map[string]bool // containers with a startup probe the lab runs
+	tornDown        bool
 }
 
 // startContainers prepares and starts every container, and their probes.
 func (p *pod) startContainers(obj *corev1.Pod) {
 	p.ready, p.probed = map[string]bool{}, map[string]bool{}
-	p.started, p.startupProbe = map[string]time.Time{}, map[string]bool{}
+	p.started, p.hasStartupProbe = map[string]time.Time{}, map[string]bool{}
 	policy := obj.Spec.RestartPolicy
 	if policy == "" {
 		policy = corev1.RestartPolicyAlways
@@ -73,7 +73,7 @@ func (p *pod) startContainers(obj *corev1.Pod) {
 		spec := p.containerSpec(obj, c, policy)
 		p.containers = append(p.containers, newContainer(spec, p.agent.opts.Start, onChange))
 		p.probed[c.Name] = runnable(c.ReadinessProbe)
-		p.startupProbe[c.Name] = runnable(c.StartupProbe)
+		p.hasStartupProbe[c.Name] = runnable(c.StartupProbe)
 	}
 	for _, c := range p.containers {
 		c.run()
@@ -109,7 +109,7 @@ func killGrace(obj *corev1.Pod, pr *corev1.Probe) time.Duration {
 // isStartedLocked tells whether the container's run that began at run has started: it has no
 // startup probe, or its startup probe passed for this run. p.mu is held.
 func (p *pod) isStartedLocked(name string, run time.Time) bool {
-	return !p.startupProbe[name] || p.started[name].Equal(run)
+	return !p.hasStartupProbe[name] || p.started[name].Equal(run)
 }
 
 func (p *pod) isStarted(name string, run time.Time) bool {
