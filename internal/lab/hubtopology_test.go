@@ -145,10 +145,14 @@ func hubTopology(t *testing.T, backend, binDir string, bins map[string]string) {
 
 	// The active one dies for good: the standby, which finds it at the hub Peer's endpoint
 	// address, takes over long before the lab's 6 s Lease would expire.
+	hubLease := func() (*coordinationv1.Lease, error) {
+		lease := &coordinationv1.Lease{}
+		return lease, hubc.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: gateway.HubLeaseName}, lease)
+	}
 	var active, standby labnet.HubGatewayNet
 	waitFor(t, 30*time.Second, "an active hub gateway that has published the hub's Peer", func() error {
-		lease := &coordinationv1.Lease{}
-		if err := hubc.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: gateway.HubLeaseName}, lease); err != nil {
+		lease, err := hubLease()
+		if err != nil {
 			return err
 		}
 		holder := ptr.Deref(lease.Spec.HolderIdentity, "")
@@ -169,8 +173,8 @@ func hubTopology(t *testing.T, backend, binDir string, bins map[string]string) {
 		t.Fatal(err)
 	}
 	waitFor(t, 60*time.Second, standby.Name+" to take the hub gateway's Lease over", func() error {
-		lease := &coordinationv1.Lease{}
-		if err := hubc.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: gateway.HubLeaseName}, lease); err != nil {
+		lease, err := hubLease()
+		if err != nil {
 			return err
 		}
 		if h := ptr.Deref(lease.Spec.HolderIdentity, ""); h != standby.Name || lease.Spec.AcquireTime == nil {

@@ -12,7 +12,7 @@ import (
 
 // lockDir holds the labs' lock files: /run is a tmpfs, so a reboot, which ends every lab,
 // clears them too.
-var lockDir = "/run"
+const lockDir = "/run"
 
 // lockPath is the file whose exclusive flock the process running lab id holds.
 func lockPath(id string) string { return filepath.Join(lockDir, "octopus-lab-"+id+".lock") }
