@@ -17,6 +17,7 @@ import (
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -100,7 +101,7 @@ func TestOctopusDNS(t *testing.T) {
 		t.Fatal(err)
 	}
 	port, health, ready, metrics := freePort(t), freePort(t), freePort(t), freePort(t)
-	corefile := fmt.Sprintf(`clusterset.local:%[1]d {
+	corefile := fmt.Sprintf(`.:%[1]d {
     bind 127.0.0.1
     reload 2s 1s
     errors
@@ -109,13 +110,9 @@ func TestOctopusDNS(t *testing.T) {
     ready 127.0.0.1:%[3]d
     prometheus 127.0.0.1:%[4]d
     cache 5
-    crossdns {
+    crossdns clusterset.local in-addr.arpa ip6.arpa {
         kubeconfig %[5]s
     }
-}
-.:%[1]d {
-    bind 127.0.0.1
-    errors
     forward . %[6]s
 }
 `, port, health, ready, metrics, controlplane.KubeconfigPath(env.Dir, "member"), upstream(t))
@@ -177,8 +174,23 @@ func TestOctopusDNS(t *testing.T) {
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}},
 		&mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}, Spec: mcsv1beta1.ServiceImportSpec{
 			Type: mcsv1beta1.ClusterSetIP, IPs: []string{"10.200.0.10", "fd00:200::a"},
-			Ports: []mcsv1beta1.ServicePort{{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP}},
+			Ports: []mcsv1beta1.ServicePort{
+				{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP},
+				{Port: 8443, Protocol: corev1.ProtocolTCP}, // unnamed
+				{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP},
+			},
 		}},
+		&mcsv1beta1.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db"}, Spec: mcsv1beta1.ServiceImportSpec{
+			Type: mcsv1beta1.Headless,
+			Ports: []mcsv1beta1.ServicePort{
+				{Name: "pg", Port: 5432, Protocol: corev1.ProtocolTCP},
+				{Port: 9187, Protocol: corev1.ProtocolTCP}, // unnamed
+			},
+		}},
+		importedSlice("db", "east", discoveryv1.AddressTypeIPv4,
+			endpoint("10.100.0.2", "db-0", true), endpoint("10.100.0.3", "", true), endpoint("10.100.0.4", "db-9", false)),
+		importedSlice("db", "west", discoveryv1.AddressTypeIPv4, endpoint("10.101.0.2", "db-0", true)),
+		importedSlice("db", "west", discoveryv1.AddressTypeIPv6, endpoint("fd00:101::2", "db-0", true)),
 	} {
 		if err := c.Create(t.Context(), o); err != nil {
 			t.Fatal(err)
@@ -198,10 +210,12 @@ func TestOctopusDNS(t *testing.T) {
 	// The informers may have listed before the import was created; its watch event follows.
 	err = wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		return dig(t, port, "+short", "dns-version.clusterset.local", "TXT") != "" &&
-			dig(t, port, "+short", "_https._tcp.web.shop.svc.clusterset.local", "SRV") != "", nil
+			dig(t, port, "+short", "_https._tcp.web.shop.svc.clusterset.local", "SRV") != "" &&
+			dig(t, port, "+short", "db-0.west.db.shop.svc.clusterset.local", "AAAA") != "" &&
+			dig(t, port, "+short", "db-0.east.db.shop.svc.clusterset.local", "A") != "", nil
 	})
 	if err != nil {
-		t.Fatalf("octopus-dns does not serve shop/web: %v", err)
+		t.Fatalf("octopus-dns does not serve shop/web and shop/db: %v", err)
 	}
 
 	cases := []struct {
@@ -210,7 +224,7 @@ func TestOctopusDNS(t *testing.T) {
 	}{
 		{[]string{"+short", "web.shop.svc.clusterset.local", "A"}, []string{"10.200.0.10\n"}},
 		{[]string{"+short", "+tcp", "web.shop.svc.clusterset.local", "AAAA"}, []string{"fd00:200::a\n"}},
-		{[]string{"+short", "_https._tcp.web.shop.svc.clusterset.local", "SRV"}, []string{"0 100 443 web.shop.svc.clusterset.local.\n"}},
+
 		{[]string{"+short", "+tcp", "dns-version.clusterset.local", "TXT"}, []string{`"1.0.0"`}},
 		{[]string{"nope.shop.svc.clusterset.local", "A"}, []string{"status: NXDOMAIN", "flags: qr aa", "clusterset.local.\t5\tIN\tSOA\tns.dns.clusterset.local. hostmaster.clusterset.local."}},
 		{[]string{"+tcp", "web.shop.svc.clusterset.local", "TXT"}, []string{"status: NOERROR", "ANSWER: 0", "AUTHORITY: 1"}},
@@ -224,12 +238,13 @@ func TestOctopusDNS(t *testing.T) {
 			}
 		}
 	}
+	t.Run("every form of the specification, with dig and nslookup", func(t *testing.T) { specForms(t, port) })
 
 	body, err := httpBody(t.Context(), fmt.Sprintf("http://127.0.0.1:%d/metrics", metrics))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{`coredns_crossdns_queries_total{result="answer",type="A"}`, `coredns_crossdns_queries_total{result="nxdomain",type="A"} 1`, "coredns_crossdns_index_services 1"} {
+	for _, w := range []string{`coredns_crossdns_queries_total{result="answer",type="A"}`, `coredns_crossdns_queries_total{result="nxdomain",type="A"}`, "coredns_crossdns_index_services 2"} {
 		if !strings.Contains(body, w) {
 			t.Errorf("metrics lack %q", w)
 		}

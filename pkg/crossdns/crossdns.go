@@ -1,13 +1,15 @@
 // Package crossdns is a CoreDNS plugin that serves the Multi-Cluster Services DNS zone
 // clusterset.local exactly as the MCS DNS specification (KEP-1645 specification.md, schema
 // 1.0.0) describes it, from the ServiceImports and imported EndpointSlices of the cluster it
-// runs in.
+// runs in, with the SRV records the kubernetes plugin also answers at service and endpoint
+// names; and, in the reverse zones (or CIDRs) given after the zone, the PTR records of headless
+// endpoints.
 //
 // It keeps an in-memory index fed by informers, so that queries never reach the API server;
 // until the informers have synced it answers SERVFAIL, and its Ready reports false. It imports
 // nothing of Octopus's internals, so any CoreDNS build can include it:
 //
-//	crossdns [ZONE] {
+//	crossdns [ZONE] [REVERSE-ZONES...] {
 //	    kubeconfig PATH   # default: in-cluster configuration
 //	    ttl SECONDS       # default 5
 //	    fallthrough [ZONES...]
@@ -33,10 +35,12 @@ type Source interface {
 	Lookup(qname string, qtype uint16) Result
 }
 
-// Handler is the plugin: authoritative for Zone, answering from Source.
+// Handler is the plugin: authoritative for Zones, answering from Source.
 type Handler struct {
-	Next   plugin.Handler
-	Zone   string // fully qualified, lower case
+	Next plugin.Handler
+	// Zones are the zones the handler answers (fully qualified, lower case): the clusterset
+	// zone, and the reverse zones of the PTR records if any.
+	Zones  []string
 	Source Source
 	Fall   fall.F
 }
@@ -59,7 +63,7 @@ func (h *Handler) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg
 	}
 	state := request.Request{W: w, Req: r}
 	qname := state.Name()
-	if plugin.Zones([]string{h.Zone}).Matches(qname) == "" {
+	if plugin.Zones(h.Zones).Matches(qname) == "" {
 		return plugin.NextOrFailure(h.Name(), h.Next, ctx, w, r)
 	}
 	qtype := state.QType()

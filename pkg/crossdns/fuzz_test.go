@@ -26,13 +26,18 @@ func FuzzServeDNS(f *testing.F) {
 	seed("web.shop.svc.clusterset.local.", dns.TypeA, dns.ClassINET)
 	seed("_pg._tcp.db.shop.svc.clusterset.local.", dns.TypeSRV, dns.ClassINET)
 	seed("db-0.west.db.shop.svc.clusterset.local.", dns.TypeAAAA, dns.ClassANY)
+	seed("db.shop.svc.clusterset.local.", dns.TypeSRV, dns.ClassINET)
+	seed("db-0.west.db.shop.svc.clusterset.local.", dns.TypeSRV, dns.ClassINET)
+	seed("2.0.100.10.in-addr.arpa.", dns.TypePTR, dns.ClassINET)
+	seed("2.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.1.0.1.0.0.0.d.f.ip6.arpa.", dns.TypePTR, dns.ClassINET)
+	seed("0.100.10.in-addr.arpa.", dns.TypeANY, dns.ClassINET)
 	seed("dns-version.clusterset.local.", dns.TypeTXT, dns.ClassCHAOS)
 	seed(strings.Repeat("a", 63)+".east.db.shop.svc.clusterset.local.", dns.TypeANY, 0)
 	seed(`\.\..\000.svc.clusterset.local.`, 65535, 65535)
 	f.Add([]byte{0, 1, 2}, strings.Repeat("x.", 200)+"clusterset.local.", dns.TypeAXFR, uint16(dns.ClassINET), true)
 	f.Add([]byte(nil), "..clusterset.local", uint16(0), uint16(254), true)
 
-	h := &Handler{Zone: "clusterset.local.", Source: &staticSource{Index: fixture(), synced: true}}
+	h := &Handler{Zones: zones, Source: &staticSource{Index: fixture(), synced: true}}
 	f.Fuzz(func(t *testing.T, wire []byte, name string, qtype, qclass uint16, tcp bool) {
 		queries := []*dns.Msg{}
 		if m := new(dns.Msg); m.Unpack(wire) == nil {

@@ -27,8 +27,9 @@ const (
 // ServiceImport or EndpointSlices, so that a query is a map lookup under a read lock and never
 // a call to the API server. The zero value is not usable; see NewIndex.
 type Index struct {
-	zone string // lower case, fully qualified
-	ttl  uint32
+	zone    string   // lower case, fully qualified
+	reverse []string // reverse zones (under in-addr.arpa. or ip6.arpa.) it answers PTR in
+	ttl     uint32
 
 	mu sync.RWMutex
 	// services holds only services that have at least one name: a ClusterSetIP import without
@@ -38,35 +39,52 @@ type Index struct {
 	// namespaces counts the services of each namespace in services, which makes
 	// <ns>.svc.<zone> an empty non-terminal (NODATA) rather than NXDOMAIN.
 	namespaces map[string]int
-	endpoints  int    // ready endpoint addresses in services, for the size metric
-	serial     uint32 // the SOA serial: bumped on every change
+	// ptrs maps each ready headless endpoint address to the name each service gives it, for
+	// the PTR records of §2.4.3.
+	ptrs      map[netip.Addr]map[types.NamespacedName]string
+	endpoints int    // ready endpoint addresses in services, for the size metric
+	serial    uint32 // the SOA serial: bumped on every change
 }
 
 // NewIndex returns an empty index for zone (e.g. "clusterset.local.") whose records carry ttl.
-func NewIndex(zone string, ttl uint32) *Index {
-	return &Index{
+// It also answers the PTR records of headless endpoints in the reverse zones given, which must
+// be in-addr.arpa., ip6.arpa. or zones below them (see ReverseZone).
+func NewIndex(zone string, ttl uint32, reverse ...string) *Index {
+	ix := &Index{
 		zone:       strings.ToLower(dns.Fqdn(zone)),
 		ttl:        ttl,
 		services:   map[types.NamespacedName]*service{},
 		namespaces: map[string]int{},
+		ptrs:       map[netip.Addr]map[types.NamespacedName]string{},
 	}
+	for _, z := range reverse {
+		ix.reverse = append(ix.reverse, strings.ToLower(dns.Fqdn(z)))
+	}
+	return ix
 }
 
 // service is the records of one imported service. It is immutable once built: queries read it
 // outside the index lock, and the RRs are shared between responses (CoreDNS's cache plugin and
 // the scrub writer copy before changing anything), so nothing may append to these slices.
 type service struct {
-	a, aaaa []dns.RR // for <svc>.<ns>.svc.<zone>
-	// srv maps "_<port>._<proto>" to its SRV RRset, srvExtra to the A/AAAA of its targets.
-	srv, srvExtra map[string][]dns.RR
-	protos        map[string]bool // "_<proto>" labels under the service: empty non-terminals
-	// hosts maps "<hostname>.<clusterid>" to its A/AAAA (headless services only, §2.4.1).
-	hosts    map[string]hostRecords
+	name node // <svc>.<ns>.svc.<zone>
+	// ports maps "_<port>._<proto>" to the SRV RRset of that named port (§2.3.2, §2.4.2).
+	ports  map[string]node
+	protos map[string]bool // "_<proto>" labels under the service: empty non-terminals
+	// hosts maps "<hostname>.<clusterid>" to its records (headless services only, §2.4.1).
+	hosts    map[string]node
 	clusters map[string]bool // cluster IDs with hostnames: empty non-terminals
-	nAddrs   int
+	// ptrs maps each ready endpoint address with a name to that name (headless only, §2.4.3).
+	ptrs   map[netip.Addr]string
+	nAddrs int
 }
 
-type hostRecords struct{ a, aaaa []dns.RR }
+// node is the records at one name: its addresses and its SRV RRset, with the addresses of the
+// SRV targets for the additional section.
+type node struct {
+	a, aaaa       []dns.RR
+	srv, srvExtra []dns.RR
+}
 
 // Set replaces the records of the service key with those of si and its imported slices; a nil
 // si removes them. slices must be the EndpointSlices labelled with key's service name in key's
@@ -85,6 +103,11 @@ func (ix *Index) Set(key types.NamespacedName, si *mcsv1beta1.ServiceImport, sli
 	ix.serial++
 	if old != nil {
 		ix.endpoints -= old.nAddrs
+		for addr := range old.ptrs {
+			if delete(ix.ptrs[addr], key); len(ix.ptrs[addr]) == 0 {
+				delete(ix.ptrs, addr)
+			}
+		}
 		if s == nil {
 			delete(ix.services, key)
 			if ix.namespaces[key.Namespace]--; ix.namespaces[key.Namespace] <= 0 {
@@ -97,6 +120,12 @@ func (ix *Index) Set(key types.NamespacedName, si *mcsv1beta1.ServiceImport, sli
 	}
 	ix.services[key] = s
 	ix.endpoints += s.nAddrs
+	for addr, name := range s.ptrs {
+		if ix.ptrs[addr] == nil {
+			ix.ptrs[addr] = map[types.NamespacedName]string{}
+		}
+		ix.ptrs[addr][key] = name
+	}
 }
 
 // Size returns how many services have names and how many endpoint addresses they hold.
@@ -118,36 +147,54 @@ type Result struct {
 	Ns     []dns.RR
 }
 
-// Lookup answers qname (in the zone, any case) of class IN and type qtype.
+// Lookup answers qname (in the zone or one of the reverse zones, any case) of class IN and
+// type qtype.
 func (ix *Index) Lookup(qname string, qtype uint16) Result {
 	qname = strings.ToLower(dns.Fqdn(qname))
-	labels, ok := ix.relative(qname)
+	zone := ix.zoneOf(qname)
 	ix.mu.RLock()
-	r := nameError // not in the zone: the handler does not ask
-	if ok {
-		r = ix.lookup(qname, labels, qtype)
+	var r Result
+	switch zone {
+	case "":
+		r, zone = nameError, ix.zone // not in a zone of ours: the handler does not ask
+	case ix.zone:
+		r = ix.lookup(qname, ix.relative(qname), qtype)
+	default:
+		r = ix.lookupReverse(zone, qname, qtype)
 	}
 	serial := ix.serial
 	ix.mu.RUnlock()
 	if len(r.Answer) == 0 {
-		r.Ns = []dns.RR{ix.soa(serial)}
+		r.Ns = []dns.RR{ix.soa(zone, serial)}
 	}
 	return r
 }
 
-// relative returns the labels of qname below the zone, leftmost first.
-func (ix *Index) relative(qname string) ([]string, bool) {
+// zoneOf returns the most specific of the index's zones that holds qname, "" for none.
+func (ix *Index) zoneOf(qname string) string {
+	if inZone(qname, ix.zone) {
+		return ix.zone
+	}
+	best := ""
+	for _, z := range ix.reverse {
+		if inZone(qname, z) && len(z) > len(best) {
+			best = z
+		}
+	}
+	return best
+}
+
+// inZone reports whether name is zone or below it; both are fully qualified and lower case.
+func inZone(name, zone string) bool {
+	return name == zone || strings.HasSuffix(name, zone) && name[len(name)-len(zone)-1] == '.'
+}
+
+// relative returns the labels of qname, a name in the zone, below the zone, leftmost first.
+func (ix *Index) relative(qname string) []string {
 	if qname == ix.zone {
-		return nil, true
+		return nil
 	}
-	if !strings.HasSuffix(qname, "."+ix.zone) {
-		return nil, false
-	}
-	rel := strings.TrimSuffix(qname, "."+ix.zone)
-	if rel == "" {
-		return nil, false
-	}
-	return dns.SplitDomainName(rel), true
+	return dns.SplitDomainName(strings.TrimSuffix(qname, "."+ix.zone))
 }
 
 var (
@@ -163,7 +210,7 @@ func (ix *Index) lookup(qname string, labels []string, qtype uint16) Result {
 	switch n {
 	case 0: // the apex holds only the SOA
 		if qtype == dns.TypeSOA || qtype == dns.TypeANY {
-			return Result{Rcode: dns.RcodeSuccess, Answer: []dns.RR{ix.soa(ix.serial)}}
+			return Result{Rcode: dns.RcodeSuccess, Answer: []dns.RR{ix.soa(ix.zone, ix.serial)}}
 		}
 		return noData
 	case 1:
@@ -195,8 +242,8 @@ func (ix *Index) lookup(qname string, labels []string, qtype uint16) Result {
 		return nameError
 	}
 	switch n {
-	case 3: // <svc>.<ns>.svc.<zone>: §2.3.1, §2.4.1
-		return addresses(qtype, s.a, s.aaaa)
+	case 3: // <svc>.<ns>.svc.<zone>: §2.3.1, §2.4.1, and SRV as the kubernetes plugin answers it
+		return s.name.answer(qtype)
 	case 4:
 		// _<proto>.<svc>… is an empty non-terminal above the SRV records. <clusterid>.<svc>…
 		// has no address records of its own (§2.3.4, §2.4.4 forbid them) but, for a headless
@@ -208,40 +255,39 @@ func (ix *Index) lookup(qname string, labels []string, qtype uint16) Result {
 		return nameError
 	case 5:
 		key := labels[0] + "." + labels[1]
-		if strings.HasPrefix(labels[0], "_") { // _<port>._<proto>.<svc>…: §2.3.2, §2.4.2
-			rrs, ok := s.srv[key]
-			if !ok {
-				return nameError
-			}
-			if qtype != dns.TypeSRV && qtype != dns.TypeANY {
-				return noData
-			}
-			return Result{Rcode: dns.RcodeSuccess, Answer: rrs, Extra: s.srvExtra[key]}
+		nd, ok := s.hosts[key] // <hostname>.<clusterid>.<svc>…: §2.4.1
+		if strings.HasPrefix(labels[0], "_") {
+			nd, ok = s.ports[key] // _<port>._<proto>.<svc>…: §2.3.2, §2.4.2
 		}
-		h, ok := s.hosts[key] // <hostname>.<clusterid>.<svc>…: §2.4.1
 		if !ok {
 			return nameError
 		}
-		return addresses(qtype, h.a, h.aaaa)
+		return nd.answer(qtype)
 	}
 	return nameError
 }
 
-// addresses answers an address query at a name holding a and aaaa: NODATA for other types.
-func addresses(qtype uint16, a, aaaa []dns.RR) Result {
-	var rrs []dns.RR
+// answer answers a query for qtype at the name holding nd: NODATA for types it does not hold.
+// ANY gets the addresses, or at a name without any (_<port>._<proto>) the SRV RRset: RFC 8482
+// §4.2 lets a server answer ANY with a subset of the RRsets.
+func (nd node) answer(qtype uint16) Result {
+	var rrs, extra []dns.RR
 	switch qtype {
 	case dns.TypeA:
-		rrs = a
+		rrs = nd.a
 	case dns.TypeAAAA:
-		rrs = aaaa
+		rrs = nd.aaaa
+	case dns.TypeSRV:
+		rrs, extra = nd.srv, nd.srvExtra
 	case dns.TypeANY:
-		rrs = append(slices.Clip(a), aaaa...)
+		if rrs = slices.Concat(nd.a, nd.aaaa); len(rrs) == 0 {
+			rrs, extra = nd.srv, nd.srvExtra
+		}
 	}
 	if len(rrs) == 0 {
 		return noData
 	}
-	return Result{Rcode: dns.RcodeSuccess, Answer: rrs}
+	return Result{Rcode: dns.RcodeSuccess, Answer: rrs, Extra: extra}
 }
 
 func (ix *Index) hdr(name string, rrtype uint16) dns.RR_Header {
@@ -252,12 +298,12 @@ func hdr(name string, rrtype uint16, ttl uint32) dns.RR_Header {
 	return dns.RR_Header{Name: name, Rrtype: rrtype, Class: dns.ClassINET, Ttl: ttl}
 }
 
-// soa is the zone's SOA. Its minimum (the negative-caching TTL, RFC 2308 §4) is the records'
-// TTL, so that a name that appears is not hidden by a cached NXDOMAIN for longer than a changed
-// answer would be.
-func (ix *Index) soa(serial uint32) dns.RR {
+// soa is the SOA of zone, one of the index's zones. Its minimum (the negative-caching TTL,
+// RFC 2308 §4) is the records' TTL, so that a name that appears is not hidden by a cached
+// NXDOMAIN for longer than a changed answer would be.
+func (ix *Index) soa(zone string, serial uint32) dns.RR {
 	return &dns.SOA{
-		Hdr:     ix.hdr(ix.zone, dns.TypeSOA),
+		Hdr:     ix.hdr(zone, dns.TypeSOA),
 		Ns:      "ns.dns." + ix.zone,
 		Mbox:    "hostmaster." + ix.zone,
 		Serial:  serial,
@@ -272,107 +318,174 @@ func (ix *Index) soa(serial uint32) dns.RR {
 // has no name to answer for.
 func buildService(zone string, ttl uint32, key types.NamespacedName, si *mcsv1beta1.ServiceImport, eps []*discoveryv1.EndpointSlice) *service {
 	name := key.Name + "." + key.Namespace + "." + labelSvc + "." + zone
-	s := &service{srv: map[string][]dns.RR{}, srvExtra: map[string][]dns.RR{}, protos: map[string]bool{}}
-	// targets are the names SRV records point at, with their address records.
-	type target struct {
-		name    string
-		a, aaaa []dns.RR
-	}
+	s := &service{ports: map[string]node{}, protos: map[string]bool{}}
 	var targets []target
-
 	if si.Spec.Type == mcsv1beta1.Headless {
-		s.hosts, s.clusters = map[string]hostRecords{}, map[string]bool{}
-		var all addrSet
-		hosts := map[string]*addrSet{} // "<hostname>.<clusterid>" → addresses
-		var hostOrder []string
-		for _, sl := range eps {
-			if sl == nil || sl.Namespace != key.Namespace || sl.Labels[mcsv1beta1.LabelServiceName] != key.Name {
-				continue
-			}
-			cluster := strings.ToLower(sl.Labels[mcsv1beta1.LabelSourceCluster])
-			// A cluster ID that is not one DNS label cannot name records (§2.1 requires a
-			// valid DNS label); its endpoints still count for the service name.
-			clusterOK := isLabel(cluster)
-			for _, ep := range sl.Endpoints {
-				if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
-					continue // §2.4: only ready endpoints have records; nil means ready
-				}
-				for _, a := range ep.Addresses {
-					addr, err := netip.ParseAddr(a)
-					if err != nil || addr.Zone() != "" {
-						continue
-					}
-					addr = addr.Unmap()
-					all.add(addr)
-					if !clusterOK {
-						continue
-					}
-					host := endpointHostname(ep.Hostname, addr)
-					if !isLabel(host) {
-						continue
-					}
-					k := host + "." + cluster
-					if hosts[k] == nil {
-						hosts[k] = &addrSet{}
-						hostOrder = append(hostOrder, k)
-					}
-					hosts[k].add(addr)
-					s.clusters[cluster] = true
-				}
-			}
-		}
-		if all.empty() {
-			return nil
-		}
-		s.a, s.aaaa = all.rrs(name, ttl)
-		s.nAddrs = len(all.v4) + len(all.v6)
-		slices.Sort(hostOrder) // stable answers, whatever order the slices came in
-		for _, k := range hostOrder {
-			hn := k + "." + name
-			a, aaaa := hosts[k].rrs(hn, ttl)
-			s.hosts[k] = hostRecords{a: a, aaaa: aaaa}
-			targets = append(targets, target{name: hn, a: a, aaaa: aaaa})
-		}
+		targets = s.setEndpoints(name, ttl, key, eps)
 	} else { // ClusterSetIP (the default type)
-		var ips addrSet
-		for _, ip := range si.Spec.IPs {
-			if addr, err := netip.ParseAddr(ip); err == nil && addr.Zone() == "" {
-				ips.add(addr.Unmap())
+		targets = s.setClusterSetIPs(name, ttl, si.Spec.IPs)
+	}
+	if s.nAddrs == 0 {
+		// A headless service without ready endpoints (§2.4.1), or an import that has no
+		// clusterset IP yet: not reachable, no name.
+		return nil
+	}
+	s.setSRV(name, ttl, si.Spec.Ports, targets)
+	return s
+}
+
+// target is a name SRV records point at, with its address records.
+type target struct {
+	name    string
+	a, aaaa []dns.RR
+}
+
+// setClusterSetIPs sets the addresses of a ClusterSetIP service (§2.3.1) and returns the one
+// SRV target: the service name.
+func (s *service) setClusterSetIPs(name string, ttl uint32, ips []string) []target {
+	var set addrSet
+	for _, ip := range ips {
+		if addr, err := netip.ParseAddr(ip); err == nil && addr.Zone() == "" {
+			set.add(addr.Unmap())
+		}
+	}
+	if set.empty() {
+		return nil
+	}
+	s.name.a, s.name.aaaa = set.rrs(name, ttl)
+	s.nAddrs = len(set.v4) + len(set.v6)
+	return []target{{name: name, a: s.name.a, aaaa: s.name.aaaa}}
+}
+
+// setEndpoints sets the records of a headless service's ready endpoints (§2.4.1, §2.4.3) and
+// returns the SRV targets: the endpoints' names, sorted.
+func (s *service) setEndpoints(name string, ttl uint32, key types.NamespacedName, eps []*discoveryv1.EndpointSlice) []target {
+	s.hosts, s.clusters, s.ptrs = map[string]node{}, map[string]bool{}, map[netip.Addr]string{}
+	var all addrSet
+	hosts := map[string]*addrSet{} // "<hostname>.<clusterid>" → addresses
+	var hostOrder []string
+	for _, sl := range eps {
+		if sl == nil || sl.Namespace != key.Namespace || sl.Labels[mcsv1beta1.LabelServiceName] != key.Name {
+			continue
+		}
+		cluster := strings.ToLower(sl.Labels[mcsv1beta1.LabelSourceCluster])
+		// A cluster ID that is not one DNS label cannot name records (§2.1 requires a valid DNS
+		// label); its endpoints still count for the service name.
+		clusterOK := isLabel(cluster)
+		for _, ep := range sl.Endpoints {
+			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+				continue // §2.4: only ready endpoints have records; nil means ready
+			}
+			for _, a := range ep.Addresses {
+				addr, err := netip.ParseAddr(a)
+				if err != nil || addr.Zone() != "" {
+					continue
+				}
+				addr = addr.Unmap()
+				all.add(addr)
+				if !clusterOK {
+					continue
+				}
+				host := endpointHostname(ep.Hostname, addr)
+				if !isLabel(host) {
+					continue
+				}
+				k := host + "." + cluster
+				if hosts[k] == nil {
+					hosts[k] = &addrSet{}
+					hostOrder = append(hostOrder, k)
+				}
+				hosts[k].add(addr)
+				s.clusters[cluster] = true
 			}
 		}
-		if ips.empty() {
-			return nil // not reachable yet: the import has no clusterset IP
-		}
-		s.a, s.aaaa = ips.rrs(name, ttl)
-		s.nAddrs = len(ips.v4) + len(ips.v6)
-		targets = []target{{name: name, a: s.a, aaaa: s.aaaa}}
 	}
+	if all.empty() {
+		return nil
+	}
+	s.name.a, s.name.aaaa = all.rrs(name, ttl)
+	s.nAddrs = len(all.v4) + len(all.v6)
+	slices.Sort(hostOrder) // stable answers, whatever order the slices came in
+	targets := make([]target, 0, len(hostOrder))
+	for _, k := range hostOrder {
+		hn := k + "." + name
+		a, aaaa := hosts[k].rrs(hn, ttl)
+		s.hosts[k] = node{a: a, aaaa: aaaa}
+		targets = append(targets, target{name: hn, a: a, aaaa: aaaa})
+		// One PTR per address (§2.4.3, "only one PTR record may exist per IP address"): an
+		// address with several names (two clusters reporting it) gets the first in order.
+		for _, addr := range slices.Concat(hosts[k].v4, hosts[k].v6) {
+			if _, named := s.ptrs[addr]; !named {
+				s.ptrs[addr] = hn
+			}
+		}
+	}
+	return targets
+}
 
-	// SRV: one per named port (unnamed ports have none) and target. Priority and weight are not
-	// prescribed (§2.3.2, §2.4.2): all targets get priority 0 and an equal share of weight, as
-	// the kubernetes plugin does.
-	weight := uint16(100 / max(len(targets), 1))
-	for _, p := range si.Spec.Ports {
-		if p.Name == "" || !isLabel("_"+strings.ToLower(p.Name)) || p.Port < 1 || p.Port > 65535 {
+// setSRV sets the SRV records of ports pointing at targets. Priority and weight are not
+// prescribed (§2.3.2, §2.4.2): every record has priority 0 and an equal share of 100 as
+// weight, at least 1, as the kubernetes plugin gives them. Every SRV RRset of the service
+// points at the same targets, so they share one additional section.
+func (s *service) setSRV(name string, ttl uint32, ports []mcsv1beta1.ServicePort, targets []target) {
+	if len(targets) == 0 {
+		return
+	}
+	var extra []dns.RR
+	for _, t := range targets {
+		extra = append(extra, t.a...)
+		extra = append(extra, t.aaaa...)
+	}
+	// numbers are the distinct port numbers: the SRV records at the service name and at each
+	// endpoint name, where the kubernetes plugin answers one per port, named or not (the
+	// owner name says nothing of the port, so none is needed), and an RRset holds no
+	// duplicates (RFC 2181 §5) when two protocols share a number.
+	var numbers []uint16
+	for _, p := range ports {
+		if p.Port < 1 || p.Port > 65535 {
+			continue
+		}
+		number := uint16(p.Port)
+		if !slices.Contains(numbers, number) {
+			numbers = append(numbers, number)
+		}
+		// _<port>._<proto>: named ports only (§2.3.2, §2.4.2: "Unnamed ports do not have an
+		// SRV record").
+		label := "_" + strings.ToLower(p.Name)
+		if p.Name == "" || !isLabel(label) {
 			continue
 		}
 		proto := "_" + strings.ToLower(string(protocolOrTCP(p.Protocol)))
-		key := "_" + strings.ToLower(p.Name) + "." + proto
-		owner := key + "." + name
-		if _, dup := s.srv[key]; dup {
+		key := label + "." + proto
+		if _, dup := s.ports[key]; dup {
 			continue
 		}
-		rrs := make([]dns.RR, 0, len(targets))
-		var extra []dns.RR
-		for _, t := range targets {
-			rrs = append(rrs, &dns.SRV{Hdr: hdr(owner, dns.TypeSRV, ttl), Priority: 0, Weight: weight, Port: uint16(p.Port), Target: t.name})
-			extra = append(extra, t.a...)
-			extra = append(extra, t.aaaa...)
-		}
-		s.srv[key], s.srvExtra[key] = rrs, extra
+		s.ports[key] = node{srv: srvSet(key+"."+name, ttl, []uint16{number}, targets), srvExtra: extra}
 		s.protos[proto] = true
 	}
-	return s
+	s.name.srv, s.name.srvExtra = srvSet(name, ttl, numbers, targets), extra
+	for k, h := range s.hosts {
+		hn := k + "." + name
+		h.srv = srvSet(hn, ttl, numbers, []target{{name: hn}})
+		h.srvExtra = slices.Concat(h.a, h.aaaa)
+		s.hosts[k] = h
+	}
+}
+
+// srvSet returns the SRV RRset at owner for every target and port, in that order.
+func srvSet(owner string, ttl uint32, ports []uint16, targets []target) []dns.RR {
+	n := len(ports) * len(targets)
+	if n == 0 {
+		return nil
+	}
+	weight := uint16(max(1, 100/n))
+	rrs := make([]dns.RR, 0, n)
+	for _, t := range targets {
+		for _, port := range ports {
+			rrs = append(rrs, &dns.SRV{Hdr: hdr(owner, dns.TypeSRV, ttl), Priority: 0, Weight: weight, Port: port, Target: t.name})
+		}
+	}
+	return rrs
 }
 
 func protocolOrTCP(p corev1.Protocol) corev1.Protocol {

@@ -109,7 +109,7 @@ func TestKube(t *testing.T) {
 	}
 	mustCreate(t, c, many, importedSlice("shop", "many", "north", "many-north", discoveryv1.AddressTypeIPv4, eps...))
 
-	udp, tcp := startServer(t, fmt.Sprintf("clusterset.local:0 {\n bind 127.0.0.1\n crossdns {\n  kubeconfig %s\n  ttl 7\n }\n}\n", kubeconfig))
+	udp, tcp := startServer(t, fmt.Sprintf(".:0 {\n bind 127.0.0.1\n crossdns clusterset.local 10.0.0.0/8 {\n  kubeconfig %s\n  ttl 7\n }\n}\n", kubeconfig))
 	// Synced: the last object created is served.
 	waitAnswer(t, "udp", udp, "many.shop.svc.clusterset.local.", dns.TypeTXT, is(nodata))
 
@@ -120,6 +120,8 @@ func TestKube(t *testing.T) {
 		"SRV 0 33 5432 db-0.east.db.shop.svc.clusterset.local.",
 		"SRV 0 33 5432 db-0.west.db.shop.svc.clusterset.local.")
 	dbSRV.nExtra = 4
+	webSRVs := positive("SRV 0 50 80 web.shop.svc.clusterset.local.", "SRV 0 50 9090 web.shop.svc.clusterset.local.")
+	webSRVs.nExtra = 2
 	cases := []struct {
 		name  string
 		qtype uint16
@@ -141,6 +143,9 @@ func TestKube(t *testing.T) {
 		{"local.db.shop.svc.clusterset.local.", dns.TypeA, nxdomain},
 		{"east.db.shop.svc.clusterset.local.", dns.TypeA, nodata},
 		{"_pg._tcp.db.shop.svc.clusterset.local.", dns.TypeSRV, dbSRV},
+		{"web.shop.svc.clusterset.local.", dns.TypeSRV, webSRVs},
+		{"db.shop.svc.clusterset.local.", dns.TypeSRV, dbSRV}, // one port: the same records as _pg._tcp
+		{"2.0.100.10.in-addr.arpa.", dns.TypePTR, positive("PTR db-0.east.db.shop.svc.clusterset.local.")},
 		{"nope.shop.svc.clusterset.local.", dns.TypeA, nxdomain},
 		{"shop.svc.clusterset.local.", dns.TypeA, nodata},
 	}

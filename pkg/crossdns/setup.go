@@ -9,6 +9,7 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/pkg/fall"
+	"github.com/miekg/dns"
 )
 
 // DefaultZone is the zone the MCS API fixes (specification.md §2.1: <clustersetzone> "must be
@@ -23,7 +24,10 @@ func init() { plugin.Register(pluginName, setup) }
 
 // Config is a parsed crossdns block.
 type Config struct {
-	Zone       string // fully qualified, lower case
+	Zone string // fully qualified, lower case
+	// Reverse are the reverse zones to answer the PTR records of headless endpoints in
+	// (specification.md §2.4.3), e.g. in-addr.arpa. and ip6.arpa.; none by default.
+	Reverse    []string
 	Kubeconfig string // "" for the in-cluster configuration
 	TTL        uint32
 	Fall       fall.F
@@ -38,14 +42,14 @@ func setup(c *caddy.Controller) error {
 	if err != nil {
 		return plugin.Error(pluginName, err)
 	}
-	src, err := NewKube(rc, NewIndex(cfg.Zone, cfg.TTL))
+	src, err := NewKube(rc, NewIndex(cfg.Zone, cfg.TTL, cfg.Reverse...))
 	if err != nil {
 		return plugin.Error(pluginName, err)
 	}
 	c.OnStartup(src.Start)
 	c.OnShutdown(src.Stop)
 	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
-		return &Handler{Next: next, Zone: cfg.Zone, Source: src, Fall: cfg.Fall}
+		return &Handler{Next: next, Zones: append([]string{cfg.Zone}, cfg.Reverse...), Source: src, Fall: cfg.Fall}
 	})
 	return nil
 }
@@ -58,15 +62,28 @@ func Parse(c *caddy.Controller) (Config, error) {
 		if blocks++; blocks > 1 {
 			return cfg, plugin.ErrOnce
 		}
-		args := c.RemainingArgs()
-		switch len(args) {
+		var zones []string
+		for _, arg := range c.RemainingArgs() {
+			// A CIDR stands for its reverse zones, as in every CoreDNS plugin.
+			for _, zone := range plugin.Host(arg).NormalizeExact() {
+				switch {
+				case ReverseZone(zone):
+					cfg.Reverse = append(cfg.Reverse, zone)
+				case dns.IsSubDomain(arpaV4, zone) || dns.IsSubDomain(arpaV6, zone):
+					return cfg, c.Errf("reverse zone %s: want in-addr.arpa., ip6.arpa., whole labels below them, or a CIDR", zone)
+				default:
+					zones = append(zones, zone)
+				}
+			}
+		}
+		switch len(zones) {
 		case 0:
 		case 1:
 			// The specification allows only clusterset.local today but names the zone by a
 			// placeholder because "this may become configurable in the future" (§2.1).
-			cfg.Zone = plugin.Host(args[0]).NormalizeExact()[0]
+			cfg.Zone = zones[0]
 		default:
-			return cfg, c.Errf("crossdns serves one zone, got %d: %v", len(args), args)
+			return cfg, c.Errf("crossdns serves one zone besides reverse zones (in-addr.arpa., ip6.arpa. or whole labels below them), got %d: %v", len(zones), zones)
 		}
 		for c.NextBlock() {
 			switch c.Val() {

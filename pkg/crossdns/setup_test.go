@@ -1,6 +1,7 @@
 package crossdns
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,6 +19,13 @@ func TestParse(t *testing.T) {
 		{name: "everything", corefile: "crossdns clusterset.local {\n kubeconfig /etc/k.yaml\n ttl 30\n fallthrough\n}",
 			want: Config{Zone: "clusterset.local.", TTL: 30, Kubeconfig: "/etc/k.yaml"}, fallFor: "a.clusterset.local."},
 		{name: "another zone, any case", corefile: "crossdns Example.ORG", want: Config{Zone: "example.org.", TTL: 5}},
+		{name: "reverse zones", corefile: "crossdns clusterset.local in-addr.arpa IP6.ARPA",
+			want: Config{Zone: "clusterset.local.", TTL: 5, Reverse: []string{"in-addr.arpa.", "ip6.arpa."}}},
+		{name: "reverse zones only: the default zone", corefile: "crossdns 100.10.in-addr.arpa",
+			want: Config{Zone: "clusterset.local.", TTL: 5, Reverse: []string{"100.10.in-addr.arpa."}}},
+		{name: "a CIDR stands for its reverse zones", corefile: "crossdns clusterset.local 10.100.0.0/15 fd00::/8",
+			want: Config{Zone: "clusterset.local.", TTL: 5, Reverse: []string{"100.10.in-addr.arpa.", "101.10.in-addr.arpa.", "d.f.ip6.arpa."}}},
+		{name: "not a reverse zone", corefile: "crossdns clusterset.local x.in-addr.arpa", wantErr: "reverse zone x.in-addr.arpa."},
 		{name: "ttl 0", corefile: "crossdns {\n ttl 0\n}", want: Config{Zone: "clusterset.local."}},
 		{name: "negative ttl", corefile: "crossdns {\n ttl -1\n}", wantErr: "ttl"},
 		{name: "huge ttl", corefile: "crossdns {\n ttl 2147483648\n}", wantErr: "ttl"},
@@ -39,7 +47,7 @@ func TestParse(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Zone != tc.want.Zone || got.TTL != tc.want.TTL || got.Kubeconfig != tc.want.Kubeconfig {
+			if got.Zone != tc.want.Zone || got.TTL != tc.want.TTL || got.Kubeconfig != tc.want.Kubeconfig || !slices.Equal(got.Reverse, tc.want.Reverse) {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 			if through := got.Fall.Through("a.clusterset.local."); through != (tc.fallFor != "") {
