@@ -145,7 +145,39 @@ func testMCSFidelity(ctx context.Context, t *testing.T, l *lab.Lab, binDir strin
 			}
 			t.Logf("%s -> %s:%d (curl and nc): answered by %v, client address %s", from, host, w.port, w.answers, client.toolboxIP)
 		}
+		client.checkSRV(ctx, t, "split.default.svc.clusterset.local", 81, 82)
 	}
+}
+
+// checkSRV asks the cluster's DNS (CoreDNS, which forwards clusterset.local to octopus-dns)
+// from the toolbox, with dig and with BIND's nslookup, for the SRV records of the bare service
+// name, as users of the cluster's own DNS ask for <svc>.<ns>.svc.cluster.local: one record
+// per port, each pointing at the service name.
+func (c *mcsCluster) checkSRV(ctx context.Context, t *testing.T, host string, ports ...int32) {
+	t.Helper()
+	var want []string
+	for _, p := range ports {
+		want = append(want, fmt.Sprintf(" %d %s.", p, host))
+	}
+	for _, argv := range [][]string{
+		{"dig", "+short", "+time=2", "+tries=1", "SRV", host},
+		{"nslookup", "-type=SRV", host},
+	} {
+		var last kubectlResult
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+			last = c.kubectl.run(ctx, t, nil, "", append([]string{"exec", "mcs-toolbox", "--"}, argv...)...)
+			for _, w := range want {
+				if !strings.Contains(last.stdout, w) {
+					return false, nil
+				}
+			}
+			return last.code == 0 && strings.Count(last.stdout, host+".") >= len(want), nil
+		})
+		if err != nil {
+			t.Fatalf("%s in %s: exit %d, %q, %q; want one SRV per port %v", strings.Join(argv, " "), c.name, last.code, last.stdout, last.stderr, ports)
+		}
+	}
+	t.Logf("SRV %s from %s (dig and nslookup): ports %v", host, c.name, ports)
 }
 
 // mcsEchoPod is the echo pod of service svc in cluster.
