@@ -419,3 +419,26 @@ func TestNorthdBindsPorts(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkApplyOnePodMore measures what a pod creation costs the ovnmaster against the real
+// NB server: one Apply of the whole network with one pod more than the last (read the cache,
+// plan, one transaction). Pods accumulate over b.N, as in a cluster filling up.
+func BenchmarkApplyOnePodMore(b *testing.B) {
+	nb := ovntest.StartNB(b)
+	ctx := context.Background()
+	c, err := Connect(ctx, Options{Endpoint: nb.Endpoint})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	n := Network{ClusterID: "east", CIDR: testCIDR}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		n.Pods = append(n.Pods, pod(fmt.Sprintf("p%d", i)))
+		res, err := c.Apply(ctx, n)
+		if err != nil || len(res.Failed) > 0 {
+			b.Fatal(err, res.Failed)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pods/s")
+}

@@ -1,6 +1,7 @@
 package ovn
 
 import (
+	"cmp"
 	"maps"
 	"net/netip"
 	"slices"
@@ -72,7 +73,7 @@ func makePlan(n Network, block hostaddr.Block, obs observed) plan {
 	}
 	lastAllocated := cursor
 	pods := slices.SortedFunc(slices.Values(n.Pods), func(a, b Pod) int {
-		return strings.Compare(a.Key().String(), b.Key().String())
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 	})
 	for _, pod := range pods {
 		k := pod.Key()
