@@ -31,6 +31,9 @@ type Options struct {
 	Log logr.Logger
 }
 
+// errCacheBehind: the cache holds a switch but not yet all of its ports.
+var errCacheBehind = errors.New("the NB cache has not caught up with the database; try again")
+
 // conflictRetries is how often Apply re-reads and re-plans when its transaction found the
 // database changed since it read it (someone else's write, or its own not yet in the cache).
 const conflictRetries = 3
@@ -89,21 +92,20 @@ func (c *Client) Apply(ctx context.Context, n Network) (Result, error) {
 	}
 	for attempt := 1; ; attempt++ {
 		obs, err := c.observe(ctx, n.ClusterID)
-		if err != nil {
-			return Result{}, err
-		}
-		p := makePlan(n, block, obs)
-		if p.empty() {
-			return p.result, nil
-		}
-		err = c.transact(ctx, n.ClusterID, obs, p)
 		if err == nil {
-			c.log.V(1).Info("Applied secondary network", "cluster", n.ClusterID,
-				"created", len(p.create), "updated", len(p.update), "removed", len(p.remove), "failed", len(p.result.Failed))
-			return p.result, nil
+			p := makePlan(n, block, obs)
+			if p.empty() {
+				return p.result, nil
+			}
+			if err = c.transact(ctx, n.ClusterID, obs, p); err == nil {
+				c.log.V(1).Info("Applied secondary network", "cluster", n.ClusterID,
+					"created", len(p.create), "updated", len(p.update), "removed", len(p.remove), "failed", len(p.result.Failed))
+				return p.result, nil
+			}
 		}
 		var conflict *ovsdb.TimedOut
-		if !errors.As(err, &conflict) || attempt == conflictRetries {
+		retry := errors.As(err, &conflict) || errors.Is(err, errCacheBehind)
+		if !retry || attempt == conflictRetries {
 			return Result{}, fmt.Errorf("applying the secondary network of cluster %s: %w", n.ClusterID, err)
 		}
 		// The switch changed between our read and our write; the cache gets the change
@@ -178,8 +180,8 @@ func (c *Client) observe(ctx context.Context, clusterID string) (observed, error
 	}
 	if len(obs.ports) != len(onSwitch) {
 		// The switch arrived in the cache before some of its ports: planning without them
-		// could hand out their addresses. Report a conflict, so that Apply reads again.
-		return observed{}, &ovsdb.TimedOut{}
+		// could hand out their addresses, so Apply reads again.
+		return observed{}, errCacheBehind
 	}
 	return obs, nil
 }

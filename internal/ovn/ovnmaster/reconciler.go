@@ -77,9 +77,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		pod := &pods.Items[i]
 		k := ovn.PodKey{Namespace: pod.Namespace, Name: pod.Name}
 		if !member(pod) {
-			if !terminal(pod) {
-				leaving = append(leaving, pod)
-			}
+			// Host-network and system pods have nothing to clean; a pod that opted out or
+			// finished has its address released, and must not keep claiming it.
+			leaving = append(leaving, pod)
 			continue
 		}
 		members[k] = pod
