@@ -40,25 +40,75 @@ type Server struct {
 	t      testing.TB
 	name   string // "nb" or "sb": names the files in dir
 	dir    string
+	netns  string // "" for the test's own
 	db     string
 	ctlCmd string // ovn-nbctl or ovn-sbctl
-	cmd    *exec.Cmd
-	done   chan struct{}
-	log    *bytes.Buffer
+	proc   *process
+}
+
+// process is a foreground OVS/OVN program started by a test.
+type process struct {
+	what string
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  bytes.Buffer
+}
+
+// start starts name in dir (its run, log and database directory, so nothing it writes lands
+// in the system's /var/run or /var/log), inside network namespace netns unless that is "".
+// Pdeathsig ends it if the test binary dies before its cleanup runs; `ip netns exec` execs
+// the program, so the PID is the program's.
+func start(t testing.TB, dir, netns, name string, args ...string) *process {
+	t.Helper()
+	if netns != "" {
+		args = append([]string{"netns", "exec", netns, name}, args...)
+		name = "ip"
+	}
+	p := &process{what: strings.Join(append([]string{name}, args...), " "), done: make(chan struct{})}
+	p.cmd = command(dir, name, args...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.log, &p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", p.what, err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	return p
+}
+
+// stop ends the process: SIGTERM to its PID, then SIGKILL if it lingers.
+func (p *process) stop(t testing.TB) {
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		t.Errorf("stopping %s (pid %d): %v", p.what, p.cmd.Process.Pid, err)
+	}
+	select {
+	case <-p.done:
+		return
+	case <-time.After(5 * time.Second):
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // Central is OVN's central part: the NB and SB databases and ovn-northd translating one
 // into the other.
 type Central struct {
 	NB, SB *Server
-	northd *exec.Cmd
+	dir    string
 }
 
 // StartNB starts a northbound ovsdb-server with an empty database in a new scratch
 // directory. It is stopped, and the directory removed, when the test ends.
 func StartNB(t testing.TB) *Server {
 	t.Helper()
-	return startServer(t, scratchDir(t), "nb", NBSchema, "ovn-nbctl")
+	return startServer(t, scratchDir(t), "", "nb", NBSchema, "ovn-nbctl")
 }
 
 // StartCentral starts the NB and SB databases and ovn-northd, for tests that check what OVN
@@ -67,37 +117,26 @@ func StartCentral(t testing.TB) *Central {
 	t.Helper()
 	dir := scratchDir(t)
 	c := &Central{
-		NB: startServer(t, dir, "nb", NBSchema, "ovn-nbctl"),
-		SB: startServer(t, dir, "sb", SBSchema, "ovn-sbctl"),
+		NB:  startServer(t, dir, "", "nb", NBSchema, "ovn-nbctl"),
+		SB:  startServer(t, dir, "", "sb", SBSchema, "ovn-sbctl"),
+		dir: dir,
 	}
 	need(t, "ovn-northd")
-	c.northd = command(dir, "ovn-northd",
+	northd := start(t, dir, "", "ovn-northd",
 		"--ovnnb-db="+c.NB.Endpoint, "--ovnsb-db="+c.SB.Endpoint,
 		"--unixctl="+filepath.Join(dir, "northd.ctl"), "--log-file="+filepath.Join(dir, "northd.log"))
-	var log bytes.Buffer
-	c.northd.Stdout, c.northd.Stderr = &log, &log
-	if err := c.northd.Start(); err != nil {
-		t.Fatalf("starting ovn-northd: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { _ = c.northd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		stopProcess(t, "ovn-northd", c.northd, done)
-		if t.Failed() {
-			t.Logf("ovn-northd output:\n%s", log.String())
-		}
-	})
+	t.Cleanup(func() { northd.stop(t) })
 	return c
 }
 
-func startServer(t testing.TB, dir, name, schema, ctl string) *Server {
+func startServer(t testing.TB, dir, netns, name, schema, ctl string) *Server {
 	t.Helper()
 	need(t, "ovsdb-server", "ovsdb-tool")
 	if _, err := os.Stat(schema); err != nil {
 		t.Skipf("OVN schema %s not installed (run hack/install-deps.sh): %v", schema, err)
 	}
 	s := &Server{
-		t: t, name: name, dir: dir, ctlCmd: ctl,
+		t: t, name: name, dir: dir, netns: netns, ctlCmd: ctl,
 		db:     filepath.Join(dir, name+".db"),
 		Socket: filepath.Join(dir, name+".sock"),
 	}
@@ -114,21 +153,13 @@ func startServer(t testing.TB, dir, name, schema, ctl string) *Server {
 // everything committed before it stopped. It returns once the server accepts connections.
 func (s *Server) Start() {
 	s.t.Helper()
-	if s.cmd != nil {
+	if s.proc != nil {
 		s.t.Fatalf("ovsdb-server %s is already running", s.name)
 	}
-	s.log = &bytes.Buffer{}
-	s.cmd = command(s.dir, "ovsdb-server", s.db,
+	s.proc = start(s.t, s.dir, s.netns, "ovsdb-server", s.db,
 		"--remote=punix:"+s.Socket,
 		"--unixctl="+filepath.Join(s.dir, s.name+".ctl"),
 		"--log-file="+filepath.Join(s.dir, s.name+".log"))
-	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("starting ovsdb-server %s: %v", s.name, err)
-	}
-	done := make(chan struct{})
-	s.done = done
-	go func() { _ = s.cmd.Wait(); close(done) }()
 	deadline := time.Now().Add(startTimeout)
 	for {
 		c, err := net.Dial("unix", s.Socket)
@@ -136,28 +167,27 @@ func (s *Server) Start() {
 			_ = c.Close()
 			return
 		}
-		select {
-		case <-done:
-			s.t.Fatalf("ovsdb-server %s exited at start: %s", s.name, s.log.String())
-		case <-time.After(20 * time.Millisecond):
+		if s.proc.exited() {
+			s.t.Fatalf("ovsdb-server %s exited at start: %s", s.name, s.proc.log.String())
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("ovsdb-server %s does not listen on %s after %s: %v\n%s", s.name, s.Socket, startTimeout, err, s.log.String())
+			s.t.Fatalf("ovsdb-server %s does not listen on %s after %s: %v\n%s", s.name, s.Socket, startTimeout, err, s.proc.log.String())
 		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
 // Stop stops the server (SIGTERM to its PID, then SIGKILL if it lingers) and waits for it
 // to exit; connected clients see the connection drop. Stopping a stopped server does nothing.
 func (s *Server) Stop() {
-	if s.cmd == nil {
+	if s.proc == nil {
 		return
 	}
-	stopProcess(s.t, "ovsdb-server "+s.name, s.cmd, s.done)
+	s.proc.stop(s.t)
 	// The socket file outlives a killed server; a later Start must not mistake it for a
 	// listening one.
 	_ = os.Remove(s.Socket)
-	s.cmd, s.done = nil, nil
+	s.proc = nil
 }
 
 // Ctl runs ovn-nbctl (or ovn-sbctl) against the server and returns its standard output: an
@@ -173,28 +203,14 @@ func (s *Server) Ctl(ctx context.Context, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// command prepares a foreground OVS/OVN program whose run, log and database directories
-// are dir, so nothing it writes lands in the system's /var/run or /var/log. Pdeathsig ends
-// it if the test binary dies before its cleanup runs.
+// command prepares an OVS/OVN program whose run, log and database directories are dir.
 func command(dir, name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+dir, "OVS_LOGDIR="+dir, "OVS_DBDIR="+dir)
+	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+dir, "OVS_LOGDIR="+dir, "OVS_DBDIR="+dir,
+		"OVN_RUNDIR="+dir, "OVN_LOGDIR="+dir, "OVN_DBDIR="+dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd
-}
-
-func stopProcess(t testing.TB, what string, cmd *exec.Cmd, done <-chan struct{}) {
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		t.Errorf("stopping %s (pid %d): %v", what, cmd.Process.Pid, err)
-	}
-	select {
-	case <-done:
-		return
-	case <-time.After(5 * time.Second):
-	}
-	_ = cmd.Process.Kill()
-	<-done
 }
 
 // scratchDir is a new short directory: unix socket paths are limited to 108 bytes, more than
