@@ -14,8 +14,14 @@ set -euo pipefail
 # iperf3, iputils-ping, wireguard-go and wireguard-tools (wg): the tunnel benchmark
 # (hack/bench/tunnel) measures pod → pod with iperf3 and ping and compares our wireguard driver
 # with Debian's wireguard-go program configured by `wg`.
+# ovn-central (ovsdb-server with the NB/SB schemas, ovn-northd), ovn-host (ovn-controller) and
+# openvswitch-switch (ovs-vswitchd, ovs-vsctl): the secondary network. Its tests start their own
+# NB ovsdb-server on a unix socket (internal/ovn/ovntest) and the NB models are generated from
+# the installed NB schema (internal/datapath/ovn/nbdb). The packages' services are not needed:
+# nothing here relies on systemd or on the daemons apt may start.
 PACKAGES=(git make ca-certificates nftables iproute2 busybox socat dnsutils dnsperf util-linux mount
-  iperf3 iputils-ping wireguard-go wireguard-tools netcat-openbsd curl wget)
+  iperf3 iputils-ping wireguard-go wireguard-tools netcat-openbsd curl wget
+  ovn-central ovn-host openvswitch-switch)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,0 +1,15 @@
+// Command octopus-ovn runs the components of the OVN secondary network, in a binary of their
+// own so that octopus-agent never links libovsdb: today the ovnmaster (`octopus-ovn master`).
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	if err := newRootCommand().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		os.Exit(1)
+	}
+}

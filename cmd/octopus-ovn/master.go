@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/octopus-mcs/octopus/internal/ovn/ovnmaster"
+)
+
+// masterOptions are the flags of `octopus-ovn master`.
+type masterOptions struct {
+	kubeconfig             string
+	clusterID              string
+	secondaryCIDR          string
+	nb                     string
+	leaderElect            bool
+	leaderElectionNS       string
+	healthProbeBindAddress string
+	metricsBindAddress     string
+}
+
+func newMasterCommand() *cobra.Command {
+	o := masterOptions{}
+	cmd := &cobra.Command{
+		Use:   "master",
+		Short: "Give every pod a port and an address on the cluster's OVN logical switch",
+		Long: `master watches the pods of the member cluster and keeps the OVN northbound database in step:
+one logical switch for the cluster's secondary CIDR, one port with an address from it (and port
+security) for every pod, released when the pod goes. Each pod's address and MAC are written to
+its k8s.v1.cni.cncf.io/network-status annotation (interface net1); a pod that cannot get one
+gets the reason in its octopus.io/secondary-network-error annotation and an event. Pods opt out
+with the annotation octopus.io/secondary-network: "false"; host-network pods and the system
+namespaces are never on the network. The NB database is the only record of the addresses: a
+restarted master keeps every one.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cidr, err := netip.ParsePrefix(o.secondaryCIDR)
+			if err != nil {
+				return fmt.Errorf("--secondary-cidr %q: %w (the cluster's secondaryCIDR, e.g. 10.112.0.0/16: see `kubectl get clusters -o wide` on the hub)", o.secondaryCIDR, err)
+			}
+			// An empty path means the in-cluster configuration.
+			member, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+			if err != nil {
+				return fmt.Errorf("loading the member cluster's configuration (outside a cluster, pass --kubeconfig): %w", err)
+			}
+			return ovnmaster.Run(ctrl.SetupSignalHandler(), ovnmaster.Options{
+				Member: member, ClusterID: o.clusterID, CIDR: cidr, NBEndpoint: o.nb,
+				LeaderElection: o.leaderElect, LeaderElectionNamespace: o.leaderElectionNS,
+				HealthProbeBindAddress: o.healthProbeBindAddress, MetricsBindAddress: o.metricsBindAddress,
+				Log: ctrl.Log.WithName("ovnmaster"),
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the member cluster; empty means in-cluster configuration")
+	f.StringVar(&o.clusterID, "cluster-id", "", "this cluster's ID (required)")
+	f.StringVar(&o.secondaryCIDR, "secondary-cidr", "", "this cluster's secondary CIDR, allocated by the hub at join (required)")
+	f.StringVar(&o.nb, "nb", "unix:/run/ovn/ovnnb_db.sock", "the OVN northbound database: unix:PATH or tcp:HOST:PORT")
+	f.BoolVar(&o.leaderElect, "leader-elect", true, "elect one active replica through the "+ovnmaster.LeaderElectionID+" Lease")
+	f.StringVar(&o.leaderElectionNS, "leader-election-namespace", "octopus-system", "namespace of the leader-election Lease")
+	f.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", "0", `address of the /healthz and /readyz endpoints, e.g. ":8081"; "0" turns them off`)
+	f.StringVar(&o.metricsBindAddress, "metrics-bind-address", "0", `address of the metrics endpoint, e.g. ":8080"; "0" turns it off`)
+	_ = cmd.MarkFlagRequired("cluster-id")
+	_ = cmd.MarkFlagRequired("secondary-cidr")
+	return cmd
+}

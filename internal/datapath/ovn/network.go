@@ -1,0 +1,126 @@
+// Package ovn writes the secondary network of one cluster into the OVN northbound database:
+// a logical switch for the cluster's secondary CIDR and a logical switch port, with an
+// address from that block and port security, for every pod. Apply takes the whole desired
+// state and makes the database match it in one transaction; the database is the source of
+// truth for who has which address. The package imports no Kubernetes client: the ovnmaster
+// (internal/ovn) translates pods into a Network.
+package ovn
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"regexp"
+	"strings"
+
+	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
+)
+
+// Network is the desired secondary network of one cluster.
+type Network struct {
+	// ClusterID names the cluster; it names the switch and the ports (required).
+	ClusterID string
+	// CIDR is the cluster's secondary block (required): an IPv4 prefix no longer than /30.
+	CIDR netip.Prefix
+	// Pods are the pods that should have a port, each listed once.
+	Pods []Pod
+}
+
+// Pod is a pod that should have a port on the switch.
+type Pod struct {
+	Namespace, Name string
+	// UID tells this pod from an earlier one of the same name (required).
+	UID string
+	// RequestedIP, if valid, is the address the pod asks for. It is honoured when the port is
+	// created; a pod keeps its address for its lifetime, so a later change is ignored.
+	RequestedIP netip.Addr
+}
+
+// PodKey identifies a pod within a cluster.
+type PodKey struct{ Namespace, Name string }
+
+func (k PodKey) String() string { return k.Namespace + "/" + k.Name }
+
+// Key is the pod's PodKey.
+func (p Pod) Key() PodKey { return PodKey{Namespace: p.Namespace, Name: p.Name} }
+
+// Attachment is what a pod got: what the NRI plugin configures as the pod's net1 and what the
+// pod's annotation reports.
+type Attachment struct {
+	// Port is the logical switch port's name; ovn-controller binds it to the OVS interface
+	// whose external_ids:iface-id is this name.
+	Port string
+	// MAC is the port's MAC address, derived from IP (MACFor).
+	MAC net.HardwareAddr
+	// IP is the pod's address with the block's prefix length.
+	IP netip.Prefix
+	// Gateway is the block's gateway address, reserved for the gateway's own port.
+	Gateway netip.Addr
+}
+
+// Equal reports whether a and b are the same attachment.
+func (a Attachment) Equal(b Attachment) bool {
+	return a.Port == b.Port && a.IP == b.IP && a.Gateway == b.Gateway && bytes.Equal(a.MAC, b.MAC)
+}
+
+// Result is what Apply made of a Network.
+type Result struct {
+	// Attached holds every pod that has its port, with the port's address.
+	Attached map[PodKey]Attachment
+	// Failed holds every pod that could not get a port, and why: an address request that
+	// cannot be met (errors.Is hostaddr.ErrOutsideBlock, ErrReserved, ErrInUse) or an
+	// exhausted block (hostaddr.ErrExhausted). Nothing was written for these pods.
+	Failed map[PodKey]error
+}
+
+// SwitchName is the name of a cluster's logical switch.
+func SwitchName(clusterID string) string { return SwitchNamePrefix + clusterID }
+
+// PortName is the name of a pod's logical switch port: "<cluster>_<namespace>_<pod>". Port
+// names are unique in the whole NB database, hence the cluster ID; "_" cannot occur in a
+// cluster ID, a namespace or a pod name, so the name is unambiguous. The NRI plugin computes
+// the same name to set iface-id on the pod's OVS interface.
+func PortName(clusterID string, pod PodKey) string {
+	return clusterID + "_" + pod.Namespace + "_" + pod.Name
+}
+
+// MACFor derives a port's MAC address from its IPv4 address: 0a:58 and the four address
+// bytes. Locally administered and unicast (0x0a), unique on the switch because the
+// addresses are, and the same after any restart without being stored anywhere.
+func MACFor(ip netip.Addr) net.HardwareAddr {
+	a := ip.As4()
+	return net.HardwareAddr{0x0a, 0x58, a[0], a[1], a[2], a[3]}
+}
+
+// dns1123Label is the form of a cluster ID and of a namespace.
+var dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// validate checks the network and returns its block.
+func (n Network) validate() (hostaddr.Block, error) {
+	if !dns1123Label.MatchString(n.ClusterID) || len(n.ClusterID) > 63 {
+		return hostaddr.Block{}, fmt.Errorf("cluster ID %q is not an RFC 1123 label", n.ClusterID)
+	}
+	block, err := hostaddr.NewBlock(n.CIDR)
+	if err != nil {
+		return hostaddr.Block{}, fmt.Errorf("secondary CIDR of cluster %s: %w", n.ClusterID, err)
+	}
+	seen := make(map[PodKey]bool, len(n.Pods))
+	var errs []error
+	for _, p := range n.Pods {
+		k := p.Key()
+		switch {
+		case !dns1123Label.MatchString(p.Namespace):
+			errs = append(errs, fmt.Errorf("pod %s: namespace is not an RFC 1123 label", k))
+		case p.Name == "" || strings.ContainsAny(p.Name, "_/"):
+			errs = append(errs, fmt.Errorf("pod %s: name is empty or holds '_' or '/'", k))
+		case p.UID == "":
+			errs = append(errs, fmt.Errorf("pod %s: UID is not set", k))
+		case seen[k]:
+			errs = append(errs, fmt.Errorf("pod %s is listed twice", k))
+		}
+		seen[k] = true
+	}
+	return block, errors.Join(errs...)
+}

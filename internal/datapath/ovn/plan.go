@@ -1,0 +1,192 @@
+package ovn
+
+import (
+	"cmp"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn/nbdb"
+	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
+)
+
+// observed is what the NB database holds for one cluster: its switch (nil if there is none
+// yet) and every port on it, Octopus's and anyone else's.
+type observed struct {
+	sw    *nbdb.LogicalSwitch
+	ports []nbdb.LogicalSwitchPort
+}
+
+// plan is the difference between a Network and what the database holds: the rows to
+// create, rewrite and remove, and what each pod gets.
+type plan struct {
+	// createSwitch: the cluster has no switch yet.
+	createSwitch bool
+	// switchIDs is the switch's desired external_ids; changed says they differ from the
+	// stored ones (always true when the switch is created).
+	switchIDs        map[string]string
+	switchIDsChanged bool
+	// create holds the new ports, update the existing ports (UUID set) whose row differs from
+	// what Octopus writes for their address, remove the UUIDs of Octopus's ports of this
+	// cluster that no desired pod keeps.
+	create, update []nbdb.LogicalSwitchPort
+	remove         []string
+	result         Result
+}
+
+func (p *plan) empty() bool {
+	return !p.createSwitch && !p.switchIDsChanged && len(p.create) == 0 && len(p.update) == 0 && len(p.remove) == 0
+}
+
+// makePlan computes the plan for n against obs. It is pure, so every rule of the address
+// management is tested without a database:
+//   - every address on the switch is in use, including foreign ports' and those of ports
+//     removed in this same plan (they are free from the next Apply on);
+//   - a pod keeps its port and address while its UID is the same and the address is in the
+//     block; otherwise its old port goes and it gets a new one with a new address;
+//   - a new port takes the requested address if the pod asks for one it may have, else the
+//     next free one after the switch's last-allocated address; a pod that can get no
+//     address fails alone, and nothing is written for it.
+func makePlan(n Network, block hostaddr.Block, obs observed) plan {
+	p := plan{result: Result{Attached: map[PodKey]Attachment{}, Failed: map[PodKey]error{}}}
+	used := map[netip.Addr]bool{}
+	ours := map[PodKey]nbdb.LogicalSwitchPort{}
+	for _, port := range obs.ports {
+		for _, a := range portAddrs(port) {
+			used[a] = true
+		}
+		if isOurs(port.ExternalIDs, n.ClusterID) {
+			k := PodKey{Namespace: port.ExternalIDs[KeyPodNamespace], Name: port.ExternalIDs[KeyPodName]}
+			if _, dup := ours[k]; dup || port.Name != PortName(n.ClusterID, k) {
+				// Not a row Apply would have written: remove it rather than guess.
+				p.remove = append(p.remove, port.UUID)
+				continue
+			}
+			ours[k] = port
+		}
+	}
+
+	var cursor netip.Addr
+	if obs.sw != nil {
+		cursor, _ = netip.ParseAddr(obs.sw.ExternalIDs[KeyLastAllocated])
+	}
+	lastAllocated := cursor
+	pods := slices.SortedFunc(slices.Values(n.Pods), func(a, b Pod) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
+	for _, pod := range pods {
+		k := pod.Key()
+		if old, ok := ours[k]; ok {
+			delete(ours, k)
+			if ip, ok := ourAddr(old); ok && block.Prefix().Contains(ip) && old.ExternalIDs[KeyPodUID] == pod.UID {
+				want := portRow(n.ClusterID, pod, ip)
+				if !samePort(old, want) {
+					want.UUID = old.UUID
+					p.update = append(p.update, want)
+				}
+				p.result.Attached[k] = attachment(n.ClusterID, block, k, ip)
+				continue
+			}
+			p.remove = append(p.remove, old.UUID)
+		}
+		var ip netip.Addr
+		var err error
+		if pod.RequestedIP.IsValid() {
+			ip, err = pod.RequestedIP, block.Check(pod.RequestedIP, used)
+		} else {
+			ip, err = block.Next(lastAllocated, used)
+		}
+		if err != nil {
+			p.result.Failed[k] = err
+			continue
+		}
+		used[ip] = true
+		if !pod.RequestedIP.IsValid() {
+			lastAllocated = ip
+		}
+		p.create = append(p.create, portRow(n.ClusterID, pod, ip))
+		p.result.Attached[k] = attachment(n.ClusterID, block, k, ip)
+	}
+	for _, gone := range ours {
+		p.remove = append(p.remove, gone.UUID)
+	}
+	slices.Sort(p.remove)
+
+	p.switchIDs = map[string]string{KeyOwner: OwnerSecondary, KeyCluster: n.ClusterID, KeyCIDR: block.Prefix().String()}
+	if lastAllocated.IsValid() {
+		p.switchIDs[KeyLastAllocated] = lastAllocated.String()
+	}
+	p.createSwitch = obs.sw == nil
+	p.switchIDsChanged = p.createSwitch || !maps.Equal(obs.sw.ExternalIDs, p.switchIDs)
+	return p
+}
+
+// portRow is the row Octopus writes for a pod's port with address ip.
+func portRow(clusterID string, pod Pod, ip netip.Addr) nbdb.LogicalSwitchPort {
+	addr := MACFor(ip).String() + " " + ip.String()
+	return nbdb.LogicalSwitchPort{
+		Name:      PortName(clusterID, pod.Key()),
+		Addresses: []string{addr},
+		// Port security: OVN drops what the pod sends from any other MAC or IP, so a pod cannot
+		// take another's address on the shared switch.
+		PortSecurity: []string{addr},
+		ExternalIDs: map[string]string{
+			KeyOwner: OwnerSecondary, KeyCluster: clusterID,
+			KeyPodNamespace: pod.Namespace, KeyPodName: pod.Name, KeyPodUID: pod.UID,
+		},
+	}
+}
+
+func samePort(a, b nbdb.LogicalSwitchPort) bool {
+	return a.Name == b.Name && slices.Equal(a.Addresses, b.Addresses) &&
+		slices.Equal(a.PortSecurity, b.PortSecurity) && maps.Equal(a.ExternalIDs, b.ExternalIDs)
+}
+
+func attachment(clusterID string, block hostaddr.Block, k PodKey, ip netip.Addr) Attachment {
+	return Attachment{
+		Port:    PortName(clusterID, k),
+		MAC:     MACFor(ip),
+		IP:      netip.PrefixFrom(ip, block.Prefix().Bits()),
+		Gateway: block.Gateway(),
+	}
+}
+
+func isOurs(ids map[string]string, clusterID string) bool {
+	return ids[KeyOwner] == OwnerSecondary && ids[KeyCluster] == clusterID
+}
+
+// ourAddr is the IPv4 address of a port Octopus wrote: addresses ["MAC IP"].
+func ourAddr(port nbdb.LogicalSwitchPort) (netip.Addr, bool) {
+	if len(port.Addresses) != 1 {
+		return netip.Addr{}, false
+	}
+	f := strings.Fields(port.Addresses[0])
+	if len(f) != 2 {
+		return netip.Addr{}, false
+	}
+	ip, err := netip.ParseAddr(f[1])
+	return ip, err == nil && ip.Is4()
+}
+
+// portAddrs lists every IP address a port holds, in OVN's formats: "MAC IP..." entries of
+// addresses (skipping the keywords "unknown", "router" and "dynamic") and the
+// dynamic_addresses OVN's own IPAM may have assigned.
+func portAddrs(port nbdb.LogicalSwitchPort) []netip.Addr {
+	entries := slices.Clone(port.Addresses)
+	if port.DynamicAddresses != nil {
+		entries = append(entries, *port.DynamicAddresses)
+	}
+	var out []netip.Addr
+	for _, e := range entries {
+		f := strings.Fields(e)
+		for _, s := range f[min(1, len(f)):] {
+			if ip, err := netip.ParseAddr(s); err == nil {
+				out = append(out, ip)
+			} else if pfx, err := netip.ParsePrefix(s); err == nil {
+				out = append(out, pfx.Addr())
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,286 @@
+package ovnmaster
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
+	"github.com/octopus-mcs/octopus/internal/ovn/ovntest"
+	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
+	"github.com/octopus-mcs/octopus/internal/testenv"
+)
+
+const clusterID = "east"
+
+var cidr = netip.MustParsePrefix("10.112.0.0/24")
+
+// master runs an ovnmaster until the returned stop function is called.
+func master(t *testing.T, cfg *rest.Config, nb *ovntest.Server) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{
+			Member: cfg, ClusterID: clusterID, CIDR: cidr, NBEndpoint: nb.Endpoint,
+			LeaderElection: true, LeaderElectionNamespace: "octopus-system",
+			Log: testr.NewWithOptions(t, testr.Options{Verbosity: 1}),
+		})
+	}()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("ovnmaster: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func eventually(t *testing.T, what string, check func(ctx context.Context) string) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		msg := check(ctx)
+		if ctx.Err() == nil {
+			last = msg
+		}
+		return msg == "", nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v; last: %s", what, err, last)
+	}
+}
+
+type podOpt func(*corev1.Pod)
+
+func annotated(k, v string) podOpt { return func(p *corev1.Pod) { p.Annotations[k] = v } }
+
+func hostNetwork(p *corev1.Pod) { p.Spec.HostNetwork = true }
+
+func createPod(t *testing.T, c client.Client, ns, name string, opts ...podOpt) {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{}},
+		Spec: corev1.PodSpec{
+			Containers:                   []corev1.Container{{Name: "app", Image: "app"}},
+			AutomountServiceAccountToken: ptr.To(false),
+		},
+	}
+	for _, o := range opts {
+		o(pod)
+	}
+	// Admission wants the namespace's default ServiceAccount, which appears shortly after
+	// the namespace.
+	eventually(t, "creating pod "+name, func(ctx context.Context) string {
+		if err := c.Create(ctx, pod.DeepCopy()); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err.Error()
+		}
+		return ""
+	})
+}
+
+func getPod(ctx context.Context, c client.Client, ns, name string) (*corev1.Pod, error) {
+	pod := &corev1.Pod{}
+	return pod, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pod)
+}
+
+// addressOf waits for the pod's network-status entry and checks it: interface net1, one
+// address in the block, the MAC derived from it.
+func addressOf(t *testing.T, c client.Client, ns, name string) netip.Addr {
+	t.Helper()
+	var addr netip.Addr
+	eventually(t, "pod "+name+" annotated", func(ctx context.Context) string {
+		pod, err := getPod(ctx, c, ns, name)
+		if err != nil {
+			return err.Error()
+		}
+		s, ok, err := podnet.Find(pod.Annotations)
+		switch {
+		case err != nil:
+			return err.Error()
+		case !ok:
+			return fmt.Sprintf("no network-status entry; annotations %v", pod.Annotations)
+		case pod.Annotations[podnet.ErrorAnnotation] != "":
+			return "error annotation still set: " + pod.Annotations[podnet.ErrorAnnotation]
+		}
+		if s.Interface != "net1" || len(s.IPs) != 1 {
+			t.Fatalf("pod %s: entry %+v", name, s)
+		}
+		addr = netip.MustParseAddr(s.IPs[0])
+		if !cidr.Contains(addr) || s.MAC != ovn.MACFor(addr).String() {
+			t.Fatalf("pod %s: entry %+v outside %s or with a MAC not derived from its address", name, s, cidr)
+		}
+		return ""
+	})
+	return addr
+}
+
+// errorOf waits for the pod's error annotation to contain want.
+func errorOf(t *testing.T, c client.Client, ns, name, want string) {
+	t.Helper()
+	eventually(t, "pod "+name+" told why it has no address", func(ctx context.Context) string {
+		pod, err := getPod(ctx, c, ns, name)
+		if err != nil {
+			return err.Error()
+		}
+		if msg := pod.Annotations[podnet.ErrorAnnotation]; !strings.Contains(msg, want) {
+			return fmt.Sprintf("error annotation %q, want it to contain %q", msg, want)
+		}
+		if _, ok, _ := podnet.Find(pod.Annotations); ok {
+			return "a pod without an address has a network-status entry"
+		}
+		return ""
+	})
+}
+
+// nbPorts lists the port names on the cluster's switch, read with ovn-nbctl.
+func nbPorts(ctx context.Context, nb *ovntest.Server) ([]string, error) {
+	out, err := nb.Ctl(ctx, "lsp-list", ovn.SwitchName(clusterID))
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(line); len(f) == 2 {
+			names = append(names, strings.Trim(f[1], "()"))
+		}
+	}
+	return names, nil
+}
+
+func waitPorts(t *testing.T, nb *ovntest.Server, want ...string) {
+	t.Helper()
+	eventually(t, "ports in the NB database", func(ctx context.Context) string {
+		got, err := nbPorts(ctx, nb)
+		if err != nil {
+			return err.Error()
+		}
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			return fmt.Sprintf("ports %v, want %v", got, want)
+		}
+		return ""
+	})
+}
+
+// TestOvnmaster runs the ovnmaster against a real member control plane and a real NB
+// database: pods get addresses and annotations, bad requests and an unreachable database are
+// reported on the pods, deleted pods release their ports, and a restarted ovnmaster keeps
+// every address.
+func TestOvnmaster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
+	env := testenv.ControlPlanes(t, clusterID)
+	cfg := env.Cluster(clusterID).RESTConfig()
+	c := testenv.Client(t, cfg)
+	ctx := t.Context()
+	for _, ns := range []string{"shop", "octopus-system"} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nb := ovntest.StartNB(t)
+	stop := master(t, cfg, nb)
+
+	createPod(t, c, "shop", "a")
+	createPod(t, c, "shop", "b")
+	createPod(t, c, "shop", "want", annotated(podnet.RequestedIPAnnotation, "10.112.0.50"))
+	createPod(t, c, "shop", "far", annotated(podnet.RequestedIPAnnotation, "10.200.0.1"))
+	createPod(t, c, "shop", "typo", annotated(podnet.RequestedIPAnnotation, "10.112.0.500"))
+	createPod(t, c, "shop", "out", annotated(podnet.OptOutAnnotation, "false"))
+	createPod(t, c, "shop", "host", hostNetwork)
+	createPod(t, c, "kube-system", "sys")
+
+	addrs := map[string]netip.Addr{}
+	for _, name := range []string{"a", "b", "want"} {
+		addrs[name] = addressOf(t, c, "shop", name)
+	}
+	if addrs["want"] != netip.MustParseAddr("10.112.0.50") {
+		t.Errorf("pod want got %s, asked for 10.112.0.50", addrs["want"])
+	}
+	if addrs["a"] == addrs["b"] {
+		t.Errorf("pods a and b share %s", addrs["a"])
+	}
+	errorOf(t, c, "shop", "far", "not in 10.112.0.0/24")
+	errorOf(t, c, "shop", "typo", "not an IP address")
+	waitPorts(t, nb, "east_shop_a", "east_shop_b", "east_shop_want")
+	for _, p := range []struct{ ns, name string }{{"shop", "out"}, {"shop", "host"}, {"kube-system", "sys"}} {
+		pod, err := getPod(ctx, c, p.ns, p.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := pod.Annotations[podnet.NetworkStatusAnnotation]; ok {
+			t.Errorf("pod %s/%s is not on the secondary network but was annotated: %v", p.ns, p.name, pod.Annotations)
+		}
+	}
+	eventually(t, "an event on pod far", func(ctx context.Context) string {
+		var evs eventsv1.EventList
+		if err := c.List(ctx, &evs, client.InNamespace("shop")); err != nil {
+			return err.Error()
+		}
+		for _, e := range evs.Items {
+			if e.Regarding.Name == "far" && e.Reason == ReasonAddressFailed && strings.Contains(e.Note, "10.200.0.1") {
+				return ""
+			}
+		}
+		return fmt.Sprintf("no %s event on pod far among %d events", ReasonAddressFailed, len(evs.Items))
+	})
+	var lease coordinationv1.Lease
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "octopus-system", Name: LeaderElectionID}, &lease); err != nil || lease.Spec.HolderIdentity == nil {
+		t.Errorf("leader-election Lease %s: %v %+v", LeaderElectionID, err, lease.Spec)
+	}
+
+	// Deleting a pod releases its port.
+	if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitPorts(t, nb, "east_shop_b", "east_shop_want")
+
+	// A restarted ovnmaster keeps every address, and hands a new pod a fresh one: not even
+	// the address the deleted pod had.
+	stop()
+	stop = master(t, cfg, nb)
+	createPod(t, c, "shop", "c")
+	addrs["c"] = addressOf(t, c, "shop", "c")
+	for _, name := range []string{"b", "want"} {
+		if got := addressOf(t, c, "shop", name); got != addrs[name] {
+			t.Errorf("pod %s had %s before the restart, %s after", name, addrs[name], got)
+		}
+	}
+	for _, name := range []string{"a", "b", "want"} {
+		if addrs["c"] == addrs[name] {
+			t.Errorf("new pod c got %s, the address of pod %s", addrs["c"], name)
+		}
+	}
+
+	// With the NB database down, a new pod is told why it waits; when the database is back
+	// it gets its address and the error goes.
+	nb.Stop()
+	createPod(t, c, "shop", "d")
+	errorOf(t, c, "shop", "d", "OVN northbound database")
+	errorOf(t, c, "shop", "far", "not in 10.112.0.0/24") // a known reason is not overwritten
+	nb.Start()
+	addrs["d"] = addressOf(t, c, "shop", "d")
+	waitPorts(t, nb, "east_shop_b", "east_shop_c", "east_shop_d", "east_shop_want")
+	stop()
+}

@@ -1,0 +1,210 @@
+// Package ovnmaster is the Kubernetes side of the secondary network: it watches the pods of
+// a member cluster, hands the whole set that should be on the network to the OVN data plane
+// (internal/datapath/ovn), and writes what each pod got into its annotations (podnet).
+package ovnmaster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
+	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
+)
+
+// Applier applies a cluster's desired secondary network; *ovn.Client is one.
+type Applier interface {
+	Apply(ctx context.Context, n ovn.Network) (ovn.Result, error)
+}
+
+// networkRequest is the only request the reconciler gets: every pod event asks for the whole
+// network to be reconciled, so a burst of events is one Apply, and Apply always sees every
+// pod (it could not release a deleted pod's port from that pod's event alone, which may be
+// missed, and must know every address in use to hand out a new one).
+var networkRequest = reconcile.Request{NamespacedName: types.NamespacedName{Name: "secondary-network"}}
+
+// applyTimeout bounds one Apply, which otherwise waits as long as the NB database is
+// unreachable; the pods then learn why, and the request is retried with backoff.
+const applyTimeout = 10 * time.Second
+
+// Event reasons and actions on pods (events.k8s.io).
+const (
+	ReasonAddressFailed = "SecondaryNetworkFailed"
+	actionAllocate      = "AllocateSecondaryAddress"
+)
+
+// systemNamespaces never join the secondary network: the cluster's own machinery, and
+// Octopus's (its gateway reaches the network through a port of its own).
+var systemNamespaces = map[string]bool{
+	"kube-system": true, "kube-public": true, "kube-node-lease": true, "octopus-system": true,
+}
+
+// Reconciler makes the cluster's secondary network match its pods.
+type Reconciler struct {
+	// Client reads pods (from the manager's cache) and patches their annotations.
+	Client client.Client
+	// NB is the OVN northbound database.
+	NB Applier
+	// ClusterID and CIDR are the cluster's ID and secondary block.
+	ClusterID string
+	CIDR      netip.Prefix
+	// Events records why a pod got no address.
+	Events events.EventRecorder
+	Log    logr.Logger
+}
+
+// Reconcile applies the network of every pod and writes each pod's result.
+func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing pods: %w", err)
+	}
+	n := ovn.Network{ClusterID: r.ClusterID, CIDR: r.CIDR}
+	members := map[ovn.PodKey]*corev1.Pod{}
+	refused := map[ovn.PodKey]error{}
+	var leaving []*corev1.Pod
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		k := ovn.PodKey{Namespace: pod.Namespace, Name: pod.Name}
+		if !member(pod) {
+			// Host-network and system pods have nothing to clean; a pod that opted out or
+			// finished has its address released, and must not keep claiming it.
+			leaving = append(leaving, pod)
+			continue
+		}
+		members[k] = pod
+		req, err := podnet.RequestedIP(pod.Annotations)
+		if err != nil {
+			if _, has, _ := podnet.Find(pod.Annotations); !has {
+				refused[k] = err
+				continue
+			}
+			// The request only matters when the port is made: a pod that has its address
+			// keeps it whatever its annotation says now.
+			req = netip.Addr{}
+		}
+		n.Pods = append(n.Pods, ovn.Pod{Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID), RequestedIP: req})
+	}
+
+	applyCtx, cancel := context.WithTimeout(ctx, applyTimeout)
+	res, err := r.NB.Apply(applyCtx, n)
+	cancel()
+	var errs []error
+	if err != nil {
+		// Nothing was written. Pods that have their address keep it (their ports are still
+		// in the database), and pods that were told why they have none keep that reason; new
+		// pods are told why they wait.
+		unavailable := fmt.Errorf("could not write to the OVN northbound database, retrying: %w", err)
+		for k, pod := range members {
+			if _, has, _ := podnet.Find(pod.Annotations); !has && pod.Annotations[podnet.ErrorAnnotation] == "" {
+				errs = append(errs, r.setPodError(ctx, pod, cmpErr(refused[k], unavailable)))
+			}
+		}
+		return reconcile.Result{}, errors.Join(append(errs, fmt.Errorf("applying the secondary network: %w", err))...)
+	}
+	for k, pod := range members {
+		if att, ok := res.Attached[k]; ok {
+			errs = append(errs, r.setPodAddress(ctx, pod, att))
+			continue
+		}
+		errs = append(errs, r.setPodError(ctx, pod, cmpErr(refused[k], res.Failed[k])))
+	}
+	for _, pod := range leaving {
+		errs = append(errs, r.patchAnnotations(ctx, pod, func(a map[string]string) error {
+			delete(a, podnet.ErrorAnnotation)
+			return setEntry(a, nil)
+		}))
+	}
+	if len(res.Failed)+len(refused) > 0 {
+		r.Log.V(1).Info("Pods without a secondary address", "failed", len(res.Failed)+len(refused))
+	}
+	return reconcile.Result{}, errors.Join(errs...)
+}
+
+// member reports whether the pod belongs on the secondary network.
+func member(pod *corev1.Pod) bool {
+	return !pod.Spec.HostNetwork && !systemNamespaces[pod.Namespace] && !podnet.OptedOut(pod.Annotations) && !terminal(pod)
+}
+
+// terminal pods have stopped for good: their address goes back to the block.
+func terminal(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// setPodAddress writes the pod's network-status entry and clears any earlier error.
+func (r *Reconciler) setPodAddress(ctx context.Context, pod *corev1.Pod, att ovn.Attachment) error {
+	entry := podnet.Entry(att.IP.Addr(), att.MAC.String())
+	return r.patchAnnotations(ctx, pod, func(a map[string]string) error {
+		delete(a, podnet.ErrorAnnotation)
+		return setEntry(a, &entry)
+	})
+}
+
+// setPodError records why the pod has no address, as an annotation (which the NRI plugin
+// reads to refuse the pod) and, when the reason is new, as an event.
+func (r *Reconciler) setPodError(ctx context.Context, pod *corev1.Pod, reason error) error {
+	msg := reason.Error()
+	if pod.Annotations[podnet.ErrorAnnotation] == msg {
+		return nil
+	}
+	if err := r.patchAnnotations(ctx, pod, func(a map[string]string) error {
+		a[podnet.ErrorAnnotation] = msg
+		return setEntry(a, nil)
+	}); err != nil {
+		return err
+	}
+	r.Events.Eventf(pod, nil, corev1.EventTypeWarning, ReasonAddressFailed, actionAllocate, "No address on the secondary network: %s", msg)
+	return nil
+}
+
+func setEntry(a map[string]string, entry *podnet.Status) error {
+	v, err := podnet.Set(a[podnet.NetworkStatusAnnotation], entry)
+	if err != nil {
+		return err
+	}
+	if v == "" {
+		delete(a, podnet.NetworkStatusAnnotation)
+	} else {
+		a[podnet.NetworkStatusAnnotation] = v
+	}
+	return nil
+}
+
+// patchAnnotations applies change to a copy of the pod's annotations and patches the pod if
+// they differ. A merge patch touches only the keys that changed, so it races with no other
+// writer of the pod's annotations.
+func (r *Reconciler) patchAnnotations(ctx context.Context, pod *corev1.Pod, change func(map[string]string) error) error {
+	a := maps.Clone(pod.Annotations)
+	if a == nil {
+		a = map[string]string{}
+	}
+	if err := change(a); err != nil {
+		return fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if maps.Equal(a, pod.Annotations) {
+		return nil
+	}
+	patched := pod.DeepCopy()
+	patched.Annotations = a
+	if err := r.Client.Patch(ctx, patched, client.MergeFrom(pod)); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("annotating pod %s/%s: %w", pod.Namespace, pod.Name, err))
+	}
+	return nil
+}

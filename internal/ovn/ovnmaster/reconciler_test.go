@@ -1,0 +1,121 @@
+package ovnmaster
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
+	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
+)
+
+// fakeNB records the network it was given and attaches every pod at a fixed address, or
+// fails as a whole.
+type fakeNB struct {
+	got ovn.Network
+	err error
+}
+
+func (f *fakeNB) Apply(_ context.Context, n ovn.Network) (ovn.Result, error) {
+	f.got = n
+	if f.err != nil {
+		return ovn.Result{}, f.err
+	}
+	res := ovn.Result{Attached: map[ovn.PodKey]ovn.Attachment{}}
+	for _, p := range n.Pods {
+		ip := netip.MustParseAddr("10.112.0.7")
+		res.Attached[p.Key()] = ovn.Attachment{Port: ovn.PortName("east", p.Key()), MAC: ovn.MACFor(ip), IP: netip.PrefixFrom(ip, 24)}
+	}
+	return res, nil
+}
+
+var _ Applier = (*fakeNB)(nil)
+
+func testPod(ns, name string, annotations map[string]string, mutate ...func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name), Annotations: annotations}}
+	for _, m := range mutate {
+		m(p)
+	}
+	return p
+}
+
+func TestReconcileChoosesMembersAndCleansUp(t *testing.T) {
+	ours, err := podnet.Set(`[{"name":"cbr0","interface":"eth0"}]`, &podnet.Status{Name: podnet.NetworkName, Interface: "net1", IPs: []string{"10.112.0.9"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	succeeded := func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }
+	pods := []client.Object{
+		testPod("shop", "plain", nil),
+		testPod("shop", "done", map[string]string{podnet.NetworkStatusAnnotation: ours}, succeeded),
+		testPod("shop", "left", map[string]string{podnet.NetworkStatusAnnotation: ours, podnet.OptOutAnnotation: "false"}),
+		testPod("shop", "host", nil, hostNetwork),
+		testPod("octopus-system", "gw", nil),
+		// Its request is broken, but it already has its address: it keeps it.
+		testPod("shop", "had", map[string]string{podnet.NetworkStatusAnnotation: ours, podnet.RequestedIPAnnotation: "nope"}),
+	}
+	c := fake.NewClientBuilder().WithObjects(pods...).Build()
+	nb := &fakeNB{}
+	r := &Reconciler{Client: c, NB: nb, ClusterID: "east", CIDR: netip.MustParsePrefix("10.112.0.0/24"), Events: events.NewFakeRecorder(10), Log: logr.Discard()}
+	if _, err := r.Reconcile(t.Context(), networkRequest); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range nb.got.Pods {
+		names = append(names, p.Name)
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"had", "plain"}) {
+		t.Errorf("network holds pods %v, want had and plain", names)
+	}
+	annotations := func(name string) map[string]string {
+		p, err := getPod(t.Context(), c, "shop", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Annotations
+	}
+	if a := annotations("left"); !maps.Equal(a, map[string]string{podnet.NetworkStatusAnnotation: `[{"name":"cbr0","interface":"eth0"}]`, podnet.OptOutAnnotation: "false"}) {
+		t.Errorf("a pod that opted out keeps our entry: %v", a)
+	}
+	if a := annotations("done"); a[podnet.NetworkStatusAnnotation] != `[{"name":"cbr0","interface":"eth0"}]` {
+		t.Errorf("a finished pod, whose address went back to the block, still claims it: %v", a)
+	}
+	if s, ok, _ := podnet.Find(annotations("plain")); !ok || s.IPs[0] != "10.112.0.7" {
+		t.Errorf("pod plain: %+v %v", s, ok)
+	}
+}
+
+func TestReconcileDatabaseDown(t *testing.T) {
+	c := fake.NewClientBuilder().WithObjects(
+		testPod("shop", "new", nil),
+		testPod("shop", "told", map[string]string{podnet.ErrorAnnotation: "address block exhausted"}),
+	).Build()
+	rec := events.NewFakeRecorder(10)
+	r := &Reconciler{Client: c, NB: &fakeNB{err: errors.New("connection refused")}, ClusterID: "east", CIDR: netip.MustParsePrefix("10.112.0.0/24"), Events: rec, Log: logr.Discard()}
+	if _, err := r.Reconcile(t.Context(), networkRequest); err == nil {
+		t.Fatal("Reconcile succeeded with the database down; it must fail to be retried")
+	}
+	p, _ := getPod(t.Context(), c, "shop", "new")
+	if got := p.Annotations[podnet.ErrorAnnotation]; got != "could not write to the OVN northbound database, retrying: connection refused" {
+		t.Errorf("new pod's error annotation %q", got)
+	}
+	p, _ = getPod(t.Context(), c, "shop", "told")
+	if got := p.Annotations[podnet.ErrorAnnotation]; got != "address block exhausted" {
+		t.Errorf("the known reason was overwritten: %q", got)
+	}
+	if len(rec.Events) != 1 {
+		t.Errorf("%d events, want one for the new pod", len(rec.Events))
+	}
+}

@@ -1,0 +1,167 @@
+package ovnmaster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"sync"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
+	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
+	"github.com/octopus-mcs/octopus/internal/kube"
+)
+
+// LeaderElectionID is the ovnmaster's leader-election Lease: one replica writes the NB
+// database, because two would keep re-planning against each other's writes (the data plane's
+// transaction guard keeps them from handing out an address twice, not from wasting work).
+const LeaderElectionID = "octopus-ovnmaster"
+
+// Options configure Run.
+type Options struct {
+	// Member is the client configuration of the member cluster (required).
+	Member *rest.Config
+	// ClusterID and CIDR are the cluster's ID and its secondary block (required).
+	ClusterID string
+	CIDR      netip.Prefix
+	// NBEndpoint is the OVN NB database, "unix:/path" or "tcp:host:port" (required).
+	NBEndpoint string
+	// LeaderElection makes replicas elect one active ovnmaster through the LeaderElectionID
+	// Lease in LeaderElectionNamespace.
+	LeaderElection          bool
+	LeaderElectionNamespace string
+	// HealthProbeBindAddress and MetricsBindAddress are the manager's listen addresses; "0"
+	// or "" turns them off.
+	HealthProbeBindAddress, MetricsBindAddress string
+	Log                                        logr.Logger
+}
+
+func (o Options) validate() error {
+	var errs []error
+	if o.Member == nil {
+		errs = append(errs, errors.New("no member cluster configuration"))
+	}
+	if o.ClusterID == "" {
+		errs = append(errs, errors.New("the cluster ID is required"))
+	}
+	if _, err := hostaddr.NewBlock(o.CIDR); err != nil {
+		errs = append(errs, fmt.Errorf("secondary CIDR: %w", err))
+	}
+	if o.NBEndpoint == "" {
+		errs = append(errs, errors.New("the OVN NB database endpoint is required"))
+	}
+	if o.LeaderElection && o.LeaderElectionNamespace == "" {
+		errs = append(errs, errors.New("leader election needs a namespace"))
+	}
+	return errors.Join(errs...)
+}
+
+// Run runs the ovnmaster until ctx is cancelled. It connects to the NB database only once it
+// leads, and again whenever the connection was never made: an unreachable database is an
+// error on the pods waiting for an address, not a reason to exit.
+func Run(ctx context.Context, o Options) error {
+	if err := o.validate(); err != nil {
+		return fmt.Errorf("ovnmaster: %w", err)
+	}
+	if o.Log.GetSink() == nil {
+		o.Log = logr.Discard()
+	}
+	mgr, err := manager.New(o.Member, manager.Options{
+		Scheme:                        kube.Scheme,
+		Cache:                         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress:        o.HealthProbeBindAddress,
+		LeaderElection:                o.LeaderElection,
+		LeaderElectionID:              LeaderElectionID,
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		Logger:                        o.Log,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the ovnmaster's manager: %w", err)
+	}
+	if o.HealthProbeBindAddress != "0" && o.HealthProbeBindAddress != "" {
+		if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+			return err
+		}
+		if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+			return err
+		}
+	}
+	nb := &lazyNB{opts: ovn.Options{Endpoint: o.NBEndpoint, Log: o.Log.WithName("nb")}}
+	defer nb.Close()
+	r := &Reconciler{
+		Client: mgr.GetClient(), NB: nb, ClusterID: o.ClusterID, CIDR: o.CIDR,
+		Events: mgr.GetEventRecorder("octopus-ovnmaster"), Log: o.Log,
+	}
+	toNetwork := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{networkRequest}
+	})
+	err = builder.ControllerManagedBy(mgr).Named("ovnmaster").
+		Watches(&corev1.Pod{}, toNetwork, builder.WithPredicates(relevantPodChange)).
+		// One worker: there is one request, the whole network. Controller names are checked
+		// process-wide; a process runs one ovnmaster, but tests restart it within theirs.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1, SkipNameValidation: ptr.To(true)}).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("creating the ovnmaster controller: %w", err)
+	}
+	return mgr.Start(ctx)
+}
+
+// relevantPodChange drops pod updates that cannot change the network: most are status
+// updates (conditions, container states) that leave annotations and phase alone.
+var relevantPodChange = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	oldPod, ok1 := e.ObjectOld.(*corev1.Pod)
+	newPod, ok2 := e.ObjectNew.(*corev1.Pod)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return oldPod.Status.Phase != newPod.Status.Phase || !maps.Equal(oldPod.Annotations, newPod.Annotations)
+}}
+
+// lazyNB connects to the NB database on first use, and again after a failed connect.
+// Once connected, the client reconnects by itself.
+type lazyNB struct {
+	opts ovn.Options
+	mu   sync.Mutex
+	c    *ovn.Client
+}
+
+func (l *lazyNB) Apply(ctx context.Context, n ovn.Network) (ovn.Result, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.c == nil {
+		c, err := ovn.Connect(ctx, l.opts)
+		if err != nil {
+			return ovn.Result{}, err
+		}
+		l.c = c
+	}
+	return l.c.Apply(ctx, n)
+}
+
+func (l *lazyNB) Close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.c != nil {
+		l.c.Close()
+	}
+}

@@ -1,0 +1,140 @@
+package ovntest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// VSwitchSchema is the Open vSwitch database schema (Debian's openvswitch-common).
+const VSwitchSchema = "/usr/share/openvswitch/vswitch.ovsschema"
+
+// Chassis is one OVN node: its own network namespace, with ovs-vswitchd on the userspace
+// (netdev) datapath, the only one these machines have (no OVS kernel module), and
+// ovn-controller making br-int follow the southbound database. Pods are further
+// namespaces joined to it by veths, the way the NRI plugin will attach them.
+type Chassis struct {
+	// Netns is the node's network namespace.
+	Netns string
+
+	t      testing.TB
+	dir    string
+	prefix string // of every namespace and link this chassis makes
+	ovs    *Server
+	pods   int
+}
+
+// StartChassis starts a chassis bound to c's southbound database. It needs root (network
+// namespaces); the namespaces, links and processes go when the test ends.
+func StartChassis(t testing.TB, c *Central) *Chassis {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("a chassis needs root for its network namespaces")
+	}
+	need(t, "ovs-vswitchd", "ovn-controller", "ovs-vsctl", "ip")
+	suffix := make([]byte, 3)
+	_, _ = rand.Read(suffix)
+	ch := &Chassis{t: t, dir: c.dir, prefix: "ovnt" + hex.EncodeToString(suffix)}
+	ch.Netns = ch.netns("node")
+	ch.ovs = startServer(t, c.dir, ch.Netns, "ovs", VSwitchSchema, "ovs-vsctl")
+	ch.vsctl("--no-wait", "init")
+	vswitchd := start(t, c.dir, ch.Netns, "ovs-vswitchd", ch.ovs.Endpoint,
+		"--unixctl="+filepath.Join(c.dir, "vswitchd.ctl"), "--log-file="+filepath.Join(c.dir, "vswitchd.log"))
+	t.Cleanup(func() { vswitchd.stop(t) })
+	ch.vsctl("set", "Open_vSwitch", ".",
+		"external_ids:system-id="+ch.prefix,
+		"external_ids:ovn-remote="+c.SB.Endpoint,
+		// Geneve to ourselves: one chassis has no tunnels to build, but ovn-controller
+		// wants an encapsulation to register.
+		"external_ids:ovn-encap-type=geneve", "external_ids:ovn-encap-ip=127.0.0.1",
+		"external_ids:ovn-bridge-datapath-type=netdev")
+	controller := start(t, c.dir, ch.Netns, "ovn-controller", ch.ovs.Endpoint,
+		"--log-file="+filepath.Join(c.dir, "controller.log"))
+	t.Cleanup(func() { controller.stop(t) })
+	ch.eventually("ovn-controller to create br-int", func() error {
+		_, err := ch.ovs.Ctl(context.Background(), "br-exists", "br-int")
+		return err
+	})
+	return ch
+}
+
+// AttachPod creates a pod namespace joined to br-int as logical port port: a veth whose pod
+// end is net1 with mac and addr, and whose node end carries external_ids:iface-id=port. It
+// returns the pod's namespace once OVN reports the port up.
+func (ch *Chassis) AttachPod(nb *Server, port string, mac net.HardwareAddr, addr netip.Prefix) string {
+	ch.t.Helper()
+	ch.pods++
+	pod := ch.netns(fmt.Sprintf("p%d", ch.pods))
+	host := fmt.Sprintf("%s-%d", ch.prefix, ch.pods) // at most 15 bytes
+	ch.ip("link", "add", host, "netns", ch.Netns, "type", "veth", "peer", "name", "net1", "netns", pod)
+	ch.ip("-n", ch.Netns, "link", "set", host, "up")
+	ch.ip("-n", pod, "link", "set", "net1", "address", mac.String())
+	ch.ip("-n", pod, "addr", "add", addr.String(), "dev", "net1")
+	ch.ip("-n", pod, "link", "set", "net1", "up")
+	ch.ip("-n", pod, "link", "set", "lo", "up")
+	ch.vsctl("add-port", "br-int", host, "--", "set", "Interface", host, "external_ids:iface-id="+port)
+	ch.eventually("port "+port+" up", func() error {
+		out, err := nb.Ctl(context.Background(), "get", "Logical_Switch_Port", port, "up")
+		if err == nil && strings.TrimSpace(out) != "true" {
+			err = fmt.Errorf("up = %s", strings.TrimSpace(out))
+		}
+		return err
+	})
+	return pod
+}
+
+// Exec runs a command in network namespace netns and returns its combined output.
+func Exec(ctx context.Context, netns string, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", netns}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// netns creates the namespace <prefix>-<role> and removes it when the test ends.
+func (ch *Chassis) netns(role string) string {
+	name := ch.prefix + "-" + role
+	ch.ip("netns", "add", name)
+	ch.t.Cleanup(func() {
+		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
+			ch.t.Errorf("ip netns del %s: %v: %s", name, err, out)
+		}
+	})
+	return name
+}
+
+func (ch *Chassis) ip(args ...string) {
+	ch.t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		ch.t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+func (ch *Chassis) vsctl(args ...string) {
+	ch.t.Helper()
+	if _, err := ch.ovs.Ctl(context.Background(), args...); err != nil {
+		ch.t.Fatal(err)
+	}
+}
+
+func (ch *Chassis) eventually(what string, check func() error) {
+	ch.t.Helper()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			ch.t.Fatalf("waiting for %s: %v (logs in %s)", what, err, ch.dir)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,149 @@
+// Package podnet is the secondary network's contract with pods, written in their annotations:
+// which pods take part, the address a pod may ask for, and what it got, reported in the
+// network-status annotation of the Kubernetes network plumbing conventions (the format
+// Multus and the tools around it read). The ovnmaster writes it; the NRI plugin and
+// `octopus show` read it. Pure functions over annotation maps: no Kubernetes client.
+package podnet
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+)
+
+// Annotation and label keys. They move to api/v1alpha1's shared names once that file is on
+// main; they are here so that the ovnmaster and the NRI plugin read the same ones.
+const (
+	// NetworkStatusAnnotation is the network plumbing working group's annotation: a JSON list
+	// of the pod's network attachments. The ovnmaster owns exactly one entry in it, named
+	// NetworkName, and keeps every other entry as it finds it (Multus writes its own).
+	NetworkStatusAnnotation = "k8s.v1.cni.cncf.io/network-status"
+	// NetworkName is the name of the secondary network's entry. Not of the form
+	// "<namespace>/<name>" of a NetworkAttachmentDefinition, so it can never be taken for one.
+	NetworkName = "octopus.io/secondary"
+	// InterfaceName is the pod's interface on the secondary network.
+	InterfaceName = "net1"
+
+	// ErrorAnnotation holds why the pod has no address on the secondary network (an address
+	// request that cannot be met, an exhausted block, the OVN database unreachable). It is
+	// removed once the pod has an address. The NRI plugin refuses to start a pod that has it,
+	// and reports it, rather than start the pod without net1.
+	ErrorAnnotation = "octopus.io/secondary-network-error"
+
+	// OptOutAnnotation set to "false" keeps a pod off the secondary network. Pods are on it
+	// by default, because cross-cluster traffic in secondary addressing uses only net1.
+	OptOutAnnotation = "octopus.io/secondary-network"
+	// RequestedIPAnnotation asks for a specific address from the cluster's secondary block.
+	// It is honoured when the pod's port is created; a pod keeps its address for its lifetime.
+	RequestedIPAnnotation = "octopus.io/secondary-ip"
+)
+
+// Status is one entry of the network-status annotation, with the fields the conventions
+// define that the secondary network fills.
+type Status struct {
+	Name      string   `json:"name"`
+	Interface string   `json:"interface,omitempty"`
+	IPs       []string `json:"ips,omitempty"`
+	MAC       string   `json:"mac,omitempty"`
+	Default   bool     `json:"default,omitempty"`
+}
+
+// Entry is the secondary network's entry for a pod with address ip and MAC mac.
+func Entry(ip netip.Addr, mac string) Status {
+	return Status{Name: NetworkName, Interface: InterfaceName, IPs: []string{ip.String()}, MAC: mac}
+}
+
+// Find returns the secondary network's entry in the pod's annotations, if there is one.
+func Find(annotations map[string]string) (Status, bool, error) {
+	list, err := parse(annotations[NetworkStatusAnnotation])
+	if err != nil {
+		return Status{}, false, err
+	}
+	i := list.index()
+	if i < 0 {
+		return Status{}, false, nil
+	}
+	var s Status
+	if err := json.Unmarshal(list[i], &s); err != nil {
+		return Status{}, false, fmt.Errorf("entry %s of annotation %s: %w", NetworkName, NetworkStatusAnnotation, err)
+	}
+	return s, true, nil
+}
+
+// Set returns the network-status annotation's value with the secondary network's entry
+// replaced by entry (or removed, if entry is nil), every other entry kept byte for byte in
+// its place. "" means the annotation should be removed: nothing is left in it. A value that
+// is not a JSON list is an error rather than overwritten: it is someone else's data.
+func Set(current string, entry *Status) (string, error) {
+	list, err := parse(current)
+	if err != nil {
+		return "", err
+	}
+	i := list.index()
+	var raw json.RawMessage
+	if entry != nil {
+		if raw, err = json.Marshal(entry); err != nil {
+			return "", err
+		}
+	}
+	switch {
+	case entry == nil && i < 0:
+		return current, nil
+	case entry == nil:
+		list = slices.Delete(list, i, i+1)
+	case i < 0:
+		list = append(list, raw)
+	default:
+		list[i] = raw
+	}
+	if len(list) == 0 {
+		return "", nil
+	}
+	b, err := json.Marshal(list)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// entries is the annotation's list, each entry kept as it was written: the ovnmaster
+// rewrites its own and must not drop fields of others' (dns, device-info, mtu, ...).
+type entries []json.RawMessage
+
+func parse(value string) (entries, error) {
+	if value == "" {
+		return nil, nil
+	}
+	var list entries
+	if err := json.Unmarshal([]byte(value), &list); err != nil {
+		return nil, fmt.Errorf("annotation %s is not a JSON list of network statuses: %w", NetworkStatusAnnotation, err)
+	}
+	return list, nil
+}
+
+// index is the position of the secondary network's entry, or -1.
+func (l entries) index() int {
+	return slices.IndexFunc(l, func(raw json.RawMessage) bool {
+		var named struct {
+			Name string `json:"name"`
+		}
+		return json.Unmarshal(raw, &named) == nil && named.Name == NetworkName
+	})
+}
+
+// OptedOut reports whether the pod's annotations keep it off the secondary network.
+func OptedOut(annotations map[string]string) bool { return annotations[OptOutAnnotation] == "false" }
+
+// RequestedIP parses the pod's address request; the zero Addr if it asks for none.
+func RequestedIP(annotations map[string]string) (netip.Addr, error) {
+	v, ok := annotations[RequestedIPAnnotation]
+	if !ok {
+		return netip.Addr{}, nil
+	}
+	a, err := netip.ParseAddr(v)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("annotation %s=%q is not an IP address: %w", RequestedIPAnnotation, v, err)
+	}
+	return a, nil
+}

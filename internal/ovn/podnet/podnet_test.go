@@ -1,0 +1,65 @@
+package podnet
+
+import (
+	"net/netip"
+	"testing"
+)
+
+func TestSet(t *testing.T) {
+	ours := Entry(netip.MustParseAddr("10.112.0.2"), "0a:58:0a:70:00:02")
+	const oursJSON = `{"name":"octopus.io/secondary","interface":"net1","ips":["10.112.0.2"],"mac":"0a:58:0a:70:00:02"}`
+	const multus = `{"name":"cbr0","interface":"eth0","ips":["10.244.0.5"],"default":true,"dns":{"nameservers":["10.96.0.10"]},"mtu":1450}`
+	for _, tc := range []struct {
+		name, current string
+		entry         *Status
+		want          string
+		wantErr       bool
+	}{
+		{name: "add to nothing", entry: &ours, want: "[" + oursJSON + "]"},
+		{name: "add after Multus's entry, keeping its fields", current: "[" + multus + "]", entry: &ours, want: "[" + multus + "," + oursJSON + "]"},
+		{name: "replace ours in place", current: `[{"name":"octopus.io/secondary","ips":["10.112.0.9"]},` + multus + `]`, entry: &ours, want: "[" + oursJSON + "," + multus + "]"},
+		{name: "remove ours", current: "[" + multus + "," + oursJSON + "]", want: "[" + multus + "]"},
+		{name: "remove the last entry removes the annotation", current: "[" + oursJSON + "]", want: ""},
+		{name: "remove from nothing", want: ""},
+		{name: "not a list is left alone", current: `{"name":"x"}`, entry: &ours, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Set(tc.current, tc.entry)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("Set() error = %v, want error %v", err, tc.wantErr)
+			}
+			if got != tc.want {
+				t.Errorf("Set() =\n%s\nwant\n%s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestFind(t *testing.T) {
+	v, err := Set(`[{"name":"cbr0","interface":"eth0"}]`, &Status{Name: NetworkName, Interface: "net1", IPs: []string{"10.112.0.7"}, MAC: "0a:58:0a:70:00:07"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ok, err := Find(map[string]string{NetworkStatusAnnotation: v})
+	if err != nil || !ok || s.IPs[0] != "10.112.0.7" || s.Interface != "net1" {
+		t.Fatalf("Find = %+v, %v, %v", s, ok, err)
+	}
+	if _, ok, err := Find(map[string]string{}); ok || err != nil {
+		t.Fatalf("Find on no annotation = %v, %v", ok, err)
+	}
+	if _, _, err := Find(map[string]string{NetworkStatusAnnotation: "nope"}); err == nil {
+		t.Fatal("Find accepted a broken annotation")
+	}
+}
+
+func TestRequestedIP(t *testing.T) {
+	if a, err := RequestedIP(map[string]string{RequestedIPAnnotation: "10.112.0.50"}); err != nil || a != netip.MustParseAddr("10.112.0.50") {
+		t.Errorf("RequestedIP = %v, %v", a, err)
+	}
+	if a, err := RequestedIP(nil); err != nil || a.IsValid() {
+		t.Errorf("RequestedIP(nil) = %v, %v", a, err)
+	}
+	if _, err := RequestedIP(map[string]string{RequestedIPAnnotation: "10.112.0.50/24"}); err == nil {
+		t.Error("RequestedIP accepted a prefix")
+	}
+}
