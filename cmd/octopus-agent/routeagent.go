@@ -9,8 +9,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/octopus-mcs/octopus/internal/agent"
-	"github.com/octopus-mcs/octopus/internal/route"
-	"github.com/octopus-mcs/octopus/internal/route/routeagent"
+	"github.com/octopus-mcs/octopus/internal/datapath/route"
+	"github.com/octopus-mcs/octopus/internal/routeagent"
 )
 
 // routeAgentOptions are the flags of `octopus-agent route-agent`.

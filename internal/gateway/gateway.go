@@ -24,10 +24,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/kube"
-	"github.com/octopus-mcs/octopus/internal/route/routeagent"
-	"github.com/octopus-mcs/octopus/internal/tunnel"
+	"github.com/octopus-mcs/octopus/internal/routeagent"
 )
 
 // Defaults of Options.
@@ -119,7 +119,7 @@ type Options struct {
 	Log logr.Logger
 }
 
-// Prober measures the connection to each remote gateway (package tunnel/health behind an
+// Prober measures the connection to each remote gateway (package datapath/health behind an
 // adapter). Snapshot is keyed by cluster ID.
 type Prober interface {
 	SetTargets(targets map[string]netip.Addr)

@@ -26,14 +26,14 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/cluster"
+	"github.com/octopus-mcs/octopus/internal/datapath/route"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/kernel"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/tunneltest"
 	"github.com/octopus-mcs/octopus/internal/gateway"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
-	"github.com/octopus-mcs/octopus/internal/route"
 	"github.com/octopus-mcs/octopus/internal/testenv"
-	"github.com/octopus-mcs/octopus/internal/tunnel/kernel"
-	"github.com/octopus-mcs/octopus/internal/tunnel/tunneltest"
 )
 
 // xpod is a pod of the cross-cluster test.

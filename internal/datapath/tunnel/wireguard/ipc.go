@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/octopus-mcs/octopus/internal/tunnel/spec"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/spec"
 )
 
 // PersistentKeepalive keeps NAT mappings on the underlay open and lets a gateway notice a dead

@@ -8,7 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/octopus-mcs/octopus/internal/route"
+	"github.com/octopus-mcs/octopus/internal/datapath/route"
 )
 
 func TestDesired(t *testing.T) {

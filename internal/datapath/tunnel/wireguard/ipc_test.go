@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/octopus-mcs/octopus/internal/tunnel/spec"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/spec"
 )
 
 func key(b byte) (b64, hx string) {

@@ -3,7 +3,7 @@ package routeagent
 import (
 	"net/netip"
 
-	"github.com/octopus-mcs/octopus/internal/route"
+	"github.com/octopus-mcs/octopus/internal/datapath/route"
 )
 
 // Gateway is the active gateway as the route agent sees it.

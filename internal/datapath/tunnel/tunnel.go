@@ -8,9 +8,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/octopus-mcs/octopus/internal/tunnel/spec"
-	"github.com/octopus-mcs/octopus/internal/tunnel/vxlan"
-	"github.com/octopus-mcs/octopus/internal/tunnel/wireguard"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/spec"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/vxlan"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/wireguard"
 )
 
 // The types live in package spec so that the drivers can implement them without importing

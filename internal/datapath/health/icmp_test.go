@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/health"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/tunneltest"
 	"github.com/octopus-mcs/octopus/internal/testenv"
-	"github.com/octopus-mcs/octopus/internal/tunnel/health"
-	"github.com/octopus-mcs/octopus/internal/tunnel/tunneltest"
 )
 
 // TestICMPInNamespaces probes a real neighbour over a veth underlay: up with plausible RTTs,

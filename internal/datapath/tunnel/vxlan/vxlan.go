@@ -30,8 +30,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/octopus-mcs/octopus/internal/tunnel/kernel"
-	"github.com/octopus-mcs/octopus/internal/tunnel/spec"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/kernel"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/spec"
 )
 
 // Name is what the driver reports.

@@ -22,8 +22,8 @@ import (
 	"golang.zx2c4.com/wireguard/device"
 	"golang.zx2c4.com/wireguard/tun"
 
-	"github.com/octopus-mcs/octopus/internal/tunnel/kernel"
-	"github.com/octopus-mcs/octopus/internal/tunnel/spec"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/kernel"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/spec"
 )
 
 // NameUserspace is what Name reports for the embedded wireguard-go.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/octopus-mcs/octopus/internal/tunnel/spec"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/spec"
 )
 
 func TestMACFor(t *testing.T) {

@@ -12,10 +12,10 @@ import (
 
 	"github.com/go-logr/logr/testr"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/kernel"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/tunneltest"
 	"github.com/octopus-mcs/octopus/internal/testenv"
-	"github.com/octopus-mcs/octopus/internal/tunnel"
-	"github.com/octopus-mcs/octopus/internal/tunnel/kernel"
-	"github.com/octopus-mcs/octopus/internal/tunnel/tunneltest"
 )
 
 func TestNewUnknownBackend(t *testing.T) {

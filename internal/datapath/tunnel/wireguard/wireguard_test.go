@@ -13,9 +13,9 @@ import (
 
 	"github.com/go-logr/logr/testr"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/spec"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/tunneltest"
 	"github.com/octopus-mcs/octopus/internal/testenv"
-	"github.com/octopus-mcs/octopus/internal/tunnel/spec"
-	"github.com/octopus-mcs/octopus/internal/tunnel/tunneltest"
 )
 
 // TestPeersAndGoroutines checks what the end-to-end test in package tunnel cannot see from
