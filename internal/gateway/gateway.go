@@ -25,6 +25,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/drivers"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/routeagent"
@@ -87,7 +88,7 @@ type Options struct {
 	StatusInterval time.Duration
 	// ResyncInterval re-applies the tunnel configuration without an event.
 	ResyncInterval time.Duration
-	// NewDriver creates the tunnel driver on becoming active. Optional: tunnel.New.
+	// NewDriver creates the tunnel driver on becoming active. Optional: drivers.New.
 	NewDriver func(backend string, o tunnel.Options) (tunnel.Driver, error)
 	// NewProber creates the health prober on becoming active. Optional: without it the
 	// connection state comes from the driver's handshakes alone.
@@ -186,7 +187,7 @@ func (o *Options) setDefaults() error {
 		return fmt.Errorf("gateway: the takeover wait %s must exceed the retry period %s", o.TakeoverAfter, o.RetryPeriod)
 	}
 	if o.NewDriver == nil {
-		o.NewDriver = tunnel.New
+		o.NewDriver = drivers.New
 	}
 	if o.AddressDevice == nil {
 		o.AddressDevice = ensureAddr

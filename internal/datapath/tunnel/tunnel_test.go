@@ -13,20 +13,11 @@ import (
 	"github.com/go-logr/logr/testr"
 
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/drivers"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/kernel"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/tunneltest"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
-
-func TestNewUnknownBackend(t *testing.T) {
-	_, err := tunnel.New("ipsec", tunnel.Options{Device: "x"})
-	if err == nil || !strings.Contains(err.Error(), "vxlan") || !strings.Contains(err.Error(), "wireguard") {
-		t.Fatalf("New(ipsec) = %v, want an error listing the supported backends", err)
-	}
-	if _, err := tunnel.New("vxlan", tunnel.Options{}); err == nil {
-		t.Fatal("New without a device name succeeded")
-	}
-}
 
 const port = 51820
 
@@ -41,8 +32,8 @@ func TestDrivers(t *testing.T) {
 		backend, name string
 		encrypted     bool
 	}{
-		{backend: tunnel.BackendWireGuard, name: "wireguard-go", encrypted: true},
-		{backend: tunnel.BackendVXLAN, name: "vxlan"},
+		{backend: drivers.WireGuard, name: "wireguard-go", encrypted: true},
+		{backend: drivers.VXLAN, name: "vxlan"},
 	} {
 		t.Run(tc.backend, func(t *testing.T) {
 			testenv.LabNetwork(t)
@@ -50,34 +41,34 @@ func TestDrivers(t *testing.T) {
 			g1, g2 := topo.Gateways[0], topo.Gateways[1]
 			ctx := context.Background()
 
-			drivers := make([]tunnel.Driver, 2)
+			ds := make([]tunnel.Driver, 2)
 			for i, g := range topo.Gateways {
 				tunneltest.In(t, g.NS, func() {
-					d, err := tunnel.New(tc.backend, tunnel.Options{Device: g.Device, Log: testr.New(t)})
+					d, err := drivers.New(tc.backend, tunnel.Options{Device: g.Device, Log: testr.New(t)})
 					if err != nil {
 						t.Fatal(err)
 					}
-					drivers[i] = d
+					ds[i] = d
 				})
 				t.Cleanup(func() {
 					tunneltest.In(t, g.NS, func() {
-						if err := drivers[i].Close(); err != nil {
+						if err := ds[i].Close(); err != nil {
 							t.Errorf("closing the driver of %s: %v", g.NS, err)
 						}
 					})
 				})
-				if got := drivers[i].Name(); got != tc.name {
+				if got := ds[i].Name(); got != tc.name {
 					t.Fatalf("Name() = %q, want %q", got, tc.name)
 				}
-				if tc.encrypted == (drivers[i].PublicKey() == "") {
-					t.Fatalf("PublicKey() = %q for %s", drivers[i].PublicKey(), tc.backend)
+				if tc.encrypted == (ds[i].PublicKey() == "") {
+					t.Fatalf("PublicKey() = %q for %s", ds[i].PublicKey(), tc.backend)
 				}
 			}
 			cfgOf := func(i int, peers ...int) tunnel.Config {
 				cfg := tunnel.Config{ListenPort: port, LocalAddr: topo.Gateways[i].Underlay}
 				for _, j := range peers {
 					p := topo.Gateways[j]
-					cfg.Peers = append(cfg.Peers, tunnel.Peer{Cluster: fmt.Sprintf("c%d", j+1), PublicKey: drivers[j].PublicKey(),
+					cfg.Peers = append(cfg.Peers, tunnel.Peer{Cluster: fmt.Sprintf("c%d", j+1), PublicKey: ds[j].PublicKey(),
 						Endpoint: netip.AddrPortFrom(p.Underlay, port), Subnets: []netip.Prefix{p.PodSubnet}})
 				}
 				return cfg
@@ -85,7 +76,7 @@ func TestDrivers(t *testing.T) {
 			apply := func(i int, cfg tunnel.Config) {
 				t.Helper()
 				tunneltest.In(t, topo.Gateways[i].NS, func() {
-					if err := drivers[i].Apply(ctx, cfg); err != nil {
+					if err := ds[i].Apply(ctx, cfg); err != nil {
 						t.Fatalf("Apply on %s: %v", topo.Gateways[i].NS, err)
 					}
 				})
@@ -133,7 +124,7 @@ func TestDrivers(t *testing.T) {
 			}
 
 			// Stats count the traffic in both directions.
-			stats := statsOf(t, g1.NS, drivers[0])
+			stats := statsOf(t, g1.NS, ds[0])
 			if len(stats) != 1 || stats[0].Cluster != "c2" || stats[0].TxBytes < uint64(len(payload)) || stats[0].RxBytes < uint64(len(payload)) {
 				t.Fatalf("Stats() = %+v, want c2 with at least %d bytes each way", stats, len(payload))
 			}
@@ -147,7 +138,7 @@ func TestDrivers(t *testing.T) {
 			if after := snapshot(t, g1); after != before {
 				t.Fatalf("a second equal Apply changed the kernel state:\nbefore:\n%s\nafter:\n%s", before, after)
 			}
-			if again := statsOf(t, g1.NS, drivers[0]); !again[0].LastHandshake.Equal(stats[0].LastHandshake) || again[0].TxBytes < stats[0].TxBytes {
+			if again := statsOf(t, g1.NS, ds[0]); !again[0].LastHandshake.Equal(stats[0].LastHandshake) || again[0].TxBytes < stats[0].TxBytes {
 				t.Fatalf("a second equal Apply reset the peer: %+v, before %+v", again, stats)
 			}
 
@@ -161,7 +152,7 @@ func TestDrivers(t *testing.T) {
 					t.Fatalf("FDB entries left after removing the peer: %q", fdb)
 				}
 			}
-			if s := statsOf(t, g1.NS, drivers[0]); len(s) != 0 {
+			if s := statsOf(t, g1.NS, ds[0]); len(s) != 0 {
 				t.Fatalf("Stats() after removing the peer = %+v", s)
 			}
 			if err := tunneltest.Ping(g1.PodNS, g2.PodAddr, 2*time.Second); err == nil {
@@ -176,7 +167,7 @@ func TestDrivers(t *testing.T) {
 			// Close removes the device, its routes and the nft table; twice is fine.
 			tunneltest.In(t, g1.NS, func() {
 				for range 2 {
-					if err := drivers[0].Close(); err != nil {
+					if err := ds[0].Close(); err != nil {
 						t.Fatalf("Close: %v", err)
 					}
 				}

@@ -30,8 +30,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/kernel"
-	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/spec"
 )
 
 // Name is what the driver reports.
@@ -45,13 +45,13 @@ type Driver struct {
 
 	mu      sync.Mutex
 	closed  bool
-	applied spec.Config
+	applied tunnel.Config
 }
 
-var _ spec.Driver = (*Driver)(nil)
+var _ tunnel.Driver = (*Driver)(nil)
 
 // New prepares the driver; the device is created by the first Apply (it needs LocalAddr).
-func New(opts spec.Options) (*Driver, error) {
+func New(opts tunnel.Options) (*Driver, error) {
 	if opts.Device == "" {
 		return nil, errors.New("a device name is required")
 	}
@@ -86,8 +86,8 @@ func MACFor(a netip.Addr) net.HardwareAddr {
 }
 
 // Apply creates or adjusts the device and makes its FDB, neighbours, routes, MSS clamp and
-// counters match cfg; see spec.Driver.
-func (d *Driver) Apply(ctx context.Context, cfg spec.Config) error {
+// counters match cfg; see tunnel.Driver.
+func (d *Driver) Apply(ctx context.Context, cfg tunnel.Config) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -128,7 +128,7 @@ func (d *Driver) Apply(ctx context.Context, cfg spec.Config) error {
 
 // ensureLink returns our vxlan link with cfg's parameters, recreating it when an immutable one
 // (VNI, port, local address) changed.
-func (d *Driver) ensureLink(cfg spec.Config, mtu int) (netlink.Link, error) {
+func (d *Driver) ensureLink(cfg tunnel.Config, mtu int) (netlink.Link, error) {
 	mac := MACFor(cfg.LocalAddr)
 	link, err := netlink.LinkByName(d.device)
 	if err == nil {
@@ -239,7 +239,7 @@ func syncNeighbours(linkIndex int, ipv6 bool, peers []netip.Addr) error {
 }
 
 // Stats reports the underlay bytes counted to and from each peer of the last applied Config.
-func (d *Driver) Stats() ([]spec.PeerStats, error) {
+func (d *Driver) Stats() ([]tunnel.PeerStats, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -249,10 +249,10 @@ func (d *Driver) Stats() ([]spec.PeerStats, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]spec.PeerStats, 0, len(d.applied.Peers))
+	out := make([]tunnel.PeerStats, 0, len(d.applied.Peers))
 	for _, p := range d.applied.Peers {
 		rx, tx := kernel.CounterNames(p.Cluster)
-		out = append(out, spec.PeerStats{Cluster: p.Cluster, RxBytes: counters[rx], TxBytes: counters[tx]})
+		out = append(out, tunnel.PeerStats{Cluster: p.Cluster, RxBytes: counters[rx], TxBytes: counters[tx]})
 	}
 	return out, nil
 }
@@ -271,7 +271,7 @@ func (d *Driver) Close() error {
 
 // validate checks cfg and returns the routes (peer subnet → the peer's underlay address) and
 // the peers' underlay addresses.
-func validate(cfg spec.Config) (map[netip.Prefix]netip.Addr, []netip.Addr, error) {
+func validate(cfg tunnel.Config) (map[netip.Prefix]netip.Addr, []netip.Addr, error) {
 	if cfg.ListenPort == 0 {
 		return nil, nil, errors.New("the tunnel listen port is 0: set Config.ListenPort")
 	}

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/spec"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 )
 
 func TestMACFor(t *testing.T) {
@@ -30,17 +30,17 @@ func TestValidate(t *testing.T) {
 	sub := []netip.Prefix{netip.MustParsePrefix("10.2.0.0/16")}
 	for _, tt := range []struct {
 		name, wantErr string
-		cfg           spec.Config
+		cfg           tunnel.Config
 	}{
-		{name: "ok", cfg: spec.Config{ListenPort: 4789, LocalAddr: local, Peers: []spec.Peer{{Cluster: "b", Endpoint: ep, Subnets: sub}}}},
-		{name: "no local address", wantErr: "LocalAddr", cfg: spec.Config{ListenPort: 4789}},
-		{name: "other port", wantErr: "same tunnel port", cfg: spec.Config{ListenPort: 4790, LocalAddr: local, Peers: []spec.Peer{{Cluster: "b", Endpoint: ep}}}},
-		{name: "mixed families", wantErr: "IP families", cfg: spec.Config{ListenPort: 4789, LocalAddr: netip.MustParseAddr("2001:db8::1"), Peers: []spec.Peer{{Cluster: "b", Endpoint: ep}}}},
-		{name: "subnet of the other family", wantErr: "IP family", cfg: spec.Config{ListenPort: 4789, LocalAddr: local, Peers: []spec.Peer{
+		{name: "ok", cfg: tunnel.Config{ListenPort: 4789, LocalAddr: local, Peers: []tunnel.Peer{{Cluster: "b", Endpoint: ep, Subnets: sub}}}},
+		{name: "no local address", wantErr: "LocalAddr", cfg: tunnel.Config{ListenPort: 4789}},
+		{name: "other port", wantErr: "same tunnel port", cfg: tunnel.Config{ListenPort: 4790, LocalAddr: local, Peers: []tunnel.Peer{{Cluster: "b", Endpoint: ep}}}},
+		{name: "mixed families", wantErr: "IP families", cfg: tunnel.Config{ListenPort: 4789, LocalAddr: netip.MustParseAddr("2001:db8::1"), Peers: []tunnel.Peer{{Cluster: "b", Endpoint: ep}}}},
+		{name: "subnet of the other family", wantErr: "IP family", cfg: tunnel.Config{ListenPort: 4789, LocalAddr: local, Peers: []tunnel.Peer{
 			{Cluster: "b", Endpoint: ep, Subnets: []netip.Prefix{netip.MustParsePrefix("fd00::/64")}}}}},
-		{name: "shared endpoint", wantErr: "share the endpoint", cfg: spec.Config{ListenPort: 4789, LocalAddr: local, Peers: []spec.Peer{
+		{name: "shared endpoint", wantErr: "share the endpoint", cfg: tunnel.Config{ListenPort: 4789, LocalAddr: local, Peers: []tunnel.Peer{
 			{Cluster: "b", Endpoint: ep}, {Cluster: "c", Endpoint: ep}}}},
-		{name: "shared subnet", wantErr: "claimed by two peers", cfg: spec.Config{ListenPort: 4789, LocalAddr: local, Peers: []spec.Peer{
+		{name: "shared subnet", wantErr: "claimed by two peers", cfg: tunnel.Config{ListenPort: 4789, LocalAddr: local, Peers: []tunnel.Peer{
 			{Cluster: "b", Endpoint: ep, Subnets: sub}, {Cluster: "c", Endpoint: netip.MustParseAddrPort("203.0.113.3:4789"), Subnets: sub}}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

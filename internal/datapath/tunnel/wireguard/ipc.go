@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/spec"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 )
 
 // PersistentKeepalive keeps NAT mappings on the underlay open and lets a gateway notice a dead
@@ -108,7 +108,7 @@ func hexKey(b64 string) (string, error) {
 // renderIpcSet returns the UAPI "set" text that turns current into desired, touching only what
 // differs: unchanged peers are not mentioned, so their sessions and counters survive an Apply.
 // It returns "" when nothing differs.
-func renderIpcSet(current deviceState, listenPort uint16, desired []spec.Peer) (string, error) {
+func renderIpcSet(current deviceState, listenPort uint16, desired []tunnel.Peer) (string, error) {
 	var b strings.Builder
 	if listenPort != current.listenPort {
 		fmt.Fprintf(&b, "listen_port=%d\n", listenPort)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/spec"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 )
 
 func key(b byte) (b64, hx string) {
@@ -39,36 +39,36 @@ func TestRenderIpcSet(t *testing.T) {
 	b64B, hxB := key(1)
 	b64C, hxC := key(2)
 	ep := netip.MustParseAddrPort("203.0.113.2:51820")
-	peerB := spec.Peer{Cluster: "b", PublicKey: b64B, Endpoint: ep,
+	peerB := tunnel.Peer{Cluster: "b", PublicKey: b64B, Endpoint: ep,
 		Subnets: []netip.Prefix{netip.MustParsePrefix("10.98.0.0/16"), netip.MustParsePrefix("10.2.1.0/16")}}
 	inSync := deviceState{listenPort: 51820, peers: map[string]*peerState{hxB: {key: hxB, endpoint: ep, keepalive: 25,
 		allowedIPs: []netip.Prefix{netip.MustParsePrefix("10.98.0.0/16"), netip.MustParsePrefix("10.2.0.0/16")}}}}
 	tests := []struct {
 		name    string
 		current deviceState
-		desired []spec.Peer
+		desired []tunnel.Peer
 		want    string
 		wantErr string
 	}{
-		{name: "fresh device", current: deviceState{peers: map[string]*peerState{}}, desired: []spec.Peer{peerB},
+		{name: "fresh device", current: deviceState{peers: map[string]*peerState{}}, desired: []tunnel.Peer{peerB},
 			want: "listen_port=51820\npublic_key=" + hxB + "\nendpoint=203.0.113.2:51820\npersistent_keepalive_interval=25\n" +
 				"replace_allowed_ips=true\nallowed_ip=10.2.0.0/16\nallowed_ip=10.98.0.0/16\n"},
-		{name: "in sync renders nothing", current: inSync, desired: []spec.Peer{peerB}, want: ""},
-		{name: "endpoint moved", current: inSync, desired: []spec.Peer{func() spec.Peer {
+		{name: "in sync renders nothing", current: inSync, desired: []tunnel.Peer{peerB}, want: ""},
+		{name: "endpoint moved", current: inSync, desired: []tunnel.Peer{func() tunnel.Peer {
 			p := peerB
 			p.Endpoint = netip.MustParseAddrPort("203.0.113.9:51820")
 			return p
 		}()}, want: "public_key=" + hxB + "\nendpoint=203.0.113.9:51820\n"},
-		{name: "subnet removed", current: inSync, desired: []spec.Peer{func() spec.Peer {
+		{name: "subnet removed", current: inSync, desired: []tunnel.Peer{func() tunnel.Peer {
 			p := peerB
 			p.Subnets = p.Subnets[1:]
 			return p
 		}()}, want: "public_key=" + hxB + "\nreplace_allowed_ips=true\nallowed_ip=10.2.0.0/16\n"},
-		{name: "peer replaced", current: inSync, desired: []spec.Peer{{Cluster: "c", PublicKey: b64C, Endpoint: ep}},
+		{name: "peer replaced", current: inSync, desired: []tunnel.Peer{{Cluster: "c", PublicKey: b64C, Endpoint: ep}},
 			want: "public_key=" + hxC + "\nendpoint=203.0.113.2:51820\npersistent_keepalive_interval=25\nreplace_allowed_ips=true\n" +
 				"public_key=" + hxB + "\nremove=true\n"},
-		{name: "bad key", current: inSync, desired: []spec.Peer{{Cluster: "c", PublicKey: "nope"}}, wantErr: "not a base64 WireGuard key"},
-		{name: "duplicate key", current: inSync, desired: []spec.Peer{peerB, {Cluster: "c", PublicKey: b64B, Endpoint: ep}}, wantErr: "used by another peer"},
+		{name: "bad key", current: inSync, desired: []tunnel.Peer{{Cluster: "c", PublicKey: "nope"}}, wantErr: "not a base64 WireGuard key"},
+		{name: "duplicate key", current: inSync, desired: []tunnel.Peer{peerB, {Cluster: "c", PublicKey: b64B, Endpoint: ep}}, wantErr: "used by another peer"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,13 +92,13 @@ func TestValidate(t *testing.T) {
 	sub := []netip.Prefix{netip.MustParsePrefix("10.2.0.0/16")}
 	for _, tt := range []struct {
 		name, wantErr string
-		cfg           spec.Config
+		cfg           tunnel.Config
 	}{
-		{name: "ok", cfg: spec.Config{ListenPort: 1, Peers: []spec.Peer{{Cluster: "b", PublicKey: b64, Endpoint: ep, Subnets: sub}}}},
-		{name: "no port", wantErr: "listen port", cfg: spec.Config{}},
-		{name: "duplicate cluster", wantErr: "twice", cfg: spec.Config{ListenPort: 1, Peers: []spec.Peer{{Cluster: "b", Endpoint: ep}, {Cluster: "b", Endpoint: ep}}}},
-		{name: "no endpoint", wantErr: "endpoint", cfg: spec.Config{ListenPort: 1, Peers: []spec.Peer{{Cluster: "b"}}}},
-		{name: "shared subnet", wantErr: "claimed by peers", cfg: spec.Config{ListenPort: 1, Peers: []spec.Peer{
+		{name: "ok", cfg: tunnel.Config{ListenPort: 1, Peers: []tunnel.Peer{{Cluster: "b", PublicKey: b64, Endpoint: ep, Subnets: sub}}}},
+		{name: "no port", wantErr: "listen port", cfg: tunnel.Config{}},
+		{name: "duplicate cluster", wantErr: "twice", cfg: tunnel.Config{ListenPort: 1, Peers: []tunnel.Peer{{Cluster: "b", Endpoint: ep}, {Cluster: "b", Endpoint: ep}}}},
+		{name: "no endpoint", wantErr: "endpoint", cfg: tunnel.Config{ListenPort: 1, Peers: []tunnel.Peer{{Cluster: "b"}}}},
+		{name: "shared subnet", wantErr: "claimed by peers", cfg: tunnel.Config{ListenPort: 1, Peers: []tunnel.Peer{
 			{Cluster: "b", Endpoint: ep, Subnets: sub}, {Cluster: "c", Endpoint: ep, Subnets: sub}}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

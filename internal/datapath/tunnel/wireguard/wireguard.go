@@ -22,8 +22,8 @@ import (
 	"golang.zx2c4.com/wireguard/device"
 	"golang.zx2c4.com/wireguard/tun"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/kernel"
-	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/spec"
 )
 
 // NameUserspace is what Name reports for the embedded wireguard-go.
@@ -41,15 +41,15 @@ type Driver struct {
 
 	mu      sync.Mutex
 	closed  bool
-	applied spec.Config
+	applied tunnel.Config
 }
 
-var _ spec.Driver = (*Driver)(nil)
+var _ tunnel.Driver = (*Driver)(nil)
 
 // New generates a fresh key pair (the private key lives only in this process's memory, so a
 // restarted gateway has a new identity — DESIGN §5) and creates the device, down and without
 // peers. Apply brings it up.
-func New(opts spec.Options) (*Driver, error) {
+func New(opts tunnel.Options) (*Driver, error) {
 	if opts.Device == "" {
 		return nil, errors.New("a device name is required")
 	}
@@ -103,8 +103,8 @@ func (d *Driver) Name() string { return d.name }
 // PublicKey is this gateway's base64 public key.
 func (d *Driver) PublicKey() string { return d.publicKey }
 
-// Apply configures listen port, peers, MTU, routes and MSS clamp; see spec.Driver.
-func (d *Driver) Apply(ctx context.Context, cfg spec.Config) error {
+// Apply configures listen port, peers, MTU, routes and MSS clamp; see tunnel.Driver.
+func (d *Driver) Apply(ctx context.Context, cfg tunnel.Config) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -173,7 +173,7 @@ func (d *Driver) Apply(ctx context.Context, cfg spec.Config) error {
 func (d *Driver) device() string { return d.devName }
 
 // Stats reports the bytes and last handshake of every peer of the last applied Config.
-func (d *Driver) Stats() ([]spec.PeerStats, error) {
+func (d *Driver) Stats() ([]tunnel.PeerStats, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
@@ -187,9 +187,9 @@ func (d *Driver) Stats() ([]spec.PeerStats, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]spec.PeerStats, 0, len(d.applied.Peers))
+	out := make([]tunnel.PeerStats, 0, len(d.applied.Peers))
 	for _, p := range d.applied.Peers {
-		ps := spec.PeerStats{Cluster: p.Cluster}
+		ps := tunnel.PeerStats{Cluster: p.Cluster}
 		if key, err := hexKey(p.PublicKey); err == nil {
 			if cur := st.peers[key]; cur != nil {
 				ps.RxBytes, ps.TxBytes, ps.LastHandshake = cur.rx, cur.tx, cur.handshake
@@ -225,7 +225,7 @@ func (d *Driver) Close() error {
 
 // validate checks cfg and returns the routes (peer subnet → none: straight into the device) and
 // the peers' endpoint addresses.
-func validate(cfg spec.Config) (map[netip.Prefix]netip.Addr, []netip.Addr, error) {
+func validate(cfg tunnel.Config) (map[netip.Prefix]netip.Addr, []netip.Addr, error) {
 	if cfg.ListenPort == 0 {
 		return nil, nil, errors.New("the tunnel listen port is 0: set Config.ListenPort")
 	}

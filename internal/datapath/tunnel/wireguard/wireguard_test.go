@@ -13,7 +13,7 @@ import (
 
 	"github.com/go-logr/logr/testr"
 
-	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/spec"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/tunneltest"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
@@ -29,7 +29,7 @@ func TestPeersAndGoroutines(t *testing.T) {
 	var d *Driver
 	tunneltest.In(t, g.NS, func() {
 		var err error
-		if d, err = New(spec.Options{Device: g.Device, Log: testr.New(t)}); err != nil {
+		if d, err = New(tunnel.Options{Device: g.Device, Log: testr.New(t)}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -37,7 +37,7 @@ func TestPeersAndGoroutines(t *testing.T) {
 		t.Fatalf("PublicKey() = %q: not a WireGuard key", d.PublicKey())
 	}
 	other, _ := key(7)
-	peer := spec.Peer{Cluster: "b", PublicKey: other, Endpoint: netip.MustParseAddrPort("203.0.113.2:51820"),
+	peer := tunnel.Peer{Cluster: "b", PublicKey: other, Endpoint: netip.MustParseAddrPort("203.0.113.2:51820"),
 		Subnets: []netip.Prefix{netip.MustParsePrefix("10.2.0.0/24")}}
 	peers := func() int {
 		get, err := d.dev.IpcGet()
@@ -50,14 +50,14 @@ func TestPeersAndGoroutines(t *testing.T) {
 		}
 		return len(st.peers)
 	}
-	apply := func(cfg spec.Config) {
+	apply := func(cfg tunnel.Config) {
 		tunneltest.In(t, g.NS, func() {
 			if err := d.Apply(context.Background(), cfg); err != nil {
 				t.Fatal(err)
 			}
 		})
 	}
-	apply(spec.Config{ListenPort: 51820, LocalAddr: g.Underlay, Peers: []spec.Peer{peer}})
+	apply(tunnel.Config{ListenPort: 51820, LocalAddr: g.Underlay, Peers: []tunnel.Peer{peer}})
 	if n := peers(); n != 1 {
 		t.Fatalf("%d peers in wireguard-go after Apply, want 1", n)
 	}
@@ -69,7 +69,7 @@ func TestPeersAndGoroutines(t *testing.T) {
 	if out := tunneltest.Run(t, "ss", "-Huanp", "sport", "= :51820"); strings.Contains(out, fmt.Sprintf("pid=%d,", os.Getpid())) {
 		t.Fatalf("wireguard-go opened a socket outside the gateway namespace: %s", out)
 	}
-	apply(spec.Config{ListenPort: 51820, LocalAddr: g.Underlay})
+	apply(tunnel.Config{ListenPort: 51820, LocalAddr: g.Underlay})
 	if n := peers(); n != 0 {
 		t.Fatalf("%d peers in wireguard-go after removing the peer, want 0", n)
 	}
@@ -86,7 +86,7 @@ func TestPeersAndGoroutines(t *testing.T) {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("%d goroutines after Close, %d before New:\n%s", n, goroutines, buf[:runtime.Stack(buf, true)])
 	}
-	if err := d.Apply(context.Background(), spec.Config{ListenPort: 1}); err == nil {
+	if err := d.Apply(context.Background(), tunnel.Config{ListenPort: 1}); err == nil {
 		t.Fatal("Apply after Close succeeded")
 	}
 }
