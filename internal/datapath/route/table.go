@@ -1,3 +1,6 @@
+// Package route keeps a node's routes to remote clusters pointing at the active gateway: Table
+// takes a desired set of routes and applies it to one network namespace, touching only the
+// routes that carry our markers (internal/datapath/owner).
 package route
 
 import (
@@ -11,6 +14,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 )
 
 // Route is one route to a remote cluster's CIDR, through a next hop on the node's network.
@@ -31,7 +36,7 @@ type TableOptions struct {
 }
 
 // Table applies a desired set of routes to one network namespace's main table, touching only
-// routes marked with Protocol and Metric.
+// routes marked with Protocol and owner.RouteAgentMetric.
 type Table struct {
 	h   *netlink.Handle
 	log logr.Logger
@@ -82,7 +87,7 @@ func (t *Table) List() ([]Route, error) {
 // Apply makes our routes exactly desired: it re-reads the kernel (so routes someone deleted
 // come back and leftovers of an earlier run go), deletes our routes that are not desired and
 // replaces the desired ones. It never touches a route without our markers; a desired route
-// whose slot (destination and Metric) is held by a foreign route is reported, not taken. It
+// whose slot (destination and owner.RouteAgentMetric) is held by a foreign route is reported, not taken. It
 // is idempotent. Errors are collected: one bad route does not stop the others.
 func (t *Table) Apply(desired []Route) error {
 	want := map[netip.Prefix]netip.Addr{}
@@ -133,19 +138,19 @@ func (t *Table) replace(r Route) error {
 	if r.Dst.Addr().Is6() {
 		family = netlink.FAMILY_V6
 	}
-	same, err := t.h.RouteListFiltered(family, &netlink.Route{Table: TableMain, Dst: ipNet(r.Dst), Priority: Metric},
+	same, err := t.h.RouteListFiltered(family, &netlink.Route{Table: owner.MainTable, Dst: ipNet(r.Dst), Priority: owner.RouteAgentMetric},
 		netlink.RT_FILTER_TABLE|netlink.RT_FILTER_DST)
 	if err != nil {
 		return fmt.Errorf("listing routes to %s: %w", r.Dst, err)
 	}
 	for _, s := range same {
-		if s.Priority == Metric && s.Protocol != Protocol {
-			return fmt.Errorf("route %s: the kernel already has a route to %s with metric %d that is not ours (protocol %d); remove it or let the route agent own it", r, r.Dst, Metric, s.Protocol)
+		if s.Priority == owner.RouteAgentMetric && s.Protocol != owner.RouteAgentProtocol {
+			return fmt.Errorf("route %s: the kernel already has a route to %s with metric %d that is not ours (protocol %d); remove it or let the route agent own it", r, r.Dst, owner.RouteAgentMetric, s.Protocol)
 		}
 	}
 	nr := &netlink.Route{
-		Dst: ipNet(r.Dst), Gw: r.Via.AsSlice(), Table: TableMain, Priority: Metric,
-		Protocol: Protocol, Scope: netlink.SCOPE_UNIVERSE,
+		Dst: ipNet(r.Dst), Gw: r.Via.AsSlice(), Table: owner.MainTable, Priority: owner.RouteAgentMetric,
+		Protocol: owner.RouteAgentProtocol, Scope: netlink.SCOPE_UNIVERSE,
 	}
 	if err := t.h.RouteReplace(nr); err != nil {
 		return fmt.Errorf("setting route %s: %w (is %s on a directly connected network of this node?)", r, err, r.Via)
@@ -155,12 +160,12 @@ func (t *Table) replace(r Route) error {
 
 // ours lists the routes carrying both markers, IPv4 and IPv6.
 func (t *Table) ours() ([]netlink.Route, error) {
-	filter := &netlink.Route{Table: TableMain, Protocol: Protocol}
+	filter := &netlink.Route{Table: owner.MainTable, Protocol: owner.RouteAgentProtocol}
 	routes, err := t.h.RouteListFiltered(netlink.FAMILY_ALL, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
 	if err != nil {
-		return nil, fmt.Errorf("listing routes with protocol %d: %w", Protocol, err)
+		return nil, fmt.Errorf("listing routes with protocol %d: %w", owner.RouteAgentProtocol, err)
 	}
-	return slices.DeleteFunc(routes, func(r netlink.Route) bool { return r.Priority != Metric || r.Dst == nil }), nil
+	return slices.DeleteFunc(routes, func(r netlink.Route) bool { return r.Priority != owner.RouteAgentMetric || r.Dst == nil }), nil
 }
 
 func fromNetlink(r netlink.Route) (Route, bool) {

@@ -13,6 +13,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 )
 
 var (
@@ -146,7 +148,7 @@ func TestTableApply(t *testing.T) {
 			want: []Route{{podsA, gw2}, {podsB, gw2}, {svcsA, gw2}}},
 		{name: "a route deleted by hand comes back", desired: []Route{{podsA, gw2}, {svcsA, gw2}, {podsB, gw2}},
 			tamper: func(t *testing.T) {
-				if err := h.RouteDel(&netlink.Route{Dst: ipNet(svcsA), Priority: Metric, Table: TableMain}); err != nil {
+				if err := h.RouteDel(&netlink.Route{Dst: ipNet(svcsA), Priority: owner.RouteAgentMetric, Table: owner.MainTable}); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -154,7 +156,7 @@ func TestTableApply(t *testing.T) {
 		{name: "a cluster leaves", desired: []Route{{podsB, gw2}}, want: []Route{{podsB, gw2}}},
 		{name: "a leftover of an earlier run goes", desired: []Route{{podsB, gw2}},
 			tamper: func(t *testing.T) {
-				r := &netlink.Route{Dst: ipNet(podsA), Gw: gw1.AsSlice(), Priority: Metric, Protocol: Protocol}
+				r := &netlink.Route{Dst: ipNet(podsA), Gw: gw1.AsSlice(), Priority: owner.RouteAgentMetric, Protocol: owner.RouteAgentProtocol}
 				if err := h.RouteAdd(r); err != nil {
 					t.Fatal(err)
 				}
@@ -192,7 +194,7 @@ func TestTableApplyRefusesForeignSlot(t *testing.T) {
 	path, h := testNamespace(t)
 	tbl := newTestTable(t, path)
 	// A foreign route with our metric to a destination we want: RouteReplace would take it.
-	foreignRoute(t, h, podsA, gw2, Metric)
+	foreignRoute(t, h, podsA, gw2, owner.RouteAgentMetric)
 	err := tbl.Apply([]Route{{podsA, gw1}, {podsB, gw1}})
 	if err == nil || !strings.Contains(err.Error(), "not ours") {
 		t.Fatalf("Apply = %v, want an error naming the foreign route", err)
@@ -235,7 +237,7 @@ func TestTableApplyInvalid(t *testing.T) {
 }
 
 // TestTableTransitions applies random desired sets in random order and checks that the kernel
-// always ends up with exactly the last one (STYLE.md rule 9).
+// always ends up with exactly the last one.
 func TestTableTransitions(t *testing.T) {
 	path, _ := testNamespace(t)
 	tbl := newTestTable(t, path)

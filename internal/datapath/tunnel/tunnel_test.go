@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr/testr"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/drivers"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/kernel"
@@ -98,7 +99,7 @@ func TestDrivers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tunneltest.CheckWire(t, frames, port, kernel.VXLANVNI, canary, tc.encrypted)
+			tunneltest.CheckWire(t, frames, port, owner.VXLANVNI, canary, tc.encrypted)
 			// The pod's SYN left with MSS 1460 (its veth MTU 1500); the gateway clamped it to
 			// fit the tunnel.
 			podFrames, err := podCapture.Stop()
@@ -110,15 +111,15 @@ func TestDrivers(t *testing.T) {
 			}
 
 			// Routes and MTU: the peer subnet goes into our device, marked as ours.
-			routes := tunneltest.Run(t, "ip", "-n", g1.NS, "route", "show", "proto", fmt.Sprint(kernel.RouteProtocol))
+			routes := tunneltest.Run(t, "ip", "-n", g1.NS, "route", "show", "proto", fmt.Sprint(owner.TunnelRouteProtocol))
 			if !strings.Contains(routes, g2.PodSubnet.String()) || !strings.Contains(routes, g1.Device) {
-				t.Fatalf("routes of proto %d on %s = %q, want %s via %s", kernel.RouteProtocol, g1.NS, routes, g2.PodSubnet, g1.Device)
+				t.Fatalf("routes of proto %d on %s = %q, want %s via %s", owner.TunnelRouteProtocol, g1.NS, routes, g2.PodSubnet, g1.Device)
 			}
 			wantMTU := tunnelMTU(tc.encrypted)
 			if link := tunneltest.Run(t, "ip", "-n", g1.NS, "link", "show", g1.Device); !strings.Contains(link, fmt.Sprintf("mtu %d ", wantMTU)) {
 				t.Fatalf("device %s = %q, want mtu %d", g1.Device, link, wantMTU)
 			}
-			nft := tunneltest.Run(t, "ip", "netns", "exec", g1.NS, "nft", "list", "table", "inet", kernel.NFTTablePrefix+g1.Device)
+			nft := tunneltest.Run(t, "ip", "netns", "exec", g1.NS, "nft", "list", "table", "inet", owner.TunnelNFTTablePrefix+g1.Device)
 			if want := fmt.Sprintf("maxseg size set %d", wantMTU-40); !strings.Contains(nft, want) {
 				t.Fatalf("nft table lacks %q:\n%s", want, nft)
 			}
@@ -144,7 +145,7 @@ func TestDrivers(t *testing.T) {
 
 			// Remove the peer: its routes and entries go, and traffic stops.
 			apply(0, cfgOf(0))
-			if routes := tunneltest.Run(t, "ip", "-n", g1.NS, "route", "show", "proto", fmt.Sprint(kernel.RouteProtocol)); strings.TrimSpace(routes) != "" {
+			if routes := tunneltest.Run(t, "ip", "-n", g1.NS, "route", "show", "proto", fmt.Sprint(owner.TunnelRouteProtocol)); strings.TrimSpace(routes) != "" {
 				t.Fatalf("routes left after removing the peer: %q", routes)
 			}
 			if !tc.encrypted {
@@ -175,10 +176,10 @@ func TestDrivers(t *testing.T) {
 			if out, err := exec.Command("ip", "-n", g1.NS, "link", "show", g1.Device).CombinedOutput(); err == nil {
 				t.Fatalf("device %s still exists after Close: %s", g1.Device, out)
 			}
-			if routes := tunneltest.Run(t, "ip", "-n", g1.NS, "route", "show", "proto", fmt.Sprint(kernel.RouteProtocol)); strings.TrimSpace(routes) != "" {
+			if routes := tunneltest.Run(t, "ip", "-n", g1.NS, "route", "show", "proto", fmt.Sprint(owner.TunnelRouteProtocol)); strings.TrimSpace(routes) != "" {
 				t.Fatalf("routes left after Close: %q", routes)
 			}
-			if tables := tunneltest.Run(t, "ip", "netns", "exec", g1.NS, "nft", "list", "tables"); strings.Contains(tables, kernel.NFTTablePrefix) {
+			if tables := tunneltest.Run(t, "ip", "netns", "exec", g1.NS, "nft", "list", "tables"); strings.Contains(tables, owner.TunnelNFTTablePrefix) {
 				t.Fatalf("nft table left after Close: %q", tables)
 			}
 		})
@@ -209,10 +210,10 @@ func snapshot(t *testing.T, g tunneltest.Gateway) string {
 	var b strings.Builder
 	for _, cmd := range [][]string{
 		{"ip", "-n", g.NS, "-d", "link", "show", g.Device},
-		{"ip", "-n", g.NS, "route", "show", "table", "all", "proto", fmt.Sprint(kernel.RouteProtocol)},
+		{"ip", "-n", g.NS, "route", "show", "table", "all", "proto", fmt.Sprint(owner.TunnelRouteProtocol)},
 		{"ip", "-n", g.NS, "neigh", "show", "dev", g.Device},
 		{"bridge", "-n", g.NS, "fdb", "show", "dev", g.Device},
-		{"ip", "netns", "exec", g.NS, "nft", "list", "table", "inet", kernel.NFTTablePrefix + g.Device},
+		{"ip", "netns", "exec", g.NS, "nft", "list", "table", "inet", owner.TunnelNFTTablePrefix + g.Device},
 	} {
 		out := tunneltest.Run(t, cmd...)
 		// Counter values move with any packet; the rules and objects are what must not.

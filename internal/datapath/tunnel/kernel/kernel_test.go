@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/knftables"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 )
 
 func TestMTU(t *testing.T) {
@@ -63,7 +65,7 @@ func TestRouteDiff(t *testing.T) {
 
 func TestNFTSync(t *testing.T) {
 	ctx := context.Background()
-	fake := knftables.NewFake(knftables.InetFamily, NFTTablePrefix+"wg0")
+	fake := knftables.NewFake(knftables.InetFamily, owner.TunnelNFTTablePrefix+"wg0")
 	n := NewNFTWith(fake, "wg0")
 	if err := n.Sync(ctx, 1420, nil); err != nil {
 		t.Fatal(err)

@@ -1,3 +1,6 @@
+// Package kernel holds what both tunnel drivers do to the kernel besides the tunnel itself:
+// routes to peer subnets, the MTU, the TCP MSS clamp and byte counters, and claiming a link
+// name. Their ownership markers are in internal/datapath/owner.
 package kernel
 
 import (
@@ -5,11 +8,13 @@ import (
 	"fmt"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 )
 
 // ClaimLinkName makes sure name is free for a new device: a link of that name that carries
 // our alias is a leftover of a crashed driver and is deleted; any other link is refused, since
-// we never delete what we cannot prove is ours (STYLE.md rule of thumb 3).
+// we never delete what we cannot prove is ours.
 func ClaimLinkName(name string) error {
 	l, err := netlink.LinkByName(name)
 	if err != nil {
@@ -19,8 +24,8 @@ func ClaimLinkName(name string) error {
 		}
 		return fmt.Errorf("looking up link %s: %w", name, err)
 	}
-	if l.Attrs().Alias != LinkAlias {
-		return fmt.Errorf("link %s exists and is not ours (alias %q, want %q): choose another tunnel device name", name, l.Attrs().Alias, LinkAlias)
+	if l.Attrs().Alias != owner.TunnelLinkAlias {
+		return fmt.Errorf("link %s exists and is not ours (alias %q, want %q): choose another tunnel device name", name, l.Attrs().Alias, owner.TunnelLinkAlias)
 	}
 	if err := netlink.LinkDel(l); err != nil {
 		return fmt.Errorf("deleting our stale link %s: %w", name, err)
@@ -38,7 +43,7 @@ func DeleteLink(name string) error {
 		}
 		return fmt.Errorf("looking up link %s: %w", name, err)
 	}
-	if l.Attrs().Alias != LinkAlias {
+	if l.Attrs().Alias != owner.TunnelLinkAlias {
 		return nil
 	}
 	if err := netlink.LinkDel(l); err != nil {

@@ -9,6 +9,8 @@ import (
 	"regexp"
 
 	"sigs.k8s.io/knftables"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 )
 
 // NFT is the one nftables table a driver owns: the TCP MSS clamp on the forward path and,
@@ -34,7 +36,7 @@ const (
 
 // NewNFT drives the real nft binary for device's table in the current network namespace.
 func NewNFT(device string) (*NFT, error) {
-	nft, err := knftables.New(knftables.InetFamily, NFTTablePrefix+device)
+	nft, err := knftables.New(knftables.InetFamily, owner.TunnelNFTTablePrefix+device)
 	if err != nil {
 		return nil, fmt.Errorf("preparing nftables (is the nft binary installed? hack/install-deps.sh installs it): %w", err)
 	}
@@ -49,7 +51,7 @@ func NewNFTWith(nft knftables.Interface, device string) *NFT { return &NFT{nft: 
 func (n *NFT) Sync(ctx context.Context, mtu int, counted []Counted) error {
 	existing, err := n.nft.List(ctx, "counters")
 	if err != nil && !knftables.IsNotFound(err) {
-		return fmt.Errorf("listing the counters of table %s: %w", NFTTablePrefix+n.device, err)
+		return fmt.Errorf("listing the counters of table %s: %w", owner.TunnelNFTTablePrefix+n.device, err)
 	}
 	tx := n.nft.NewTransaction()
 	tx.Add(&knftables.Table{Comment: knftables.PtrTo("octopus tunnel " + n.device + ": MSS clamp and peer counters")})
@@ -103,7 +105,7 @@ func (n *NFT) Sync(ctx context.Context, mtu int, counted []Counted) error {
 		}
 	}
 	if err := n.nft.Run(ctx, tx); err != nil {
-		return fmt.Errorf("writing nftables table %s: %w", NFTTablePrefix+n.device, err)
+		return fmt.Errorf("writing nftables table %s: %w", owner.TunnelNFTTablePrefix+n.device, err)
 	}
 	return nil
 }
@@ -112,7 +114,7 @@ func (n *NFT) Sync(ctx context.Context, mtu int, counted []Counted) error {
 func (n *NFT) Counters(ctx context.Context) (map[string]uint64, error) {
 	cs, err := n.nft.ListCounters(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("reading the counters of table %s: %w", NFTTablePrefix+n.device, err)
+		return nil, fmt.Errorf("reading the counters of table %s: %w", owner.TunnelNFTTablePrefix+n.device, err)
 	}
 	out := make(map[string]uint64, len(cs))
 	for _, c := range cs {
@@ -128,7 +130,7 @@ func (n *NFT) Delete(ctx context.Context) error {
 	tx := n.nft.NewTransaction()
 	tx.Delete(&knftables.Table{})
 	if err := n.nft.Run(ctx, tx); err != nil && !knftables.IsNotFound(err) {
-		return fmt.Errorf("deleting nftables table %s: %w", NFTTablePrefix+n.device, err)
+		return fmt.Errorf("deleting nftables table %s: %w", owner.TunnelNFTTablePrefix+n.device, err)
 	}
 	return nil
 }

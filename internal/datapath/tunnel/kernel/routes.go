@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 )
 
 // RouteDiff returns which of current (our routes, read from the kernel) to delete so that only
@@ -35,11 +37,11 @@ func comparePrefix(a, b netip.Prefix) int {
 // OwnRoutes lists the routes we made through link (our protocol, our device, the main table)
 // by destination, as the kernel holds them: deleting them as read matches exactly.
 func OwnRoutes(linkIndex int) (map[netip.Prefix]netlink.Route, error) {
-	filter := &netlink.Route{Protocol: RouteProtocol, LinkIndex: linkIndex, Table: RouteTableMain}
+	filter := &netlink.Route{Protocol: owner.TunnelRouteProtocol, LinkIndex: linkIndex, Table: owner.MainTable}
 	mask := netlink.RT_FILTER_PROTOCOL | netlink.RT_FILTER_OIF | netlink.RT_FILTER_TABLE
 	routes, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, filter, mask)
 	if err != nil {
-		return nil, fmt.Errorf("listing the tunnel's routes (proto %d): %w", RouteProtocol, err)
+		return nil, fmt.Errorf("listing the tunnel's routes (proto %d): %w", owner.TunnelRouteProtocol, err)
 	}
 	out := map[netip.Prefix]netlink.Route{}
 	for _, r := range routes {
@@ -85,8 +87,8 @@ func route(linkIndex int, p netip.Prefix, gw netip.Addr) netlink.Route {
 	r := netlink.Route{
 		LinkIndex: linkIndex,
 		Dst:       &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())},
-		Protocol:  RouteProtocol,
-		Table:     RouteTableMain,
+		Protocol:  owner.TunnelRouteProtocol,
+		Table:     owner.MainTable,
 		Scope:     netlink.SCOPE_LINK,
 	}
 	if gw.IsValid() {

@@ -30,6 +30,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/kernel"
 )
@@ -82,7 +83,7 @@ func MACFor(a netip.Addr) net.HardwareAddr {
 		sum := sha256.Sum256(a.AsSlice())
 		tail = sum[:4]
 	}
-	return append(net.HardwareAddr(kernel.VXLANMACPrefix), tail...)
+	return append(net.HardwareAddr(owner.VXLANMACPrefix), tail...)
 }
 
 // Apply creates or adjusts the device and makes its FDB, neighbours, routes, MSS clamp and
@@ -134,9 +135,9 @@ func (d *Driver) ensureLink(cfg tunnel.Config, mtu int) (netlink.Link, error) {
 	if err == nil {
 		vx, ok := link.(*netlink.Vxlan)
 		switch {
-		case link.Attrs().Alias != kernel.LinkAlias:
+		case link.Attrs().Alias != owner.TunnelLinkAlias:
 			return nil, fmt.Errorf("link %s exists and is not ours: choose another tunnel device name", d.device)
-		case !ok || vx.VxlanId != kernel.VXLANVNI || vx.Port != int(cfg.ListenPort) || !vx.SrcAddr.Equal(cfg.LocalAddr.AsSlice()) || vx.Learning:
+		case !ok || vx.VxlanId != owner.VXLANVNI || vx.Port != int(cfg.ListenPort) || !vx.SrcAddr.Equal(cfg.LocalAddr.AsSlice()) || vx.Learning:
 			d.log.Info("Recreating the vxlan device: its VNI, port or local address changed", "port", cfg.ListenPort, "local", cfg.LocalAddr)
 			if err := netlink.LinkDel(link); err != nil {
 				return nil, fmt.Errorf("deleting vxlan device %s to recreate it: %w", d.device, err)
@@ -153,22 +154,22 @@ func (d *Driver) ensureLink(cfg tunnel.Config, mtu int) (netlink.Link, error) {
 	if link == nil {
 		vx := &netlink.Vxlan{
 			LinkAttrs: netlink.LinkAttrs{Name: d.device, MTU: mtu, HardwareAddr: mac},
-			VxlanId:   kernel.VXLANVNI,
+			VxlanId:   owner.VXLANVNI,
 			SrcAddr:   cfg.LocalAddr.AsSlice(),
 			Port:      int(cfg.ListenPort),
 			Learning:  false, // every entry is static: learning would let any sender add one
 		}
 		if err := netlink.LinkAdd(vx); err != nil {
-			return nil, fmt.Errorf("creating vxlan device %s (VNI %d, port %d, local %s): %w", d.device, kernel.VXLANVNI, cfg.ListenPort, cfg.LocalAddr, err)
+			return nil, fmt.Errorf("creating vxlan device %s (VNI %d, port %d, local %s): %w", d.device, owner.VXLANVNI, cfg.ListenPort, cfg.LocalAddr, err)
 		}
 		if link, err = netlink.LinkByName(d.device); err != nil {
 			return nil, fmt.Errorf("looking up the new vxlan device %s: %w", d.device, err)
 		}
-		if err := netlink.LinkSetAlias(link, kernel.LinkAlias); err != nil {
+		if err := netlink.LinkSetAlias(link, owner.TunnelLinkAlias); err != nil {
 			_ = netlink.LinkDel(link)
 			return nil, fmt.Errorf("marking vxlan device %s as ours: %w", d.device, err)
 		}
-		d.log.Info("Created the vxlan device", "vni", kernel.VXLANVNI, "port", cfg.ListenPort, "local", cfg.LocalAddr, "mtu", mtu)
+		d.log.Info("Created the vxlan device", "vni", owner.VXLANVNI, "port", cfg.ListenPort, "local", cfg.LocalAddr, "mtu", mtu)
 	}
 	if link.Attrs().MTU != mtu {
 		if err := netlink.LinkSetMTU(link, mtu); err != nil {

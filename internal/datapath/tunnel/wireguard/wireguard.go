@@ -1,5 +1,5 @@
 // Package wireguard is the encrypted tunnel driver. Where the kernel has no WireGuard module
-// (as on the development machines, DESIGN §7) it runs the embedded userspace implementation,
+// (as on the development machines) it runs the embedded userspace implementation,
 // wireguard-go, on a TUN device in the current network namespace and configures it in-process
 // (no UAPI socket: nothing outside the process can reconfigure it).
 package wireguard
@@ -22,6 +22,7 @@ import (
 	"golang.zx2c4.com/wireguard/device"
 	"golang.zx2c4.com/wireguard/tun"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/kernel"
 )
@@ -47,8 +48,8 @@ type Driver struct {
 var _ tunnel.Driver = (*Driver)(nil)
 
 // New generates a fresh key pair (the private key lives only in this process's memory, so a
-// restarted gateway has a new identity — DESIGN §5) and creates the device, down and without
-// peers. Apply brings it up.
+// restarted gateway has a new identity; docs/architecture.md §6e) and creates the device,
+// down and without peers. Apply brings it up.
 func New(opts tunnel.Options) (*Driver, error) {
 	if opts.Device == "" {
 		return nil, errors.New("a device name is required")
@@ -77,7 +78,7 @@ func New(opts tunnel.Options) (*Driver, error) {
 	}
 	link, err := netlink.LinkByName(opts.Device)
 	if err == nil {
-		err = netlink.LinkSetAlias(link, kernel.LinkAlias)
+		err = netlink.LinkSetAlias(link, owner.TunnelLinkAlias)
 	}
 	if err != nil {
 		_ = tdev.Close()
