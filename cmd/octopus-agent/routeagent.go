@@ -9,6 +9,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/octopus-mcs/octopus/internal/agent"
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/datapath/route"
 	"github.com/octopus-mcs/octopus/internal/routeagent"
 )
@@ -40,7 +41,7 @@ It needs no hub credential. It runs until SIGTERM or SIGINT and leaves its route
 				return err
 			}
 			log := ctrl.Log.WithName("route-agent")
-			table, err := route.NewTable(route.TableOptions{Log: log})
+			table, err := route.NewTable(route.TableOptions{Protocol: owner.RouteAgentProtocol, Metric: owner.RouteAgentMetric, Log: log})
 			if err != nil {
 				return err
 			}

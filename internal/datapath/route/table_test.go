@@ -87,9 +87,15 @@ func testNamespace(t *testing.T) (string, *netlink.Handle) {
 	return path, h
 }
 
-func newTestTable(t *testing.T, path string) *Table {
+// newTestTable opens a table with the route agent's markers, or with o's when given.
+func newTestTable(t *testing.T, path string, o ...TableOptions) *Table {
 	t.Helper()
-	tbl, err := NewTable(TableOptions{NetnsPath: path})
+	opts := TableOptions{Protocol: owner.RouteAgentProtocol, Metric: owner.RouteAgentMetric}
+	if len(o) > 0 {
+		opts = o[0]
+	}
+	opts.NetnsPath = path
+	tbl, err := NewTable(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,5 +271,122 @@ func TestTableTransitions(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("step %d: routes = %v, want %v", i, got, want)
 		}
+	}
+}
+
+func TestTableApplyConflictingNextHops(t *testing.T) {
+	path, _ := testNamespace(t)
+	tbl := newTestTable(t, path)
+	err := tbl.Apply([]Route{{podsA, gw1}, {podsA, gw2}, {podsB, gw1}})
+	if err == nil || !strings.Contains(err.Error(), "two next hops") {
+		t.Fatalf("Apply = %v, want an error naming both next hops", err)
+	}
+	// The first next hop is kept, the other routes are applied all the same.
+	if got, _ := tbl.List(); !slices.Equal(got, []Route{{podsA, gw1}, {podsB, gw1}}) {
+		t.Fatalf("our routes = %v", got)
+	}
+}
+
+func TestNewTableRefusesKernelProtocols(t *testing.T) {
+	for _, o := range []TableOptions{{}, {Protocol: 2}, {Protocol: 4}, {Protocol: 256}, {Protocol: owner.RouteAgentProtocol, Metric: -1}} {
+		if tbl, err := NewTable(o); err == nil {
+			tbl.Close()
+			t.Errorf("NewTable(%+v) succeeded, want an error", o)
+		}
+	}
+}
+
+// TestTablesShareNamespace runs the route agent's table and a tunnel driver's (bound to a
+// device) in one namespace, as on a gateway node: both route the same destination in their own
+// slots, and neither deletes, replaces or lists the other's routes.
+func TestTablesShareNamespace(t *testing.T) {
+	path, _ := testNamespace(t)
+	agent := newTestTable(t, path)
+	tunnel := newTestTable(t, path, TableOptions{Protocol: owner.TunnelRouteProtocol, Metric: owner.TunnelRouteMetric, Device: "lan1"})
+	podsC, podsD := netip.MustParsePrefix("10.4.0.0/16"), netip.MustParsePrefix("10.5.0.0/16")
+	// Straight into the device, and onlink through it to a next hop on none of its subnets
+	// (the vxlan driver's routes).
+	far := netip.MustParseAddr("203.0.113.9")
+	agentRoutes := []Route{{podsA, gw1}, {podsB, gw1}}
+	tunnelRoutes := []Route{{Dst: podsA}, {Dst: podsC}, {Dst: podsD, Via: far}}
+	check := func(step string, wantAgent, wantTunnel []Route) {
+		t.Helper()
+		for _, c := range []struct {
+			name string
+			tbl  *Table
+			want []Route
+		}{{"agent", agent, wantAgent}, {"tunnel", tunnel, wantTunnel}} {
+			got, err := c.tbl.List()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.want == nil {
+				c.want = []Route{}
+			}
+			if !slices.Equal(got, c.want) {
+				t.Fatalf("%s: the %s table's routes = %v, want %v", step, c.name, got, c.want)
+			}
+		}
+	}
+	for _, step := range []struct {
+		name                       string
+		agentDesired, tunnelWanted []Route
+	}{
+		{"both", agentRoutes, tunnelRoutes},
+		{"the tunnel's go", agentRoutes, nil},
+		{"the tunnel's are back", agentRoutes, tunnelRoutes},
+		{"the agent's go", nil, tunnelRoutes},
+		{"the tunnel's go too", nil, nil},
+	} {
+		if err := agent.Apply(step.agentDesired); err != nil {
+			t.Fatalf("%s: agent Apply: %v", step.name, err)
+		}
+		if err := tunnel.Apply(step.tunnelWanted); err != nil {
+			t.Fatalf("%s: tunnel Apply: %v", step.name, err)
+		}
+		check(step.name, step.agentDesired, slices.SortedFunc(slices.Values(step.tunnelWanted), compareRoutes))
+	}
+	// A table bound to a device that does not exist applies nothing.
+	missing := newTestTable(t, path, TableOptions{Protocol: owner.TunnelRouteProtocol, Device: "nosuchdev"})
+	if err := missing.Apply([]Route{{Dst: podsA}}); err == nil || !strings.Contains(err.Error(), "nosuchdev") {
+		t.Fatalf("Apply on a missing device = %v, want an error naming it", err)
+	}
+}
+
+func TestRouteDiff(t *testing.T) {
+	p := netip.MustParsePrefix
+	gw := netip.MustParseAddr("203.0.113.2")
+	gwB := netip.MustParseAddr("203.0.113.3")
+	tests := []struct {
+		name    string
+		current []Route
+		desired map[netip.Prefix]netip.Addr
+		wantDel []netip.Prefix
+		wantSet []Route
+	}{
+		{name: "nothing yet", desired: map[netip.Prefix]netip.Addr{p("10.2.0.0/16"): gw},
+			wantSet: []Route{{p("10.2.0.0/16"), gw}}},
+		{name: "in sync", current: []Route{{p("10.2.0.0/16"), gw}}, desired: map[netip.Prefix]netip.Addr{p("10.2.0.0/16"): gw}},
+		{name: "peer removed", current: []Route{{p("10.3.0.0/16"), gw}, {p("10.2.0.0/16"), gw}}, desired: map[netip.Prefix]netip.Addr{p("10.2.0.0/16"): gw},
+			wantDel: []netip.Prefix{p("10.3.0.0/16")}},
+		{name: "prefix length changed", current: []Route{{Dst: p("10.2.0.0/24")}}, desired: map[netip.Prefix]netip.Addr{p("10.2.0.0/16"): {}},
+			wantDel: []netip.Prefix{p("10.2.0.0/24")}, wantSet: []Route{{Dst: p("10.2.0.0/16")}}},
+		{name: "all removed, sorted", current: []Route{{Dst: p("fd00::/64")}, {Dst: p("10.9.0.0/16")}, {Dst: p("10.1.0.0/16")}},
+			wantDel: []netip.Prefix{p("10.1.0.0/16"), p("10.9.0.0/16"), p("fd00::/64")}},
+		// A failover: the route is replaced in place, never deleted first.
+		{name: "next hop changed", current: []Route{{p("10.2.0.0/16"), gw}}, desired: map[netip.Prefix]netip.Addr{p("10.2.0.0/16"): gwB},
+			wantSet: []Route{{p("10.2.0.0/16"), gwB}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			del, set := diff(tt.current, tt.desired)
+			var delDst []netip.Prefix
+			for _, r := range del {
+				delDst = append(delDst, r.Dst)
+			}
+			if !slices.Equal(delDst, tt.wantDel) || !slices.Equal(set, tt.wantSet) {
+				t.Fatalf("diff = delete %v, set %v; want delete %v, set %v", delDst, set, tt.wantDel, tt.wantSet)
+			}
+		})
 	}
 }

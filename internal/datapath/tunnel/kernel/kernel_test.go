@@ -3,7 +3,6 @@ package kernel
 import (
 	"context"
 	"net/netip"
-	"slices"
 	"strings"
 	"testing"
 
@@ -31,33 +30,6 @@ func TestMTU(t *testing.T) {
 			got, err := MTU(tt.configured, tt.underlay, tt.overhd)
 			if (err != nil) != tt.wantErr || got != tt.want {
 				t.Fatalf("MTU(%d, %d, %d) = %d, %v; want %d, error %v", tt.configured, tt.underlay, tt.overhd, got, err, tt.want, tt.wantErr)
-			}
-		})
-	}
-}
-
-func TestRouteDiff(t *testing.T) {
-	p := netip.MustParsePrefix
-	gw := netip.MustParseAddr("203.0.113.2")
-	tests := []struct {
-		name    string
-		current []netip.Prefix
-		desired map[netip.Prefix]netip.Addr
-		wantDel []netip.Prefix
-	}{
-		{name: "nothing yet", desired: map[netip.Prefix]netip.Addr{p("10.2.0.0/16"): gw}},
-		{name: "in sync", current: []netip.Prefix{p("10.2.0.0/16")}, desired: map[netip.Prefix]netip.Addr{p("10.2.0.0/16"): gw}},
-		{name: "peer removed", current: []netip.Prefix{p("10.3.0.0/16"), p("10.2.0.0/16")}, desired: map[netip.Prefix]netip.Addr{p("10.2.0.0/16"): gw},
-			wantDel: []netip.Prefix{p("10.3.0.0/16")}},
-		{name: "prefix length changed", current: []netip.Prefix{p("10.2.0.0/24")}, desired: map[netip.Prefix]netip.Addr{p("10.2.0.0/16"): {}},
-			wantDel: []netip.Prefix{p("10.2.0.0/24")}},
-		{name: "all removed, sorted", current: []netip.Prefix{p("fd00::/64"), p("10.9.0.0/16"), p("10.1.0.0/16")},
-			wantDel: []netip.Prefix{p("10.1.0.0/16"), p("10.9.0.0/16"), p("fd00::/64")}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := RouteDiff(tt.current, tt.desired); !slices.Equal(got, tt.wantDel) {
-				t.Fatalf("RouteDiff = %v, want %v", got, tt.wantDel)
 			}
 		})
 	}

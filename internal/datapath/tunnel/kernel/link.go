@@ -1,6 +1,6 @@
-// Package kernel holds what both tunnel drivers do to the kernel besides the tunnel itself:
-// routes to peer subnets, the MTU, the TCP MSS clamp and byte counters, and claiming a link
-// name. Their ownership markers are in internal/datapath/owner.
+// Package kernel holds what both tunnel drivers do to the kernel besides the tunnel itself and
+// its routes (package route): the MTU, the TCP MSS clamp and byte counters, and claiming a
+// link name. Their ownership markers are in internal/datapath/owner.
 package kernel
 
 import (

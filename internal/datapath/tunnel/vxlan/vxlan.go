@@ -31,6 +31,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
+	"github.com/octopus-mcs/octopus/internal/datapath/route"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/kernel"
 )
@@ -43,6 +44,7 @@ type Driver struct {
 	log    logr.Logger
 	device string
 	nft    *kernel.NFT
+	routes *route.Table
 
 	mu      sync.Mutex
 	closed  bool
@@ -63,7 +65,12 @@ func New(opts tunnel.Options) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{log: opts.Log.WithValues("device", opts.Device), device: opts.Device, nft: nft}, nil
+	log := opts.Log.WithValues("device", opts.Device)
+	routes, err := route.NewTable(route.TableOptions{Protocol: owner.TunnelRouteProtocol, Metric: owner.TunnelRouteMetric, Device: opts.Device, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	return &Driver{log: log, device: opts.Device, nft: nft, routes: routes}, nil
 }
 
 // Name is "vxlan".
@@ -110,7 +117,7 @@ func (d *Driver) Apply(ctx context.Context, cfg tunnel.Config) error {
 	if err := syncNeighbours(link.Attrs().Index, cfg.LocalAddr.Is6(), endpoints); err != nil {
 		errs = append(errs, err)
 	}
-	if err := kernel.SyncRoutes(link.Attrs().Index, routes); err != nil {
+	if err := d.routes.Apply(routes); err != nil {
 		errs = append(errs, err)
 	}
 	counted := make([]kernel.Counted, 0, len(cfg.Peers))
@@ -267,12 +274,13 @@ func (d *Driver) Close() error {
 		return nil
 	}
 	d.closed = true
+	d.routes.Close()
 	return errors.Join(kernel.DeleteLink(d.device), d.nft.Delete(context.Background()))
 }
 
 // validate checks cfg and returns the routes (peer subnet → the peer's underlay address) and
 // the peers' underlay addresses.
-func validate(cfg tunnel.Config) (map[netip.Prefix]netip.Addr, []netip.Addr, error) {
+func validate(cfg tunnel.Config) ([]route.Route, []netip.Addr, error) {
 	if cfg.ListenPort == 0 {
 		return nil, nil, errors.New("the tunnel listen port is 0: set Config.ListenPort")
 	}
@@ -280,7 +288,8 @@ func validate(cfg tunnel.Config) (map[netip.Prefix]netip.Addr, []netip.Addr, err
 		return nil, nil, errors.New("vxlan needs this gateway's underlay address: set Config.LocalAddr")
 	}
 	local := cfg.LocalAddr.Unmap()
-	routes := map[netip.Prefix]netip.Addr{}
+	var routes []route.Route
+	seenSubnet := map[netip.Prefix]bool{}
 	seenCluster := map[string]bool{}
 	seenAddr := map[netip.Addr]string{}
 	var endpoints []netip.Addr
@@ -310,10 +319,11 @@ func validate(cfg tunnel.Config) (map[netip.Prefix]netip.Addr, []netip.Addr, err
 				return nil, nil, fmt.Errorf("peer %s: subnet %s is invalid or not of its endpoint's IP family", p.Cluster, s)
 			}
 			s = s.Masked()
-			if _, ok := routes[s]; ok {
+			if seenSubnet[s] {
 				return nil, nil, fmt.Errorf("subnet %s is claimed by two peers", s)
 			}
-			routes[s] = ep
+			seenSubnet[s] = true
+			routes = append(routes, route.Route{Dst: s, Via: ep})
 		}
 	}
 	return routes, endpoints, nil

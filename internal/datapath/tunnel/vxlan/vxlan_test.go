@@ -2,9 +2,11 @@ package vxlan
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/route"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 )
 
@@ -48,8 +50,8 @@ func TestValidate(t *testing.T) {
 			if (tt.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
 				t.Fatalf("validate = %v, want %q", err, tt.wantErr)
 			}
-			if err == nil && routes[sub[0]] != ep.Addr() {
-				t.Fatalf("route to %s goes via %s, want the peer's underlay address %s", sub[0], routes[sub[0]], ep.Addr())
+			if want := []route.Route{{Dst: sub[0], Via: ep.Addr()}}; err == nil && !slices.Equal(routes, want) {
+				t.Fatalf("routes = %v, want %s via the peer's underlay address %s", routes, sub[0], ep.Addr())
 			}
 		})
 	}

@@ -23,6 +23,7 @@ import (
 	"golang.zx2c4.com/wireguard/tun"
 
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
+	"github.com/octopus-mcs/octopus/internal/datapath/route"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/kernel"
 )
@@ -39,6 +40,7 @@ type Driver struct {
 	dev       *device.Device
 	tun       *ownedTUN
 	nft       *kernel.NFT
+	routes    *route.Table
 
 	mu      sync.Mutex
 	closed  bool
@@ -72,8 +74,14 @@ func New(opts tunnel.Options) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
+	log := opts.Log.WithValues("device", opts.Device)
+	routes, err := route.NewTable(route.TableOptions{Protocol: owner.TunnelRouteProtocol, Metric: owner.TunnelRouteMetric, Device: opts.Device, Log: log})
+	if err != nil {
+		return nil, err
+	}
 	tdev, err := tun.CreateTUN(opts.Device, device.DefaultMTU)
 	if err != nil {
+		routes.Close()
 		return nil, fmt.Errorf("creating TUN device %s (is /dev/net/tun available and are we CAP_NET_ADMIN?): %w", opts.Device, err)
 	}
 	link, err := netlink.LinkByName(opts.Device)
@@ -82,9 +90,9 @@ func New(opts tunnel.Options) (*Driver, error) {
 	}
 	if err != nil {
 		_ = tdev.Close()
+		routes.Close()
 		return nil, fmt.Errorf("marking TUN device %s as ours: %w", opts.Device, err)
 	}
-	log := opts.Log.WithValues("device", opts.Device)
 	owned := newOwnedTUN(tdev)
 	dev := device.NewDevice(owned, conn.NewDefaultBind(), &device.Logger{
 		Verbosef: func(format string, args ...any) { log.V(2).Info(fmt.Sprintf(format, args...)) },
@@ -92,10 +100,11 @@ func New(opts tunnel.Options) (*Driver, error) {
 	})
 	if err := dev.IpcSet("private_key=" + hex.EncodeToString(priv[:]) + "\n"); err != nil {
 		dev.Close()
+		routes.Close()
 		return nil, fmt.Errorf("setting the private key of %s: %w", opts.Device, err)
 	}
 	clear(priv[:])
-	return &Driver{log: log, name: NameUserspace, devName: opts.Device, tun: owned, publicKey: base64.StdEncoding.EncodeToString(pub), dev: dev, nft: nft}, nil
+	return &Driver{log: log, name: NameUserspace, devName: opts.Device, tun: owned, publicKey: base64.StdEncoding.EncodeToString(pub), dev: dev, nft: nft, routes: routes}, nil
 }
 
 // Name reports what runs: "wireguard-go".
@@ -158,7 +167,7 @@ func (d *Driver) Apply(ctx context.Context, cfg tunnel.Config) error {
 		}
 	}
 	var errs []error
-	if err := kernel.SyncRoutes(link.Attrs().Index, routes); err != nil {
+	if err := d.routes.Apply(routes); err != nil {
 		errs = append(errs, err)
 	}
 	if err := d.nft.Sync(ctx, mtu, nil); err != nil {
@@ -212,6 +221,7 @@ func (d *Driver) Close() error {
 	d.closed = true
 	d.dev.Close()
 	<-d.dev.Wait()
+	d.routes.Close()
 	var errs []error
 	// The TUN device disappears with its file descriptor; this only catches a link that
 	// someone made persistent.
@@ -224,14 +234,14 @@ func (d *Driver) Close() error {
 	return errors.Join(errs...)
 }
 
-// validate checks cfg and returns the routes (peer subnet → none: straight into the device) and
+// validate checks cfg and returns the routes (each peer subnet straight into the device) and
 // the peers' endpoint addresses.
-func validate(cfg tunnel.Config) (map[netip.Prefix]netip.Addr, []netip.Addr, error) {
+func validate(cfg tunnel.Config) ([]route.Route, []netip.Addr, error) {
 	if cfg.ListenPort == 0 {
 		return nil, nil, errors.New("the tunnel listen port is 0: set Config.ListenPort")
 	}
-	routes := map[netip.Prefix]netip.Addr{}
-	owner := map[netip.Prefix]string{}
+	var routes []route.Route
+	claimedBy := map[netip.Prefix]string{}
 	seen := map[string]bool{}
 	var endpoints []netip.Addr
 	for _, p := range cfg.Peers {
@@ -248,11 +258,11 @@ func validate(cfg tunnel.Config) (map[netip.Prefix]netip.Addr, []netip.Addr, err
 				return nil, nil, fmt.Errorf("peer %s: invalid subnet %s", p.Cluster, s)
 			}
 			s = s.Masked()
-			if o, ok := owner[s]; ok {
+			if o, ok := claimedBy[s]; ok {
 				return nil, nil, fmt.Errorf("subnet %s is claimed by peers %s and %s: WireGuard routes each subnet to one peer", s, o, p.Cluster)
 			}
-			owner[s] = p.Cluster
-			routes[s] = netip.Addr{}
+			claimedBy[s] = p.Cluster
+			routes = append(routes, route.Route{Dst: s})
 		}
 	}
 	return routes, endpoints, nil
