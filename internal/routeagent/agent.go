@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -12,12 +13,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/datapath/route"
 	"github.com/octopus-mcs/octopus/internal/kube"
 )
@@ -42,7 +45,8 @@ type Options struct {
 	Member *rest.Config
 	// NodeName is the node the agent runs on. Required.
 	NodeName string
-	// Routes applies the desired routes. Required.
+	// Routes applies the desired routes. Optional: a route.Table with the route agent's
+	// markers (internal/datapath/owner) in the process's network namespace.
 	Routes Routes
 	// ResyncInterval: see DefaultResyncInterval. Optional.
 	ResyncInterval time.Duration
@@ -52,17 +56,26 @@ type Options struct {
 
 // Run keeps the node's routes to remote clusters pointing at the active gateway until ctx is
 // done. It watches the gateway Lease, the subnets ConfigMap and the Nodes (for the holder's
-// address) through informers and re-applies on every change and every ResyncInterval. On
-// return the routes stay: traffic keeps flowing while the agent restarts.
+// address) and re-applies on every change and every ResyncInterval (a controller-runtime
+// reconciler, kube.SingleKeyController). On return the routes stay: traffic keeps flowing
+// while the agent restarts.
 func Run(ctx context.Context, o Options) error {
-	if o.Member == nil || o.NodeName == "" || o.Routes == nil {
-		return errors.New("route agent: member configuration, node name and route table are required")
+	if o.Member == nil || o.NodeName == "" {
+		return errors.New("route agent: the member configuration and the node name are required")
 	}
 	if o.ResyncInterval <= 0 {
 		o.ResyncInterval = DefaultResyncInterval
 	}
 	if o.Log.GetSink() == nil {
 		o.Log = logr.Discard()
+	}
+	if o.Routes == nil {
+		table, err := route.NewTable(route.TableOptions{Protocol: owner.RouteAgentProtocol, Metric: owner.RouteAgentMetric, Log: o.Log})
+		if err != nil {
+			return fmt.Errorf("route agent: %w", err)
+		}
+		defer table.Close()
+		o.Routes = table
 	}
 	byName := func(name string) cache.ByObject {
 		return cache.ByObject{
@@ -80,63 +93,49 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("creating the route agent's cache of the member cluster: %w", err)
 	}
-	kick := make(chan struct{}, 1)
-	notify := func() {
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
+	o.Log.Info("Route agent starting", "node", o.NodeName)
+	err = kube.SingleKeyController{
+		Name:       "route-agent",
+		Cache:      c,
+		Watches:    []kube.Watch{{Object: &coordinationv1.Lease{}}, {Object: &corev1.ConfigMap{}}, {Object: &corev1.Node{}}},
+		Trigger:    routesRequest,
+		Reconciler: &reconciler{o: o, cache: c},
+		Log:        o.Log.WithName("controller"),
+	}.Run(ctx)
+	if err != nil {
+		return fmt.Errorf("route agent: watching the member cluster: %w", err)
 	}
-	handler := toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { notify() },
-		UpdateFunc: func(any, any) { notify() },
-		DeleteFunc: func(any) { notify() },
-	}
-	for _, obj := range []client.Object{&coordinationv1.Lease{}, &corev1.ConfigMap{}, &corev1.Node{}} {
-		inf, err := c.GetInformer(ctx, obj)
-		if err != nil {
-			return fmt.Errorf("watching %T in the member cluster: %w", obj, err)
-		}
-		if _, err := inf.AddEventHandler(handler); err != nil {
-			return fmt.Errorf("watching %T in the member cluster: %w", obj, err)
-		}
-	}
-	cacheErr := make(chan error, 1)
-	go func() { cacheErr <- c.Start(ctx) }()
-	if !c.WaitForCacheSync(ctx) {
-		return fmt.Errorf("route agent: the member cluster's informers did not sync: %w", errors.Join(context.Cause(ctx), drain(cacheErr)))
-	}
-	o.Log.Info("Route agent started", "node", o.NodeName)
+	return nil
+}
 
-	var last []route.Route
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-cacheErr:
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("route agent: the member cluster's informers stopped: %w", err)
-		case <-kick:
-		case <-timer.C:
-		}
-		desired, err := desiredFromCache(ctx, c, o.NodeName)
-		next := o.ResyncInterval
-		if err != nil {
-			o.Log.Error(err, "Reading the active gateway and remote subnets; applying what could be read")
-		}
-		if err := o.Routes.Apply(desired); err != nil {
-			o.Log.Error(err, "Applying routes to remote clusters failed; retrying", "retryIn", retryInterval.String())
-			next = retryInterval
-		} else if !equalRoutes(last, desired) {
-			o.Log.Info("Routes to remote clusters applied", "routes", fmt.Sprint(desired))
-			last = desired
-		}
-		timer.Reset(next)
+// routesRequest is the agent's one request: the node's routes as a whole.
+var routesRequest = reconcile.Request{NamespacedName: types.NamespacedName{Name: "routes"}}
+
+// reconciler applies the routes the cache implies.
+type reconciler struct {
+	o     Options
+	cache client.Reader
+	// last is what was applied last, to log changes only.
+	last []route.Route
+}
+
+// Reconcile applies the desired routes. Errors are logged and retried after a fixed
+// retryInterval rather than returned to controller-runtime's exponential back-off: routes
+// that could not be set must be retried promptly however often it failed before.
+func (r *reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	desired, err := desiredFromCache(ctx, r.cache, r.o.NodeName)
+	if err != nil {
+		r.o.Log.Error(err, "Reading the active gateway and remote subnets; applying what could be read")
 	}
+	if err := r.o.Routes.Apply(desired); err != nil {
+		r.o.Log.Error(err, "Applying routes to remote clusters failed; retrying", "retryIn", retryInterval.String())
+		return reconcile.Result{RequeueAfter: retryInterval}, nil
+	}
+	if !slices.Equal(r.last, desired) {
+		r.o.Log.Info("Routes to remote clusters applied", "routes", fmt.Sprint(desired))
+		r.last = desired
+	}
+	return reconcile.Result{RequeueAfter: r.o.ResyncInterval}, nil
 }
 
 // desiredFromCache reads the gateway Lease, the holder's Node and the ConfigMap. A missing
@@ -193,25 +192,4 @@ func InternalIP(node *corev1.Node) netip.Addr {
 		}
 	}
 	return first
-}
-
-func equalRoutes(a, b []route.Route) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func drain(ch <-chan error) error {
-	select {
-	case err := <-ch:
-		return err
-	default:
-		return nil
-	}
 }
