@@ -75,7 +75,7 @@ func New(opts tunnel.Options) (*Driver, error) {
 		return nil, err
 	}
 	log := opts.Log.WithValues("device", opts.Device)
-	routes, err := route.NewTable(route.TableOptions{Protocol: owner.TunnelRouteProtocol, Metric: owner.TunnelRouteMetric, Device: opts.Device, Log: log})
+	routes, err := kernel.NewRouteTable(opts.Device, log)
 	if err != nil {
 		return nil, err
 	}
