@@ -30,9 +30,9 @@ type election struct {
 // being the active one: the process should then exit, so that its restart stands by.
 func elect(ctx context.Context, o Options, e election, lead func(context.Context) error) error {
 	var activeErr error
-	// activeDone is closed when the active gateway has returned (its driver closed): the
-	// elector may return first when it fails to renew, and exiting before the driver is
-	// closed would leave the device and its routes behind.
+	// activeDone is closed when lead has returned: the elector may return first when it
+	// fails to renew, and returning before lead did (the active gateway closing its driver)
+	// would leave the device and its routes behind.
 	activeDone := make(chan struct{})
 	var acquired atomic.Bool
 	leCtx, cancel := context.WithCancel(ctx)
