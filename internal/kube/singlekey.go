@@ -30,7 +30,7 @@ type SingleKeyController struct {
 	// controllers of one name may run in one process (tests run several agents).
 	Name string
 	// Cache serves the watched kinds. Run starts it and waits, as long as ctx allows, until
-	// it has synced: the component has nothing better to do than wait for its API server.
+	// it has synced; the first reconcile follows at once.
 	Cache cache.Cache
 	// Watches are the kinds whose events request Trigger.
 	Watches []Watch
@@ -82,7 +82,17 @@ func (s SingleKeyController) Run(ctx context.Context) error {
 		return []reconcile.Request{s.Trigger}
 	})
 	for _, w := range s.Watches {
-		if err := c.Watch(source.Kind(s.Cache, w.Object, trigger, w.Predicates...)); err != nil {
+		// The informers are made before the cache starts, so that it starts them all and
+		// WaitForCacheSync below waits for them. A plain informer source rather than
+		// source.Kind: Kind waits again for its handler to have seen the initial list, polling
+		// every 100 ms, which would delay the first reconcile (on a gateway's takeover, the
+		// publishing of its Peer) for nothing: the reconciler reads the synced cache, and the
+		// initial list's events only request the Trigger the start requests anyway.
+		inf, err := s.Cache.GetInformer(ctx, w.Object)
+		if err != nil {
+			return fmt.Errorf("watching %T: %w", w.Object, err)
+		}
+		if err := c.Watch(&source.Informer{Informer: inf, Handler: trigger, Predicates: w.Predicates}); err != nil {
 			return fmt.Errorf("watching %T: %w", w.Object, err)
 		}
 	}
@@ -101,8 +111,7 @@ func (s SingleKeyController) Run(ctx context.Context) error {
 	defer cancel()
 	cacheErr := make(chan error, 1)
 	go func() { cacheErr <- s.Cache.Start(runCtx) }()
-	// Waited for here, without the controller's timeout (CacheSyncTimeout), so that the
-	// controller's own wait finds the cache synced.
+	// Without a timeout: the component has nothing better to do than wait for its API server.
 	if !s.Cache.WaitForCacheSync(runCtx) {
 		cancel()
 		return errors.Join(ErrNotSynced, context.Cause(ctx), <-cacheErr)
