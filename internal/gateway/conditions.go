@@ -2,6 +2,10 @@
 // the cluster's Peer on the hub, watches the other clusters' Peers, drives the tunnel driver
 // to the desired configuration, mirrors the remote CIDRs for the route agents and reports the
 // connections it sees in its Peer's status.
+//
+// The election (election.go, with the fast takeover of takeover.go) and the active term
+// (active.go, a reconciler of the hub's Peers and Clusters) know nothing of each other; Run
+// (gateway.go) wires them. Compute (desired.go) and BuildStatus (status.go) are pure.
 package gateway
 
 // Condition types of a Peer's status, written by its gateway.

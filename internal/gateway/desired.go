@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/tunnel"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 )
 
 // Local is what the active gateway knows about its own cluster and node.

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/octopus-mcs/octopus/internal/tunnel"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 )
 
 // fakeDriver is an in-memory tunnel.Driver: it records every configuration applied and can be

@@ -6,28 +6,21 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"reflect"
-	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/drivers"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/kube"
-	"github.com/octopus-mcs/octopus/internal/route/routeagent"
-	"github.com/octopus-mcs/octopus/internal/tunnel"
+	"github.com/octopus-mcs/octopus/internal/routeagent"
 )
 
 // Defaults of Options.
@@ -87,7 +80,7 @@ type Options struct {
 	StatusInterval time.Duration
 	// ResyncInterval re-applies the tunnel configuration without an event.
 	ResyncInterval time.Duration
-	// NewDriver creates the tunnel driver on becoming active. Optional: tunnel.New.
+	// NewDriver creates the tunnel driver on becoming active. Optional: drivers.New.
 	NewDriver func(backend string, o tunnel.Options) (tunnel.Driver, error)
 	// NewProber creates the health prober on becoming active. Optional: without it the
 	// connection state comes from the driver's handshakes alone.
@@ -119,7 +112,7 @@ type Options struct {
 	Log logr.Logger
 }
 
-// Prober measures the connection to each remote gateway (package tunnel/health behind an
+// Prober measures the connection to each remote gateway (package datapath/health behind an
 // adapter). Snapshot is keyed by cluster ID.
 type Prober interface {
 	SetTargets(targets map[string]netip.Addr)
@@ -186,7 +179,7 @@ func (o *Options) setDefaults() error {
 		return fmt.Errorf("gateway: the takeover wait %s must exceed the retry period %s", o.TakeoverAfter, o.RetryPeriod)
 	}
 	if o.NewDriver == nil {
-		o.NewDriver = tunnel.New
+		o.NewDriver = drivers.New
 	}
 	if o.AddressDevice == nil {
 		o.AddressDevice = ensureAddr
@@ -253,77 +246,17 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("creating the gateway lease lock: %w", err)
 	}
-	var activeErr error
-	// activeDone is closed when the active gateway has returned (its driver closed): the
-	// elector may return first when it fails to renew, and exiting before the driver is
-	// closed would leave the device and its routes behind.
-	activeDone := make(chan struct{})
-	var acquired atomic.Bool
-	leCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	lock := &trackingLock{Interface: rl, onDisplaced: func(holder string) {
-		// A standby took over while we could not renew (takeover.go): stop now rather than
-		// keep acting until RenewDeadline runs out.
-		o.Log.Info("Another gateway took the Lease over; stopping being the active gateway", "node", o.NodeName, "holder", holder)
-		cancel()
-	}}
-	var tk *takeover
-	if o.LivenessPort != 0 {
-		locate := nodeInternalIP(cs)
-		if o.Role == v1alpha1.PeerRoleHub {
-			locate = hubPeerEndpoint(member, at.Namespace)
-		}
-		tk = newTakeover(o, cs, locate, lock, at.leaseNamespace, at.leaseName)
-		go tk.run(leCtx)
+	locate := nodeInternalIP(cs)
+	if o.Role == v1alpha1.PeerRoleHub {
+		locate = hubPeerEndpoint(member, at.Namespace)
 	}
-	// Each round runs an elector until it leads or a takeover (or a released Lease) kicks
-	// it: client-go retries acquiring only every RetryPeriod plus up to 120 % jitter, while a
-	// fresh elector tries at once, and finds itself the holder after a takeover.
-	for {
-		acqCtx, acqCancel := context.WithCancel(leCtx)
-		var kicked atomic.Bool
-		if tk != nil {
-			tk.setKick(func() {
-				lock.cancelUnlessLeading(func() {
-					kicked.Store(true) // before the elector can see the cancellation
-					acqCancel()
-				})
-			})
-		}
-		err := runElector(acqCtx, o, at.leaseName, lock, &acquired, func(ctx context.Context) {
-			defer close(activeDone)
-			o.Log.Info("Became the active gateway", "node", o.NodeName, "cluster", at.ClusterID, "role", o.Role)
-			a := &active{o: o, at: at, member: member, metrics: m}
-			m.setActive(true)
-			activeErr = a.run(ctx)
-			m.setActive(false)
-			cancel() // release the Lease so that a standby takes over
-		})
-		acqCancel()
-		if err != nil {
-			return err
-		}
-		if !kicked.Load() || acquired.Load() || leCtx.Err() != nil {
-			break
-		}
-	}
-	if tk != nil {
-		tk.setKick(nil)
-	}
-	// The elector runs OnStartedLeading in a goroutine and may return (failing to renew)
-	// before it: wait for it whenever it was started. It was, unless we are shutting down:
-	// acquiring only stops when leCtx ends (or a kick, which starts another round), which
-	// before leadership only ctx does.
-	if ctx.Err() == nil || acquired.Load() {
-		<-activeDone
-	}
-	if ctx.Err() != nil {
-		return nil
-	}
-	if activeErr != nil {
-		return activeErr
-	}
-	return ErrLostLease
+	e := election{lock: rl, cs: cs, locate: locate, leaseNamespace: at.leaseNamespace, leaseName: at.leaseName}
+	return elect(ctx, o, e, func(ctx context.Context) error {
+		o.Log.Info("Became the active gateway", "node", o.NodeName, "cluster", at.ClusterID, "role", o.Role)
+		m.setActive(true)
+		defer m.setActive(false)
+		return (&active{o: o, at: at, member: member, metrics: m}).run(ctx)
+	})
 }
 
 // hubAccess is where the gateway's Peer lives and where it is elected.
@@ -351,37 +284,6 @@ func (o *Options) hubAccess(ctx context.Context, member client.Reader) (hubAcces
 		leaseNamespace: v1alpha1.SystemNamespace, leaseName: routeagent.LeaseName}, nil
 }
 
-// runElector runs one client-go elector on lock until ctx ends or it stops leading.
-func runElector(ctx context.Context, o Options, name string, lock resourcelock.Interface, acquired *atomic.Bool, lead func(context.Context)) error {
-	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: lock, LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod,
-		// Hand over at once on a clean shutdown instead of after LeaseDuration.
-		ReleaseOnCancel: true,
-		Name:            name,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				acquired.Store(true)
-				lead(ctx)
-			},
-			OnStoppedLeading: func() {
-				if acquired.Load() {
-					o.Log.Info("Stopped being the active gateway", "node", o.NodeName)
-				}
-			},
-			OnNewLeader: func(id string) {
-				if id != o.NodeName {
-					o.Log.Info("Standing by: another node is the active gateway", "active", id)
-				}
-			},
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("configuring the gateway election: %w", err)
-	}
-	elector.Run(ctx)
-	return nil
-}
-
 func waitForCredential(ctx context.Context, member client.Reader, log logr.Logger) (hub.Credential, error) {
 	var lastMsg string
 	for {
@@ -398,256 +300,5 @@ func waitForCredential(ctx context.Context, member client.Reader, log logr.Logge
 			return hub.Credential{}, fmt.Errorf("waiting for the hub credential: %w", context.Cause(ctx))
 		case <-time.After(credentialPollInterval):
 		}
-	}
-}
-
-// active is the gateway while it holds the Lease.
-type active struct {
-	o      Options
-	at     hubAccess
-	member client.Client
-	hub    client.Client
-	cache  cache.Cache
-	driver tunnel.Driver
-	prober Prober
-	local  Local
-	hcIP   netip.Addr
-	// metrics are set from the status that reportStatus computes.
-	metrics *metrics
-
-	mu        sync.Mutex
-	desired   Desired
-	applyErr  error
-	published *v1alpha1.PeerSpec
-	mirrored  []netip.Prefix
-}
-
-// run publishes the Peer, keeps the data plane at the desired state and reports status until
-// ctx is done. The driver is closed on return, which tears the tunnels down: the standby that
-// takes over brings them up with its own key.
-func (a *active) run(ctx context.Context) error {
-	o := a.o
-	// The Node is read only for what the flags leave out: the hub's gateway may run where
-	// the hub has no Node objects.
-	node := &corev1.Node{}
-	if !o.EndpointIP.IsValid() || !o.HealthCheckIP.IsValid() {
-		if err := a.member.Get(ctx, client.ObjectKey{Name: o.NodeName}, node); err != nil {
-			return fmt.Errorf("reading this gateway's Node %s: %w (is --node-name right? or pass --endpoint-ip and --health-check-ip)", o.NodeName, err)
-		}
-	}
-	endpoint, hc, err := nodeAddresses(node, o.EndpointIP, o.HealthCheckIP)
-	if err != nil {
-		return err
-	}
-	a.hcIP = hc
-	a.local = Local{ClusterID: a.at.ClusterID, Role: o.Role, Backend: o.Backend, ListenPort: o.ListenPort, LocalAddr: endpoint, MTU: o.MTU}
-
-	a.driver, err = o.NewDriver(string(o.Backend), tunnel.Options{Device: o.Device, Log: o.Log.WithName("tunnel")})
-	if err != nil {
-		return fmt.Errorf("creating the %s tunnel driver: %w", o.Backend, err)
-	}
-	defer func() {
-		if err := a.driver.Close(); err != nil {
-			o.Log.Error(err, "Closing the tunnel driver")
-		}
-	}()
-	o.Log.Info("Tunnel driver ready", "driver", a.driver.Name(), "device", o.Device, "endpoint", netip.AddrPortFrom(endpoint, o.ListenPort).String(), "healthCheckIP", hc.String())
-	if o.NewProber != nil {
-		if a.prober, err = o.NewProber(); err != nil {
-			return fmt.Errorf("starting the health prober: %w", err)
-		}
-		defer func() { _ = a.prober.Close() }()
-	}
-
-	if a.hub, err = client.New(a.at.config, client.Options{Scheme: kube.Scheme}); err != nil {
-		return fmt.Errorf("creating a client of the hub %s: %w", a.at.config.Host, err)
-	}
-	// The cache's lists and watches wait out a hub that cannot be dialled, so that the Peers
-	// catch up as soon as it is back (kube.WaitForServerOnReads); the client's writes and the
-	// status read fail fast.
-	a.cache, err = cache.New(kube.WaitForServerOnReads(a.at.config), cache.Options{Scheme: kube.Scheme, DefaultNamespaces: map[string]cache.Config{a.at.Namespace: {}}})
-	if err != nil {
-		return fmt.Errorf("creating the cache of the hub: %w", err)
-	}
-	kick := make(chan struct{}, 1)
-	notify := func() {
-		select {
-		case kick <- struct{}{}:
-		default:
-		}
-	}
-	handler := toolscache.ResourceEventHandlerFuncs{AddFunc: func(any) { notify() }, UpdateFunc: func(old, cur any) {
-		// Status-only updates (every gateway reports every few seconds) change nothing here.
-		if po, ok := old.(*v1alpha1.Peer); ok {
-			if pc, ok := cur.(*v1alpha1.Peer); ok && po.Generation == pc.Generation && po.DeletionTimestamp.Equal(pc.DeletionTimestamp) {
-				return
-			}
-		}
-		notify()
-	}, DeleteFunc: func(any) { notify() }}
-	for _, obj := range []client.Object{&v1alpha1.Peer{}, &v1alpha1.Cluster{}} {
-		inf, err := a.cache.GetInformer(ctx, obj)
-		if err != nil {
-			return fmt.Errorf("watching %T on the hub: %w", obj, err)
-		}
-		if _, err := inf.AddEventHandler(handler); err != nil {
-			return fmt.Errorf("watching %T on the hub: %w", obj, err)
-		}
-	}
-	cacheErr := make(chan error, 1)
-	go func() { cacheErr <- a.cache.Start(ctx) }()
-	if !a.cache.WaitForCacheSync(ctx) {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("the hub's informers did not sync: %w", drain(cacheErr))
-	}
-
-	resync := time.NewTimer(0)
-	defer resync.Stop()
-	status := time.NewTicker(o.StatusInterval)
-	defer status.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-cacheErr:
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("the hub's informers stopped: %w", err)
-		case <-kick:
-		case <-resync.C:
-		case <-status.C:
-			if err := a.reportStatus(ctx); err != nil {
-				o.Log.Error(err, "Updating the Peer's status")
-			}
-			continue
-		}
-		next := o.ResyncInterval
-		if err := a.reconcile(ctx); err != nil {
-			o.Log.Error(err, "Reconciling the gateway; retrying", "retryIn", retryInterval.String())
-			next = retryInterval
-		}
-		resync.Reset(next)
-		if err := a.reportStatus(ctx); err != nil {
-			o.Log.Error(err, "Updating the Peer's status")
-		}
-	}
-}
-
-// reconcile applies the tunnel configuration computed from the hub's Peers, publishes our
-// Peer and mirrors the remote subnets for the route agents. Everything that can be done is
-// done; errors are joined.
-func (a *active) reconcile(ctx context.Context) error {
-	var errs []error
-	if err := a.readLocal(ctx); err != nil {
-		return err
-	}
-	peers := &v1alpha1.PeerList{}
-	if err := a.cache.List(ctx, peers); err != nil {
-		return fmt.Errorf("listing Peers on the hub: %w", err)
-	}
-	d := Compute(a.local, peers.Items)
-	applyErr := a.driver.Apply(ctx, d.Tunnel)
-	if applyErr != nil {
-		applyErr = fmt.Errorf("applying the tunnel configuration (%d peers): %w", len(d.Tunnel.Peers), applyErr)
-		errs = append(errs, applyErr)
-	} else if err := a.o.AddressDevice(a.o.Device, a.hcIP); err != nil {
-		errs = append(errs, err)
-	}
-	// Published only now, with the remote Peers configured: a remote gateway starts its
-	// handshake as soon as it sees our (new) key, and one that arrived before our device knew
-	// it would be dropped and retried only after WireGuard's 5 s rekey timeout.
-	if err := a.publish(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	if a.prober != nil {
-		a.prober.SetTargets(d.Targets)
-	}
-	a.mu.Lock()
-	changed := !reflect.DeepEqual(a.desired, d)
-	a.desired, a.applyErr = d, applyErr
-	a.mu.Unlock()
-	if changed {
-		var ids []string
-		for _, p := range d.Tunnel.Peers {
-			ids = append(ids, p.Cluster)
-		}
-		a.o.Log.Info("Tunnel configuration applied", "peers", ids, "refused", len(d.Refused), "ok", applyErr == nil)
-		for _, r := range d.Refused {
-			a.o.Log.Info("Refused a Peer", "cluster", r.Cluster, "reason", r.Reason, "message", r.Message)
-		}
-	}
-	remote := d.RemoteSubnets()
-	// The hub's gateway has no route agents to tell.
-	if applyErr == nil && a.o.Role == v1alpha1.PeerRoleMember && (a.mirrored == nil || !slices.Equal(remote, a.mirrored)) {
-		cm := routeagent.SubnetsConfigMap(remote)
-		cm.Labels = kube.ManagedLabels()
-		if err := kube.Apply(ctx, a.member, cm); err != nil {
-			errs = append(errs, fmt.Errorf("mirroring remote subnets for the route agents: %w", err))
-		} else {
-			a.mirrored = remote
-			if a.mirrored == nil {
-				a.mirrored = []netip.Prefix{}
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// readLocal refreshes what this gateway advertises: a member's pod and service CIDRs (minus
-// the opted-out ones) and topology, from its Cluster on the hub; for the hub's gateway, which
-// has no cluster behind it, only its health-check address, and the hub topology (the
-// Peer's default, mesh, would misreport it).
-func (a *active) readLocal(ctx context.Context) error {
-	if a.o.Role == v1alpha1.PeerRoleHub {
-		a.local.Subnets, a.local.Topology = []netip.Prefix{netip.PrefixFrom(a.hcIP, a.hcIP.BitLen())}, v1alpha1.TopologyHub
-		return nil
-	}
-	c := &v1alpha1.Cluster{}
-	if err := a.cache.Get(ctx, client.ObjectKey{Namespace: a.at.Namespace, Name: a.at.ClusterID}, c); err != nil {
-		return fmt.Errorf("reading this cluster's Cluster %s on the hub: %w", a.at.ClusterID, err)
-	}
-	subnets, err := Advertised(c.Spec, a.o.ExcludeSubnets)
-	if err != nil {
-		return err
-	}
-	a.local.Subnets, a.local.Topology = subnets, c.Spec.Topology
-	return nil
-}
-
-// publish server-side-applies this cluster's Peer on the hub when its spec changed.
-func (a *active) publish(ctx context.Context) error {
-	spec := v1alpha1.PeerSpec{
-		ClusterID: a.at.ClusterID, Hostname: a.o.NodeName, Role: a.o.Role, Topology: a.local.Topology,
-		Backend: a.o.Backend, PublicKey: a.driver.PublicKey(),
-		Endpoint:      v1alpha1.PeerEndpoint{PrivateIP: a.local.LocalAddr.String(), Port: int32(a.local.ListenPort)},
-		HealthCheckIP: a.hcIP.String(),
-	}
-	for _, s := range a.local.Subnets {
-		spec.Subnets = append(spec.Subnets, s.String())
-	}
-	if a.published != nil && reflect.DeepEqual(*a.published, spec) {
-		return nil
-	}
-	p := &v1alpha1.Peer{
-		ObjectMeta: metavOf(a.at.ClusterID, a.at.Namespace),
-		Spec:       spec,
-	}
-	if err := kube.Apply(ctx, a.hub, p); err != nil {
-		return fmt.Errorf("publishing Peer %s on the hub: %w", a.at.ClusterID, err)
-	}
-	a.published = &spec
-	a.o.Log.Info("Published the Peer", "name", a.at.ClusterID, "publicKey", spec.PublicKey, "subnets", spec.Subnets)
-	return nil
-}
-
-func drain(ch <-chan error) error {
-	select {
-	case err := <-ch:
-		return err
-	default:
-		return nil
 	}
 }

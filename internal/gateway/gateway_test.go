@@ -25,11 +25,11 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/cluster"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/kube"
-	"github.com/octopus-mcs/octopus/internal/route/routeagent"
+	"github.com/octopus-mcs/octopus/internal/routeagent"
 	"github.com/octopus-mcs/octopus/internal/testenv"
-	"github.com/octopus-mcs/octopus/internal/tunnel"
 )
 
 func init() {

@@ -6,11 +6,11 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/octopus-mcs/octopus/internal/tunnel/health"
+	"github.com/octopus-mcs/octopus/internal/datapath/health"
 )
 
 // NewHealthProber returns a Options.NewProber that probes with ICMP echo from the gateway's
-// namespace (package tunnel/health) every interval. The probes leave through the tunnel
+// namespace (package datapath/health) every interval. The probes leave through the tunnel
 // device, whose health-check address is their source, so an answer proves the tunnel.
 func NewHealthProber(interval time.Duration, log logr.Logger) func() (Prober, error) {
 	return func() (Prober, error) {

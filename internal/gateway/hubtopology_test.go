@@ -19,7 +19,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/progress"
-	"github.com/octopus-mcs/octopus/internal/route/routeagent"
+	"github.com/octopus-mcs/octopus/internal/routeagent"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/tunnel"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 )
 
 // handshakeFresh is how recent a WireGuard handshake must be for a connection without health

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/tunnel"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 )
 
 func TestBuildStatus(t *testing.T) {

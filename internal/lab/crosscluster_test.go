@@ -26,14 +26,13 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/cluster"
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/tunneltest"
 	"github.com/octopus-mcs/octopus/internal/gateway"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
-	"github.com/octopus-mcs/octopus/internal/route"
 	"github.com/octopus-mcs/octopus/internal/testenv"
-	"github.com/octopus-mcs/octopus/internal/tunnel/kernel"
-	"github.com/octopus-mcs/octopus/internal/tunnel/tunneltest"
 )
 
 // xpod is a pod of the cross-cluster test.
@@ -249,7 +248,7 @@ func crossCluster(t *testing.T, backend, binDir string, bins map[string]string) 
 						}
 					}
 				}
-				out, _ := exec.Command("ip", "-n", n.Netns, "route", "show", "proto", strconv.Itoa(route.Protocol)).CombinedOutput()
+				out, _ := exec.Command("ip", "-n", n.Netns, "route", "show", "proto", strconv.Itoa(owner.RouteAgentProtocol)).CombinedOutput()
 				if side.cluster == c2 && strings.TrimSpace(string(out)) != "" {
 					return fmt.Errorf("the left cluster's node %s keeps route-agent routes: %s", n.Name, out)
 				}
@@ -370,7 +369,7 @@ func checkUnderlay(t *testing.T, cluster labnet.ClusterNet, src, dst xpod, encry
 	if err != nil {
 		t.Fatal(err)
 	}
-	tunneltest.CheckWire(t, frames, gateway.DefaultListenPort, kernel.VXLANVNI, underlayCanary, encrypted)
+	tunneltest.CheckWire(t, frames, gateway.DefaultListenPort, owner.VXLANVNI, underlayCanary, encrypted)
 }
 
 // scrapeFrom GETs http://addr/metrics from inside the named namespace and returns the

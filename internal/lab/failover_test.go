@@ -23,7 +23,7 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
-	"github.com/octopus-mcs/octopus/internal/route/routeagent"
+	"github.com/octopus-mcs/octopus/internal/routeagent"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 

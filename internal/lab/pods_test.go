@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/lab/nodeagent"
@@ -216,7 +217,7 @@ func TestPods(t *testing.T) {
 		t.Errorf("pod -> ClusterIP %s: answers from %v, want both echo pods: %v", svcAddr, answered, err)
 	}
 	// Pods reach the API servers through kubernetes.default: the node masquerades them
-	// (labnet.NodeNFTTable), so the root namespace answers the node's LAN address on the
+	// (owner.LabNodeNFTTable), so the root namespace answers the node's LAN address on the
 	// uplink instead of a pod address along its default route, off the machine.
 	kube, err := cs.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
 	if err != nil {
@@ -490,7 +491,7 @@ func tcpEcho(t *testing.T, netns string, addr netip.AddrPort, msg string) string
 	return line
 }
 
-// podVeths counts the pod veths (labnet.PodVethPrefix) in the cluster's node namespaces.
+// podVeths counts the pod veths (owner.LabPodVethPrefix) in the cluster's node namespaces.
 func podVeths(t *testing.T, c labnet.ClusterNet) int {
 	t.Helper()
 	n := 0
@@ -500,7 +501,7 @@ func podVeths(t *testing.T, c labnet.ClusterNet) int {
 			t.Fatalf("ip -n %s link: %v: %s", node.Netns, err, out)
 		}
 		for _, line := range strings.Split(string(out), "\n") {
-			if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[1], labnet.PodVethPrefix) {
+			if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[1], owner.LabPodVethPrefix) {
 				n++
 			}
 		}

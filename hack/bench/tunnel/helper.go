@@ -19,7 +19,8 @@ import (
 	"golang.zx2c4.com/wireguard/device"
 	"golang.zx2c4.com/wireguard/tun"
 
-	"github.com/octopus-mcs/octopus/internal/tunnel"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/drivers"
 )
 
 // helperCommand is the hidden first argument with which this program runs as a gateway inside
@@ -104,7 +105,7 @@ func newDriver(backend, dev string, local netip.Addr) (*driverTunnel, error) {
 	// The gateway logs through zap at its default level; funcr at verbosity 0 drops the same
 	// V(1) and V(2) lines (wireguard-go's per-handshake messages).
 	log := funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{})
-	d, err := tunnel.New(backend, tunnel.Options{Device: dev, Log: log})
+	d, err := drivers.New(backend, tunnel.Options{Device: dev, Log: log})
 	if err != nil {
 		return nil, err
 	}

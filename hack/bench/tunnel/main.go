@@ -7,7 +7,7 @@
 //	veth       plain routing over the underlay, no tunnel (the ceiling)
 //	debian-wg  Debian's wireguard-go program (the 2022 build) configured with `wg`
 //	lib-wg     a bare pair of the wireguard-go library pinned in go.mod: TUN + NewDevice + IpcSet
-//	wireguard  Octopus's wireguard driver: tunnel.New + Apply, as the gateway calls them
+//	wireguard  Octopus's wireguard driver: drivers.New + Apply, as the gateway calls them
 //	vxlan      Octopus's vxlan driver, the same way
 //
 // Rounds interleave the modes (each round starts one mode later), and the summary is the

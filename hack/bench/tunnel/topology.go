@@ -35,7 +35,7 @@ type gateway struct {
 }
 
 // topology is two gateways joined by one veth pair (the underlay), each with a pod behind it.
-// It is internal/tunnel/tunneltest's topology minus the bridge namespace (nothing here captures
+// It is internal/datapath/tunnel/tunneltest's topology minus the bridge namespace (nothing here captures
 // per gateway) and with documentation addresses only; tunneltest is built on testing.TB, which
 // a program does not have.
 type topology struct {

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 )
 
 // Apply creates the plan's namespaces and links, or completes them after a partial run: every
@@ -311,14 +313,14 @@ func OtherLabs(id string) ([]string, error) {
 		return nil, err
 	}
 	defer root.Close()
-	links, err := root.linksWithPrefix(RootLinkPrefix)
+	links, err := root.linksWithPrefix(owner.LabRootLinkPrefix)
 	if err != nil {
 		return nil, err
 	}
 	seen := map[string]bool{}
 	var ids []string
 	for _, l := range links {
-		rest := l[len(RootLinkPrefix):]
+		rest := l[len(owner.LabRootLinkPrefix):]
 		if len(rest) <= idLen || rest[idLen] != '-' || rest[:idLen] == id || seen[rest[:idLen]] {
 			continue
 		}

@@ -13,6 +13,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 )
 
 // onLockedThread runs f on a goroutine locked to its own OS thread, for operations that switch
@@ -263,7 +265,7 @@ func (h *nsHandle) replaceRoute(name string, dst netip.Prefix, gw netip.Addr) er
 	if err != nil {
 		return fmt.Errorf("parsing %s: %w", dst, err)
 	}
-	r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipnet, Protocol: RouteProtocol}
+	r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipnet, Protocol: owner.LabRouteProtocol}
 	if gw.IsValid() {
 		r.Gw = gw.AsSlice()
 	} else {

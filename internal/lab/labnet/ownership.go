@@ -3,27 +3,18 @@
 // clusters, and one link that lets node namespaces reach the API servers in the root
 // namespace. It talks netlink directly (github.com/vishvananda/netlink) instead of running ip.
 //
-// Everything it creates is named from the prefixes in this file plus a lab ID, so Teardown
-// finds all of it again, also after a crash, and never touches anything else.
+// Everything it creates is named from the prefixes in internal/datapath/owner plus a lab ID,
+// so Teardown finds all of it again, also after a crash, and never touches anything else.
 package labnet
 
 import "net/netip"
 
-// Ownership markers. Everything the lab creates is named with one of these prefixes followed
-// by the lab's ID (see LabID), so that two labs on one machine, or a lab and anything else,
-// never delete each other's objects.
+// Limits of the names the lab gives its objects: an ownership prefix of
+// internal/datapath/owner, then the lab's ID (see LabID), so that two labs on one machine, or
+// a lab and anything else, never delete each other's objects.
 const (
-	// NetnsPrefix starts the name of every network namespace the lab creates (files under
-	// /run/netns, as `ip netns` uses). Teardown lists /run/netns and deletes only names that
-	// start with NetnsPrefix + the lab ID + "-".
-	NetnsPrefix = "octo-"
-	// RootLinkPrefix starts the name of every link the lab puts into the root namespace: the
-	// API link and one uplink per cluster LAN. Interface names have at most 15 bytes, so the
-	// prefix is short: "octo-" + 4-character ID + "-" leaves 5 bytes for the role ("api",
-	// "c15"). Links inside the lab's own namespaces need no prefix: they go away with the
-	// namespace.
-	RootLinkPrefix = "octo-"
-	// idLen is the number of hex digits of a lab ID; see RootLinkPrefix for why it is short.
+	// idLen is the number of hex digits of a lab ID; see owner.LabRootLinkPrefix for why it
+	// is short.
 	idLen = 4
 	// maxIfNameLen is IFNAMSIZ-1, the longest interface name the kernel accepts.
 	maxIfNameLen = 15
@@ -63,36 +54,15 @@ var (
 	UnderlayRange = netip.MustParsePrefix("203.0.113.0/24")
 )
 
-// RouteProtocol marks every route the lab adds (rtm_protocol), so `ip route show proto 211`
-// tells the lab's routes from the kernel's connected routes and anyone else's. 211 is unused
-// by the kernel and the well-known routing daemons (/etc/iproute2/rt_protos).
-const RouteProtocol = 211
-
 // lanBits is the size of a cluster LAN; see LANRange.
 const lanBits = 28
 
 // Pods. The lab node agent (internal/lab/nodeagent) gives every pod a namespace of its own,
-// joined to its node's namespace by a veth; these names let it, Teardown and `lab down` find
-// all of that again.
+// joined to its node's namespace by a veth, named with owner.LabPodNetnsInfix and
+// owner.LabPodVethPrefix so that it, Teardown and `lab down` find all of that again.
 const (
-	// PodNetnsInfix follows the lab's namespace prefix in the name of a pod's namespace:
-	// "octo-<id>-pod-<pod UID>". The UID, not the pod's name, because a pod deleted and
-	// recreated under the same name must not inherit the old one's namespace; the infix lets
-	// the agent list exactly the pod namespaces (ListNamespaces(PodNetnsPrefix(id))) and tell
-	// them from node, LAN and underlay namespaces, which it must never delete.
-	PodNetnsInfix = "pod-"
-	// PodVethPrefix names the node-namespace end of a pod's veth, "pv" + 8 hex digits of the
-	// pod UID's hash: short enough for IFNAMSIZ and distinct from the node's own eth0 and ul0,
-	// so the node's routes to its pods can be told from everything else in the namespace.
-	PodVethPrefix = "pv"
 	// podIfName is the pod's end of its veth, named as a pod's interface is in a real cluster.
 	podIfName = "eth0"
-	// NodeNFTTable is the nftables table the lab owns in every node namespace (next to
-	// kube-proxy's own "kube-proxy" table). It masquerades pod traffic leaving the cluster's
-	// pod range to the node's address: without it a pod reaching the API servers (through
-	// kubernetes.default) or the root end of its LAN's uplink would make the root namespace
-	// answer a 10.x source address along its default route, that is off the machine.
-	NodeNFTTable = "octopus-lab"
 )
 
 // PodGatewayHost is the host number, inside a node's pod CIDR, of the address every

@@ -19,19 +19,20 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/procfs"
 )
 
 // PodNetnsPrefix is the prefix of every pod namespace of the lab with the given ID.
-func PodNetnsPrefix(id string) string { return NetnsOwnerPrefix(id) + PodNetnsInfix }
+func PodNetnsPrefix(id string) string { return NetnsOwnerPrefix(id) + owner.LabPodNetnsInfix }
 
 // PodNetnsName names the namespace of the pod with the given UID.
 func PodNetnsName(id, uid string) string { return PodNetnsPrefix(id) + uid }
 
-// PodVethName names the node-namespace end of the pod's veth (see PodVethPrefix).
+// PodVethName names the node-namespace end of the pod's veth (see owner.LabPodVethPrefix).
 func PodVethName(uid string) string {
 	sum := sha256.Sum256([]byte(uid))
-	return PodVethPrefix + hex.EncodeToString(sum[:])[:8]
+	return owner.LabPodVethPrefix + hex.EncodeToString(sum[:])[:8]
 }
 
 // PodGateway is the address of the node-side pod veths of a node with the given pod CIDR.
@@ -154,7 +155,7 @@ type NodeConfig struct {
 	// Netns is the node's namespace.
 	Netns string
 	// ClusterPodCIDR is the whole cluster's pod range: traffic leaving it is masqueraded
-	// (see NodeNFTTable), and routes inside it are the ones ConfigureNode owns.
+	// (see owner.LabNodeNFTTable), and routes inside it are the ones ConfigureNode owns.
 	ClusterPodCIDR netip.Prefix
 	// PeerRoutes maps every other node's pod CIDR to that node's LAN address: pods on other
 	// nodes are reached straight over the cluster LAN, as with a host-gateway CNI.
@@ -196,7 +197,7 @@ func configureNode(c NodeConfig) error {
 	}
 	var errs []error
 	for _, r := range routes {
-		if r.Protocol != RouteProtocol || r.Dst == nil {
+		if r.Protocol != owner.LabRouteProtocol || r.Dst == nil {
 			continue
 		}
 		dst, err := netip.ParsePrefix(r.Dst.String())
@@ -225,20 +226,20 @@ func configureNode(c NodeConfig) error {
 // is masqueraded.
 var NonMasqueradeCIDR = netip.MustParsePrefix("10.0.0.0/8")
 
-// applyMasquerade (re)writes NodeNFTTable in the node namespace in one nft transaction: add
-// then flush makes it idempotent and replaces whatever an earlier run left.
+// applyMasquerade (re)writes owner.LabNodeNFTTable in the node namespace in one nft
+// transaction: add then flush makes it idempotent and replaces whatever an earlier run left.
 func applyMasquerade(netnsName string, clusterPodCIDR netip.Prefix) error {
 	script := fmt.Sprintf(`add table ip %[1]s
 flush table ip %[1]s
 add chain ip %[1]s postrouting { type nat hook postrouting priority srcnat + 10; policy accept; }
 add rule ip %[1]s postrouting ip saddr %[2]s ip daddr != %[2]s ip daddr != %[4]s oifname != "%[3]s*" masquerade
-`, NodeNFTTable, clusterPodCIDR.Masked(), PodVethPrefix, NonMasqueradeCIDR)
+`, owner.LabNodeNFTTable, clusterPodCIDR.Masked(), owner.LabPodVethPrefix, NonMasqueradeCIDR)
 	return inNamespace(netnsName, func() error {
 		// nft inherits the network namespace of the (locked) thread that forks it.
 		cmd := exec.Command("nft", "-f", "-")
 		cmd.Stdin = strings.NewReader(script)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("installing nftables table %s: %w: %s", NodeNFTTable, err, bytes.TrimSpace(out))
+			return fmt.Errorf("installing nftables table %s: %w: %s", owner.LabNodeNFTTable, err, bytes.TrimSpace(out))
 		}
 		return nil
 	})

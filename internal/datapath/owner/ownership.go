@@ -1,0 +1,104 @@
+// Package owner holds every marker by which Octopus's data plane, and the lab that runs it,
+// find their own state in the kernel again: route protocols and metrics, routing tables,
+// nftables tables, link aliases and name prefixes, the VXLAN identifiers. Each writer lists,
+// replaces and deletes only what carries its marker, so it never touches what it did not make
+// and finds what it made after a restart by reading the kernel. Keeping all of them in this
+// one file is what makes them distinct: a new writer (globalnet's NAT, the OVN network) picks
+// its markers here, next to every value already taken. None of them uses ip rules or fwmarks
+// yet; the first one that does puts its rule priorities and mark bits here too.
+//
+// The package imports nothing, so every data-plane package and the lab can share it.
+package owner
+
+// Routes. A route is identified in the kernel by (table, destination, TOS, metric) and
+// carries the protocol (rtm_protocol) of whoever made it, which `ip route show proto N` filters
+// on. 211-213 are unused by the kernel (0-4) and by the routing daemons listed in
+// /etc/iproute2/rt_protos (up to 192, plus 254 and 255), and differ from each other, so the
+// lab, the route agent and the tunnel drivers never take each other's routes, also where they
+// share a network namespace (a gateway node runs both a tunnel driver and a route agent).
+const (
+	// LabRouteProtocol marks every route the lab adds, so that it tells its own routes from
+	// the kernel's connected routes and anyone else's.
+	LabRouteProtocol = 211
+
+	// RouteAgentProtocol marks the route agent's routes: remote clusters' CIDRs via the
+	// active gateway node, on every node.
+	RouteAgentProtocol = 212
+	// RouteAgentMetric is the metric of the route agent's routes. With a metric of its own,
+	// its RouteReplace can never overwrite someone else's route to the same destination (the
+	// tunnel driver's on the gateway node, metric TunnelRouteMetric), and theirs, preferred
+	// for its lower metric, keeps winning where both exist.
+	RouteAgentMetric = 212
+
+	// TunnelRouteProtocol marks a tunnel driver's routes: remote clusters' CIDRs into the
+	// tunnel device on the active gateway node. A driver owns only the routes that carry it
+	// AND leave through its own device, so two drivers in one namespace (tests) keep apart.
+	TunnelRouteProtocol = 213
+	// TunnelRouteMetric is the metric of a tunnel driver's routes: 0, the most preferred, so
+	// that on the gateway node they win over the route agent's routes (RouteAgentMetric) to
+	// the same CIDRs, which a node that just became the gateway still has, pointing at the
+	// previous gateway, until its route agent sees the new Lease holder.
+	TunnelRouteMetric = 0
+
+	// MainTable is where both the route agent and the tunnel drivers put their routes: pods'
+	// traffic is routed by the main table, and a table of our own would need an ip rule, one
+	// more thing to own.
+	MainTable = 254
+)
+
+// nftables. Each writer owns whole tables (add-then-flush in one transaction), never rules in
+// someone else's, so deleting its table removes exactly its own state.
+const (
+	// TunnelNFTTablePrefix + the device name is the one inet table a tunnel driver owns: the
+	// TCP MSS clamp and, for vxlan, the per-peer byte counters. One table per device, because
+	// devices are unique per machine and Close must remove exactly its own.
+	TunnelNFTTablePrefix = "octopus-tunnel-"
+	// LabNodeNFTTable is the table the lab owns in every node namespace (next to kube-proxy's
+	// own "kube-proxy" table). It masquerades pod traffic leaving the cluster's pod range to
+	// the node's address: without it a pod reaching the API servers (through
+	// kubernetes.default) or the root end of its LAN's uplink would make the root namespace
+	// answer a 10.x source address along its default route, that is off the machine.
+	LabNodeNFTTable = "octopus-lab"
+)
+
+// Links and network namespaces.
+const (
+	// TunnelLinkAlias is set on every link a tunnel driver creates (`ip link show` prints
+	// it), so that an existing link of that name left by a crashed process is recognised as
+	// ours and replaced, while a foreign link is refused rather than deleted. The device name
+	// itself is configured (unique per machine), so it cannot be the marker.
+	TunnelLinkAlias = "octopus-tunnel"
+
+	// LabNetnsPrefix starts the name of every network namespace the lab creates (files under
+	// /run/netns, as `ip netns` uses), followed by the lab's ID and "-". Teardown lists
+	// /run/netns and deletes only names that start with that, so two labs on one machine, or a
+	// lab and anything else, never delete each other's namespaces.
+	LabNetnsPrefix = "octo-"
+	// LabPodNetnsInfix follows the lab's namespace prefix in the name of a pod's namespace:
+	// "octo-<id>-pod-<pod UID>". The UID, not the pod's name, because a pod deleted and
+	// recreated under the same name must not inherit the old one's namespace; the infix lets
+	// the lab's node agent list exactly the pod namespaces and tell them from node, LAN and
+	// underlay namespaces, which it must never delete.
+	LabPodNetnsInfix = "pod-"
+	// LabRootLinkPrefix starts the name of every link the lab puts into the root namespace (the
+	// API link and one uplink per cluster LAN), followed by the lab's ID and "-". Interface
+	// names have at most 15 bytes, so the prefix is short: "octo-" + a 4-character ID + "-"
+	// leaves 5 bytes for the role ("api", "c15"). Links inside the lab's own namespaces need
+	// no prefix: they go away with the namespace.
+	LabRootLinkPrefix = "octo-"
+	// LabPodVethPrefix names the node-namespace end of a pod's veth, "pv" + 8 hex digits of
+	// the pod UID's hash: short enough for IFNAMSIZ and distinct from the node's own eth0 and
+	// ul0, so the node's routes to its pods can be told from everything else in the namespace.
+	LabPodVethPrefix = "pv"
+)
+
+// VXLAN.
+const (
+	// VXLANVNI is the fixed VNI of the vxlan driver: one device per gateway carries all peers,
+	// told apart by the outer address, so a single VNI suffices. Any fixed value works as long
+	// as every cluster uses the same one; 7473 is arbitrary but easy to spot in a capture.
+	VXLANVNI = 7473
+	// VXLANMACPrefix starts every tunnel MAC address the vxlan driver derives (locally
+	// administered, unicast), so its FDB and neighbour entries are recognisable.
+	VXLANMACPrefix = "\x02\x6f"
+)

@@ -1,0 +1,166 @@
+package routeagent
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/datapath/route"
+	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/testenv"
+)
+
+// fakeRoutes records what the agent applies.
+type fakeRoutes struct {
+	mu      sync.Mutex
+	applied []route.Route
+	calls   int
+}
+
+var _ Routes = (*fakeRoutes)(nil)
+
+func (f *fakeRoutes) Apply(desired []route.Route) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.applied = slices.Clone(desired)
+	f.calls++
+	return nil
+}
+
+func (f *fakeRoutes) await(t *testing.T, what string, want []route.Route) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		f.mu.Lock()
+		got, calls := slices.Clone(f.applied), f.calls
+		f.mu.Unlock()
+		if calls > 0 && slices.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: routes = %v after %d applies, want %v", what, got, calls, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestRunFollowsGatewayAndSubnets(t *testing.T) {
+	env := testenv.ControlPlanes(t, "member")
+	cfg := env.Cluster("member").RESTConfig()
+	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrs := map[string]string{"node1": "198.51.100.2", "node2": "198.51.100.3", "node3": "198.51.100.4"}
+	for name, ip := range addrs {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if err := c.Create(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		// The node controller updates new Nodes too: retry on conflicts.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(n), n); err != nil {
+				return err
+			}
+			n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: name}, {Type: corev1.NodeInternalIP, Address: ip}}
+			return c.Status().Update(ctx, n)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	fake := &fakeRoutes{}
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{Member: cfg, NodeName: "node3", Routes: fake, ResyncInterval: time.Hour,
+			Log: testr.New(t)})
+	}()
+	// Not joined yet: no namespace, no Lease, no ConfigMap.
+	fake.await(t, "before join", nil)
+
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.SystemNamespace}}); err != nil {
+		t.Fatal(err)
+	}
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: LeaseName, Namespace: v1alpha1.SystemNamespace},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node1")},
+	}
+	if err := c.Create(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	cm := SubnetsConfigMap([]netip.Prefix{netip.MustParsePrefix("10.2.0.0/16"), netip.MustParsePrefix("10.98.0.0/16")})
+	cm.TypeMeta = metav1.TypeMeta{}
+	if err := c.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	via := func(ip string, cidrs ...string) []route.Route {
+		var out []route.Route
+		for _, s := range cidrs {
+			out = append(out, route.Route{Dst: netip.MustParsePrefix(s), Via: netip.MustParseAddr(ip)})
+		}
+		return out
+	}
+	fake.await(t, "gateway node1 elected", via("198.51.100.2", "10.2.0.0/16", "10.98.0.0/16"))
+
+	lease.Spec.HolderIdentity = ptr.To("node2")
+	if err := c.Update(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	fake.await(t, "failover to node2", via("198.51.100.3", "10.2.0.0/16", "10.98.0.0/16"))
+
+	cm.Data[SubnetsKey] = "10.2.0.0/16\n10.3.0.0/16\n10.98.0.0/16"
+	if err := c.Update(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	fake.await(t, "a cluster joined", via("198.51.100.3", "10.2.0.0/16", "10.3.0.0/16", "10.98.0.0/16"))
+
+	lease.Spec.HolderIdentity = ptr.To("node3")
+	if err := c.Update(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	fake.await(t, "this node became the gateway", nil)
+
+	lease.Spec.HolderIdentity = ptr.To("node1")
+	if err := c.Update(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	fake.await(t, "back to node1", via("198.51.100.2", "10.2.0.0/16", "10.3.0.0/16", "10.98.0.0/16"))
+
+	if err := c.Delete(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	fake.await(t, "the cluster left (subnets gone)", nil)
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}
+
+func TestRunValidates(t *testing.T) {
+	for _, o := range []Options{{}, {NodeName: "n"}, {NodeName: "n", Routes: &fakeRoutes{}}} {
+		if err := Run(context.Background(), o); err == nil {
+			t.Errorf("Run(%+v) succeeded, want an error", o)
+		}
+	}
+}
