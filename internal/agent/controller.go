@@ -27,10 +27,6 @@ import (
 	"github.com/octopus-mcs/octopus/internal/servicediscovery"
 )
 
-// ControllerLeaderElectionID is the leader-election Lease of the controller in the member
-// cluster's octopus-system namespace.
-const ControllerLeaderElectionID = "octopus-controller"
-
 const (
 	// defaultCredentialPollInterval is how often the agent looks for the hub credential until
 	// `octopus join` has written it.
@@ -74,7 +70,7 @@ type ControllerOptions struct {
 	MetricsBindAddress     string
 	PprofBindAddress       string
 	// LeaderElection makes replicas elect one active controller through the
-	// ControllerLeaderElectionID Lease in octopus-system.
+	// v1alpha1.ControllerLeaseName Lease in octopus-system.
 	LeaderElection bool
 	// Identity names this replica in heartbeat Leases. Optional; the hostname when empty.
 	Identity string
@@ -157,7 +153,7 @@ func (o ControllerOptions) managerOptions() manager.Options {
 		PprofBindAddress:        o.PprofBindAddress,
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
 		LeaderElection:          o.LeaderElection,
-		LeaderElectionID:        ControllerLeaderElectionID,
+		LeaderElectionID:        v1alpha1.ControllerLeaseName,
 		LeaderElectionNamespace: v1alpha1.SystemNamespace,
 		// Hand over at once on a clean shutdown (rollouts) instead of after the lease expires;
 		// the manager stops our runnables before it releases the lock.
@@ -334,7 +330,7 @@ func WaitForCredential(ctx context.Context, member client.Reader, interval time.
 			return cred, nil
 		}
 		if msg := err.Error(); msg != lastMsg || time.Since(lastLog) >= credentialReminderInterval {
-			log.Info("Waiting for the hub credential", "secret", v1alpha1.SystemNamespace+"/"+hub.CredentialSecretName, "reason", msg, "retryEvery", interval.String())
+			log.Info("Waiting for the hub credential", "secret", v1alpha1.SystemNamespace+"/"+v1alpha1.CredentialSecretName, "reason", msg, "retryEvery", interval.String())
 			lastMsg, lastLog = msg, time.Now()
 		}
 		select {

@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/hub"
 )
 
 // DefaultHeartbeatInterval is how often an agent renews its heartbeat Lease unless told otherwise.
@@ -134,7 +133,7 @@ func NewHeartbeat(opts HeartbeatOptions) (*Heartbeat, error) {
 	if c == nil {
 		c = clock.RealClock{}
 	}
-	return &Heartbeat{opts: opts, clock: c, leaseName: hub.HeartbeatLeaseName(opts.ClusterID)}, nil
+	return &Heartbeat{opts: opts, clock: c, leaseName: v1alpha1.HeartbeatLeaseName(opts.ClusterID)}, nil
 }
 
 // NeedLeaderElection reports true: two replicas renewing one Lease would fight over it.

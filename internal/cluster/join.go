@@ -154,7 +154,7 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 		return nil, err
 	}
 	cred := hub.Credential{ClusterID: id, Server: info.HubURL, Namespace: info.Namespace, CAData: info.CAData, Token: token}
-	p.Done(start, "Hub credential for cluster %s issued (ServiceAccount %s)", id, hub.ClusterServiceAccount(id))
+	p.Done(start, "Hub credential for cluster %s issued (ServiceAccount %s)", id, v1alpha1.ClusterServiceAccount(id))
 
 	// From here on the cluster acts with its own credential, so the hub's ownership policy
 	// checks every write exactly as it will for the running agent.
@@ -358,7 +358,7 @@ func enrol(ctx context.Context, jc client.Client, namespace, id, memberUID strin
 	labels := kube.ManagedLabels()
 	labels[v1alpha1.ClusterLabel] = id
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{
-		Name: hub.ClusterServiceAccount(id), Namespace: namespace, Labels: labels,
+		Name: v1alpha1.ClusterServiceAccount(id), Namespace: namespace, Labels: labels,
 		Annotations: map[string]string{memberUIDAnnotation: memberUID},
 	}}
 	created := true
@@ -386,7 +386,7 @@ func enrol(ctx context.Context, jc client.Client, namespace, id, memberUID strin
 	}
 	binding := &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: sa.Name, Namespace: namespace, Labels: labels, OwnerReferences: owner},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: hub.ClusterRoleName},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: v1alpha1.ClusterCredentialRole},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: namespace}},
 	}
 	for _, obj := range []client.Object{secret, binding} {
@@ -416,7 +416,7 @@ func waitAccepted(ctx context.Context, hc client.Client, namespace string) error
 	return err
 }
 
-func tokenSecretName(id string) string { return hub.ClusterServiceAccount(id) + "-token" }
+func tokenSecretName(id string) string { return v1alpha1.ClusterServiceAccount(id) + "-token" }
 
 // waitForHub checks that the hub answers, retrying a bounded number of times with visible
 // progress, so that a wrong URL or a down hub fails fast with the cause.

@@ -200,7 +200,7 @@ func TestLeaveCleansBothSides(t *testing.T) {
 	f.join(t, "west")
 	eastHub := f.as(t, east)
 	// Objects an agent would have made: a heartbeat Lease and a Peer.
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: hub.HeartbeatLeaseName("east"), Namespace: f.info.Namespace, Labels: map[string]string{v1alpha1.ClusterLabel: "east"}}}
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.HeartbeatLeaseName("east"), Namespace: f.info.Namespace, Labels: map[string]string{v1alpha1.ClusterLabel: "east"}}}
 	if err := eastHub.Create(t.Context(), lease); err != nil {
 		t.Fatal(err)
 	}

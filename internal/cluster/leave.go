@@ -114,7 +114,7 @@ func removeFromHub(ctx context.Context, hc client.Client, cred hub.Credential) e
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: hub.ClusterServiceAccount(cred.ClusterID), Namespace: cred.Namespace}}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.ClusterServiceAccount(cred.ClusterID), Namespace: cred.Namespace}}
 	if err := hc.Delete(ctx, sa); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("deleting ServiceAccount %s on the hub: %w", sa.Name, err)
 	}
@@ -139,7 +139,7 @@ func removeFromMember(ctx context.Context, mc client.Client) error {
 		}
 	}
 	del(&aboutv1alpha1.ClusterProperty{ObjectMeta: metav1.ObjectMeta{Name: aboutv1alpha1.ClusterIDProperty}})
-	del(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: hub.CredentialSecretName, Namespace: v1alpha1.SystemNamespace}})
+	del(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.CredentialSecretName, Namespace: v1alpha1.SystemNamespace}})
 	del(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.SystemNamespace}})
 	crds, err := crd.Member()
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/hub"
 )
 
 // Status is one cluster as the hub sees it.
@@ -46,7 +45,7 @@ func CollectStatus(ctx context.Context, hc client.Reader, namespace string, now 
 	}
 	out := make([]Status, 0, len(clusters.Items))
 	for _, cl := range clusters.Items {
-		lease := byName[hub.HeartbeatLeaseName(cl.Spec.ClusterID)]
+		lease := byName[v1alpha1.HeartbeatLeaseName(cl.Spec.ClusterID)]
 		if lease != nil && lease.Labels[v1alpha1.ClusterLabel] != cl.Spec.ClusterID {
 			lease = nil
 		}

@@ -39,8 +39,6 @@ const (
 	DefaultStatusInterval = 5 * time.Second
 	DefaultResyncInterval = 30 * time.Second
 	DefaultDevice         = "octopus0"
-	// HubLeaseName is the Lease, in the hub namespace, that elects the hub's active gateway.
-	HubLeaseName = "octopus-hub-gateway"
 
 	credentialPollInterval = 2 * time.Second
 	retryInterval          = time.Second
@@ -198,7 +196,7 @@ func (o *Options) setDefaults() error {
 }
 
 // Run waits for the cluster's hub credential, then takes part in the election of the active
-// gateway through the LeaseName Lease in octopus-system (the hub's gateway: HubLeaseName in
+// gateway through the GatewayLeaseName Lease in octopus-system (the hub's gateway: HubGatewayLeaseName in
 // the hub namespace), with fast takeover when LivenessPort is set. While active it runs the gateway
 // (see active). It returns nil when ctx is done, and ErrLostLease (or the active gateway's
 // error) when it stops being the active one.
@@ -341,14 +339,14 @@ type hubAccess struct {
 func (o *Options) hubAccess(ctx context.Context, member client.Reader) (hubAccess, error) {
 	if o.Role == v1alpha1.PeerRoleHub {
 		return hubAccess{ClusterID: v1alpha1.HubPeerName, Namespace: o.HubNamespace, config: o.Member,
-			leaseNamespace: o.HubNamespace, leaseName: HubLeaseName}, nil
+			leaseNamespace: o.HubNamespace, leaseName: v1alpha1.HubGatewayLeaseName}, nil
 	}
 	cred, err := waitForCredential(ctx, member, o.Log)
 	if err != nil {
 		return hubAccess{}, err
 	}
 	return hubAccess{ClusterID: cred.ClusterID, Namespace: cred.Namespace, config: cred.RESTConfig(),
-		leaseNamespace: v1alpha1.SystemNamespace, leaseName: routeagent.LeaseName}, nil
+		leaseNamespace: v1alpha1.SystemNamespace, leaseName: v1alpha1.GatewayLeaseName}, nil
 }
 
 // runElector runs one client-go elector on lock until ctx ends or it stops leading.

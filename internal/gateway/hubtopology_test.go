@@ -133,7 +133,7 @@ func TestHubTopology(t *testing.T) {
 	})
 	eventually(t, "east's route agents get west's subnets and the hub's address", func() error {
 		cm := &corev1.ConfigMap{}
-		if err := east.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: routeagent.ConfigMapName}, cm); err != nil {
+		if err := east.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: v1alpha1.GatewayConfigMapName}, cm); err != nil {
 			return err
 		}
 		if got, want := cm.Data[routeagent.SubnetsKey], strings.Join(hubAnd(westSubnets), "\n"); got != want {

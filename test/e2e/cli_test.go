@@ -17,7 +17,6 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/cluster"
-	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/procfs"
 	"github.com/octopus-mcs/octopus/internal/testenv"
@@ -141,7 +140,7 @@ func TestUserJourney(t *testing.T) {
 	}
 	eventually(t, 60*time.Second, "east's heartbeat to resume after the hub restart", func() bool {
 		lease := &coordinationv1.Lease{}
-		if err := hc.Get(t.Context(), client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: hub.HeartbeatLeaseName("east")}, lease); err != nil {
+		if err := hc.Get(t.Context(), client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: v1alpha1.HeartbeatLeaseName("east")}, lease); err != nil {
 			return false
 		}
 		return lease.Spec.RenewTime != nil && lease.Spec.RenewTime.After(restarted)

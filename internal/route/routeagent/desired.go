@@ -3,6 +3,7 @@ package routeagent
 import (
 	"net/netip"
 
+	"github.com/octopus-mcs/octopus/internal/ipam"
 	"github.com/octopus-mcs/octopus/internal/route"
 )
 
@@ -23,7 +24,7 @@ func Desired(self string, gw Gateway, remote []netip.Prefix) []route.Route {
 		return nil
 	}
 	var out []route.Route
-	for _, p := range sortedPrefixes(remote) {
+	for _, p := range ipam.SortPrefixes(remote) {
 		if p.Addr().Is4() != gw.Addr.Is4() {
 			continue
 		}
