@@ -27,7 +27,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/config/crd"
-	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
@@ -64,7 +64,7 @@ func TestControllerHeartbeatsAsProcess(t *testing.T) {
 		}
 		return nil
 	})
-	cred := hub.Credential{ClusterID: clusterID, Server: hubCP.URL, Namespace: hubNamespace, CAData: hubCP.CAData, Token: token}
+	cred := hubaccess.Credential{ClusterID: clusterID, Server: hubCP.URL, Namespace: hubNamespace, CAData: hubCP.CAData, Token: token}
 	create(t, memberAdmin, cred.Secret())
 
 	var first time.Time

@@ -9,7 +9,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/octopus-mcs/octopus/internal/agent"
-	"github.com/octopus-mcs/octopus/internal/route"
 	"github.com/octopus-mcs/octopus/internal/route/routeagent"
 )
 
@@ -39,14 +38,8 @@ It needs no hub credential. It runs until SIGTERM or SIGINT and leaves its route
 			if err != nil {
 				return err
 			}
-			log := ctrl.Log.WithName("route-agent")
-			table, err := route.NewTable(route.TableOptions{Log: log})
-			if err != nil {
-				return err
-			}
-			defer table.Close()
-			return routeagent.Run(ctrl.SetupSignalHandler(), routeagent.Options{
-				Member: member, NodeName: o.nodeName, Routes: table, ResyncInterval: o.resyncInterval, Log: log,
+			return agent.RunRouteAgent(ctrl.SetupSignalHandler(), agent.RouteAgentOptions{
+				Member: member, NodeName: o.nodeName, ResyncInterval: o.resyncInterval, Log: ctrl.Log.WithName("route-agent"),
 			})
 		},
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/octopus-mcs/octopus/config/crd"
 	"github.com/octopus-mcs/octopus/internal/dnsconfig"
 	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/ipam"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/progress"
@@ -63,7 +64,7 @@ type JoinOptions struct {
 // Joined is the outcome of a successful Join.
 type Joined struct {
 	Cluster    *v1alpha1.Cluster
-	Credential hub.Credential
+	Credential hubaccess.Credential
 }
 
 // ValidateClusterID checks that id can name the cluster everywhere it is used.
@@ -153,7 +154,7 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 	if err != nil {
 		return nil, err
 	}
-	cred := hub.Credential{ClusterID: id, Server: info.HubURL, Namespace: info.Namespace, CAData: info.CAData, Token: token}
+	cred := hubaccess.Credential{ClusterID: id, Server: info.HubURL, Namespace: info.Namespace, CAData: info.CAData, Token: token}
 	p.Done(start, "Hub credential for cluster %s issued (ServiceAccount %s)", id, v1alpha1.ClusterServiceAccount(id))
 
 	// From here on the cluster acts with its own credential, so the hub's ownership policy
@@ -216,7 +217,7 @@ func reportDNS(p *progress.Reporter, dns dnsconfig.Result) {
 }
 
 // register writes the cluster's hub objects and its member-side state.
-func register(ctx context.Context, hc, mc client.Client, cred hub.Credential, opts JoinOptions, pods, services []netip.Prefix) (*Joined, error) {
+func register(ctx context.Context, hc, mc client.Client, cred hubaccess.Credential, opts JoinOptions, pods, services []netip.Prefix) (*Joined, error) {
 	info, id := opts.BrokerInfo, cred.ClusterID
 	globalPool, err := info.Globalnet.Pool()
 	if err != nil {

@@ -22,7 +22,7 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/config/crd"
 	"github.com/octopus-mcs/octopus/internal/dnsconfig"
-	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/progress"
 )
@@ -44,7 +44,7 @@ func Leave(ctx context.Context, member *rest.Config, opts LeaveOptions) error {
 	if err != nil {
 		return fmt.Errorf("connecting to the cluster at %s: %w", member.Host, err)
 	}
-	cred, err := hub.LoadCredential(ctx, mc)
+	cred, err := hubaccess.LoadCredential(ctx, mc)
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func Leave(ctx context.Context, member *rest.Config, opts LeaveOptions) error {
 
 // removeFromHub deletes, with the cluster's own credential, everything the cluster owns on the
 // hub, its ServiceAccount last because that revokes the credential.
-func removeFromHub(ctx context.Context, hc client.Client, cred hub.Credential) error {
+func removeFromHub(ctx context.Context, hc client.Client, cred hubaccess.Credential) error {
 	own := []client.ListOption{client.InNamespace(cred.Namespace), client.MatchingLabels{v1alpha1.ClusterLabel: cred.ClusterID}}
 	var errs []error
 	// Exported services first (slices before their records, as the exporter withdraws them).

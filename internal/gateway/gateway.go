@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/route/routeagent"
 	"github.com/octopus-mcs/octopus/internal/tunnel"
@@ -341,7 +341,7 @@ func (o *Options) hubAccess(ctx context.Context, member client.Reader) (hubAcces
 		return hubAccess{ClusterID: v1alpha1.HubPeerName, Namespace: o.HubNamespace, config: o.Member,
 			leaseNamespace: o.HubNamespace, leaseName: v1alpha1.HubGatewayLeaseName}, nil
 	}
-	cred, err := waitForCredential(ctx, member, o.Log)
+	cred, err := hubaccess.WaitForCredential(logr.NewContext(ctx, o.Log), member, credentialPollInterval)
 	if err != nil {
 		return hubAccess{}, err
 	}
@@ -378,25 +378,6 @@ func runElector(ctx context.Context, o Options, name string, lock resourcelock.I
 	}
 	elector.Run(ctx)
 	return nil
-}
-
-func waitForCredential(ctx context.Context, member client.Reader, log logr.Logger) (hub.Credential, error) {
-	var lastMsg string
-	for {
-		cred, err := hub.LoadCredential(ctx, member)
-		if err == nil {
-			return cred, nil
-		}
-		if err.Error() != lastMsg {
-			log.Info("Waiting for the hub credential", "reason", err.Error())
-			lastMsg = err.Error()
-		}
-		select {
-		case <-ctx.Done():
-			return hub.Credential{}, fmt.Errorf("waiting for the hub credential: %w", context.Cause(ctx))
-		case <-time.After(credentialPollInterval):
-		}
-	}
 }
 
 // active is the gateway while it holds the Lease.

@@ -18,6 +18,7 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/progress"
 	"github.com/octopus-mcs/octopus/internal/route/routeagent"
 	"github.com/octopus-mcs/octopus/internal/testenv"
@@ -143,7 +144,7 @@ func TestHubTopology(t *testing.T) {
 	})
 
 	// Security: a cluster cannot make its Peer a hub one; the hub gateway cannot edit Clusters.
-	eastHub, err := hub.LoadCredential(ctx, east)
+	eastHub, err := hubaccess.LoadCredential(ctx, east)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/cluster"
+	"github.com/octopus-mcs/octopus/internal/heartbeat"
 )
 
 // DefaultStaleClusterTTL is how long a cluster's heartbeat Lease may stay expired before its
@@ -160,7 +160,7 @@ func (l *liveness) fire(ctx context.Context) {
 // now: our own Lease is fresh, or, without an own ID, any Lease is.
 func (l *liveness) hubReachableLocked(now time.Time) bool {
 	for id, lease := range l.leases {
-		if (l.self == "" || id == l.self) && cluster.HeartbeatState(lease, now) == cluster.StateConnected {
+		if (l.self == "" || id == l.self) && heartbeat.State(lease, now) == heartbeat.StateConnected {
 			return true
 		}
 	}
@@ -196,7 +196,7 @@ func withdrawalDue(lease *coordinationv1.Lease, ttl time.Duration) (time.Time, b
 	if lease.Spec.RenewTime == nil {
 		return time.Time{}, false
 	}
-	d := 3 * cluster.DefaultHeartbeatInterval
+	d := 3 * heartbeat.DefaultInterval
 	if s := lease.Spec.LeaseDurationSeconds; s != nil && *s > 0 {
 		d = time.Duration(*s) * time.Second
 	}

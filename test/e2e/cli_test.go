@@ -17,6 +17,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/cluster"
+	"github.com/octopus-mcs/octopus/internal/heartbeat"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/procfs"
 	"github.com/octopus-mcs/octopus/internal/testenv"
@@ -115,7 +116,7 @@ func TestUserJourney(t *testing.T) {
 	}
 	eventually(t, 60*time.Second, "both clusters Connected in `show clusters`", func() bool {
 		s := showClusters(t, u, kc("east"))
-		return s["east"].State == cluster.StateConnected && s["west"].State == cluster.StateConnected
+		return s["east"].State == heartbeat.StateConnected && s["west"].State == heartbeat.StateConnected
 	})
 	table := u.mustOctopus("show", "clusters", "--kubeconfig", kc("hub"))
 	for _, want := range []string{"CLUSTER", "east", "west", env.Cluster("west").PodCIDR.String(), "Connected", "2 of 2 clusters connected"} {
@@ -169,7 +170,7 @@ func TestUserJourney(t *testing.T) {
 		t.Errorf("east's agent (pid %d) still runs after leave", eastAgent)
 	}
 	s := showClusters(t, u, kc("west"))
-	if _, ok := s["east"]; ok || s["west"].State != cluster.StateConnected {
+	if _, ok := s["east"]; ok || s["west"].State != heartbeat.StateConnected {
 		t.Errorf("after east left, show clusters = %+v", s)
 	}
 	_, errOut, err = u.octopus("show", "clusters", "--kubeconfig", kc("east"))

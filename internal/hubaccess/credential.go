@@ -1,4 +1,8 @@
-package hub
+// Package hubaccess is a component's access to the hub: the cluster's own Credential, stored
+// by join in the member cluster's Secret v1alpha1.CredentialSecretName, and the one loop
+// (WaitForCredential) with which the controller and the gateway wait for it. The daemons link
+// it; join writes the Secret with Credential.Secret, so the format lives in one place.
+package hubaccess
 
 import (
 	"context"
