@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/render"
 )
 
 // policyDenied is the message of the ownership policy; rbacDenied that of RBAC. Each case says
@@ -111,12 +111,12 @@ func TestClusterCredentialIsConfinedToOwnObjects(t *testing.T) {
 			return asEast.Create(t.Context(), p)
 		}},
 		{"read another cluster's token", rbacDenied, func() error {
-			return asEast.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: tokenSecretName("west")}, &corev1.Secret{})
+			return asEast.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: render.ClusterTokenSecretName("west")}, &corev1.Secret{})
 		}},
 		{"grant itself more access", rbacDenied, func() error {
 			return asEast.Create(t.Context(), &rbacv1.RoleBinding{
 				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "escalate", Labels: map[string]string{v1alpha1.ClusterLabel: "east"}},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: hub.JoinRoleName},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: render.JoinRoleName},
 				Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: v1alpha1.ClusterServiceAccount("east"), Namespace: ns}},
 			})
 		}},
@@ -151,7 +151,7 @@ func TestClusterCredentialIsConfinedToOwnObjects(t *testing.T) {
 
 	// The policy is what stops the cross-cluster writes: without its binding, the very same
 	// request goes through. This guards the tests above against passing for another reason.
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: hub.OwnershipPolicyName}}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: render.OwnershipPolicyName}}
 	if err := f.hub.Delete(t.Context(), binding); err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestJoinCredentialIsConfinedToEnrolment(t *testing.T) {
 		name string
 		obj  client.Object
 	}{
-		{"bind the cluster Role to the join identity", binding("cluster-x", hub.JoinServiceAccount)},
+		{"bind the cluster Role to the join identity", binding("cluster-x", render.JoinServiceAccount)},
 		{"bind the cluster Role under another name", binding("sneaky", "sneaky")},
 		{"bind the cluster Role to another cluster's account", binding("cluster-x", v1alpha1.ClusterServiceAccount("east"))},
 		{"create a ServiceAccount that is not a cluster's", &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sneaky"}}},

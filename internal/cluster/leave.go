@@ -25,6 +25,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/progress"
+	"github.com/octopus-mcs/octopus/internal/render"
 )
 
 // LeaveOptions configure Leave.
@@ -129,14 +130,20 @@ func removeFromMember(ctx context.Context, mc client.Client) error {
 	if _, err := dnsconfig.Unwire(ctx, mc); err != nil {
 		return err
 	}
-	if err := dnsconfig.Remove(ctx, mc); err != nil {
-		return err
-	}
 	var errs []error
 	del := func(obj client.Object) {
 		if err := mc.Delete(ctx, obj); client.IgnoreNotFound(err) != nil && !isNoKind(err) {
 			errs = append(errs, fmt.Errorf("deleting %T %s: %w", obj, obj.GetName(), err))
 		}
+	}
+	// octopus-dns's cluster-scoped objects, which the namespace's deletion does not remove.
+	for _, obj := range render.DNS("") {
+		if obj.GetNamespace() == "" {
+			del(obj)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("removing octopus-dns: %w", errors.Join(errs...))
 	}
 	del(&aboutv1alpha1.ClusterProperty{ObjectMeta: metav1.ObjectMeta{Name: aboutv1alpha1.ClusterIDProperty}})
 	del(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.CredentialSecretName, Namespace: v1alpha1.SystemNamespace}})

@@ -1,4 +1,4 @@
-package hub
+package render
 
 import (
 	corev1 "k8s.io/api/core/v1"
@@ -16,8 +16,9 @@ const (
 	JoinRoleName = "octopus-join"
 	// JoinServiceAccount is the identity `octopus join` uses to enrol a cluster.
 	JoinServiceAccount = "octopus-join"
-	// joinTokenSecret holds the join identity's long-lived token.
-	joinTokenSecret = "octopus-join-token"
+	// JoinTokenSecret holds the join identity's long-lived token, which hub deploy puts into
+	// broker-info.
+	JoinTokenSecret = "octopus-join-token"
 )
 
 var (
@@ -95,7 +96,7 @@ func joinIdentity(namespace string) []client.Object {
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: JoinRoleName},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: JoinServiceAccount, Namespace: namespace}},
 		},
-		serviceAccountTokenSecret(namespace, joinTokenSecret, JoinServiceAccount, kube.ManagedLabels()),
+		serviceAccountTokenSecret(namespace, JoinTokenSecret, JoinServiceAccount, kube.ManagedLabels()),
 	}
 }
 

@@ -1,9 +1,6 @@
-package dnsconfig
+package render
 
 import (
-	"context"
-	"fmt"
-
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -13,20 +10,23 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/dnsconfig"
 	"github.com/octopus-mcs/octopus/internal/kube"
 )
 
-// Image is the repository of octopus-dns (cmd/octopus-dns) that join deploys.
-const Image = "ghcr.io/octopus-mcs/octopus-dns"
+// DNSImage is the repository of octopus-dns (cmd/octopus-dns) that join deploys.
+const DNSImage = "ghcr.io/octopus-mcs/octopus-dns"
 
-// clusterRoleName is the cluster-scoped part of the deployment, which the namespace's
-// deletion at leave does not remove (Remove does).
-const clusterRoleName = "octopus-dns"
+// dnsClusterRoleName names octopus-dns's ClusterRole and its binding.
+const dnsClusterRoleName = "octopus-dns"
 
-// corefile is octopus-dns's own configuration: authoritative for the zone only (the
+// dnsCorefileKey is the key of octopus-dns's Corefile in its ConfigMap.
+const dnsCorefileKey = "Corefile"
+
+// dnsCorefile is octopus-dns's own configuration: authoritative for the zone only (the
 // cluster's CoreDNS forwards it here), in-cluster credentials, and the ports CoreDNS's images
 // use for health, readiness and metrics, so probes look as users know them.
-const corefile = Zone + `:53 {
+const dnsCorefile = dnsconfig.Zone + `:53 {
     errors
     health :8080
     ready :8181
@@ -36,16 +36,18 @@ const corefile = Zone + `:53 {
 }
 `
 
-// Deploy applies octopus-dns in the cluster: its ServiceAccount with read access to
-// ServiceImports and EndpointSlices (all crossdns reads), its Corefile, and a Deployment of
-// two replicas behind ServiceName, so that one pod's restart does not fail lookups. It is
-// idempotent.
-func Deploy(ctx context.Context, c client.Client, image string) error {
+// DNS renders octopus-dns in v1alpha1.SystemNamespace: the Service in front of it
+// (dnsconfig.Service, which the cluster's CoreDNS forwards to), its ServiceAccount with read
+// access to ServiceImports and EndpointSlices (all crossdns reads), its Corefile, and a
+// Deployment of two replicas behind the Service, so that one pod's restart does not fail
+// lookups. The ClusterRole and its binding are the cluster-scoped part, which deleting the
+// namespace does not remove.
+func DNS(image string) []client.Object {
 	ns := v1alpha1.SystemNamespace
 	labels := kube.ManagedLabels()
-	meta := metav1.ObjectMeta{Name: ServiceName, Namespace: ns, Labels: labels}
+	meta := metav1.ObjectMeta{Name: dnsconfig.ServiceName, Namespace: ns, Labels: labels}
 	podLabels := map[string]string{}
-	for k, v := range AppLabel {
+	for k, v := range dnsconfig.AppLabel {
 		podLabels[k] = v
 	}
 	httpProbe := func(path string, port int32) *corev1.Probe {
@@ -54,37 +56,38 @@ func Deploy(ctx context.Context, c client.Client, image string) error {
 			PeriodSeconds: 2, TimeoutSeconds: 1, FailureThreshold: 3,
 		}
 	}
-	objs := []client.Object{
+	return []client.Object{
+		dnsconfig.Service(),
 		&corev1.ServiceAccount{ObjectMeta: meta},
 		&rbacv1.ClusterRole{
-			ObjectMeta: metav1.ObjectMeta{Name: clusterRoleName, Labels: labels},
+			ObjectMeta: metav1.ObjectMeta{Name: dnsClusterRoleName, Labels: labels},
 			Rules: []rbacv1.PolicyRule{
 				{APIGroups: []string{"multicluster.x-k8s.io"}, Resources: []string{"serviceimports"}, Verbs: []string{"list", "watch"}},
 				{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
 			},
 		},
 		&rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: clusterRoleName, Labels: labels},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRoleName},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: ServiceName, Namespace: ns}},
+			ObjectMeta: metav1.ObjectMeta{Name: dnsClusterRoleName, Labels: labels},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: dnsClusterRoleName},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: dnsconfig.ServiceName, Namespace: ns}},
 		},
-		&corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{corefileKey: corefile}},
+		&corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{dnsCorefileKey: dnsCorefile}},
 		&appsv1.Deployment{
 			ObjectMeta: meta,
 			Spec: appsv1.DeploymentSpec{
 				Replicas: ptr.To(int32(2)),
-				Selector: &metav1.LabelSelector{MatchLabels: AppLabel},
+				Selector: &metav1.LabelSelector{MatchLabels: dnsconfig.AppLabel},
 				Template: corev1.PodTemplateSpec{
 					ObjectMeta: metav1.ObjectMeta{Labels: podLabels},
 					Spec: corev1.PodSpec{
-						ServiceAccountName: ServiceName,
+						ServiceAccountName: dnsconfig.ServiceName,
 						// Like the cluster's CoreDNS: octopus-dns must not resolve through
 						// the cluster DNS that forwards to it.
 						DNSPolicy: corev1.DNSDefault,
 						Containers: []corev1.Container{{
 							Name:  "octopus-dns",
 							Image: image,
-							Args:  []string{"-conf", "/etc/octopus-dns/Corefile"},
+							Args:  []string{"-conf", "/etc/octopus-dns/" + dnsCorefileKey},
 							Ports: []corev1.ContainerPort{
 								{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP},
 								{Name: "dns-tcp", ContainerPort: 53, Protocol: corev1.ProtocolTCP},
@@ -95,28 +98,11 @@ func Deploy(ctx context.Context, c client.Client, image string) error {
 							ReadinessProbe: httpProbe("/ready", 8181),
 						}},
 						Volumes: []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{
-							ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: ServiceName}},
+							ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: dnsconfig.ServiceName}},
 						}}},
 					},
 				},
 			},
 		},
 	}
-	if err := kube.Apply(ctx, c, objs...); err != nil {
-		return fmt.Errorf("deploying octopus-dns: %w", err)
-	}
-	return nil
-}
-
-// Remove deletes the cluster-scoped objects of Deploy; the rest goes with the namespace.
-func Remove(ctx context.Context, c client.Client) error {
-	for _, obj := range []client.Object{
-		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: clusterRoleName}},
-		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: clusterRoleName}},
-	} {
-		if err := c.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("removing octopus-dns's %T %s: %w", obj, obj.GetName(), err)
-		}
-	}
-	return nil
 }
