@@ -152,6 +152,14 @@ func (o ControllerOptions) managerOptions() manager.Options {
 	}
 }
 
+// The controller's leader election (controller-runtime's, see managerOptions): the Lease is
+// created unnamed (a create carries no name to authorize), then read and renewed by name; the
+// election records events on it. What the controllers need is servicediscovery's markers, the
+// credential hubaccess's.
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=octopus-system,resources=leases,verbs=create
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=octopus-system,resources=leases,resourceNames=octopus-controller,verbs=get;update
+// +kubebuilder:rbac:groups="",namespace=octopus-system,resources=events,verbs=create;patch
+
 // RunController runs the agent's controller against the member cluster until ctx is cancelled:
 // it waits for the hub credential, then heartbeats to the hub, exports this cluster's services
 // and imports every cluster's.

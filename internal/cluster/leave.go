@@ -137,7 +137,11 @@ func removeFromMember(ctx context.Context, mc client.Client) error {
 		}
 	}
 	// octopus-dns's cluster-scoped objects, which the namespace's deletion does not remove.
-	for _, obj := range render.DNS("") {
+	dns, err := render.DNS("")
+	if err != nil {
+		return err
+	}
+	for _, obj := range dns {
 		if obj.GetNamespace() == "" {
 			del(obj)
 		}

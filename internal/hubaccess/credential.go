@@ -82,6 +82,9 @@ func CredentialFromSecret(s *corev1.Secret) (Credential, error) {
 	return c, nil
 }
 
+// The components that load the credential need this one Secret of their cluster:
+// +kubebuilder:rbac:groups="",namespace=octopus-system,resources=secrets,resourceNames=octopus-hub,verbs=get
+
 // LoadCredential reads the cluster's hub credential from the member cluster.
 func LoadCredential(ctx context.Context, member client.Reader) (Credential, error) {
 	s := &corev1.Secret{}

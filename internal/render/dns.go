@@ -1,6 +1,8 @@
 package render
 
 import (
+	"errors"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -10,15 +12,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/config/rbac"
 	"github.com/octopus-mcs/octopus/internal/dnsconfig"
 	"github.com/octopus-mcs/octopus/internal/kube"
 )
 
 // DNSImage is the repository of octopus-dns (cmd/octopus-dns) that join deploys.
 const DNSImage = "ghcr.io/octopus-mcs/octopus-dns"
-
-// dnsClusterRoleName names octopus-dns's ClusterRole and its binding.
-const dnsClusterRoleName = "octopus-dns"
 
 // dnsCorefileKey is the key of octopus-dns's Corefile in its ConfigMap.
 const dnsCorefileKey = "Corefile"
@@ -37,12 +37,21 @@ const dnsCorefile = dnsconfig.Zone + `:53 {
 `
 
 // DNS renders octopus-dns in v1alpha1.SystemNamespace: the Service in front of it
-// (dnsconfig.Service, which the cluster's CoreDNS forwards to), its ServiceAccount with read
-// access to ServiceImports and EndpointSlices (all crossdns reads), its Corefile, and a
+// (dnsconfig.Service, which the cluster's CoreDNS forwards to), its ServiceAccount with the
+// ClusterRole generated from its RBAC markers (config/rbac/dns), its Corefile, and a
 // Deployment of two replicas behind the Service, so that one pod's restart does not fail
 // lookups. The ClusterRole and its binding are the cluster-scoped part, which deleting the
 // namespace does not remove.
-func DNS(image string) []client.Object {
+func DNS(image string) ([]client.Object, error) {
+	generated, err := rbac.Load(rbac.DNS)
+	if err != nil {
+		return nil, err
+	}
+	if generated.ClusterRole == nil || len(generated.Roles) > 0 {
+		return nil, errors.New("the generated RBAC of octopus-dns is not one ClusterRole: run `make generate`")
+	}
+	role := generated.ClusterRole
+	role.Labels = kube.ManagedLabels()
 	ns := v1alpha1.SystemNamespace
 	labels := kube.ManagedLabels()
 	meta := metav1.ObjectMeta{Name: dnsconfig.ServiceName, Namespace: ns, Labels: labels}
@@ -59,16 +68,10 @@ func DNS(image string) []client.Object {
 	return []client.Object{
 		dnsconfig.Service(),
 		&corev1.ServiceAccount{ObjectMeta: meta},
-		&rbacv1.ClusterRole{
-			ObjectMeta: metav1.ObjectMeta{Name: dnsClusterRoleName, Labels: labels},
-			Rules: []rbacv1.PolicyRule{
-				{APIGroups: []string{"multicluster.x-k8s.io"}, Resources: []string{"serviceimports"}, Verbs: []string{"list", "watch"}},
-				{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
-			},
-		},
+		role,
 		&rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: dnsClusterRoleName, Labels: labels},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: dnsClusterRoleName},
+			ObjectMeta: metav1.ObjectMeta{Name: role.Name, Labels: labels},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: dnsconfig.ServiceName, Namespace: ns}},
 		},
 		&corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{dnsCorefileKey: dnsCorefile}},
@@ -104,5 +107,5 @@ func DNS(image string) []client.Object {
 				},
 			},
 		},
-	}
+	}, nil
 }

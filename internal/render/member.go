@@ -60,6 +60,10 @@ func Member(o MemberOptions) (*MemberObjects, error) {
 	if err != nil {
 		return nil, err
 	}
+	dns, err := DNS(o.DNSImage)
+	if err != nil {
+		return nil, err
+	}
 	return &MemberObjects{
 		CRDs: append(crds, mcs...),
 		Objects: []client.Object{
@@ -70,6 +74,6 @@ func Member(o MemberOptions) (*MemberObjects, error) {
 				Spec:       aboutv1alpha1.ClusterPropertySpec{Value: o.Credential.ClusterID},
 			},
 		},
-		DNS: DNS(o.DNSImage),
+		DNS: dns,
 	}, nil
 }
