@@ -31,8 +31,8 @@ type DeployOptions struct {
 	// HubURL is the address clusters use to reach the hub. Optional: default is the server
 	// of the admin kubeconfig, which is wrong when that address is only reachable locally.
 	HubURL string
-	// Globalnet and Secondary are the per-cluster address pools. Optional, defaults as in the
-	// original design.
+	// Globalnet and Secondary are the per-cluster address pools. Optional,
+	// DefaultGlobalnetPool and DefaultSecondaryPool.
 	Globalnet, Secondary PoolConfig
 	// Progress receives one line per step. Optional.
 	Progress *progress.Reporter

@@ -3,7 +3,7 @@
 // (Agent) learns that set from the member cluster alone, so nodes need no hub credential.
 package route
 
-// Ownership markers of the routes the route agent writes, in one place (STYLE.md §6): the agent
+// Ownership markers of the routes the route agent writes, in one place: the agent
 // lists, replaces and deletes only routes that carry both, so it never touches a route someone
 // else made, and it finds its own again after a restart by reading the kernel.
 const (

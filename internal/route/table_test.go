@@ -235,7 +235,7 @@ func TestTableApplyInvalid(t *testing.T) {
 }
 
 // TestTableTransitions applies random desired sets in random order and checks that the kernel
-// always ends up with exactly the last one (STYLE.md rule 9).
+// always ends up with exactly the last one.
 func TestTableTransitions(t *testing.T) {
 	path, _ := testNamespace(t)
 	tbl := newTestTable(t, path)

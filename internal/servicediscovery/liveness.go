@@ -33,10 +33,10 @@ const DefaultStaleClusterTTL = 2 * time.Minute
 //
 // A cluster is withdrawn only while the hub is demonstrably reachable, i.e. while this
 // cluster's own Lease (self) is fresh in the cache: when the hub is down every Lease looks
-// expired, and DESIGN §5 says imports keep their last state then. A withdrawal that became due
-// while the hub was unreachable happens at the next Lease event once it is back. A cluster
-// without a Lease (not heartbeating yet, or gone with `leave`, which withdraws its records
-// itself) is never withdrawn here.
+// expired, and imports keep their last state then (docs/architecture.md §6b). A withdrawal
+// that became due while the hub was unreachable happens at the next Lease event once it is
+// back. A cluster without a Lease (not heartbeating yet, or gone with `leave`, which withdraws
+// its records itself) is never withdrawn here.
 type liveness struct {
 	ttl time.Duration
 	// self is this cluster's ID; "" means any fresh Lease proves the hub reachable.

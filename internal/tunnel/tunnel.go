@@ -1,6 +1,6 @@
 // Package tunnel is the desired state of a gateway's tunnels and the driver interface the
-// gateway programs against. It imports no Kubernetes client (DESIGN §8): controllers translate
-// API objects into a Config, and a Driver makes the kernel match it.
+// gateway programs against. It imports no Kubernetes client (docs/architecture.md §2):
+// controllers translate API objects into a Config, and a Driver makes the kernel match it.
 package tunnel
 
 import (

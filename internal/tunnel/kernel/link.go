@@ -9,7 +9,7 @@ import (
 
 // ClaimLinkName makes sure name is free for a new device: a link of that name that carries
 // our alias is a leftover of a crashed driver and is deleted; any other link is refused, since
-// we never delete what we cannot prove is ours (STYLE.md rule of thumb 3).
+// we never delete what we cannot prove is ours.
 func ClaimLinkName(name string) error {
 	l, err := netlink.LinkByName(name)
 	if err != nil {

@@ -1,6 +1,6 @@
 // Package kernel holds what both tunnel drivers do to the kernel besides the tunnel itself:
 // routes to peer subnets, the MTU, and the TCP MSS clamp. Every marker that lets a driver find
-// its own state again is in this file (STYLE.md §6).
+// its own state again is in this file.
 package kernel
 
 const (

@@ -1,7 +1,7 @@
 // Package wireguard is the encrypted tunnel driver. Where the kernel has no WireGuard module
-// (as on the development machines, DESIGN §7) it runs the embedded userspace implementation,
-// wireguard-go, on a TUN device in the current network namespace and configures it in-process
-// (no UAPI socket: nothing outside the process can reconfigure it).
+// (as on the development machines, docs/architecture.md §6e) it runs the embedded userspace
+// implementation, wireguard-go, on a TUN device in the current network namespace and
+// configures it in-process (no UAPI socket: nothing outside the process can reconfigure it).
 package wireguard
 
 import (
@@ -47,8 +47,8 @@ type Driver struct {
 var _ spec.Driver = (*Driver)(nil)
 
 // New generates a fresh key pair (the private key lives only in this process's memory, so a
-// restarted gateway has a new identity — DESIGN §5) and creates the device, down and without
-// peers. Apply brings it up.
+// restarted gateway has a new identity, docs/architecture.md §6d) and creates the device, down
+// and without peers. Apply brings it up.
 func New(opts spec.Options) (*Driver, error) {
 	if opts.Device == "" {
 		return nil, errors.New("a device name is required")
