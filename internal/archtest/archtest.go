@@ -37,8 +37,8 @@ type Rule struct {
 	Name string
 	// Packages are the packages the rule applies to, minus Except.
 	Packages, Except []string
-	// Forbidden are the packages they must not import.
-	Forbidden []string
+	// Forbidden are the packages they must not import, minus Allowed.
+	Forbidden, Allowed []string
 	// Linked forbids linking them at all (Deps), not just importing them directly (Imports).
 	Linked bool
 }
@@ -115,7 +115,7 @@ func Check(module string, pkgs []Package, rules []Rule) []Violation {
 				imports = p.Deps
 			}
 			for _, imp := range imports {
-				if matchAny(module, r.Forbidden, imp) {
+				if matchAny(module, r.Forbidden, imp) && !matchAny(module, r.Allowed, imp) {
 					out = append(out, Violation{Rule: r.Name, Package: strings.TrimPrefix(p.ImportPath, module+"/"), Import: imp,
 						Linked: !slices.Contains(p.Imports, imp)})
 				}

@@ -10,8 +10,10 @@ var (
 	// Kubernetes-side.
 	DataPlane = []string{"internal/datapath/...", "internal/tunnel/...", "internal/route"}
 
-	// KubernetesClients are the client libraries the data plane must not link.
-	KubernetesClients = []string{"k8s.io/client-go/...", "sigs.k8s.io/controller-runtime/...", "k8s.io/api/..."}
+	// KubernetesClients are the Kubernetes libraries the data plane must not link.
+	KubernetesClients = []string{
+		"k8s.io/client-go/...", "sigs.k8s.io/controller-runtime/...", "k8s.io/api/...", "k8s.io/apimachinery/...",
+	}
 
 	// Provisioning is the code that sets clusters up and never runs inside one: the embedded
 	// CRDs and RBAC, hub deploy, join and leave, the CoreDNS wiring of join, the rendered
@@ -38,9 +40,16 @@ var Rules = []Rule{
 		Linked:    true,
 	},
 	{
-		Name:      "the data plane links no Kubernetes client",
+		Name:      "the data plane links no Kubernetes library",
 		Packages:  DataPlane,
 		Forbidden: KubernetesClients,
+		Linked:    true,
+	},
+	{
+		Name:      "the data plane links nothing of this repository but the data plane",
+		Packages:  DataPlane,
+		Forbidden: []string{"..."},
+		Allowed:   DataPlane,
 		Linked:    true,
 	},
 	{
