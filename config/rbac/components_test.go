@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -21,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,33 +38,6 @@ import (
 	"github.com/octopus-mcs/octopus/internal/tunnel"
 )
 
-// logLines keeps every line logged through it; the components' clients log a request the API
-// server refused with "forbidden", which the test looks for.
-type logLines struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logLines) logger() logr.Logger {
-	return funcr.New(func(prefix, args string) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		l.lines = append(l.lines, prefix+" "+args)
-	}, funcr.Options{})
-}
-
-func (l *logLines) forbidden() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for _, line := range l.lines {
-		if strings.Contains(strings.ToLower(line), "forbidden") {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
 // TestComponentsRunWithTheirRoles runs the controller, the gateway and the route agent against a
 // joined member cluster, each as a ServiceAccount bound to nothing but its generated RBAC
 // (config/rbac), and checks that each does its job and that no request of theirs was refused:
@@ -76,9 +46,9 @@ func TestComponentsRunWithTheirRoles(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two control planes")
 	}
-	var logs logLines
-	logf.SetLogger(logs.logger())
-	klog.SetLogger(logs.logger()) // client-go's leader election and event broadcaster
+	var logs testenv.Logs
+	logf.SetLogger(logs.Logger())
+	klog.SetLogger(logs.Logger()) // client-go's leader election and event broadcaster
 	env := testenv.ControlPlanes(t, "hub", "east")
 	hubCfg, eastCfg := env.Cluster("hub").RESTConfig(), env.Cluster("east").RESTConfig()
 	info, err := hub.Deploy(t.Context(), hubCfg, hub.DeployOptions{})
@@ -90,11 +60,11 @@ func TestComponentsRunWithTheirRoles(t *testing.T) {
 		t.Fatal(err)
 	}
 	hubAdmin, east := testenv.Client(t, hubCfg), testenv.Client(t, eastCfg)
-	addNode(t, east, "gw1", "192.0.2.11", "10.1.0.0/24")
-	addNode(t, east, "worker1", "192.0.2.12", "10.1.1.0/24")
+	testenv.AddNode(t, east, "gw1", "192.0.2.11", "10.1.0.0/24")
+	testenv.AddNode(t, east, "worker1", "192.0.2.12", "10.1.1.0/24")
 	checkNothingForbidden := func(t *testing.T) {
 		t.Helper()
-		if lines := logs.forbidden(); len(lines) > 0 {
+		if lines := logs.Matching("forbidden"); len(lines) > 0 {
 			t.Errorf("requests refused:\n%s", strings.Join(lines, "\n"))
 		}
 	}
@@ -112,11 +82,9 @@ func TestComponentsRunWithTheirRoles(t *testing.T) {
 			}
 		}
 		routes := &fakeRoutes{}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() {
-			done <- routeagent.Run(ctx, routeagent.Options{Member: cfg, NodeName: "worker1", Routes: routes, Log: logs.logger()})
-		}()
+		stop := start(t, func(ctx context.Context) error {
+			return routeagent.Run(ctx, routeagent.Options{Member: cfg, NodeName: "worker1", Routes: routes, Log: logs.Logger()})
+		})
 		want := []route.Route{{Dst: netip.MustParsePrefix("10.2.0.0/16"), Via: netip.MustParseAddr("192.0.2.11")}}
 		eventually(t, "the route agent routes the remote subnet via the active gateway", func() error {
 			if got := routes.get(); !slices.Equal(got, want) {
@@ -124,10 +92,7 @@ func TestComponentsRunWithTheirRoles(t *testing.T) {
 			}
 			return nil
 		})
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatalf("route agent: %v", err)
-		}
+		stop()
 		checkNothingForbidden(t)
 		for _, obj := range []client.Object{lease, cm} {
 			if err := east.Delete(t.Context(), obj); err != nil {
@@ -138,18 +103,16 @@ func TestComponentsRunWithTheirRoles(t *testing.T) {
 
 	t.Run(rbac.Gateway, func(t *testing.T) {
 		cfg := asComponent(t, east, eastCfg, rbac.Gateway)
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() {
-			done <- gateway.Run(ctx, gateway.Options{
+		stop := start(t, func(ctx context.Context) error {
+			return gateway.Run(ctx, gateway.Options{
 				Member: cfg, NodeName: "gw1", Backend: v1alpha1.BackendWireGuard, Device: "og-rbac",
 				LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: 300 * time.Millisecond,
 				StatusInterval: 300 * time.Millisecond, LivenessPort: 4501,
 				NewDriver:     func(string, tunnel.Options) (tunnel.Driver, error) { return fakeDriver{}, nil },
 				AddressDevice: func(string, netip.Addr) error { return nil },
-				Log:           logs.logger(),
+				Log:           logs.Logger(),
 			})
-		}()
+		})
 		eventually(t, "the gateway holds its Lease, publishes its Peer and mirrors the subnets", func() error {
 			l := &coordinationv1.Lease{}
 			if err := east.Get(t.Context(), client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: v1alpha1.GatewayLeaseName}, l); err != nil {
@@ -167,23 +130,18 @@ func TestComponentsRunWithTheirRoles(t *testing.T) {
 			}
 			return east.Get(t.Context(), client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: v1alpha1.GatewayConfigMapName}, &corev1.ConfigMap{})
 		})
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatalf("gateway: %v", err)
-		}
+		stop()
 		checkNothingForbidden(t)
 	})
 
 	t.Run(rbac.Controller, func(t *testing.T) {
 		cfg := asComponent(t, east, eastCfg, rbac.Controller)
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() {
-			done <- agent.RunController(ctx, agent.ControllerOptions{
+		stop := start(t, func(ctx context.Context) error {
+			return agent.RunController(ctx, agent.ControllerOptions{
 				Member: cfg, LeaderElection: true, HeartbeatInterval: 200 * time.Millisecond, LeaseDuration: 2 * time.Second,
 				HealthProbeBindAddress: "0", MetricsBindAddress: "0", PprofBindAddress: "0", Identity: "controller-0",
 			})
-		}()
+		})
 		createExport(t, east)
 		eventually(t, "the controller heartbeats, exports the service and imports it back", func() error {
 			cl := &v1alpha1.Cluster{}
@@ -209,12 +167,25 @@ func TestComponentsRunWithTheirRoles(t *testing.T) {
 			}
 			return nil
 		})
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatalf("controller: %v", err)
-		}
+		stop()
 		checkNothingForbidden(t)
 	})
+}
+
+// start runs a component until the returned stop is called, which waits for it to return and
+// fails t if it returned an error.
+func start(t *testing.T, run func(context.Context) error) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	return func() {
+		t.Helper()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("the component ended with: %v", err)
+		}
+	}
 }
 
 // asComponent binds a new ServiceAccount of the member cluster to component's generated RBAC
@@ -282,25 +253,6 @@ func createExport(t *testing.T, c client.Client) {
 		if err := c.Create(t.Context(), obj); err != nil {
 			t.Fatal(err)
 		}
-	}
-}
-
-func addNode(t *testing.T, c client.Client, name, ip, podCIDR string) {
-	t.Helper()
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: podCIDR}}
-	if err := c.Create(t.Context(), n); err != nil {
-		t.Fatal(err)
-	}
-	// The node controller updates new Nodes too: retry on conflicts.
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := c.Get(t.Context(), client.ObjectKeyFromObject(n), n); err != nil {
-			return err
-		}
-		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
-		return c.Status().Update(t.Context(), n)
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 

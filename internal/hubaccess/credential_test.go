@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
 var testCred = Credential{ClusterID: "east", Server: "https://hub.example:6443", Namespace: "octopus-hub", CAData: []byte("ca"), Token: "t"}
@@ -53,32 +53,6 @@ func TestLoadCredential(t *testing.T) {
 	}
 }
 
-// logLines records what WaitForCredential logs.
-type logLines struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logLines) logger() logr.Logger {
-	return funcr.New(func(prefix, args string) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		l.lines = append(l.lines, args)
-	}, funcr.Options{})
-}
-
-func (l *logLines) count(substr string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, line := range l.lines {
-		if strings.Contains(line, substr) {
-			n++
-		}
-	}
-	return n
-}
-
 // TestWaitForCredential starts waiting before join has written the Secret: the wait logs why
 // once (not once per poll), returns the credential once it appears, and says so.
 func TestWaitForCredential(t *testing.T) {
@@ -97,8 +71,8 @@ func TestWaitForCredential(t *testing.T) {
 			return c.Get(ctx, key, obj, opts...)
 		},
 	}).Build()
-	var logs logLines
-	ctx := logr.NewContext(t.Context(), logs.logger())
+	var logs testenv.Logs
+	ctx := logr.NewContext(t.Context(), logs.Logger())
 	type result struct {
 		cred Credential
 		err  error
@@ -120,10 +94,10 @@ func TestWaitForCredential(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("WaitForCredential did not return 10s after the Secret appeared")
 	}
-	if n := logs.count("Waiting for the hub credential"); n != 1 {
+	if n := len(logs.Matching("Waiting for the hub credential")); n != 1 {
 		t.Errorf("logged the wait %d times over 3+ polls with the same reason, want once", n)
 	}
-	if n := logs.count("Loaded the hub credential"); n != 1 {
+	if n := len(logs.Matching("Loaded the hub credential")); n != 1 {
 		t.Errorf("logged the credential loaded %d times, want once", n)
 	}
 }
