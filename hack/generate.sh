@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates deepcopy functions and CRD manifests from the types in api/.
+# Regenerates deepcopy functions and CRD manifests from the types in api/, and each component's
+# RBAC from the +kubebuilder:rbac markers of the packages it runs.
 # Usage: hack/generate.sh CONTROLLER_GEN [OUT_DIR]
 # With OUT_DIR the outputs go there instead of into the tree (the staleness test uses that).
 set -euo pipefail
@@ -14,3 +15,15 @@ done
 crddir="config/crd/bases"
 [[ -n "${OUT}" ]] && crddir="${OUT}/${crddir}"
 "${CG}" crd paths="./api/..." output:crd:dir="${crddir}"
+
+# One role per component, named octopus-<component>: a ClusterRole for what it needs cluster-wide
+# and a Role per namespace for the rest, from the packages whose code makes those requests.
+rbac() {
+  local component="$1" paths="$2" dir="config/rbac/$1"
+  [[ -n "${OUT}" ]] && dir="${OUT}/${dir}"
+  "${CG}" rbac:roleName="octopus-${component}" paths="${paths}" output:rbac:dir="${dir}"
+}
+rbac controller "./internal/agent;./internal/servicediscovery;./internal/hubaccess"
+rbac gateway "./internal/gateway;./internal/hubaccess"
+rbac route-agent "./internal/routeagent"
+rbac dns "./cmd/octopus-dns"

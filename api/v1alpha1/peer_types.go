@@ -27,10 +27,6 @@ const (
 	PeerRoleHub PeerRole = "hub"
 )
 
-// HubPeerName is the name and clusterID of the hub gateway's Peer. Join refuses it as a
-// cluster ID, and the hub's admission policy refuses hub-role Peers from cluster credentials.
-const HubPeerName = "hub"
-
 // PeerEndpoint is where a gateway's tunnel can be reached.
 type PeerEndpoint struct {
 	// publicIP is the address other clusters use when they are not on the gateway's own network.

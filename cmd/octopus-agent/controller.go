@@ -7,7 +7,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/octopus-mcs/octopus/internal/agent"
-	"github.com/octopus-mcs/octopus/internal/cluster"
+	"github.com/octopus-mcs/octopus/internal/heartbeat"
 	"github.com/octopus-mcs/octopus/internal/servicediscovery"
 	"github.com/octopus-mcs/octopus/internal/version"
 )
@@ -81,8 +81,8 @@ until it heartbeats again. It runs until SIGTERM or SIGINT.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the member cluster; empty means in-cluster configuration")
-	f.DurationVar(&o.heartbeatInterval, "heartbeat-interval", cluster.DefaultHeartbeatInterval, "how often to renew the heartbeat Lease on the hub")
-	f.DurationVar(&o.leaseDuration, "lease-duration", 3*cluster.DefaultHeartbeatInterval, "how long the hub considers the cluster connected after a renewal; must exceed --heartbeat-interval")
+	f.DurationVar(&o.heartbeatInterval, "heartbeat-interval", heartbeat.DefaultInterval, "how often to renew the heartbeat Lease on the hub")
+	f.DurationVar(&o.leaseDuration, "lease-duration", 3*heartbeat.DefaultInterval, "how long the hub considers the cluster connected after a renewal; must exceed --heartbeat-interval")
 	f.DurationVar(&o.staleClusterTTL, "stale-cluster-ttl", servicediscovery.DefaultStaleClusterTTL, "how long another cluster's heartbeat Lease may stay expired before its exported endpoints are withdrawn from this cluster; restored when it heartbeats again")
 	f.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", "0", `address of the /healthz and /readyz endpoints, e.g. ":8081"; "0" turns them off`)
 	f.StringVar(&o.metricsBindAddress, "metrics-bind-address", "0", `address of the metrics endpoint, e.g. ":8080"; "0" turns it off`)

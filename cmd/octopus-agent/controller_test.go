@@ -27,7 +27,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/config/crd"
-	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
@@ -64,13 +64,13 @@ func TestControllerHeartbeatsAsProcess(t *testing.T) {
 		}
 		return nil
 	})
-	cred := hub.Credential{ClusterID: clusterID, Server: hubCP.URL, Namespace: hubNamespace, CAData: hubCP.CAData, Token: token}
+	cred := hubaccess.Credential{ClusterID: clusterID, Server: hubCP.URL, Namespace: hubNamespace, CAData: hubCP.CAData, Token: token}
 	create(t, memberAdmin, cred.Secret())
 
 	var first time.Time
 	eventually(t, time.Minute, func() error {
 		l := &coordinationv1.Lease{}
-		if err := hubAdmin.Get(t.Context(), client.ObjectKey{Namespace: hubNamespace, Name: hub.HeartbeatLeaseName(clusterID)}, l); err != nil {
+		if err := hubAdmin.Get(t.Context(), client.ObjectKey{Namespace: hubNamespace, Name: v1alpha1.HeartbeatLeaseName(clusterID)}, l); err != nil {
 			return err
 		}
 		if l.Labels[v1alpha1.ClusterLabel] != clusterID || l.Spec.RenewTime == nil {
@@ -192,7 +192,7 @@ func installHub(t *testing.T, c client.Client) {
 		})
 	})
 
-	sa := hub.ClusterServiceAccount(clusterID)
+	sa := v1alpha1.ClusterServiceAccount(clusterID)
 	create(t, c, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: hubNamespace, Name: sa}})
 	create(t, c, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Namespace: hubNamespace, Name: sa},
@@ -214,8 +214,8 @@ func installHub(t *testing.T, c client.Client) {
 func clusterToken(t *testing.T, c client.Client) string {
 	t.Helper()
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: hubNamespace, Name: hub.ClusterServiceAccount(clusterID) + "-token",
-			Annotations: map[string]string{corev1.ServiceAccountNameKey: hub.ClusterServiceAccount(clusterID)}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: hubNamespace, Name: v1alpha1.ClusterServiceAccount(clusterID) + "-token",
+			Annotations: map[string]string{corev1.ServiceAccountNameKey: v1alpha1.ClusterServiceAccount(clusterID)}},
 		Type: corev1.SecretTypeServiceAccountToken,
 	}
 	create(t, c, secret)

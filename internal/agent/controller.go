@@ -21,23 +21,10 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/cluster"
-	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/heartbeat"
+	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/servicediscovery"
-)
-
-// ControllerLeaderElectionID is the leader-election Lease of the controller in the member
-// cluster's octopus-system namespace.
-const ControllerLeaderElectionID = "octopus-controller"
-
-const (
-	// defaultCredentialPollInterval is how often the agent looks for the hub credential until
-	// `octopus join` has written it.
-	defaultCredentialPollInterval = 5 * time.Second
-	// credentialReminderInterval spaces the log lines repeating that the credential is still
-	// missing: visible in `kubectl logs`, without one line per poll.
-	credentialReminderInterval = 30 * time.Second
 )
 
 // The agent's client-side rate limits, towards the member cluster and towards the hub, when
@@ -61,7 +48,7 @@ const (
 type ControllerOptions struct {
 	// Member is the client configuration of the member cluster the agent runs in. Required.
 	Member *rest.Config
-	// HeartbeatInterval and LeaseDuration configure the heartbeat (see cluster.HeartbeatOptions).
+	// HeartbeatInterval and LeaseDuration configure the heartbeat (see heartbeat.Options).
 	HeartbeatInterval time.Duration
 	LeaseDuration     time.Duration
 	// StaleClusterTTL is how long another cluster's heartbeat Lease may stay expired before its
@@ -74,14 +61,14 @@ type ControllerOptions struct {
 	MetricsBindAddress     string
 	PprofBindAddress       string
 	// LeaderElection makes replicas elect one active controller through the
-	// ControllerLeaderElectionID Lease in octopus-system.
+	// v1alpha1.ControllerLeaseName Lease in octopus-system.
 	LeaderElection bool
 	// Identity names this replica in heartbeat Leases. Optional; the hostname when empty.
 	Identity string
 	// Version is reported to the hub as the agent's version.
 	Version string
 	// CredentialPollInterval is how often to look for the hub credential while it is missing.
-	// Optional; 5s when zero.
+	// Optional; hubaccess.DefaultPollInterval when zero.
 	CredentialPollInterval time.Duration
 	// MemberQPS and MemberBurst limit the requests to the member cluster. Optional: when zero,
 	// Member's own QPS and Burst, and when those are zero too, DefaultKubeAPIQPS and
@@ -125,7 +112,7 @@ func (o ControllerOptions) MemberRESTConfig() *rest.Config {
 
 // HubRESTConfig is the client configuration of the hub with cred and o's rate limit. The
 // credential's configuration carries no limit of its own: it is shared with the CLI.
-func (o ControllerOptions) HubRESTConfig(cred hub.Credential) *rest.Config {
+func (o ControllerOptions) HubRESTConfig(cred hubaccess.Credential) *rest.Config {
 	return withRateLimit(cred.RESTConfig(), o.HubQPS, o.HubBurst, DefaultHubAPIQPS, DefaultHubAPIBurst)
 }
 
@@ -157,13 +144,21 @@ func (o ControllerOptions) managerOptions() manager.Options {
 		PprofBindAddress:        o.PprofBindAddress,
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
 		LeaderElection:          o.LeaderElection,
-		LeaderElectionID:        ControllerLeaderElectionID,
+		LeaderElectionID:        v1alpha1.ControllerLeaseName,
 		LeaderElectionNamespace: v1alpha1.SystemNamespace,
 		// Hand over at once on a clean shutdown (rollouts) instead of after the lease expires;
 		// the manager stops our runnables before it releases the lock.
 		LeaderElectionReleaseOnCancel: true,
 	}
 }
+
+// The controller's leader election (controller-runtime's, see managerOptions): the Lease is
+// created unnamed (a create carries no name to authorize), then read and renewed by name; the
+// election records events on it. What the controllers need is servicediscovery's markers, the
+// credential hubaccess's.
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=octopus-system,resources=leases,verbs=create
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=octopus-system,resources=leases,resourceNames=octopus-controller,verbs=get;update
+// +kubebuilder:rbac:groups="",namespace=octopus-system,resources=events,verbs=create;patch
 
 // RunController runs the agent's controller against the member cluster until ctx is cancelled:
 // it waits for the hub credential, then heartbeats to the hub, exports this cluster's services
@@ -172,7 +167,7 @@ func RunController(ctx context.Context, o ControllerOptions) error {
 	if o.Member == nil {
 		return errors.New("running the controller: no member cluster configuration")
 	}
-	// Checked again by cluster.NewHeartbeat, but only once the cluster has joined, which may be
+	// Checked again by heartbeat.New, but only once the cluster has joined, which may be
 	// much later: a bad flag should fail at startup.
 	if o.HeartbeatInterval > 0 && o.LeaseDuration > 0 && o.LeaseDuration <= o.HeartbeatInterval {
 		return fmt.Errorf("lease duration %s must be longer than the heartbeat interval %s", o.LeaseDuration, o.HeartbeatInterval)
@@ -218,7 +213,7 @@ type hubComponents struct {
 func (r *hubComponents) NeedLeaderElection() bool { return true }
 
 func (r *hubComponents) Start(ctx context.Context) error {
-	cred, err := WaitForCredential(ctx, r.mgr.GetAPIReader(), r.opts.CredentialPollInterval)
+	cred, err := hubaccess.WaitForCredential(ctx, r.mgr.GetAPIReader(), r.opts.CredentialPollInterval)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil //nolint:nilerr // shutting down before the cluster joined is not a failure
@@ -230,8 +225,9 @@ func (r *hubComponents) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("creating a client of the hub %s: %w", cred.Server, err)
 	}
-	// The hub may be down when the agent starts (DESIGN §5): what was imported stays in place
-	// meanwhile, since nothing here writes to the member until the hub's caches have synced.
+	// The hub may be down when the agent starts (docs/architecture.md §6b): what was imported
+	// stays in place meanwhile, since nothing here writes to the member until the hub's caches
+	// have synced.
 	if err := waitForHub(ctx, hubClient, cred); err != nil {
 		if ctx.Err() != nil {
 			return nil //nolint:nilerr // shutting down while the hub is unreachable is not a failure
@@ -247,7 +243,7 @@ func (r *hubComponents) Start(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	heartbeat, err := cluster.NewHeartbeat(cluster.HeartbeatOptions{
+	hb, err := heartbeat.New(heartbeat.Options{
 		Hub:           hubClient,
 		Namespace:     cred.Namespace,
 		ClusterID:     cred.ClusterID,
@@ -259,7 +255,7 @@ func (r *hubComponents) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return heartbeat.Start(ctx)
+	return hb.Start(ctx)
 }
 
 // resolveKinds asks m for the mapping of every kind, so that it has them cached.
@@ -285,7 +281,7 @@ const (
 // share that mapper, so setting them up needs no further request), retrying with backoff
 // while the hub is unreachable and logging when it starts and stops waiting. Only ctx ends it
 // early: an agent that exits because the hub is down would gain nothing by restarting.
-func waitForHub(ctx context.Context, hubClient client.Client, cred hub.Credential) error {
+func waitForHub(ctx context.Context, hubClient client.Client, cred hubaccess.Credential) error {
 	log := logf.FromContext(ctx)
 	key := client.ObjectKey{Namespace: cred.Namespace, Name: cred.ClusterID}
 	delay := hubRetryInitial
@@ -314,33 +310,5 @@ func waitForHub(ctx context.Context, hubClient client.Client, cred hub.Credentia
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, hubRetryMax)
-	}
-}
-
-// WaitForCredential reads the cluster's hub credential from the member cluster, retrying every
-// interval (5s when zero) while it is missing or unreadable, and logging that it waits. It
-// returns early only when ctx is done.
-func WaitForCredential(ctx context.Context, member client.Reader, interval time.Duration) (hub.Credential, error) {
-	log := logf.FromContext(ctx)
-	if interval <= 0 {
-		interval = defaultCredentialPollInterval
-	}
-	var lastMsg string
-	var lastLog time.Time
-	for {
-		cred, err := hub.LoadCredential(ctx, member)
-		if err == nil {
-			log.Info("Loaded the hub credential", "clusterID", cred.ClusterID, "hub", cred.Server, "namespace", cred.Namespace)
-			return cred, nil
-		}
-		if msg := err.Error(); msg != lastMsg || time.Since(lastLog) >= credentialReminderInterval {
-			log.Info("Waiting for the hub credential", "secret", v1alpha1.SystemNamespace+"/"+hub.CredentialSecretName, "reason", msg, "retryEvery", interval.String())
-			lastMsg, lastLog = msg, time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			return hub.Credential{}, fmt.Errorf("waiting for the hub credential: %w", context.Cause(ctx))
-		case <-time.After(interval):
-		}
 	}
 }

@@ -7,14 +7,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
-	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/hubaccess"
 )
 
 // TestRateLimits checks the client configurations the agent builds: client-go's default of
 // 5 QPS throttled the agent's cold start (docs/benchmarks.md, "MCS scale"), so a zero limit
 // must become the agent's default, and an explicit one must win.
 func TestRateLimits(t *testing.T) {
-	cred := hub.Credential{ClusterID: "east", Server: "https://hub:6443", Namespace: "octopus", Token: "t"}
+	cred := hubaccess.Credential{ClusterID: "east", Server: "https://hub:6443", Namespace: "octopus", Token: "t"}
 	for _, tc := range []struct {
 		name                  string
 		member                rest.Config

@@ -18,10 +18,10 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/cluster"
+	"github.com/octopus-mcs/octopus/internal/heartbeat"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
-	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/progress"
 )
 
@@ -61,42 +61,56 @@ type labUpOptions struct {
 	overlapping bool
 }
 
-// labOptions checks the flags and turns them into lab.Options (without the binaries and the
-// progress reporter, which Run adds).
+// labFlags names the flag of each lab.Options field that lab up sets, so that the lab's own
+// validation speaks to the user in flags.
+var labFlags = map[string]string{
+	"Clusters": "--clusters", "NodesPerCluster": "--nodes-per-cluster", "GatewaysPerCluster": "--gateways-per-cluster",
+	"Backends": "--backend", "Topology": "--topology", "HubGateways": "--hub-gateways", "Dir": "--dir",
+	"OverlappingCIDRs": "--overlapping-cidrs",
+}
+
+// labOptions maps the flags onto lab.Options (without the binaries and the progress reporter,
+// which Run adds) and has the lab validate them, its errors naming the flags.
 func (o *labUpOptions) labOptions() (lab.Options, error) {
-	switch topology := v1alpha1.Topology(o.topology); topology {
-	case v1alpha1.TopologyMesh, v1alpha1.TopologyHub:
-	default:
-		return lab.Options{}, fmt.Errorf("--topology %q: want %s or %s", o.topology, v1alpha1.TopologyMesh, v1alpha1.TopologyHub)
-	}
-	switch v1alpha1.Backend(o.backend) {
-	case v1alpha1.BackendWireGuard, v1alpha1.BackendVXLAN:
-	default:
-		return lab.Options{}, fmt.Errorf("--backend %q: want %s or %s", o.backend, v1alpha1.BackendWireGuard, v1alpha1.BackendVXLAN)
-	}
-	if o.clusters < 1 || o.clusters > lab.MaxClusters {
-		return lab.Options{}, fmt.Errorf("--clusters %d: want 1 to %d", o.clusters, lab.MaxClusters)
-	}
-	if o.gateways < 1 || o.gateways > labnet.MaxNodesPerCluster-1 {
-		return lab.Options{}, fmt.Errorf("--gateways-per-cluster %d: want 1 to %d", o.gateways, labnet.MaxNodesPerCluster-1)
-	}
-	if o.hubGateways != 0 && (v1alpha1.Topology(o.topology) != v1alpha1.TopologyHub || o.hubGateways < 1 || o.hubGateways > labnet.MaxHubGateways) {
-		return lab.Options{}, fmt.Errorf("--hub-gateways %d: want 1 to %d, with --topology hub (only the hub topology has hub gateways)", o.hubGateways, labnet.MaxHubGateways)
-	}
-	nodes := 0 // lab.Up's default: one worker besides the gateways
+	nodes := 0 // the lab's default: one worker besides the gateways
 	if o.nodesSet {
 		nodes = o.nodes
-		if nodes <= o.gateways {
-			return lab.Options{}, fmt.Errorf("--nodes-per-cluster %d with --gateways-per-cluster %d leaves no worker: give at least %d nodes",
-				nodes, o.gateways, o.gateways+1)
-		}
 	}
 	backends := map[string]string{lab.HubName: o.backend}
 	for i := 1; i <= o.clusters; i++ {
 		backends[lab.ClusterName(i)] = o.backend
 	}
-	return lab.Options{Clusters: o.clusters, NodesPerCluster: nodes, GatewaysPerCluster: o.gateways, Backends: backends,
-		OverlappingCIDRs: o.overlapping, Topology: v1alpha1.Topology(o.topology), HubGateways: o.hubGateways, Dir: *o.dir}, nil
+	opts := lab.Options{Clusters: o.clusters, NodesPerCluster: nodes, GatewaysPerCluster: o.gateways, Backends: backends,
+		OverlappingCIDRs: o.overlapping, Topology: v1alpha1.Topology(o.topology), HubGateways: o.hubGateways, Dir: *o.dir}
+	if err := opts.Validate(); err != nil {
+		return lab.Options{}, inFlagTerms(err, labFlags)
+	}
+	return opts, nil
+}
+
+// inFlagTerms rewrites every lab.OptionError joined in err with the flag names of flags.
+func inFlagTerms(err error, flags map[string]string) error {
+	var errs []error
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = joined.Unwrap()
+	} else {
+		errs = []error{err}
+	}
+	out := make([]error, 0, len(errs))
+	for _, e := range errs {
+		var oe *lab.OptionError
+		if !errors.As(e, &oe) {
+			out = append(out, e)
+			continue
+		}
+		out = append(out, errors.New(oe.Format(func(field string) string {
+			if flag, ok := flags[field]; ok {
+				return flag
+			}
+			return field
+		})))
+	}
+	return errors.Join(out...)
 }
 
 func newLabUpCommand(streams IOStreams, dir *string) *cobra.Command {
@@ -232,7 +246,7 @@ func waitConnected(ctx context.Context, hc client.Client, members int) ([]cluste
 		}
 		connected := 0
 		for _, s := range statuses {
-			if s.State == cluster.StateConnected {
+			if s.State == heartbeat.StateConnected {
 				connected++
 			}
 		}

@@ -8,7 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/internal/cluster"
-	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/progress"
 )
@@ -41,7 +41,7 @@ func (o *leaveOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cred, err := hub.LoadCredential(ctx, c)
+	cred, err := hubaccess.LoadCredential(ctx, c)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,8 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/cluster"
-	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/heartbeat"
+	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/kube"
 )
 
@@ -86,12 +87,12 @@ func hubClientFor(ctx context.Context, cfg *rest.Config, hubNamespace string) (c
 	if err != nil {
 		return nil, "", fmt.Errorf("connecting to %s: %w", cfg.Host, err)
 	}
-	cred, err := hub.LoadCredential(ctx, c)
+	cred, err := hubaccess.LoadCredential(ctx, c)
 	switch {
 	case err == nil:
 		hc, err := client.New(cred.RESTConfig(), client.Options{Scheme: kube.Scheme})
 		return hc, cred.Namespace, err
-	case errors.Is(err, hub.ErrNotJoined):
+	case errors.Is(err, hubaccess.ErrNotJoined):
 		return c, hubNamespace, nil
 	default:
 		return nil, "", err
@@ -111,7 +112,7 @@ func renderClusters(w io.Writer, statuses []cluster.Status) error {
 		if s.HeartbeatAge != nil {
 			age = s.HeartbeatAge.Round(time.Second).String() + " ago"
 		}
-		if s.State == cluster.StateConnected {
+		if s.State == heartbeat.StateConnected {
 			connected++
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ClusterID, strings.Join(s.PodCIDRs, ","), strings.Join(s.ServiceCIDRs, ","),

@@ -16,6 +16,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/dnsconfig"
+	"github.com/octopus-mcs/octopus/internal/render"
 )
 
 // TestJoinAndLeaveWireClusterDNS: join deploys octopus-dns behind its Service and makes the
@@ -42,8 +43,8 @@ func TestJoinAndLeaveWireClusterDNS(t *testing.T) {
 	if err := east.Get(t.Context(), client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: dnsconfig.ServiceName}, dep); err != nil {
 		t.Fatalf("join deployed no octopus-dns: %v", err)
 	}
-	if img := dep.Spec.Template.Spec.Containers[0].Image; !strings.HasPrefix(img, dnsconfig.Image+":") {
-		t.Errorf("octopus-dns image = %q, want %s:<version>", img, dnsconfig.Image)
+	if img := dep.Spec.Template.Spec.Containers[0].Image; !strings.HasPrefix(img, render.DNSImage+":") {
+		t.Errorf("octopus-dns image = %q, want %s:<version>", img, render.DNSImage)
 	}
 	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(dep.Spec.Template.Labels)) {
 		t.Errorf("the octopus-dns Service (selector %v) does not select its pods (labels %v)", svc.Spec.Selector, dep.Spec.Template.Labels)

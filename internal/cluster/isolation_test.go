@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/render"
 )
 
 // policyDenied is the message of the ownership policy; rbacDenied that of RBAC. Each case says
@@ -93,7 +93,7 @@ func TestClusterCredentialIsConfinedToOwnObjects(t *testing.T) {
 			return asEast.Delete(t.Context(), &v1alpha1.Peer{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "west"}})
 		}},
 		{"delete another cluster's ServiceAccount", policyDenied, func() error {
-			return asEast.Delete(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: hub.ClusterServiceAccount("west")}})
+			return asEast.Delete(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: v1alpha1.ClusterServiceAccount("west")}})
 		}},
 		{"squat the Cluster of a cluster that has not joined", policyDenied, func() error {
 			return asEast.Create(t.Context(), &v1alpha1.Cluster{
@@ -111,13 +111,13 @@ func TestClusterCredentialIsConfinedToOwnObjects(t *testing.T) {
 			return asEast.Create(t.Context(), p)
 		}},
 		{"read another cluster's token", rbacDenied, func() error {
-			return asEast.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: tokenSecretName("west")}, &corev1.Secret{})
+			return asEast.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: render.ClusterTokenSecretName("west")}, &corev1.Secret{})
 		}},
 		{"grant itself more access", rbacDenied, func() error {
 			return asEast.Create(t.Context(), &rbacv1.RoleBinding{
 				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "escalate", Labels: map[string]string{v1alpha1.ClusterLabel: "east"}},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: hub.JoinRoleName},
-				Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: hub.ClusterServiceAccount("east"), Namespace: ns}},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: render.JoinRoleName},
+				Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: v1alpha1.ClusterServiceAccount("east"), Namespace: ns}},
 			})
 		}},
 	}
@@ -151,7 +151,7 @@ func TestClusterCredentialIsConfinedToOwnObjects(t *testing.T) {
 
 	// The policy is what stops the cross-cluster writes: without its binding, the very same
 	// request goes through. This guards the tests above against passing for another reason.
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: hub.OwnershipPolicyName}}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: render.OwnershipPolicyName}}
 	if err := f.hub.Delete(t.Context(), binding); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestJoinCredentialIsConfinedToEnrolment(t *testing.T) {
 	binding := func(name, subject string) *rbacv1.RoleBinding {
 		return &rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: hub.ClusterRoleName},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: v1alpha1.ClusterCredentialRole},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: subject, Namespace: ns}},
 		}
 	}
@@ -179,16 +179,16 @@ func TestJoinCredentialIsConfinedToEnrolment(t *testing.T) {
 		name string
 		obj  client.Object
 	}{
-		{"bind the cluster Role to the join identity", binding("cluster-x", hub.JoinServiceAccount)},
+		{"bind the cluster Role to the join identity", binding("cluster-x", render.JoinServiceAccount)},
 		{"bind the cluster Role under another name", binding("sneaky", "sneaky")},
-		{"bind the cluster Role to another cluster's account", binding("cluster-x", hub.ClusterServiceAccount("east"))},
+		{"bind the cluster Role to another cluster's account", binding("cluster-x", v1alpha1.ClusterServiceAccount("east"))},
 		{"create a ServiceAccount that is not a cluster's", &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sneaky"}}},
 		{"create a cluster ServiceAccount labelled as another", &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cluster-x", Labels: map[string]string{v1alpha1.ClusterLabel: "east"}}}},
-		{"enrol the cluster ID reserved for the hub's gateway", &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: hub.ClusterServiceAccount(v1alpha1.HubPeerName),
+		{"enrol the cluster ID reserved for the hub's gateway", &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: v1alpha1.ClusterServiceAccount(v1alpha1.HubPeerName),
 			Labels: map[string]string{v1alpha1.ClusterLabel: v1alpha1.HubPeerName}}}},
 		{"create an ordinary Secret", &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sneaky"}, StringData: map[string]string{"a": "b"}}},
 		{"mint a second token for a cluster", &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "east-token-2", Annotations: map[string]string{corev1.ServiceAccountNameKey: hub.ClusterServiceAccount("east")}},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "east-token-2", Annotations: map[string]string{corev1.ServiceAccountNameKey: v1alpha1.ClusterServiceAccount("east")}},
 			Type:       corev1.SecretTypeServiceAccountToken,
 		}},
 	}

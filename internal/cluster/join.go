@@ -1,5 +1,7 @@
-// Package cluster is a member cluster's side of the cluster set: joining the hub and leaving it,
-// discovering its CIDRs, and keeping its heartbeat.
+// Package cluster is a member cluster's side of the cluster set as the CLI sees it: joining the
+// hub and leaving it, discovering its CIDRs, claiming its address blocks, and the clusters'
+// status for `octopus show clusters`. Join applies what internal/render renders; the running
+// components (internal/heartbeat, internal/hubaccess) never link this package.
 package cluster
 
 import (
@@ -11,7 +13,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -22,19 +23,15 @@ import (
 
 	aboutv1alpha1 "github.com/octopus-mcs/octopus/api/about/v1alpha1"
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/config/crd"
 	"github.com/octopus-mcs/octopus/internal/dnsconfig"
 	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/ipam"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/progress"
+	"github.com/octopus-mcs/octopus/internal/render"
 	"github.com/octopus-mcs/octopus/internal/version"
 )
-
-// memberUIDAnnotation records, on the cluster's hub ServiceAccount, the UID of the member
-// cluster's kube-system namespace: the cluster's identity (as KEP-2149 suggests). It tells a
-// re-run of join by the same cluster (resume) from a different cluster reusing the ID (refuse).
-const memberUIDAnnotation = "octopus.io/member-uid"
 
 // JoinOptions configure Join.
 type JoinOptions struct {
@@ -50,7 +47,7 @@ type JoinOptions struct {
 	// Optional, default mesh.
 	Topology v1alpha1.Topology
 	// DNSImage is the octopus-dns image deployed in the cluster. Optional, default
-	// dnsconfig.Image tagged with this build's version.
+	// render.DNSImage tagged with this build's version.
 	DNSImage string
 	// Progress receives one line per step. Optional.
 	Progress *progress.Reporter
@@ -63,7 +60,7 @@ type JoinOptions struct {
 // Joined is the outcome of a successful Join.
 type Joined struct {
 	Cluster    *v1alpha1.Cluster
-	Credential hub.Credential
+	Credential hubaccess.Credential
 }
 
 // ValidateClusterID checks that id can name the cluster everywhere it is used.
@@ -92,7 +89,7 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 		return nil, err
 	}
 	if opts.DNSImage == "" {
-		opts.DNSImage = dnsconfig.Image + ":" + version.Version
+		opts.DNSImage = render.DNSImage + ":" + version.Version
 	}
 	if opts.Addressing == "" {
 		opts.Addressing = v1alpha1.AddressingDirect
@@ -149,12 +146,12 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 	if err != nil {
 		return nil, err
 	}
-	token, err := hub.WaitForToken(ctx, jc, info.Namespace, tokenSecretName(id), 60*time.Second)
+	token, err := hub.WaitForToken(ctx, jc, info.Namespace, render.ClusterTokenSecretName(id), 60*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	cred := hub.Credential{ClusterID: id, Server: info.HubURL, Namespace: info.Namespace, CAData: info.CAData, Token: token}
-	p.Done(start, "Hub credential for cluster %s issued (ServiceAccount %s)", id, hub.ClusterServiceAccount(id))
+	cred := hubaccess.Credential{ClusterID: id, Server: info.HubURL, Namespace: info.Namespace, CAData: info.CAData, Token: token}
+	p.Done(start, "Hub credential for cluster %s issued (ServiceAccount %s)", id, v1alpha1.ClusterServiceAccount(id))
 
 	// From here on the cluster acts with its own credential, so the hub's ownership policy
 	// checks every write exactly as it will for the running agent.
@@ -165,7 +162,11 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 	if err := waitAccepted(ctx, hc, info.Namespace); err != nil {
 		return nil, fmt.Errorf("the hub does not accept cluster %s's new credential: %w", id, err)
 	}
-	joined, err := register(ctx, hc, mc, cred, opts, pods, services)
+	objs, err := render.Member(render.MemberOptions{Credential: cred, DNSImage: opts.DNSImage})
+	if err != nil {
+		return nil, err
+	}
+	joined, err := register(ctx, hc, mc, cred, objs, opts, pods, services)
 	if err != nil && created {
 		if cleanupErr := removeFromHub(ctx, hc, cred); cleanupErr != nil {
 			err = errors.Join(err, fmt.Errorf("undoing the partial join: %w", cleanupErr))
@@ -177,7 +178,9 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 	p.Done(start, "Cluster %s registered: global CIDR %s, secondary CIDR %s", id, joined.Cluster.Spec.GlobalCIDR, joined.Cluster.Spec.SecondaryCIDR)
 	dns, err := dnsconfig.Wire(ctx, mc)
 	if err == nil {
-		err = dnsconfig.Deploy(ctx, mc, opts.DNSImage)
+		if err = kube.Apply(ctx, mc, objs.DNS...); err != nil {
+			err = fmt.Errorf("deploying octopus-dns: %w", err)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w (the cluster is registered; run join again to finish)", err)
@@ -215,8 +218,8 @@ func reportDNS(p *progress.Reporter, dns dnsconfig.Result) {
 	}
 }
 
-// register writes the cluster's hub objects and its member-side state.
-func register(ctx context.Context, hc, mc client.Client, cred hub.Credential, opts JoinOptions, pods, services []netip.Prefix) (*Joined, error) {
+// register writes the cluster's hub objects and its member-side state but octopus-dns.
+func register(ctx context.Context, hc, mc client.Client, cred hubaccess.Credential, member *render.MemberObjects, opts JoinOptions, pods, services []netip.Prefix) (*Joined, error) {
 	info, id := opts.BrokerInfo, cred.ClusterID
 	globalPool, err := info.Globalnet.Pool()
 	if err != nil {
@@ -234,37 +237,17 @@ func register(ctx context.Context, hc, mc client.Client, cred hub.Credential, op
 	if err != nil {
 		return nil, err
 	}
-	cl := &v1alpha1.Cluster{
-		ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: info.Namespace, Labels: map[string]string{v1alpha1.ClusterLabel: id}},
-		Spec: v1alpha1.ClusterSpec{
-			ClusterID: id, PodCIDRs: prefixStrings(pods), ServiceCIDRs: prefixStrings(services),
-			Addressing: opts.Addressing, Topology: opts.Topology, GlobalCIDR: global.String(), SecondaryCIDR: secondary.String(),
-		},
-	}
+	cl := render.Cluster(info.Namespace, v1alpha1.ClusterSpec{
+		ClusterID: id, PodCIDRs: prefixStrings(pods), ServiceCIDRs: prefixStrings(services),
+		Addressing: opts.Addressing, Topology: opts.Topology, GlobalCIDR: global.String(), SecondaryCIDR: secondary.String(),
+	})
 	if err := kube.Apply(ctx, hc, cl); err != nil {
 		return nil, fmt.Errorf("registering cluster %s on the hub: %w", id, err)
 	}
-
-	crds, err := crd.Member()
-	if err != nil {
-		return nil, err
-	}
-	// The MCS CRDs too, so that services can be exported as soon as the cluster has joined.
-	// Leave keeps them: they hold the users' ServiceExports (see crd.Member).
-	mcs, err := crd.MCS()
-	if err != nil {
-		return nil, err
-	}
-	crds = append(crds, mcs...)
-	if err := hub.InstallCRDs(ctx, mc, crds); err != nil {
+	if err := hub.InstallCRDs(ctx, mc, member.CRDs); err != nil {
 		return nil, fmt.Errorf("installing CRDs in the cluster: %w", err)
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.SystemNamespace, Labels: kube.ManagedLabels()}}
-	prop := &aboutv1alpha1.ClusterProperty{
-		ObjectMeta: metav1.ObjectMeta{Name: aboutv1alpha1.ClusterIDProperty},
-		Spec:       aboutv1alpha1.ClusterPropertySpec{Value: id},
-	}
-	if err := kube.Apply(ctx, mc, ns, cred.Secret(), prop); err != nil {
+	if err := kube.Apply(ctx, mc, member.Objects...); err != nil {
 		return nil, fmt.Errorf("storing the hub credential in the cluster: %w", err)
 	}
 	return &Joined{Cluster: cl, Credential: cred}, nil
@@ -355,12 +338,7 @@ func checkOverlap(ctx context.Context, hc client.Client, namespace, id string, p
 // enrol creates the cluster's ServiceAccount on the hub, its token and its role binding. It
 // reports whether this run created the ServiceAccount (so a failure later may remove it).
 func enrol(ctx context.Context, jc client.Client, namespace, id, memberUID string) (bool, error) {
-	labels := kube.ManagedLabels()
-	labels[v1alpha1.ClusterLabel] = id
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{
-		Name: hub.ClusterServiceAccount(id), Namespace: namespace, Labels: labels,
-		Annotations: map[string]string{memberUIDAnnotation: memberUID},
-	}}
+	sa := render.ClusterServiceAccount(namespace, id, memberUID)
 	created := true
 	err := jc.Create(ctx, sa)
 	if apierrors.IsAlreadyExists(err) {
@@ -368,28 +346,14 @@ func enrol(ctx context.Context, jc client.Client, namespace, id, memberUID strin
 		if err = jc.Get(ctx, client.ObjectKeyFromObject(sa), sa); err != nil {
 			return false, fmt.Errorf("reading ServiceAccount %s on the hub: %w", sa.Name, err)
 		}
-		if sa.Annotations[memberUIDAnnotation] != memberUID {
+		if sa.Annotations[render.MemberUIDAnnotation] != memberUID {
 			return false, fmt.Errorf("%w: cluster ID %q is already used by another cluster (joined %s); choose another --cluster-id, or run `octopus leave` in the cluster that holds it",
 				ErrDuplicateClusterID, id, sa.CreationTimestamp.Format(time.RFC3339))
 		}
 	} else if err != nil {
 		return false, fmt.Errorf("creating ServiceAccount %s on the hub: %w", sa.Name, err)
 	}
-	// Owned by the ServiceAccount, so deleting it (leave) garbage-collects both.
-	owner := []metav1.OwnerReference{{APIVersion: "v1", Kind: "ServiceAccount", Name: sa.Name, UID: sa.UID}}
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: tokenSecretName(id), Namespace: namespace, Labels: labels, OwnerReferences: owner,
-			Annotations: map[string]string{corev1.ServiceAccountNameKey: sa.Name},
-		},
-		Type: corev1.SecretTypeServiceAccountToken,
-	}
-	binding := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: sa.Name, Namespace: namespace, Labels: labels, OwnerReferences: owner},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: hub.ClusterRoleName},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: namespace}},
-	}
-	for _, obj := range []client.Object{secret, binding} {
+	for _, obj := range render.ClusterGrant(namespace, id, sa) {
 		if err := jc.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
 			return created, fmt.Errorf("creating %s on the hub: %w", obj.GetName(), err)
 		}
@@ -415,8 +379,6 @@ func waitAccepted(ctx context.Context, hc client.Client, namespace string) error
 	}
 	return err
 }
-
-func tokenSecretName(id string) string { return hub.ClusterServiceAccount(id) + "-token" }
 
 // waitForHub checks that the hub answers, retrying a bounded number of times with visible
 // progress, so that a wrong URL or a down hub fails fast with the cause.

@@ -18,7 +18,7 @@ import (
 
 	aboutv1alpha1 "github.com/octopus-mcs/octopus/api/about/v1alpha1"
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
@@ -51,7 +51,7 @@ func TestJoinRegistersClustersWithDistinctBlocks(t *testing.T) {
 
 		// Member side: the credential Secret and the KEP-2149 cluster ID property.
 		member := newClient(t, f.env.Cluster(name).RESTConfig())
-		cred, err := hub.LoadCredential(t.Context(), member)
+		cred, err := hubaccess.LoadCredential(t.Context(), member)
 		if err != nil || cred.ClusterID != name || cred.Token != j.Credential.Token {
 			t.Errorf("member %s credential = %+v, %v", name, cred.ClusterID, err)
 		}
@@ -83,7 +83,7 @@ func TestJoinRefusesDuplicateClusterID(t *testing.T) {
 	}
 	// Nothing of west's attempt may remain in west.
 	member := newClient(t, f.env.Cluster("west").RESTConfig())
-	if _, err := hub.LoadCredential(t.Context(), member); !errors.Is(err, hub.ErrNotJoined) {
+	if _, err := hubaccess.LoadCredential(t.Context(), member); !errors.Is(err, hubaccess.ErrNotJoined) {
 		t.Errorf("west has a hub credential after a refused join: %v", err)
 	}
 	// And a cluster that joined cannot silently re-join under another ID.
@@ -200,7 +200,7 @@ func TestLeaveCleansBothSides(t *testing.T) {
 	f.join(t, "west")
 	eastHub := f.as(t, east)
 	// Objects an agent would have made: a heartbeat Lease and a Peer.
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: hub.HeartbeatLeaseName("east"), Namespace: f.info.Namespace, Labels: map[string]string{v1alpha1.ClusterLabel: "east"}}}
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.HeartbeatLeaseName("east"), Namespace: f.info.Namespace, Labels: map[string]string{v1alpha1.ClusterLabel: "east"}}}
 	if err := eastHub.Create(t.Context(), lease); err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestLeaveCleansBothSides(t *testing.T) {
 	}
 	// Member: credential, property and namespace gone.
 	member := newClient(t, f.env.Cluster("east").RESTConfig())
-	if _, err := hub.LoadCredential(t.Context(), member); !errors.Is(err, hub.ErrNotJoined) {
+	if _, err := hubaccess.LoadCredential(t.Context(), member); !errors.Is(err, hubaccess.ErrNotJoined) {
 		t.Errorf("east still has a credential: %v", err)
 	}
 	err := member.Get(t.Context(), client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, &aboutv1alpha1.ClusterProperty{})
@@ -243,7 +243,7 @@ func TestLeaveCleansBothSides(t *testing.T) {
 	if err := Leave(t.Context(), f.env.Cluster("east").RESTConfig(), LeaveOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := Leave(t.Context(), f.env.Cluster("east").RESTConfig(), LeaveOptions{}); !errors.Is(err, hub.ErrNotJoined) {
+	if err := Leave(t.Context(), f.env.Cluster("east").RESTConfig(), LeaveOptions{}); !errors.Is(err, hubaccess.ErrNotJoined) {
 		t.Errorf("second leave: err = %v, want ErrNotJoined", err)
 	}
 }

@@ -22,9 +22,10 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/config/crd"
 	"github.com/octopus-mcs/octopus/internal/dnsconfig"
-	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/progress"
+	"github.com/octopus-mcs/octopus/internal/render"
 )
 
 // LeaveOptions configure Leave.
@@ -44,7 +45,7 @@ func Leave(ctx context.Context, member *rest.Config, opts LeaveOptions) error {
 	if err != nil {
 		return fmt.Errorf("connecting to the cluster at %s: %w", member.Host, err)
 	}
-	cred, err := hub.LoadCredential(ctx, mc)
+	cred, err := hubaccess.LoadCredential(ctx, mc)
 	if err != nil {
 		return err
 	}
@@ -83,7 +84,7 @@ func Leave(ctx context.Context, member *rest.Config, opts LeaveOptions) error {
 
 // removeFromHub deletes, with the cluster's own credential, everything the cluster owns on the
 // hub, its ServiceAccount last because that revokes the credential.
-func removeFromHub(ctx context.Context, hc client.Client, cred hub.Credential) error {
+func removeFromHub(ctx context.Context, hc client.Client, cred hubaccess.Credential) error {
 	own := []client.ListOption{client.InNamespace(cred.Namespace), client.MatchingLabels{v1alpha1.ClusterLabel: cred.ClusterID}}
 	var errs []error
 	// Exported services first (slices before their records, as the exporter withdraws them).
@@ -114,7 +115,7 @@ func removeFromHub(ctx context.Context, hc client.Client, cred hub.Credential) e
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: hub.ClusterServiceAccount(cred.ClusterID), Namespace: cred.Namespace}}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.ClusterServiceAccount(cred.ClusterID), Namespace: cred.Namespace}}
 	if err := hc.Delete(ctx, sa); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("deleting ServiceAccount %s on the hub: %w", sa.Name, err)
 	}
@@ -129,17 +130,27 @@ func removeFromMember(ctx context.Context, mc client.Client) error {
 	if _, err := dnsconfig.Unwire(ctx, mc); err != nil {
 		return err
 	}
-	if err := dnsconfig.Remove(ctx, mc); err != nil {
-		return err
-	}
 	var errs []error
 	del := func(obj client.Object) {
 		if err := mc.Delete(ctx, obj); client.IgnoreNotFound(err) != nil && !isNoKind(err) {
 			errs = append(errs, fmt.Errorf("deleting %T %s: %w", obj, obj.GetName(), err))
 		}
 	}
+	// octopus-dns's cluster-scoped objects, which the namespace's deletion does not remove.
+	dns, err := render.DNS("")
+	if err != nil {
+		return err
+	}
+	for _, obj := range dns {
+		if obj.GetNamespace() == "" {
+			del(obj)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("removing octopus-dns: %w", errors.Join(errs...))
+	}
 	del(&aboutv1alpha1.ClusterProperty{ObjectMeta: metav1.ObjectMeta{Name: aboutv1alpha1.ClusterIDProperty}})
-	del(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: hub.CredentialSecretName, Namespace: v1alpha1.SystemNamespace}})
+	del(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.CredentialSecretName, Namespace: v1alpha1.SystemNamespace}})
 	del(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.SystemNamespace}})
 	crds, err := crd.Member()
 	if err != nil {

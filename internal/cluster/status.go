@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/heartbeat"
 )
 
 // Status is one cluster as the hub sees it.
@@ -24,7 +24,7 @@ type Status struct {
 	SecondaryCIDR string              `json:"secondaryCIDR,omitempty"`
 	// HeartbeatAge is the time since the agent last renewed its Lease; nil if it never did.
 	HeartbeatAge *time.Duration `json:"heartbeatAge,omitempty"`
-	// State is StateConnected, StateStale or StateNeverSeen.
+	// State is heartbeat.StateConnected, StateStale or StateNeverSeen.
 	State string `json:"state"`
 	// AgentCondition is the agent's own AgentConnected condition as "Status/Reason", if any.
 	AgentCondition string `json:"agentCondition,omitempty"`
@@ -46,16 +46,16 @@ func CollectStatus(ctx context.Context, hc client.Reader, namespace string, now 
 	}
 	out := make([]Status, 0, len(clusters.Items))
 	for _, cl := range clusters.Items {
-		lease := byName[hub.HeartbeatLeaseName(cl.Spec.ClusterID)]
+		lease := byName[v1alpha1.HeartbeatLeaseName(cl.Spec.ClusterID)]
 		if lease != nil && lease.Labels[v1alpha1.ClusterLabel] != cl.Spec.ClusterID {
 			lease = nil
 		}
 		s := Status{
 			ClusterID: cl.Spec.ClusterID, PodCIDRs: cl.Spec.PodCIDRs, ServiceCIDRs: cl.Spec.ServiceCIDRs,
 			Addressing: cl.Spec.Addressing, GlobalCIDR: cl.Spec.GlobalCIDR, SecondaryCIDR: cl.Spec.SecondaryCIDR,
-			State: HeartbeatState(lease, now),
+			State: heartbeat.State(lease, now),
 		}
-		if age, ok := HeartbeatAge(lease, now); ok {
+		if age, ok := heartbeat.Age(lease, now); ok {
 			s.HeartbeatAge = &age
 		}
 		if c := meta.FindStatusCondition(cl.Status.Conditions, v1alpha1.ClusterConditionAgentConnected); c != nil {

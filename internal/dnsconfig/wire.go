@@ -126,9 +126,11 @@ func coreDNS(ctx context.Context, c client.Reader) (*corev1.ConfigMap, error) {
 	return cm, nil
 }
 
-// ensureService applies the octopus-dns Service and returns its ClusterIP and port.
-func ensureService(ctx context.Context, c client.Client) (netip.AddrPort, error) {
-	svc := &corev1.Service{
+// Service renders the octopus-dns Service, which the cluster's CoreDNS forwards Zone to. It is
+// here rather than with the rest of octopus-dns (internal/render) because Wire needs its
+// address before octopus-dns runs.
+func Service() *corev1.Service {
+	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: ServiceName, Namespace: v1alpha1.SystemNamespace, Labels: kube.ManagedLabels()},
 		Spec: corev1.ServiceSpec{
 			Selector: AppLabel,
@@ -138,6 +140,11 @@ func ensureService(ctx context.Context, c client.Client) (netip.AddrPort, error)
 			},
 		},
 	}
+}
+
+// ensureService applies the octopus-dns Service and returns its ClusterIP and port.
+func ensureService(ctx context.Context, c client.Client) (netip.AddrPort, error) {
+	svc := Service()
 	if err := kube.Apply(ctx, c, svc); err != nil {
 		return netip.AddrPort{}, fmt.Errorf("creating Service %s/%s: %w", v1alpha1.SystemNamespace, ServiceName, err)
 	}

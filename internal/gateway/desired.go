@@ -8,6 +8,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
+	"github.com/octopus-mcs/octopus/internal/ipam"
 )
 
 // Local is what the active gateway knows about its own cluster and node.
@@ -53,7 +54,7 @@ func (d Desired) RemoteSubnets() []netip.Prefix {
 	for _, p := range d.Tunnel.Peers {
 		out = append(out, p.Subnets...)
 	}
-	return sortPrefixes(out)
+	return ipam.SortPrefixes(out)
 }
 
 // Compute turns the hub's Peers into the desired data plane. It is pure, so every rule is
@@ -123,7 +124,7 @@ func Compute(local Local, peers []v1alpha1.Peer) Desired {
 		}
 		if !isHub && !direct(local, p) {
 			hub := &d.Tunnel.Peers[hubAt]
-			hub.Subnets = sortPrefixes(slices.Concat(hub.Subnets, tp.Subnets))
+			hub.Subnets = ipam.SortPrefixes(slices.Concat(hub.Subnets, tp.Subnets))
 			d.Via[id] = hub.Cluster
 			continue
 		}
@@ -179,7 +180,7 @@ func acceptPeer(local Local, p v1alpha1.Peer, taken map[netip.Prefix]string) (tu
 		}
 		tp.Subnets = append(tp.Subnets, prefix.Masked())
 	}
-	tp.Subnets = sortPrefixes(tp.Subnets)
+	tp.Subnets = ipam.SortPrefixes(tp.Subnets)
 	var conflicts []string
 	for _, s := range tp.Subnets {
 		for t, owner := range taken {
@@ -224,7 +225,7 @@ func Advertised(c v1alpha1.ClusterSpec, optOut []netip.Prefix) ([]netip.Prefix, 
 		}
 		out = append(out, subtract(p.Masked(), optOut)...)
 	}
-	return sortPrefixes(out), nil
+	return ipam.SortPrefixes(out), nil
 }
 
 // subtract returns p minus every prefix of cut, as a minimal list of prefixes.
@@ -253,15 +254,4 @@ func halves(p netip.Prefix) (netip.Prefix, netip.Prefix) {
 	b[i] |= 0x80 >> (p.Bits() % 8)
 	hiAddr, _ := netip.AddrFromSlice(b)
 	return lo, netip.PrefixFrom(hiAddr, bits)
-}
-
-func sortPrefixes(ps []netip.Prefix) []netip.Prefix {
-	out := slices.Clone(ps)
-	slices.SortFunc(out, func(a, b netip.Prefix) int {
-		if c := a.Addr().Compare(b.Addr()); c != 0 {
-			return c
-		}
-		return a.Bits() - b.Bits()
-	})
-	return slices.Compact(out)
 }

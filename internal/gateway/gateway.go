@@ -18,9 +18,8 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/drivers"
-	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/kube"
-	"github.com/octopus-mcs/octopus/internal/routeagent"
 )
 
 // Defaults of Options.
@@ -32,8 +31,6 @@ const (
 	DefaultStatusInterval = 5 * time.Second
 	DefaultResyncInterval = 30 * time.Second
 	DefaultDevice         = "octopus0"
-	// HubLeaseName is the Lease, in the hub namespace, that elects the hub's active gateway.
-	HubLeaseName = "octopus-hub-gateway"
 
 	credentialPollInterval = 2 * time.Second
 	retryInterval          = time.Second
@@ -191,7 +188,7 @@ func (o *Options) setDefaults() error {
 }
 
 // Run waits for the cluster's hub credential, then takes part in the election of the active
-// gateway through the LeaseName Lease in octopus-system (the hub's gateway: HubLeaseName in
+// gateway through the GatewayLeaseName Lease in octopus-system (the hub's gateway: HubGatewayLeaseName in
 // the hub namespace), with fast takeover when LivenessPort is set. While active it runs the gateway
 // (see active). It returns nil when ctx is done, and ErrLostLease (or the active gateway's
 // error) when it stops being the active one.
@@ -274,31 +271,12 @@ type hubAccess struct {
 func (o *Options) hubAccess(ctx context.Context, member client.Reader) (hubAccess, error) {
 	if o.Role == v1alpha1.PeerRoleHub {
 		return hubAccess{ClusterID: v1alpha1.HubPeerName, Namespace: o.HubNamespace, config: o.Member,
-			leaseNamespace: o.HubNamespace, leaseName: HubLeaseName}, nil
+			leaseNamespace: o.HubNamespace, leaseName: v1alpha1.HubGatewayLeaseName}, nil
 	}
-	cred, err := waitForCredential(ctx, member, o.Log)
+	cred, err := hubaccess.WaitForCredential(logr.NewContext(ctx, o.Log), member, credentialPollInterval)
 	if err != nil {
 		return hubAccess{}, err
 	}
 	return hubAccess{ClusterID: cred.ClusterID, Namespace: cred.Namespace, config: cred.RESTConfig(),
-		leaseNamespace: v1alpha1.SystemNamespace, leaseName: routeagent.LeaseName}, nil
-}
-
-func waitForCredential(ctx context.Context, member client.Reader, log logr.Logger) (hub.Credential, error) {
-	var lastMsg string
-	for {
-		cred, err := hub.LoadCredential(ctx, member)
-		if err == nil {
-			return cred, nil
-		}
-		if err.Error() != lastMsg {
-			log.Info("Waiting for the hub credential", "reason", err.Error())
-			lastMsg = err.Error()
-		}
-		select {
-		case <-ctx.Done():
-			return hub.Credential{}, fmt.Errorf("waiting for the hub credential: %w", context.Cause(ctx))
-		case <-time.After(credentialPollInterval):
-		}
-	}
+		leaseNamespace: v1alpha1.SystemNamespace, leaseName: v1alpha1.GatewayLeaseName}, nil
 }

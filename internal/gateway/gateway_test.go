@@ -27,6 +27,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/ipam"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/routeagent"
 	"github.com/octopus-mcs/octopus/internal/testenv"
@@ -249,7 +250,7 @@ func TestGateway(t *testing.T) {
 	})
 	eventually(t, "east mirrors west's subnets for its route agents", func() error {
 		cm := &corev1.ConfigMap{}
-		if err := east.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: routeagent.ConfigMapName}, cm); err != nil {
+		if err := east.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: v1alpha1.GatewayConfigMapName}, cm); err != nil {
 			return err
 		}
 		if got, want := cm.Data[routeagent.SubnetsKey], strings.Join(sortedStrings(westSubnets), "\n"); got != want {
@@ -371,7 +372,7 @@ func TestGateway(t *testing.T) {
 		}, nil)
 	})
 	lease := &coordinationv1.Lease{}
-	if err := east.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: routeagent.LeaseName}, lease); err != nil {
+	if err := east.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: v1alpha1.GatewayLeaseName}, lease); err != nil {
 		t.Fatal(err)
 	}
 	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != "east-gw2" {
@@ -394,7 +395,7 @@ func TestGateway(t *testing.T) {
 			return fmt.Errorf("config %+v", cfg)
 		}
 		cm := &corev1.ConfigMap{}
-		if err := east.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: routeagent.ConfigMapName}, cm); err != nil {
+		if err := east.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: v1alpha1.GatewayConfigMapName}, cm); err != nil {
 			return err
 		}
 		if s := cm.Data[routeagent.SubnetsKey]; s != "" {
@@ -418,7 +419,7 @@ func sortedStrings(ss []string) []string {
 		ps = append(ps, netip.MustParsePrefix(s))
 	}
 	var out []string
-	for _, p := range sortPrefixes(ps) {
+	for _, p := range ipam.SortPrefixes(ps) {
 		out = append(out, p.String())
 	}
 	return out

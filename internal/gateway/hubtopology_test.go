@@ -18,6 +18,7 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/progress"
 	"github.com/octopus-mcs/octopus/internal/routeagent"
 	"github.com/octopus-mcs/octopus/internal/testenv"
@@ -133,7 +134,7 @@ func TestHubTopology(t *testing.T) {
 	})
 	eventually(t, "east's route agents get west's subnets and the hub's address", func() error {
 		cm := &corev1.ConfigMap{}
-		if err := east.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: routeagent.ConfigMapName}, cm); err != nil {
+		if err := east.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: v1alpha1.GatewayConfigMapName}, cm); err != nil {
 			return err
 		}
 		if got, want := cm.Data[routeagent.SubnetsKey], strings.Join(hubAnd(westSubnets), "\n"); got != want {
@@ -143,7 +144,7 @@ func TestHubTopology(t *testing.T) {
 	})
 
 	// Security: a cluster cannot make its Peer a hub one; the hub gateway cannot edit Clusters.
-	eastHub, err := hub.LoadCredential(ctx, east)
+	eastHub, err := hubaccess.LoadCredential(ctx, east)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,6 @@ import (
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/kube"
-	"github.com/octopus-mcs/octopus/internal/routeagent"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
@@ -371,7 +370,7 @@ func TestGatewayTakeover(t *testing.T) {
 	l1, l2, timing := livenessListeners(t)
 	lease := func() *coordinationv1.Lease {
 		t.Helper()
-		l, err := cs.CoordinationV1().Leases(v1alpha1.SystemNamespace).Get(ctx, routeagent.LeaseName, metav1.GetOptions{})
+		l, err := cs.CoordinationV1().Leases(v1alpha1.SystemNamespace).Get(ctx, v1alpha1.GatewayLeaseName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -494,7 +493,7 @@ func TestHubGatewayTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	holder := func() string {
-		l, err := cs.CoordinationV1().Leases(info.Namespace).Get(ctx, HubLeaseName, metav1.GetOptions{})
+		l, err := cs.CoordinationV1().Leases(info.Namespace).Get(ctx, v1alpha1.HubGatewayLeaseName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

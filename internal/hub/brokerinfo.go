@@ -26,7 +26,7 @@ const BrokerInfoVersion = 1
 // maxBrokerInfoSize bounds what Decode reads: a real file is a few KiB, and the input is untrusted.
 const maxBrokerInfoSize = 1 << 20
 
-// Default address pools handed out per cluster, as in the original design.
+// Default address pools handed out per cluster (docs/architecture.md §5).
 var (
 	DefaultGlobalnetPool = PoolConfig{CIDR: "242.0.0.0/8", ClusterPrefixLength: 16}
 	DefaultSecondaryPool = PoolConfig{CIDR: "10.112.0.0/12", ClusterPrefixLength: 16}

@@ -1,5 +1,6 @@
 // Package hub turns a Kubernetes API server into the Octopus hub and describes how clusters
-// reach it: deployment, the ownership admission policy, broker-info and cluster credentials.
+// reach it: Deploy applies the hub's objects (rendered by internal/render) and returns the
+// broker-info that lets clusters join. It is provisioning code: the daemons never link it.
 package hub
 
 import (
@@ -12,16 +13,15 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/config/crd"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/progress"
+	"github.com/octopus-mcs/octopus/internal/render"
 )
 
 // DeployOptions configure Deploy.
@@ -31,8 +31,8 @@ type DeployOptions struct {
 	// HubURL is the address clusters use to reach the hub. Optional: default is the server
 	// of the admin kubeconfig, which is wrong when that address is only reachable locally.
 	HubURL string
-	// Globalnet and Secondary are the per-cluster address pools. Optional, defaults as in the
-	// original design.
+	// Globalnet and Secondary are the per-cluster address pools. Optional,
+	// DefaultGlobalnetPool and DefaultSecondaryPool.
 	Globalnet, Secondary PoolConfig
 	// Progress receives one line per step. Optional.
 	Progress *progress.Reporter
@@ -56,8 +56,9 @@ func (o *DeployOptions) defaults() {
 	}
 }
 
-// Deploy makes the API server behind cfg the hub and returns the broker-info that lets
-// clusters join it. Every write is a server-side apply, so running it again changes nothing.
+// Deploy makes the API server behind cfg the hub, applying render.Hub's objects in order, and
+// returns the broker-info that lets clusters join it. Every write is a server-side apply, so
+// running it again changes nothing.
 func Deploy(ctx context.Context, cfg *rest.Config, opts DeployOptions) (*BrokerInfo, error) {
 	opts.defaults()
 	p := opts.Progress
@@ -79,6 +80,10 @@ func Deploy(ctx context.Context, cfg *rest.Config, opts DeployOptions) (*BrokerI
 		return nil, fmt.Errorf("secondary pool: %w", err)
 	}
 
+	objs, err := render.Hub(render.HubOptions{Namespace: opts.Namespace})
+	if err != nil {
+		return nil, err
+	}
 	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the hub at %s: %w", cfg.Host, err)
@@ -86,32 +91,20 @@ func Deploy(ctx context.Context, cfg *rest.Config, opts DeployOptions) (*BrokerI
 
 	start := time.Now()
 	p.Step("Deploying the hub into namespace %s at %s", opts.Namespace, info.HubURL)
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opts.Namespace, Labels: kube.ManagedLabels()}}
-	if err := kube.Apply(ctx, c, ns); err != nil {
+	if err := kube.Apply(ctx, c, objs.Namespace); err != nil {
 		return nil, fmt.Errorf("%w (is %s reachable with this kubeconfig, and does it grant cluster-admin?)", err, cfg.Host)
 	}
-
-	crds, err := crd.Hub()
-	if err != nil {
-		return nil, err
-	}
-	if err := InstallCRDs(ctx, c, crds); err != nil {
+	if err := InstallCRDs(ctx, c, objs.CRDs); err != nil {
 		return nil, err
 	}
 	p.Done(start, "CRDs installed and established")
 
-	// The policies go first: the identities they confine must never exist unconfined.
-	ownership, ownershipBinding := ownershipPolicy(opts.Namespace)
-	join, joinBinding := joinPolicy(opts.Namespace)
-	objs := []client.Object{ownership, ownershipBinding, join, joinBinding, clusterRole(opts.Namespace), joinRole(opts.Namespace)}
-	objs = append(objs, joinIdentity(opts.Namespace)...)
-	objs = append(objs, hubGatewayIdentity(opts.Namespace)...)
-	if err := kube.Apply(ctx, c, objs...); err != nil {
+	if err := kube.Apply(ctx, c, objs.Objects...); err != nil {
 		return nil, err
 	}
-	p.Done(start, "Admission policies %s and %s, RBAC and join identity applied", OwnershipPolicyName, JoinPolicyName)
+	p.Done(start, "Admission policies %s and %s, RBAC and join identity applied", render.OwnershipPolicyName, render.JoinPolicyName)
 
-	if info.JoinToken, err = WaitForToken(ctx, c, opts.Namespace, joinTokenSecret, opts.TokenTimeout); err != nil {
+	if info.JoinToken, err = WaitForToken(ctx, c, opts.Namespace, render.JoinTokenSecret, opts.TokenTimeout); err != nil {
 		return nil, err
 	}
 	p.Done(start, "Join credential issued")

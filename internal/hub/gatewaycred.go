@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/kube"
 )
 
@@ -25,10 +26,10 @@ func GatewayConfig(ctx context.Context, admin *rest.Config, namespace string, tt
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the hub at %s: %w", admin.Host, err)
 	}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: GatewayServiceAccount, Namespace: namespace}}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.HubGatewayServiceAccount, Namespace: namespace}}
 	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(ttl / time.Second))}}
 	if err := c.SubResource("token").Create(ctx, sa, tr); err != nil {
-		return nil, fmt.Errorf("issuing a token of ServiceAccount %s/%s: %w (has `octopus hub deploy` run?)", namespace, GatewayServiceAccount, err)
+		return nil, fmt.Errorf("issuing a token of ServiceAccount %s/%s: %w (has `octopus hub deploy` run?)", namespace, v1alpha1.HubGatewayServiceAccount, err)
 	}
 	cfg := rest.AnonymousClientConfig(admin)
 	cfg.BearerToken = tr.Status.Token

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 )
 
 // ErrPoolExhausted means every block of the pool is taken.
@@ -116,4 +117,18 @@ func FirstOverlap(p netip.Prefix, others []netip.Prefix) (netip.Prefix, bool) {
 		}
 	}
 	return netip.Prefix{}, false
+}
+
+// SortPrefixes returns a sorted copy of ps without duplicates: by address, then by prefix
+// length. Desired states are compared and written in this order, so that the same set of
+// prefixes always reads and diffs the same.
+func SortPrefixes(ps []netip.Prefix) []netip.Prefix {
+	out := slices.Clone(ps)
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return slices.Compact(out)
 }

@@ -2,6 +2,7 @@ package ipam
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 )
 
@@ -68,5 +69,24 @@ func TestParsePrefixNamesTheFix(t *testing.T) {
 	_, err := ParsePrefix("10.1.2.3/16")
 	if err == nil || err.Error() != `"10.1.2.3/16" has host bits set; did you mean 10.1.0.0/16?` {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestSortPrefixes(t *testing.T) {
+	in := []netip.Prefix{
+		netip.MustParsePrefix("10.2.0.0/16"), netip.MustParsePrefix("fd00::/64"), netip.MustParsePrefix("10.1.0.0/24"),
+		netip.MustParsePrefix("10.1.0.0/16"), netip.MustParsePrefix("10.2.0.0/16"),
+	}
+	orig := slices.Clone(in)
+	got := SortPrefixes(in)
+	want := []netip.Prefix{
+		netip.MustParsePrefix("10.1.0.0/16"), netip.MustParsePrefix("10.1.0.0/24"),
+		netip.MustParsePrefix("10.2.0.0/16"), netip.MustParsePrefix("fd00::/64"),
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("SortPrefixes = %v, want %v", got, want)
+	}
+	if !slices.Equal(in, orig) {
+		t.Errorf("SortPrefixes changed its input to %v", in)
 	}
 }

@@ -23,7 +23,6 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
-	"github.com/octopus-mcs/octopus/internal/routeagent"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
@@ -277,7 +276,7 @@ func (f *failoverLab) gatewayKilled(ctx context.Context, t *testing.T) {
 	// The lab's processes share one clock, so the acquireTime the standby wrote dates the
 	// takeover more precisely than this test's polling.
 	acquired := "?"
-	if lease, err := f.cs1.CoordinationV1().Leases(v1alpha1.SystemNamespace).Get(ctx, routeagent.LeaseName, metav1.GetOptions{}); err == nil && lease.Spec.AcquireTime != nil {
+	if lease, err := f.cs1.CoordinationV1().Leases(v1alpha1.SystemNamespace).Get(ctx, v1alpha1.GatewayLeaseName, metav1.GetOptions{}); err == nil && lease.Spec.AcquireTime != nil {
 		acquired = fmt.Sprintf("%.2fs", lease.Spec.AcquireTime.Sub(killed).Seconds())
 	}
 	t.Logf("%s took the Lease %.1fs after %s was killed (acquireTime: %s after the kill)", f.standby.Name, time.Since(killed).Seconds(), f.active.Name, acquired)
@@ -470,7 +469,7 @@ func (f *failoverLab) waitHolder(ctx context.Context, t *testing.T, cs kubernete
 	t.Helper()
 	var holder string
 	waitFor(t, timeout, "the gateway Lease holder "+want, func() error {
-		lease, err := cs.CoordinationV1().Leases(v1alpha1.SystemNamespace).Get(ctx, routeagent.LeaseName, metav1.GetOptions{})
+		lease, err := cs.CoordinationV1().Leases(v1alpha1.SystemNamespace).Get(ctx, v1alpha1.GatewayLeaseName, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}

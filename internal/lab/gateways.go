@@ -8,6 +8,7 @@ import (
 
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
@@ -113,7 +114,7 @@ func startHubGateways(ctx context.Context, opts Options, env *controlplane.Envir
 		return fmt.Errorf("starting the hub's gateways: %w", err)
 	}
 	path := filepath.Join(env.Dir, "hub-gateway.kubeconfig")
-	err = controlplane.WriteKubeconfig(path, HubName, cfg.Host, cfg.CAData, hub.GatewayServiceAccount, &clientcmdapi.AuthInfo{Token: cfg.BearerToken})
+	err = controlplane.WriteKubeconfig(path, HubName, cfg.Host, cfg.CAData, v1alpha1.HubGatewayServiceAccount, &clientcmdapi.AuthInfo{Token: cfg.BearerToken})
 	if err != nil {
 		return fmt.Errorf("writing the hub gateway's kubeconfig: %w", err)
 	}

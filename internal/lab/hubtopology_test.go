@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/gateway"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 )
@@ -147,7 +146,7 @@ func hubTopology(t *testing.T, backend, binDir string, bins map[string]string) {
 	// address, takes over long before the lab's 6 s Lease would expire.
 	hubLease := func() (*coordinationv1.Lease, error) {
 		lease := &coordinationv1.Lease{}
-		return lease, hubc.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: gateway.HubLeaseName}, lease)
+		return lease, hubc.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: v1alpha1.HubGatewayLeaseName}, lease)
 	}
 	var active, standby labnet.HubGatewayNet
 	waitFor(t, 30*time.Second, "an active hub gateway that has published the hub's Peer", func() error {

@@ -37,6 +37,8 @@ const MaxClusters = 15
 // Options configure Up.
 type Options struct {
 	// Clusters is the number of member clusters. Required, 1..MaxClusters.
+	//
+	// Up checks every field (Validate) and fills in the defaults (WithDefaults) first.
 	Clusters int
 	// Dir holds everything the lab writes. Required.
 	Dir string
@@ -58,8 +60,8 @@ type Options struct {
 	// nodeagent.ReasonBinaryNotFound and clusterset.local names do not resolve.
 	DNSBinary string
 	// NodesPerCluster is the number of nodes of each member cluster, the first
-	// GatewaysPerCluster of them gateways. Optional, default GatewaysPerCluster+1 (one
-	// worker); labnet.MinNodesPerCluster..labnet.MaxNodesPerCluster.
+	// GatewaysPerCluster of them gateways. Optional: 0 means GatewaysPerCluster+1 (one
+	// worker), at least labnet.MinNodesPerCluster; at most labnet.MaxNodesPerCluster.
 	NodesPerCluster int
 	// GatewaysPerCluster is the number of gateway nodes of each member cluster: one active
 	// gateway, the others standbys that take over when it dies. Optional, default 1; at most
@@ -73,8 +75,8 @@ type Options struct {
 	// the underlay, forwards between them). Optional, default mesh.
 	Topology v1alpha1.Topology
 	// HubGateways is the number of the hub's gateway nodes with the hub topology: one active,
-	// the others standbys that take over when it dies. Optional, default 1; at most
-	// labnet.MaxHubGateways, and only with the hub topology.
+	// the others standbys that take over when it dies. Optional: 0 means 1 with the hub
+	// topology; at most labnet.MaxHubGateways, and only with the hub topology.
 	HubGateways int
 	// Progress receives one line per step. Optional.
 	Progress *progress.Reporter
@@ -112,27 +114,15 @@ func clusterCIDRs(i int, overlapping bool) (pods, services netip.Prefix) {
 // agent. It needs root. It first removes what an earlier lab in the same Dir left (see Down).
 // On error it stops whatever it started.
 func Up(ctx context.Context, opts Options) (l *Lab, err error) {
-	if opts.Clusters < 1 || opts.Clusters > MaxClusters {
-		return nil, fmt.Errorf("--clusters %d: want 1 to %d", opts.Clusters, MaxClusters)
-	}
-	if opts.HeartbeatInterval == 0 {
-		opts.HeartbeatInterval = 2 * time.Second
-	}
-	if opts.GatewaysPerCluster == 0 {
-		opts.GatewaysPerCluster = 1
+	opts = opts.WithDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("lab options: %w", err)
 	}
 	if opts.NodesPerCluster == 0 {
 		opts.NodesPerCluster = max(labnet.MinNodesPerCluster, opts.GatewaysPerCluster+1)
 	}
-	hubTopology := opts.Topology == v1alpha1.TopologyHub
-	switch {
-	case hubTopology && opts.HubGateways == 0:
+	if opts.Topology == v1alpha1.TopologyHub && opts.HubGateways == 0 {
 		opts.HubGateways = 1
-	case !hubTopology && opts.HubGateways != 0:
-		return nil, fmt.Errorf("--hub-gateways %d: only the hub topology has hub gateways; add --topology hub", opts.HubGateways)
-	}
-	if opts.Log.GetSink() == nil {
-		opts.Log = logr.Discard()
 	}
 	if err := preflight(); err != nil {
 		return nil, err
@@ -145,7 +135,7 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	id := labnet.LabID(dir)
 	lock, err := labnet.Lock(id)
 	if err != nil {
-		return nil, fmt.Errorf("%w (the lab in %s; stop it first, or run this one with another --dir)", err, dir)
+		return nil, fmt.Errorf("%w (the lab in %s; stop it first, or give this one another directory)", err, dir)
 	}
 	defer func() {
 		if l == nil {
@@ -315,7 +305,7 @@ func clearAbandonedLabs(id string, p *progress.Reporter) error {
 			return err
 		}
 		if !abandoned {
-			return fmt.Errorf("another lab is running on this machine (links %s%s-*: %s); stop it with `octopus lab down --dir <its dir>` first", owner.LabRootLinkPrefix, other, reason)
+			return fmt.Errorf("another lab is running on this machine (links %s%s-*: %s); stop it first with `octopus lab down` for its directory", owner.LabRootLinkPrefix, other, reason)
 		}
 		step := time.Now()
 		p.Step("Removing the network of lab %s, left behind by a run that was killed (nothing runs in it)", other)

@@ -86,8 +86,8 @@ func Run(ctx context.Context, o Options) error {
 	c, err := cache.New(o.Member, cache.Options{
 		Scheme: kube.Scheme,
 		ByObject: map[client.Object]cache.ByObject{
-			&coordinationv1.Lease{}: byName(LeaseName),
-			&corev1.ConfigMap{}:     byName(ConfigMapName),
+			&coordinationv1.Lease{}: byName(v1alpha1.GatewayLeaseName),
+			&corev1.ConfigMap{}:     byName(v1alpha1.GatewayConfigMapName),
 		},
 	})
 	if err != nil {
@@ -144,7 +144,7 @@ func desiredFromCache(ctx context.Context, c client.Reader, self string) ([]rout
 	var errs []error
 	lease := &coordinationv1.Lease{}
 	var gw Gateway
-	if err := c.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: LeaseName}, lease); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: v1alpha1.GatewayLeaseName}, lease); err != nil {
 		if !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
 		}
@@ -153,7 +153,7 @@ func desiredFromCache(ctx context.Context, c client.Reader, self string) ([]rout
 	}
 	cm := &corev1.ConfigMap{}
 	var subnets []netip.Prefix
-	if err := c.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: ConfigMapName}, cm); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: v1alpha1.GatewayConfigMapName}, cm); err != nil {
 		if !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
 		}

@@ -97,7 +97,7 @@ func TestRunFollowsGatewayAndSubnets(t *testing.T) {
 		t.Fatal(err)
 	}
 	lease := &coordinationv1.Lease{
-		ObjectMeta: metav1.ObjectMeta{Name: LeaseName, Namespace: v1alpha1.SystemNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.GatewayLeaseName, Namespace: v1alpha1.SystemNamespace},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node1")},
 	}
 	if err := c.Create(ctx, lease); err != nil {

@@ -3,44 +3,37 @@
 // has route.Table steer those CIDRs to that node.
 //
 // Nodes get no hub credential. The active gateway is the holder of the gateway's
-// leader-election Lease (LeaseName in octopus-system; its holderIdentity is the gateway's
-// node name), reached at that Node's InternalIP; the remote CIDRs are what the active gateway
-// mirrors into the ConfigMap ConfigMapName from the Peers it accepted on the hub. Both objects
-// live in the member cluster, so the route agents keep working while the hub is down.
+// leader-election Lease (v1alpha1.GatewayLeaseName in octopus-system; its holderIdentity is
+// the gateway's node name), reached at that Node's InternalIP; the remote CIDRs are what the
+// active gateway mirrors into the ConfigMap v1alpha1.GatewayConfigMapName from the Peers it
+// accepted on the hub. Both objects live in the member cluster, so the route agents keep
+// working while the hub is down.
 package routeagent
 
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/ipam"
 )
 
-const (
-	// LeaseName is the gateway's leader-election Lease in v1alpha1.SystemNamespace. Its holder
-	// is the active gateway's node name.
-	LeaseName = "octopus-gateway"
-	// ConfigMapName is the ConfigMap in v1alpha1.SystemNamespace where the active gateway
-	// mirrors the remote clusters' CIDRs it routes.
-	ConfigMapName = "octopus-gateway"
-	// SubnetsKey holds the remote CIDRs, one per line, sorted.
-	SubnetsKey = "remoteSubnets"
-)
+// SubnetsKey holds the remote CIDRs, one per line, sorted.
+const SubnetsKey = "remoteSubnets"
 
 // SubnetsConfigMap renders the ConfigMap the active gateway writes.
 func SubnetsConfigMap(subnets []netip.Prefix) *corev1.ConfigMap {
 	lines := make([]string, 0, len(subnets))
-	for _, s := range sortedPrefixes(subnets) {
+	for _, s := range ipam.SortPrefixes(subnets) {
 		lines = append(lines, s.String())
 	}
 	return &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: metav1.ObjectMeta{Name: ConfigMapName, Namespace: v1alpha1.SystemNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.GatewayConfigMapName, Namespace: v1alpha1.SystemNamespace},
 		Data:       map[string]string{SubnetsKey: strings.Join(lines, "\n")},
 	}
 }
@@ -66,18 +59,7 @@ func ParseSubnets(cm *corev1.ConfigMap) ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	if len(bad) > 0 {
-		return sortedPrefixes(out), fmt.Errorf("ConfigMap %s/%s key %s: %q are not CIDRs; the active gateway writes this object, check its logs", cm.Namespace, cm.Name, SubnetsKey, bad)
+		return ipam.SortPrefixes(out), fmt.Errorf("ConfigMap %s/%s key %s: %q are not CIDRs; the active gateway writes this object, check its logs", cm.Namespace, cm.Name, SubnetsKey, bad)
 	}
-	return sortedPrefixes(out), nil
-}
-
-func sortedPrefixes(ps []netip.Prefix) []netip.Prefix {
-	out := slices.Clone(ps)
-	slices.SortFunc(out, func(a, b netip.Prefix) int {
-		if c := a.Addr().Compare(b.Addr()); c != 0 {
-			return c
-		}
-		return a.Bits() - b.Bits()
-	})
-	return slices.Compact(out)
+	return ipam.SortPrefixes(out), nil
 }

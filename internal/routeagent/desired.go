@@ -4,6 +4,7 @@ import (
 	"net/netip"
 
 	"github.com/octopus-mcs/octopus/internal/datapath/route"
+	"github.com/octopus-mcs/octopus/internal/ipam"
 )
 
 // Gateway is the active gateway as the route agent sees it.
@@ -23,7 +24,7 @@ func Desired(self string, gw Gateway, remote []netip.Prefix) []route.Route {
 		return nil
 	}
 	var out []route.Route
-	for _, p := range sortedPrefixes(remote) {
+	for _, p := range ipam.SortPrefixes(remote) {
 		if p.Addr().Is4() != gw.Addr.Is4() {
 			continue
 		}

@@ -119,8 +119,9 @@ func (f *fabric) holds(t *testing.T, d time.Duration, key types.NamespacedName, 
 	}
 }
 
-// TestFaults injects the faults DESIGN §5 names: an importing agent killed and restarted, and
-// the hub's API server down for 30s while exports change (with an agent starting meanwhile).
+// TestFaults injects the faults docs/architecture.md §6b lists: an importing agent killed and
+// restarted, and the hub's API server down for 30s while exports change (with an agent
+// starting meanwhile).
 // Consumers must never see an import disappear or be recreated, and everything converges after.
 func TestFaults(t *testing.T) {
 	f := newFabric(t, "east", "west", "north")

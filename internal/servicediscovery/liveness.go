@@ -15,7 +15,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/cluster"
+	"github.com/octopus-mcs/octopus/internal/heartbeat"
 )
 
 // DefaultStaleClusterTTL is how long a cluster's heartbeat Lease may stay expired before its
@@ -33,10 +33,10 @@ const DefaultStaleClusterTTL = 2 * time.Minute
 //
 // A cluster is withdrawn only while the hub is demonstrably reachable, i.e. while this
 // cluster's own Lease (self) is fresh in the cache: when the hub is down every Lease looks
-// expired, and DESIGN §5 says imports keep their last state then. A withdrawal that became due
-// while the hub was unreachable happens at the next Lease event once it is back. A cluster
-// without a Lease (not heartbeating yet, or gone with `leave`, which withdraws its records
-// itself) is never withdrawn here.
+// expired, and imports keep their last state then (docs/architecture.md §6b). A withdrawal
+// that became due while the hub was unreachable happens at the next Lease event once it is
+// back. A cluster without a Lease (not heartbeating yet, or gone with `leave`, which withdraws
+// its records itself) is never withdrawn here.
 type liveness struct {
 	ttl time.Duration
 	// self is this cluster's ID; "" means any fresh Lease proves the hub reachable.
@@ -160,7 +160,7 @@ func (l *liveness) fire(ctx context.Context) {
 // now: our own Lease is fresh, or, without an own ID, any Lease is.
 func (l *liveness) hubReachableLocked(now time.Time) bool {
 	for id, lease := range l.leases {
-		if (l.self == "" || id == l.self) && cluster.HeartbeatState(lease, now) == cluster.StateConnected {
+		if (l.self == "" || id == l.self) && heartbeat.State(lease, now) == heartbeat.StateConnected {
 			return true
 		}
 	}
@@ -196,7 +196,7 @@ func withdrawalDue(lease *coordinationv1.Lease, ttl time.Duration) (time.Time, b
 	if lease.Spec.RenewTime == nil {
 		return time.Time{}, false
 	}
-	d := 3 * cluster.DefaultHeartbeatInterval
+	d := 3 * heartbeat.DefaultInterval
 	if s := lease.Spec.LeaseDurationSeconds; s != nil && *s > 0 {
 		d = time.Duration(*s) * time.Second
 	}

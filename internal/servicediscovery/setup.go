@@ -224,7 +224,7 @@ func hubService[T client.Object](_ context.Context, o T) []reconcile.Request {
 // hubCacheSyncTimeout is how long the controllers wait for their hub caches to sync at start:
 // practically forever. The default (2 minutes) would make the controller, and with it the
 // agent, exit when the hub is down at start; the informers retry on their own, and nothing
-// imported is touched before they have synced, which is the behaviour DESIGN §5 asks for.
+// imported is touched before they have synced, as docs/architecture.md §6b describes.
 const hubCacheSyncTimeout = 100 * 365 * 24 * time.Hour
 
 // hubServiceIndex indexes the import side's hub cache by the exported service, namespace/name,

@@ -18,7 +18,6 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/agent"
-	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/servicediscovery"
 )
@@ -33,7 +32,7 @@ func (f *fabric) restart(t *testing.T, member string) {
 func (f *fabric) lastRenewal(t *testing.T, member string) time.Time {
 	t.Helper()
 	l := &coordinationv1.Lease{}
-	if err := f.hub.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: hub.HeartbeatLeaseName(member)}, l); err != nil {
+	if err := f.hub.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: v1alpha1.HeartbeatLeaseName(member)}, l); err != nil {
 		t.Fatalf("reading the heartbeat Lease of %s: %v", member, err)
 	}
 	if l.Spec.RenewTime == nil {

@@ -17,7 +17,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/cluster"
-	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/heartbeat"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/procfs"
 	"github.com/octopus-mcs/octopus/internal/testenv"
@@ -116,7 +116,7 @@ func TestUserJourney(t *testing.T) {
 	}
 	eventually(t, 60*time.Second, "both clusters Connected in `show clusters`", func() bool {
 		s := showClusters(t, u, kc("east"))
-		return s["east"].State == cluster.StateConnected && s["west"].State == cluster.StateConnected
+		return s["east"].State == heartbeat.StateConnected && s["west"].State == heartbeat.StateConnected
 	})
 	table := u.mustOctopus("show", "clusters", "--kubeconfig", kc("hub"))
 	for _, want := range []string{"CLUSTER", "east", "west", env.Cluster("west").PodCIDR.String(), "Connected", "2 of 2 clusters connected"} {
@@ -141,7 +141,7 @@ func TestUserJourney(t *testing.T) {
 	}
 	eventually(t, 60*time.Second, "east's heartbeat to resume after the hub restart", func() bool {
 		lease := &coordinationv1.Lease{}
-		if err := hc.Get(t.Context(), client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: hub.HeartbeatLeaseName("east")}, lease); err != nil {
+		if err := hc.Get(t.Context(), client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: v1alpha1.HeartbeatLeaseName("east")}, lease); err != nil {
 			return false
 		}
 		return lease.Spec.RenewTime != nil && lease.Spec.RenewTime.After(restarted)
@@ -170,7 +170,7 @@ func TestUserJourney(t *testing.T) {
 		t.Errorf("east's agent (pid %d) still runs after leave", eastAgent)
 	}
 	s := showClusters(t, u, kc("west"))
-	if _, ok := s["east"]; ok || s["west"].State != cluster.StateConnected {
+	if _, ok := s["east"]; ok || s["west"].State != heartbeat.StateConnected {
 		t.Errorf("after east left, show clusters = %+v", s)
 	}
 	_, errOut, err = u.octopus("show", "clusters", "--kubeconfig", kc("east"))

@@ -38,6 +38,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/cluster"
+	"github.com/octopus-mcs/octopus/internal/heartbeat"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
@@ -241,7 +242,7 @@ func waitConnected(ctx context.Context, hc client.Client, members int, timeout t
 		}
 		connected := 0
 		for _, s := range statuses {
-			if s.State == cluster.StateConnected {
+			if s.State == heartbeat.StateConnected {
 				connected++
 			}
 		}

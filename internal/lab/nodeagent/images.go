@@ -10,15 +10,17 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/octopus-mcs/octopus/internal/render"
 )
 
 // EchoImage is Octopus's echo server (cmd/octopus-echo); the lab runs it from the
 // octopus-echo binary found next to the octopus binary.
 const EchoImage = "ghcr.io/octopus-mcs/echo"
 
-// OctopusDNSImage is octopus-dns (cmd/octopus-dns), which join deploys
-// (dnsconfig.Image); the lab runs it from Images.OctopusDNSBinary.
-const OctopusDNSImage = "ghcr.io/octopus-mcs/octopus-dns"
+// OctopusDNSImage is octopus-dns (cmd/octopus-dns), which join deploys; the lab runs it from
+// Images.OctopusDNSBinary.
+const OctopusDNSImage = render.DNSImage
 
 // CoreDNSImage is the cluster DNS image kubeadm deploys; the lab runs it from the CoreDNS
 // binary hack/coredns.sh builds (Images.CoreDNSBinary).

@@ -1,4 +1,8 @@
-package hub
+// Package hubaccess is a component's access to the hub: the cluster's own Credential, stored
+// by join in the member cluster's Secret v1alpha1.CredentialSecretName, and the one loop
+// (WaitForCredential) with which the controller and the gateway wait for it. The daemons link
+// it; join writes the Secret with Credential.Secret, so the format lives in one place.
+package hubaccess
 
 import (
 	"context"
@@ -13,10 +17,6 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 )
-
-// CredentialSecretName is the Secret in the member cluster's octopus-system namespace that holds
-// the cluster's own hub credential.
-const CredentialSecretName = "octopus-hub"
 
 // Keys of the credential Secret.
 const (
@@ -53,7 +53,7 @@ func (c Credential) RESTConfig() *rest.Config {
 // Secret renders the credential as the Secret stored in the member cluster.
 func (c Credential) Secret() *corev1.Secret {
 	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: CredentialSecretName, Namespace: v1alpha1.SystemNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.CredentialSecretName, Namespace: v1alpha1.SystemNamespace},
 		Type:       corev1.SecretTypeOpaque,
 		Data: map[string][]byte{
 			credKeyClusterID: []byte(c.ClusterID),
@@ -82,24 +82,18 @@ func CredentialFromSecret(s *corev1.Secret) (Credential, error) {
 	return c, nil
 }
 
+// The components that load the credential need this one Secret of their cluster:
+// +kubebuilder:rbac:groups="",namespace=octopus-system,resources=secrets,resourceNames=octopus-hub,verbs=get
+
 // LoadCredential reads the cluster's hub credential from the member cluster.
 func LoadCredential(ctx context.Context, member client.Reader) (Credential, error) {
 	s := &corev1.Secret{}
-	err := member.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: CredentialSecretName}, s)
+	err := member.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: v1alpha1.CredentialSecretName}, s)
 	if apierrors.IsNotFound(err) {
 		return Credential{}, ErrNotJoined
 	}
 	if err != nil {
-		return Credential{}, fmt.Errorf("reading the hub credential %s/%s: %w", v1alpha1.SystemNamespace, CredentialSecretName, err)
+		return Credential{}, fmt.Errorf("reading the hub credential %s/%s: %w", v1alpha1.SystemNamespace, v1alpha1.CredentialSecretName, err)
 	}
 	return CredentialFromSecret(s)
 }
-
-// ClusterServiceAccount is the name of a cluster's ServiceAccount on the hub. The admission
-// policy derives the cluster ID from it, so the prefix is part of the security boundary.
-func ClusterServiceAccount(clusterID string) string { return clusterServiceAccountPrefix + clusterID }
-
-const clusterServiceAccountPrefix = "cluster-"
-
-// HeartbeatLeaseName is the name of a cluster's heartbeat Lease in the hub namespace.
-func HeartbeatLeaseName(clusterID string) string { return clusterID }

@@ -1,4 +1,8 @@
-package cluster
+// Package heartbeat keeps a member cluster's presence on the hub: the controller renews the
+// cluster's Lease and its Cluster's AgentConnected condition (Heartbeat), and every reader
+// (the importers' liveness check, `octopus show clusters`) judges a Lease the same way (State).
+// It is runtime code, linked by the controller; provisioning (join, leave) does not use it.
+package heartbeat
 
 import (
 	"context"
@@ -18,13 +22,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/hub"
 )
 
-// DefaultHeartbeatInterval is how often an agent renews its heartbeat Lease unless told otherwise.
-const DefaultHeartbeatInterval = 10 * time.Second
+// DefaultInterval is how often an agent renews its heartbeat Lease unless told otherwise.
+const DefaultInterval = 10 * time.Second
 
-// States of a cluster's heartbeat as HeartbeatState reports them.
+// States of a cluster's heartbeat as State reports them.
 const (
 	// StateConnected means the Lease was renewed within its leaseDurationSeconds.
 	StateConnected = "Connected"
@@ -42,8 +45,8 @@ const (
 	minRequestTimeout = time.Second
 )
 
-// HeartbeatOptions configures a Heartbeat.
-type HeartbeatOptions struct {
+// Options configures a Heartbeat.
+type Options struct {
 	// Hub is a client of the hub authenticated with the cluster's own credential. Required.
 	Hub client.Client
 	// Namespace is the hub namespace holding the cluster's objects, its Cluster and Lease
@@ -51,7 +54,7 @@ type HeartbeatOptions struct {
 	Namespace string
 	// ClusterID is the cluster's ID: the name of its Cluster and of its heartbeat Lease. Required.
 	ClusterID string
-	// Interval between two renewals. Optional; DefaultHeartbeatInterval when zero.
+	// Interval between two renewals. Optional; DefaultInterval when zero.
 	Interval time.Duration
 	// LeaseDuration is written as the Lease's leaseDurationSeconds: readers consider the cluster
 	// stale when the Lease is older. Optional; three Intervals when zero, so that two renewals
@@ -67,14 +70,14 @@ type HeartbeatOptions struct {
 
 // Heartbeat keeps a cluster's presence on the hub up to date: it renews the cluster's
 // coordination.k8s.io Lease every Interval and keeps the Cluster's AgentConnected condition True
-// while it does. It never gives up on errors: the hub being down is an expected state (DESIGN §5),
-// so it keeps trying at the same pace, logs only when the kind of failure changes, and resumes
+// while it does. It never gives up on errors: the hub being down is an expected state (the data
+// plane keeps working on its last state meanwhile, docs/architecture.md §7), so it keeps trying at the same pace, logs only when the kind of failure changes, and resumes
 // on its own when the hub returns. On shutdown it marks the cluster AgentStopped.
 //
 // Heartbeat is a manager.Runnable that needs leader election, so only one replica of an agent
 // renews the Lease. Start must be called at most once.
 type Heartbeat struct {
-	opts      HeartbeatOptions
+	opts      Options
 	clock     clock.WithTicker
 	leaseName string
 
@@ -96,8 +99,8 @@ type failure struct {
 	ticks int
 }
 
-// NewHeartbeat validates opts and fills in the defaults.
-func NewHeartbeat(opts HeartbeatOptions) (*Heartbeat, error) {
+// New validates opts and fills in the defaults.
+func New(opts Options) (*Heartbeat, error) {
 	var errs []error
 	if opts.Hub == nil {
 		errs = append(errs, errors.New("a hub client is required"))
@@ -112,7 +115,7 @@ func NewHeartbeat(opts HeartbeatOptions) (*Heartbeat, error) {
 		errs = append(errs, fmt.Errorf("heartbeat interval (%s) and lease duration (%s) must not be negative", opts.Interval, opts.LeaseDuration))
 	}
 	if opts.Interval == 0 {
-		opts.Interval = DefaultHeartbeatInterval
+		opts.Interval = DefaultInterval
 	}
 	if opts.LeaseDuration == 0 {
 		opts.LeaseDuration = 3 * opts.Interval
@@ -134,7 +137,7 @@ func NewHeartbeat(opts HeartbeatOptions) (*Heartbeat, error) {
 	if c == nil {
 		c = clock.RealClock{}
 	}
-	return &Heartbeat{opts: opts, clock: c, leaseName: hub.HeartbeatLeaseName(opts.ClusterID)}, nil
+	return &Heartbeat{opts: opts, clock: c, leaseName: v1alpha1.HeartbeatLeaseName(opts.ClusterID)}, nil
 }
 
 // NeedLeaderElection reports true: two replicas renewing one Lease would fight over it.
@@ -414,24 +417,24 @@ func failureKind(err error) string {
 	return op + "/" + string(reason)
 }
 
-// HeartbeatAge returns how long ago lease was last renewed, and false when it never was (no
+// Age returns how long ago lease was last renewed, and false when it never was (no
 // Lease, or no renewTime). A renewTime in the future (clock skew between the agent and the
 // reader) counts as just renewed.
-func HeartbeatAge(lease *coordinationv1.Lease, now time.Time) (time.Duration, bool) {
+func Age(lease *coordinationv1.Lease, now time.Time) (time.Duration, bool) {
 	if lease == nil || lease.Spec.RenewTime == nil {
 		return 0, false
 	}
 	return max(now.Sub(lease.Spec.RenewTime.Time), 0), true
 }
 
-// HeartbeatState summarises a cluster's heartbeat Lease as StateConnected, StateStale or
+// State summarises a cluster's heartbeat Lease as StateConnected, StateStale or
 // StateNeverSeen. A Lease without leaseDurationSeconds is judged by the default lease duration.
-func HeartbeatState(lease *coordinationv1.Lease, now time.Time) string {
-	age, ok := HeartbeatAge(lease, now)
+func State(lease *coordinationv1.Lease, now time.Time) string {
+	age, ok := Age(lease, now)
 	if !ok {
 		return StateNeverSeen
 	}
-	ttl := 3 * DefaultHeartbeatInterval
+	ttl := 3 * DefaultInterval
 	if d := ptrValue(lease.Spec.LeaseDurationSeconds); d > 0 {
 		ttl = time.Duration(d) * time.Second
 	}

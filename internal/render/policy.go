@@ -1,4 +1,4 @@
-package hub
+package render
 
 import (
 	"fmt"
@@ -42,7 +42,7 @@ var identityRules = []identityRule{
 // cluster's objects nor relabel its own. Objects that name a cluster (identityRules) must name
 // the caller. It is CEL evaluated in the API server: no webhook has to run for the hub to be safe.
 func ownershipPolicy(namespace string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
-	prefix := fmt.Sprintf("system:serviceaccount:%s:%s", namespace, clusterServiceAccountPrefix)
+	prefix := fmt.Sprintf("system:serviceaccount:%s:%s", namespace, v1alpha1.ClusterServiceAccountPrefix)
 	label := v1alpha1.ClusterLabel
 	ownLabel := func(obj string) string {
 		return fmt.Sprintf("has(%[1]s.metadata.labels) && %[2]q in %[1]s.metadata.labels && %[1]s.metadata.labels[%[2]q] == variables.clusterID", obj, label)
@@ -90,7 +90,7 @@ func ownershipPolicy(namespace string) (*admissionregistrationv1.ValidatingAdmis
 // ServiceAccount to the cluster Role. Without it the join credential could bind the cluster
 // Role to a subject the ownership policy does not confine, such as itself.
 func joinPolicy(namespace string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
-	p := clusterServiceAccountPrefix
+	p := v1alpha1.ClusterServiceAccountPrefix
 	validations := []admissionregistrationv1.Validation{
 		{
 			Expression: fmt.Sprintf(`request.resource.resource != "serviceaccounts" || (object.metadata.name.startsWith(%[1]q) && has(object.metadata.labels) && %[2]q in object.metadata.labels && object.metadata.labels[%[2]q] == object.metadata.name.substring(size(%[1]q)))`, p, v1alpha1.ClusterLabel),
@@ -109,8 +109,8 @@ func joinPolicy(namespace string) (*admissionregistrationv1.ValidatingAdmissionP
 		},
 		{
 			Expression: fmt.Sprintf(`request.resource.resource != "rolebindings" || (object.metadata.name.startsWith(%q) && object.roleRef.kind == "Role" && object.roleRef.name == %q && size(object.subjects) == 1 && object.subjects[0].kind == "ServiceAccount" && object.subjects[0].name == object.metadata.name && object.subjects[0].namespace == %q)`,
-				p, ClusterRoleName, namespace),
-			Message: fmt.Sprintf("the join identity may only bind Role %s to the ServiceAccount %s<id> named like the binding", ClusterRoleName, p),
+				p, v1alpha1.ClusterCredentialRole, namespace),
+			Message: fmt.Sprintf("the join identity may only bind Role %s to the ServiceAccount %s<id> named like the binding", v1alpha1.ClusterCredentialRole, p),
 		},
 	}
 	for i := range validations {

@@ -1,4 +1,4 @@
-package hub
+package render
 
 import (
 	corev1 "k8s.io/api/core/v1"
@@ -6,23 +6,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/kube"
 )
 
-// Names of the hub's roles and of the join identity.
+// Names of the join identity (the names hub deploy shares with join are in api/v1alpha1).
 const (
-	// ClusterRoleName is the namespaced Role every cluster's ServiceAccount is bound to. It is
-	// deliberately coarse; the ownership policy narrows it to the cluster's own objects.
-	ClusterRoleName = "octopus-cluster"
 	// JoinRoleName is the Role of the join identity that broker-info carries.
 	JoinRoleName = "octopus-join"
 	// JoinServiceAccount is the identity `octopus join` uses to enrol a cluster.
 	JoinServiceAccount = "octopus-join"
-	// GatewayServiceAccount is the identity of the hub's gateway (`octopus-agent gateway
-	// --hub`, the hub topology), bound to the Role of the same name.
-	GatewayServiceAccount = "octopus-hub-gateway"
-	// joinTokenSecret holds the join identity's long-lived token.
-	joinTokenSecret = "octopus-join-token"
+	// JoinTokenSecret holds the join identity's long-lived token, which hub deploy puts into
+	// broker-info.
+	JoinTokenSecret = "octopus-join-token"
 )
 
 var (
@@ -34,7 +30,7 @@ var (
 // join token and other clusters' credentials live there.
 func clusterRole(namespace string) *rbacv1.Role {
 	return &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: ClusterRoleName, Namespace: namespace, Labels: kube.ManagedLabels()},
+		ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.ClusterCredentialRole, Namespace: namespace, Labels: kube.ManagedLabels()},
 		Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{"octopus.io"}, Resources: []string{"clusters", "peers"}, Verbs: readWrite},
 			{APIGroups: []string{"octopus.io"}, Resources: []string{"clusters/status", "peers/status"}, Verbs: []string{"get", "update", "patch"}},
@@ -53,8 +49,8 @@ func clusterRole(namespace string) *rbacv1.Role {
 }
 
 // joinRole lets `octopus join` create a cluster's ServiceAccount, its token Secret and its
-// binding to ClusterRoleName, and read what it needs to detect a duplicate ID. Whoever holds
-// broker-info can enrol clusters: treat it like a password.
+// binding to v1alpha1.ClusterCredentialRole, and read what it needs to detect a duplicate ID.
+// Whoever holds broker-info can enrol clusters: treat it like a password.
 func joinRole(namespace string) *rbacv1.Role {
 	return &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: JoinRoleName, Namespace: namespace, Labels: kube.ManagedLabels()},
@@ -62,7 +58,7 @@ func joinRole(namespace string) *rbacv1.Role {
 			{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "secrets"}, Verbs: []string{"get", "create"}},
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"rolebindings"}, Verbs: []string{"get", "create"}},
 			// Binding a role needs either all its permissions or "bind" on it.
-			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles"}, Verbs: []string{"bind"}, ResourceNames: []string{ClusterRoleName}},
+			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles"}, Verbs: []string{"bind"}, ResourceNames: []string{v1alpha1.ClusterCredentialRole}},
 			{APIGroups: []string{"octopus.io"}, Resources: []string{"clusters"}, Verbs: readOnly},
 		},
 	}
@@ -74,9 +70,9 @@ func joinRole(namespace string) *rbacv1.Role {
 // namespace and to these resources instead, and cannot read Secrets.
 func hubGatewayIdentity(namespace string) []client.Object {
 	return []client.Object{
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: GatewayServiceAccount, Namespace: namespace, Labels: kube.ManagedLabels()}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.HubGatewayServiceAccount, Namespace: namespace, Labels: kube.ManagedLabels()}},
 		&rbacv1.Role{
-			ObjectMeta: metav1.ObjectMeta{Name: GatewayServiceAccount, Namespace: namespace, Labels: kube.ManagedLabels()},
+			ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.HubGatewayServiceAccount, Namespace: namespace, Labels: kube.ManagedLabels()},
 			Rules: []rbacv1.PolicyRule{
 				{APIGroups: []string{"octopus.io"}, Resources: []string{"peers"}, Verbs: readWrite},
 				{APIGroups: []string{"octopus.io"}, Resources: []string{"peers/status"}, Verbs: []string{"get", "update", "patch"}},
@@ -85,9 +81,9 @@ func hubGatewayIdentity(namespace string) []client.Object {
 			},
 		},
 		&rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: GatewayServiceAccount, Namespace: namespace, Labels: kube.ManagedLabels()},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: GatewayServiceAccount},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: GatewayServiceAccount, Namespace: namespace}},
+			ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.HubGatewayServiceAccount, Namespace: namespace, Labels: kube.ManagedLabels()},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: v1alpha1.HubGatewayServiceAccount},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: v1alpha1.HubGatewayServiceAccount, Namespace: namespace}},
 		},
 	}
 }
@@ -100,7 +96,7 @@ func joinIdentity(namespace string) []client.Object {
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: JoinRoleName},
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: JoinServiceAccount, Namespace: namespace}},
 		},
-		serviceAccountTokenSecret(namespace, joinTokenSecret, JoinServiceAccount, kube.ManagedLabels()),
+		serviceAccountTokenSecret(namespace, JoinTokenSecret, JoinServiceAccount, kube.ManagedLabels()),
 	}
 }
 

@@ -1,4 +1,4 @@
-package cluster
+package heartbeat
 
 import (
 	"context"
@@ -52,9 +52,9 @@ func TestHeartbeatAge(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			age, ok := HeartbeatAge(tt.lease, now)
+			age, ok := Age(tt.lease, now)
 			if age != tt.wantAge || ok != tt.wantOK {
-				t.Errorf("HeartbeatAge() = %s, %t; want %s, %t", age, ok, tt.wantAge, tt.wantOK)
+				t.Errorf("Age() = %s, %t; want %s, %t", age, ok, tt.wantAge, tt.wantOK)
 			}
 		})
 	}
@@ -79,8 +79,8 @@ func TestHeartbeatState(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := HeartbeatState(tt.lease, now); got != tt.want {
-				t.Errorf("HeartbeatState() = %q, want %q", got, tt.want)
+			if got := State(tt.lease, now); got != tt.want {
+				t.Errorf("State() = %q, want %q", got, tt.want)
 			}
 		})
 	}
@@ -88,47 +88,47 @@ func TestHeartbeatState(t *testing.T) {
 
 func TestHeartbeatOptionsValidation(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(kube.Scheme).Build()
-	valid := HeartbeatOptions{Hub: c, Namespace: hbNamespace, ClusterID: hbClusterID, Identity: "me"}
+	valid := Options{Hub: c, Namespace: hbNamespace, ClusterID: hbClusterID, Identity: "me"}
 	tests := []struct {
 		name    string
-		mutate  func(*HeartbeatOptions)
+		mutate  func(*Options)
 		wantErr string
-		check   func(*testing.T, HeartbeatOptions)
+		check   func(*testing.T, Options)
 	}{
-		{name: "defaults", mutate: func(*HeartbeatOptions) {}, check: func(t *testing.T, o HeartbeatOptions) {
-			if o.Interval != DefaultHeartbeatInterval || o.LeaseDuration != 3*DefaultHeartbeatInterval {
-				t.Errorf("interval %s, lease duration %s; want %s, %s", o.Interval, o.LeaseDuration, DefaultHeartbeatInterval, 3*DefaultHeartbeatInterval)
+		{name: "defaults", mutate: func(*Options) {}, check: func(t *testing.T, o Options) {
+			if o.Interval != DefaultInterval || o.LeaseDuration != 3*DefaultInterval {
+				t.Errorf("interval %s, lease duration %s; want %s, %s", o.Interval, o.LeaseDuration, DefaultInterval, 3*DefaultInterval)
 			}
 		}},
-		{name: "lease duration follows interval", mutate: func(o *HeartbeatOptions) { o.Interval = time.Second }, check: func(t *testing.T, o HeartbeatOptions) {
+		{name: "lease duration follows interval", mutate: func(o *Options) { o.Interval = time.Second }, check: func(t *testing.T, o Options) {
 			if o.LeaseDuration != 3*time.Second {
 				t.Errorf("lease duration %s, want 3s", o.LeaseDuration)
 			}
 		}},
-		{name: "identity defaults to hostname", mutate: func(o *HeartbeatOptions) { o.Identity = "" }, check: func(t *testing.T, o HeartbeatOptions) {
+		{name: "identity defaults to hostname", mutate: func(o *Options) { o.Identity = "" }, check: func(t *testing.T, o Options) {
 			if o.Identity == "" {
 				t.Error("identity is empty")
 			}
 		}},
-		{name: "no hub client", mutate: func(o *HeartbeatOptions) { o.Hub = nil }, wantErr: "hub client is required"},
-		{name: "no namespace", mutate: func(o *HeartbeatOptions) { o.Namespace = "" }, wantErr: "namespace is required"},
-		{name: "no cluster ID", mutate: func(o *HeartbeatOptions) { o.ClusterID = "" }, wantErr: "cluster ID is required"},
-		{name: "lease not longer than interval", mutate: func(o *HeartbeatOptions) { o.Interval, o.LeaseDuration = 10*time.Second, 10*time.Second }, wantErr: "must be longer than the heartbeat interval"},
-		{name: "negative interval", mutate: func(o *HeartbeatOptions) { o.Interval = -time.Second }, wantErr: "must not be negative"},
+		{name: "no hub client", mutate: func(o *Options) { o.Hub = nil }, wantErr: "hub client is required"},
+		{name: "no namespace", mutate: func(o *Options) { o.Namespace = "" }, wantErr: "namespace is required"},
+		{name: "no cluster ID", mutate: func(o *Options) { o.ClusterID = "" }, wantErr: "cluster ID is required"},
+		{name: "lease not longer than interval", mutate: func(o *Options) { o.Interval, o.LeaseDuration = 10*time.Second, 10*time.Second }, wantErr: "must be longer than the heartbeat interval"},
+		{name: "negative interval", mutate: func(o *Options) { o.Interval = -time.Second }, wantErr: "must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			o := valid
 			tt.mutate(&o)
-			h, err := NewHeartbeat(o)
+			h, err := New(o)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("NewHeartbeat() error = %v, want one containing %q", err, tt.wantErr)
+					t.Fatalf("New() error = %v, want one containing %q", err, tt.wantErr)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("NewHeartbeat() error = %v", err)
+				t.Fatalf("New() error = %v", err)
 			}
 			tt.check(t, h.opts)
 		})
@@ -154,7 +154,7 @@ func TestHeartbeatWritesStatusOnlyOnChange(t *testing.T) {
 				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 			},
 		}).Build()
-	h := hbNew(t, HeartbeatOptions{Hub: c, Namespace: hbNamespace, ClusterID: hbClusterID,
+	h := hbNew(t, Options{Hub: c, Namespace: hbNamespace, ClusterID: hbClusterID,
 		Interval: time.Second, Identity: "new-pod", Version: "v1.2.3", Clock: clk})
 	ctx := logf.IntoContext(t.Context(), testr.New(t))
 
@@ -225,7 +225,7 @@ func TestHeartbeatLogsOncePerFailureKind(t *testing.T) {
 			},
 		}).Build()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC))
-	h := hbNew(t, HeartbeatOptions{Hub: c, Namespace: hbNamespace, ClusterID: hbClusterID,
+	h := hbNew(t, Options{Hub: c, Namespace: hbNamespace, ClusterID: hbClusterID,
 		Interval: time.Second, Identity: "me", Clock: clk})
 	ctx := logf.IntoContext(t.Context(), logger)
 	ticks := func(n int) {
@@ -288,7 +288,7 @@ func TestHeartbeatStop(t *testing.T) {
 					ObjectMeta: metav1.ObjectMeta{Namespace: hbNamespace, Name: hbClusterID},
 					Spec:       coordinationv1.LeaseSpec{HolderIdentity: new(tt.holder)},
 				}).Build()
-			h := hbNew(t, HeartbeatOptions{Hub: c, Namespace: hbNamespace, ClusterID: hbClusterID, Identity: "me"})
+			h := hbNew(t, Options{Hub: c, Namespace: hbNamespace, ClusterID: hbClusterID, Identity: "me"})
 			h.stop(logf.IntoContext(t.Context(), testr.New(t)))
 			hbAssertCondition(t, hbGetCluster(t, c), tt.wantStatus, tt.wantReason)
 		})
@@ -311,7 +311,7 @@ func TestHeartbeatAgainstHub(t *testing.T) {
 	hbInstallHub(t, admin)
 
 	const interval = 200 * time.Millisecond
-	h := hbNew(t, HeartbeatOptions{Hub: admin, Namespace: hbNamespace, ClusterID: hbClusterID,
+	h := hbNew(t, Options{Hub: admin, Namespace: hbNamespace, ClusterID: hbClusterID,
 		Interval: interval, Identity: "agent-0", Version: "v0.0.0-test"})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -433,9 +433,9 @@ func hbLease(renew *time.Time, durationSeconds int32) *coordinationv1.Lease {
 	return l
 }
 
-func hbNew(t *testing.T, o HeartbeatOptions) *Heartbeat {
+func hbNew(t *testing.T, o Options) *Heartbeat {
 	t.Helper()
-	h, err := NewHeartbeat(o)
+	h, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}

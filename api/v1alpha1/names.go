@@ -1,0 +1,90 @@
+package v1alpha1
+
+// Names and labels shared between Octopus's components: what one component creates and another
+// finds by name. They are defined here, once, because the writer and the reader are different
+// programs (hub deploy, join, the controller, the gateway, the route agent), and a name that
+// drifts on one side fails silently on the other.
+
+// Namespaces.
+const (
+	// DefaultHubNamespace is where the hub keeps everything clusters share.
+	DefaultHubNamespace = "octopus-hub"
+
+	// SystemNamespace is where Octopus runs inside each member cluster.
+	SystemNamespace = "octopus-system"
+)
+
+// Objects in a member cluster's SystemNamespace.
+const (
+	// CredentialSecretName is the Secret holding the cluster's own hub credential: written by
+	// join, read by the controller and the gateway, deleted by leave.
+	CredentialSecretName = "octopus-hub"
+
+	// ControllerLeaseName is the leader-election Lease of the controller's replicas.
+	ControllerLeaseName = "octopus-controller"
+
+	// GatewayLeaseName is the leader-election Lease of the cluster's gateways. Its holder is
+	// the active gateway's node name, which the route agents route through.
+	GatewayLeaseName = "octopus-gateway"
+
+	// GatewayConfigMapName is the ConfigMap where the active gateway mirrors the remote
+	// clusters' CIDRs for the route agents.
+	GatewayConfigMapName = "octopus-gateway"
+)
+
+// Objects in the hub namespace.
+const (
+	// HubGatewayLeaseName is the Lease that elects the hub's active gateway (the hub topology).
+	HubGatewayLeaseName = "octopus-hub-gateway"
+
+	// HubGatewayServiceAccount is the identity of the hub's gateway, made by hub deploy and
+	// bound to the Role of the same name.
+	HubGatewayServiceAccount = "octopus-hub-gateway"
+
+	// ClusterCredentialRole is the Role every cluster's ServiceAccount is bound to: made by hub
+	// deploy, bound by join. It is deliberately coarse; the hub's ownership admission policy
+	// narrows it to the cluster's own objects.
+	ClusterCredentialRole = "octopus-cluster"
+
+	// ClusterServiceAccountPrefix starts the name of every cluster's ServiceAccount. The hub's
+	// admission policies derive the caller's cluster ID from it, so it is part of the security
+	// boundary.
+	ClusterServiceAccountPrefix = "cluster-"
+
+	// HubPeerName is the name and clusterID of the hub gateway's Peer. Join refuses it as a
+	// cluster ID, and the hub's admission policy refuses hub-role Peers from cluster
+	// credentials.
+	HubPeerName = "hub"
+)
+
+// ClusterServiceAccount is the name of a cluster's ServiceAccount on the hub: its credential.
+func ClusterServiceAccount(clusterID string) string { return ClusterServiceAccountPrefix + clusterID }
+
+// HeartbeatLeaseName is the name of a cluster's heartbeat Lease in the hub namespace.
+func HeartbeatLeaseName(clusterID string) string { return clusterID }
+
+// Labels.
+const (
+	// ClusterLabel marks every object a cluster writes to the hub with the writer's cluster ID.
+	// The hub's admission policy only lets a cluster's credential touch objects carrying its own ID.
+	ClusterLabel = "octopus.io/cluster"
+)
+
+// Labels and annotations of exported services on the hub. The MCS labels
+// multicluster.kubernetes.io/service-name and multicluster.kubernetes.io/source-cluster name the
+// service and its cluster; the namespace needs a label of its own because the hub keeps every
+// namespace's exports in its one namespace.
+const (
+	// ServiceNamespaceLabel names the namespace of an exported service.
+	ServiceNamespaceLabel = "octopus.io/service-namespace"
+
+	// ExportCreatedAnnotation holds the creation time (RFC 3339) of the ServiceExport a record
+	// was published for: where exports of one service conflict, the oldest wins (KEP-1645).
+	ExportCreatedAnnotation = "octopus.io/export-created"
+	// ExportedLabelsAnnotation and ExportedAnnotationsAnnotation hold, as JSON objects, the
+	// ServiceExport's spec.exportedLabels and spec.exportedAnnotations. They are kept out of the
+	// record's own metadata so that they can never collide with the labels the hub's admission
+	// policy and the importers select on.
+	ExportedLabelsAnnotation      = "octopus.io/exported-labels"
+	ExportedAnnotationsAnnotation = "octopus.io/exported-annotations"
+)

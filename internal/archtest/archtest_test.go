@@ -1,0 +1,110 @@
+package archtest
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestRepositoryFollowsTheRules checks this module against Rules.
+func TestRepositoryFollowsTheRules(t *testing.T) {
+	module, pkgs, err := Load("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range Check(module, pkgs, Rules) {
+		t.Error(v)
+	}
+}
+
+// TestRulesCatchViolations checks Rules against testdata/violations, a module with the same
+// path as this one whose packages break every rule (with stand-ins for the Kubernetes
+// modules): each rule must report exactly the imports planted there, and nothing of the
+// packages that keep the rules (internal/datapath/route, internal/routeagent, internal/cli).
+func TestRulesCatchViolations(t *testing.T) {
+	module, pkgs, err := Load("testdata/violations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, v := range Check(module, pkgs, Rules) {
+		got = append(got, v.String())
+	}
+	const mod = "github.com/octopus-mcs/octopus/"
+	want := []string{
+		"the API links no package of this repository: api/v1alpha1 imports " + mod + "internal/kube",
+		"the data plane links no Kubernetes library: internal/datapath/tunnel imports k8s.io/client-go/rest",
+		"the data plane links no Kubernetes library: internal/datapath/nat links sigs.k8s.io/controller-runtime/pkg/client",
+		"the data plane links nothing of this repository but the data plane: internal/datapath/nat imports " + mod + "internal/kube",
+		"pkg/crossdns links nothing internal, so that other CoreDNS builds can compile it in: pkg/crossdns imports " + mod + "internal/kube",
+		"only the CLI, tests and hack/ import the lab: internal/gateway imports " + mod + "internal/lab",
+		"daemons link no provisioning code: cmd/octopus-agent links " + mod + "internal/cluster",
+		"daemons link no provisioning code: cmd/octopus-dns imports " + mod + "config/crd",
+	}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("violations in the fixture:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestMatch(t *testing.T) {
+	const mod = "example.com/m"
+	for _, tc := range []struct {
+		pattern, path string
+		want          bool
+	}{
+		{"internal/lab", mod + "/internal/lab", true},
+		{"internal/lab", mod + "/internal/lab/labnet", false},
+		{"internal/lab/...", mod + "/internal/lab/labnet", true},
+		{"internal/lab/...", mod + "/internal/lab", true},
+		{"internal/lab/...", mod + "/internal/labx", false},
+		{"internal/...", "internal/abi", false}, // the standard library's internal packages
+		{"...", mod + "/api/v1alpha1", true},
+		{"...", mod, true},
+		{"...", "k8s.io/api/core/v1", false},
+		{"k8s.io/client-go/...", "k8s.io/client-go/rest", true},
+		{"k8s.io/api/...", "k8s.io/apimachinery/pkg/types", false},
+	} {
+		if got := match(mod, tc.pattern, tc.path); got != tc.want {
+			t.Errorf("match(%q, %q) = %t, want %t", tc.pattern, tc.path, got, tc.want)
+		}
+	}
+}
+
+// TestStaleRuleFails: a rule whose packages all moved away must fail rather than pass on
+// nothing.
+func TestStaleRuleFails(t *testing.T) {
+	got := Check("example.com/m", []Package{{ImportPath: "example.com/m/internal/datapath/route"}},
+		[]Rule{{Name: "r", Packages: []string{"internal/route"}, Forbidden: []string{"k8s.io/api/..."}}})
+	if len(got) != 1 || !strings.Contains(got[0].String(), "no package matches internal/route") {
+		t.Errorf("Check = %v, want the rule reported as matching nothing", got)
+	}
+}
+
+// TestCommentsCiteRepositoryFiles: comments cite only files of the repository, files that
+// exist, and sections docs/architecture.md has.
+func TestCommentsCiteRepositoryFiles(t *testing.T) {
+	bad, err := CheckCitations("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bad {
+		t.Error(b)
+	}
+}
+
+func TestCheckCitationsCatchesBadOnes(t *testing.T) {
+	got, err := CheckCitations("testdata/citations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"internal/x/x.go:5 cites DESIGN, a document outside the repository",
+		"internal/x/x.go:5 cites STYLE.md, a document outside the repository",
+		"internal/x/x.go:5 cites docs/architecture.md §9, which has no such section",
+		"internal/x/x.go:6 cites internal/x/gone.go, which does not exist",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("CheckCitations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

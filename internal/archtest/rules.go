@@ -1,0 +1,71 @@
+package archtest
+
+// The lists the rules are made of. When packages move, update these (a rule that matches no
+// package fails the test, so a stale list cannot pass unnoticed).
+var (
+	// DataPlane are the packages that program the kernel from a desired state: tunnels,
+	// routes, NAT, the OVN client, all under internal/datapath. Kubernetes-side packages
+	// (gateway, routeagent, globalnet, ovn) translate API objects into that state.
+	DataPlane = []string{"internal/datapath/..."}
+
+	// KubernetesClients are the Kubernetes libraries the data plane must not link.
+	KubernetesClients = []string{
+		"k8s.io/client-go/...", "sigs.k8s.io/controller-runtime/...", "k8s.io/api/...", "k8s.io/apimachinery/...",
+	}
+
+	// Provisioning is the code that sets clusters up and never runs inside one: the embedded
+	// CRDs and RBAC, hub deploy, join and leave, the CoreDNS wiring of join, the rendered
+	// manifests, the CLI and the lab.
+	Provisioning = []string{
+		"config/crd", "config/rbac", "internal/hub", "internal/cluster", "internal/dnsconfig", "internal/render",
+		"internal/cli", "internal/lab/...",
+	}
+
+	// Daemons are the binaries that run in clusters.
+	Daemons = []string{"cmd/octopus-agent", "cmd/octopus-dns"}
+
+	// LabUsers may import the lab: the CLI's lab commands, the lab itself, the test
+	// environment and the tools under hack/ (tests may too; Load leaves test files out).
+	LabUsers = []string{"internal/cli", "internal/lab/...", "internal/testenv", "hack/...", "test/..."}
+)
+
+// Rules are the repository's dependency rules (docs/architecture.md §2).
+var Rules = []Rule{
+	{
+		Name:      "the API links no package of this repository",
+		Packages:  []string{"api/..."},
+		Forbidden: []string{"..."},
+		Linked:    true,
+	},
+	{
+		Name:      "the data plane links no Kubernetes library",
+		Packages:  DataPlane,
+		Forbidden: KubernetesClients,
+		Linked:    true,
+	},
+	{
+		Name:      "the data plane links nothing of this repository but the data plane",
+		Packages:  DataPlane,
+		Forbidden: []string{"..."},
+		Allowed:   DataPlane,
+		Linked:    true,
+	},
+	{
+		Name:      "pkg/crossdns links nothing internal, so that other CoreDNS builds can compile it in",
+		Packages:  []string{"pkg/crossdns/..."},
+		Forbidden: []string{"internal/..."},
+		Linked:    true,
+	},
+	{
+		Name:      "only the CLI, tests and hack/ import the lab",
+		Packages:  []string{"..."},
+		Except:    LabUsers,
+		Forbidden: []string{"internal/lab/..."},
+	},
+	{
+		Name:      "daemons link no provisioning code",
+		Packages:  Daemons,
+		Forbidden: Provisioning,
+		Linked:    true,
+	},
+}

@@ -1,0 +1,2 @@
+// Package crd stands for the embedded CRDs.
+package crd

@@ -1,0 +1,4 @@
+// Package cli may import the lab.
+package cli
+
+import _ "github.com/octopus-mcs/octopus/internal/lab"

@@ -1,0 +1,2 @@
+// Package cluster stands for join and leave.
+package cluster

@@ -1,0 +1,4 @@
+// Package nat links controller-runtime through internal/kube.
+package nat
+
+import _ "github.com/octopus-mcs/octopus/internal/kube"

@@ -1,0 +1,2 @@
+// Package route is data plane and clean.
+package route

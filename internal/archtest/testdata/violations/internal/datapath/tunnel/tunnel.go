@@ -1,0 +1,4 @@
+// Package tunnel imports client-go directly.
+package tunnel
+
+import _ "k8s.io/client-go/rest"

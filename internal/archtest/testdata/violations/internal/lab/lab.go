@@ -1,0 +1,2 @@
+// Package lab stands for the lab.
+package lab

@@ -1,0 +1,2 @@
+// Package rest stands for k8s.io/client-go/rest.
+package rest

@@ -1,0 +1,99 @@
+package lab
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+)
+
+// OptionError is an Options field with a value Up cannot use. Its message names fields as
+// Options does; Format names them as a caller's users know them (the CLI: its flags).
+type OptionError struct {
+	// Field is the Options field at fault.
+	Field string
+	// message says what is wrong and what would do, naming every field as {Field}.
+	message string
+}
+
+// optionError makes an OptionError for field; format may name other fields as {Field}.
+func optionError(field, format string, args ...any) *OptionError {
+	return &OptionError{Field: field, message: "{" + field + "} " + fmt.Sprintf(format, args...)}
+}
+
+var fieldRef = regexp.MustCompile(`\{([A-Za-z]+)\}`)
+
+// Format renders the error naming each field as name returns it.
+func (e *OptionError) Format(name func(field string) string) string {
+	return fieldRef.ReplaceAllStringFunc(e.message, func(ref string) string { return name(ref[1 : len(ref)-1]) })
+}
+
+func (e *OptionError) Error() string { return e.Format(func(f string) string { return f }) }
+
+// WithDefaults returns o with the defaults of its optional fields that have one value filled
+// in; NodesPerCluster and HubGateways keep 0, which means "as many as needed" (see Options).
+func (o Options) WithDefaults() Options {
+	if o.HeartbeatInterval == 0 {
+		o.HeartbeatInterval = 2 * time.Second
+	}
+	if o.GatewaysPerCluster == 0 {
+		o.GatewaysPerCluster = 1
+	}
+	return o
+}
+
+// Validate reports, as *OptionError values joined, everything in o that Up would refuse. It
+// checks o as given: Up validates o.WithDefaults(), and a caller that passes values its users
+// typed (the CLI) validates those, so that a GatewaysPerCluster of 0 that they asked for is
+// refused rather than taken for the default.
+func (o Options) Validate() error {
+	var errs []error
+	if o.Clusters < 1 || o.Clusters > MaxClusters {
+		errs = append(errs, optionError("Clusters", "%d: want 1 to %d", o.Clusters, MaxClusters))
+	}
+	maxGateways := labnet.MaxNodesPerCluster - 1
+	if o.GatewaysPerCluster < 1 || o.GatewaysPerCluster > maxGateways {
+		errs = append(errs, optionError("GatewaysPerCluster", "%d: want 1 to %d", o.GatewaysPerCluster, maxGateways))
+	}
+	switch n := o.NodesPerCluster; {
+	case n == 0:
+	case n > labnet.MaxNodesPerCluster:
+		errs = append(errs, optionError("NodesPerCluster", "%d: want at most %d", n, labnet.MaxNodesPerCluster))
+	case n <= o.GatewaysPerCluster:
+		errs = append(errs, optionError("NodesPerCluster", "%d with {GatewaysPerCluster} %d leaves no worker: give at least %d nodes",
+			n, o.GatewaysPerCluster, o.GatewaysPerCluster+1))
+	}
+	switch o.Topology {
+	case "", v1alpha1.TopologyMesh, v1alpha1.TopologyHub:
+	default:
+		errs = append(errs, optionError("Topology", "%q: want %s or %s", o.Topology, v1alpha1.TopologyMesh, v1alpha1.TopologyHub))
+	}
+	if h := o.HubGateways; h != 0 && (o.Topology != v1alpha1.TopologyHub || h < 1 || h > labnet.MaxHubGateways) {
+		errs = append(errs, optionError("HubGateways", "%d: want 1 to %d, with {Topology} %s (only the hub topology has hub gateways)",
+			h, labnet.MaxHubGateways, v1alpha1.TopologyHub))
+	}
+	// One error per unknown backend, naming the clusters that were given it.
+	bad := map[string][]string{}
+	for cluster, backend := range o.Backends {
+		switch v1alpha1.Backend(backend) {
+		case "", v1alpha1.BackendWireGuard, v1alpha1.BackendVXLAN:
+		default:
+			bad[backend] = append(bad[backend], cluster)
+		}
+	}
+	for _, backend := range slices.Sorted(maps.Keys(bad)) {
+		slices.Sort(bad[backend])
+		errs = append(errs, optionError("Backends", "%q: want %s or %s (given for %s)",
+			backend, v1alpha1.BackendWireGuard, v1alpha1.BackendVXLAN, strings.Join(bad[backend], ", ")))
+	}
+	if o.Dir == "" {
+		errs = append(errs, optionError("Dir", "is empty: the lab needs a directory for what it writes"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,99 @@
+package lab_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/lab"
+)
+
+// TestOptionsValidate checks what Up refuses, in the Options' own terms: each problem is an
+// *lab.OptionError naming its field, and no message names a flag of a command.
+func TestOptionsValidate(t *testing.T) {
+	valid := lab.Options{Clusters: 2, GatewaysPerCluster: 1, Dir: "/tmp/lab"}
+	for name, tc := range map[string]struct {
+		mutate func(*lab.Options)
+		// want are the messages, in order; none for valid options.
+		want []string
+	}{
+		"valid":                 {mutate: func(*lab.Options) {}},
+		"hub topology":          {mutate: func(o *lab.Options) { o.Topology, o.HubGateways = v1alpha1.TopologyHub, 3 }},
+		"four nodes":            {mutate: func(o *lab.Options) { o.GatewaysPerCluster, o.NodesPerCluster = 2, 4 }},
+		"no clusters":           {mutate: func(o *lab.Options) { o.Clusters = 0 }, want: []string{"Clusters 0: want 1 to 15"}},
+		"no gateways":           {mutate: func(o *lab.Options) { o.GatewaysPerCluster = 0 }, want: []string{"GatewaysPerCluster 0: want 1 to 12"}},
+		"no worker":             {mutate: func(o *lab.Options) { o.GatewaysPerCluster, o.NodesPerCluster = 2, 2 }, want: []string{"NodesPerCluster 2 with GatewaysPerCluster 2 leaves no worker: give at least 3 nodes"}},
+		"too many nodes":        {mutate: func(o *lab.Options) { o.NodesPerCluster = 14 }, want: []string{"NodesPerCluster 14: want at most 13"}},
+		"unknown topology":      {mutate: func(o *lab.Options) { o.Topology = "star" }, want: []string{`Topology "star": want mesh or hub`}},
+		"hub gateways, mesh":    {mutate: func(o *lab.Options) { o.HubGateways = 2 }, want: []string{"HubGateways 2: want 1 to 3, with Topology hub (only the hub topology has hub gateways)"}},
+		"too many hub gateways": {mutate: func(o *lab.Options) { o.Topology, o.HubGateways = v1alpha1.TopologyHub, 4 }, want: []string{"HubGateways 4: want 1 to 3"}},
+		"unknown backend": {
+			mutate: func(o *lab.Options) {
+				o.Backends = map[string]string{"cluster2": "ipsec", lab.HubName: "ipsec", "cluster1": "vxlan"}
+			},
+			want: []string{`Backends "ipsec": want wireguard or vxlan (given for cluster2, hub)`},
+		},
+		"no directory": {mutate: func(o *lab.Options) { o.Dir = "" }, want: []string{"Dir is empty"}},
+		"everything wrong at once": {
+			mutate: func(o *lab.Options) { o.Clusters, o.Topology = 16, "star" },
+			want:   []string{"Clusters 16: want 1 to 15", `Topology "star"`},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			o := valid
+			tc.mutate(&o)
+			err := o.Validate()
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate = nil, want %q", tc.want)
+			}
+			errs := err.(interface{ Unwrap() []error }).Unwrap()
+			if len(errs) != len(tc.want) {
+				t.Fatalf("Validate = %v, want %d errors: %q", err, len(tc.want), tc.want)
+			}
+			for i, e := range errs {
+				var oe *lab.OptionError
+				if !errors.As(e, &oe) || !strings.HasPrefix(e.Error(), oe.Field+" ") {
+					t.Errorf("error %v is not an OptionError that starts with its field", e)
+				}
+				if !strings.Contains(e.Error(), tc.want[i]) {
+					t.Errorf("error %d = %q, want it to contain %q", i, e, tc.want[i])
+				}
+				if strings.Contains(e.Error(), "--") {
+					t.Errorf("error %q names a flag", e)
+				}
+			}
+		})
+	}
+}
+
+// TestOptionErrorFormat: a caller renames every field an error names, its own and the others.
+func TestOptionErrorFormat(t *testing.T) {
+	err := lab.Options{Clusters: 1, GatewaysPerCluster: 2, NodesPerCluster: 2, Dir: "/tmp/lab"}.Validate()
+	var oe *lab.OptionError
+	if !errors.As(err, &oe) {
+		t.Fatalf("Validate = %v, want an OptionError", err)
+	}
+	got := oe.Format(func(field string) string { return "<" + field + ">" })
+	if want := "<NodesPerCluster> 2 with <GatewaysPerCluster> 2 leaves no worker: give at least 3 nodes"; got != want {
+		t.Errorf("Format = %q, want %q", got, want)
+	}
+}
+
+// TestWithDefaults: GatewaysPerCluster and the heartbeat get their default; the counts whose 0
+// means "as many as needed" keep it, and given values stay.
+func TestWithDefaults(t *testing.T) {
+	d := lab.Options{}.WithDefaults()
+	if d.GatewaysPerCluster != 1 || d.HeartbeatInterval == 0 || d.NodesPerCluster != 0 || d.HubGateways != 0 {
+		t.Errorf("WithDefaults = %+v", d)
+	}
+	if g := (lab.Options{GatewaysPerCluster: 3}).WithDefaults().GatewaysPerCluster; g != 3 {
+		t.Errorf("a given GatewaysPerCluster became %d", g)
+	}
+}
