@@ -35,7 +35,7 @@ func TestRulesCatchViolations(t *testing.T) {
 		"the API links no package of this repository: api/v1alpha1 imports " + mod + "internal/kube",
 		"the data plane links no Kubernetes library: internal/datapath/tunnel imports k8s.io/client-go/rest",
 		"the data plane links no Kubernetes library: internal/datapath/nat links sigs.k8s.io/controller-runtime/pkg/client",
-		"the data plane links nothing of this repository but the data plane: internal/datapath/nat imports " + mod + "internal/kube",
+		"the data plane links nothing of this repository but the data plane and pure address logic: internal/datapath/nat imports " + mod + "internal/kube",
 		"pkg/crossdns links nothing internal, so that other CoreDNS builds can compile it in: pkg/crossdns imports " + mod + "internal/kube",
 		"only the CLI, tests and hack/ import the lab: internal/gateway imports " + mod + "internal/lab",
 		"daemons link no provisioning code: cmd/octopus-agent links " + mod + "internal/cluster",
