@@ -13,9 +13,13 @@ CACHE="${OCTOPUS_CACHE:-${HOME}/.cache/octopus}"
 DIR="${CACHE}/coredns-${COREDNS_VERSION}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
+mkdir -p "${DIR}"
+# Two checkouts (or a test and make) building at once would race on coredns.tmp, as
+# hack/k8s-binaries.sh explains; the second waits and then finds the binary built.
+exec 9>"${DIR}/.lock"
+flock -n 9 || { printf '==> waiting for another build into %s\n' "${DIR}" >&2; flock 9; }
 if [[ ! -x "${DIR}/coredns" ]]; then
   printf '==> building CoreDNS %s (about 1 min on a cold cache)\n' "${COREDNS_VERSION}" >&2
-  mkdir -p "${DIR}"
   (cd "${HERE}/coredns" && go build -trimpath -o "${DIR}/coredns.tmp" . && mv "${DIR}/coredns.tmp" "${DIR}/coredns")
 fi
 printf '==> CoreDNS ready in %s\n' "${DIR}" >&2

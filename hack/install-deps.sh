@@ -7,12 +7,15 @@ set -euo pipefail
 # for looking into lab namespaces (the lab itself uses netlink).
 # busybox and socat: the programs of the busybox and alpine/socat images, which lab pods run
 # as host processes (internal/lab/nodeagent).
-# dnsutils (dig) and dnsperf: the octopus-dns test (cmd/octopus-dns) and the DNS benchmark (hack/bench/dns).
+# dnsutils (dig, nslookup) and dnsperf: the octopus-dns test (cmd/octopus-dns) and the DNS benchmark (hack/bench/dns).
+# netcat-openbsd (nc), curl, wget, dnsutils and iputils-ping: the tools a toolbox image such as
+# nicolaka/netshoot ships, which the lab's toolbox pods run from the host
+# (internal/lab/nodeagent/images.go, toolboxTools).
 # iperf3, iputils-ping, wireguard-go and wireguard-tools (wg): the tunnel benchmark
 # (hack/bench/tunnel) measures pod → pod with iperf3 and ping and compares our wireguard driver
 # with Debian's wireguard-go program configured by `wg`.
 PACKAGES=(git make ca-certificates nftables iproute2 busybox socat dnsutils dnsperf util-linux mount
-  iperf3 iputils-ping wireguard-go wireguard-tools)
+  iperf3 iputils-ping wireguard-go wireguard-tools netcat-openbsd curl wget)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -35,57 +35,28 @@ type AddressPolicy interface {
 }
 
 // DirectAddresses is the policy of direct addressing, where other clusters route this one's
-// pod and service CIDRs unchanged: a ClusterSetIP service is reached at its ClusterIP(s), which
-// kube-proxy in this cluster load-balances; a headless service at its ready pods' addresses.
+// pod CIDRs unchanged: every export offers its ready pods' addresses with the ports its
+// EndpointSlices name (target ports, under the service ports' names). That is the KEP's model
+// for both types: the importer's kube-proxy balances a ClusterSetIP import over the pods of every
+// exporting cluster, the exporter's own included, pairing each port of the derived Service with
+// the endpoint port of the same name. Offering the ClusterIP instead would be load-balanced twice:
+// kube-proxy refuses a ClusterIP as an endpoint in the exporting cluster itself (its own
+// service-IP check drops the DNATed packet), and elsewhere the second DNAT on the exporter's
+// gateway node masquerades the client's address away.
 type DirectAddresses struct{}
 
 var _ AddressPolicy = DirectAddresses{}
 
 // Endpoints implements AddressPolicy.
-func (DirectAddresses) Endpoints(svc *corev1.Service, typ mcsv1beta1.ServiceImportType, local []discoveryv1.EndpointSlice) []EndpointSet {
-	if typ == mcsv1beta1.Headless {
-		return readyPodEndpoints(local)
-	}
-	return clusterIPEndpoints(svc)
-}
-
-// clusterIPEndpoints returns one set per IP family, the service's ClusterIP of that family as
-// its single endpoint, with the service's ports (not target ports: the ClusterIP listens on
-// those).
-func clusterIPEndpoints(svc *corev1.Service) []EndpointSet {
-	ips := svc.Spec.ClusterIPs
-	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
-		ips = []string{svc.Spec.ClusterIP}
-	}
-	ports := make([]discoveryv1.EndpointPort, 0, len(svc.Spec.Ports))
-	for _, p := range svc.Spec.Ports {
-		ports = append(ports, discoveryv1.EndpointPort{
-			Name: ptr.To(p.Name), Protocol: ptr.To(protocolOrTCP(p.Protocol)), Port: ptr.To(p.Port), AppProtocol: p.AppProtocol,
-		})
-	}
-	sortPorts(ports)
-	var sets []EndpointSet
-	for _, ip := range ips {
-		addr, err := netip.ParseAddr(ip)
-		if err != nil {
-			continue // "None" or garbage: nothing other clusters could reach
-		}
-		sets = append(sets, EndpointSet{
-			AddressType: addressType(addr),
-			Ports:       ports,
-			Endpoints: []discoveryv1.Endpoint{{
-				Addresses:  []string{addr.String()},
-				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
-			}},
-		})
-	}
-	return sets
+func (DirectAddresses) Endpoints(_ *corev1.Service, typ mcsv1beta1.ServiceImportType, local []discoveryv1.EndpointSlice) []EndpointSet {
+	return readyPodEndpoints(local, typ == mcsv1beta1.Headless)
 }
 
 // readyPodEndpoints collects the ready endpoints of the local slices, grouped by address type
 // and port set. Only ready endpoints are offered: the KEP lets an importer route to any
-// endpoint it sees, and the owning cluster knows best which pods can serve.
-func readyPodEndpoints(local []discoveryv1.EndpointSlice) []EndpointSet {
+// endpoint it sees, and the owning cluster knows best which pods can serve. Hostnames are
+// kept only where DNS names pods (withHostnames: headless services).
+func readyPodEndpoints(local []discoveryv1.EndpointSlice, withHostnames bool) []EndpointSet {
 	groups := map[string]*EndpointSet{}
 	seen := map[string]bool{}
 	for i := range local {
@@ -111,9 +82,13 @@ func readyPodEndpoints(local []discoveryv1.EndpointSlice) []EndpointSet {
 				g = &EndpointSet{AddressType: s.AddressType, Ports: ports}
 				groups[key] = g
 			}
+			var host *string
+			if withHostnames {
+				host = hostname(ep)
+			}
 			g.Endpoints = append(g.Endpoints, discoveryv1.Endpoint{
 				Addresses: slices.Clone(ep.Addresses),
-				Hostname:  hostname(ep),
+				Hostname:  host,
 				// Ready by the filter above; serving and terminating as the cluster sees them.
 				Conditions: discoveryv1.EndpointConditions{
 					Ready: ptr.To(true), Serving: ptr.To(ep.Conditions.Serving == nil || *ep.Conditions.Serving),
@@ -162,13 +137,6 @@ func importType(svc *corev1.Service) (typ mcsv1beta1.ServiceImportType, ok bool)
 	default: // ClusterIP, NodePort, LoadBalancer: all have a ClusterIP
 		return mcsv1beta1.ClusterSetIP, true
 	}
-}
-
-func addressType(a netip.Addr) discoveryv1.AddressType {
-	if a.Is4() || a.Is4In6() {
-		return discoveryv1.AddressTypeIPv4
-	}
-	return discoveryv1.AddressTypeIPv6
 }
 
 func protocolOrTCP(p corev1.Protocol) corev1.Protocol {

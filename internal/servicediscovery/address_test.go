@@ -102,24 +102,41 @@ func TestDirectAddresses(t *testing.T) {
 		local []discoveryv1.EndpointSlice
 		want  []EndpointSet
 	}{{
-		name: "ClusterSetIP: the ClusterIP with the service ports, not the target ports",
+		name: "ClusterSetIP: the ready pods with their target ports under the service ports' names, no hostnames",
 		svc:  corev1.ServiceSpec{ClusterIP: "10.200.0.10", ClusterIPs: []string{"10.200.0.10"}, Ports: svcPorts},
 		typ:  mcsv1beta1.ClusterSetIP,
-		// Local slices are ignored: the ClusterIP already balances over them.
-		local: []discoveryv1.EndpointSlice{{AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{podEndpoint("10.100.0.5", "p", nil, "")}}},
+		// Not the ClusterIP: kube-proxy in the exporting cluster refuses a ClusterIP as an
+		// endpoint, and elsewhere a second DNAT would hide the client's address.
+		local: []discoveryv1.EndpointSlice{{
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{port("web", 8080), {Name: ptr.To("dns"), Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To[int32](53)}},
+			Endpoints: []discoveryv1.Endpoint{
+				podEndpoint("10.100.0.5", "web-0", nil, "web-0"),
+				podEndpoint("10.100.0.6", "web-1", ptr.To(false), ""),
+			},
+		}},
 		want: []EndpointSet{{
 			AddressType: discoveryv1.AddressTypeIPv4,
-			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("dns"), Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To[int32](53)}, port("web", 80)},
-			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.200.0.10"}, Conditions: ready}},
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("dns"), Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To[int32](53)}, port("web", 8080)},
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.100.0.5"}, Conditions: ready}},
 		}},
 	}, {
 		name: "ClusterSetIP dual stack: one set per family",
 		svc:  corev1.ServiceSpec{ClusterIP: "10.200.0.10", ClusterIPs: []string{"10.200.0.10", "fd00::a"}, Ports: svcPorts[:1]},
 		typ:  mcsv1beta1.ClusterSetIP,
-		want: []EndpointSet{
-			{AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("web", 80)}, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.200.0.10"}, Conditions: ready}}},
-			{AddressType: discoveryv1.AddressTypeIPv6, Ports: []discoveryv1.EndpointPort{port("web", 80)}, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"fd00::a"}, Conditions: ready}}},
+		local: []discoveryv1.EndpointSlice{
+			{AddressType: discoveryv1.AddressTypeIPv6, Ports: []discoveryv1.EndpointPort{port("web", 8080)}, Endpoints: []discoveryv1.Endpoint{podEndpoint("fd00:100::5", "web-0", nil, "")}},
+			{AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("web", 8080)}, Endpoints: []discoveryv1.Endpoint{podEndpoint("10.100.0.5", "web-0", nil, "")}},
 		},
+		want: []EndpointSet{
+			{AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("web", 8080)}, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.100.0.5"}, Conditions: ready}}},
+			{AddressType: discoveryv1.AddressTypeIPv6, Ports: []discoveryv1.EndpointPort{port("web", 8080)}, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"fd00:100::5"}, Conditions: ready}}},
+		},
+	}, {
+		name: "ClusterSetIP without ready pods: nothing",
+		svc:  corev1.ServiceSpec{ClusterIP: "10.200.0.10", Ports: svcPorts},
+		typ:  mcsv1beta1.ClusterSetIP,
+		want: []EndpointSet{},
 	}, {
 		name: "headless: ready pods only, hostnames kept or taken from the pod, sorted, duplicates dropped",
 		svc:  corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone},

@@ -19,6 +19,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -165,10 +167,13 @@ func (r *ExportReconciler) desired(ctx context.Context, export *mcsv1beta1.Servi
 		fmt.Sprintf("Service %s is exported as %s", key, typ)), &pub, nil
 }
 
-// conflict computes the export's Conflict condition (KEP-1645): True where any property of
-// own, the record this cluster publishes for key, loses to an older export of the same service
-// (the reasons comma-separated, as the KEP allows), else False/NoConflicts. It merges exactly as
-// every importer does, with own in place of the copy on the hub, which may still be older.
+// conflict computes the export's Conflict condition (KEP-1645): the condition "will be set on
+// all ServiceExports for the conflicted service", so it is True on this export whenever any
+// export of the service, this one or another cluster's, loses a property to an older one; every
+// exporter shows the same reasons and message, naming each losing cluster and what it lost.
+// Otherwise it is False/NoConflicts. It merges exactly as every importer does, with own, the
+// record this cluster publishes for key, in place of the copy on the hub, which may still be
+// older.
 func (r *ExportReconciler) conflict(ctx context.Context, key types.NamespacedName, own *mcsv1beta1.ServiceImport) (metav1.Condition, error) {
 	list := &mcsv1beta1.ServiceImportList{}
 	if err := r.Exports.List(ctx, list, client.InNamespace(r.HubNamespace), client.MatchingFields{hubServiceIndex: key.String()}); err != nil {
@@ -180,28 +185,37 @@ func (r *ExportReconciler) conflict(ctx context.Context, key types.NamespacedNam
 			records = append(records, parseRecord(&list.Items[i]))
 		}
 	}
-	conflicts := merge(records).Conflicts[r.ClusterID]
+	return conflictCondition(merge(records).Conflicts, len(records)), nil
+}
+
+// conflictCondition is the Conflict condition of every export of a service whose exports
+// (exporters of them) merged into conflicts: one reason per kind of conflict, in the order the
+// losing clusters (sorted) first show it, and one message part per lost property.
+func conflictCondition(conflicts map[string][]conflict, exporters int) metav1.Condition {
 	if len(conflicts) == 0 {
 		return condition(mcsv1beta1.ServiceExportConditionConflict, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonNoConflicts,
-			fmt.Sprintf("No conflict with the %d other export(s) of the service", len(records)-1)), nil
+			fmt.Sprintf("No conflict among the %d export(s) of the service", exporters))
 	}
-	reasons := make([]string, 0, len(conflicts))
-	msgs := make([]string, 0, len(conflicts))
-	for _, c := range conflicts {
-		reasons = append(reasons, string(c.Reason))
-		msgs = append(msgs, c.Message)
+	var reasons, msgs []string
+	for _, cluster := range slices.Sorted(maps.Keys(conflicts)) {
+		for _, c := range conflicts[cluster] {
+			if !slices.Contains(reasons, string(c.Reason)) {
+				reasons = append(reasons, string(c.Reason))
+			}
+			msgs = append(msgs, "cluster "+cluster+": "+c.Message)
+		}
 	}
 	return metav1.Condition{
 		Type: string(mcsv1beta1.ServiceExportConditionConflict), Status: metav1.ConditionTrue,
 		Reason: strings.Join(reasons, ","), Message: strings.Join(msgs, "; "),
-	}, nil
+	}
 }
 
 // publish makes the hub hold exactly desired for key: it applies the record first (an importer
 // that sees a slice can then find its record), then the slices, then deletes slices and records
 // of key that are no longer wanted. Objects already equal to the desired ones are not written.
 func (r *ExportReconciler) publish(ctx context.Context, key types.NamespacedName, desired published) error {
-	records, slices, err := r.onHub(ctx, key)
+	records, hubSlices, err := r.onHub(ctx, key)
 	if err != nil {
 		return err
 	}
@@ -213,33 +227,33 @@ func (r *ExportReconciler) publish(ctx context.Context, key types.NamespacedName
 	}
 	delete(records, desired.record.Name)
 	for _, s := range desired.slices {
-		if cur := slices[s.Name]; cur == nil || !sliceUpToDate(cur, s) {
+		if cur := hubSlices[s.Name]; cur == nil || !sliceUpToDate(cur, s) {
 			if err := kube.Apply(ctx, r.Hub, s); err != nil {
 				errs = append(errs, fmt.Errorf("publishing EndpointSlice of %s: %w", key, err))
 			}
 		}
-		delete(slices, s.Name)
+		delete(hubSlices, s.Name)
 	}
-	errs = append(errs, r.deleteAll(ctx, slices, records))
+	errs = append(errs, r.deleteAll(ctx, hubSlices, records))
 	return errors.Join(errs...)
 }
 
 // withdraw deletes everything this cluster published for key: slices first, so that no slice
 // is ever left without its record.
 func (r *ExportReconciler) withdraw(ctx context.Context, key types.NamespacedName) error {
-	records, slices, err := r.onHub(ctx, key)
+	records, hubSlices, err := r.onHub(ctx, key)
 	if err != nil {
 		return err
 	}
-	if len(records)+len(slices) > 0 {
-		logf.FromContext(ctx).Info("Withdrawing exported service from the hub", "service", key, "records", len(records), "endpointSlices", len(slices))
+	if len(records)+len(hubSlices) > 0 {
+		logf.FromContext(ctx).Info("Withdrawing exported service from the hub", "service", key, "records", len(records), "endpointSlices", len(hubSlices))
 	}
-	return r.deleteAll(ctx, slices, records)
+	return r.deleteAll(ctx, hubSlices, records)
 }
 
-func (r *ExportReconciler) deleteAll(ctx context.Context, slices map[string]*discoveryv1.EndpointSlice, records map[string]*mcsv1beta1.ServiceImport) error {
+func (r *ExportReconciler) deleteAll(ctx context.Context, hubSlices map[string]*discoveryv1.EndpointSlice, records map[string]*mcsv1beta1.ServiceImport) error {
 	var errs []error
-	for _, s := range slices {
+	for _, s := range hubSlices {
 		if err := r.Hub.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
 			errs = append(errs, fmt.Errorf("deleting EndpointSlice %s/%s from the hub: %w", s.Namespace, s.Name, err))
 		}
@@ -270,11 +284,11 @@ func (r *ExportReconciler) onHub(ctx context.Context, key types.NamespacedName) 
 	for i := range recordList.Items {
 		records[recordList.Items[i].Name] = &recordList.Items[i]
 	}
-	slices := make(map[string]*discoveryv1.EndpointSlice, len(sliceList.Items))
+	hubSlices := make(map[string]*discoveryv1.EndpointSlice, len(sliceList.Items))
 	for i := range sliceList.Items {
-		slices[sliceList.Items[i].Name] = &sliceList.Items[i]
+		hubSlices[sliceList.Items[i].Name] = &sliceList.Items[i]
 	}
-	return records, slices, nil
+	return records, hubSlices, nil
 }
 
 // patchStatus sets the conditions on export, removes those of the types in drop, and patches

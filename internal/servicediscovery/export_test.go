@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -198,10 +199,10 @@ func export(namespace, name string) *mcsv1beta1.ServiceExport {
 func TestExport(t *testing.T) {
 	f := newFabric(t, "east", "west")
 	east, west := f.members["east"], f.members["west"]
-	create(t, east, namespace("shop"))
+	create(t, east, namespace("shop"), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})
 	create(t, west, namespace("shop"))
 
-	t.Run("ClusterSetIP: NoService until the Service exists, then the record and a ClusterIP slice", func(t *testing.T) {
+	t.Run("ClusterSetIP: NoService until the Service exists, then the record and a slice of its ready pods", func(t *testing.T) {
 		ex := export("shop", "web")
 		ex.Spec.ExportedLabels = map[string]string{"tier": "front"}
 		ex.Spec.ExportedAnnotations = map[string]string{"owner": "team-a"}
@@ -220,6 +221,8 @@ func TestExport(t *testing.T) {
 			},
 		}
 		create(t, east, svc)
+		podIP := f.env.Cluster("east").PodCIDR.Addr().Next().Next().Next().Next()
+		runAppPod(t, east, "web", "web-0", "web-0", podIP)
 		ex = waitConditions(t, east, "shop", "web", mcsv1beta1.ServiceExportReasonValid, mcsv1beta1.ServiceExportReasonExported)
 
 		var records []mcsv1beta1.ServiceImport
@@ -255,9 +258,12 @@ func TestExport(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := pubSlices[0]
-		if s.AddressType != discoveryv1.AddressTypeIPv4 || len(s.Endpoints) != 1 || !slices.Equal(s.Endpoints[0].Addresses, []string{svc.Spec.ClusterIP}) ||
-			len(s.Ports) != 1 || ptr.Deref(s.Ports[0].Port, 0) != 80 {
-			t.Errorf("slice = %+v, want the ClusterIP %s on port 80", s, svc.Spec.ClusterIP)
+		// The pod, not the ClusterIP: an importer's kube-proxy balances over the pods of every
+		// exporter, and the exporter's own kube-proxy would refuse its ClusterIP as an endpoint.
+		// No hostname: DNS names pods of headless services only.
+		if s.AddressType != discoveryv1.AddressTypeIPv4 || len(s.Endpoints) != 1 || !slices.Equal(s.Endpoints[0].Addresses, []string{podIP.String()}) ||
+			s.Endpoints[0].Hostname != nil || len(s.Ports) != 1 || ptr.Deref(s.Ports[0].Port, 0) != 80 || ptr.Deref(s.Ports[0].Name, "") != "http" {
+			t.Errorf("slice = %+v, want pod %s on port http:80, not the ClusterIP %s", s, podIP, svc.Spec.ClusterIP)
 		}
 		for k, want := range map[string]string{mcsv1beta1.LabelServiceName: "web", mcsv1beta1.LabelSourceCluster: "east", v1alpha1.ClusterLabel: "east"} {
 			if s.Labels[k] != want {
@@ -284,7 +290,6 @@ func TestExport(t *testing.T) {
 
 	t.Run("headless: ready pods with hostnames; an unready pod drops out; deleting the Service withdraws", func(t *testing.T) {
 		create(t, east,
-			&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}},
 			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "shop"}, Spec: corev1.ServiceSpec{
 				ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{"app": "db"},
 				Ports: []corev1.ServicePort{{Name: "pg", Port: 5432}},
@@ -328,6 +333,7 @@ func TestExport(t *testing.T) {
 		create(t, west,
 			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: "shop"}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 443}}}},
 			export("shop", "api"))
+		f.serve(t, "west", types.NamespacedName{Namespace: "shop", Name: "api"})
 		waitConditions(t, west, "shop", "api", mcsv1beta1.ServiceExportReasonValid, mcsv1beta1.ServiceExportReasonExported)
 		var target discoveryv1.EndpointSlice
 		eventually(t, "west's slice of shop/api", func(ctx context.Context) string {
@@ -406,15 +412,22 @@ func (f *fabric) checkEndpoints(ctx context.Context, clusterID, namespace, name 
 // ready at ip, so that kube-controller-manager puts it into the Service's EndpointSlices.
 func runPod(t *testing.T, c client.Client, name, hostname string, ip netip.Addr) {
 	t.Helper()
+	runAppPod(t, c, "db", name, hostname, ip)
+}
+
+// runAppPod runs pod name of app (its label app=<app>, the selector of the Service of that
+// name) in namespace shop at ip, ready.
+func runAppPod(t *testing.T, c client.Client, app, name, hostname string, ip netip.Addr) {
+	t.Helper()
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", Labels: map[string]string{"app": "db"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", Labels: map[string]string{"app": app}},
 		Spec: corev1.PodSpec{
-			NodeName: "node-1", Containers: []corev1.Container{{Name: "db", Image: "postgres"}},
+			NodeName: "node-1", Containers: []corev1.Container{{Name: app, Image: app}},
 			AutomountServiceAccountToken: ptr.To(false),
 		},
 	}
 	if hostname != "" {
-		pod.Spec.Hostname, pod.Spec.Subdomain = hostname, "db"
+		pod.Spec.Hostname, pod.Spec.Subdomain = hostname, app
 	}
 	// The namespace's default ServiceAccount, which admission requires, appears shortly after
 	// the namespace.

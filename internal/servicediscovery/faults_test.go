@@ -131,7 +131,7 @@ func TestFaults(t *testing.T) {
 	web := types.NamespacedName{Namespace: "shop", Name: "web"}
 	late := types.NamespacedName{Namespace: "shop", Name: "late"}
 	create(t, east, clusterIPService("shop", "web", corev1.ServicePort{Name: "http", Port: 80}), export("shop", "web"))
-	eastWeb := f.clusterIP(t, "east", web)
+	eastWeb := f.serve(t, "east", web)
 	webWant := wantImport{typ: mcsv1beta1.ClusterSetIP, ports: []string{"http:80/TCP"}, endpoints: map[string][]string{"east": {eastWeb}}}
 	for _, m := range []string{"west", "north"} {
 		f.waitImport(t, m, web, webWant)
@@ -145,7 +145,7 @@ func TestFaults(t *testing.T) {
 		create(t, east, clusterIPService("shop", "probe", corev1.ServicePort{Name: "http", Port: 80}), export("shop", "probe"))
 		probe := types.NamespacedName{Namespace: "shop", Name: "probe"}
 		f.waitImport(t, "west", probe, wantImport{typ: mcsv1beta1.ClusterSetIP, ports: []string{"http:80/TCP"},
-			endpoints: map[string][]string{"east": {f.clusterIP(t, "east", probe)}}})
+			endpoints: map[string][]string{"east": {f.serve(t, "east", probe)}}})
 		f.waitImport(t, "west", web, webWant)
 		westChurn.check(t, "west")
 	})
@@ -181,7 +181,7 @@ func TestFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		back := time.Now()
-		lateWant := wantImport{typ: mcsv1beta1.ClusterSetIP, ports: []string{"http:80/TCP"}, endpoints: map[string][]string{"east": {f.clusterIP(t, "east", late)}}}
+		lateWant := wantImport{typ: mcsv1beta1.ClusterSetIP, ports: []string{"http:80/TCP"}, endpoints: map[string][]string{"east": {f.serve(t, "east", late)}}}
 		for _, m := range []string{"west", "north"} {
 			f.waitImport(t, m, late, lateWant)
 			f.waitNoImport(t, m, types.NamespacedName{Namespace: "shop", Name: "probe"})
@@ -223,7 +223,7 @@ func TestAgentStartsWithoutHub(t *testing.T) {
 	}
 	web := types.NamespacedName{Namespace: "shop", Name: "web"}
 	create(t, east, clusterIPService("shop", "web", corev1.ServicePort{Name: "http", Port: 80}), export("shop", "web"))
-	webWant := wantImport{typ: mcsv1beta1.ClusterSetIP, ports: []string{"http:80/TCP"}, endpoints: map[string][]string{"east": {f.clusterIP(t, "east", web)}}}
+	webWant := wantImport{typ: mcsv1beta1.ClusterSetIP, ports: []string{"http:80/TCP"}, endpoints: map[string][]string{"east": {f.serve(t, "east", web)}}}
 	f.waitImport(t, "west", web, webWant)
 	westChurn := watchChurn(t, f, "west", "shop")
 
@@ -263,7 +263,7 @@ func TestAgentStartsWithoutHub(t *testing.T) {
 	}
 	late := types.NamespacedName{Namespace: "shop", Name: "late"}
 	create(t, east, clusterIPService("shop", "late", corev1.ServicePort{Name: "http", Port: 80}), export("shop", "late"))
-	f.waitImport(t, "west", late, wantImport{typ: mcsv1beta1.ClusterSetIP, ports: []string{"http:80/TCP"}, endpoints: map[string][]string{"east": {f.clusterIP(t, "east", late)}}})
+	f.waitImport(t, "west", late, wantImport{typ: mcsv1beta1.ClusterSetIP, ports: []string{"http:80/TCP"}, endpoints: map[string][]string{"east": {f.serve(t, "east", late)}}})
 	f.waitImport(t, "west", web, webWant)
 	westChurn.check(t, "west")
 }

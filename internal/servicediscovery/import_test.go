@@ -3,14 +3,18 @@ package servicediscovery_test
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"net/netip"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -164,13 +168,43 @@ func clusterIPService(namespace, name string, ports ...corev1.ServicePort) *core
 	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}, Spec: corev1.ServiceSpec{Ports: ports}}
 }
 
-func (f *fabric) clusterIP(t *testing.T, member string, key types.NamespacedName) string {
+// serve gives the selectorless Service key in member one ready endpoint, as the EndpointSlice
+// controller would for a ready pod (an address of the member's pod CIDR picked by the
+// service's name, ports named as the Service's, each targeting the same number), and returns
+// its address: what the other clusters must import. Calling it again returns the same address.
+func (f *fabric) serve(t *testing.T, member string, key types.NamespacedName) string {
 	t.Helper()
+	c := f.members[member]
 	svc := &corev1.Service{}
-	if err := f.members[member].Get(t.Context(), key, svc); err != nil {
+	if err := c.Get(t.Context(), key, svc); err != nil {
 		t.Fatal(err)
 	}
-	return svc.Spec.ClusterIP
+	h := fnv.New32a()
+	h.Write([]byte(key.String()))
+	ip := f.env.Cluster(member).PodCIDR.Addr().As4()
+	ip[2], ip[3] = byte(h.Sum32()>>8), byte(h.Sum32()%250+2)
+	addr := netip.AddrFrom4(ip).String()
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name + "-pods", Labels: map[string]string{
+			discoveryv1.LabelServiceName: key.Name, discoveryv1.LabelManagedBy: "test.octopus.io",
+		}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+	}
+	for _, p := range svc.Spec.Ports {
+		slice.Ports = append(slice.Ports, discoveryv1.EndpointPort{Name: ptr.To(p.Name), Protocol: ptr.To(protocolOr(p.Protocol)), Port: ptr.To(p.Port)})
+	}
+	if err := c.Create(t.Context(), slice); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("creating the endpoints of %s in %s: %v", key, member, err)
+	}
+	return addr
+}
+
+func protocolOr(p corev1.Protocol) corev1.Protocol {
+	if p == "" {
+		return corev1.ProtocolTCP
+	}
+	return p
 }
 
 // waitConflict waits until the export has the Conflict condition with reason (and status True
@@ -204,7 +238,7 @@ func TestImport(t *testing.T) {
 
 	t.Run("ClusterSetIP from one cluster: import, derived Service, slices; only where the namespace exists", func(t *testing.T) {
 		create(t, east, clusterIPService("shop", "web", corev1.ServicePort{Name: "http", Port: 80}), export("shop", "web"))
-		eastIP := f.clusterIP(t, "east", web)
+		eastIP := f.serve(t, "east", web)
 		want := wantImport{typ: mcsv1beta1.ClusterSetIP, ports: []string{"http:80/TCP"}, endpoints: map[string][]string{"east": {eastIP}}}
 		f.waitImport(t, "west", web, want)
 		f.waitImport(t, "east", web, want) // the exporting cluster consumes the cluster set's service too
@@ -224,7 +258,7 @@ func TestImport(t *testing.T) {
 			t.Fatalf("west's import before: %+v, %v", westBefore, err)
 		}
 		create(t, west, clusterIPService("shop", "web", corev1.ServicePort{Name: "http", Port: 80}, corev1.ServicePort{Name: "metrics", Port: 9090}), export("shop", "web"))
-		eastIP, westIP := f.clusterIP(t, "east", web), f.clusterIP(t, "west", web)
+		eastIP, westIP := f.serve(t, "east", web), f.serve(t, "west", web)
 		want := wantImport{typ: mcsv1beta1.ClusterSetIP, ports: []string{"http:80/TCP", "metrics:9090/TCP"}, endpoints: map[string][]string{"east": {eastIP}, "west": {westIP}}}
 		for _, m := range []string{"east", "west", "north"} {
 			f.waitImport(t, m, web, want)
@@ -246,13 +280,15 @@ func TestImport(t *testing.T) {
 		if err := west.Update(t.Context(), svc); err != nil {
 			t.Fatal(err)
 		}
-		eastIP, westIP := f.clusterIP(t, "east", web), f.clusterIP(t, "west", web)
+		eastIP, westIP := f.serve(t, "east", web), f.serve(t, "west", web)
 		both := map[string][]string{"east": {eastIP}, "west": {westIP}}
 		for _, m := range []string{"east", "west", "north"} {
 			f.waitImport(t, m, web, wantImport{typ: mcsv1beta1.ClusterSetIP, ports: []string{"http:80/TCP", "metrics:9090/TCP"}, endpoints: both})
 		}
+		// Both exports say so (KEP-1645: "set on all ServiceExports for the conflicted
+		// service"), the older one too.
 		waitConflict(t, west, web, string(mcsv1beta1.ServiceExportReasonPortConflict))
-		waitConflict(t, east, web, "NoConflicts")
+		waitConflict(t, east, web, string(mcsv1beta1.ServiceExportReasonPortConflict))
 
 		// Unexporting in east withdraws its endpoints everywhere; west's export is now the
 		// oldest, so its port wins.
@@ -344,4 +380,131 @@ func TestImport(t *testing.T) {
 			t.Errorf("derived Service name %q", got.name)
 		}
 	})
+}
+
+// TestConflictOnEveryExport checks each kind of conflict the KEP names: once a younger export
+// conflicts with an older one, both exports carry Conflict=True with the same reason within
+// conflictBound, and once the younger one is brought in line (or withdrawn, where the property
+// cannot change), both are cleared within the same bound.
+func TestConflictOnEveryExport(t *testing.T) {
+	const conflictBound = 10 * time.Second
+	f := newFabric(t, "east", "west")
+	east, west := f.members["east"], f.members["west"]
+	create(t, east, namespace("conf"))
+	create(t, west, namespace("conf"))
+	headless := func(name string) *corev1.Service {
+		svc := clusterIPService("conf", name, corev1.ServicePort{Name: "http", Port: 80})
+		svc.Spec.ClusterIP = corev1.ClusterIPNone
+		return svc
+	}
+	affinity := func(svc *corev1.Service) *corev1.Service {
+		svc.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+		return svc
+	}
+	labelled := func(ex *mcsv1beta1.ServiceExport, labels, annotations map[string]string) *mcsv1beta1.ServiceExport {
+		ex.Spec.ExportedLabels, ex.Spec.ExportedAnnotations = labels, annotations
+		return ex
+	}
+	for _, tc := range []struct {
+		name   string
+		reason mcsv1beta1.ServiceExportConditionReason
+		// older and younger are what east and west create; resolve brings west in line.
+		older, younger []client.Object
+		resolve        func(ctx context.Context, key types.NamespacedName) error
+	}{{
+		name: "ports", reason: mcsv1beta1.ServiceExportReasonPortConflict,
+		older:   []client.Object{clusterIPService("conf", "ports", corev1.ServicePort{Name: "http", Port: 80}), export("conf", "ports")},
+		younger: []client.Object{clusterIPService("conf", "ports", corev1.ServicePort{Name: "http", Port: 8080}), export("conf", "ports")},
+		resolve: func(ctx context.Context, key types.NamespacedName) error {
+			return update(ctx, west, key, func(svc *corev1.Service) { svc.Spec.Ports[0].Port = 80 })
+		},
+	}, {
+		name: "type", reason: mcsv1beta1.ServiceExportReasonTypeConflict,
+		older:   []client.Object{headless("type"), export("conf", "type")},
+		younger: []client.Object{clusterIPService("conf", "type", corev1.ServicePort{Name: "http", Port: 80}), export("conf", "type")},
+		// A Service cannot change between headless and ClusterIP: west stops exporting.
+		resolve: func(ctx context.Context, key types.NamespacedName) error {
+			return west.Delete(ctx, export(key.Namespace, key.Name))
+		},
+	}, {
+		name: "session affinity", reason: mcsv1beta1.ServiceExportReasonSessionAffinityConflict,
+		older:   []client.Object{clusterIPService("conf", "affinity", corev1.ServicePort{Name: "http", Port: 80}), export("conf", "affinity")},
+		younger: []client.Object{affinity(clusterIPService("conf", "affinity", corev1.ServicePort{Name: "http", Port: 80})), export("conf", "affinity")},
+		resolve: func(ctx context.Context, key types.NamespacedName) error {
+			return update(ctx, west, key, func(svc *corev1.Service) {
+				svc.Spec.SessionAffinity, svc.Spec.SessionAffinityConfig = corev1.ServiceAffinityNone, nil
+			})
+		},
+	}, {
+		name: "labels", reason: mcsv1beta1.ServiceExportReasonLabelsConflict,
+		older:   []client.Object{clusterIPService("conf", "labels", corev1.ServicePort{Name: "http", Port: 80}), labelled(export("conf", "labels"), map[string]string{"tier": "front"}, nil)},
+		younger: []client.Object{clusterIPService("conf", "labels", corev1.ServicePort{Name: "http", Port: 80}), labelled(export("conf", "labels"), map[string]string{"tier": "back"}, nil)},
+		resolve: func(ctx context.Context, key types.NamespacedName) error {
+			return update(ctx, west, key, func(ex *mcsv1beta1.ServiceExport) { ex.Spec.ExportedLabels["tier"] = "front" })
+		},
+	}, {
+		name: "annotations", reason: mcsv1beta1.ServiceExportReasonAnnotationsConflict,
+		older:   []client.Object{clusterIPService("conf", "notes", corev1.ServicePort{Name: "http", Port: 80}), labelled(export("conf", "notes"), nil, map[string]string{"owner": "a"})},
+		younger: []client.Object{clusterIPService("conf", "notes", corev1.ServicePort{Name: "http", Port: 80}), export("conf", "notes")},
+		resolve: func(ctx context.Context, key types.NamespacedName) error {
+			return update(ctx, west, key, func(ex *mcsv1beta1.ServiceExport) { ex.Spec.ExportedAnnotations = map[string]string{"owner": "a"} })
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := client.ObjectKeyFromObject(tc.older[0])
+			create(t, east, tc.older...)
+			waitConflict(t, east, key, "NoConflicts")
+			changed := time.Now()
+			create(t, west, tc.younger...)
+			for _, c := range []client.Client{east, west} {
+				waitConflictWithin(t, c, key, string(tc.reason), changed, conflictBound)
+			}
+			t.Logf("Conflict=%s on both exports %s after the conflicting export", tc.reason, time.Since(changed).Round(time.Millisecond))
+
+			changed = time.Now()
+			if err := tc.resolve(t.Context(), key); err != nil {
+				t.Fatal(err)
+			}
+			waitConflictWithin(t, east, key, "NoConflicts", changed, conflictBound)
+			if err := west.Get(t.Context(), key, &mcsv1beta1.ServiceExport{}); err == nil {
+				waitConflictWithin(t, west, key, "NoConflicts", changed, conflictBound)
+			}
+			t.Logf("cleared on every export %s after the fix", time.Since(changed).Round(time.Millisecond))
+		})
+	}
+}
+
+// waitConflictWithin is waitConflict with a deadline of bound after since.
+func waitConflictWithin(t *testing.T, c client.Client, key types.NamespacedName, reason string, since time.Time, bound time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithDeadline(t.Context(), since.Add(bound))
+	defer cancel()
+	var last string
+	for ctx.Err() == nil {
+		ex := &mcsv1beta1.ServiceExport{}
+		if err := c.Get(ctx, key, ex); err != nil {
+			last = err.Error()
+		} else if cond := meta.FindStatusCondition(ex.Status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict)); cond == nil {
+			last = "no Conflict condition"
+		} else if cond.Reason == reason && (cond.Status == metav1.ConditionTrue) == (reason != "NoConflicts") {
+			return
+		} else {
+			last = fmt.Sprintf("Conflict=%s %s: %s", cond.Status, cond.Reason, cond.Message)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("ServiceExport %s: Conflict %s not within %s; last: %s", key, reason, bound, last)
+}
+
+// update reads the object key of type T from c, changes it and writes it back.
+func update[T any, PT interface {
+	*T
+	client.Object
+}](ctx context.Context, c client.Client, key types.NamespacedName, change func(PT)) error {
+	obj := PT(new(T))
+	if err := c.Get(ctx, key, obj); err != nil {
+		return err
+	}
+	change(obj)
+	return c.Update(ctx, obj)
 }

@@ -116,8 +116,14 @@ func merge(records []exportRecord) mergedService {
 		Annotations: maps.Clone(oldest.Annotations),
 		Conflicts:   map[string][]conflict{},
 	}
-	byName := map[string]mcsv1beta1.ServicePort{}
-	byNumber := map[string]mcsv1beta1.ServicePort{} // "<port>/<protocol>"
+	// Each port imported so far, with the cluster it came from, by name and by
+	// "<port>/<protocol>".
+	type owned struct {
+		port    mcsv1beta1.ServicePort
+		cluster string
+	}
+	byName := map[string]owned{}
+	byNumber := map[string]owned{}
 	for _, rec := range sorted {
 		report := func(reason mcsv1beta1.ServiceExportConditionReason, format string, args ...any) {
 			out.Conflicts[rec.Cluster] = append(out.Conflicts[rec.Cluster], conflict{Reason: reason, Message: fmt.Sprintf(format, args...)})
@@ -151,16 +157,16 @@ func merge(records []exportRecord) mergedService {
 			p.Protocol = protocolOrTCP(p.Protocol)
 			number := fmt.Sprintf("%d/%s", p.Port, p.Protocol)
 			if have, ok := byName[p.Name]; ok {
-				if !samePort(have, p) {
-					lost = append(lost, describePort(p)+" (name taken by "+describePort(have)+")")
+				if !samePort(have.port, p) {
+					lost = append(lost, fmt.Sprintf("%s (name taken by %s of cluster %s)", describePort(p), describePort(have.port), have.cluster))
 				}
 				continue
 			}
 			if have, ok := byNumber[number]; ok {
-				lost = append(lost, describePort(p)+" (number taken by "+describePort(have)+")")
+				lost = append(lost, fmt.Sprintf("%s (number taken by %s of cluster %s)", describePort(p), describePort(have.port), have.cluster))
 				continue
 			}
-			byName[p.Name], byNumber[number] = p, p
+			byName[p.Name], byNumber[number] = owned{p, rec.Cluster}, owned{p, rec.Cluster}
 			out.Spec.Ports = append(out.Spec.Ports, p)
 		}
 		if len(lost) > 0 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -251,5 +252,50 @@ func TestDerivedServiceName(t *testing.T) {
 	}
 	if got := derivedServiceName(types.NamespacedName{Namespace: "shop", Name: "web"}); got != "derived-web-"+got[len(got)-derivedHashLength:] {
 		t.Errorf("derived name %q is not derived-<svc>-<hash>", got)
+	}
+}
+
+// TestConflictCondition checks that every exporter of a conflicted service gets the same
+// condition, naming each losing cluster, the oldest exporter included.
+func TestConflictCondition(t *testing.T) {
+	east := rec("east", 0, mcsv1beta1.ClusterSetIP, sport("http", 80))
+	west := rec("west", 1, mcsv1beta1.ClusterSetIP, sport("http", 8080))
+	north := affinity(rec("north", 2, mcsv1beta1.ClusterSetIP, sport("http", 80)), corev1.ServiceAffinityClientIP, 60)
+	south := rec("south", 3, mcsv1beta1.Headless, sport("http", 80))
+	for _, tc := range []struct {
+		name       string
+		records    []exportRecord
+		status     metav1.ConditionStatus
+		reason     string
+		msgContain []string
+	}{{
+		name: "no conflict", records: []exportRecord{east, rec("west", 1, mcsv1beta1.ClusterSetIP, sport("http", 80))},
+		status: metav1.ConditionFalse, reason: "NoConflicts", msgContain: []string{"2 export(s)"},
+	}, {
+		name: "a port conflict names the loser, the port and the owner", records: []exportRecord{west, east},
+		status: metav1.ConditionTrue, reason: "PortConflict",
+		msgContain: []string{"cluster west: ports http:8080/TCP (name taken by http:80/TCP of cluster east)"},
+	}, {
+		name: "several losers and kinds: reasons once each, in the losers' order", records: []exportRecord{south, north, west, east},
+		status: metav1.ConditionTrue, reason: "SessionAffinityConflict,TypeConflict,PortConflict",
+		msgContain: []string{"cluster north: session affinity", "cluster south: type Headless", "cluster west: ports http:8080/TCP"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := conflictCondition(merge(tc.records).Conflicts, len(tc.records))
+			// Every exporter computes the condition from the same records in its own order.
+			shuffled := slices.Clone(tc.records)
+			rand.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+			if again := conflictCondition(merge(shuffled).Conflicts, len(shuffled)); again != got {
+				t.Errorf("condition depends on record order:\n%+v\n%+v", got, again)
+			}
+			if got.Type != string(mcsv1beta1.ServiceExportConditionConflict) || got.Status != tc.status || got.Reason != tc.reason {
+				t.Errorf("condition %s=%s (%s), want %s (%s)", got.Type, got.Status, got.Reason, tc.status, tc.reason)
+			}
+			for _, m := range tc.msgContain {
+				if !strings.Contains(got.Message, m) {
+					t.Errorf("message %q does not contain %q", got.Message, m)
+				}
+			}
+		})
 	}
 }

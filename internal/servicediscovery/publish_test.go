@@ -31,8 +31,8 @@ func TestPublication(t *testing.T) {
 		wantAddrs []string
 		wantErr   string
 	}{
-		{"ClusterIP: its ClusterIP", corev1.ServiceSpec{ClusterIP: "10.96.0.9", Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
-			mcsv1beta1.ClusterSetIP, []string{"10.96.0.9"}, ""},
+		{"ClusterIP: the ready pods, not the ClusterIP", corev1.ServiceSpec{ClusterIP: "10.96.0.9", Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+			mcsv1beta1.ClusterSetIP, []string{"10.1.0.7"}, ""},
 		{"headless: the ready pods", corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone},
 			mcsv1beta1.Headless, []string{"10.1.0.7"}, ""},
 		{"ExternalName: refused", corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "db.example"},

@@ -65,7 +65,7 @@ func TestStaleClusterWithdrawal(t *testing.T) {
 	create(t, east, clusterIPService("shop", "solo", corev1.ServicePort{Name: "http", Port: 80}), export("shop", "solo"))
 	create(t, east, clusterIPService("shop", "shared", corev1.ServicePort{Name: "http", Port: 80}), export("shop", "shared"))
 	create(t, north, clusterIPService("shop", "shared", corev1.ServicePort{Name: "http", Port: 80}), export("shop", "shared"))
-	eastSolo, eastShared, northShared := f.clusterIP(t, "east", solo), f.clusterIP(t, "east", shared), f.clusterIP(t, "north", shared)
+	eastSolo, eastShared, northShared := f.serve(t, "east", solo), f.serve(t, "east", shared), f.serve(t, "north", shared)
 	http := []string{"http:80/TCP"}
 	soloWant := wantImport{typ: mcsv1beta1.ClusterSetIP, ports: http, endpoints: map[string][]string{"east": {eastSolo}}}
 	sharedBoth := wantImport{typ: mcsv1beta1.ClusterSetIP, ports: http, endpoints: map[string][]string{"east": {eastShared}, "north": {northShared}}}

@@ -212,12 +212,17 @@ func round(ctx context.Context, cfgA, cfgB *rest.Config, ns string, clusters []s
 	// The Services exist beforehand, and for an endpoint trigger their exports and B's imports
 	// too: what is measured is the change alone.
 	for i := range n {
-		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: svcName(i)}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
 		if trigger == triggerEndpoint {
-			svc.Spec.ClusterIP = corev1.ClusterIPNone // selectorless: the benchmark writes its endpoints
+			// Headless and selectorless: the benchmark writes its endpoints.
+			svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: svcName(i)}, Spec: corev1.ServiceSpec{
+				ClusterIP: corev1.ClusterIPNone, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
+			if err := ca.Create(ctx, svc); err != nil {
+				return nil, nil, fmt.Errorf("creating Service %s: %w", svc.Name, err)
+			}
+			continue
 		}
-		if err := ca.Create(ctx, svc); err != nil {
-			return nil, nil, fmt.Errorf("creating Service %s: %w", svc.Name, err)
+		if err := createServed(ctx, ca, ns, svcName(i), i); err != nil {
+			return nil, nil, err
 		}
 	}
 	if trigger == triggerEndpoint {
@@ -303,6 +308,20 @@ func readyEndpoint(ns, name string, i int) *discoveryv1.EndpointSlice {
 		}},
 		Ports: []discoveryv1.EndpointPort{{Name: new("http"), Port: new(int32(80)), Protocol: new(corev1.ProtocolTCP)}},
 	}
+}
+
+// createServed creates the selectorless ClusterIP Service name in ns with one ready endpoint
+// (readyEndpoint's): an export publishes its ready endpoints, so a Service without any would
+// have nothing to import.
+func createServed(ctx context.Context, c client.Client, ns, name string, i int) error {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
+	if err := c.Create(ctx, svc); err != nil {
+		return fmt.Errorf("creating Service %s/%s: %w", ns, name, err)
+	}
+	if err := c.Create(ctx, readyEndpoint(ns, name, i)); err != nil {
+		return fmt.Errorf("creating the endpoints of Service %s/%s: %w", ns, name, err)
+	}
+	return nil
 }
 
 func svcName(i int) string { return fmt.Sprintf("svc-%04d", i) }

@@ -123,9 +123,8 @@ func runScale(ctx context.Context, o scaleOptions) error {
 		return err
 	}
 	for i := range o.probes {
-		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: probeNS, Name: svcName(i)}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
-		if err := clients[members[0]].Create(ctx, svc); err != nil {
-			return fmt.Errorf("creating probe Service %s: %w", svc.Name, err)
+		if err := createServed(ctx, clients[members[0]], probeNS, svcName(i), i); err != nil {
+			return fmt.Errorf("creating a probe Service: %w", err)
 		}
 	}
 	progress("created %d exports in %s", o.members*o.services, since(created))
@@ -410,8 +409,8 @@ func memberWrites(ctx context.Context, env *controlplane.Environment, members []
 func createExports(ctx context.Context, c client.Client, name string, n int) error {
 	return inParallel(n, 8, func(i int) error {
 		svc := fmt.Sprintf("%s-%04d", name, i)
-		if err := c.Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: scaleNS, Name: svc}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}); err != nil {
-			return fmt.Errorf("creating Service %s in %s: %w", svc, name, err)
+		if err := createServed(ctx, c, scaleNS, svc, i); err != nil {
+			return fmt.Errorf("in %s: %w", name, err)
 		}
 		if err := c.Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: scaleNS, Name: svc}}); err != nil {
 			return fmt.Errorf("creating ServiceExport %s in %s: %w", svc, name, err)
@@ -444,7 +443,7 @@ func publishSynthetic(ctx context.Context, hubCfg *rest.Config, hubNamespace str
 			Type: corev1.ServiceTypeClusterIP, ClusterIP: fmt.Sprintf("198.18.%d.%d", j/250, j%250+1),
 			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
 		}}
-		rec, sls, err := servicediscovery.Publication(hubNamespace, id, export, svc, nil)
+		rec, sls, err := servicediscovery.Publication(hubNamespace, id, export, svc, []discoveryv1.EndpointSlice{*readyEndpoint(scaleNS, name, j)})
 		if err != nil {
 			return err
 		}

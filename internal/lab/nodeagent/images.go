@@ -48,19 +48,24 @@ var wellKnownImages = map[string]image{
 	"busybox": {cmd: []string{"sh"}, multiCall: "busybox"},
 	// alpine/socat's ENTRYPOINT is socat; the pod's args are socat's.
 	"alpine/socat": {entrypoint: []string{"socat"}},
-	// nicolaka/netshoot's CMD is zsh, which exits at once without a terminal; the lab cannot
-	// attach one yet (no exec), so a toolbox pod without a command sleeps instead and is
-	// entered with `ip netns exec`. Its tools (bash, curl, dig, ...) are the host's.
+	// nicolaka/netshoot's CMD is zsh, which exits at once without a terminal, so a toolbox
+	// pod without a command sleeps instead and is entered with kubectl exec. Its tools
+	// (toolboxTools and bash) are the host's.
 	"nicolaka/netshoot": {cmd: []string{"sleep", "infinity"}},
 	// The pause container only holds the pod's namespaces.
 	"registry.k8s.io/pause": {entrypoint: []string{"/pause"}, binaries: map[string][]string{"/pause": {"sleep", "infinity"}}},
 }
 
+// toolboxTools are the programs every MCS or networking tutorial runs in a toolbox pod
+// (nicolaka/netshoot ships them all); the lab's toolbox pods must have each of them.
+var toolboxTools = []string{"nc", "nslookup", "dig", "curl", "wget", "ping"}
+
 // debianPackages names the Debian package that provides a binary, for the error message of a
 // missing one (hack/install-deps.sh installs them).
 var debianPackages = map[string]string{
 	"busybox": "busybox", "socat": "socat", "bash": "bash", "sleep": "coreutils",
-	"curl": "curl", "dig": "dnsutils", "nslookup": "dnsutils", "iperf3": "iperf3",
+	"curl": "curl", "wget": "wget", "dig": "dnsutils", "nslookup": "dnsutils", "iperf3": "iperf3",
+	"nc": "netcat-openbsd", "ping": "iputils-ping",
 }
 
 // errBinaryNotFound marks a container whose program is not on this machine.

@@ -144,3 +144,21 @@ func TestRepository(t *testing.T) {
 		}
 	}
 }
+
+// TestToolboxTools checks that a toolbox pod in the lab has what a toolbox image ships: each
+// tool resolves on this machine (hack/install-deps.sh installs them), and a missing one is
+// reported with its Debian package.
+func TestToolboxTools(t *testing.T) {
+	for _, tool := range toolboxTools {
+		c := corev1.Container{Image: "nicolaka/netshoot", Command: []string{tool}}
+		argv, err := Images{}.Argv(c)
+		if err != nil {
+			t.Errorf("toolbox %s: %v", tool, err)
+			continue
+		}
+		t.Logf("toolbox %s is %s", tool, argv[0])
+		if _, err := (Images{lookPath: fakePath()}).Argv(c); err == nil || !strings.Contains(err.Error(), "Debian package "+debianPackages[tool]) {
+			t.Errorf("toolbox %s missing: err = %v, want one naming Debian package %q", tool, err, debianPackages[tool])
+		}
+	}
+}
