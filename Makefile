@@ -58,7 +58,7 @@ FUZZTIME ?= 2m
 # may take a minute of the run.
 FUZZMINIMIZETIME ?= 1000x
 # FUZZ_TARGETS: every fuzz test, as <package>:<name>; `go test -fuzz` runs one at a time.
-FUZZ_TARGETS := ./internal/hub:FuzzDecodeBrokerInfo ./internal/dnsconfig:FuzzPatchRoundTrip ./pkg/crossdns:FuzzServeDNS
+FUZZ_TARGETS := ./internal/hub:FuzzDecodeBrokerInfo ./internal/dnsconfig:FuzzPatchRoundTrip ./pkg/crossdns:FuzzServeDNS ./internal/globalnet/globalip:FuzzAssign
 ## fuzz: fuzz the parsers of untrusted input, each for FUZZTIME.
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

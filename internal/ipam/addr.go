@@ -50,7 +50,7 @@ func (r Range) Overlaps(o Range) bool {
 // Within reports whether every address of the range is in p.
 func (r Range) Within(p netip.Prefix) bool { return p.Contains(r.First) && p.Contains(r.Last) }
 
-// Len is the number of addresses in the range (capped at the largest int64 for huge IPv6 ranges).
+// Len is the number of addresses in the range, capped at 1<<63 - 1 (huge IPv6 ranges).
 func (r Range) Len() uint64 {
 	n := new(big.Int).Sub(addrInt(r.Last), addrInt(r.First))
 	n.Add(n, big.NewInt(1))
@@ -62,15 +62,6 @@ func (r Range) Len() uint64 {
 
 // String is "first-last", the form nftables reads.
 func (r Range) String() string { return r.First.String() + "-" + r.Last.String() }
-
-// Size is the number of addresses in p, capped like Range.Len.
-func Size(p netip.Prefix) uint64 {
-	host := p.Addr().BitLen() - p.Bits()
-	if host >= 63 {
-		return 1<<63 - 1
-	}
-	return 1 << host
-}
 
 // Add returns a+n; ok is false when that is beyond the family's last address.
 func Add(a netip.Addr, n uint64) (netip.Addr, bool) {
