@@ -60,6 +60,7 @@ FUZZMINIMIZETIME ?= 1000x
 # FUZZ_TARGETS: every fuzz test, as <package>:<name>; `go test -fuzz` runs one at a time.
 FUZZ_TARGETS := ./internal/hub:FuzzDecodeBrokerInfo ./internal/dnsconfig:FuzzPatchRoundTrip ./pkg/crossdns:FuzzServeDNS
 FUZZ_TARGETS += ./internal/ipam/hostaddr:FuzzNext
+FUZZ_TARGETS += ./internal/globalnet/globalip:FuzzAssign
 ## fuzz: fuzz the parsers of untrusted input, each for FUZZTIME.
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

@@ -1,5 +1,6 @@
 // Package v1alpha1 holds the octopus.io/v1alpha1 API: Cluster and Peer, which clusters publish
-// to the hub, and Fabric, the operator's entry point in each cluster.
+// to the hub, Fabric, the operator's entry point in each cluster, and GlobalIngressIP, a
+// globalnet cluster's record of its exports' global addresses.
 //
 // +kubebuilder:object:generate=true
 // +groupName=octopus.io
@@ -30,6 +31,8 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&PeerList{},
 		&Fabric{},
 		&FabricList{},
+		&GlobalIngressIP{},
+		&GlobalIngressIPList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

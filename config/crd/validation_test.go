@@ -48,6 +48,15 @@ func validFabric() *v1alpha1.Fabric {
 	}
 }
 
+func validGlobalIngressIP() *v1alpha1.GlobalIngressIP {
+	return &v1alpha1.GlobalIngressIP{
+		ObjectMeta: metav1.ObjectMeta{Name: "svc-web", Namespace: ns},
+		Spec: v1alpha1.GlobalIngressIPSpec{Target: v1alpha1.GlobalIngressTarget{
+			Kind: v1alpha1.GlobalIngressTargetService, Name: "web",
+		}},
+	}
+}
+
 // TestSchemaValidation sends invalid objects to a real API server that serves the generated
 // CRDs and checks each is refused with a message naming the problem; the valid ones pass.
 func TestSchemaValidation(t *testing.T) {
@@ -73,6 +82,7 @@ func TestSchemaValidation(t *testing.T) {
 		{"valid Cluster", func() client.Object { return validCluster() }, ""},
 		{"valid Peer", func() client.Object { return validPeer() }, ""},
 		{"valid Fabric", func() client.Object { return validFabric() }, ""},
+		{"valid GlobalIngressIP", func() client.Object { return validGlobalIngressIP() }, ""},
 		{"cluster ID not a label", func() client.Object {
 			c := validCluster()
 			c.Name, c.Spec.ClusterID = "east-", "east-"
@@ -144,6 +154,16 @@ func TestSchemaValidation(t *testing.T) {
 			f.Name = "second"
 			return f
 		}, "must be named octopus"},
+		{"GlobalIngressIP for a pod without its service", func() client.Object {
+			g := validGlobalIngressIP()
+			g.Spec.Target.Kind = v1alpha1.GlobalIngressTargetPod
+			return g
+		}, "a Pod target needs serviceName"},
+		{"GlobalIngressIP for a Node", func() client.Object {
+			g := validGlobalIngressIP()
+			g.Spec.Target.Kind = "Node"
+			return g
+		}, "spec.target.kind: Unsupported value"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -168,5 +188,23 @@ func TestSchemaValidation(t *testing.T) {
 	cl.Spec.ClusterID = "west"
 	if err := c.Update(t.Context(), cl); err == nil || !strings.Contains(err.Error(), "clusterID is immutable") {
 		t.Fatalf("changing clusterID: err = %v, want immutable", err)
+	}
+
+	// A GlobalIngressIP's target is immutable, and its status.ip must be an address.
+	g := validGlobalIngressIP()
+	if err := c.Create(t.Context(), g); err != nil {
+		t.Fatal(err)
+	}
+	g.Status.IP = "242.1.0.300"
+	if err := c.Status().Update(t.Context(), g); err == nil || !strings.Contains(err.Error(), "must be an IP address") {
+		t.Fatalf("status.ip 242.1.0.300: err = %v, want refused", err)
+	}
+	g.Status.IP = "242.1.0.30"
+	if err := c.Status().Update(t.Context(), g); err != nil {
+		t.Fatalf("status.ip 242.1.0.30: %v", err)
+	}
+	g.Spec.Target.Name = "other"
+	if err := c.Update(t.Context(), g); err == nil || !strings.Contains(err.Error(), "target is immutable") {
+		t.Fatalf("changing the target: err = %v, want immutable", err)
 	}
 }

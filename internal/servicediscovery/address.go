@@ -2,6 +2,8 @@ package servicediscovery
 
 import (
 	"cmp"
+	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -9,9 +11,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 )
 
 // EndpointSet is what an exported service offers other clusters for one address type and one
@@ -28,10 +34,11 @@ type EndpointSet struct {
 //
 // Endpoints returns the endpoint sets of svc, exported as typ; local holds the cluster's own
 // EndpointSlices of svc (those labelled kubernetes.io/service-name). It must be deterministic,
-// the same input giving the same sets in the same order, because its output is compared with
-// what the hub already holds to skip needless writes.
+// the same input (and cluster state) giving the same sets in the same order, because its output
+// is compared with what the hub already holds to skip needless writes. An error fails the
+// reconcile, which is retried.
 type AddressPolicy interface {
-	Endpoints(svc *corev1.Service, typ mcsv1beta1.ServiceImportType, local []discoveryv1.EndpointSlice) []EndpointSet
+	Endpoints(ctx context.Context, svc *corev1.Service, typ mcsv1beta1.ServiceImportType, local []discoveryv1.EndpointSlice) ([]EndpointSet, error)
 }
 
 // DirectAddresses is the policy of direct addressing, where other clusters route this one's
@@ -48,8 +55,88 @@ type DirectAddresses struct{}
 var _ AddressPolicy = DirectAddresses{}
 
 // Endpoints implements AddressPolicy.
-func (DirectAddresses) Endpoints(_ *corev1.Service, typ mcsv1beta1.ServiceImportType, local []discoveryv1.EndpointSlice) []EndpointSet {
-	return readyPodEndpoints(local, typ == mcsv1beta1.Headless)
+func (DirectAddresses) Endpoints(_ context.Context, _ *corev1.Service, typ mcsv1beta1.ServiceImportType, local []discoveryv1.EndpointSlice) ([]EndpointSet, error) {
+	return readyPodEndpoints(local, typ == mcsv1beta1.Headless), nil
+}
+
+// GlobalAddresses is the policy of globalnet addressing, where other clusters cannot route this
+// one's pod and service CIDRs (they overlap theirs) and reach it through global addresses that
+// the active gateway translates (docs/architecture.md, globalnet). A ClusterSetIP export offers
+// one endpoint, the Service's global IP, with the service's own ports: the gateway translates
+// each port to the target port of a ready pod. A headless export offers each ready pod by its
+// own global IP, with the target ports and hostnames DirectAddresses gives it. Addresses come
+// from the Service's GlobalIngressIPs (labelled with the MCS service name) once allocated; until
+// then, and for pods without one, nothing is offered, so an importer never sees an address that
+// leads nowhere.
+type GlobalAddresses struct {
+	// Member reads the cluster's GlobalIngressIPs, e.g. the export controller's cache.
+	Member client.Reader
+}
+
+var _ AddressPolicy = GlobalAddresses{}
+
+// Endpoints implements AddressPolicy.
+func (g GlobalAddresses) Endpoints(ctx context.Context, svc *corev1.Service, typ mcsv1beta1.ServiceImportType, local []discoveryv1.EndpointSlice) ([]EndpointSet, error) {
+	records := &v1alpha1.GlobalIngressIPList{}
+	if err := g.Member.List(ctx, records, client.InNamespace(svc.Namespace), client.MatchingLabels{mcsv1beta1.LabelServiceName: svc.Name}); err != nil {
+		return nil, fmt.Errorf("listing the GlobalIngressIPs of Service %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	global := map[v1alpha1.GlobalIngressTarget]string{}
+	for _, r := range records.Items {
+		if _, err := netip.ParseAddr(r.Status.IP); err == nil && meta.IsStatusConditionTrue(r.Status.Conditions, v1alpha1.GlobalIngressIPConditionAllocated) {
+			global[r.Spec.Target] = r.Status.IP
+		}
+	}
+	ready := readyPodEndpoints(local, typ == mcsv1beta1.Headless)
+	if typ == mcsv1beta1.ClusterSetIP {
+		ip, ok := global[v1alpha1.GlobalIngressTarget{Kind: v1alpha1.GlobalIngressTargetService, Name: svc.Name}]
+		if !ok || len(ready) == 0 {
+			return nil, nil
+		}
+		ports := make([]discoveryv1.EndpointPort, 0, len(svc.Spec.Ports))
+		for _, p := range svc.Spec.Ports {
+			ports = append(ports, discoveryv1.EndpointPort{Name: ptr.To(p.Name), Protocol: ptr.To(protocolOrTCP(p.Protocol)), Port: ptr.To(p.Port), AppProtocol: p.AppProtocol})
+		}
+		sortPorts(ports)
+		return []EndpointSet{{AddressType: addressType(ip), Ports: ports, Endpoints: []discoveryv1.Endpoint{{
+			Addresses:  []string{ip},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)},
+		}}}}, nil
+	}
+	// Headless: the pods' own addresses become their global ones; the sets keep their ports.
+	pods := map[string]string{} // pod address → pod name
+	for _, s := range local {
+		for _, ep := range s.Endpoints {
+			if ep.TargetRef != nil && ep.TargetRef.Kind == "Pod" && len(ep.Addresses) > 0 {
+				pods[ep.Addresses[0]] = ep.TargetRef.Name
+			}
+		}
+	}
+	var out []EndpointSet
+	for _, set := range ready {
+		var eps []discoveryv1.Endpoint
+		for _, ep := range set.Endpoints {
+			ip, ok := global[v1alpha1.GlobalIngressTarget{Kind: v1alpha1.GlobalIngressTargetPod, Name: pods[ep.Addresses[0]], ServiceName: svc.Name}]
+			if !ok || addressType(ip) != set.AddressType {
+				continue
+			}
+			ep.Addresses = []string{ip}
+			eps = append(eps, ep)
+		}
+		if len(eps) > 0 {
+			slices.SortFunc(eps, func(a, b discoveryv1.Endpoint) int { return compareAddrs(a.Addresses[0], b.Addresses[0]) })
+			set.Endpoints = eps
+			out = append(out, set)
+		}
+	}
+	return out, nil
+}
+
+func addressType(ip string) discoveryv1.AddressType {
+	if strings.Contains(ip, ":") {
+		return discoveryv1.AddressTypeIPv6
+	}
+	return discoveryv1.AddressTypeIPv4
 }
 
 // readyPodEndpoints collects the ready endpoints of the local slices, grouped by address type
@@ -68,8 +155,8 @@ func readyPodEndpoints(local []discoveryv1.EndpointSlice, withHostnames bool) []
 		sortPorts(ports)
 		key := string(s.AddressType) + "|" + portsKey(ports)
 		for _, ep := range s.Endpoints {
-			if len(ep.Addresses) == 0 || (ep.Conditions.Ready != nil && !*ep.Conditions.Ready) {
-				continue // a nil Ready means ready (discovery/v1)
+			if !Ready(ep) {
+				continue
 			}
 			// While kube-controller-manager moves an endpoint between slices it can be in two.
 			if id := key + "|" + ep.Addresses[0]; seen[id] {
@@ -111,6 +198,12 @@ func readyPodEndpoints(local []discoveryv1.EndpointSlice, withHostnames bool) []
 	return sets
 }
 
+// Ready reports whether an endpoint of a local EndpointSlice may be offered to other clusters:
+// it has an address and is ready (a nil Ready means ready, per discovery/v1).
+func Ready(ep discoveryv1.Endpoint) bool {
+	return len(ep.Addresses) > 0 && (ep.Conditions.Ready == nil || *ep.Conditions.Ready)
+}
+
 // hostname is the endpoint's hostname, or else the name of its pod. MCS DNS names pods of a
 // headless service <hostname>.<cluster>.<svc>.<ns>.svc.clusterset.local, and a pod without
 // spec.hostname/subdomain has no hostname in its EndpointSlice; the pod name is unique in the
@@ -125,10 +218,10 @@ func hostname(ep discoveryv1.Endpoint) *string {
 	return nil
 }
 
-// importType maps a Service's type to the ServiceImport type it is exported as; ok is false
+// ImportType maps a Service's type to the ServiceImport type it is exported as; ok is false
 // for a Service that cannot be exported (ExternalName, per the KEP: it has no endpoints of
 // its own to share).
-func importType(svc *corev1.Service) (typ mcsv1beta1.ServiceImportType, ok bool) {
+func ImportType(svc *corev1.Service) (typ mcsv1beta1.ServiceImportType, ok bool) {
 	switch {
 	case svc.Spec.Type == corev1.ServiceTypeExternalName:
 		return "", false

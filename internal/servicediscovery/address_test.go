@@ -13,9 +13,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/kube"
 )
 
 func TestImportType(t *testing.T) {
@@ -33,9 +36,9 @@ func TestImportType(t *testing.T) {
 		{"ExternalName", corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.com"}, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := importType(&corev1.Service{Spec: tc.spec})
+			got, ok := ImportType(&corev1.Service{Spec: tc.spec})
 			if got != tc.want || ok != tc.exporting {
-				t.Errorf("importType = %q, %v; want %q, %v", got, ok, tc.want, tc.exporting)
+				t.Errorf("ImportType = %q, %v; want %q, %v", got, ok, tc.want, tc.exporting)
 			}
 		})
 	}
@@ -184,11 +187,97 @@ func TestDirectAddresses(t *testing.T) {
 		want: []EndpointSet{},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := DirectAddresses{}.Endpoints(&corev1.Service{Spec: tc.svc}, tc.typ, tc.local)
+			got, err := DirectAddresses{}.Endpoints(t.Context(), &corev1.Service{Spec: tc.svc}, tc.typ, tc.local)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if len(got) == 0 && len(tc.want) == 0 {
 				return
 			}
 			if !equalJSON(t, got, tc.want) {
+				t.Errorf("Endpoints =\n%s\nwant\n%s", toJSON(t, got), toJSON(t, tc.want))
+			}
+		})
+	}
+}
+
+func TestGlobalAddresses(t *testing.T) {
+	ready := discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)}
+	record := func(kind v1alpha1.GlobalIngressTargetKind, name, service, ip string, allocated bool) *v1alpha1.GlobalIngressIP {
+		g := &v1alpha1.GlobalIngressIP{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: strings.ToLower(string(kind)) + "-" + name, Labels: map[string]string{mcsv1beta1.LabelServiceName: service}},
+			Spec:       v1alpha1.GlobalIngressIPSpec{Target: v1alpha1.GlobalIngressTarget{Kind: kind, Name: name}},
+			Status:     v1alpha1.GlobalIngressIPStatus{IP: ip},
+		}
+		if kind == v1alpha1.GlobalIngressTargetPod {
+			g.Spec.Target.ServiceName = service
+		}
+		st := metav1.ConditionFalse
+		if allocated {
+			st = metav1.ConditionTrue
+		}
+		g.Status.Conditions = []metav1.Condition{{Type: v1alpha1.GlobalIngressIPConditionAllocated, Status: st, Reason: "Test"}}
+		return g
+	}
+	webSlices := []discoveryv1.EndpointSlice{{
+		AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("http", 8080)},
+		Endpoints: []discoveryv1.Endpoint{podEndpoint("10.100.0.5", "web-0", nil, ""), podEndpoint("10.100.0.6", "web-1", ptr.To(false), "")},
+	}}
+	dbSlices := []discoveryv1.EndpointSlice{{
+		AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("pg", 5432)},
+		Endpoints: []discoveryv1.Endpoint{
+			podEndpoint("10.100.0.9", "db-0", nil, "db-0"),
+			podEndpoint("10.100.0.10", "db-1", nil, "db-1"),
+			podEndpoint("10.100.0.11", "db-2", nil, "db-2"),
+		},
+	}}
+	web := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}, Spec: corev1.ServiceSpec{
+		ClusterIP: "10.200.0.10", Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
+	}}
+	db := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db"}, Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone}}
+	for _, tc := range []struct {
+		name    string
+		records []client.Object
+		svc     *corev1.Service
+		typ     mcsv1beta1.ServiceImportType
+		local   []discoveryv1.EndpointSlice
+		want    []EndpointSet
+	}{{
+		name:    "ClusterSetIP: the global IP with the service's own ports",
+		records: []client.Object{record(v1alpha1.GlobalIngressTargetService, "web", "web", "242.1.0.20", true)},
+		svc:     web, typ: mcsv1beta1.ClusterSetIP, local: webSlices,
+		want: []EndpointSet{{AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("http", 80)},
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"242.1.0.20"}, Conditions: ready}}}},
+	}, {
+		name:    "ClusterSetIP before its address is allocated: nothing",
+		records: []client.Object{record(v1alpha1.GlobalIngressTargetService, "web", "web", "", false)},
+		svc:     web, typ: mcsv1beta1.ClusterSetIP, local: webSlices,
+	}, {
+		name:    "ClusterSetIP without a ready pod: nothing, though allocated",
+		records: []client.Object{record(v1alpha1.GlobalIngressTargetService, "web", "web", "242.1.0.20", true)},
+		svc:     web, typ: mcsv1beta1.ClusterSetIP, local: webSlices[:0],
+	}, {
+		name: "headless: each pod with an address by it, keeping hostnames and target ports",
+		records: []client.Object{
+			record(v1alpha1.GlobalIngressTargetPod, "db-0", "db", "242.1.0.31", true),
+			record(v1alpha1.GlobalIngressTargetPod, "db-1", "db", "242.1.0.30", true),
+			record(v1alpha1.GlobalIngressTargetPod, "db-2", "db", "", false), // pool exhausted: left out
+			record(v1alpha1.GlobalIngressTargetService, "web", "web", "242.1.0.20", true),
+		},
+		svc: db, typ: mcsv1beta1.Headless, local: dbSlices,
+		want: []EndpointSet{{AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("pg", 5432)},
+			Endpoints: []discoveryv1.Endpoint{
+				{Addresses: []string{"242.1.0.30"}, Hostname: ptr.To("db-1"), Conditions: ready},
+				{Addresses: []string{"242.1.0.31"}, Hostname: ptr.To("db-0"), Conditions: ready},
+			}}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithScheme(kube.Scheme).WithObjects(tc.records...).Build()
+			got, err := GlobalAddresses{Member: c}.Endpoints(t.Context(), tc.svc, tc.typ, tc.local)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (len(got) != 0 || len(tc.want) != 0) && !equalJSON(t, got, tc.want) {
 				t.Errorf("Endpoints =\n%s\nwant\n%s", toJSON(t, got), toJSON(t, tc.want))
 			}
 		})

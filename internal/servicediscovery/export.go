@@ -150,7 +150,7 @@ func (r *ExportReconciler) desired(ctx context.Context, export *mcsv1beta1.Servi
 		return condition(mcsv1beta1.ServiceExportConditionValid, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonNoService,
 			fmt.Sprintf("Service %s does not exist; it is exported once it does", key)), nil, nil
 	}
-	typ, ok := importType(svc)
+	typ, ok := ImportType(svc)
 	if !ok {
 		return condition(mcsv1beta1.ServiceExportConditionValid, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonInvalidServiceType,
 			fmt.Sprintf("Service %s is of type %s, which cannot be exported; use ClusterIP, NodePort, LoadBalancer or headless", key, svc.Spec.Type)), nil, nil
@@ -159,7 +159,11 @@ func (r *ExportReconciler) desired(ctx context.Context, export *mcsv1beta1.Servi
 	if err := r.Member.List(ctx, local, client.InNamespace(key.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: key.Name}); err != nil {
 		return metav1.Condition{}, nil, fmt.Errorf("listing the EndpointSlices of Service %s: %w", key, err)
 	}
-	pub, err := desiredState(r.HubNamespace, r.ClusterID, export, svc, typ, r.Addresses.Endpoints(svc, typ, local.Items))
+	sets, err := r.Addresses.Endpoints(ctx, svc, typ, local.Items)
+	if err != nil {
+		return metav1.Condition{}, nil, fmt.Errorf("choosing the addresses of Service %s: %w", key, err)
+	}
+	pub, err := desiredState(r.HubNamespace, r.ClusterID, export, svc, typ, sets)
 	if err != nil {
 		return metav1.Condition{}, nil, err
 	}

@@ -443,23 +443,7 @@ func runAppPod(t *testing.T, c client.Client, app, name, hostname string, ip net
 // setReady reports pod name running at ip, ready or not, as a kubelet would.
 func setReady(t *testing.T, c client.Client, name string, ip netip.Addr, ready bool) {
 	t.Helper()
-	pod := &corev1.Pod{}
-	if err := c.Get(t.Context(), client.ObjectKey{Namespace: "shop", Name: name}, pod); err != nil {
-		t.Fatal(err)
-	}
-	status := corev1.ConditionFalse
-	if ready {
-		status = corev1.ConditionTrue
-	}
-	now := metav1.Now()
-	pod.Status = corev1.PodStatus{
-		Phase: corev1.PodRunning, PodIP: ip.String(), PodIPs: []corev1.PodIP{{IP: ip.String()}}, HostIP: "192.0.2.1",
-		HostIPs: []corev1.HostIP{{IP: "192.0.2.1"}}, StartTime: &now,
-		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: now}},
-	}
-	if err := c.Status().Update(t.Context(), pod); err != nil {
-		t.Fatalf("reporting pod %s ready=%v: %v", name, ready, err)
-	}
+	testenv.ReportPod(t, c, "shop", name, ip, ready)
 }
 
 func toJSONString(v any) string {

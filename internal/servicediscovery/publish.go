@@ -1,6 +1,7 @@
 package servicediscovery
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -163,11 +164,12 @@ func sameKeys(want, have map[string]string, keys []string) bool {
 // EndpointSlices, exactly as the export controller writes them. The scale benchmark uses it to
 // stand in for clusters it does not run.
 func Publication(hubNamespace, clusterID string, export *mcsv1beta1.ServiceExport, svc *corev1.Service, local []discoveryv1.EndpointSlice) (*mcsv1beta1.ServiceImport, []*discoveryv1.EndpointSlice, error) {
-	typ, ok := importType(svc)
+	typ, ok := ImportType(svc)
 	if !ok {
 		return nil, nil, fmt.Errorf("publishing Service %s/%s: type %s cannot be exported", svc.Namespace, svc.Name, svc.Spec.Type)
 	}
-	p, err := desiredState(hubNamespace, clusterID, export, svc, typ, DirectAddresses{}.Endpoints(svc, typ, local))
+	sets, _ := DirectAddresses{}.Endpoints(context.Background(), svc, typ, local) // never fails
+	p, err := desiredState(hubNamespace, clusterID, export, svc, typ, sets)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -137,6 +137,9 @@ func setupExport(mgr manager.Manager, o ExportOptions, exports cache.Cache) erro
 	if o.Addresses == nil {
 		o.Addresses = DirectAddresses{}
 	}
+	if g, ok := o.Addresses.(GlobalAddresses); ok && g.Member == nil {
+		o.Addresses = GlobalAddresses{Member: mgr.GetClient()}
+	}
 	hubCluster, err := cluster.New(hubCacheConfig(o.Hub), func(co *cluster.Options) {
 		co.Scheme = kube.Scheme
 		useMapper(co, o.HubMapper)
@@ -172,9 +175,14 @@ func (r *ExportReconciler) SetupWithManager(mgr manager.Manager, hubCache cache.
 		Watches(&mcsv1beta1.ServiceExport{}, newBacklogLast(&handler.EnqueueRequestForObject{}, time.Now(), objectCreated)).
 		// A Service has the name of its export: the object's own key is the export's.
 		Watches(&corev1.Service{}, &handler.EnqueueRequestForObject{}).
-		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(localSliceService)).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(serviceLabelled(discoveryv1.LabelServiceName))).
 		WatchesRawSource(source.Kind(hubCache, &mcsv1beta1.ServiceImport{}, handler.TypedEnqueueRequestsFromMapFunc(hubService[*mcsv1beta1.ServiceImport]))).
 		WatchesRawSource(source.Kind(hubCache, &discoveryv1.EndpointSlice{}, handler.TypedEnqueueRequestsFromMapFunc(hubService[*discoveryv1.EndpointSlice])))
+	if _, ok := r.Addresses.(GlobalAddresses); ok {
+		// Under globalnet the Service's GlobalIngressIPs decide what is published: an address
+		// allocated (or released) publishes (or withdraws) it.
+		b = b.Watches(&v1alpha1.GlobalIngressIP{}, handler.EnqueueRequestsFromMapFunc(serviceLabelled(mcsv1beta1.LabelServiceName)))
+	}
 	if exports, ok := r.Exports.(cache.Cache); ok {
 		// Another cluster's export of a service exported here may change this one's Conflict.
 		b = b.WatchesRawSource(source.Kind(exports, &mcsv1beta1.ServiceImport{}, handler.TypedEnqueueRequestsFromMapFunc(r.othersExport)))
@@ -202,13 +210,16 @@ func (r *ExportReconciler) othersExport(ctx context.Context, rec *mcsv1beta1.Ser
 	return reqs
 }
 
-// localSliceService maps a member EndpointSlice to the export of its Service.
-func localSliceService(_ context.Context, o client.Object) []reconcile.Request {
-	name := o.GetLabels()[discoveryv1.LabelServiceName]
-	if name == "" {
-		return nil
+// serviceLabelled maps a member object to the export of the Service its label names: a local
+// EndpointSlice by kubernetes.io/service-name, a GlobalIngressIP by the MCS service name.
+func serviceLabelled(label string) handler.MapFunc {
+	return func(_ context.Context, o client.Object) []reconcile.Request {
+		name := o.GetLabels()[label]
+		if name == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 }
 
 // hubService maps one of our hub objects to the export it was published for.

@@ -59,6 +59,12 @@ const (
 	// kubernetes.default) or the root end of its LAN's uplink would make the root namespace
 	// answer a 10.x source address along its default route, that is off the machine.
 	LabNodeNFTTable = "octopus-lab"
+	// GlobalnetNFTTable is the one inet table globalnet's NAT owns on the active gateway node
+	// (internal/datapath/nat): ingress DNAT of global addresses, egress SNAT to them. One table
+	// for both IP families, so that the whole translation changes in one transaction, and one
+	// per node, since one gateway process at a time is active there. Its chains run at
+	// dstnat-10 and srcnat-10, ahead of kube-proxy's and the node's masquerade (nat.go says why).
+	GlobalnetNFTTable = "octopus-globalnet"
 )
 
 // Links and network namespaces.

@@ -1,0 +1,230 @@
+package nat
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/octopus-mcs/octopus/internal/ipam"
+)
+
+// Protocol is a transport protocol, by its nftables name.
+type Protocol string
+
+// The protocols a Service port can have.
+const (
+	TCP  Protocol = "tcp"
+	UDP  Protocol = "udp"
+	SCTP Protocol = "sctp"
+)
+
+// State is everything the gateway translates. Apply makes the kernel hold exactly this; the
+// zero State translates nothing.
+type State struct {
+	// GlobalCIDRs are this cluster's global CIDRs, at most one per IP family. Traffic to them
+	// that no ingress address translates is refused on the gateway (rather than routed on,
+	// towards whatever the node's default route is), and traffic from them is already global
+	// and never translated again (the gateway's own health-check address).
+	GlobalCIDRs []netip.Prefix
+	// RemoteCIDRs are the destinations egress is translated for: the global CIDRs of the other
+	// globalnet clusters, and the pod and service CIDRs of direct-addressing clusters, which
+	// cannot route the overlapping addresses of this one either. They must not overlap
+	// GlobalCIDRs; nested or repeated ones are merged.
+	RemoteCIDRs []netip.Prefix
+	// ClusterEgress is the range the cluster's traffic to RemoteCIDRs leaves with, at most one
+	// per IP family, within GlobalCIDRs. Without one, only PodEgress sources are translated.
+	ClusterEgress []ipam.Range
+	// PodEgress gives single pods their own egress range instead of ClusterEgress (the
+	// precedence between pod, namespace and cluster ranges is the caller's: this is the result).
+	PodEgress []PodEgress
+	// Services are the ingress addresses of exported ClusterSetIP services.
+	Services []Service
+	// Pods are the ingress addresses of the pods of exported headless services, translated
+	// one to one, every protocol and port.
+	Pods []PodIngress
+}
+
+// PodEgress is one pod's egress range.
+type PodEgress struct {
+	Pod   netip.Addr
+	Range ipam.Range
+}
+
+// Service is an exported ClusterSetIP service's global ingress address.
+type Service struct {
+	// Name identifies the service in the kernel's ruleset (`nft list`): "namespace/name".
+	// Optional.
+	Name     string
+	GlobalIP netip.Addr
+	Ports    []Port
+}
+
+// Port is one port of a Service and the ready endpoints it leads to. A port without endpoints
+// is refused like an unknown one.
+type Port struct {
+	Protocol  Protocol
+	Port      uint16
+	Endpoints []netip.AddrPort
+}
+
+// PodIngress is a headless service's pod and its global ingress address.
+type PodIngress struct {
+	// Name identifies the pod in the kernel's ruleset: "namespace/name". Optional.
+	Name     string
+	GlobalIP netip.Addr
+	Pod      netip.Addr
+}
+
+// errIPv6 is returned for IPv6 addresses: the tables are laid out per IP family (see family in
+// nat.go), but only IPv4 is built and tested.
+var errIPv6 = errors.New("IPv6 is not supported by globalnet yet")
+
+// normalize checks s and returns a copy in canonical order (so that equal states give equal
+// transactions) with RemoteCIDRs merged. Every error names the offending value.
+func normalize(s State) (State, error) {
+	var errs []error
+	v4 := func(what string, a netip.Addr) {
+		switch {
+		case !a.IsValid():
+			errs = append(errs, fmt.Errorf("%s: no address", what))
+		case !a.Is4():
+			errs = append(errs, fmt.Errorf("%s %s: %w", what, a, errIPv6))
+		}
+	}
+	out := State{}
+	for _, p := range s.GlobalCIDRs {
+		v4("global CIDR", p.Addr())
+		out.GlobalCIDRs = append(out.GlobalCIDRs, p.Masked())
+	}
+	if len(out.GlobalCIDRs) > 1 {
+		errs = append(errs, fmt.Errorf("global CIDRs %v: at most one per IP family", out.GlobalCIDRs))
+	}
+	inGlobal := func(what string, a netip.Addr) {
+		v4(what, a)
+		if a.IsValid() && !slices.ContainsFunc(out.GlobalCIDRs, func(p netip.Prefix) bool { return p.Contains(a) }) {
+			errs = append(errs, fmt.Errorf("%s %s is outside the cluster's global CIDRs %v", what, a, out.GlobalCIDRs))
+		}
+	}
+	for _, p := range s.RemoteCIDRs {
+		v4("remote CIDR", p.Addr())
+		if g, hit := ipam.FirstOverlap(p, out.GlobalCIDRs); hit {
+			errs = append(errs, fmt.Errorf("remote CIDR %s overlaps the cluster's global CIDR %s", p, g))
+		}
+	}
+	out.RemoteCIDRs = mergePrefixes(s.RemoteCIDRs)
+	for _, r := range s.ClusterEgress {
+		if err := r.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("cluster egress: %w", err))
+			continue
+		}
+		inGlobal("cluster egress range start", r.First)
+		inGlobal("cluster egress range end", r.Last)
+		out.ClusterEgress = append(out.ClusterEgress, r)
+	}
+	if len(out.ClusterEgress) > 1 {
+		errs = append(errs, fmt.Errorf("cluster egress ranges %v: at most one per IP family", out.ClusterEgress))
+	}
+	seenSrc := map[netip.Addr]bool{}
+	for _, e := range s.PodEgress {
+		v4("egress pod", e.Pod)
+		if err := e.Range.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("egress of pod %s: %w", e.Pod, err))
+			continue
+		}
+		inGlobal("egress range start of pod "+e.Pod.String()+":", e.Range.First)
+		inGlobal("egress range end of pod "+e.Pod.String()+":", e.Range.Last)
+		if seenSrc[e.Pod] {
+			errs = append(errs, fmt.Errorf("pod %s has two egress ranges", e.Pod))
+		}
+		seenSrc[e.Pod] = true
+		out.PodEgress = append(out.PodEgress, e)
+	}
+	slices.SortFunc(out.PodEgress, func(a, b PodEgress) int { return a.Pod.Compare(b.Pod) })
+
+	// One global IP leads to one thing: a service, or a pod.
+	owner := map[netip.Addr]string{}
+	claim := func(ip netip.Addr, what string) {
+		if prev, dup := owner[ip]; dup {
+			errs = append(errs, fmt.Errorf("global IP %s is given to both %s and %s", ip, prev, what))
+		}
+		owner[ip] = what
+	}
+	for _, svc := range s.Services {
+		what := cmp.Or(svc.Name, "a service")
+		inGlobal("ingress address of "+what, svc.GlobalIP)
+		claim(svc.GlobalIP, what)
+		c := Service{Name: svc.Name, GlobalIP: svc.GlobalIP}
+		type portKey struct {
+			proto Protocol
+			port  uint16
+		}
+		seenPort := map[portKey]bool{}
+		for _, p := range svc.Ports {
+			switch p.Protocol {
+			case TCP, UDP, SCTP:
+			default:
+				errs = append(errs, fmt.Errorf("%s port %d: protocol %q is not one of tcp, udp, sctp", what, p.Port, p.Protocol))
+			}
+			if p.Port == 0 {
+				errs = append(errs, fmt.Errorf("%s: port 0", what))
+			}
+			key := portKey{p.Protocol, p.Port}
+			if seenPort[key] {
+				errs = append(errs, fmt.Errorf("%s has port %d/%s twice", what, p.Port, p.Protocol))
+			}
+			seenPort[key] = true
+			eps := slices.Clone(p.Endpoints)
+			for _, ep := range eps {
+				v4(fmt.Sprintf("endpoint of %s port %d/%s", what, p.Port, p.Protocol), ep.Addr())
+				if ep.Port() == 0 {
+					errs = append(errs, fmt.Errorf("endpoint %s of %s: port 0", ep, what))
+				}
+			}
+			// Sorted and deduplicated, so that an endpoint's index, and so the element that
+			// holds it, stays the same while the set does.
+			slices.SortFunc(eps, netip.AddrPort.Compare)
+			eps = slices.Compact(eps)
+			c.Ports = append(c.Ports, Port{Protocol: p.Protocol, Port: p.Port, Endpoints: eps})
+		}
+		slices.SortFunc(c.Ports, func(a, b Port) int {
+			return cmp.Or(cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Port, b.Port))
+		})
+		out.Services = append(out.Services, c)
+	}
+	slices.SortFunc(out.Services, func(a, b Service) int { return a.GlobalIP.Compare(b.GlobalIP) })
+	for _, p := range s.Pods {
+		what := cmp.Or(p.Name, "pod "+p.Pod.String())
+		inGlobal("ingress address of "+what, p.GlobalIP)
+		v4(what, p.Pod)
+		claim(p.GlobalIP, what)
+		out.Pods = append(out.Pods, p)
+	}
+	slices.SortFunc(out.Pods, func(a, b PodIngress) int { return a.GlobalIP.Compare(b.GlobalIP) })
+	if err := errors.Join(errs...); err != nil {
+		return State{}, fmt.Errorf("invalid NAT state: %w", err)
+	}
+	return out, nil
+}
+
+// mergePrefixes returns the prefixes sorted with every one that lies inside another dropped:
+// an nftables interval set refuses overlapping elements.
+func mergePrefixes(ps []netip.Prefix) []netip.Prefix {
+	sorted := make([]netip.Prefix, 0, len(ps))
+	for _, p := range ps {
+		sorted = append(sorted, p.Masked())
+	}
+	// Shorter prefixes first among equal addresses, so a covering prefix precedes what it covers.
+	slices.SortFunc(sorted, func(a, b netip.Prefix) int {
+		return cmp.Or(a.Addr().Compare(b.Addr()), cmp.Compare(a.Bits(), b.Bits()))
+	})
+	var out []netip.Prefix
+	for _, p := range sorted {
+		if n := len(out); n > 0 && out[n-1].Overlaps(p) {
+			continue // sorted by address, so an overlapping predecessor contains p
+		}
+		out = append(out, p)
+	}
+	return out
+}

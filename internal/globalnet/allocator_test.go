@@ -1,0 +1,366 @@
+package globalnet_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/config"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/config/crd"
+	"github.com/octopus-mcs/octopus/internal/datapath/nat"
+	"github.com/octopus-mcs/octopus/internal/globalnet"
+	"github.com/octopus-mcs/octopus/internal/globalnet/globalip"
+	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/testenv"
+)
+
+const ns = "shop"
+
+// member is a real API server (with kube-controller-manager, whose EndpointSlice controller
+// turns the test's pods into slices) with Octopus's member CRDs.
+type member struct {
+	cfg *rest.Config
+	c   client.Client
+}
+
+func newMember(t *testing.T) *member {
+	t.Helper()
+	return memberOf(t, testenv.ControlPlanes(t, "west").Cluster("west").RESTConfig())
+}
+
+// memberOf prepares the cluster of cfg: the CRDs, namespace shop and Node node-1.
+func memberOf(t *testing.T, cfg *rest.Config) *member {
+	t.Helper()
+	logf.SetLogger(logr.Discard())
+	m := &member{cfg: cfg, c: testenv.Client(t, cfg)}
+	crds, err := crd.Member()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mcs, err := crd.MCS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hub.InstallCRDs(t.Context(), m.c, append(crds, mcs...)); err != nil {
+		t.Fatal(err)
+	}
+	// The EndpointSlice controller leaves out endpoints on a Node it does not know.
+	for _, obj := range []client.Object{&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}} {
+		if err := m.c.Create(t.Context(), obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return m
+}
+
+// startAllocator runs the allocator in a manager of its own until the returned function (or
+// the test's end) stops it.
+func (m *member) startAllocator(t *testing.T, layout globalip.Layout) func() {
+	t.Helper()
+	return m.start(t, func(mgr manager.Manager) error { return globalnet.SetupAllocator(mgr, layout) })
+}
+
+// start runs a manager with what setup adds until the returned function (or the test's end)
+// stops it.
+func (m *member) start(t *testing.T, setup func(manager.Manager) error) func() {
+	t.Helper()
+	mgr, err := manager.New(m.cfg, manager.Options{
+		Scheme: kube.Scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		// The test restarts the allocator in one process, as a new process would.
+		Controller: ctrlconfig.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setup(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	stop := sync.OnceFunc(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	t.Cleanup(stop)
+	return stop
+}
+
+// service creates Service name selecting app=name (headless if asked), its pods (ready, at
+// the given addresses, as a kubelet would report them) and a ServiceExport.
+func (m *member) service(t *testing.T, name string, headless bool, pods ...string) {
+	t.Helper()
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": name}, Ports: []corev1.ServicePort{
+			{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)},
+			{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(5353)},
+		}},
+	}
+	if headless {
+		svc.Spec.ClusterIP = corev1.ClusterIPNone
+	}
+	if err := m.c.Create(t.Context(), svc); err != nil {
+		t.Fatal(err)
+	}
+	for i, ip := range pods {
+		m.pod(t, fmt.Sprintf("%s-%d", name, i), name, netip.MustParseAddr(ip), true)
+	}
+	m.export(t, name)
+}
+
+func (m *member) export(t *testing.T, name string) {
+	t.Helper()
+	if err := m.c.Create(t.Context(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pod creates (if needed) pod name of app and reports it running at ip, ready or not.
+func (m *member) pod(t *testing.T, name, app string, ip netip.Addr, ready bool) {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": app}},
+		Spec: corev1.PodSpec{NodeName: "node-1", AutomountServiceAccountToken: ptr.To(false), Containers: []corev1.Container{{
+			Name: app, Image: app, Ports: []corev1.ContainerPort{{ContainerPort: 8080}, {ContainerPort: 5353, Protocol: corev1.ProtocolUDP}},
+		}}},
+	}
+	// The namespace's default ServiceAccount, which admission requires, appears shortly after
+	// the namespace.
+	eventually(t, "creating pod "+name, func(ctx context.Context) string {
+		if err := m.c.Create(ctx, pod.DeepCopy()); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err.Error()
+		}
+		return ""
+	})
+	testenv.ReportPod(t, m.c, ns, name, ip, ready)
+}
+
+// records returns the cluster's GlobalIngressIPs by name: address, or the Allocated reason.
+func (m *member) records(ctx context.Context) (map[string]string, []v1alpha1.GlobalIngressIP, error) {
+	list := &v1alpha1.GlobalIngressIPList{}
+	if err := m.c.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return nil, nil, err
+	}
+	out := map[string]string{}
+	for _, g := range list.Items {
+		c := meta.FindStatusCondition(g.Status.Conditions, v1alpha1.GlobalIngressIPConditionAllocated)
+		switch {
+		case c == nil:
+			out[g.Name] = "(no condition)"
+		case c.Status == metav1.ConditionTrue:
+			out[g.Name] = g.Status.IP
+		default:
+			out[g.Name] = c.Reason
+		}
+	}
+	return out, list.Items, nil
+}
+
+// waitRecords waits until the records are exactly want; "*" matches any allocated address.
+func (m *member) waitRecords(t *testing.T, what string, want map[string]string) map[string]string {
+	t.Helper()
+	var got map[string]string
+	eventually(t, what, func(ctx context.Context) string {
+		var err error
+		if got, _, err = m.records(ctx); err != nil {
+			return err.Error()
+		}
+		if len(got) != len(want) {
+			return fmt.Sprintf("records %v, want %v", got, want)
+		}
+		for name, w := range want {
+			g, ok := got[name]
+			if !ok || (w == "*" && !parseOr(g).IsValid()) || (w != "*" && g != w) {
+				return fmt.Sprintf("records %v, want %v", got, want)
+			}
+		}
+		return ""
+	})
+	return got
+}
+
+func parseOr(s string) netip.Addr {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return a
+}
+
+func eventually(t *testing.T, what string, check func(ctx context.Context) string) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		msg := check(ctx)
+		if ctx.Err() == nil {
+			last = msg
+		}
+		return msg == "", nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %s", what, last)
+	}
+}
+
+// TestAllocator runs the allocator against a real API server through the life of exports: a
+// ClusterSetIP and a headless service get addresses, the NAT state follows the records, the
+// addresses survive a restart, a pod that is no longer ready and an unexport release theirs,
+// and an exhausted pool says so on the record that got nothing until an address is free.
+func TestAllocator(t *testing.T) {
+	m := newMember(t)
+	// A tiny global CIDR: 8 egress addresses, the health check, and 7 ingress addresses.
+	layout, err := globalip.NewLayout(netip.MustParsePrefix("242.1.0.0/28"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := m.startAllocator(t, layout)
+	m.service(t, "web", false, "10.244.1.5", "10.244.1.6")
+	m.service(t, "db", true, "10.244.2.5", "10.244.2.6", "10.244.2.7")
+	first := m.waitRecords(t, "addresses for web and the three db pods", map[string]string{
+		"svc-web": "*", "pod-db-0": "*", "pod-db-1": "*", "pod-db-2": "*",
+	})
+	seen := map[string]bool{}
+	for name, ip := range first {
+		if !layout.Pool.Contains(netip.MustParseAddr(ip)) || seen[ip] {
+			t.Fatalf("%s got %s: outside the pool %s or given twice (%v)", name, ip, layout.Pool, first)
+		}
+		seen[ip] = true
+	}
+
+	// The NAT state the gateway would apply, from the same objects.
+	remote := []netip.Prefix{netip.MustParsePrefix("242.2.0.0/16")}
+	var state nat.State
+	eventually(t, "the NAT state", func(ctx context.Context) string {
+		if state, err = globalnet.DesiredNAT(ctx, m.c, layout, remote); err != nil {
+			return err.Error()
+		}
+		if len(state.Services) != 1 || len(state.Pods) != 3 || len(state.Services[0].Ports) != 2 || len(state.Services[0].Ports[0].Endpoints) != 2 {
+			return fmt.Sprintf("state %+v", state)
+		}
+		return ""
+	})
+	wantWeb := nat.Service{Name: ns + "/web", GlobalIP: netip.MustParseAddr(first["svc-web"]), Ports: []nat.Port{
+		{Protocol: nat.TCP, Port: 80, Endpoints: []netip.AddrPort{netip.MustParseAddrPort("10.244.1.5:8080"), netip.MustParseAddrPort("10.244.1.6:8080")}},
+		{Protocol: nat.UDP, Port: 53, Endpoints: []netip.AddrPort{netip.MustParseAddrPort("10.244.1.5:5353"), netip.MustParseAddrPort("10.244.1.6:5353")}},
+	}}
+	got := state.Services[0]
+	for i := range got.Ports {
+		slices.SortFunc(got.Ports[i].Endpoints, netip.AddrPort.Compare)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(wantWeb) {
+		t.Errorf("web in the NAT state: %+v\nwant %+v", got, wantWeb)
+	}
+	for _, p := range state.Pods {
+		i := strings.TrimPrefix(p.Name, ns+"/db-")
+		if p.Pod.String() != "10.244.2.5" && p.Pod.String() != "10.244.2.6" && p.Pod.String() != "10.244.2.7" || first["pod-db-"+i] != p.GlobalIP.String() {
+			t.Errorf("pod %s in the NAT state: %s → %s; records %v", p.Name, p.GlobalIP, p.Pod, first)
+		}
+	}
+	if state.GlobalCIDRs[0] != layout.CIDR || state.ClusterEgress[0] != layout.ClusterEgress || !slices.Equal(state.RemoteCIDRs, remote) {
+		t.Errorf("NAT state ranges: %+v", state)
+	}
+
+	// A restart keeps every address and rewrites nothing.
+	_, before, err := m.records(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	m.startAllocator(t, layout)
+	time.Sleep(2 * time.Second) // time for a pass that would (wrongly) change something
+	_, after, err := m.records(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range before {
+		if before[i].ResourceVersion != after[i].ResourceVersion {
+			t.Errorf("the restarted allocator rewrote %s: %+v → %+v", before[i].Name, before[i].Status, after[i].Status)
+		}
+	}
+
+	// db-2 no longer ready: its address goes. web unexported: its address goes.
+	m.pod(t, "db-2", "db", netip.MustParseAddr("10.244.2.7"), false)
+	if err := m.c.Delete(t.Context(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}}); err != nil {
+		t.Fatal(err)
+	}
+	m.waitRecords(t, "web and db-2 released", map[string]string{"pod-db-0": first["pod-db-0"], "pod-db-1": first["pod-db-1"]})
+
+	// 6 more services for 5 free addresses: one of them is told the pool is exhausted.
+	for i := range 6 {
+		m.service(t, fmt.Sprintf("s%d", i), false)
+	}
+	var exhausted string
+	eventually(t, "the pool exhausted", func(ctx context.Context) string {
+		got, items, err := m.records(ctx)
+		if err != nil {
+			return err.Error()
+		}
+		var ex []string
+		for name, v := range got {
+			if v == v1alpha1.ReasonPoolExhausted {
+				ex = append(ex, name)
+			}
+		}
+		if len(got) != 8 || len(ex) != 1 {
+			return fmt.Sprintf("records %v", got)
+		}
+		exhausted = ex[0]
+		for _, g := range items {
+			if g.Name == exhausted {
+				c := meta.FindStatusCondition(g.Status.Conditions, v1alpha1.GlobalIngressIPConditionAllocated)
+				if !strings.Contains(c.Message, "ingress pool 242.1.0.8-242.1.0.14 of global CIDR 242.1.0.0/28") || g.Status.IP != "" {
+					return fmt.Sprintf("exhausted record %s: ip %q, %s", g.Name, g.Status.IP, c.Message)
+				}
+			}
+		}
+		return ""
+	})
+	if state, err := globalnet.DesiredNAT(t.Context(), m.c, layout, remote); err != nil {
+		t.Fatal(err)
+	} else if n := len(state.Services); n != 5 {
+		t.Errorf("NAT state has %d services, want the 5 with addresses (nothing of %s)", n, exhausted)
+	}
+	// Unexporting another one frees an address for it.
+	other := "s0"
+	if exhausted == "svc-s0" {
+		other = "s1"
+	}
+	if err := m.c.Delete(t.Context(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: other}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, exhausted+" allocated once "+other+" is unexported", func(ctx context.Context) string {
+		got, _, err := m.records(ctx)
+		if err != nil {
+			return err.Error()
+		}
+		if _, ok := got["svc-"+other]; ok || !layout.Pool.Contains(parseOr(got[exhausted])) {
+			return fmt.Sprintf("records %v", got)
+		}
+		return ""
+	})
+}

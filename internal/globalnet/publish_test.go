@@ -1,0 +1,112 @@
+package globalnet_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/cluster"
+	"github.com/octopus-mcs/octopus/internal/globalnet"
+	"github.com/octopus-mcs/octopus/internal/globalnet/globalip"
+	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/servicediscovery"
+	"github.com/octopus-mcs/octopus/internal/testenv"
+)
+
+// TestPublishesGlobalAddresses joins a cluster with globalnet addressing to a real hub and runs
+// the allocator next to the export controller with GlobalAddresses, as the agent of a globalnet
+// cluster would: what reaches the hub are global addresses only, the ClusterSetIP service's
+// with its service ports, each headless pod's own with its target port and hostname, and an
+// unexport withdraws them and releases the addresses.
+func TestPublishesGlobalAddresses(t *testing.T) {
+	env := testenv.ControlPlanes(t, "hub", "west")
+	info, err := hub.Deploy(t.Context(), env.Cluster("hub").RESTConfig(), hub.DeployOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	west := env.Cluster("west")
+	j, err := cluster.Join(t.Context(), west.RESTConfig(), cluster.JoinOptions{
+		BrokerInfo: info, ClusterID: "west", PodCIDRs: []string{west.PodCIDR.String()}, Addressing: v1alpha1.AddressingGlobalnet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout, err := globalip.NewLayout(netip.MustParsePrefix(j.Cluster.Spec.GlobalCIDR), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := memberOf(t, west.RESTConfig())
+	m.start(t, func(mgr manager.Manager) error {
+		if err := globalnet.SetupAllocator(mgr, layout); err != nil {
+			return err
+		}
+		return servicediscovery.SetupExport(mgr, servicediscovery.ExportOptions{
+			Hub: j.Credential.RESTConfig(), HubNamespace: info.Namespace, ClusterID: "west", Addresses: servicediscovery.GlobalAddresses{},
+		})
+	})
+	m.service(t, "web", false, "10.244.1.5", "10.244.1.6")
+	m.service(t, "db", true, "10.244.2.5", "10.244.2.6")
+	records := m.waitRecords(t, "addresses for web and the db pods", map[string]string{"svc-web": "*", "pod-db-0": "*", "pod-db-1": "*"})
+
+	hubClient := testenv.Client(t, env.Cluster("hub").RESTConfig())
+	published := func(ctx context.Context, service string) ([]string, error) {
+		list := &discoveryv1.EndpointSliceList{}
+		if err := hubClient.List(ctx, list, client.InNamespace(info.Namespace), client.MatchingLabels{
+			mcsv1beta1.LabelServiceName: service, mcsv1beta1.LabelSourceCluster: "west", v1alpha1.ServiceNamespaceLabel: ns,
+		}); err != nil {
+			return nil, err
+		}
+		var out []string
+		for _, s := range list.Items {
+			var ports []string
+			for _, p := range s.Ports {
+				ports = append(ports, fmt.Sprintf("%s:%d/%s", ptr.Deref(p.Name, ""), ptr.Deref(p.Port, 0), ptr.Deref(p.Protocol, "")))
+			}
+			slicesPorts := strings.Join(ports, ",")
+			for _, ep := range s.Endpoints {
+				out = append(out, fmt.Sprintf("%s %s %s", strings.Join(ep.Addresses, ","), ptr.Deref(ep.Hostname, "-"), slicesPorts))
+			}
+		}
+		slices.Sort(out)
+		return out, nil
+	}
+	want := map[string][]string{
+		"web": {records["svc-web"] + " - dns:53/UDP,http:80/TCP"},
+		"db":  {records["pod-db-0"] + " db-0 dns:5353/UDP,http:8080/TCP", records["pod-db-1"] + " db-1 dns:5353/UDP,http:8080/TCP"},
+	}
+	slices.Sort(want["db"])
+	for service, w := range want {
+		eventually(t, service+" published with global addresses", func(ctx context.Context) string {
+			got, err := published(ctx, service)
+			if err != nil {
+				return err.Error()
+			}
+			if !slices.Equal(got, w) {
+				return fmt.Sprintf("hub has %q, want %q", got, w)
+			}
+			return ""
+		})
+	}
+
+	if err := m.c.Delete(t.Context(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "web withdrawn", func(ctx context.Context) string {
+		if got, err := published(ctx, "web"); err != nil || len(got) > 0 {
+			return fmt.Sprintf("hub has %q, %v", got, err)
+		}
+		return ""
+	})
+	m.waitRecords(t, "web's address released", map[string]string{"pod-db-0": records["pod-db-0"], "pod-db-1": records["pod-db-1"]})
+}
