@@ -11,8 +11,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -76,6 +78,21 @@ func TestExportUnexportShowServices(t *testing.T) {
 	service("east", "ext", corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.org"})
 	// west's web has another port under the same name: a PortConflict for the younger export.
 	service("west", "web", corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 8080}}})
+	// One ready pod behind each web (selectorless, so written as the EndpointSlice controller
+	// would): exports publish their ready endpoints.
+	for _, member := range []string{"east", "west"} {
+		pod := env.Cluster(member).PodCIDR.Addr().Next().Next()
+		if err := members[member].Create(t.Context(), &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-pods", Labels: map[string]string{
+				discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: "test.octopus.io",
+			}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{pod.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	t.Run("export service: conditions printed; invalid or conflicting exports fail with the condition's message", func(t *testing.T) {
 		tests := []struct {
