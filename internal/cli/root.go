@@ -52,6 +52,7 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 		newExportCommand(streams),
 		newUnexportCommand(streams),
 		newVerifyCommand(streams),
+		newDiagnoseCommand(streams),
 	)
 	return root
 }
