@@ -130,7 +130,7 @@ func (o *diagnoseOptions) Run(ctx context.Context) error {
 		return err
 	}
 	if report.Failed() {
-		return fmt.Errorf("diagnose found %d errors (%s); each finding's fix says what to do", report.Count(diagnose.SeverityError), report.Errors())
+		return fmt.Errorf("diagnose found errors (%s): each finding's fix says what to do", report.Errors())
 	}
 	return nil
 }

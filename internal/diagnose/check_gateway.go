@@ -58,7 +58,7 @@ func checkHubGateway(ctx context.Context, e *env) []Finding {
 	}
 	leases, err := e.hub.leases.get(ctx)
 	if err != nil {
-		return []Finding{withCluster(notChecked("the hub's gateway", err, "hub-access"), HubName)}
+		return []Finding{aboutHub(notChecked("the hub's gateway", err, "hub-access"))}
 	}
 	var lease *coordinationv1.Lease
 	for i := range leases {

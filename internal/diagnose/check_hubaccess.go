@@ -60,12 +60,12 @@ func checkHubKubeconfig(ctx context.Context, e *env) []Finding {
 		r, err := e.hub.reader.get(ctx)
 		switch {
 		case err != nil:
-			out = append(out, withCluster(hubProblem(err, e.hub.admin.Host, ""), HubName))
+			out = append(out, aboutHub(hubProblem(err, e.hub.admin.Host, "")))
 		case r.via != hubKubeconfig:
 			// The reader fell back to a credential, so the kubeconfig was refused.
-			out = append(out, withCluster(failure("check the --hub-kubeconfig given", "the hub's kubeconfig is refused by %s", hostOf(e.hub.admin.Host)), HubName))
+			out = append(out, aboutHub(failure("check the --hub-kubeconfig given", "the hub's kubeconfig is refused by %s", hostOf(e.hub.admin.Host))))
 		default:
-			out = append(out, withCluster(ok("the hub's kubeconfig reaches %s (namespace %s, %d clusters registered)", hostOf(e.hub.admin.Host), r.namespace, len(r.clusters)), HubName))
+			out = append(out, aboutHub(ok("the hub's kubeconfig reaches %s (namespace %s, %d clusters registered)", hostOf(e.hub.admin.Host), r.namespace, len(r.clusters))))
 		}
 	}
 	if len(servers) > 1 {

@@ -42,7 +42,7 @@ func judgeOverlaps(clusters []v1alpha1.Cluster) []Finding {
 	var out []Finding
 	for i, older := range direct {
 		for _, younger := range direct[i+1:] {
-			if shared := sharedCIDRs(older, younger); shared != "" {
+			if shared := sharedCIDRs(younger, older); shared != "" {
 				out = append(out, Finding{Cluster: younger.Name, Severity: SeverityError,
 					Message: fmt.Sprintf("%s of %s overlaps %s's CIDRs %s: with direct addressing both are routed as they are, so gateways refuse one of the two clusters' Peers (OverlappingSubnets) and the two clusters do not reach each other",
 						shared, younger.Name, older.Name, cidrsOf(older)),

@@ -123,7 +123,7 @@ func judgeNodePodCIDRs(registered []string, nodes []corev1.Node, rejoin string) 
 		return failure(fmt.Sprintf("re-run `%s --pod-cidr CIDR` with a pod CIDR that covers every node's", rejoin),
 			"pod CIDRs %s lie outside the registered pod CIDRs %s: pods there are unreachable from other clusters", strings.Join(outside, ", "), strings.Join(registered, ",")), true
 	}
-	return ok("the pod CIDRs of all %d nodes lie inside the registered pod CIDRs", len(nodes)), true
+	return ok("every node's pod CIDR lies inside the registered pod CIDRs (%s)", plural(len(nodes), "node")), true
 }
 
 // contains reports whether prefix outer covers all of inner.

@@ -45,12 +45,12 @@ func checkHubVersion(ctx context.Context, e *env) []Finding {
 	minors := map[string]int{}
 	hv, err := e.hub.version.get(ctx)
 	if err != nil {
-		out = append(out, withCluster(notChecked("the hub's version", err, "hub-access"), HubName))
+		out = append(out, aboutHub(notChecked("the hub's version", err, "hub-access")))
 	} else {
 		f := judgeVersion(hv, hubMinMinor,
 			"the hub cannot serve the admission policy that keeps clusters from writing each other's objects (admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy, Kubernetes 1.30)",
 			"upgrade the hub's Kubernetes")
-		out = append(out, withCluster(f, HubName))
+		out = append(out, aboutHub(f))
 		if minor, known := minorOf(hv); known {
 			minors[HubName] = minor
 		}
@@ -118,7 +118,8 @@ func minorOf(v *version.Info) (int, bool) {
 	return minor, err == nil
 }
 
-func withCluster(f Finding, cluster string) Finding {
-	f.Cluster = cluster
+// aboutHub makes f a finding about the hub.
+func aboutHub(f Finding) Finding {
+	f.Cluster = HubName
 	return f
 }

@@ -20,7 +20,7 @@ import (
 // either side of one of the server's second boundaries cut that interval: requests sent at
 // instants spread over the stretch of local time where, for the θ still possible, the
 // boundary must fall, narrow it by the number of requests at each round, down to about one
-// round trip. Two rounds of clockProbesPerRound requests take at most about two seconds and
+// round trip. Two rounds of clockProbesPerRound requests take at most about 2.2 seconds and
 // reach a resolution of ~1/81 s plus a round trip (a few milliseconds on a LAN). The skew
 // between a cluster and the hub is the difference of their two offsets, so its uncertainty
 // is the sum of theirs.
@@ -93,10 +93,16 @@ func estimateOffset(ctx context.Context, src clockSource) (interval, error) {
 		return interval{}, err
 	}
 	for round := 0; round < clockRounds && est.width() > clockGoal; round++ {
-		// The server's next second boundary that every offset still possible puts in the
-		// future, and the local instants at which it falls for the largest and the smallest.
-		boundary := src.now().Add(est.hi + clockLead).Truncate(time.Second).Add(time.Second)
-		first := boundary.Add(-est.hi)
+		// Requests spread over a stretch of local time as long as the interval is wide cover
+		// at least one second of the server's time, so some second boundary falls among them
+		// whatever the offset: the first round starts at once.
+		first := src.now().Add(clockLead)
+		if est.width() < time.Second {
+			// A narrower stretch must be placed: from where the server's next second boundary
+			// falls for the largest offset still possible to where it falls for the smallest.
+			boundary := src.now().Add(est.hi + clockLead).Truncate(time.Second).Add(time.Second)
+			first = boundary.Add(-est.hi)
+		}
 		step := est.width() / (clockProbesPerRound - 1)
 		for j := range clockProbesPerRound {
 			if err := src.sleepUntil(ctx, first.Add(time.Duration(j)*step)); err != nil {

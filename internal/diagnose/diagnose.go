@@ -106,11 +106,16 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &progress.Reporter{W: opts.Progress}
 	e, err := newEnv(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
+	return e.diagnose(ctx, selected, begin), nil
+}
+
+// diagnose identifies the clusters and runs the selected checks on them.
+func (e *env) diagnose(ctx context.Context, selected []check, begin time.Time) *Report {
+	p := &progress.Reporter{W: e.opts.Progress}
 	p.Step("Reading the hub credentials of %d clusters", len(e.members))
 	e.identify(ctx)
 
@@ -152,7 +157,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	slices.Sort(report.Clusters)
 	sortFindings(report.Findings, names)
 	p.Done(begin, "%d findings, %d errors", len(report.Findings), report.Count(SeverityError))
-	return report, nil
+	return report
 }
 
 func complete(opts Options) (Options, []check, error) {

@@ -117,8 +117,9 @@ func (r *Report) Failed() bool { return r.Count(SeverityError) > 0 }
 
 // Summary is the report's last line.
 func (r *Report) Summary() string {
-	return fmt.Sprintf("%d checks on %s: %d ok, %d info, %d warnings, %d errors (%s).", len(r.Checks), clusterCount(len(r.Clusters)),
-		r.Count(SeverityOK), r.Count(SeverityInfo), r.Count(SeverityWarning), r.Count(SeverityError), r.Elapsed.Round(10*time.Millisecond))
+	return fmt.Sprintf("%s on %s: %d ok, %d info, %s, %s (%s).", plural(len(r.Checks), "check"), plural(len(r.Clusters), "cluster"),
+		r.Count(SeverityOK), r.Count(SeverityInfo), plural(r.Count(SeverityWarning), "warning"), plural(r.Count(SeverityError), "error"),
+		r.Elapsed.Round(10*time.Millisecond))
 }
 
 // Errors names the failing checks and clusters for an error message: "gateway cluster1, dns
@@ -140,11 +141,12 @@ func (r *Report) Errors() string {
 	return strings.Join(names, ", ")
 }
 
-func clusterCount(n int) string {
+// plural counts: "1 error", "2 errors".
+func plural(n int, noun string) string {
 	if n == 1 {
-		return "1 cluster"
+		return "1 " + noun
 	}
-	return fmt.Sprintf("%d clusters", n)
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // sortFindings puts findings in report order: by the index of their check in checks, then
