@@ -75,7 +75,8 @@ func judgeVersion(v *version.Info, minMinor int, consequence, fix string) Findin
 	case minor < minMinor:
 		return failure(fix, "Kubernetes %s is older than 1.%d: %s", v.GitVersion, minMinor, consequence)
 	}
-	return ok("Kubernetes %s", v.GitVersion)
+	// Builds from source without version stamping report v0.0.0-master; the minor is right.
+	return ok("Kubernetes 1.%d (%s)", minor, v.GitVersion)
 }
 
 // judgeSpread compares the minor versions of the set's API servers, by cluster name.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -244,5 +245,16 @@ func failure(fix, format string, args ...any) Finding {
 // notChecked is the finding of a check that could not get what it needs: an error, since the
 // check cannot vouch for anything, whose fix points at the check that explains why.
 func notChecked(what string, err error, see string) Finding {
-	return failure("`octopus diagnose "+see+"` says why and what to do", "%s not checked: %v", what, err)
+	return failure("`octopus diagnose "+see+"` says why and what to do", "%s not checked: %s", what, brief(err))
+}
+
+// brief shortens an error for a finding whose own check is not the one that explains it: a
+// failed dial says everything in its last part ("dial tcp 192.0.2.1:6443: connect: connection
+// refused"), not in the layers of client and URL around it.
+func brief(err error) string {
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return op.Error()
+	}
+	return err.Error()
 }
