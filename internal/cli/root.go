@@ -53,6 +53,7 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 		newUnexportCommand(streams),
 		newVerifyCommand(streams),
 		newDiagnoseCommand(streams),
+		newGatherCommand(streams),
 	)
 	return root
 }
