@@ -56,7 +56,7 @@ which the Kubernetes API does not give; with --lab-dir it is collected from a la
 	f.StringVar(&o.hubKubeconfig, "hub-kubeconfig", "", "kubeconfig of the hub (default: read the hub through a cluster's hub credential)")
 	f.StringVar(&o.hubNamespace, "hub-namespace", v1alpha1.DefaultHubNamespace, "hub namespace, with --hub-kubeconfig")
 	f.StringVarP(&o.outputDir, "output-dir", "o", ".", "directory to write the archive into")
-	f.StringVar(&o.labDir, "lab-dir", "", "also collect the kernel state of the nodes of the lab in this directory (root; without a value: the default lab directory)")
+	f.StringVar(&o.labDir, "lab-dir", "", "also collect the kernel state of the nodes of the lab in DIR: --lab-dir=DIR, or --lab-dir alone for the default lab directory (root)")
 	f.Lookup("lab-dir").NoOptDefVal = defaultLabDir()
 	return cmd
 }
