@@ -22,8 +22,9 @@ var gatewayCheck = check{
 	set:   checkHubGateway,
 	member: func(ctx context.Context, e *env, m *member) []Finding {
 		site := gatewaySite{
-			lease: fmt.Sprintf("Lease %s/%s in the cluster", v1alpha1.SystemNamespace, routeagent.LeaseName),
-			start: "run `octopus-agent gateway` on a node labelled octopus.io/gateway=true",
+			lease:   fmt.Sprintf("Lease %s/%s in the cluster", v1alpha1.SystemNamespace, routeagent.LeaseName),
+			start:   "run `octopus-agent gateway` on a node labelled octopus.io/gateway=true",
+			standby: "a gateway on another node labelled octopus.io/gateway=true would have taken over by itself",
 		}
 		lease := &coordinationv1.Lease{}
 		err := m.c.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: routeagent.LeaseName}, lease)
@@ -67,8 +68,9 @@ func checkHubGateway(ctx context.Context, e *env) []Finding {
 		}
 	}
 	site := gatewaySite{
-		lease: "Lease " + hubGatewayLeaseName + " in the hub namespace",
-		start: "run `octopus-agent gateway --hub` next to the hub",
+		lease:   "Lease " + hubGatewayLeaseName + " in the hub namespace",
+		start:   "run `octopus-agent gateway --hub` next to the hub",
+		standby: "a second `octopus-agent gateway --hub` would have taken over by itself",
 	}
 	fs := judgeGateway(site, v1alpha1.HubPeerName, lease, peers, e.opts.Now())
 	for i := range fs {
@@ -77,10 +79,12 @@ func checkHubGateway(ctx context.Context, e *env) []Finding {
 	return fs
 }
 
-// gatewaySite says where a gateway is elected and how one is started, for messages.
+// gatewaySite says, for messages, where a gateway is elected, how one is started and what a
+// standby would have done.
 type gatewaySite struct {
-	lease string
-	start string
+	lease   string
+	start   string
+	standby string
 }
 
 // judgeGateway judges one cluster's gateway: the Lease that elects it (nil when there is
@@ -152,7 +156,7 @@ func judgeGatewayLease(site gatewaySite, lease *coordinationv1.Lease, now time.T
 	age := max(now.Sub(lease.Spec.RenewTime.Time), 0)
 	duration := time.Duration(ptrOr(lease.Spec.LeaseDurationSeconds, 0)) * time.Second
 	if duration > 0 && age > duration {
-		return failure(fmt.Sprintf("start the gateway on %s again (its log says why it stopped), or %s on another gateway node", holder, site.start),
+		return failure(fmt.Sprintf("start the gateway on %s again (its log says why it stopped); %s", holder, site.standby),
 			"the active gateway %s last renewed the %s %s ago and the Lease lasts %s: the gateway is not running (or cannot reach its API server) and no standby took over, so traffic to and from other clusters stops",
 			holder, site.lease, age.Round(time.Second), duration), false
 	}
