@@ -117,6 +117,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 // diagnose identifies the clusters and runs the selected checks on them.
 func (e *env) diagnose(ctx context.Context, selected []check, begin time.Time) *Report {
 	p := &progress.Reporter{W: e.opts.Progress}
+	if slices.ContainsFunc(selected, func(c check) bool { return c.Name == clockCheck.Name }) {
+		// The clock measurements take the longest (clock.go) and need no cluster ID: start
+		// them now rather than after identify.
+		go func() { _, _ = e.hub.offset.get(ctx) }()
+		for _, m := range e.members {
+			go func() { _, _ = m.offset.get(ctx) }()
+		}
+	}
 	p.Step("Reading the hub credentials of %d clusters", len(e.members))
 	e.identify(ctx)
 
