@@ -22,7 +22,7 @@ var (
 	// manifests, the CLI and the lab.
 	Provisioning = []string{
 		"config/crd", "config/rbac", "internal/hub", "internal/cluster", "internal/dnsconfig", "internal/render",
-		"internal/cli", "internal/lab/...",
+		"internal/cli", "internal/lab/...", "internal/diagnose", "internal/gather/...",
 	}
 
 	// Daemons are the binaries that run in clusters.

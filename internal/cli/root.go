@@ -52,6 +52,8 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 		newExportCommand(streams),
 		newUnexportCommand(streams),
 		newVerifyCommand(streams),
+		newDiagnoseCommand(streams),
+		newGatherCommand(streams),
 	)
 	return root
 }

@@ -40,18 +40,18 @@ func DiscoverPodCIDRs(ctx context.Context, c client.Reader) ([]string, error) {
 	}
 	for _, pod := range pods.Items {
 		for _, ctr := range pod.Spec.Containers {
-			if cidrs := flagValue(append(append([]string{}, ctr.Command...), ctr.Args...), "--cluster-cidr"); cidrs != "" {
+			if cidrs := FlagValue(append(append([]string{}, ctr.Command...), ctr.Args...), "--cluster-cidr"); cidrs != "" {
 				return dedupe(strings.Split(cidrs, ",")), nil
 			}
 		}
 	}
 	cm := &corev1.ConfigMap{}
-	err := c.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: "kube-proxy"}, cm)
+	err := c.Get(ctx, KubeProxyConfigMap, cm)
 	if err == nil {
 		var conf struct {
 			ClusterCIDR string `json:"clusterCIDR"`
 		}
-		if yaml.Unmarshal([]byte(cm.Data["config.conf"]), &conf) == nil && conf.ClusterCIDR != "" {
+		if yaml.Unmarshal([]byte(cm.Data[KubeProxyConfigKey]), &conf) == nil && conf.ClusterCIDR != "" {
 			return dedupe(strings.Split(conf.ClusterCIDR, ",")), nil
 		}
 	} else if client.IgnoreNotFound(err) != nil {
@@ -60,7 +60,16 @@ func DiscoverPodCIDRs(ctx context.Context, c client.Reader) ([]string, error) {
 	return nil, fmt.Errorf("found no --cluster-cidr in kube-system pods and no clusterCIDR in the kube-proxy ConfigMap")
 }
 
-func flagValue(args []string, name string) string {
+// KubeProxyConfigMap and KubeProxyConfigKey are where kubeadm keeps kube-proxy's
+// configuration, which records the pod CIDR (clusterCIDR) and the proxy mode.
+var KubeProxyConfigMap = client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: "kube-proxy"}
+
+// KubeProxyConfigKey is the key of KubeProxyConfigMap that holds the configuration file.
+const KubeProxyConfigKey = "config.conf"
+
+// FlagValue returns the value of the command-line flag name in args ("--name=v" or
+// "--name v"), "" when it is absent.
+func FlagValue(args []string, name string) string {
 	for i, a := range args {
 		if v, ok := strings.CutPrefix(a, name+"="); ok {
 			return v

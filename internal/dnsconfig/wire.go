@@ -24,11 +24,12 @@ const ServiceName = "octopus-dns"
 // AppLabel selects the octopus-dns pods behind ServiceName.
 var AppLabel = map[string]string{"app.kubernetes.io/name": "octopus-dns"}
 
-// Where the cluster's CoreDNS keeps its configuration: kubeadm's names, which most
-// distributions keep.
-var coreDNSConfigMap = client.ObjectKey{Namespace: "kube-system", Name: "coredns"}
+// CoreDNSConfigMap and CorefileKey are where the cluster's CoreDNS keeps its configuration:
+// kubeadm's names, which most distributions keep.
+var CoreDNSConfigMap = client.ObjectKey{Namespace: "kube-system", Name: "coredns"}
 
-const corefileKey = "Corefile"
+// CorefileKey is the key of CoreDNSConfigMap that holds the Corefile.
+const CorefileKey = "Corefile"
 
 // Result says what Wire did, for the user.
 type Result struct {
@@ -49,8 +50,8 @@ func Check(ctx context.Context, c client.Reader) error {
 	if err != nil || cm == nil {
 		return err
 	}
-	if _, err := Inspect(cm.Data[corefileKey]); err != nil {
-		return fmt.Errorf("ConfigMap %s key %s: %w", coreDNSConfigMap, corefileKey, err)
+	if _, err := Inspect(cm.Data[CorefileKey]); err != nil {
+		return fmt.Errorf("ConfigMap %s key %s: %w", CoreDNSConfigMap, CorefileKey, err)
 	}
 	return nil
 }
@@ -69,17 +70,17 @@ func Wire(ctx context.Context, c client.Client) (Result, error) {
 			return err
 		}
 		res.CoreDNS = true
-		before := cm.Data[corefileKey]
+		before := cm.Data[CorefileKey]
 		info, err := Inspect(before)
 		if err != nil {
-			return fmt.Errorf("ConfigMap %s key %s: %w", coreDNSConfigMap, corefileKey, err)
+			return fmt.Errorf("ConfigMap %s key %s: %w", CoreDNSConfigMap, CorefileKey, err)
 		}
 		res.Reload = info.Reload
 		after, err := Patch(before, []netip.AddrPort{target})
 		if err != nil || after == before {
 			return err
 		}
-		cm.Data[corefileKey] = after
+		cm.Data[CorefileKey] = after
 		return c.Update(ctx, cm)
 	})
 	if err != nil {
@@ -98,15 +99,15 @@ func Unwire(ctx context.Context, c client.Client) (bool, error) {
 			return err
 		}
 		var after string
-		after, removed = Unpatch(cm.Data[corefileKey])
+		after, removed = Unpatch(cm.Data[CorefileKey])
 		if !removed {
 			return nil
 		}
-		cm.Data[corefileKey] = after
+		cm.Data[CorefileKey] = after
 		return c.Update(ctx, cm)
 	})
 	if err != nil {
-		return false, fmt.Errorf("removing %s from the cluster's CoreDNS configuration (ConfigMap %s): %w", Zone, coreDNSConfigMap, err)
+		return false, fmt.Errorf("removing %s from the cluster's CoreDNS configuration (ConfigMap %s): %w", Zone, CoreDNSConfigMap, err)
 	}
 	return removed, nil
 }
@@ -114,11 +115,11 @@ func Unwire(ctx context.Context, c client.Client) (bool, error) {
 // coreDNS returns the CoreDNS ConfigMap, or nil when the cluster has none.
 func coreDNS(ctx context.Context, c client.Reader) (*corev1.ConfigMap, error) {
 	cm := &corev1.ConfigMap{}
-	if err := c.Get(ctx, coreDNSConfigMap, cm); err != nil {
+	if err := c.Get(ctx, CoreDNSConfigMap, cm); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("reading ConfigMap %s: %w", coreDNSConfigMap, err)
+		return nil, fmt.Errorf("reading ConfigMap %s: %w", CoreDNSConfigMap, err)
 	}
 	if cm.Data == nil {
 		cm.Data = map[string]string{}
