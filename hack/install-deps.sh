@@ -15,7 +15,7 @@ set -euo pipefail
 # (hack/bench/tunnel) measures pod → pod with iperf3 and ping and compares our wireguard driver
 # with Debian's wireguard-go program configured by `wg`.
 PACKAGES=(git make ca-certificates nftables iproute2 busybox socat dnsutils dnsperf util-linux mount
-  iperf3 iputils-ping wireguard-go wireguard-tools netcat-openbsd curl wget)
+  iperf3 iputils-ping wireguard-go wireguard-tools netcat-openbsd curl wget runc containernetworking-plugins)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
