@@ -111,4 +111,3 @@ func existingAncestor(path string) (string, error) {
 		}
 	}
 }
-

@@ -65,4 +65,3 @@ func TestMountOps(t *testing.T) {
 		}
 	}
 }
-
