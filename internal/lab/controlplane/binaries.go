@@ -188,3 +188,7 @@ func envOr(key, def string) string {
 	}
 	return def
 }
+
+// CacheDir returns the root of the cache the build scripts under hack/ write, for other
+// cached artefacts of the lab (its container images): $OCTOPUS_CACHE, else ~/.cache/octopus.
+func CacheDir() (string, error) { return cacheDir() }
