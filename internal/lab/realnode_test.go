@@ -130,7 +130,8 @@ func TestRealNodes(t *testing.T) {
 	})
 
 	t.Run("memory limit: OOM-killed and restarted", func(t *testing.T) {
-		p := busyboxPod("hog", node2, "echo started; dd if=/dev/zero of=/dev/null bs=64M count=1; sleep 3600")
+		// tail looks for the last lines of a file that never ends a line, buffering all of it.
+		p := busyboxPod("hog", node2, "echo started; tail /dev/zero")
 		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("24Mi")}
 		create(ctx, t, cs, p)
 		got := waitPod(ctx, t, cs, "hog", func(p *corev1.Pod) bool {
@@ -154,6 +155,15 @@ func TestRealNodes(t *testing.T) {
 		}
 	})
 
+	// What the checks below must find gone is there while the lab runs: the nodes' mounts and
+	// the processes in the lab's cgroups (containerd, its shims, the pods).
+	if len(mountsOf(dir)) == 0 {
+		t.Errorf("no mount namespace mounts from %s while the lab runs", dir)
+	}
+	if pids, err := realnode.CgroupProcesses(report.Network.ID); err != nil || len(pids) == 0 {
+		t.Errorf("no processes in the lab's cgroups while the lab runs: %v", err)
+	}
+
 	// kill -9 of `lab up`, then `lab down`.
 	kill()
 	if err := lab.Down(dir); err != nil {
@@ -169,23 +179,21 @@ func TestRealNodes(t *testing.T) {
 	if cgroups, err := realnode.Cgroups(report.Network.ID); err != nil || len(cgroups) > 0 {
 		t.Errorf("cgroups: after lab down: %v (%v)", cgroups, err)
 	}
+	if mounts := mountsOf(dir); len(mounts) > 0 {
+		t.Errorf("mounts: after lab down, mount namespaces still mount from %s: %v", dir, mounts)
+	}
 	namespaces, links, err := labnet.Leftovers(report.Network.ID)
 	if err != nil || len(namespaces) > 0 || len(links) > 0 {
 		t.Errorf("namespaces: after lab down: %v, links %v (%v)", namespaces, links, err)
 	}
-	for _, what := range []struct {
-		name          string
-		before, after []string
-	}{
-		{"mounts", before.mounts, after.mounts},
-		{"mount namespaces", before.mountNamespaces, after.mountNamespaces},
-		{"network namespaces", before.netns, after.netns},
-		{"files", before.files, after.files},
-	} {
-		for _, x := range what.after {
-			if !slices.Contains(what.before, x) {
-				t.Errorf("%s: after lab down there is %s, which was not there before lab up", what.name, x)
-			}
+	for _, ns := range after.netns {
+		if !slices.Contains(before.netns, ns) {
+			t.Errorf("namespaces: after lab down there is /run/netns/%s, which was not there before lab up", ns)
+		}
+	}
+	for _, f := range after.files {
+		if !slices.Contains(before.files, f) {
+			t.Errorf("files: after lab down there is %s, which was not there before lab up", f)
 		}
 	}
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
@@ -195,36 +203,20 @@ func TestRealNodes(t *testing.T) {
 
 // snapshot is what of the host a lab must leave as it found it.
 type snapshot struct {
-	// mounts are the mount points of the host's mount namespace.
-	mounts []string
-	// mountNamespaces are the mount namespaces of all processes.
-	mountNamespaces []string
 	// netns are the named network namespaces.
 	netns []string
-	// files are the entries of the host paths a real node's kubelet and containerd would use
-	// if they escaped their mount namespace.
+	// files are the host paths a real node's kubelet, containerd and CNI plugins would use if
+	// they escaped their node's mount namespace.
 	files []string
 }
 
 func hostSnapshot(t *testing.T) snapshot {
 	t.Helper()
 	var s snapshot
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
+	entries, err := os.ReadDir("/run/netns")
+	if err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 {
-			s.mounts = append(s.mounts, f[4])
-		}
-	}
-	procs, _ := filepath.Glob("/proc/[0-9]*/ns/mnt")
-	for _, p := range procs {
-		if ns, err := os.Readlink(p); err == nil && !slices.Contains(s.mountNamespaces, ns) {
-			s.mountNamespaces = append(s.mountNamespaces, ns)
-		}
-	}
-	entries, _ := os.ReadDir("/run/netns")
 	for _, e := range entries {
 		s.netns = append(s.netns, e.Name())
 	}
@@ -234,6 +226,32 @@ func hostSnapshot(t *testing.T) snapshot {
 		}
 	}
 	return s
+}
+
+// mountsOf lists the mounts, in any process's mount namespace, whose source or mount point is
+// inside dir: a node's mount namespace (its binds, container root filesystems, pod network
+// namespaces) has them as long as any of its processes lives.
+func mountsOf(dir string) []string {
+	var found []string
+	seen := map[string]bool{}
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		ns, err := os.Readlink(p + "/ns/mnt")
+		if err != nil || seen[ns] {
+			continue
+		}
+		seen[ns] = true
+		b, err := os.ReadFile(p + "/mountinfo")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, dir) {
+				found = append(found, fmt.Sprintf("%s (%s): %s", ns, p, line))
+			}
+		}
+	}
+	return found
 }
 
 func busyboxPod(name, node, script string) *corev1.Pod {
