@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
+	"github.com/octopus-mcs/octopus/internal/lab/images"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/lab/nodeagent"
 )
@@ -187,10 +188,12 @@ func (a *nodeAgent) run(ctx context.Context) {
 	}
 }
 
-// nodeAgents runs one nodeAgent per cluster until stop is called.
+// nodeAgents runs one nodeAgent per cluster until stop is called, and the registry of real
+// nodes.
 type nodeAgents struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	registry *images.Registry
 }
 
 func (n *nodeAgents) stop() {
@@ -199,6 +202,9 @@ func (n *nodeAgents) stop() {
 	}
 	n.cancel()
 	n.wg.Wait()
+	if n.registry != nil {
+		_ = n.registry.Close()
+	}
 }
 
 // startNodes starts every cluster's nodes, runs kube-proxy in every node namespace and
@@ -215,15 +221,16 @@ func startNodes(ctx context.Context, env *controlplane.Environment, plan labnet.
 			images.CoreDNSBinary = path
 		}
 	}
-	var imageTarballs []string
-	if opts.NodeRuntime == NodeRuntimeKubelet {
-		var err error
-		if imageTarballs, err = labImages(opts); err != nil {
-			return nil, fmt.Errorf("building the images of the lab's nodes: %w", err)
-		}
-	}
 	hctx, cancel := context.WithCancel(context.Background())
 	agents := &nodeAgents{cancel: cancel}
+	var nodeImages *labImageSet
+	if opts.NodeRuntime == NodeRuntimeKubelet {
+		var err error
+		if nodeImages, err = startLabImages(ctx, opts); err != nil {
+			return nil, err
+		}
+		agents.registry = nodeImages.registry
+	}
 	for _, c := range plan.Clusters {
 		cp := env.Cluster(c.Name)
 		if cp == nil {
@@ -236,7 +243,7 @@ func startNodes(ctx context.Context, env *controlplane.Environment, plan labnet.
 			return nil, fmt.Errorf("starting nodes of %s: %w", c.Name, err)
 		}
 		if opts.NodeRuntime == NodeRuntimeKubelet {
-			if _, err := startRealNodes(ctx, env, plan, c, cp, cs, opts, imageTarballs); err != nil {
+			if _, err := startRealNodes(ctx, env, plan, c, cp, cs, opts, nodeImages); err != nil {
 				agents.stop()
 				return nil, err
 			}

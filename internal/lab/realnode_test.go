@@ -37,7 +37,8 @@ import (
 // TestRealNodes brings up, in a child process, a lab whose cluster has two real nodes
 // (kubelet, containerd, runc, bridge CNI) and checks on it what only a real kubelet gives: a
 // privileged hostNetwork DaemonSet on every node, a memory-limited pod OOM-killed and
-// restarted, kubectl exec, logs and port-forward, pod → pod across nodes, and an NRI plugin
+// restarted, kubectl exec, logs and port-forward, pod → pod across nodes, an image pulled
+// (busybox:latest) from the lab's registry, and an NRI plugin
 // that sees a sandbox created and changes a container. Then it SIGKILLs `lab up` and checks
 // that `lab down` leaves no process, mount, cgroup, namespace or file behind.
 func TestRealNodes(t *testing.T) {
@@ -113,9 +114,14 @@ func TestRealNodes(t *testing.T) {
 	t.Run("exec, logs and port-forward; pod to pod across nodes", func(t *testing.T) {
 		create(ctx, t, cs, busyboxPod("server", node1,
 			"echo serving; mkdir /www; echo hello-from-node1 > /www/index.html; httpd -f -p 8080 -h /www"))
-		create(ctx, t, cs, busyboxPod("client", node2, "sleep 3600"))
+		// "busybox" is busybox:latest, which the kubelet pulls always: from the lab's registry.
+		client := busyboxPod("client", node2, "sleep 3600")
+		client.Spec.Containers[0].Image = "busybox"
+		create(ctx, t, cs, client)
 		server := waitPodReady(ctx, t, cs, "server")
-		waitPodReady(ctx, t, cs, "client")
+		if got := waitPodReady(ctx, t, cs, "client"); got.Spec.Containers[0].ImagePullPolicy != corev1.PullAlways {
+			t.Errorf("the client's image pull policy is %s; the test means to pull the image", got.Spec.Containers[0].ImagePullPolicy)
+		}
 		out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "exec", "client", "--",
 			"wget", "-qO-", "http://"+server.Status.PodIP+":8080/index.html").CombinedOutput()
 		if err != nil || strings.TrimSpace(string(out)) != "hello-from-node1" {

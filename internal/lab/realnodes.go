@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -50,10 +51,18 @@ func ValidateNodeRuntime(runtime string) (string, error) {
 		runtime, NodeRuntimeStandin, NodeRuntimeKubelet)
 }
 
-// labImages builds (or finds in the cache) the image tarballs every real node imports: the
-// workload images of images.Catalog and, when the agent binary's directory holds every binary
-// of `make build`, the project's own images.
-func labImages(opts Options) ([]string, error) {
+// labImageSet is what real nodes get their images from: tarballs every node imports at start,
+// and a registry holding the same images, which every node's containerd uses instead of the
+// registries the images name (a :latest image is pulled always).
+type labImageSet struct {
+	tarballs []string
+	registry *images.Registry
+}
+
+// startLabImages builds (or finds in the cache) the workload images of images.Catalog and,
+// when the agent binary's directory holds every binary of `make build`, the project's own
+// images, and serves them from a registry on the API address, which every node reaches.
+func startLabImages(ctx context.Context, opts Options) (*labImageSet, error) {
 	coredns, err := controlplane.CoreDNSPath()
 	if err != nil {
 		return nil, err
@@ -68,16 +77,29 @@ func labImages(opts Options) ([]string, error) {
 	}
 	specs, err := images.Catalog(catalog)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("the images of the lab's nodes: %w", err)
 	}
-	tarballs := make([]string, len(specs))
+	set := &labImageSet{tarballs: make([]string, len(specs))}
 	errs := make([]error, len(specs))
 	var wg sync.WaitGroup
 	for i, s := range specs {
-		wg.Go(func() { tarballs[i], errs[i] = images.Ensure(filepath.Join(cache, "images"), s) })
+		wg.Go(func() { set.tarballs[i], errs[i] = images.Ensure(filepath.Join(cache, "images"), s) })
 	}
 	wg.Wait()
-	return tarballs, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("the images of the lab's nodes: %w", err)
+	}
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(labnet.APIAddress, 0).String())
+	if err != nil {
+		return nil, fmt.Errorf("the lab's registry: %w", err)
+	}
+	set.registry = images.StartRegistry(ln)
+	for _, t := range set.tarballs {
+		if err := set.registry.Push(ctx, t); err != nil {
+			return nil, errors.Join(err, set.registry.Close())
+		}
+	}
+	return set, nil
 }
 
 // hasOctopusBinaries reports whether dir holds every binary the project's image needs.
@@ -95,7 +117,7 @@ func hasOctopusBinaries(dir string) bool {
 // to the other nodes' pod CIDRs (labnet.ConfigureNode, as for the stand-in's pods), and waits
 // until every Node is Ready.
 func startRealNodes(ctx context.Context, env *controlplane.Environment, plan labnet.Plan, c labnet.ClusterNet,
-	cp *controlplane.ControlPlane, cs kubernetes.Interface, opts Options, imageTarballs []string) ([]*realnode.Node, error) {
+	cp *controlplane.ControlPlane, cs kubernetes.Interface, opts Options, imgs *labImageSet) ([]*realnode.Node, error) {
 	dns, err := nodeagent.ClusterDNSAddr(cp.ServiceCIDR)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", c.Name, err)
@@ -111,7 +133,8 @@ func startRealNodes(ctx context.Context, env *controlplane.Environment, plan lab
 		wg.Go(func() {
 			nodes[i], errs[i] = realnode.Start(ctx, realnode.Options{
 				Env: env, Cluster: cp, Node: n, LabID: plan.ID,
-				KubeBinDir: opts.BinDir, ContainerdBinDir: opts.ContainerdBinDir, Images: imageTarballs,
+				KubeBinDir: opts.BinDir, ContainerdBinDir: opts.ContainerdBinDir, Images: imgs.tarballs,
+				Mirror: imgs.registry.Addr, Registries: imgs.registry.Hosts(),
 				ClusterDNS: dns, Labels: labels, Log: opts.Log.WithValues("node", n.Name),
 			})
 		})

@@ -2,12 +2,16 @@ package images
 
 import (
 	"archive/tar"
+	"context"
 	"errors"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -271,5 +275,51 @@ func TestCatalog(t *testing.T) {
 	}
 	if _, err := Build(byRef[ToolboxImage]); err != nil {
 		t.Errorf("building the toolbox: %v", err)
+	}
+}
+
+// TestRegistry pushes a tarball's image under both its tags and reads it back as a container
+// runtime would through the mirror path HostsTOML configures.
+func TestRegistry(t *testing.T) {
+	spec, _ := testSpec(t)
+	path, err := Ensure(t.TempDir(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := StartRegistry(ln)
+	defer r.Close()
+	if err := r.Push(context.Background(), path); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"example.org"}, r.Hosts()); diff != "" {
+		t.Errorf("hosts: %s", diff)
+	}
+	img, err := Build(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := img.Digest()
+	for _, tag := range []string{"1", "latest"} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+r.Addr+"/v2/example.org/lab/tool/manifests/"+tag, nil)
+		req.Header.Set("Accept", "application/vnd.docker.distribution.manifest.v2+json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Docker-Content-Digest") != want.String() {
+			t.Errorf("manifest %s: %s, digest %q; want 200 and %s", tag, resp.Status, resp.Header.Get("Docker-Content-Digest"), want)
+		}
+	}
+	toml, err := HostsTOML("docker.io", "198.51.100.241:5000")
+	if err != nil || !strings.Contains(toml, `server = "http://198.51.100.241:5000/v2/docker.io"`) || !strings.Contains(toml, "override_path = true") {
+		t.Errorf("HostsTOML = %q, %v", toml, err)
+	}
+	if _, err := HostsTOML("bad\nhost", "x"); err == nil {
+		t.Error("a bad host was accepted")
 	}
 }

@@ -40,6 +40,8 @@ type containerdConfig struct {
 	// NRIPluginDir holds NRI plugins containerd starts itself (none in the lab: plugins
 	// connect to the socket).
 	NRIPluginDir, NRIConfigDir string
+	// RegistryConfigDir holds a hosts.toml per registry (images.HostsTOML).
+	RegistryConfigDir string
 }
 
 // render returns the TOML text. Strings are quoted by strconv.Quote, whose escapes TOML
@@ -82,13 +84,18 @@ state = %[2]s
     conf_dir = %[8]s
     max_conf_num = 1
 
+[plugins."io.containerd.cri.v1.images".registry]
+  # The lab's registry stands in for every registry its images name.
+  config_path = %[12]s
+
 [plugins."io.containerd.nri.v1.nri"]
   disable = false
   socket_path = %[9]s
   plugin_path = %[10]s
   plugin_config_path = %[11]s
 `, q(c.Root), q(containerdRunPath), q(containerdSocket), q(containerdSocket+".ttrpc"), q(c.Cgroup),
-		q(c.Runc), q(c.CNIBinDir), q(c.CNIConfDir), q(nriSocket), q(c.NRIPluginDir), q(c.NRIConfigDir))
+		q(c.Runc), q(c.CNIBinDir), q(c.CNIConfDir), q(nriSocket), q(c.NRIPluginDir), q(c.NRIConfigDir),
+		q(c.RegistryConfigDir))
 }
 
 // kubeletConfig is the node's KubeletConfiguration.

@@ -16,6 +16,7 @@ func TestContainerdConfig(t *testing.T) {
 		Root: "/lab/nodes/n1/containerd", Cgroup: "/octopus-lab-abcd/n1/containerd",
 		CNIConfDir: "/lab/nodes/n1/net.d", CNIBinDir: "/usr/lib/cni", Runc: "/usr/sbin/runc",
 		NRIPluginDir: "/lab/nodes/n1/nri/plugins", NRIConfigDir: "/lab/nodes/n1/nri/conf",
+		RegistryConfigDir: "/lab/nodes/n1/certs.d",
 	}.render()
 	for _, want := range []string{
 		"version = 3\n",
@@ -28,6 +29,7 @@ func TestContainerdConfig(t *testing.T) {
 		`BinaryName = "/usr/sbin/runc"`,
 		`bin_dirs = ["/usr/lib/cni"]`,
 		`conf_dir = "/lab/nodes/n1/net.d"`,
+		"[plugins.\"io.containerd.cri.v1.images\".registry]\n  # The lab's registry stands in for every registry its images name.\n  config_path = \"/lab/nodes/n1/certs.d\"",
 		"[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  socket_path = \"/run/containerd/nri.sock\"",
 	} {
 		if !strings.Contains(got, want) {

@@ -23,6 +23,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
+	"github.com/octopus-mcs/octopus/internal/lab/images"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/lab/mountns"
 )
@@ -58,6 +59,11 @@ type Options struct {
 	Images []string
 	// ClusterDNS is the kube-dns Service's address, the nameserver of pods' resolv.conf.
 	ClusterDNS netip.Addr
+	// Mirror is the address of a registry (images.Registry) that containerd uses instead of
+	// each of Registries, so that images are pulled from it and never from outside the
+	// machine. Optional.
+	Mirror     string
+	Registries []string
 	// Labels are the Node's labels besides the kubelet's own. Optional.
 	Labels map[string]string
 	// Log receives structured logs. Optional.
@@ -91,6 +97,7 @@ const (
 	dirNRIConf         = "nri/conf"
 	dirPKI             = "pki"
 	dirScratch         = "scratch" // the tmpfs of overlays the mount namespace needs
+	dirRegistryHosts   = "certs.d" // containerd's registry config_path: <host>/hosts.toml
 	fileContainerdConf = "containerd.toml"
 	fileKubeletConf    = "kubelet.json"
 	fileKubeconfig     = "kubelet.kubeconfig"
@@ -224,9 +231,22 @@ func (n *Node) writeFiles() error {
 	if _, err := os.Stat(filepath.Join(cniBinDir, "bridge")); err != nil {
 		return fmt.Errorf("a real node needs the CNI plugins: install Debian package containernetworking-plugins (hack/install-deps.sh): %w", err)
 	}
+	for _, host := range o.Registries {
+		hosts, err := images.HostsTOML(host, o.Mirror)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(n.path(filepath.Join(dirRegistryHosts, host)), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(n.path(filepath.Join(dirRegistryHosts, host, "hosts.toml")), []byte(hosts), 0o644); err != nil {
+			return err
+		}
+	}
 	containerd := containerdConfig{
 		Root: n.path(dirContainerdRoot), Cgroup: nodeCgroup(o.LabID, n.Name) + "/containerd",
-		CNIConfDir: n.path(dirCNIConf), CNIBinDir: cniBinDir, Runc: runc,
+		RegistryConfigDir: n.path(dirRegistryHosts),
+		CNIConfDir:        n.path(dirCNIConf), CNIBinDir: cniBinDir, Runc: runc,
 		NRIPluginDir: n.path(dirNRIPlugins), NRIConfigDir: n.path(dirNRIConf),
 	}
 	if err := os.WriteFile(n.path(fileContainerdConf), []byte(containerd.render()), 0o600); err != nil {
