@@ -142,7 +142,9 @@ func Write(path string, s Spec) error {
 
 // Ensure returns the tarball of s in cacheDir, building it when no tarball of the same inputs
 // (the spec and each source file's size and modification time) is there yet. Rebuilding a
-// binary thus makes a new image; old tarballs are left to the cache's owner.
+// binary thus makes a new image, and the tarballs of the image's earlier inputs are deleted:
+// the project's image is rebuilt with every change of its binaries, and tarballs nobody can
+// use again would fill the disk.
 func Ensure(cacheDir string, s Spec) (string, error) {
 	key, err := inputKey(s)
 	if err != nil {
@@ -158,6 +160,15 @@ func Ensure(cacheDir string, s Spec) (string, error) {
 	}
 	if err := Write(path, s); err != nil {
 		return "", err
+	}
+	stale, err := filepath.Glob(filepath.Join(cacheDir, base+"-*.tar"))
+	if err != nil {
+		return "", err
+	}
+	for _, old := range stale {
+		if old != path && len(old) == len(path) { // only <base>-<key>.tar, not another image's name
+			_ = os.Remove(old)
+		}
 	}
 	return path, nil
 }

@@ -201,6 +201,9 @@ func TestEnsure(t *testing.T) {
 	if err != nil || rebuilt == path {
 		t.Errorf("Ensure after a source changed = %s, %v; want a new tarball", rebuilt, err)
 	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("the tarball of the old inputs is still there: %v", err)
+	}
 }
 
 func TestParseLdd(t *testing.T) {
