@@ -210,7 +210,7 @@ func (n *nodeAgents) stop() {
 // startNodes starts every cluster's nodes, runs kube-proxy in every node namespace and
 // deploys each cluster's DNS (deployClusterDNS). Stand-in nodes are registered and kept Ready
 // by nodeAgent and run their pods with a nodeagent.Agent; real nodes run a kubelet and
-// containerd (startRealNodes).
+// containerd (startAllRealNodes), all clusters' at once.
 func startNodes(ctx context.Context, env *controlplane.Environment, plan labnet.Plan, opts Options) (*nodeAgents, error) {
 	images := nodeagent.Images{EchoBinary: opts.EchoBinary, OctopusDNSBinary: opts.DNSBinary}
 	log := opts.Log
@@ -223,13 +223,12 @@ func startNodes(ctx context.Context, env *controlplane.Environment, plan labnet.
 	}
 	hctx, cancel := context.WithCancel(context.Background())
 	agents := &nodeAgents{cancel: cancel}
-	var nodeImages *labImageSet
 	if opts.NodeRuntime == NodeRuntimeKubelet {
 		var err error
-		if nodeImages, err = startLabImages(ctx, opts); err != nil {
+		if agents.registry, err = startAllRealNodes(ctx, env, plan, opts); err != nil {
+			agents.stop()
 			return nil, err
 		}
-		agents.registry = nodeImages.registry
 	}
 	for _, c := range plan.Clusters {
 		cp := env.Cluster(c.Name)
@@ -242,14 +241,11 @@ func startNodes(ctx context.Context, env *controlplane.Environment, plan labnet.
 			agents.stop()
 			return nil, fmt.Errorf("starting nodes of %s: %w", c.Name, err)
 		}
-		if opts.NodeRuntime == NodeRuntimeKubelet {
-			if _, err := startRealNodes(ctx, env, plan, c, cp, cs, opts, nodeImages); err != nil {
+		if opts.NodeRuntime != NodeRuntimeKubelet {
+			if err := startStandinNodes(ctx, env, plan, c, cp, cs, images, agents, hctx, log); err != nil {
 				agents.stop()
 				return nil, err
 			}
-		} else if err := startStandinNodes(ctx, env, plan, c, cp, cs, images, agents, hctx, log); err != nil {
-			agents.stop()
-			return nil, err
 		}
 		for _, n := range c.Nodes {
 			if err := env.StartProcess(kubeProxyProcess(cp, n)); err != nil {

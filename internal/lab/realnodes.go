@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -51,18 +52,29 @@ func ValidateNodeRuntime(runtime string) (string, error) {
 		runtime, NodeRuntimeStandin, NodeRuntimeKubelet)
 }
 
-// labImageSet is what real nodes get their images from: tarballs every node imports at start,
-// and a registry holding the same images, which every node's containerd uses instead of the
-// registries the images name (a :latest image is pulled always).
+// labImageSet is what real nodes get their images from: a registry holding every image of the
+// lab's catalog, which every node's containerd uses instead of the registries the images name,
+// and the tarballs of the images the lab itself runs, which every node imports before its
+// kubelet starts so that its first pods need no pull.
 type labImageSet struct {
-	tarballs []string
+	preload  []string
 	registry *images.Registry
+	// hosts are the registries the node's containerd must use the lab's registry for.
+	hosts []string
+	// pushed yields the result of filling the registry, which goes on while the nodes start.
+	pushed chan error
 }
+
+// preloaded are the images every real node imports at start: the sandbox of every pod and the
+// cluster DNS the lab deploys. Others, the project's own large image among them, are pulled
+// from the lab's registry by the nodes whose pods need them, as in a cluster.
+var preloaded = []string{images.PauseImage, images.CoreDNSImage}
 
 // startLabImages builds (or finds in the cache) the workload images of images.Catalog and,
 // when the agent binary's directory holds every binary of `make build`, the project's own
-// images, and serves them from a registry on the API address, which every node reaches.
-func startLabImages(ctx context.Context, opts Options) (*labImageSet, error) {
+// images, and starts serving them from a registry on the API address, which every node
+// reaches, with its blobs in labDir.
+func startLabImages(ctx context.Context, opts Options, labDir string) (*labImageSet, error) {
 	coredns, err := controlplane.CoreDNSPath()
 	if err != nil {
 		return nil, err
@@ -79,27 +91,80 @@ func startLabImages(ctx context.Context, opts Options) (*labImageSet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the images of the lab's nodes: %w", err)
 	}
-	set := &labImageSet{tarballs: make([]string, len(specs))}
+	tarballs := make([]string, len(specs))
 	errs := make([]error, len(specs))
 	var wg sync.WaitGroup
 	for i, s := range specs {
-		wg.Go(func() { set.tarballs[i], errs[i] = images.Ensure(filepath.Join(cache, "images"), s) })
+		wg.Go(func() { tarballs[i], errs[i] = images.Ensure(filepath.Join(cache, "images"), s) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("the images of the lab's nodes: %w", err)
 	}
+	hosts, err := images.RegistryHosts(specs)
+	if err != nil {
+		return nil, err
+	}
+	set := &labImageSet{pushed: make(chan error, 1), hosts: hosts}
+	for i, s := range specs {
+		for _, ref := range s.Refs {
+			if slices.Contains(preloaded, ref) {
+				set.preload = append(set.preload, tarballs[i])
+				break
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", netip.AddrPortFrom(labnet.APIAddress, 0).String())
 	if err != nil {
 		return nil, fmt.Errorf("the lab's registry: %w", err)
 	}
-	set.registry = images.StartRegistry(ln)
-	for _, t := range set.tarballs {
-		if err := set.registry.Push(ctx, t); err != nil {
-			return nil, errors.Join(err, set.registry.Close())
-		}
+	blobs := filepath.Join(labDir, "registry")
+	if err := os.MkdirAll(blobs, 0o700); err != nil {
+		return nil, errors.Join(err, ln.Close())
 	}
+	set.registry = images.StartRegistry(ln, blobs)
+	go func() {
+		var err error
+		for _, t := range tarballs {
+			if err = set.registry.Push(ctx, t); err != nil {
+				break
+			}
+		}
+		set.pushed <- err
+	}()
 	return set, nil
+}
+
+// startAllRealNodes starts the real nodes of every cluster at once (startRealNodes) and
+// returns once all are Ready and the lab's registry is filled. The registry serves until the
+// caller closes it, also on error.
+func startAllRealNodes(ctx context.Context, env *controlplane.Environment, plan labnet.Plan, opts Options) (*images.Registry, error) {
+	imgs, err := startLabImages(ctx, opts, env.Dir)
+	if err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(plan.Clusters)+1)
+	var wg sync.WaitGroup
+	for i, c := range plan.Clusters {
+		wg.Go(func() {
+			cp := env.Cluster(c.Name)
+			if cp == nil {
+				errs[i] = fmt.Errorf("starting nodes: no control plane for cluster %s", c.Name)
+				return
+			}
+			cs, err := kubernetes.NewForConfig(cp.RESTConfig())
+			if err != nil {
+				errs[i] = fmt.Errorf("starting nodes of %s: %w", c.Name, err)
+				return
+			}
+			_, errs[i] = startRealNodes(ctx, env, plan, c, cp, cs, opts, imgs)
+		})
+	}
+	wg.Wait()
+	if err := <-imgs.pushed; err != nil {
+		errs[len(plan.Clusters)] = fmt.Errorf("filling the lab's registry: %w", err)
+	}
+	return imgs.registry, errors.Join(errs...)
 }
 
 // hasOctopusBinaries reports whether dir holds every binary the project's image needs.
@@ -133,8 +198,8 @@ func startRealNodes(ctx context.Context, env *controlplane.Environment, plan lab
 		wg.Go(func() {
 			nodes[i], errs[i] = realnode.Start(ctx, realnode.Options{
 				Env: env, Cluster: cp, Node: n, LabID: plan.ID,
-				KubeBinDir: opts.BinDir, ContainerdBinDir: opts.ContainerdBinDir, Images: imgs.tarballs,
-				Mirror: imgs.registry.Addr, Registries: imgs.registry.Hosts(),
+				KubeBinDir: opts.BinDir, ContainerdBinDir: opts.ContainerdBinDir, Images: imgs.preload,
+				Mirror: imgs.registry.Addr, Registries: imgs.hosts,
 				ClusterDNS: dns, Labels: labels, Log: opts.Log.WithValues("node", n.Name),
 			})
 		})

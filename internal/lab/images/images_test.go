@@ -293,13 +293,14 @@ func TestRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := StartRegistry(ln)
+	r := StartRegistry(ln, t.TempDir())
 	defer r.Close()
 	if err := r.Push(context.Background(), path); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"example.org"}, r.Hosts()); diff != "" {
-		t.Errorf("hosts: %s", diff)
+	hosts, err := RegistryHosts([]Spec{spec, {Refs: []string{"busybox", "registry.k8s.io/pause:3.10.2"}}})
+	if diff := cmp.Diff([]string{"docker.io", "example.org", "registry.k8s.io"}, hosts); diff != "" || err != nil {
+		t.Errorf("RegistryHosts (-want +got), %v:\n%s", err, diff)
 	}
 	img, err := Build(spec)
 	if err != nil {

@@ -31,18 +31,17 @@ type Registry struct {
 	Addr string
 	srv  *http.Server
 	done chan struct{}
-
-	// hosts are the registries whose images it holds, as a container runtime names them
-	// (docker.io, not index.docker.io).
-	hosts []string
 }
 
-// StartRegistry serves an empty registry on ln until Close.
-func StartRegistry(ln net.Listener) *Registry {
+// StartRegistry serves an empty registry on ln until Close, with its blobs in files under
+// blobDir (a lab's images are hundreds of megabytes, which the process serving them should not
+// hold in memory).
+func StartRegistry(ln net.Listener, blobDir string) *Registry {
 	r := &Registry{
 		Addr: ln.Addr().String(),
 		srv: &http.Server{
-			Handler:           registry.New(registry.Logger(log.New(io.Discard, "", 0))),
+			Handler: registry.New(registry.Logger(log.New(io.Discard, "", 0)),
+				registry.WithBlobHandler(registry.NewDiskBlobHandler(blobDir))),
 			ReadHeaderTimeout: 10 * time.Second,
 		},
 		done: make(chan struct{}),
@@ -61,8 +60,24 @@ func (r *Registry) Close() error {
 	return err
 }
 
-// Hosts lists the registries whose images Push stored, sorted.
-func (r *Registry) Hosts() []string { return slices.Clone(r.hosts) }
+// RegistryHosts lists the registries the specs' images name, sorted, as a container runtime
+// names them (docker.io, not index.docker.io): those a node must use the lab's registry for.
+func RegistryHosts(specs []Spec) ([]string, error) {
+	var hosts []string
+	for _, s := range specs {
+		for _, ref := range s.Refs {
+			tag, err := name.NewTag(ref)
+			if err != nil {
+				return nil, fmt.Errorf("image name %q: %w", ref, err)
+			}
+			if h := runtimeHost(tag.RegistryStr()); !slices.Contains(hosts, h) {
+				hosts = append(hosts, h)
+			}
+		}
+	}
+	slices.Sort(hosts)
+	return hosts, nil
+}
 
 // runtimeHost is the name a container runtime gives a registry: go-containerregistry calls
 // Docker Hub index.docker.io, containerd docker.io.
@@ -93,10 +108,6 @@ func (r *Registry) Push(ctx context.Context, tarballPath string) error {
 			host := runtimeHost(tag.RegistryStr())
 			if err := r.put(ctx, host+"/"+tag.RepositoryStr(), tag.TagStr(), img); err != nil {
 				return fmt.Errorf("pushing %s to the lab's registry: %w", t, err)
-			}
-			if !slices.Contains(r.hosts, host) {
-				r.hosts = append(r.hosts, host)
-				slices.Sort(r.hosts)
 			}
 		}
 	}
