@@ -27,6 +27,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/octopus-mcs/octopus/internal/lab"
+	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/procfs"
 	"github.com/octopus-mcs/octopus/internal/testenv"
@@ -38,6 +39,8 @@ const (
 	envChildDir   = "OCTOPUS_LAB_TEST_CHILD_DIR"
 	envChildBin   = "OCTOPUS_LAB_TEST_CHILD_BINDIR"
 	envChildAgent = "OCTOPUS_LAB_TEST_CHILD_AGENT"
+	// envNodeRuntime overrides the node runtime of the labs of startLab.
+	envNodeRuntime = "OCTOPUS_LAB_TEST_NODE_RUNTIME"
 	// envChildRealNodes, when set, names the containerd bin directory and gives the child's
 	// lab one cluster of real nodes (lab.NodeRuntimeKubelet).
 	envChildRealNodes = "OCTOPUS_LAB_TEST_CHILD_CONTAINERD"
@@ -384,9 +387,20 @@ func readFile(path string) string {
 // startLab brings a lab up in a fresh directory with opts (Dir is set here), fails the test if
 // that fails, and stops and removes it when the test ends. It returns the lab and its
 // directory (logs/, pids/).
+//
+// With OCTOPUS_LAB_TEST_NODE_RUNTIME=kubelet in the environment the lab has real nodes
+// instead of the stand-in's (lab.NodeRuntimeKubelet): how to find out which tests already
+// pass on real nodes before they become the default.
 func startLab(ctx context.Context, t *testing.T, opts lab.Options) (*lab.Lab, string) {
 	t.Helper()
 	opts.Dir = filepath.Join(t.TempDir(), "lab")
+	if runtime := os.Getenv(envNodeRuntime); runtime != "" && opts.NodeRuntime == "" {
+		_, containerd, err := controlplane.EnsureNodeRuntime(ctx, testenv.RepoRoot(t), os.Stderr)
+		if err != nil {
+			t.Fatalf("%s=%s: building the kubelet and containerd: %v", envNodeRuntime, runtime, err)
+		}
+		opts.NodeRuntime, opts.ContainerdBinDir = runtime, containerd
+	}
 	begin := time.Now()
 	l, err := lab.Up(ctx, opts)
 	if err != nil {
