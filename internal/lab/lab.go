@@ -286,7 +286,7 @@ func (l *Lab) Stop() error {
 	// started (shims, pods) goes with the lab's cgroups, and the namespaces only after all of
 	// them.
 	err := l.Env.Stop()
-	err = errors.Join(err, cleanupRealNodes(l.Network.ID, logr.Discard()), labnet.Teardown(l.Network.ID))
+	err = errors.Join(err, cleanupRealNodes(l.Network.ID), labnet.Teardown(l.Network.ID))
 	_ = l.lock.Close()
 	return err
 }

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -157,7 +156,7 @@ func startAllRealNodes(ctx context.Context, env *controlplane.Environment, plan 
 				errs[i] = fmt.Errorf("starting nodes of %s: %w", c.Name, err)
 				return
 			}
-			_, errs[i] = startRealNodes(ctx, env, plan, c, cp, cs, opts, imgs)
+			errs[i] = startRealNodes(ctx, env, plan, c, cp, cs, opts, imgs)
 		})
 	}
 	wg.Wait()
@@ -169,7 +168,7 @@ func startAllRealNodes(ctx context.Context, env *controlplane.Environment, plan 
 
 // hasOctopusBinaries reports whether dir holds every binary the project's image needs.
 func hasOctopusBinaries(dir string) bool {
-	for _, b := range []string{"octopus", "octopus-agent", "octopus-dns", "octopus-echo"} {
+	for _, b := range images.OctopusBinaries {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
 			return false
 		}
@@ -182,10 +181,10 @@ func hasOctopusBinaries(dir string) bool {
 // to the other nodes' pod CIDRs (labnet.ConfigureNode, as for the stand-in's pods), and waits
 // until every Node is Ready.
 func startRealNodes(ctx context.Context, env *controlplane.Environment, plan labnet.Plan, c labnet.ClusterNet,
-	cp *controlplane.ControlPlane, cs kubernetes.Interface, opts Options, imgs *labImageSet) ([]*realnode.Node, error) {
+	cp *controlplane.ControlPlane, cs kubernetes.Interface, opts Options, imgs *labImageSet) error {
 	dns, err := nodeagent.ClusterDNSAddr(cp.ServiceCIDR)
 	if err != nil {
-		return nil, fmt.Errorf("cluster %s: %w", c.Name, err)
+		return fmt.Errorf("cluster %s: %w", c.Name, err)
 	}
 	nodes := make([]*realnode.Node, len(c.Nodes))
 	errs := make([]error, len(c.Nodes))
@@ -206,15 +205,15 @@ func startRealNodes(ctx context.Context, env *controlplane.Environment, plan lab
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return err
 	}
 	podCIDRs, err := waitPodCIDRs(ctx, cs, c)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for i, n := range c.Nodes {
 		if err := nodes[i].ConfigureNetwork(podCIDRs[n.Name]); err != nil {
-			return nil, err
+			return err
 		}
 		peers := map[netip.Prefix]netip.Addr{}
 		for _, other := range c.Nodes {
@@ -223,10 +222,10 @@ func startRealNodes(ctx context.Context, env *controlplane.Environment, plan lab
 			}
 		}
 		if err := labnet.ConfigureNode(labnet.NodeConfig{Netns: n.Netns, ClusterPodCIDR: cp.PodCIDR, PeerRoutes: peers}); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return nodes, waitNodesReady(ctx, cs, c)
+	return waitNodesReady(ctx, cs, c)
 }
 
 // waitPodCIDRs waits until every node of c is registered with a pod CIDR.
@@ -282,13 +281,9 @@ func pollNodes(ctx context.Context, cs kubernetes.Interface, c labnet.ClusterNet
 // cleanupRealNodes kills what real nodes leave running once their kubelet and containerd are
 // gone (the shims and the pods' processes, found by the lab's cgroup) and removes the lab's
 // cgroups. Stand-in labs have none, which makes it a no-op for them.
-func cleanupRealNodes(labID string, log logr.Logger) error {
+func cleanupRealNodes(labID string) error {
 	if err := realnode.KillCgroupProcesses(labID, downKillTimeout); err != nil {
 		return err
 	}
-	if err := realnode.RemoveCgroups(labID); err != nil {
-		log.Error(err, "Removing the lab's cgroups failed")
-		return err
-	}
-	return nil
+	return realnode.RemoveCgroups(labID)
 }

@@ -44,8 +44,9 @@ var ToolboxTools = map[string]string{
 	"ping": "iputils-ping",
 }
 
-// octopusBinaries are the commands of `make build` in the project's images.
-var octopusBinaries = []string{"octopus", "octopus-agent", "octopus-dns", "octopus-echo"}
+// OctopusBinaries are the commands of `make build` in the project's images
+// (CatalogOptions.OctopusBinDir).
+var OctopusBinaries = []string{"octopus", "octopus-agent", "octopus-dns", "octopus-echo"}
 
 // CatalogOptions say where the lab's own programs are.
 type CatalogOptions struct {
@@ -106,7 +107,7 @@ func Catalog(o CatalogOptions) ([]Spec, error) {
 		return specs, nil
 	}
 	var octopus []File
-	for _, b := range octopusBinaries {
+	for _, b := range OctopusBinaries {
 		f, err := Executable("/usr/local/bin/"+b, filepath.Join(o.OctopusBinDir, b))
 		if err != nil {
 			return nil, fmt.Errorf("the Octopus image (build the binaries with make build): %w", err)
