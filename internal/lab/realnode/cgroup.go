@@ -143,22 +143,7 @@ func CgroupProcesses(labID string) ([]int, error) {
 // KillCgroupProcesses SIGKILLs every process in the lab's cgroups until none is left, or
 // fails after timeout.
 func KillCgroupProcesses(labID string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		pids, err := CgroupProcesses(labID)
-		if err != nil || len(pids) == 0 {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("processes %v are still alive in cgroup %s %s after SIGKILL", pids, LabCgroup(labID), timeout)
-		}
-		for _, pid := range pids {
-			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-				return fmt.Errorf("killing process %d in cgroup %s: %w", pid, LabCgroup(labID), err)
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return procfs.KillUntilGone(func() ([]int, error) { return CgroupProcesses(labID) }, "in cgroup "+LabCgroup(labID), timeout)
 }
 
 // RemoveCgroups deletes the lab's cgroups, deepest first; stop their processes first
