@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 )
 
 // Names of the images the lab provides, as the manifests that use them spell them.
@@ -55,7 +56,7 @@ type CatalogOptions struct {
 	// OctopusBinDir holds the binaries of `make build` (octopus, octopus-agent, octopus-dns,
 	// octopus-echo). Optional: without it the catalog has no Octopus images.
 	OctopusBinDir string
-	// Version tags the project's image besides latest. Optional.
+	// Version tags the project's images besides latest. Optional.
 	Version string
 }
 
@@ -119,15 +120,19 @@ func Catalog(o CatalogOptions) ([]Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	refs := []string{OctopusRepo + ":latest"}
-	if o.Version != "" {
-		refs = append(refs, OctopusRepo+":"+o.Version)
+	// Tagged latest and with the version, which is what join deploys (octopus-dns:<version>).
+	refs := func(latest string) []string {
+		r := []string{latest}
+		if o.Version != "" {
+			r = append(r, strings.TrimSuffix(latest, ":latest")+":"+o.Version)
+		}
+		return r
 	}
 	octopusFiles := withBusybox(octopus, nft)
 	return append(specs,
-		Spec{Refs: refs, Files: octopusFiles, Env: env},
-		Spec{Refs: []string{EchoImage}, Files: octopusFiles, Entrypoint: []string{"octopus-echo"}, Env: env},
-		Spec{Refs: []string{OctopusDNSImage}, Files: octopusFiles, Entrypoint: []string{"octopus-dns"}, Env: env},
+		Spec{Refs: refs(OctopusRepo + ":latest"), Files: octopusFiles, Env: env},
+		Spec{Refs: refs(EchoImage), Files: octopusFiles, Entrypoint: []string{"octopus-echo"}, Env: env},
+		Spec{Refs: refs(OctopusDNSImage), Files: octopusFiles, Entrypoint: []string{"octopus-dns"}, Env: env},
 	), nil
 }
 

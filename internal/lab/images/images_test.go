@@ -279,6 +279,29 @@ func TestCatalog(t *testing.T) {
 	if _, err := Build(byRef[ToolboxImage]); err != nil {
 		t.Errorf("building the toolbox: %v", err)
 	}
+
+	// The project's images, tagged latest and with the version join deploys.
+	bin := t.TempDir()
+	for _, b := range OctopusBinaries {
+		data, err := os.ReadFile(coredns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(bin, b), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	specs, err = Catalog(CatalogOptions{CoreDNSBinary: coredns, OctopusBinDir: bin, Version: "v9.9.9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := Refs(specs)
+	for _, want := range []string{OctopusRepo + ":latest", OctopusRepo + ":v9.9.9", EchoImage, "ghcr.io/octopus-mcs/echo:v9.9.9",
+		OctopusDNSImage, "ghcr.io/octopus-mcs/octopus-dns:v9.9.9"} {
+		if !slices.Contains(refs, want) {
+			t.Errorf("the catalog has no %s: %v", want, refs)
+		}
+	}
 }
 
 // TestRegistry pushes a tarball's image under both its tags and reads it back as a container
