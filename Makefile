@@ -23,11 +23,13 @@ $(CONTROLLER_GEN): $(TOOLS)/controller-gen/go.mod
 $(GOLANGCI_LINT): $(TOOLS)/golangci-lint/go.mod
 	cd $(TOOLS)/golangci-lint && $(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
-## k8s-binaries: etcd, the Kubernetes control-plane binaries and CoreDNS (the lab's cluster DNS),
-## built from pinned modules and cached.
+## k8s-binaries: etcd, the Kubernetes binaries (control plane, kube-proxy, kubectl, kubelet),
+## CoreDNS (the lab's cluster DNS) and containerd (the runtime of the lab's real nodes), built
+## from pinned modules and cached.
 k8s-binaries:
 	@hack/k8s-binaries.sh >/dev/null
 	@hack/coredns.sh >/dev/null
+	@hack/containerd.sh >/dev/null
 
 ## build: the octopus CLI and the octopus-agent daemon into ./bin.
 build:

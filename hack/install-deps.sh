@@ -20,7 +20,7 @@ set -euo pipefail
 # the installed NB schema (internal/datapath/ovn/nbdb). The packages' services are not needed:
 # nothing here relies on systemd or on the daemons apt may start.
 PACKAGES=(git make ca-certificates nftables iproute2 busybox socat dnsutils dnsperf util-linux mount
-  iperf3 iputils-ping wireguard-go wireguard-tools netcat-openbsd curl wget
+  iperf3 iputils-ping wireguard-go wireguard-tools netcat-openbsd curl wget runc containernetworking-plugins
   ovn-central ovn-host openvswitch-switch)
 
 missing=()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the real control-plane binaries the lab and the tests run (etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kube-proxy, kubectl) from pinned Go modules into a
+# Builds the real Kubernetes binaries the lab and the tests run (etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kube-proxy, kubectl, and the kubelet of the lab's real
+# nodes) from pinned Go modules into a
 # per-version cache directory. Only the Go module proxy is contacted. Re-running is cheap: a
 # binary that is already in the cache is not rebuilt.
 #
@@ -14,7 +15,7 @@ CACHE="${OCTOPUS_CACHE:-${HOME}/.cache/octopus}"
 BIN="${CACHE}/k8s-${KUBE_VERSION}-etcd-${ETCD_VERSION}/bin"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-KUBE_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl)
+KUBE_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl kubelet)
 
 step() { printf '==> %s\n' "$*" >&2; }
 
@@ -34,7 +35,7 @@ if [[ ! -x "${BIN}/etcd" ]]; then
 fi
 
 if ((${#missing[@]})); then
-  step "building ${missing[*]} from k8s.io/kubernetes ${KUBE_VERSION} (about 8 min on a cold cache, seconds when cached)"
+  step "building ${missing[*]} from k8s.io/kubernetes ${KUBE_VERSION} (about 13 min on a cold cache, seconds when cached)"
   i=0
   for c in "${missing[@]}"; do
     i=$((i + 1))

@@ -59,6 +59,8 @@ type labUpOptions struct {
 	hubGateways int
 	// overlapping gives every cluster the same pod and service CIDRs.
 	overlapping bool
+	// nodeRuntime is lab.Options.NodeRuntime.
+	nodeRuntime string
 }
 
 // labFlags names the flag of each lab.Options field that lab up sets, so that the lab's own
@@ -66,7 +68,7 @@ type labUpOptions struct {
 var labFlags = map[string]string{
 	"Clusters": "--clusters", "NodesPerCluster": "--nodes-per-cluster", "GatewaysPerCluster": "--gateways-per-cluster",
 	"Backends": "--backend", "Topology": "--topology", "HubGateways": "--hub-gateways", "Dir": "--dir",
-	"OverlappingCIDRs": "--overlapping-cidrs",
+	"OverlappingCIDRs": "--overlapping-cidrs", "NodeRuntime": "--node-runtime",
 }
 
 // labOptions maps the flags onto lab.Options (without the binaries and the progress reporter,
@@ -81,7 +83,8 @@ func (o *labUpOptions) labOptions() (lab.Options, error) {
 		backends[lab.ClusterName(i)] = o.backend
 	}
 	opts := lab.Options{Clusters: o.clusters, NodesPerCluster: nodes, GatewaysPerCluster: o.gateways, Backends: backends,
-		OverlappingCIDRs: o.overlapping, Topology: v1alpha1.Topology(o.topology), HubGateways: o.hubGateways, Dir: *o.dir}
+		OverlappingCIDRs: o.overlapping, Topology: v1alpha1.Topology(o.topology), HubGateways: o.hubGateways, Dir: *o.dir,
+		NodeRuntime: o.nodeRuntime}
 	if err := opts.Validate(); err != nil {
 		return lab.Options{}, inFlagTerms(err, labFlags)
 	}
@@ -152,6 +155,7 @@ func (o *labUpOptions) bindFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.overlapping, "overlapping-cidrs", false, "give every cluster the same pod and service CIDRs (joined with globalnet addressing; the gateways refuse to tunnel between them until globalnet lands)")
 	fs.StringVar(&o.backend, "backend", string(v1alpha1.BackendWireGuard), "tunnel backend of every cluster's gateway: wireguard or vxlan (unencrypted)")
 	fs.StringVar(&o.topology, "topology", string(v1alpha1.TopologyMesh), "how gateways connect: mesh (direct tunnels between all clusters) or hub (every cluster through the hub's gateway)")
+	fs.StringVar(&o.nodeRuntime, "node-runtime", lab.NodeRuntimeStandin, "what runs the nodes' pods: standin (the lab's node agent, containers as host programs) or kubelet (a real kubelet, containerd, runc and CNI on every node, with images built on this machine)")
 	fs.IntVar(&o.hubGateways, "hub-gateways", 0, "with --topology hub: the hub's gateway nodes, one active, the others take over when it dies (if not given: 1)")
 }
 
@@ -171,6 +175,11 @@ func (o *labUpOptions) Run(ctx context.Context) error {
 		return fmt.Errorf("%w (run `make k8s-binaries` from the repository)", err)
 	}
 	opts.BinDir, opts.AgentBinary, opts.Progress = binDir, agent, p
+	if opts.NodeRuntime == lab.NodeRuntimeKubelet {
+		if _, opts.ContainerdBinDir, err = controlplane.EnsureNodeRuntime(ctx, root, o.ErrOut); err != nil {
+			return fmt.Errorf("%w (run `make k8s-binaries` from the repository)", err)
+		}
+	}
 	opts.EchoBinary, opts.DNSBinary = siblingBinary("octopus-echo"), siblingBinary("octopus-dns")
 	l, err := lab.Up(ctx, opts)
 	if err != nil {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"strings"
 	"testing"
 
@@ -20,8 +21,11 @@ func TestLabUpFlags(t *testing.T) {
 		overlapping     bool
 		topology        v1alpha1.Topology
 		hubGateways     int
+		nodeRuntime     string
 	}{
 		"defaults":                 {args: nil, nodes: 0, gateways: 1, backend: "wireguard", topology: "mesh"},
+		"real nodes":               {args: []string{"--node-runtime", "kubelet"}, gateways: 1, backend: "wireguard", topology: "mesh", nodeRuntime: "kubelet"},
+		"unknown node runtime":     {args: []string{"--node-runtime", "docker"}, wantErr: `--node-runtime "docker": want standin`},
 		"vxlan":                    {args: []string{"--backend", "vxlan"}, gateways: 1, backend: "vxlan", topology: "mesh"},
 		"two gateways, default":    {args: []string{"--gateways-per-cluster", "2"}, nodes: 0, gateways: 2, backend: "wireguard", topology: "mesh"},
 		"two gateways, four nodes": {args: []string{"--gateways-per-cluster", "2", "--nodes-per-cluster", "4"}, nodes: 4, gateways: 2, backend: "wireguard", topology: "mesh"},
@@ -60,6 +64,9 @@ func TestLabUpFlags(t *testing.T) {
 			if opts.NodesPerCluster != tc.nodes || opts.GatewaysPerCluster != tc.gateways || opts.Clusters != 2 || opts.Dir != dir ||
 				opts.OverlappingCIDRs != tc.overlapping || opts.Topology != tc.topology || opts.HubGateways != tc.hubGateways {
 				t.Errorf("options %+v, want %d nodes and %d gateways in 2 clusters", opts, tc.nodes, tc.gateways)
+			}
+			if want := cmp.Or(tc.nodeRuntime, lab.NodeRuntimeStandin); opts.NodeRuntime != want {
+				t.Errorf("node runtime %q, want %q", opts.NodeRuntime, want)
 			}
 			for _, name := range []string{lab.HubName, lab.ClusterName(1), lab.ClusterName(2)} {
 				if got := opts.Backends[name]; got != tc.backend {

@@ -23,7 +23,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
-	"github.com/octopus-mcs/octopus/internal/lab/nodeagent"
+	"github.com/octopus-mcs/octopus/internal/lab/realnode"
 	"github.com/octopus-mcs/octopus/internal/progress"
 )
 
@@ -78,6 +78,12 @@ type Options struct {
 	// the others standbys that take over when it dies. Optional: 0 means 1 with the hub
 	// topology; at most labnet.MaxHubGateways, and only with the hub topology.
 	HubGateways int
+	// NodeRuntime is what runs the nodes' pods: NodeRuntimeStandin (the default) or
+	// NodeRuntimeKubelet (a real kubelet and containerd on every node). Optional.
+	NodeRuntime string
+	// ContainerdBinDir has containerd, its runc shim and ctr (controlplane.EnsureNodeRuntime);
+	// BinDir must then also have the kubelet. Required with NodeRuntimeKubelet.
+	ContainerdBinDir string
 	// Progress receives one line per step. Optional.
 	Progress *progress.Reporter
 	// Log receives structured logs (node heartbeats, process supervision). Optional.
@@ -123,6 +129,9 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	}
 	if opts.Topology == v1alpha1.TopologyHub && opts.HubGateways == 0 {
 		opts.HubGateways = 1
+	}
+	if opts.NodeRuntime == NodeRuntimeKubelet && opts.ContainerdBinDir == "" {
+		return nil, errors.New("real nodes need the directory of containerd (see controlplane.EnsureNodeRuntime)")
 	}
 	if err := preflight(); err != nil {
 		return nil, err
@@ -191,8 +200,12 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	}()
 
 	step = time.Now()
-	p.Step("Registering %d nodes per cluster and starting kube-proxy and the pod agent on each", opts.NodesPerCluster)
-	if l.nodes, err = startNodes(ctx, env, plan, nodeagent.Images{EchoBinary: opts.EchoBinary, OctopusDNSBinary: opts.DNSBinary}, opts.Log); err != nil {
+	if opts.NodeRuntime == NodeRuntimeKubelet {
+		p.Step("Starting containerd, a kubelet and kube-proxy on %d nodes per cluster", opts.NodesPerCluster)
+	} else {
+		p.Step("Registering %d nodes per cluster and starting kube-proxy and the pod agent on each", opts.NodesPerCluster)
+	}
+	if l.nodes, err = startNodes(ctx, env, plan, opts); err != nil {
 		return l, err
 	}
 	p.Done(step, "%d nodes registered", opts.Clusters*opts.NodesPerCluster)
@@ -257,16 +270,20 @@ func startAgent(opts Options, env *controlplane.Environment, cp *controlplane.Co
 // Down removes it.
 func (l *Lab) Stop() error {
 	l.nodes.stop()
-	// Kube-proxies stop with the environment; the namespaces can go only after them.
-	err := errors.Join(l.Env.Stop(), labnet.Teardown(l.Network.ID))
+	// Kube-proxies, kubelets and containerds stop with the environment; what containerd
+	// started (shims, pods) goes with the lab's cgroups, and the namespaces only after all of
+	// them.
+	err := l.Env.Stop()
+	err = errors.Join(err, cleanupRealNodes(l.Network.ID), labnet.Teardown(l.Network.ID))
 	_ = l.lock.Close()
 	return err
 }
 
 // Down removes everything a lab in dir made, whether it is still running or crashed: it kills
 // every process inside the lab's namespaces (pod containers and whatever they forked, which
-// outlive a killed `lab up` when they are not its direct children) and the processes of its
-// pidfiles (see controlplane.CleanupStale), deletes its namespaces and
+// outlive a killed `lab up` when they are not its direct children), in its cgroups (real
+// nodes' shims and pods) and of its pidfiles (see controlplane.CleanupStale), deletes its
+// cgroups, namespaces and
 // root-namespace links (found by the lab ID derived from dir) and then dir. It is safe to run
 // twice.
 func Down(dir string) error {
@@ -283,7 +300,15 @@ func Down(dir string) error {
 	if err := labnet.KillProcessesIn(namespaces, downKillTimeout); err != nil {
 		return err
 	}
+	// Real nodes' pods run in network namespaces only their containerd knew: the lab's
+	// cgroups find them.
+	if err := realnode.KillCgroupProcesses(id, downKillTimeout); err != nil {
+		return err
+	}
 	if err := controlplane.CleanupStale(dir); err != nil {
+		return err
+	}
+	if err := realnode.RemoveCgroups(id); err != nil {
 		return err
 	}
 	return labnet.Teardown(id)

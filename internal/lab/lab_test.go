@@ -27,6 +27,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/octopus-mcs/octopus/internal/lab"
+	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/procfs"
 	"github.com/octopus-mcs/octopus/internal/testenv"
@@ -38,6 +39,11 @@ const (
 	envChildDir   = "OCTOPUS_LAB_TEST_CHILD_DIR"
 	envChildBin   = "OCTOPUS_LAB_TEST_CHILD_BINDIR"
 	envChildAgent = "OCTOPUS_LAB_TEST_CHILD_AGENT"
+	// envNodeRuntime overrides the node runtime of the labs of startLab.
+	envNodeRuntime = "OCTOPUS_LAB_TEST_NODE_RUNTIME"
+	// envChildRealNodes, when set, names the containerd bin directory and gives the child's
+	// lab one cluster of real nodes (lab.NodeRuntimeKubelet).
+	envChildRealNodes = "OCTOPUS_LAB_TEST_CHILD_CONTAINERD"
 )
 
 // childReport is what the child prints on one line once the lab is up.
@@ -56,13 +62,17 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// runChild runs a lab with hub + 2 clusters x 2 nodes, reports it on stdout and waits to be
-// killed.
+// runChild runs a lab with hub + 2 clusters x 2 nodes (with envChildRealNodes: hub + 1
+// cluster of 2 real nodes), reports it on stdout and waits to be killed.
 func runChild(dir string) int {
-	l, err := lab.Up(context.Background(), lab.Options{
+	opts := lab.Options{
 		Clusters: 2, NodesPerCluster: 2, Dir: dir,
 		BinDir: os.Getenv(envChildBin), AgentBinary: os.Getenv(envChildAgent),
-	})
+	}
+	if containerd := os.Getenv(envChildRealNodes); containerd != "" {
+		opts.Clusters, opts.NodeRuntime, opts.ContainerdBinDir = 1, lab.NodeRuntimeKubelet, containerd
+	}
+	l, err := lab.Up(context.Background(), opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lab up:", err)
 		return 1
@@ -94,60 +104,7 @@ func TestLabUpAndDownAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderrPath := filepath.Join(t.TempDir(), "child.log")
-	stderr, err := os.Create(stderrPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stderr.Close()
-	child := exec.Command(self, "-test.run=^$")
-	child.Env = append(os.Environ(), envChildDir+"="+dir, envChildBin+"="+binDir, envChildAgent+"="+agent)
-	child.Stderr = stderr
-	out, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	begin := time.Now()
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	killed := false
-	t.Cleanup(func() {
-		if !killed {
-			_ = child.Process.Kill()
-			_ = child.Wait()
-		}
-		if err := lab.Down(dir); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	lines := make(chan []byte, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(nil, 1<<20)
-		if sc.Scan() {
-			lines <- bytes.Clone(sc.Bytes())
-		}
-		close(lines)
-	}()
-	var report childReport
-	select {
-	case line, ok := <-lines:
-		if !ok {
-			_ = child.Wait()
-			t.Fatalf("lab up exited without coming up; its log:\n%s", readFile(stderrPath))
-		}
-		if err := json.Unmarshal(line, &report); err != nil {
-			t.Fatalf("child report %q: %v", line, err)
-		}
-	case <-time.After(5 * time.Minute):
-		t.Fatalf("lab up did not come up in 5 minutes; its log:\n%s", readFile(stderrPath))
-	}
-	t.Logf("lab up took %.1fs", time.Since(begin).Seconds())
+	report, kill := startLabChild(t, dir, envChildBin+"="+binDir, envChildAgent+"="+agent)
 	if got := len(report.Network.Clusters); got != 2 {
 		t.Fatalf("network has %d clusters, want 2", got)
 	}
@@ -183,11 +140,7 @@ func TestLabUpAndDownAfterKill(t *testing.T) {
 	podPids := strings.Fields(string(pidsOut))
 
 	// kill -9 of `lab up`, then `lab down`.
-	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = child.Wait()
-	killed = true
+	kill()
 	if err := lab.Down(dir); err != nil {
 		t.Fatalf("lab down: %v", err)
 	}
@@ -213,6 +166,77 @@ func TestLabUpAndDownAfterKill(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("lab dir still exists after lab down: %v", err)
 	}
+}
+
+// startLabChild runs the test binary as a child that brings up a lab in dir (runChild, with
+// env added to the environment) and returns its report once the lab is up, and a function
+// that SIGKILLs it like a user killing `octopus lab up`. Cleanup kills it if the test has not
+// and runs lab.Down.
+func startLabChild(t *testing.T, dir string, env ...string) (childReport, func()) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderrPath := filepath.Join(t.TempDir(), "child.log")
+	stderr, err := os.Create(stderrPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stderr.Close() })
+	child := exec.Command(self, "-test.run=^$")
+	child.Env = append(append(os.Environ(), envChildDir+"="+dir), env...)
+	child.Stderr = stderr
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin := time.Now()
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	kill := func() {
+		if killed {
+			return
+		}
+		killed = true
+		if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Errorf("killing lab up: %v", err)
+		}
+		_ = child.Wait()
+	}
+	t.Cleanup(func() {
+		kill()
+		if err := lab.Down(dir); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	lines := make(chan []byte, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(nil, 1<<20)
+		if sc.Scan() {
+			lines <- bytes.Clone(sc.Bytes())
+		}
+		close(lines)
+	}()
+	var report childReport
+	select {
+	case line, ok := <-lines:
+		if !ok {
+			_ = child.Wait()
+			killed = true
+			t.Fatalf("lab up exited without coming up; its log:\n%s", readFile(stderrPath))
+		}
+		if err := json.Unmarshal(line, &report); err != nil {
+			t.Fatalf("child report %q: %v", line, err)
+		}
+	case <-time.After(8 * time.Minute):
+		t.Fatalf("lab up did not come up in 8 minutes; its log:\n%s", readFile(stderrPath))
+	}
+	t.Logf("lab up took %.1fs", time.Since(begin).Seconds())
+	return report, kill
 }
 
 // checkNodes waits until every node of the cluster is Ready, has a pod CIDR from node-ipam and
@@ -363,9 +387,20 @@ func readFile(path string) string {
 // startLab brings a lab up in a fresh directory with opts (Dir is set here), fails the test if
 // that fails, and stops and removes it when the test ends. It returns the lab and its
 // directory (logs/, pids/).
+//
+// With OCTOPUS_LAB_TEST_NODE_RUNTIME=kubelet in the environment the lab has real nodes
+// instead of the stand-in's (lab.NodeRuntimeKubelet): how to find out which tests already
+// pass on real nodes before they become the default.
 func startLab(ctx context.Context, t *testing.T, opts lab.Options) (*lab.Lab, string) {
 	t.Helper()
 	opts.Dir = filepath.Join(t.TempDir(), "lab")
+	if runtime := os.Getenv(envNodeRuntime); runtime != "" && opts.NodeRuntime == "" {
+		_, containerd, err := controlplane.EnsureNodeRuntime(ctx, testenv.RepoRoot(t), os.Stderr)
+		if err != nil {
+			t.Fatalf("%s=%s: building the kubelet and containerd: %v", envNodeRuntime, runtime, err)
+		}
+		opts.NodeRuntime, opts.ContainerdBinDir = runtime, containerd
+	}
 	begin := time.Now()
 	l, err := lab.Up(ctx, opts)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
+	"github.com/octopus-mcs/octopus/internal/lab/images"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/lab/nodeagent"
 )
@@ -187,10 +188,12 @@ func (a *nodeAgent) run(ctx context.Context) {
 	}
 }
 
-// nodeAgents runs one nodeAgent per cluster until stop is called.
+// nodeAgents runs one nodeAgent per cluster until stop is called, and the registry of real
+// nodes.
 type nodeAgents struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	registry *images.Registry
 }
 
 func (n *nodeAgents) stop() {
@@ -199,11 +202,18 @@ func (n *nodeAgents) stop() {
 	}
 	n.cancel()
 	n.wg.Wait()
+	if n.registry != nil {
+		_ = n.registry.Close()
+	}
 }
 
-// startNodes registers every cluster's nodes, starts their heartbeats, runs kube-proxy in
-// every node namespace and deploys each cluster's DNS (deployClusterDNS).
-func startNodes(ctx context.Context, env *controlplane.Environment, plan labnet.Plan, images nodeagent.Images, log logr.Logger) (*nodeAgents, error) {
+// startNodes starts every cluster's nodes, runs kube-proxy in every node namespace and
+// deploys each cluster's DNS (deployClusterDNS). Stand-in nodes are registered and kept Ready
+// by nodeAgent and run their pods with a nodeagent.Agent; real nodes run a kubelet and
+// containerd (startAllRealNodes), all clusters' at once.
+func startNodes(ctx context.Context, env *controlplane.Environment, plan labnet.Plan, opts Options) (*nodeAgents, error) {
+	images := nodeagent.Images{EchoBinary: opts.EchoBinary, OctopusDNSBinary: opts.DNSBinary}
+	log := opts.Log
 	if images.CoreDNSBinary == "" {
 		// Built by hack/coredns.sh (make k8s-binaries, testenv.BinDir); without it the
 		// coredns pods say so in their status and the rest of the lab works.
@@ -213,6 +223,13 @@ func startNodes(ctx context.Context, env *controlplane.Environment, plan labnet.
 	}
 	hctx, cancel := context.WithCancel(context.Background())
 	agents := &nodeAgents{cancel: cancel}
+	if opts.NodeRuntime == NodeRuntimeKubelet {
+		var err error
+		if agents.registry, err = startAllRealNodes(ctx, env, plan, opts); err != nil {
+			agents.stop()
+			return nil, err
+		}
+	}
 	for _, c := range plan.Clusters {
 		cp := env.Cluster(c.Name)
 		if cp == nil {
@@ -224,22 +241,12 @@ func startNodes(ctx context.Context, env *controlplane.Environment, plan labnet.
 			agents.stop()
 			return nil, fmt.Errorf("starting nodes of %s: %w", c.Name, err)
 		}
-		a := &nodeAgent{cluster: c.Name, client: cs, nodes: c.Nodes, log: log.WithValues("cluster", c.Name)}
-		if err := a.register(ctx); err != nil {
-			agents.stop()
-			return nil, err
-		}
-		agents.wg.Go(func() { a.run(hctx) })
-		pods, err := podAgent(env, plan, c, cp, cs, images, log)
-		if err != nil {
-			agents.stop()
-			return nil, err
-		}
-		agents.wg.Go(func() {
-			if err := pods.Run(hctx); err != nil {
-				log.Error(err, "Stopping the pods of the lab nodes failed", "cluster", c.Name)
+		if opts.NodeRuntime != NodeRuntimeKubelet {
+			if err := startStandinNodes(ctx, env, plan, c, cp, cs, images, agents, hctx, log); err != nil {
+				agents.stop()
+				return nil, err
 			}
-		})
+		}
 		for _, n := range c.Nodes {
 			if err := env.StartProcess(kubeProxyProcess(cp, n)); err != nil {
 				agents.stop()
@@ -253,6 +260,27 @@ func startNodes(ctx context.Context, env *controlplane.Environment, plan labnet.
 		}
 	}
 	return agents, nil
+}
+
+// startStandinNodes registers cluster c's nodes, starts their heartbeats and the agent that
+// runs their pods, both until agents stop (hctx).
+func startStandinNodes(ctx context.Context, env *controlplane.Environment, plan labnet.Plan, c labnet.ClusterNet,
+	cp *controlplane.ControlPlane, cs kubernetes.Interface, images nodeagent.Images, agents *nodeAgents, hctx context.Context, log logr.Logger) error {
+	a := &nodeAgent{cluster: c.Name, client: cs, nodes: c.Nodes, log: log.WithValues("cluster", c.Name)}
+	if err := a.register(ctx); err != nil {
+		return err
+	}
+	agents.wg.Go(func() { a.run(hctx) })
+	pods, err := podAgent(env, plan, c, cp, cs, images, log)
+	if err != nil {
+		return err
+	}
+	agents.wg.Go(func() {
+		if err := pods.Run(hctx); err != nil {
+			log.Error(err, "Stopping the pods of the lab nodes failed", "cluster", c.Name)
+		}
+	})
+	return nil
 }
 
 // podAgent makes the agent that runs the pods bound to the cluster's nodes (see nodeagent).

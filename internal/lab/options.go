@@ -45,6 +45,9 @@ func (o Options) WithDefaults() Options {
 	if o.GatewaysPerCluster == 0 {
 		o.GatewaysPerCluster = 1
 	}
+	if o.NodeRuntime == "" {
+		o.NodeRuntime = NodeRuntimeStandin
+	}
 	return o
 }
 
@@ -94,6 +97,10 @@ func (o Options) Validate() error {
 	}
 	if o.Dir == "" {
 		errs = append(errs, optionError("Dir", "is empty: the lab needs a directory for what it writes"))
+	}
+	if _, err := ValidateNodeRuntime(o.NodeRuntime); err != nil {
+		errs = append(errs, optionError("NodeRuntime", "%q: want %s (the lab's stand-in kubelet) or %s (a real kubelet and containerd on every node)",
+			o.NodeRuntime, NodeRuntimeStandin, NodeRuntimeKubelet))
 	}
 	return errors.Join(errs...)
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -47,5 +48,33 @@ func TestAliveRejectsImpossiblePID(t *testing.T) {
 	}
 	if Alive(1<<22 + 1) { // above PID_MAX_LIMIT
 		t.Error("Alive(impossible PID) = true")
+	}
+}
+
+// TestKillUntilGone kills what the list names until it names nothing, and says what is left
+// when a process cannot be killed in time.
+func TestKillUntilGone(t *testing.T) {
+	sleep := exec.Command("sleep", "60")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = sleep.Wait() }() // reaps it, so Alive turns false
+	pid := sleep.Process.Pid
+	list := func() ([]int, error) {
+		if Alive(pid) {
+			return []int{pid}, nil
+		}
+		return nil, nil
+	}
+	if err := KillUntilGone(list, "of the test", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if Alive(pid) {
+		t.Errorf("process %d is alive", pid)
+	}
+	// A deadline already past: the process that stays (this test's) is reported, not killed.
+	err := KillUntilGone(func() ([]int, error) { return []int{os.Getpid()}, nil }, "of the test", -time.Second)
+	if err == nil || !strings.Contains(err.Error(), "still alive") {
+		t.Errorf("a process that stays: err = %v", err)
 	}
 }

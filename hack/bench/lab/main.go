@@ -4,13 +4,15 @@
 // to every other cluster Connected), the memory of every process the lab runs by kind, and
 // the start-to-Ready latency of pods created one at a time, broken down into what a watch
 // sees on the way (scheduled, pod IP, container running, Ready). Every round is a fresh lab:
-// lab.Up, measurements, Stop and Down.
+// lab.Up, measurements, Stop and Down. With -node-runtimes standin,kubelet it measures the
+// same for the lab's stand-in nodes and its real nodes (kubelet and containerd) side by side.
 //
 // It needs root and takes the machine-wide lab lock the tests take (only one lab network can
 // exist per machine), so it waits for lab tests that are running. Run it from the repository
 // root; it builds octopus-agent, octopus-echo and octopus-dns into a temporary directory.
 //
 //	sudo go run ./hack/bench/lab -rounds 5 -clusters 2,4 -pods 20
+//	sudo go run ./hack/bench/lab -rounds 3 -clusters 2 -pods 50 -node-runtimes standin,kubelet
 package main
 
 import (
@@ -48,6 +50,7 @@ import (
 
 type config struct {
 	sizes        []int
+	runtimes     []string
 	rounds       int
 	pods         int
 	podClusters  int
@@ -59,6 +62,7 @@ type config struct {
 func main() {
 	var c config
 	sizes := flag.String("clusters", "2,4", "member-cluster counts to bring up (hub + N each), comma-separated")
+	runtimes := flag.String("node-runtimes", lab.NodeRuntimeStandin, "node runtimes to measure, comma-separated: standin, kubelet (real nodes)")
 	flag.IntVar(&c.rounds, "rounds", 5, "fresh labs per cluster count; the summary is the median over rounds")
 	flag.IntVar(&c.pods, "pods", 20, "pods of each kind created one after another per round (0: skip)")
 	flag.IntVar(&c.podClusters, "pods-in", 2, "measure pod latency only in the rounds with this many clusters (0: in all)")
@@ -68,7 +72,11 @@ func main() {
 	flag.Parse()
 	logf.SetLogger(logr.Discard())
 	var err error
-	if c.sizes, err = parseSizes(*sizes); err == nil {
+	c.sizes, err = parseSizes(*sizes)
+	if err == nil {
+		c.runtimes, err = parseRuntimes(*runtimes)
+	}
+	if err == nil {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		err = run(ctx, c)
 		stop()
@@ -89,6 +97,37 @@ func parseSizes(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+func parseRuntimes(s string) ([]string, error) {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		r, err := lab.ValidateNodeRuntime(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("-node-runtimes: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// setup is one lab shape: a node runtime and a member-cluster count.
+type setup struct {
+	runtime string
+	n       int
+}
+
+func (s setup) String() string { return fmt.Sprintf("hub + %d, %s nodes", s.n, s.runtime) }
+
+// setups lists every measured shape in the order of the tables.
+func (c config) setups() []setup {
+	var out []setup
+	for _, r := range c.runtimes {
+		for _, n := range c.sizes {
+			out = append(out, setup{runtime: r, n: n})
+		}
+	}
+	return out
 }
 
 // roundResult is what one fresh lab measured.
@@ -118,8 +157,9 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	binDir := filepath.Join(tmp, "bin")
-	fmt.Fprintln(os.Stderr, "building octopus-agent, octopus-echo and octopus-dns")
-	build := exec.CommandContext(ctx, "go", "build", "-o", binDir+"/", "./cmd/octopus-agent", "./cmd/octopus-echo", "./cmd/octopus-dns")
+	// All of `make build`: real nodes make the project's image of them (lab.Options.AgentBinary).
+	fmt.Fprintln(os.Stderr, "building octopus, octopus-agent, octopus-echo and octopus-dns")
+	build := exec.CommandContext(ctx, "go", "build", "-o", binDir+"/", "./cmd/octopus", "./cmd/octopus-agent", "./cmd/octopus-echo", "./cmd/octopus-dns")
 	build.Dir, build.Stdout, build.Stderr = root, os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return fmt.Errorf("building the lab's binaries (run from the repository root): %w", err)
@@ -127,6 +167,12 @@ func run(ctx context.Context, c config) error {
 	k8sBin, err := controlplane.EnsureBinaries(ctx, root, os.Stderr)
 	if err != nil {
 		return fmt.Errorf("control-plane binaries (run `make k8s-binaries` from the repository root): %w", err)
+	}
+	var containerdBin string
+	if slices.Contains(c.runtimes, lab.NodeRuntimeKubelet) {
+		if _, containerdBin, err = controlplane.EnsureNodeRuntime(ctx, root, os.Stderr); err != nil {
+			return fmt.Errorf("the kubelet and containerd (run `make k8s-binaries` from the repository root): %w", err)
+		}
 	}
 	unlock, err := lockLab(ctx)
 	if err != nil {
@@ -136,31 +182,35 @@ func run(ctx context.Context, c config) error {
 	load := loadAverage()
 	started := time.Now()
 
-	results := map[int][]roundResult{}
-	for _, n := range c.sizes {
-		for r := range c.rounds {
-			res, err := oneRound(ctx, c, n, r, lab.Options{
-				Clusters: n, Dir: filepath.Join(tmp, "lab"), BinDir: k8sBin,
+	results := map[setup][]roundResult{}
+	// Rounds alternate between the setups, so that a change of the machine's load during the
+	// run touches all of them alike.
+	for r := range c.rounds {
+		for _, s := range c.setups() {
+			res, err := oneRound(ctx, c, s, r, lab.Options{
+				Clusters: s.n, Dir: filepath.Join(tmp, "lab"), BinDir: k8sBin,
 				AgentBinary: filepath.Join(binDir, "octopus-agent"),
 				EchoBinary:  filepath.Join(binDir, "octopus-echo"),
 				DNSBinary:   filepath.Join(binDir, "octopus-dns"),
+				NodeRuntime: s.runtime, ContainerdBinDir: containerdBin,
 			})
 			if err != nil {
-				return fmt.Errorf("hub + %d, round %d: %w", n, r+1, err)
+				return fmt.Errorf("%s, round %d: %w", s, r+1, err)
 			}
-			results[n] = append(results[n], res)
+			results[s] = append(results[s], res)
 		}
 	}
-	fmt.Printf("Run of %s, %d rounds per size; load average before the run: %s, after: %s.\n\n",
+	fmt.Printf("Run of %s, %d rounds per setup; load average before the run: %s, after: %s.\n\n",
 		time.Since(started).Round(time.Second), c.rounds, load, loadAverage())
-	printBringUp(os.Stdout, c.sizes, results)
-	printMemory(os.Stdout, c.sizes, results)
-	printPods(os.Stdout, c.sizes, results)
+	printBringUp(os.Stdout, c.setups(), results)
+	printMemory(os.Stdout, c.setups(), results)
+	printPods(os.Stdout, c.setups(), results)
 	return nil
 }
 
 // oneRound brings up a fresh lab, measures it and removes it.
-func oneRound(ctx context.Context, c config, n, r int, opts lab.Options) (res roundResult, err error) {
+func oneRound(ctx context.Context, c config, s setup, r int, opts lab.Options) (res roundResult, err error) {
+	n := s.n
 	if c.verbose {
 		opts.Progress = &progress.Reporter{W: os.Stderr}
 	}
@@ -192,7 +242,7 @@ func oneRound(ctx context.Context, c config, n, r int, opts lab.Options) (res ro
 		if ctx.Err() != nil {
 			return res, ctx.Err()
 		}
-		fmt.Fprintf(os.Stderr, "hub + %d round %d: %v\n", n, r+1, err)
+		fmt.Fprintf(os.Stderr, "%s round %d: %v\n", s, r+1, err)
 	} else {
 		res.ready = time.Since(start)
 	}
@@ -225,8 +275,8 @@ func oneRound(ctx context.Context, c config, n, r int, opts lab.Options) (res ro
 	if len(leftNs)+len(leftLinks) > 0 {
 		return res, fmt.Errorf("stop and Down left namespaces %v and links %v: the next round would not start clean (run `octopus lab down --dir %s`)", leftNs, leftLinks, opts.Dir)
 	}
-	fmt.Fprintf(os.Stderr, "hub + %d round %d: up %s, cross-cluster ready %s, stop+down %s, lab RSS %s PSS %s%s\n",
-		n, r+1, secs(res.up), readyString(res.ready), secs(res.down), mib(total(res.memory).RSS), mib(total(res.memory).PSS), podSummary(res.pods))
+	fmt.Fprintf(os.Stderr, "%s round %d: up %s, cross-cluster ready %s, stop+down %s, lab RSS %s PSS %s%s\n",
+		s, r+1, secs(res.up), readyString(res.ready), secs(res.down), mib(total(res.memory).RSS), mib(total(res.memory).PSS), podSummary(res.pods))
 	return res, nil
 }
 
@@ -313,10 +363,10 @@ func loadAverage() string {
 	return strings.Join(f[:3], " ")
 }
 
-func printBringUp(w io.Writer, sizes []int, results map[int][]roundResult) {
-	fmt.Fprintln(w, "| clusters | lab.Up median (min–max) | to cross-cluster ready, from lab.Up's start | Stop + Down median (min–max) |")
+func printBringUp(w io.Writer, setups []setup, results map[setup][]roundResult) {
+	fmt.Fprintln(w, "| lab | lab.Up median (min–max) | to cross-cluster ready, from lab.Up's start | Stop + Down median (min–max) |")
 	fmt.Fprintln(w, "|---|---|---|---|")
-	for _, n := range sizes {
+	for _, n := range setups {
 		var up, ready, down []time.Duration
 		for _, r := range results[n] {
 			up, down = append(up, r.up), append(down, r.down)
@@ -331,22 +381,22 @@ func printBringUp(w io.Writer, sizes []int, results map[int][]roundResult) {
 				readyCell += fmt.Sprintf(" (%d of %d rounds)", len(ready), len(up))
 			}
 		}
-		fmt.Fprintf(w, "| hub + %d | %s | %s | %s |\n", n, spread(up), readyCell, spread(down))
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", n, spread(up), readyCell, spread(down))
 	}
 	fmt.Fprintln(w)
 }
 
-func printMemory(w io.Writer, sizes []int, results map[int][]roundResult) {
+func printMemory(w io.Writer, setups []setup, results map[setup][]roundResult) {
 	fmt.Fprint(w, "| process kind |")
 	sep := "|---|"
-	for _, n := range sizes {
-		fmt.Fprintf(w, " hub + %d: procs | RSS | PSS |", n)
+	for _, n := range setups {
+		fmt.Fprintf(w, " %s: procs | RSS | PSS |", n)
 		sep += "---|---|---|"
 	}
 	fmt.Fprintln(w, "\n"+sep)
 	row := func(label string, get func(map[string]usage) usage) {
 		fmt.Fprintf(w, "| %s |", label)
-		for _, n := range sizes {
+		for _, n := range setups {
 			var procs, rss, pss []int64
 			for _, r := range results[n] {
 				u := get(r.memory)
@@ -363,10 +413,10 @@ func printMemory(w io.Writer, sizes []int, results map[int][]roundResult) {
 	fmt.Fprintln(w)
 }
 
-func printPods(w io.Writer, sizes []int, results map[int][]roundResult) {
-	fmt.Fprintln(w, "| clusters | pod | create → Ready p50 | p99 | max | p50 of create → scheduled | → pod IP | → container running |")
+func printPods(w io.Writer, setups []setup, results map[setup][]roundResult) {
+	fmt.Fprintln(w, "| lab | pod | create → Ready p50 | p99 | max | p50 of create → scheduled | → pod IP | → container running |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
-	for _, n := range sizes {
+	for _, n := range setups {
 		for _, k := range podKinds {
 			var p50, p99, mx, sched, addr, run []time.Duration
 			for _, r := range results[n] {
@@ -383,7 +433,7 @@ func printPods(w io.Writer, sizes []int, results map[int][]roundResult) {
 			if len(p50) == 0 {
 				continue
 			}
-			fmt.Fprintf(w, "| hub + %d | %s | %s | %s | %s | %s | %s | %s |\n", n, k.name,
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", n, k.name,
 				ms(quantile(p50, 0.5)), ms(quantile(p99, 0.5)), ms(quantile(mx, 0.5)),
 				ms(quantile(sched, 0.5)), ms(quantile(addr, 0.5)), ms(quantile(run, 0.5)))
 		}

@@ -28,6 +28,10 @@ func TestClassify(t *testing.T) {
 		{name: "busybox in a pod", args: []string{"busybox", "sleep", "3600"}, netns: podPrefix + "uid", want: kindPods},
 		{name: "unknown process in a node namespace", args: []string{"/bin/sh"}, netns: "octo-abc-c1-n1", want: kindOther},
 		{name: "no command line", args: nil, netns: "octo-abc-c1-n1", want: kindOther},
+		{name: "kubelet", args: []string{"/c/kubelet", "--config=/x"}, netns: "octo-abc-c1-n1", want: kindKubelet},
+		{name: "containerd, also found in a cgroup", args: []string{"/c/containerd", "--config", "/x"}, netns: podCgroup, want: kindContainerd},
+		{name: "shim in a cgroup", args: []string{"/c/containerd-shim-runc-v2", "-namespace", "k8s.io"}, netns: podCgroup, want: kindShim},
+		{name: "a real node's pod, found by its cgroup", args: []string{"sleep", "3600"}, netns: podCgroup, want: kindPods},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+	"github.com/octopus-mcs/octopus/internal/lab/realnode"
 	"github.com/octopus-mcs/octopus/internal/procfs"
 )
 
@@ -23,6 +24,9 @@ const (
 	kindKCM        = "kube-controller-manager"
 	kindScheduler  = "kube-scheduler"
 	kindKubeProxy  = "kube-proxy"
+	kindKubelet    = "kubelet"
+	kindContainerd = "containerd"
+	kindShim       = "containerd-shim-runc-v2"
 	kindAgent      = "octopus-agent controller"
 	kindGateway    = "octopus-agent gateway"
 	kindRouteAgent = "octopus-agent route-agent"
@@ -33,7 +37,7 @@ const (
 	kindInProcess = "lab.Up caller (in-process node agents)"
 )
 
-var kinds = []string{kindEtcd, kindAPIServer, kindKCM, kindScheduler, kindKubeProxy, kindAgent, kindGateway,
+var kinds = []string{kindEtcd, kindAPIServer, kindKCM, kindScheduler, kindKubeProxy, kindKubelet, kindContainerd, kindShim, kindAgent, kindGateway,
 	kindRouteAgent, kindPods, kindOther, kindInProcess}
 
 // usage is the memory of the processes of one kind.
@@ -93,6 +97,17 @@ func labMemory(dir, id string) (map[string]usage, error) {
 			pids[pid] = ns
 		}
 	}
+	// Real nodes' pods run in network namespaces only their containerd knows; the lab's
+	// cgroups hold them (and containerd and its shims, which their command lines tell apart).
+	inCgroups, err := realnode.CgroupProcesses(id)
+	if err != nil {
+		return nil, err
+	}
+	for _, pid := range inCgroups {
+		if _, ok := pids[pid]; !ok {
+			pids[pid] = podCgroup
+		}
+	}
 	if len(pids) == 0 {
 		return nil, fmt.Errorf("no process of the lab found in %s/pids or in its %d namespaces: is the lab running?", dir, len(namespaces))
 	}
@@ -123,6 +138,10 @@ func labMemory(dir, id string) (map[string]usage, error) {
 	return out, nil
 }
 
+// podCgroup stands for the network namespace of a process found only in the lab's cgroups: a
+// real node's pod, unless its command line says containerd or a shim.
+const podCgroup = "\x00cgroup"
+
 // classify names the kind of a lab process from its command line and network namespace.
 func classify(args []string, netns, podPrefix string) string {
 	if netns != "" && strings.HasPrefix(netns, podPrefix) {
@@ -130,6 +149,17 @@ func classify(args []string, netns, podPrefix string) string {
 	}
 	if len(args) == 0 {
 		return kindOther
+	}
+	switch filepath.Base(args[0]) {
+	case "kubelet":
+		return kindKubelet
+	case "containerd":
+		return kindContainerd
+	case "containerd-shim-runc-v2":
+		return kindShim
+	}
+	if netns == podCgroup {
+		return kindPods
 	}
 	switch filepath.Base(args[0]) {
 	case "etcd":

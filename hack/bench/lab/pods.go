@@ -29,16 +29,20 @@ const echoPort = 8080
 
 var podKinds = []podKind{
 	{name: "busybox sleep (no probe)", pod: func(name string) *corev1.Pod {
-		return benchPod(name, corev1.Container{Name: "sleep", Image: "busybox", Command: []string{"sleep", "3600"}})
+		return benchPod(name, corev1.Container{Name: "sleep", Image: "busybox", Command: []string{"sleep", "3600"},
+			ImagePullPolicy: corev1.PullIfNotPresent})
 	}},
 	{name: "octopus-echo, TCP readiness probe", pod: func(name string) *corev1.Pod {
-		return benchPod(name, corev1.Container{Name: "echo", Image: nodeagent.EchoImage,
+		return benchPod(name, corev1.Container{Name: "echo", Image: nodeagent.EchoImage, ImagePullPolicy: corev1.PullIfNotPresent,
 			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: echoPort}},
 			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
 				TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(echoPort)}}}})
 	}},
 }
 
+// benchPod makes a pod of container c. Its image must be pulled only if not present: the
+// lab's real nodes have their images imported and no registry to pull from (a :latest image
+// defaults to pulling always).
 func benchPod(name string, c corev1.Container) *corev1.Pod {
 	grace := int64(0)
 	return &corev1.Pod{

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 )
@@ -152,19 +151,7 @@ func cachedBuild(ctx context.Context, o cachedBuildOptions, progress io.Writer) 
 }
 
 // missingBinaries reports which binaries are absent or not executable in dir.
-func missingBinaries(dir string) error {
-	var missing []string
-	for _, b := range Binaries {
-		fi, err := os.Stat(filepath.Join(dir, b))
-		if err != nil || fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
-			missing = append(missing, b)
-		}
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("missing in %s: %s", dir, strings.Join(missing, ", "))
-	}
-	return nil
-}
+func missingBinaries(dir string) error { return missingIn(dir, Binaries...) }
 
 // lockFile takes an exclusive flock on path, polling so that ctx can cancel the wait.
 func lockFile(ctx context.Context, path string, progress io.Writer) (unlock func(), err error) {
@@ -201,3 +188,7 @@ func envOr(key, def string) string {
 	}
 	return def
 }
+
+// CacheDir returns the root of the cache the build scripts under hack/ write, for other
+// cached artefacts of the lab (its container images): $OCTOPUS_CACHE, else ~/.cache/octopus.
+func CacheDir() (string, error) { return cacheDir() }

@@ -327,6 +327,21 @@ func (c *ControlPlane) IssueKubeletServing(ips []netip.Addr) (certPEM, keyPEM []
 	return kp.CertPEM(), keyPEM, nil
 }
 
+// IssueClient returns a TLS client certificate and key (PEM) signed by the cluster CA for
+// user in groups, which the API server authenticates as that user: a real lab node's kubelet
+// gets system:node:<name> in system:nodes this way.
+func (c *ControlPlane) IssueClient(user string, groups []string) (certPEM, keyPEM []byte, err error) {
+	kp, err := c.ca.issue(clientTemplate(user, groups, time.Now()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster %s: issuing client certificate for %s: %w", c.Name, user, err)
+	}
+	keyPEM, err = kp.KeyPEM()
+	if err != nil {
+		return nil, nil, err
+	}
+	return kp.CertPEM(), keyPEM, nil
+}
+
 // RESTConfig returns a new admin client configuration (client certificate in system:masters).
 // Callers may modify it.
 func (c *ControlPlane) RESTConfig() *rest.Config {

@@ -25,3 +25,20 @@ func (e *Environment) StopProcess(name string, grace time.Duration) error {
 	}
 	return p.stop(grace)
 }
+
+// ProcessPID returns the PID of the current run of the process StartProcess started under
+// name, for callers that must reach into it (the holder of a node's mount namespace, entered
+// through /proc/<pid>/ns/mnt). It fails if the process is not running.
+func (e *Environment) ProcessPID(name string) (int, error) {
+	e.extrasMu.Lock()
+	defer e.extrasMu.Unlock()
+	for _, x := range e.extras {
+		if x.name == name {
+			if r := x.current(); r != nil {
+				return r.cmd.Process.Pid, nil
+			}
+			return 0, fmt.Errorf("process %s is not running", name)
+		}
+	}
+	return 0, fmt.Errorf("no process %s was started with StartProcess (check the name)", name)
+}

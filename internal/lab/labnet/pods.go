@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -271,22 +270,7 @@ func KillProcessesIn(names []string, timeout time.Duration) error {
 	if len(inodes) == 0 {
 		return nil
 	}
-	deadline := time.Now().Add(timeout)
-	for {
-		pids, err := pidsIn(inodes)
-		if err != nil || len(pids) == 0 {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("processes %v are still alive in lab namespaces %s after SIGKILL", pids, timeout)
-		}
-		for _, pid := range pids {
-			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-				return fmt.Errorf("killing process %d in a lab namespace: %w", pid, err)
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return procfs.KillUntilGone(func() ([]int, error) { return pidsIn(inodes) }, "in lab namespaces", timeout)
 }
 
 // namespaceInodes maps the inode of each named namespace that exists to its name: a process's

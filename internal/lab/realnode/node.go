@@ -1,0 +1,375 @@
+// Package realnode runs a lab node as a real Kubernetes node: containerd (with NRI) and a
+// kubelet registered with the cluster's API server, inside the node's network namespace and a
+// private mount namespace of the node, with runc and the reference CNI plugins. Every process
+// is a supervised child of the lab's controlplane.Environment (pidfiles, logs, Pdeathsig,
+// restarts); containerd and the pods live in the lab's cgroup (cgroup.go), so `lab down`
+// finds every process of the node also after a crash.
+package realnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
+	"github.com/octopus-mcs/octopus/internal/lab/images"
+	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+	"github.com/octopus-mcs/octopus/internal/lab/mountns"
+)
+
+// Timeouts of a node's start; a loaded 2-core machine starting several nodes is slow.
+const (
+	mountsReadyTimeout     = 30 * time.Second
+	containerdReadyTimeout = 60 * time.Second
+	importTimeout          = 5 * time.Minute
+)
+
+// cniBinDir is where Debian's containernetworking-plugins installs the plugins.
+const cniBinDir = "/usr/lib/cni"
+
+// NodesDir is the directory, under the lab dir, with a directory per real node.
+const NodesDir = "nodes"
+
+// Options configure Start. All are required unless marked optional.
+type Options struct {
+	// Env supervises the node's processes; its Dir holds the node's directory.
+	Env *controlplane.Environment
+	// Cluster is the control plane the kubelet registers with.
+	Cluster *controlplane.ControlPlane
+	// Node is the node's network.
+	Node labnet.NodeNet
+	// LabID names the lab's cgroup.
+	LabID string
+	// KubeBinDir has the kubelet; ContainerdBinDir containerd, its shim and ctr
+	// (controlplane.EnsureNodeRuntime).
+	KubeBinDir, ContainerdBinDir string
+	// Images are image tarballs (internal/lab/images) imported into the node's containerd
+	// before the kubelet starts. Optional.
+	Images []string
+	// ClusterDNS is the kube-dns Service's address, the nameserver of pods' resolv.conf.
+	ClusterDNS netip.Addr
+	// Mirror is the address of a registry (images.Registry) that containerd uses instead of
+	// each of Registries, so that images are pulled from it and never from outside the
+	// machine. Optional.
+	Mirror     string
+	Registries []string
+	// Labels are the Node's labels besides the kubelet's own. Optional.
+	Labels map[string]string
+	// Log receives structured logs. Optional.
+	Log logr.Logger
+}
+
+// Node is a started real node.
+type Node struct {
+	// Name is the Kubernetes Node name.
+	Name string
+	// Dir is the node's directory (state, configuration, certificates).
+	Dir  string
+	opts Options
+}
+
+// Process names of a node, as given to Environment.StartProcess.
+func holderName(node string) string     { return node + "-mounts" }
+func containerdName(node string) string { return node + "-containerd" }
+func kubeletName(node string) string    { return node + "-kubelet" }
+
+// Directories of a node under Dir.
+const (
+	dirKubelet         = "kubelet" // bind-mounted at kubeletRootPath
+	dirCNIState        = "cni"     // at cniStatePath
+	dirRun             = "run"     // at containerdRunPath
+	dirContainerLogs   = "logs/containers"
+	dirPodLogs         = "logs/pods"
+	dirContainerdRoot  = "containerd"
+	dirCNIConf         = "net.d"
+	dirNRIPlugins      = "nri/plugins"
+	dirNRIConf         = "nri/conf"
+	dirPKI             = "pki"
+	dirScratch         = "scratch" // the tmpfs of overlays the mount namespace needs
+	dirRegistryHosts   = "certs.d" // containerd's registry config_path: <host>/hosts.toml
+	fileContainerdConf = "containerd.toml"
+	fileKubeletConf    = "kubelet.json"
+	fileKubeconfig     = "kubelet.kubeconfig"
+)
+
+// Start prepares the node's directories, certificates and configuration, starts the holder
+// of its mount namespace, containerd, imports the images and starts the kubelet, which
+// registers the Node. The pod network comes later (ConfigureNetwork), once node IPAM has
+// given the Node its pod CIDR.
+func Start(ctx context.Context, o Options) (*Node, error) {
+	if o.Log.GetSink() == nil {
+		o.Log = logr.Discard()
+	}
+	n := &Node{Name: o.Node.Name, Dir: filepath.Join(o.Env.Dir, NodesDir, o.Node.Name), opts: o}
+	if err := n.start(ctx); err != nil {
+		return nil, fmt.Errorf("starting real node %s: %w", n.Name, err)
+	}
+	return n, nil
+}
+
+func (n *Node) start(ctx context.Context) error {
+	o := n.opts
+	if err := checkOutsideOverlays(n.Dir); err != nil {
+		return err
+	}
+	for _, d := range []string{dirKubelet, dirCNIState, dirRun, dirContainerLogs, dirPodLogs, dirContainerdRoot, dirCNIConf, dirNRIPlugins, dirNRIConf, dirPKI, dirScratch} {
+		if err := os.MkdirAll(n.path(d), 0o700); err != nil {
+			return err
+		}
+	}
+	if err := n.writeFiles(); err != nil {
+		return err
+	}
+	cgroup := nodeCgroup(o.LabID, n.Name)
+	if err := ensureCgroup(cgroup); err != nil {
+		return err
+	}
+	holder, err := n.startMountNamespace(ctx)
+	if err != nil {
+		return err
+	}
+	nsenter, err := exec.LookPath("nsenter")
+	if err != nil {
+		return fmt.Errorf("a real node needs nsenter (Debian package util-linux): %w", err)
+	}
+	enter := func(binary string, args ...string) (string, []string) {
+		return nsenter, append([]string{"--mount=/proc/" + strconv.Itoa(holder) + "/ns/mnt", "--", binary}, args...)
+	}
+	bin, args := enter(filepath.Join(o.ContainerdBinDir, controlplane.BinContainerd), "--config", n.path(fileContainerdConf))
+	if err := o.Env.StartProcess(controlplane.ProcessOptions{
+		Name: containerdName(n.Name), Binary: bin, Args: args, Netns: o.Node.NetnsPath(), RestartOnCrash: true,
+	}); err != nil {
+		return err
+	}
+	if err := n.waitContainerd(ctx); err != nil {
+		return err
+	}
+	if err := n.importImages(ctx); err != nil {
+		return err
+	}
+	bin, args = enter(filepath.Join(o.KubeBinDir, controlplane.BinKubelet),
+		"--config="+n.path(fileKubeletConf),
+		"--kubeconfig="+n.path(fileKubeconfig),
+		"--cert-dir="+n.path(dirPKI),
+		"--hostname-override="+n.Name,
+		"--node-ip="+o.Node.LANAddr.Addr().String(),
+		"--node-labels="+nodeLabelsArg(o.Labels),
+		"--v=2",
+	)
+	return o.Env.StartProcess(controlplane.ProcessOptions{
+		Name: kubeletName(n.Name), Binary: bin, Args: args, Netns: o.Node.NetnsPath(), RestartOnCrash: true,
+	})
+}
+
+func (n *Node) path(rel string) string { return filepath.Join(n.Dir, rel) }
+
+// ContainerdSocket is the node's containerd socket as seen from outside its mount namespace.
+func (n *Node) ContainerdSocket() string { return n.path(filepath.Join(dirRun, "containerd.sock")) }
+
+// NRISocket is the node's NRI socket as seen from outside its mount namespace: NRI plugins
+// connect there.
+func (n *Node) NRISocket() string { return NRISocketPath(filepath.Dir(filepath.Dir(n.Dir)), n.Name) }
+
+// NRISocketPath is the NRI socket of the real node named node of the lab in labDir, as seen
+// from outside the node's mount namespace.
+func NRISocketPath(labDir, node string) string {
+	return filepath.Join(labDir, NodesDir, node, dirRun, filepath.Base(nriSocket))
+}
+
+// checkOutsideOverlays refuses a node directory below a directory that the mount namespace
+// overlays (mountns.Ops does for the mount points the host lacks): inside the namespace its
+// files would be the overlay's, and writes would land in a tmpfs.
+func checkOutsideOverlays(dir string) error {
+	for _, p := range []string{"/var/lib", "/var/log", "/run", "/var/run"} {
+		if dir == p || strings.HasPrefix(dir, p+"/") {
+			return fmt.Errorf("the lab's directory %s is under %s, which a real node's mount namespace overlays; use a directory elsewhere", dir, p)
+		}
+	}
+	return nil
+}
+
+// writeFiles writes the certificates, kubeconfig and configuration of containerd and the
+// kubelet.
+func (n *Node) writeFiles() error {
+	o := n.opts
+	cp := o.Cluster
+	clientCert, clientKey, err := cp.IssueClient("system:node:"+n.Name, []string{"system:nodes"})
+	if err != nil {
+		return err
+	}
+	servingCert, servingKey, err := cp.IssueKubeletServing([]netip.Addr{o.Node.LANAddr.Addr()})
+	if err != nil {
+		return err
+	}
+	caFile := n.path(filepath.Join(dirPKI, "ca.crt"))
+	certFile := n.path(filepath.Join(dirPKI, "kubelet.crt"))
+	keyFile := n.path(filepath.Join(dirPKI, "kubelet.key"))
+	for path, data := range map[string][]byte{caFile: cp.CAData, certFile: servingCert, keyFile: servingKey} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			return err
+		}
+	}
+	if err := controlplane.WriteKubeconfig(n.path(fileKubeconfig), cp.Name, cp.URL, cp.CAData, "system:node:"+n.Name,
+		&clientcmdapi.AuthInfo{ClientCertificateData: clientCert, ClientKeyData: clientKey}); err != nil {
+		return err
+	}
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		return fmt.Errorf("a real node needs runc: install Debian package runc (hack/install-deps.sh): %w", err)
+	}
+	if _, err := os.Stat(filepath.Join(cniBinDir, "bridge")); err != nil {
+		return fmt.Errorf("a real node needs the CNI plugins: install Debian package containernetworking-plugins (hack/install-deps.sh): %w", err)
+	}
+	for _, host := range o.Registries {
+		hosts, err := images.HostsTOML(host, o.Mirror)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(n.path(filepath.Join(dirRegistryHosts, host)), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(n.path(filepath.Join(dirRegistryHosts, host, "hosts.toml")), []byte(hosts), 0o644); err != nil {
+			return err
+		}
+	}
+	containerd := containerdConfig{
+		Root: n.path(dirContainerdRoot), Cgroup: nodeCgroup(o.LabID, n.Name) + "/containerd",
+		RegistryConfigDir: n.path(dirRegistryHosts),
+		CNIConfDir:        n.path(dirCNIConf), CNIBinDir: cniBinDir, Runc: runc,
+		NRIPluginDir: n.path(dirNRIPlugins), NRIConfigDir: n.path(dirNRIConf),
+	}
+	if err := os.WriteFile(n.path(fileContainerdConf), []byte(containerd.render()), 0o600); err != nil {
+		return err
+	}
+	kubelet, err := kubeletConfig{
+		Address: o.Node.LANAddr.Addr(), ClientCAFile: caFile, TLSCertFile: certFile, TLSKeyFile: keyFile,
+		CgroupRoot: nodeCgroup(o.LabID, n.Name), ClusterDNS: o.ClusterDNS,
+	}.render()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(n.path(fileKubeletConf), kubelet, 0o600)
+}
+
+// mounts are the node's bind mounts over the paths a kubelet and containerd hard-code.
+func (n *Node) mounts() []mountns.Bind {
+	return []mountns.Bind{
+		{Src: n.path(dirKubelet), Target: kubeletRootPath},
+		{Src: n.path(dirCNIState), Target: cniStatePath},
+		{Src: n.path(dirRun), Target: containerdRunPath},
+		{Src: n.path(dirContainerLogs), Target: containerLogsPath},
+		{Src: n.path(dirPodLogs), Target: podLogsPath},
+	}
+}
+
+// startMountNamespace starts the holder of the node's mount namespace and returns its PID
+// once every mount is made: the script execs sleep only after the last one.
+func (n *Node) startMountNamespace(ctx context.Context) (int, error) {
+	ops, err := mountns.Ops(n.mounts(), n.path(dirScratch))
+	if err != nil {
+		return 0, err
+	}
+	// Shared propagation inside the namespace (its own peer groups, none with the host): the
+	// kubelet's Bidirectional mounts need it.
+	ops = append(ops, "rshared")
+	var tools [2]string
+	for i, t := range []string{"unshare", "sh"} {
+		if tools[i], err = exec.LookPath(t); err != nil {
+			return 0, fmt.Errorf("a real node's mount namespace needs %s (Debian package util-linux): %w", t, err)
+		}
+	}
+	name := holderName(n.Name)
+	err = n.opts.Env.StartProcess(controlplane.ProcessOptions{
+		Name: name, Binary: tools[0], Netns: n.opts.Node.NetnsPath(),
+		Args: append([]string{"--mount", "--propagation", "private", "--", tools[1], "-c", mountns.Script, "sh"}, ops...),
+	})
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, mountsReadyTimeout)
+	defer cancel()
+	for {
+		pid, err := n.opts.Env.ProcessPID(name)
+		if err != nil {
+			return 0, fmt.Errorf("the holder of the mount namespace failed (see its log): %w", err)
+		}
+		if comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm"); strings.TrimSpace(string(comm)) == "sleep" {
+			return pid, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("the mount namespace was not ready in %s (see the log of %s)", mountsReadyTimeout, name)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// waitContainerd waits until containerd accepts connections on its socket.
+func (n *Node) waitContainerd(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, containerdReadyTimeout)
+	defer cancel()
+	for {
+		c, err := net.DialTimeout("unix", n.ContainerdSocket(), time.Second)
+		if err == nil {
+			_ = c.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("containerd did not listen on %s within %s (see the log of %s): %w", n.ContainerdSocket(), containerdReadyTimeout, containerdName(n.Name), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// importImages imports the image tarballs into containerd's k8s.io namespace, where the
+// kubelet's CRI finds them, unpacked for the overlayfs snapshotter.
+func (n *Node) importImages(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, importTimeout)
+	defer cancel()
+	for _, tarball := range n.opts.Images {
+		out, err := n.Ctr(ctx, "images", "import", tarball)
+		if err != nil {
+			return fmt.Errorf("importing %s: %w: %s", tarball, err, out)
+		}
+	}
+	return nil
+}
+
+// Ctr runs ctr against the node's containerd in the k8s.io namespace (the kubelet's) and
+// returns its combined output.
+func (n *Node) Ctr(ctx context.Context, args ...string) (string, error) {
+	ctr := filepath.Join(n.opts.ContainerdBinDir, controlplane.BinCtr)
+	cmd := exec.CommandContext(ctx, ctr, append([]string{"--address", n.ContainerdSocket(), "--namespace", "k8s.io"}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// ConfigureNetwork writes the node's CNI configuration for its pod CIDR; containerd picks
+// it up and the node becomes Ready.
+func (n *Node) ConfigureNetwork(podCIDR netip.Prefix) error {
+	conf, err := cniConfig(podCIDR, n.path(filepath.Join(dirCNIState, "networks")))
+	if err != nil {
+		return err
+	}
+	path := n.path(filepath.Join(dirCNIConf, "10-"+cniNetworkName+".conflist"))
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, conf, 0o644); err != nil {
+		return fmt.Errorf("node %s: writing the CNI configuration: %w", n.Name, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return errors.Join(fmt.Errorf("node %s: writing the CNI configuration: %w", n.Name, err), os.Remove(tmp))
+	}
+	return nil
+}

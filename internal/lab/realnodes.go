@@ -1,0 +1,289 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
+	"github.com/octopus-mcs/octopus/internal/lab/images"
+	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+	"github.com/octopus-mcs/octopus/internal/lab/nodeagent"
+	"github.com/octopus-mcs/octopus/internal/lab/realnode"
+	"github.com/octopus-mcs/octopus/internal/version"
+)
+
+// Node runtimes (Options.NodeRuntime).
+const (
+	// NodeRuntimeStandin runs pods with the lab's node agent (internal/lab/nodeagent):
+	// containers are host programs chosen from an image table. The default.
+	NodeRuntimeStandin = "standin"
+	// NodeRuntimeKubelet makes every node a real Kubernetes node (internal/lab/realnode):
+	// a kubelet and containerd with runc, a real CNI and images built on this machine.
+	NodeRuntimeKubelet = "kubelet"
+)
+
+// realNodeReadyTimeout bounds the wait for real nodes to register, get their pod CIDR and
+// become Ready.
+const realNodeReadyTimeout = 3 * time.Minute
+
+// ValidateNodeRuntime checks a node runtime (Options.NodeRuntime) and returns it with the
+// default applied.
+func ValidateNodeRuntime(runtime string) (string, error) {
+	switch runtime {
+	case "", NodeRuntimeStandin:
+		return NodeRuntimeStandin, nil
+	case NodeRuntimeKubelet:
+		return runtime, nil
+	}
+	return "", fmt.Errorf("node runtime %q: want %s (the lab's stand-in kubelet) or %s (a real kubelet and containerd on every node)",
+		runtime, NodeRuntimeStandin, NodeRuntimeKubelet)
+}
+
+// labImageSet is what real nodes get their images from: a registry holding every image of the
+// lab's catalog, which every node's containerd uses instead of the registries the images name,
+// and the tarballs of the images the lab itself runs, which every node imports before its
+// kubelet starts so that its first pods need no pull.
+type labImageSet struct {
+	preload  []string
+	registry *images.Registry
+	// hosts are the registries the node's containerd must use the lab's registry for.
+	hosts []string
+	// pushed yields the result of filling the registry, which goes on while the nodes start.
+	pushed chan error
+}
+
+// preloaded are the images every real node imports at start: the sandbox of every pod and the
+// cluster DNS the lab deploys. Others, the project's own large image among them, are pulled
+// from the lab's registry by the nodes whose pods need them, as in a cluster.
+var preloaded = []string{images.PauseImage, images.CoreDNSImage}
+
+// startLabImages builds (or finds in the cache) the workload images of images.Catalog and,
+// when the agent binary's directory holds every binary of `make build`, the project's own
+// images, and starts serving them from a registry on the API address, which every node
+// reaches, with its blobs in labDir.
+func startLabImages(ctx context.Context, opts Options, labDir string) (*labImageSet, error) {
+	coredns, err := controlplane.CoreDNSPath()
+	if err != nil {
+		return nil, err
+	}
+	cache, err := controlplane.CacheDir()
+	if err != nil {
+		return nil, err
+	}
+	catalog := images.CatalogOptions{CoreDNSBinary: coredns, Version: version.Version}
+	if dir := filepath.Dir(opts.AgentBinary); hasOctopusBinaries(dir) {
+		catalog.OctopusBinDir = dir
+	}
+	specs, err := images.Catalog(catalog)
+	if err != nil {
+		return nil, fmt.Errorf("the images of the lab's nodes: %w", err)
+	}
+	tarballs := make([]string, len(specs))
+	errs := make([]error, len(specs))
+	var wg sync.WaitGroup
+	for i, s := range specs {
+		wg.Go(func() { tarballs[i], errs[i] = images.Ensure(filepath.Join(cache, "images"), s) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("the images of the lab's nodes: %w", err)
+	}
+	hosts, err := images.RegistryHosts(specs)
+	if err != nil {
+		return nil, err
+	}
+	set := &labImageSet{pushed: make(chan error, 1), hosts: hosts}
+	for i, s := range specs {
+		for _, ref := range s.Refs {
+			if slices.Contains(preloaded, ref) {
+				set.preload = append(set.preload, tarballs[i])
+				break
+			}
+		}
+	}
+	ln, err := net.Listen("tcp", netip.AddrPortFrom(labnet.APIAddress, 0).String())
+	if err != nil {
+		return nil, fmt.Errorf("the lab's registry: %w", err)
+	}
+	blobs := filepath.Join(labDir, "registry")
+	if err := os.MkdirAll(blobs, 0o700); err != nil {
+		return nil, errors.Join(err, ln.Close())
+	}
+	set.registry = images.StartRegistry(ln, blobs)
+	go func() {
+		var err error
+		for _, t := range tarballs {
+			if err = set.registry.Push(ctx, t); err != nil {
+				break
+			}
+		}
+		set.pushed <- err
+	}()
+	return set, nil
+}
+
+// startAllRealNodes starts the real nodes of every cluster at once (startRealNodes) and
+// returns once all are Ready and the lab's registry is filled. The registry serves until the
+// caller closes it, also on error.
+func startAllRealNodes(ctx context.Context, env *controlplane.Environment, plan labnet.Plan, opts Options) (*images.Registry, error) {
+	imgs, err := startLabImages(ctx, opts, env.Dir)
+	if err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(plan.Clusters)+1)
+	var wg sync.WaitGroup
+	for i, c := range plan.Clusters {
+		wg.Go(func() {
+			cp := env.Cluster(c.Name)
+			if cp == nil {
+				errs[i] = fmt.Errorf("starting nodes: no control plane for cluster %s", c.Name)
+				return
+			}
+			cs, err := kubernetes.NewForConfig(cp.RESTConfig())
+			if err != nil {
+				errs[i] = fmt.Errorf("starting nodes of %s: %w", c.Name, err)
+				return
+			}
+			errs[i] = startRealNodes(ctx, env, plan, c, cp, cs, opts, imgs)
+		})
+	}
+	wg.Wait()
+	if err := <-imgs.pushed; err != nil {
+		errs[len(plan.Clusters)] = fmt.Errorf("filling the lab's registry: %w", err)
+	}
+	return imgs.registry, errors.Join(errs...)
+}
+
+// hasOctopusBinaries reports whether dir holds every binary the project's image needs.
+func hasOctopusBinaries(dir string) bool {
+	for _, b := range images.OctopusBinaries {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// startRealNodes starts containerd and a kubelet on every node of cluster c, waits until node
+// IPAM has given each its pod CIDR, then writes each node's CNI configuration and its routes
+// to the other nodes' pod CIDRs (labnet.ConfigureNode, as for the stand-in's pods), and waits
+// until every Node is Ready.
+func startRealNodes(ctx context.Context, env *controlplane.Environment, plan labnet.Plan, c labnet.ClusterNet,
+	cp *controlplane.ControlPlane, cs kubernetes.Interface, opts Options, imgs *labImageSet) error {
+	dns, err := nodeagent.ClusterDNSAddr(cp.ServiceCIDR)
+	if err != nil {
+		return fmt.Errorf("cluster %s: %w", c.Name, err)
+	}
+	nodes := make([]*realnode.Node, len(c.Nodes))
+	errs := make([]error, len(c.Nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.Nodes {
+		labels := map[string]string{}
+		if n.Gateway {
+			labels[labnet.GatewayLabel] = "true"
+		}
+		wg.Go(func() {
+			nodes[i], errs[i] = realnode.Start(ctx, realnode.Options{
+				Env: env, Cluster: cp, Node: n, LabID: plan.ID,
+				KubeBinDir: opts.BinDir, ContainerdBinDir: opts.ContainerdBinDir, Images: imgs.preload,
+				Mirror: imgs.registry.Addr, Registries: imgs.hosts,
+				ClusterDNS: dns, Labels: labels, Log: opts.Log.WithValues("node", n.Name),
+			})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	podCIDRs, err := waitPodCIDRs(ctx, cs, c)
+	if err != nil {
+		return err
+	}
+	for i, n := range c.Nodes {
+		if err := nodes[i].ConfigureNetwork(podCIDRs[n.Name]); err != nil {
+			return err
+		}
+		peers := map[netip.Prefix]netip.Addr{}
+		for _, other := range c.Nodes {
+			if other.Name != n.Name {
+				peers[podCIDRs[other.Name]] = other.LANAddr.Addr()
+			}
+		}
+		if err := labnet.ConfigureNode(labnet.NodeConfig{Netns: n.Netns, ClusterPodCIDR: cp.PodCIDR, PeerRoutes: peers}); err != nil {
+			return err
+		}
+	}
+	return waitNodesReady(ctx, cs, c)
+}
+
+// waitPodCIDRs waits until every node of c is registered with a pod CIDR.
+func waitPodCIDRs(ctx context.Context, cs kubernetes.Interface, c labnet.ClusterNet) (map[string]netip.Prefix, error) {
+	cidrs := map[string]netip.Prefix{}
+	err := pollNodes(ctx, cs, c, "registered with a pod CIDR", func(n *corev1.Node) bool {
+		p, err := netip.ParsePrefix(n.Spec.PodCIDR)
+		if err != nil {
+			return false
+		}
+		cidrs[n.Name] = p
+		return true
+	})
+	return cidrs, err
+}
+
+// waitNodesReady waits until every node of c is Ready.
+func waitNodesReady(ctx context.Context, cs kubernetes.Interface, c labnet.ClusterNet) error {
+	return pollNodes(ctx, cs, c, "Ready", func(n *corev1.Node) bool {
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				return cond.Status == corev1.ConditionTrue
+			}
+		}
+		return false
+	})
+}
+
+// pollNodes polls c's Nodes until ok holds for each, for at most realNodeReadyTimeout.
+func pollNodes(ctx context.Context, cs kubernetes.Interface, c labnet.ClusterNet, what string, ok func(*corev1.Node) bool) error {
+	ctx, cancel := context.WithTimeout(ctx, realNodeReadyTimeout)
+	defer cancel()
+	for {
+		var pending []string
+		for _, n := range c.Nodes {
+			node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil || !ok(node) {
+				pending = append(pending, n.Name)
+			}
+		}
+		if len(pending) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster %s: nodes %v not %s within %s (see the kubelet logs under the lab dir's logs/): %w",
+				c.Name, pending, what, realNodeReadyTimeout, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// cleanupRealNodes kills what real nodes leave running once their kubelet and containerd are
+// gone (the shims and the pods' processes, found by the lab's cgroup) and removes the lab's
+// cgroups. Stand-in labs have none, which makes it a no-op for them.
+func cleanupRealNodes(labID string) error {
+	if err := realnode.KillCgroupProcesses(labID, downKillTimeout); err != nil {
+		return err
+	}
+	return realnode.RemoveCgroups(labID)
+}
