@@ -18,7 +18,16 @@ func TestAliveAndCmdline(t *testing.T) {
 	if !Alive(pid) {
 		t.Fatal("a running child is not Alive")
 	}
-	args, err := Cmdline(pid)
+	// Right after Start, the child's cmdline was once read empty on a loaded machine (a CI
+	// run, 2026-11-24): wait until it is filled before judging it.
+	var args []string
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		args, err = Cmdline(pid)
+		if err != nil || len(args) > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil || len(args) != 2 || filepath.Base(args[0]) != "sleep" || args[1] != "60" {
 		t.Fatalf("Cmdline = %q, %v", args, err)
 	}
