@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/octopus-mcs/octopus/internal/verify"
 )
@@ -66,10 +65,9 @@ when a check fails, and the summary names the failed checks.
 func (o *verifyOptions) Complete([]string) error {
 	o.clusters = nil
 	for _, path := range o.kubeconfigs {
-		rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: path}
-		cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+		cfg, err := loadKubeconfig(path)
 		if err != nil {
-			return fmt.Errorf("loading kubeconfig %s: %w (check the path and its current context)", path, err)
+			return err
 		}
 		o.clusters = append(o.clusters, verify.Cluster{Config: cfg, Source: path})
 	}
@@ -82,13 +80,7 @@ func (o *verifyOptions) Validate() error {
 	if len(o.kubeconfigs) < 2 {
 		errs = append(errs, fmt.Sprintf("verify checks between clusters: pass --kubeconfig at least twice (got %d)", len(o.kubeconfigs)))
 	}
-	seen := map[string]bool{}
-	for _, k := range o.kubeconfigs {
-		if seen[k] {
-			errs = append(errs, fmt.Sprintf("--kubeconfig %s is given twice", k))
-		}
-		seen[k] = true
-	}
+	errs = append(errs, duplicateKubeconfigs(o.kubeconfigs)...)
 	if err := o.output.validate(); err != nil {
 		errs = append(errs, err.Error())
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
 	"github.com/octopus-mcs/octopus/internal/ovn/ovntest"
 )
@@ -182,11 +183,11 @@ func TestApplyWritesSwitchAndPorts(t *testing.T) {
 	checkDB(t, nb, res)
 	switches := readSwitches(t, nb)
 	sw, ok := switches["octopus-east"]
-	if !ok || sw.Ports != 3 || sw.ExternalIDs[KeyOwner] != OwnerSecondary || sw.ExternalIDs[KeyCIDR] != "10.112.0.0/16" {
+	if !ok || sw.Ports != 3 || sw.ExternalIDs[owner.OVNKeyOwner] != owner.OVNOwnerSecondary || sw.ExternalIDs[owner.OVNKeyCIDR] != "10.112.0.0/16" {
 		t.Fatalf("switches = %+v", switches)
 	}
 	for _, p := range readPorts(t, nb) {
-		if p.ExternalIDs[KeyOwner] != OwnerSecondary || p.ExternalIDs[KeyCluster] != "east" || p.ExternalIDs[KeyPodUID] == "" {
+		if p.ExternalIDs[owner.OVNKeyOwner] != owner.OVNOwnerSecondary || p.ExternalIDs[owner.OVNKeyCluster] != "east" || p.ExternalIDs[owner.OVNKeyPodUID] == "" {
 			t.Errorf("port %s external_ids %v", p.Name, p.ExternalIDs)
 		}
 	}
@@ -198,7 +199,7 @@ func TestApplyWritesSwitchAndPorts(t *testing.T) {
 			t.Errorf("second Apply moved %s from %s to %s", k, a.IP, again.Attached[k].IP)
 		}
 	}
-	if got := readSwitches(t, nb)["octopus-east"]; got.ExternalIDs[KeyLastAllocated] != sw.ExternalIDs[KeyLastAllocated] {
+	if got := readSwitches(t, nb)["octopus-east"]; got.ExternalIDs[owner.OVNKeyLastAllocated] != sw.ExternalIDs[owner.OVNKeyLastAllocated] {
 		t.Errorf("second Apply moved the cursor")
 	}
 

@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
 )
 
@@ -76,7 +77,7 @@ type Result struct {
 }
 
 // SwitchName is the name of a cluster's logical switch.
-func SwitchName(clusterID string) string { return SwitchNamePrefix + clusterID }
+func SwitchName(clusterID string) string { return owner.OVNSwitchNamePrefix + clusterID }
 
 // PortName is the name of a pod's logical switch port: "<cluster>_<namespace>_<pod>". Port
 // names are unique in the whole NB database, hence the cluster ID; "_" cannot occur in a

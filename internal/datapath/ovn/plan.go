@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn/nbdb"
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
 )
 
@@ -57,7 +58,7 @@ func makePlan(n Network, block hostaddr.Block, obs observed) plan {
 			used[a] = true
 		}
 		if isOurs(port.ExternalIDs, n.ClusterID) {
-			k := PodKey{Namespace: port.ExternalIDs[KeyPodNamespace], Name: port.ExternalIDs[KeyPodName]}
+			k := PodKey{Namespace: port.ExternalIDs[owner.OVNKeyPodNamespace], Name: port.ExternalIDs[owner.OVNKeyPodName]}
 			if _, dup := ours[k]; dup || port.Name != PortName(n.ClusterID, k) {
 				// Not a row Apply would have written: remove it rather than guess.
 				p.remove = append(p.remove, port.UUID)
@@ -69,7 +70,7 @@ func makePlan(n Network, block hostaddr.Block, obs observed) plan {
 
 	var cursor netip.Addr
 	if obs.sw != nil {
-		cursor, _ = netip.ParseAddr(obs.sw.ExternalIDs[KeyLastAllocated])
+		cursor, _ = netip.ParseAddr(obs.sw.ExternalIDs[owner.OVNKeyLastAllocated])
 	}
 	lastAllocated := cursor
 	pods := slices.SortedFunc(slices.Values(n.Pods), func(a, b Pod) int {
@@ -79,7 +80,7 @@ func makePlan(n Network, block hostaddr.Block, obs observed) plan {
 		k := pod.Key()
 		if old, ok := ours[k]; ok {
 			delete(ours, k)
-			if ip, ok := ourAddr(old); ok && block.Prefix().Contains(ip) && old.ExternalIDs[KeyPodUID] == pod.UID {
+			if ip, ok := ourAddr(old); ok && block.Prefix().Contains(ip) && old.ExternalIDs[owner.OVNKeyPodUID] == pod.UID {
 				want := portRow(n.ClusterID, pod, ip)
 				if !samePort(old, want) {
 					want.UUID = old.UUID
@@ -113,9 +114,9 @@ func makePlan(n Network, block hostaddr.Block, obs observed) plan {
 	}
 	slices.Sort(p.remove)
 
-	p.switchIDs = map[string]string{KeyOwner: OwnerSecondary, KeyCluster: n.ClusterID, KeyCIDR: block.Prefix().String()}
+	p.switchIDs = map[string]string{owner.OVNKeyOwner: owner.OVNOwnerSecondary, owner.OVNKeyCluster: n.ClusterID, owner.OVNKeyCIDR: block.Prefix().String()}
 	if lastAllocated.IsValid() {
-		p.switchIDs[KeyLastAllocated] = lastAllocated.String()
+		p.switchIDs[owner.OVNKeyLastAllocated] = lastAllocated.String()
 	}
 	p.createSwitch = obs.sw == nil
 	p.switchIDsChanged = p.createSwitch || !maps.Equal(obs.sw.ExternalIDs, p.switchIDs)
@@ -132,8 +133,8 @@ func portRow(clusterID string, pod Pod, ip netip.Addr) nbdb.LogicalSwitchPort {
 		// take another's address on the shared switch.
 		PortSecurity: []string{addr},
 		ExternalIDs: map[string]string{
-			KeyOwner: OwnerSecondary, KeyCluster: clusterID,
-			KeyPodNamespace: pod.Namespace, KeyPodName: pod.Name, KeyPodUID: pod.UID,
+			owner.OVNKeyOwner: owner.OVNOwnerSecondary, owner.OVNKeyCluster: clusterID,
+			owner.OVNKeyPodNamespace: pod.Namespace, owner.OVNKeyPodName: pod.Name, owner.OVNKeyPodUID: pod.UID,
 		},
 	}
 }
@@ -153,7 +154,7 @@ func attachment(clusterID string, block hostaddr.Block, k PodKey, ip netip.Addr)
 }
 
 func isOurs(ids map[string]string, clusterID string) bool {
-	return ids[KeyOwner] == OwnerSecondary && ids[KeyCluster] == clusterID
+	return ids[owner.OVNKeyOwner] == owner.OVNOwnerSecondary && ids[owner.OVNKeyCluster] == clusterID
 }
 
 // ourAddr is the IPv4 address of a port Octopus wrote: addresses ["MAC IP"].

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn/nbdb"
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
 )
 
@@ -26,10 +27,10 @@ func existing(p Pod, ip string) nbdb.LogicalSwitchPort {
 
 func sw(lastAllocated string, ports ...nbdb.LogicalSwitchPort) *nbdb.LogicalSwitch {
 	s := &nbdb.LogicalSwitch{UUID: "sw", Name: SwitchName(testCluster), ExternalIDs: map[string]string{
-		KeyOwner: OwnerSecondary, KeyCluster: testCluster, KeyCIDR: "10.1.0.0/24",
+		owner.OVNKeyOwner: owner.OVNOwnerSecondary, owner.OVNKeyCluster: testCluster, owner.OVNKeyCIDR: "10.1.0.0/24",
 	}}
 	if lastAllocated != "" {
-		s.ExternalIDs[KeyLastAllocated] = lastAllocated
+		s.ExternalIDs[owner.OVNKeyLastAllocated] = lastAllocated
 	}
 	for _, p := range ports {
 		s.Ports = append(s.Ports, p.UUID)
@@ -42,12 +43,12 @@ func TestMakePlan(t *testing.T) {
 	dynamic := "0a:00:00:00:00:02 10.1.0.4"
 	foreignDynamic := nbdb.LogicalSwitchPort{UUID: "uuid-dyn", Name: "dyn", Addresses: []string{"dynamic"}, DynamicAddresses: &dynamic}
 	stale := existing(pod("a"), "10.1.0.2")
-	stale.ExternalIDs[KeyPodUID] = "old-uid"
+	stale.ExternalIDs[owner.OVNKeyPodUID] = "old-uid"
 	edited := existing(pod("a"), "10.1.0.2")
 	edited.PortSecurity = nil
 	outside := existing(pod("a"), "10.9.0.2")
 	otherCluster := existing(pod("z"), "10.1.0.9")
-	otherCluster.ExternalIDs[KeyCluster] = "west"
+	otherCluster.ExternalIDs[owner.OVNKeyCluster] = "west"
 	misnamed := existing(pod("a"), "10.1.0.2")
 	misnamed.Name = "a"
 
@@ -190,7 +191,7 @@ func TestMakePlan(t *testing.T) {
 			if !slices.Equal(p.remove, tc.remove) {
 				t.Errorf("remove %v, want %v", p.remove, tc.remove)
 			}
-			if c := p.switchIDs[KeyLastAllocated]; c != tc.cursor {
+			if c := p.switchIDs[owner.OVNKeyLastAllocated]; c != tc.cursor {
 				t.Errorf("last allocated %q, want %q", c, tc.cursor)
 			}
 			if p.createSwitch != (tc.obs.sw == nil) {

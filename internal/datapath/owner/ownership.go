@@ -1,6 +1,7 @@
 // Package owner holds every marker by which Octopus's data plane, and the lab that runs it,
-// find their own state in the kernel again: route protocols and metrics, routing tables,
-// nftables tables, link aliases and name prefixes, the VXLAN identifiers. Each writer lists,
+// find their own state in the kernel and in OVN's northbound database again: route protocols
+// and metrics, routing tables, nftables tables, link aliases and name prefixes, the VXLAN
+// identifiers, the external_ids keys of OVN rows. Each writer lists,
 // replaces and deletes only what carries its marker, so it never touches what it did not make
 // and finds what it made after a restart by reading the kernel. Keeping all of them in this
 // one file is what makes them distinct: a new writer (globalnet's NAT, the OVN network) picks
@@ -107,4 +108,41 @@ const (
 	// VXLANMACPrefix starts every tunnel MAC address the vxlan driver derives (locally
 	// administered, unicast), so its FDB and neighbour entries are recognisable.
 	VXLANMACPrefix = "\x02\x6f"
+)
+
+// OVN northbound rows. Every row the secondary network writes (internal/datapath/ovn) carries
+// these keys in its external_ids, and Apply reads, changes and deletes only rows that carry
+// them: it never touches what it did not make, and after a restart it finds everything it made
+// by reading the NB database, which is the only record of who has which address.
+const (
+	// OVNKeyOwner marks a row as the secondary network's; its value is always OVNOwnerSecondary.
+	// One key with a fixed value, rather than the presence of any octopus.io key, so that a
+	// future OVN writer of Octopus (the gateway's port) owns its rows under another value.
+	OVNKeyOwner = "octopus.io/owner"
+	// OVNOwnerSecondary is OVNKeyOwner's value on the rows Apply manages.
+	OVNOwnerSecondary = "secondary-network"
+	// OVNKeyCluster is the cluster ID a switch or port belongs to: one NB database could serve
+	// several clusters (tests do), and each Apply manages one cluster's rows only.
+	OVNKeyCluster = "octopus.io/cluster"
+
+	// OVNKeyCIDR, on the switch, is the block its ports' addresses come from, for people reading
+	// the database (`ovn-nbctl list Logical_Switch`); Apply takes the block from its input and
+	// replaces ports whose address is outside it.
+	OVNKeyCIDR = "octopus.io/cidr"
+	// OVNKeyLastAllocated, on the switch, is the address handed out last. Allocation continues
+	// after it (internal/ipam/hostaddr), so a released address is reused last; kept in the
+	// database, not in memory, so that this holds across restarts of the ovnmaster too.
+	OVNKeyLastAllocated = "octopus.io/last-allocated"
+
+	// OVNKeyPodNamespace, OVNKeyPodName and OVNKeyPodUID, on a port, name the pod it belongs to. The
+	// UID tells a pod from a later one of the same name, which must not inherit the port
+	// (nor, right away, the address) of the one before.
+	OVNKeyPodNamespace = "octopus.io/pod-namespace"
+	OVNKeyPodName      = "octopus.io/pod-name"
+	OVNKeyPodUID       = "octopus.io/pod-uid"
+
+	// OVNSwitchNamePrefix + the cluster ID is the name of a cluster's logical switch. Names in
+	// the Logical_Switch table are not unique in OVN's schema; Apply finds its switch by
+	// external_ids and uses the name only to refuse creating a second switch of that name.
+	OVNSwitchNamePrefix = "octopus-"
 )
