@@ -1,6 +1,7 @@
 package verify
 
 import (
+	"github.com/octopus-mcs/octopus/internal/workload"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -52,8 +53,8 @@ func objects(namespace, clusterID, serverImage, clientImage string) []client.Obj
 					Env: []corev1.EnvVar{
 						// The answer names the cluster, which proves it came from this one.
 						{Name: "CLUSTER_NAME", Value: clusterID},
-						fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_NAMESPACE", "metadata.namespace"),
-						fieldEnv("NODE_NAME", "spec.nodeName"), fieldEnv("POD_IP", "status.podIP"),
+						workload.FieldEnv("POD_NAME", "metadata.name"), workload.FieldEnv("POD_NAMESPACE", "metadata.namespace"),
+						workload.FieldEnv("NODE_NAME", "spec.nodeName"), workload.FieldEnv("POD_IP", "status.podIP"),
 					},
 					ReadinessProbe: &corev1.Probe{
 						ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(httpPort)}},
@@ -84,8 +85,4 @@ func objects(namespace, clusterID, serverImage, clientImage string) []client.Obj
 		},
 		&mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: serviceName(clusterID), Namespace: namespace, Labels: labels}},
 	}
-}
-
-func fieldEnv(name, path string) corev1.EnvVar {
-	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 }

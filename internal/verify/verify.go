@@ -18,27 +18,17 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
-	aboutv1alpha1 "github.com/octopus-mcs/octopus/api/about/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/progress"
+	"github.com/octopus-mcs/octopus/internal/workload"
 )
 
 // Cluster is one cluster to verify.
-type Cluster struct {
-	// Config reaches the cluster's API server. Required.
-	Config *rest.Config
-	// Source says where Config came from (a kubeconfig path), for messages. Optional.
-	Source string
-}
+type Cluster = workload.Cluster
 
 // Options configure a verify run.
 type Options struct {
@@ -70,12 +60,8 @@ const attemptTimeout = 5 * time.Second
 
 // member is one cluster during a run.
 type member struct {
-	id, source string
-	cfg        *rest.Config
-	c          client.Client
-	cs         kubernetes.Interface
-	created    bool
-	serverIP   netip.Addr
+	*workload.Member
+	serverIP netip.Addr
 	// imports are the ClusterSet IPs of the other clusters' probe services, by cluster id.
 	imports map[string]netip.Addr
 }
@@ -116,7 +102,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, err
 	}
 	for _, m := range r.members {
-		report.Clusters = append(report.Clusters, m.id)
+		report.Clusters = append(report.Clusters, m.ID)
 	}
 	defer r.cleanup(ctx)
 	if err := r.deploy(ctx); err != nil {
@@ -135,42 +121,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	return report, nil
 }
 
-// connect builds the clients and reads each cluster's ID (the About API's
-// cluster.clusterset.k8s.io ClusterProperty, which joining sets).
+// connect builds the clients and reads each cluster's ID.
 func (r *runner) connect(ctx context.Context) error {
-	seen := map[string]string{}
-	for i, cl := range r.opts.Clusters {
-		src := cl.Source
-		if src == "" {
-			src = fmt.Sprintf("cluster #%d", i+1)
-		}
-		if cl.Config == nil {
-			return fmt.Errorf("%s: no REST config", src)
-		}
-		c, err := client.New(cl.Config, client.Options{Scheme: kube.Scheme})
-		if err != nil {
-			return fmt.Errorf("connecting to %s (%s): %w", src, cl.Config.Host, err)
-		}
-		cs, err := kubernetes.NewForConfig(cl.Config)
-		if err != nil {
-			return fmt.Errorf("connecting to %s (%s): %w", src, cl.Config.Host, err)
-		}
-		prop := &aboutv1alpha1.ClusterProperty{}
-		if err := c.Get(ctx, client.ObjectKey{Name: aboutv1alpha1.ClusterIDProperty}, prop); err != nil {
-			// Without the About API's CRD the lookup fails in discovery ("no matches for
-			// about.k8s.io/v1alpha1"), before any NotFound.
-			if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) || strings.Contains(err.Error(), "no matches for") {
-				return fmt.Errorf("%s (%s) has no cluster ID (ClusterProperty %s): it has not joined a cluster set; run `octopus join` there first",
-					src, cl.Config.Host, aboutv1alpha1.ClusterIDProperty)
-			}
-			return fmt.Errorf("reading the cluster ID of %s (%s): %w", src, cl.Config.Host, err)
-		}
-		id := prop.Spec.Value
-		if other, dup := seen[id]; dup {
-			return fmt.Errorf("%s and %s are the same cluster (%s): pass each cluster once", other, src, id)
-		}
-		seen[id] = src
-		r.members = append(r.members, &member{id: id, source: src, cfg: cl.Config, c: c, cs: cs, imports: map[string]netip.Addr{}})
+	members, err := workload.Connect(ctx, r.opts.Clusters)
+	if err != nil {
+		return err
+	}
+	for _, m := range members {
+		r.members = append(r.members, &member{Member: m, imports: map[string]netip.Addr{}})
 	}
 	return nil
 }
@@ -179,114 +137,44 @@ func (r *runner) deploy(ctx context.Context) error {
 	start := time.Now()
 	r.p.Step("Deploying probes in namespace %s of %s", r.ns, strings.Join(r.ids(), ", "))
 	for _, m := range r.members {
-		objs := objects(r.ns, m.id, r.opts.ServerImage, r.opts.ClientImage)
-		for i, obj := range objs {
-			if err := r.create(ctx, m, obj); err != nil {
-				if i == 0 && apierrors.IsAlreadyExists(err) {
-					return fmt.Errorf("namespace %s already exists in %s: pass another --namespace, or delete it if a killed verify left it", r.ns, m.id)
-				}
-				return fmt.Errorf("creating %T %s in %s: %w", obj, obj.GetName(), m.id, err)
-			}
-			if i == 0 {
-				m.created = true
-			}
+		objs := objects(r.ns, m.ID, r.opts.ServerImage, r.opts.ClientImage)
+		if err := workload.CreateAll(ctx, m.Member, objs, r.opts.ReadyTimeout, "verify", "--namespace"); err != nil {
+			return err
 		}
 	}
 	r.p.Done(start, "created a probe server, its exported Service %s and a client pod in each cluster", serviceName("<cluster>"))
 	return nil
 }
 
-// create creates obj, retrying while the new namespace has no default ServiceAccount yet:
-// until kube-controller-manager makes it, the ServiceAccount admission plugin refuses pods,
-// and on a busy control plane that takes seconds.
-func (r *runner) create(ctx context.Context, m *member, obj client.Object) error {
-	ctx, cancel := context.WithTimeout(ctx, r.opts.ReadyTimeout)
-	defer cancel()
-	for {
-		err := m.c.Create(ctx, obj)
-		if err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "serviceaccount") {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (the namespace's default ServiceAccount never appeared: is kube-controller-manager running?)", err)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// cleanup deletes the namespace wherever this run created it, with a context of its own so
-// that it also happens after Ctrl-C or the overall deadline.
+// cleanup deletes the namespace wherever this run created it, also after Ctrl-C.
 func (r *runner) cleanup(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	var deleted []string
-	for _, m := range r.members {
-		if !m.created {
-			continue
-		}
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.ns}}
-		err := m.c.Delete(ctx, ns, client.PropagationPolicy(metav1.DeletePropagationBackground))
-		if client.IgnoreNotFound(err) != nil {
-			r.p.Step("Could not delete namespace %s in %s: %v (delete it with kubectl)", r.ns, m.id, err)
-			continue
-		}
-		deleted = append(deleted, m.id)
+	members := make([]*workload.Member, len(r.members))
+	for i, m := range r.members {
+		members[i] = m.Member
 	}
-	if len(deleted) > 0 {
-		r.p.Step("Deleted namespace %s in %s", r.ns, strings.Join(deleted, ", "))
-	}
-}
-
-// poll calls f every second until it returns true, ctx ends or timeout passes; every 10 s
-// it prints f's account of what it is still waiting for.
-func (r *runner) poll(ctx context.Context, timeout time.Duration, f func(context.Context) (bool, string)) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	lastReport := time.Now()
-	var pending string
-	for {
-		done, p := f(ctx)
-		if done {
-			return "", nil
-		}
-		// A round cut short by the deadline reports the deadline, not the state: keep the
-		// previous round's account then.
-		if ctx.Err() == nil || pending == "" {
-			pending = p
-		}
-		if time.Since(lastReport) >= 10*time.Second {
-			r.p.Step("Still waiting for %s", pending)
-			lastReport = time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			return pending, ctx.Err()
-		case <-time.After(time.Second):
-		}
-	}
+	workload.Cleanup(ctx, members, r.ns, r.p)
 }
 
 func (r *runner) waitReady(ctx context.Context) error {
 	start := time.Now()
 	r.p.Step("Waiting for the probe pods to be ready")
-	pending, err := r.poll(ctx, r.opts.ReadyTimeout, func(ctx context.Context) (bool, string) {
+	pending, err := workload.Poll(ctx, r.p, r.opts.ReadyTimeout, func(ctx context.Context) (bool, string) {
 		var waiting []string
 		for _, m := range r.members {
 			for _, name := range []string{serverName, clientName} {
 				pod := &corev1.Pod{}
-				if err := m.c.Get(ctx, client.ObjectKey{Namespace: r.ns, Name: name}, pod); err != nil {
-					waiting = append(waiting, fmt.Sprintf("%s/%s (%v)", m.id, name, err))
+				if err := m.Client.Get(ctx, client.ObjectKey{Namespace: r.ns, Name: name}, pod); err != nil {
+					waiting = append(waiting, fmt.Sprintf("%s/%s (%v)", m.ID, name, err))
 					continue
 				}
-				if !podReady(pod) {
-					waiting = append(waiting, fmt.Sprintf("%s/%s (%s)", m.id, name, podState(pod)))
+				if !workload.PodReady(pod) {
+					waiting = append(waiting, fmt.Sprintf("%s/%s (%s)", m.ID, name, workload.PodState(pod)))
 					continue
 				}
 				if name == serverName {
 					ip, err := netip.ParseAddr(pod.Status.PodIP)
 					if err != nil {
-						waiting = append(waiting, fmt.Sprintf("%s/%s (pod IP %q)", m.id, name, pod.Status.PodIP))
+						waiting = append(waiting, fmt.Sprintf("%s/%s (pod IP %q)", m.ID, name, pod.Status.PodIP))
 						continue
 					}
 					m.serverIP = ip
@@ -308,25 +196,25 @@ func (r *runner) waitReady(ctx context.Context) error {
 func (r *runner) waitImports(ctx context.Context) {
 	start := time.Now()
 	r.p.Step("Waiting for each cluster to import the others' probe services")
-	pending, err := r.poll(ctx, r.opts.ReadyTimeout, func(ctx context.Context) (bool, string) {
+	pending, err := workload.Poll(ctx, r.p, r.opts.ReadyTimeout, func(ctx context.Context) (bool, string) {
 		var missing []string
 		for _, m := range r.members {
 			for _, o := range r.members {
 				if o == m {
 					continue
 				}
-				if _, ok := m.imports[o.id]; ok {
+				if _, ok := m.imports[o.ID]; ok {
 					continue
 				}
 				si := &mcsv1beta1.ServiceImport{}
-				err := m.c.Get(ctx, client.ObjectKey{Namespace: r.ns, Name: serviceName(o.id)}, si)
+				err := m.Client.Get(ctx, client.ObjectKey{Namespace: r.ns, Name: serviceName(o.ID)}, si)
 				if err == nil && len(si.Spec.IPs) > 0 {
 					if ip, perr := netip.ParseAddr(si.Spec.IPs[0]); perr == nil {
-						m.imports[o.id] = ip
+						m.imports[o.ID] = ip
 						continue
 					}
 				}
-				missing = append(missing, fmt.Sprintf("%s in %s", serviceName(o.id), m.id))
+				missing = append(missing, fmt.Sprintf("%s in %s", serviceName(o.ID), m.ID))
 			}
 		}
 		return len(missing) == 0, "ServiceImports with a ClusterSet IP: " + strings.Join(missing, ", ")
@@ -377,7 +265,7 @@ func (r *runner) checkAll(ctx context.Context) []Result {
 // what the last attempt saw (curl's or dig's reason), not a cancelled exec; a check may
 // thus overrun CheckTimeout by one attempt.
 func (r *runner) check(ctx context.Context, c Check, from, to *member) Result {
-	res := Result{Check: c, From: from.id, To: to.id}
+	res := Result{Check: c, From: from.ID, To: to.ID}
 	start := time.Now()
 	lastReport := start
 	for {
@@ -415,14 +303,14 @@ func (r *runner) attempt(ctx context.Context, c Check, from, to *member) (answer
 	case CheckPodToPod:
 		target, port = to.serverIP.String(), httpPort
 	case CheckClusterSetIP, CheckDNS:
-		ip, ok := from.imports[to.id]
+		ip, ok := from.imports[to.ID]
 		if !ok {
 			return answer{}, "", fmt.Errorf("%w: %s has no ServiceImport %s/%s with a ClusterSet IP (is service discovery running in both clusters? `octopus show services`)",
-				errNotImported, from.id, r.ns, serviceName(to.id))
+				errNotImported, from.ID, r.ns, serviceName(to.ID))
 		}
 		target, port = ip.String(), servicePort
 		if c == CheckDNS {
-			name := fmt.Sprintf("%s.%s.svc.clusterset.local", serviceName(to.id), r.ns)
+			name := fmt.Sprintf("%s.%s.svc.clusterset.local", serviceName(to.ID), r.ns)
 			out, err := r.exec(ctx, from, digArgv(name, attemptTimeout)...)
 			if err != nil {
 				return answer{}, "", fmt.Errorf("resolving %s: %w", name, err)
@@ -443,12 +331,12 @@ func (r *runner) attempt(ctx context.Context, c Check, from, to *member) (answer
 	if err != nil {
 		return answer{}, "", fmt.Errorf("requesting %s:%d: %w", target, port, err)
 	}
-	if err := a.fromServer(to.id); err != nil {
+	if err := a.fromServer(to.ID); err != nil {
 		return answer{}, "", fmt.Errorf("requesting %s:%d: %w", target, port, err)
 	}
 	what := fmt.Sprintf("%s:%d", target, port)
 	if c == CheckDNS {
-		what = fmt.Sprintf("%s (%s):%d", target, from.imports[to.id], port)
+		what = fmt.Sprintf("%s (%s):%d", target, from.imports[to.ID], port)
 	}
 	return a, what, nil
 }
@@ -456,31 +344,7 @@ func (r *runner) attempt(ctx context.Context, c Check, from, to *member) (answer
 func (r *runner) ids() []string {
 	ids := make([]string, len(r.members))
 	for i, m := range r.members {
-		ids[i] = m.id
+		ids[i] = m.ID
 	}
 	return ids
-}
-
-func podReady(pod *corev1.Pod) bool {
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-// podState is a short account of why a pod is not ready: its phase and the reason a
-// container waits (ImagePullBackOff, say).
-func podState(pod *corev1.Pod) string {
-	s := string(pod.Status.Phase)
-	for _, cs := range pod.Status.ContainerStatuses {
-		if w := cs.State.Waiting; w != nil && w.Reason != "" {
-			s += ": " + w.Reason
-		}
-	}
-	if s == "" {
-		s = "not scheduled"
-	}
-	return s
 }

@@ -19,6 +19,10 @@ import (
 	"time"
 )
 
+// dialTimeout bounds connecting: a path that drops SYNs fails in seconds, not after the
+// kernel's two minutes of retries.
+const dialTimeout = 5 * time.Second
+
 // ServeDiscard accepts connections on l and reads and drops everything they send (the
 // discard service of RFC 863): the server side of Throughput. It returns when l is closed.
 func ServeDiscard(l net.Listener) {
@@ -87,7 +91,7 @@ func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, err
 	if o.Duration <= 0 {
 		return ThroughputResult{}, fmt.Errorf("throughput to %s: duration %s: want a positive duration", o.Target, o.Duration)
 	}
-	var d net.Dialer
+	d := net.Dialer{Timeout: dialTimeout}
 	conns := make([]net.Conn, 0, o.Streams)
 	defer func() {
 		for _, c := range conns {
@@ -168,7 +172,7 @@ func Latency(ctx context.Context, o LatencyOptions) (LatencyResult, error) {
 	if o.Duration <= 0 {
 		return LatencyResult{}, fmt.Errorf("latency to %s: duration %s: want a positive duration", o.Target, o.Duration)
 	}
-	var d net.Dialer
+	d := net.Dialer{Timeout: dialTimeout}
 	c, err := d.DialContext(ctx, "tcp", o.Target)
 	if err != nil {
 		return LatencyResult{}, fmt.Errorf("latency to %s: %w", o.Target, err)

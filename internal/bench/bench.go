@@ -1,0 +1,378 @@
+// Package bench measures the network between joined clusters as a workload sees it: TCP
+// throughput over several streams and request/response latency, pod → pod and pod → exported
+// Service, in both directions, each side by side with the same path inside the client's own
+// cluster. It deploys a server (behind an exported Service) and a client pod in every cluster,
+// in a namespace of its own, and runs the load generator of the project's own echo image in the
+// client pods (`octopus-echo bench`, package load), reading the results back through exec.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/octopus-mcs/octopus/internal/bench/load"
+	"github.com/octopus-mcs/octopus/internal/progress"
+	"github.com/octopus-mcs/octopus/internal/workload"
+)
+
+// Options configure a bench run.
+type Options struct {
+	// Clusters are the clusters to measure between; at least two. Required.
+	Clusters []workload.Cluster
+	// Kind is what to measure. Required.
+	Kind Kind
+	// Namespace is created in every cluster and deleted at the end. Optional, default
+	// octopus-bench-<random>; it must not exist yet.
+	Namespace string
+	// Image runs the servers and the load generator. Optional, default DefaultImage.
+	Image string
+	// Duration is how long each run measures. Optional, default 10s.
+	Duration time.Duration
+	// Streams is the number of parallel TCP streams of a throughput run. Optional, default 4.
+	Streams int
+	// Size is the request size of a latency run, bytes. Optional, default 64.
+	Size int
+	// Repeat is how many runs each measurement takes; the median is reported. Optional,
+	// default 1.
+	Repeat int
+	// ReadyTimeout bounds the wait for the pods to be ready and, separately, for each cluster
+	// to import the others' bench Services. Optional, default 3m.
+	ReadyTimeout time.Duration
+	// ReachTimeout bounds how long a client tries to reach a server before a measurement
+	// (tunnels and kube-proxy converge within seconds). Optional, default 30s.
+	ReachTimeout time.Duration
+	// Progress receives step lines. Optional.
+	Progress io.Writer
+}
+
+// Defaults of Options.
+const (
+	DefaultDuration     = 10 * time.Second
+	DefaultStreams      = 4
+	DefaultSize         = 64
+	DefaultReadyTimeout = 3 * time.Minute
+	DefaultReachTimeout = 30 * time.Second
+)
+
+// member is one cluster during a run.
+type member struct {
+	*workload.Member
+	server server
+	// clusterSetIPs are the ClusterSet IPs of the other clusters' bench Services here, by
+	// cluster ID.
+	clusterSetIPs map[string]netip.Addr
+}
+
+type runner struct {
+	opts    Options
+	ns      string
+	members []*member
+	p       *progress.Reporter
+}
+
+// Run deploys the pods, waits for them, measures every path for every ordered pair of
+// clusters and its in-cluster baseline, one measurement at a time (concurrent ones would
+// compete for the same CPUs and links), and deletes the namespace again, also when ctx is
+// cancelled. The error is for runs that could not measure at all; a failed measurement is
+// in the report (Report.Failed).
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	if len(opts.Clusters) < 2 {
+		return nil, fmt.Errorf("bench needs at least two clusters, got %d: pass --kubeconfig once per cluster", len(opts.Clusters))
+	}
+	if opts.Kind != KindThroughput && opts.Kind != KindLatency {
+		return nil, fmt.Errorf("unknown kind %q: want %s or %s", opts.Kind, KindThroughput, KindLatency)
+	}
+	if opts.Namespace == "" {
+		opts.Namespace = "octopus-bench-" + utilrand.String(5)
+	}
+	if opts.Image == "" {
+		opts.Image = DefaultImage
+	}
+	opts.Duration = orDefault(opts.Duration, DefaultDuration)
+	opts.ReadyTimeout = orDefault(opts.ReadyTimeout, DefaultReadyTimeout)
+	opts.ReachTimeout = orDefault(opts.ReachTimeout, DefaultReachTimeout)
+	opts.Streams = orDefault(opts.Streams, DefaultStreams)
+	opts.Size = orDefault(opts.Size, DefaultSize)
+	opts.Repeat = orDefault(opts.Repeat, 1)
+
+	r := &runner{opts: opts, ns: opts.Namespace, p: &progress.Reporter{W: opts.Progress}}
+	report := &Report{Kind: opts.Kind, Namespace: r.ns, Duration: metav1.Duration{Duration: opts.Duration}, Repeat: opts.Repeat}
+	if opts.Kind == KindThroughput {
+		report.Streams = opts.Streams
+	} else {
+		report.Size = opts.Size
+	}
+	members, err := workload.Connect(ctx, opts.Clusters)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range members {
+		r.members = append(r.members, &member{Member: m, clusterSetIPs: map[string]netip.Addr{}})
+		report.Clusters = append(report.Clusters, m.ID)
+	}
+	defer workload.Cleanup(ctx, members, r.ns, r.p)
+	if err := r.deploy(ctx); err != nil {
+		return report, err
+	}
+	if err := r.waitReady(ctx); err != nil {
+		return report, err
+	}
+	r.waitImports(ctx)
+	report.Rows = r.measureAll(ctx)
+	if err := ctx.Err(); err != nil {
+		return report, fmt.Errorf("measurements interrupted: %w", err)
+	}
+	return report, nil
+}
+
+func orDefault[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+func (r *runner) deploy(ctx context.Context) error {
+	start := time.Now()
+	r.p.Step("Deploying bench pods in namespace %s of %s", r.ns, strings.Join(r.ids(), ", "))
+	for _, m := range r.members {
+		if err := workload.CreateAll(ctx, m.Member, objects(r.ns, m.ID, r.opts.Image), r.opts.ReadyTimeout, "bench", "--namespace"); err != nil {
+			return err
+		}
+	}
+	r.p.Done(start, "created a server, its exported Service %s and a client pod in each cluster", serviceName("<cluster>"))
+	return nil
+}
+
+// waitReady waits for the pods and the Services' cluster IPs, and records the servers'
+// addresses.
+func (r *runner) waitReady(ctx context.Context) error {
+	start := time.Now()
+	r.p.Step("Waiting for the bench pods to be ready")
+	pending, err := workload.Poll(ctx, r.p, r.opts.ReadyTimeout, func(ctx context.Context) (bool, string) {
+		var waiting []string
+		for _, m := range r.members {
+			for _, name := range []string{serverName, clientName} {
+				pod := &corev1.Pod{}
+				if err := m.Client.Get(ctx, client.ObjectKey{Namespace: r.ns, Name: name}, pod); err != nil {
+					waiting = append(waiting, fmt.Sprintf("%s/%s (%v)", m.ID, name, err))
+					continue
+				}
+				if !workload.PodReady(pod) {
+					waiting = append(waiting, fmt.Sprintf("%s/%s (%s)", m.ID, name, workload.PodState(pod)))
+					continue
+				}
+				if name != serverName {
+					continue
+				}
+				ip, err := netip.ParseAddr(pod.Status.PodIP)
+				if err != nil {
+					waiting = append(waiting, fmt.Sprintf("%s/%s (pod IP %q)", m.ID, name, pod.Status.PodIP))
+					continue
+				}
+				m.server.podIP = ip
+				// A malformed network-status annotation is the secondary network's problem;
+				// the pod IP still measures what it can.
+				m.server.secondaryIP, _ = secondaryAddr(pod.Annotations)
+			}
+			svc := &corev1.Service{}
+			if err := m.Client.Get(ctx, client.ObjectKey{Namespace: r.ns, Name: serviceName(m.ID)}, svc); err != nil {
+				waiting = append(waiting, fmt.Sprintf("%s/%s (%v)", m.ID, serviceName(m.ID), err))
+				continue
+			}
+			if ip, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil {
+				m.server.clusterIP = ip
+			}
+		}
+		return len(waiting) == 0, "pods " + strings.Join(waiting, ", ")
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the bench pods: %w; still not ready: %s (see `kubectl -n %s describe pods` in that cluster)", err, pending, r.ns)
+	}
+	r.p.Done(start, "bench pods ready")
+	return nil
+}
+
+// waitImports waits until every cluster has imported every other cluster's bench Service with
+// a ClusterSet IP. A missing import fails only the pod-to-service measurements that need it.
+func (r *runner) waitImports(ctx context.Context) {
+	start := time.Now()
+	r.p.Step("Waiting for each cluster to import the others' bench Services")
+	pending, err := workload.Poll(ctx, r.p, r.opts.ReadyTimeout, func(ctx context.Context) (bool, string) {
+		var missing []string
+		for _, m := range r.members {
+			for _, o := range r.members {
+				if o == m || m.clusterSetIPs[o.ID].IsValid() {
+					continue
+				}
+				si := &mcsv1beta1.ServiceImport{}
+				err := m.Client.Get(ctx, client.ObjectKey{Namespace: r.ns, Name: serviceName(o.ID)}, si)
+				if err == nil && len(si.Spec.IPs) > 0 {
+					if ip, perr := netip.ParseAddr(si.Spec.IPs[0]); perr == nil {
+						m.clusterSetIPs[o.ID] = ip
+						continue
+					}
+				}
+				missing = append(missing, fmt.Sprintf("%s in %s", serviceName(o.ID), m.ID))
+			}
+		}
+		return len(missing) == 0, "ServiceImports with a ClusterSet IP: " + strings.Join(missing, ", ")
+	})
+	if err != nil {
+		r.p.Step("Gave up waiting for %s (%v); the pod-to-service measurements that need them will fail", pending, err)
+		return
+	}
+	r.p.Done(start, "every cluster imported the others' bench Services")
+}
+
+// measureAll measures, for each path, every ordered pair of clusters and the in-cluster
+// baseline of each client cluster (once per client cluster and path).
+func (r *runner) measureAll(ctx context.Context) []Row {
+	baselines := map[string]Measurement{}
+	var rows []Row
+	for _, path := range Paths {
+		for _, from := range r.members {
+			for _, to := range r.members {
+				if from == to || ctx.Err() != nil {
+					continue
+				}
+				key := string(path) + "/" + from.ID
+				if _, ok := baselines[key]; !ok {
+					baselines[key] = r.measure(ctx, path, from, from)
+				}
+				row := Row{Path: path, From: from.ID, To: to.ID, CrossCluster: r.measure(ctx, path, from, to), InCluster: baselines[key]}
+				row.Ratio = ratio(row.CrossCluster, row.InCluster)
+				rows = append(rows, row)
+			}
+		}
+	}
+	return rows
+}
+
+// measure runs one measurement Repeat times, once the server answers, and keeps the median
+// run.
+func (r *runner) measure(ctx context.Context, path Path, from, to *member) Measurement {
+	m := Measurement{From: from.ID, To: to.ID}
+	name := fmt.Sprintf("%s %s %s->%s", r.opts.Kind, path, from.ID, to.ID)
+	ip, err := address(path, from != to, to.server, from.clusterSetIPs[to.ID])
+	if err != nil {
+		m.Error = err.Error()
+		r.p.Step("%s: %s", name, m.Error)
+		return m
+	}
+	m.Address = netip.AddrPortFrom(ip, port(r.opts.Kind)).String()
+	start := time.Now()
+	if err := r.reach(ctx, from, m.Address); err != nil {
+		m.Error = err.Error()
+		r.p.Step("%s: %s", name, m.Error)
+		return m
+	}
+	var tps []load.ThroughputResult
+	var lats []load.LatencyResult
+	for range r.opts.Repeat {
+		out, err := r.exec(ctx, from, r.argv(r.opts.Kind, m.Address, r.opts.Duration))
+		if err != nil {
+			m.Error = fmt.Sprintf("measuring %s from %s: %v", m.Address, from.ID, err)
+			r.p.Step("%s: %s", name, m.Error)
+			return m
+		}
+		tp, lat, err := parseResult(r.opts.Kind, out)
+		if err != nil {
+			m.Error = fmt.Sprintf("measuring %s from %s: %v", m.Address, from.ID, err)
+			r.p.Step("%s: %s", name, m.Error)
+			return m
+		}
+		if tp != nil {
+			tps = append(tps, *tp)
+		}
+		if lat != nil {
+			lats = append(lats, *lat)
+		}
+		m.Runs = append(m.Runs, headline(tp, lat))
+	}
+	i := medianIndex(m.Runs)
+	if len(tps) > 0 {
+		m.Throughput = &tps[i]
+	} else {
+		m.Latency = &lats[i]
+	}
+	r.p.Done(start, "%s (%s): %s", name, m.Address, cell(m))
+	return m
+}
+
+// reach tries short latency runs from the client to the server's echo port until one
+// succeeds, so that a measurement does not start while the path is still converging and a
+// dead path fails with the client's reason.
+func (r *runner) reach(ctx context.Context, from *member, addr string) error {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return err
+	}
+	echo := netip.AddrPortFrom(ap.Addr(), echoPort).String()
+	deadline := time.Now().Add(r.opts.ReachTimeout)
+	for {
+		_, err := r.exec(ctx, from, r.argv(KindLatency, echo, 200*time.Millisecond))
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%s does not answer from %s within %s: %w (`octopus verify` checks the paths between the clusters)", echo, from.ID, r.opts.ReachTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// argv is the load generator's command line in the client pod.
+func (r *runner) argv(k Kind, addr string, d time.Duration) []string {
+	argv := []string{"octopus-echo", "bench", string(k), "--target", addr, "--duration", d.String()}
+	if k == KindThroughput {
+		return append(argv, "--streams", strconv.Itoa(r.opts.Streams))
+	}
+	return append(argv, "--size", strconv.Itoa(r.opts.Size))
+}
+
+// exec runs argv in from's client pod; the bound leaves the load generator time to dial
+// (5 s) and finish after its duration.
+func (r *runner) exec(ctx context.Context, from *member, argv []string) (string, error) {
+	return workload.Exec(ctx, from.Member, r.ns, clientName, r.opts.Duration+30*time.Second, argv...)
+}
+
+// parseResult reads the load generator's JSON line.
+func parseResult(k Kind, out string) (*load.ThroughputResult, *load.LatencyResult, error) {
+	out = strings.TrimSpace(out)
+	if k == KindThroughput {
+		var tp load.ThroughputResult
+		if err := json.Unmarshal([]byte(out), &tp); err != nil || tp.Seconds <= 0 {
+			return nil, nil, fmt.Errorf("unexpected output of the load generator %q (is the image %s's?)", out, DefaultImage)
+		}
+		return &tp, nil, nil
+	}
+	var lat load.LatencyResult
+	if err := json.Unmarshal([]byte(out), &lat); err != nil || lat.Requests == 0 {
+		return nil, nil, fmt.Errorf("unexpected output of the load generator %q (is the image %s's?)", out, DefaultImage)
+	}
+	return nil, &lat, nil
+}
+
+func (r *runner) ids() []string {
+	ids := make([]string, len(r.members))
+	for i, m := range r.members {
+		ids[i] = m.ID
+	}
+	return ids
+}

@@ -1,0 +1,224 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/octopus-mcs/octopus/internal/bench/load"
+)
+
+// Kind is what bench measures.
+type Kind string
+
+const (
+	// KindThroughput is TCP throughput: several streams into a discard server, bytes summed.
+	KindThroughput Kind = "throughput"
+	// KindLatency is request/response latency: small requests, one at a time, over one TCP
+	// connection to an echo server.
+	KindLatency Kind = "latency"
+)
+
+// Path is the way a client reaches the server.
+type Path string
+
+const (
+	// PathPod is pod → pod, by the server pod's address (address says which).
+	PathPod Path = "pod-to-pod"
+	// PathService is pod → Service: across clusters the exported Service by its ClusterSet
+	// IP, in the client's own cluster the Service by its cluster IP.
+	PathService Path = "pod-to-service"
+)
+
+// Paths are the paths measured, in report order.
+var Paths = []Path{PathPod, PathService}
+
+// Measurement is one client → server measurement, the median of its runs.
+type Measurement struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Address is the server address the client used, host:port.
+	Address string `json:"address,omitempty"`
+	// Throughput or Latency is the run with the median headline figure (bits per second,
+	// p50), so its figures belong together; nil when the measurement failed.
+	Throughput *load.ThroughputResult `json:"throughput,omitempty"`
+	Latency    *load.LatencyResult    `json:"latency,omitempty"`
+	// Runs are the headline figures of every run, in the order measured: bits per second
+	// for throughput, p50 in nanoseconds for latency.
+	Runs []float64 `json:"runs,omitempty"`
+	// Error says why the measurement failed.
+	Error string `json:"error,omitempty"`
+}
+
+// headline is a result's figure the runs are compared by.
+func headline(tp *load.ThroughputResult, lat *load.LatencyResult) float64 {
+	switch {
+	case tp != nil:
+		return tp.BitsPerSecond
+	case lat != nil:
+		return float64(lat.P50)
+	}
+	return 0
+}
+
+// medianIndex returns the index of the median of values (the lower middle of an even count,
+// so it is always one of the runs), or -1 when there are none.
+func medianIndex(values []float64) int {
+	if len(values) == 0 {
+		return -1
+	}
+	idx := make([]int, len(values))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int {
+		switch {
+		case values[a] < values[b]:
+			return -1
+		case values[a] > values[b]:
+			return 1
+		}
+		return 0
+	})
+	return idx[(len(idx)-1)/2]
+}
+
+// Row compares one path in one direction with the same path inside the client's cluster.
+type Row struct {
+	Path Path   `json:"path"`
+	From string `json:"from"`
+	To   string `json:"to"`
+	// CrossCluster is From's client to To's server; InCluster is From's client to From's own
+	// server, the baseline.
+	CrossCluster Measurement `json:"crossCluster"`
+	InCluster    Measurement `json:"inCluster"`
+	// Ratio is cross-cluster over in-cluster: of throughput (below 1: the tunnel is slower)
+	// or of p50 latency (above 1: it takes longer). Zero when either side failed.
+	Ratio float64 `json:"ratio"`
+}
+
+// ratio computes Row.Ratio.
+func ratio(cross, in Measurement) float64 {
+	c := headline(cross.Throughput, cross.Latency)
+	b := headline(in.Throughput, in.Latency)
+	if c <= 0 || b <= 0 {
+		return 0
+	}
+	return c / b
+}
+
+// Report is what a bench run measured.
+type Report struct {
+	Kind      Kind     `json:"kind"`
+	Namespace string   `json:"namespace"`
+	Clusters  []string `json:"clusters"`
+	// Duration is how long each run measured; Repeat how many runs each measurement took.
+	Duration metav1.Duration `json:"duration"`
+	Repeat   int             `json:"repeat"`
+	// Streams (throughput) and Size (latency) are the load's parameters.
+	Streams int   `json:"streams,omitempty"`
+	Size    int   `json:"size,omitempty"`
+	Rows    []Row `json:"rows"`
+}
+
+// Failed names the measurements that failed, in report order.
+func (r *Report) Failed() []string {
+	var failed []string
+	for _, row := range r.Rows {
+		for _, m := range []Measurement{row.CrossCluster, row.InCluster} {
+			if m.Error != "" {
+				failed = append(failed, fmt.Sprintf("%s %s->%s", row.Path, m.From, m.To))
+			}
+		}
+	}
+	return slices.Compact(failed)
+}
+
+// Render writes the report as a table, cross-cluster and in-cluster side by side.
+func Render(w io.Writer, r *Report) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	if r.Kind == KindThroughput {
+		fmt.Fprintln(tw, "PATH\tFROM\tTO\tCROSS-CLUSTER\tIN-CLUSTER\tCROSS/IN")
+	} else {
+		fmt.Fprintln(tw, "PATH\tFROM\tTO\tCROSS-CLUSTER P50 / P99 / RATE\tIN-CLUSTER P50 / P99 / RATE\tP50 CROSS/IN")
+	}
+	for _, row := range r.Rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", row.Path, row.From, row.To,
+			cell(row.CrossCluster), cell(row.InCluster), formatRatio(row.Ratio))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	what := fmt.Sprintf("%d TCP streams for %s", r.Streams, r.Duration.Duration)
+	if r.Kind == KindLatency {
+		what = fmt.Sprintf("%d-byte requests, one at a time over one TCP connection, for %s", r.Size, r.Duration.Duration)
+	}
+	if r.Repeat > 1 {
+		what += fmt.Sprintf(", median of %d runs", r.Repeat)
+	}
+	_, err := fmt.Fprintf(w, "\n%s: %s. In-cluster is the same client to a server in its own cluster.\n", r.Kind, what)
+	if failed := r.Failed(); len(failed) > 0 && err == nil {
+		_, err = fmt.Fprintf(w, "Failed: %s.\n", strings.Join(failed, ", "))
+	}
+	return err
+}
+
+func cell(m Measurement) string {
+	switch {
+	case m.Error != "":
+		return "error: " + oneLine(m.Error)
+	case m.Throughput != nil:
+		return FormatBits(m.Throughput.BitsPerSecond)
+	case m.Latency != nil:
+		return fmt.Sprintf("%s / %s / %.0f/s", FormatLatency(m.Latency.P50), FormatLatency(m.Latency.P99), m.Latency.RequestsPerSecond)
+	}
+	return "-"
+}
+
+func formatRatio(r float64) string {
+	if r <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", r)
+}
+
+// FormatBits writes a rate in bits per second with a decimal prefix, as network rates are.
+func FormatBits(bps float64) string {
+	units := []string{"bit/s", "kbit/s", "Mbit/s", "Gbit/s", "Tbit/s"}
+	i := 0
+	for bps >= 1000 && i < len(units)-1 {
+		bps /= 1000
+		i++
+	}
+	return fmt.Sprintf("%.3g %s", bps, units[i])
+}
+
+// FormatLatency rounds d to three significant digits or so: microseconds below a
+// millisecond, ten microseconds below ten milliseconds.
+func FormatLatency(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0"
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	case d < 10*time.Millisecond:
+		return d.Round(10 * time.Microsecond).String()
+	default:
+		return d.Round(100 * time.Microsecond).String()
+	}
+}
+
+// oneLine keeps a table row on one line: command errors can span several.
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	const maxLen = 120
+	if len(s) > maxLen {
+		s = s[:maxLen-3] + "..."
+	}
+	return s
+}

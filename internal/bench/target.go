@@ -1,0 +1,69 @@
+package bench
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
+)
+
+// server is what the clients can know of one cluster's bench server.
+type server struct {
+	// podIP is the server pod's primary address.
+	podIP netip.Addr
+	// secondaryIP is its address on the secondary network (the pod's net1), when it has one.
+	secondaryIP netip.Addr
+	// clusterIP is the bench Service's cluster IP, the in-cluster way to the Service.
+	clusterIP netip.Addr
+}
+
+// secondaryAddr returns the pod's address on the secondary network from its network-status
+// annotation, or the zero Addr when it is not on it.
+func secondaryAddr(annotations map[string]string) (netip.Addr, error) {
+	st, ok, err := podnet.Find(annotations)
+	if err != nil || !ok {
+		return netip.Addr{}, err
+	}
+	for _, s := range st.IPs {
+		if a, err := netip.ParseAddr(s); err == nil {
+			return a, nil
+		}
+	}
+	return netip.Addr{}, nil
+}
+
+// address is where a client reaches a server over path: the one place that knows how each
+// addressing mode addresses pods and services across clusters, so that every measurement uses
+// the address a workload would.
+//
+//   - pod-to-pod in the client's own cluster: the pod IP.
+//   - pod-to-pod across clusters: the server's secondary-network address when it has one
+//     (secondary addressing: primary CIDRs may overlap, and only net1 is routed between
+//     clusters), else its pod IP (direct addressing). Globalnet gives global addresses to
+//     exported services only, so a pod IP there is not reachable from another cluster and the
+//     measurement fails saying so.
+//   - pod-to-service in the client's own cluster: the Service's cluster IP.
+//   - pod-to-service across clusters: the ClusterSet IP of the client cluster's ServiceImport,
+//     which globalnet makes a global address; the same for every mode.
+func address(path Path, crossCluster bool, srv server, clusterSetIP netip.Addr) (netip.Addr, error) {
+	var a netip.Addr
+	var what string
+	switch {
+	case path == PathPod && !crossCluster:
+		a, what = srv.podIP, "the server pod's IP"
+	case path == PathPod && srv.secondaryIP.IsValid():
+		a = srv.secondaryIP
+	case path == PathPod:
+		a, what = srv.podIP, "the server pod's IP"
+	case path == PathService && !crossCluster:
+		a, what = srv.clusterIP, "the bench Service's cluster IP"
+	case path == PathService:
+		a, what = clusterSetIP, "a ClusterSet IP (the ServiceImport of the bench Service has none: is service discovery running? `octopus show services`)"
+	default:
+		return netip.Addr{}, fmt.Errorf("unknown path %q", path)
+	}
+	if !a.IsValid() {
+		return netip.Addr{}, fmt.Errorf("no address for %s: no %s", path, what)
+	}
+	return a, nil
+}

@@ -1,0 +1,70 @@
+package bench
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func TestAddress(t *testing.T) {
+	ip := netip.MustParseAddr
+	direct := server{podIP: ip("10.1.0.5"), clusterIP: ip("10.96.0.10")}
+	secondary := server{podIP: ip("10.1.0.5"), secondaryIP: ip("172.30.1.5"), clusterIP: ip("10.96.0.10")}
+	setIP := ip("10.97.0.3")
+	tests := []struct {
+		name    string
+		path    Path
+		cross   bool
+		srv     server
+		setIP   netip.Addr
+		want    string
+		wantErr string
+	}{
+		{"pod in-cluster: pod IP", PathPod, false, direct, setIP, "10.1.0.5", ""},
+		{"pod across clusters, direct: pod IP", PathPod, true, direct, setIP, "10.1.0.5", ""},
+		{"pod across clusters, secondary: net1 address", PathPod, true, secondary, setIP, "172.30.1.5", ""},
+		{"pod in-cluster on the secondary network still uses the pod IP", PathPod, false, secondary, setIP, "10.1.0.5", ""},
+		{"service in-cluster: cluster IP", PathService, false, direct, setIP, "10.96.0.10", ""},
+		{"service across clusters: ClusterSet IP", PathService, true, direct, setIP, "10.97.0.3", ""},
+		{"service across clusters, not imported", PathService, true, direct, netip.Addr{}, "", "ServiceImport"},
+		{"service in-cluster without cluster IP", PathService, false, server{podIP: ip("10.1.0.5")}, setIP, "", "cluster IP"},
+		{"pod without IP", PathPod, true, server{}, setIP, "", "pod's IP"},
+		{"unknown path", Path("x"), true, direct, setIP, "", "unknown path"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := address(tt.path, tt.cross, tt.srv, tt.setIP)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("address = %v, %v; want an error with %q", got, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got.String() != tt.want {
+				t.Fatalf("address = %v, %v; want %s", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestSecondaryAddr(t *testing.T) {
+	tests := []struct {
+		name        string
+		annotations map[string]string
+		want        string
+		wantErr     bool
+	}{
+		{"not on the secondary network", nil, "invalid IP", false},
+		{"other networks only", map[string]string{"k8s.v1.cni.cncf.io/network-status": `[{"name":"cbr0","ips":["10.1.0.5"],"default":true}]`}, "invalid IP", false},
+		{"on it", map[string]string{"k8s.v1.cni.cncf.io/network-status": `[{"name":"cbr0","ips":["10.1.0.5"],"default":true},{"name":"octopus.io/secondary","interface":"net1","ips":["172.30.1.5"]}]`}, "172.30.1.5", false},
+		{"malformed", map[string]string{"k8s.v1.cni.cncf.io/network-status": `{`}, "invalid IP", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := secondaryAddr(tt.annotations)
+			if (err != nil) != tt.wantErr || got.String() != tt.want {
+				t.Fatalf("secondaryAddr = %v, %v; want %s (error %v)", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
