@@ -194,6 +194,8 @@ func crossCluster(t *testing.T, backend, binDir string, bins map[string]string) 
 	// does not depend on the tunnel backend, so it runs with one.
 	if backend == "wireguard" {
 		testMCSFidelity(ctx, t, l, binDir)
+		// The figures need a tunnel that encrypts, as a user's would, and one lab is enough.
+		t.Run("bench", func(t *testing.T) { testBench(ctx, t, l, bins["octopus"]) })
 	}
 
 	// Key rotation: kill cluster1's gateway; its supervisor restarts it with a fresh key,

@@ -57,7 +57,7 @@ func TestVerify(t *testing.T) {
 		}
 		// The namespace goes in both clusters however the run ended.
 		for _, c := range []string{c1, c2} {
-			if ns := liveVerifyNamespaces(ctx, t, l.Env.Cluster(c).Kubeconfig); len(ns) > 0 {
+			if ns := liveNamespaces(ctx, t, l.Env.Cluster(c).Kubeconfig, "octopus-verify"); len(ns) > 0 {
 				t.Errorf("%s still has verify namespaces not being deleted: %v", c, ns)
 			}
 		}
@@ -118,10 +118,11 @@ func TestVerify(t *testing.T) {
 	t.Logf("summary: %s", report.Summary())
 }
 
-// liveVerifyNamespaces lists the namespaces verify created that are not being deleted.
-func liveVerifyNamespaces(ctx context.Context, t *testing.T, kubeconfig string) []string {
+// liveNamespaces lists the namespaces a command (verify, bench) created that are not being
+// deleted, by their app.kubernetes.io/managed-by label.
+func liveNamespaces(ctx context.Context, t *testing.T, kubeconfig, managedBy string) []string {
 	t.Helper()
-	list, err := clientset(t, kubeconfig).CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=octopus-verify"})
+	list, err := clientset(t, kubeconfig).CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=" + managedBy})
 	if err != nil {
 		t.Fatalf("listing namespaces: %v", err)
 	}

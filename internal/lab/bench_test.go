@@ -1,0 +1,74 @@
+package lab_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/octopus-mcs/octopus/internal/bench"
+	"github.com/octopus-mcs/octopus/internal/lab"
+)
+
+// testBench runs the built `octopus bench throughput` and `octopus bench latency` between the
+// lab's two clusters and checks that the figures are plausible: every measurement ran, the
+// figures are positive, p99 is not below p50, and cross-cluster throughput (through the
+// gateways' tunnel) is below the same path inside the client's cluster. It also checks that
+// the bench namespace is gone afterwards.
+func testBench(ctx context.Context, t *testing.T, l *lab.Lab, octopus string) {
+	c1, c2 := l.Network.Clusters[0].Name, l.Network.Clusters[1].Name
+	for _, kind := range []bench.Kind{bench.KindThroughput, bench.KindLatency} {
+		start := time.Now()
+		cmd := exec.CommandContext(ctx, octopus, "bench", string(kind),
+			"--kubeconfig", l.Env.Cluster(c1).Kubeconfig, "--kubeconfig", l.Env.Cluster(c2).Kubeconfig,
+			"--duration", "2s", "--repeat", "3", "--ready-timeout", "2m", "-o", "json")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		runErr := cmd.Run()
+		t.Logf("octopus bench %s took %.1fs, exit %v; progress:\n%s", kind, time.Since(start).Seconds(), runErr, stderr.String())
+		report := &bench.Report{}
+		if err := json.Unmarshal(stdout.Bytes(), report); err != nil {
+			t.Fatalf("octopus bench %s -o json: %v: %q", kind, err, stdout.String())
+		}
+		var table strings.Builder
+		if err := bench.Render(&table, report); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("octopus bench %s:\n%s", kind, table.String())
+		if runErr != nil {
+			t.Fatalf("octopus bench %s: %v: %s", kind, runErr, stderr.String())
+		}
+		if len(report.Rows) != 2*len(bench.Paths) {
+			t.Fatalf("%d rows, want one per path and direction: %+v", len(report.Rows), report.Rows)
+		}
+		for _, row := range report.Rows {
+			for _, m := range []bench.Measurement{row.CrossCluster, row.InCluster} {
+				if len(m.Runs) != 3 {
+					t.Errorf("%s %s->%s: %d runs, want 3", row.Path, m.From, m.To, len(m.Runs))
+				}
+				switch kind {
+				case bench.KindThroughput:
+					if m.Throughput == nil || m.Throughput.BitsPerSecond <= 0 || m.Throughput.Streams != bench.DefaultStreams {
+						t.Errorf("%s %s->%s: throughput %+v", row.Path, m.From, m.To, m.Throughput)
+					}
+				case bench.KindLatency:
+					if lat := m.Latency; lat == nil || lat.P50 <= 0 || lat.P99 < lat.P50 || lat.RequestsPerSecond <= 0 {
+						t.Errorf("%s %s->%s: latency %+v", row.Path, m.From, m.To, m.Latency)
+					}
+				}
+			}
+			if kind == bench.KindThroughput && !(row.Ratio > 0 && row.Ratio < 1) {
+				t.Errorf("%s %s->%s: cross-cluster runs %v bit/s against in-cluster %v (ratio %.2f): want it below in-cluster",
+					row.Path, row.From, row.To, row.CrossCluster.Runs, row.InCluster.Runs, row.Ratio)
+			}
+		}
+		for _, c := range []string{c1, c2} {
+			if ns := liveNamespaces(ctx, t, l.Env.Cluster(c).Kubeconfig, "octopus-bench"); len(ns) > 0 {
+				t.Errorf("%s still has bench namespaces not being deleted: %v", c, ns)
+			}
+		}
+	}
+}
