@@ -50,11 +50,11 @@ func TestVerifyValidate(t *testing.T) {
 	}
 }
 
-// TestVerifyWithoutProbes runs `octopus verify` against real API servers that have no nodes:
-// a cluster that has not joined is refused before anything is created, and when the probe
-// pods cannot become ready, or the run is interrupted, the namespace is deleted in every
-// cluster. (The passing and failing checks themselves are proven in the lab: TestVerify in
-// internal/lab.)
+// TestVerifyWithoutProbes runs `octopus verify` and `octopus bench` against real API servers
+// that have no nodes: a cluster that has not joined is refused before anything is created,
+// and when the pods cannot become ready, or the run is interrupted, the namespace is deleted
+// in every cluster. (The checks and measurements themselves are proven in the lab: TestVerify
+// and TestCrossCluster/wireguard/bench in internal/lab.)
 func TestVerifyWithoutProbes(t *testing.T) {
 	env := testenv.ControlPlanes(t, "hub", "east", "west", "lone")
 	info, err := hub.Deploy(t.Context(), env.Cluster("hub").RESTConfig(), hub.DeployOptions{})
@@ -69,29 +69,34 @@ func TestVerifyWithoutProbes(t *testing.T) {
 	}
 	kc := func(name string) string { return env.Cluster(name).Kubeconfig }
 
-	t.Run("a cluster that has not joined is refused", func(t *testing.T) {
-		var out, errOut bytes.Buffer
-		cmd := NewRootCommand(IOStreams{Out: &out, ErrOut: &errOut})
-		cmd.SetArgs([]string{"verify", "--kubeconfig", kc("east"), "--kubeconfig", kc("lone"), "--namespace", "verify-refused"})
-		err := cmd.ExecuteContext(t.Context())
-		if err == nil || !strings.Contains(err.Error(), kc("lone")) || !strings.Contains(err.Error(), "run `octopus join` there first") {
-			t.Fatalf("verify with an unjoined cluster: %v, want an error naming it and `octopus join`", err)
-		}
-		ns := &corev1.Namespace{}
-		if err := testenv.Client(t, env.Cluster("east").RESTConfig()).Get(t.Context(), client.ObjectKey{Name: "verify-refused"}, ns); err == nil {
-			t.Fatalf("east got namespace verify-refused although verify refused to run")
-		}
-	})
+	for _, command := range [][]string{{"verify"}, {"bench", "throughput"}} {
+		t.Run(command[0]+": a cluster that has not joined is refused", func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			cmd := NewRootCommand(IOStreams{Out: &out, ErrOut: &errOut})
+			cmd.SetArgs(append(command, "--kubeconfig", kc("east"), "--kubeconfig", kc("lone"), "--namespace", "refused"))
+			err := cmd.ExecuteContext(t.Context())
+			if err == nil || !strings.Contains(err.Error(), kc("lone")) || !strings.Contains(err.Error(), "run `octopus join` there first") {
+				t.Fatalf("%s with an unjoined cluster: %v, want an error naming it and `octopus join`", command[0], err)
+			}
+			ns := &corev1.Namespace{}
+			if err := testenv.Client(t, env.Cluster("east").RESTConfig()).Get(t.Context(), client.ObjectKey{Name: "refused"}, ns); err == nil {
+				t.Fatalf("east got namespace refused although %s refused to run", command[0])
+			}
+		})
+	}
 
 	tests := []struct {
 		name      string
+		command   []string
 		namespace string
 		args      []string
 		cancel    time.Duration
 		wantErr   string
 	}{
-		{"probes never ready", "verify-notready", []string{"--ready-timeout", "4s"}, 0, "still not ready: pods east/probe-server (Pending)"},
-		{"interrupted while waiting", "verify-interrupted", nil, 3 * time.Second, "context canceled"},
+		{"probes never ready", []string{"verify"}, "verify-notready", []string{"--ready-timeout", "4s"}, 0, "still not ready: pods east/probe-server (Pending)"},
+		{"interrupted while waiting", []string{"verify"}, "verify-interrupted", nil, 3 * time.Second, "context canceled"},
+		{"bench pods never ready", []string{"bench", "latency"}, "bench-notready", []string{"--ready-timeout", "4s"}, 0, "still not ready: pods east/bench-server (Pending)"},
+		{"bench interrupted while waiting", []string{"bench", "throughput"}, "bench-interrupted", nil, 3 * time.Second, "context canceled"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+": the namespace is deleted", func(t *testing.T) {
@@ -102,10 +107,10 @@ func TestVerifyWithoutProbes(t *testing.T) {
 			}
 			var out, errOut bytes.Buffer
 			cmd := NewRootCommand(IOStreams{Out: &out, ErrOut: &errOut})
-			cmd.SetArgs(append([]string{"verify", "--kubeconfig", kc("east"), "--kubeconfig", kc("west"), "--namespace", tt.namespace}, tt.args...))
+			cmd.SetArgs(append(append(tt.command, "--kubeconfig", kc("east"), "--kubeconfig", kc("west"), "--namespace", tt.namespace), tt.args...))
 			err := cmd.ExecuteContext(ctx)
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("verify: %v, want an error containing %q; progress:\n%s", err, tt.wantErr, errOut.String())
+				t.Fatalf("%s: %v, want an error containing %q; progress:\n%s", tt.command[0], err, tt.wantErr, errOut.String())
 			}
 			if !strings.Contains(errOut.String(), "Deleted namespace "+tt.namespace+" in east, west") {
 				t.Errorf("progress does not report the namespace deleted:\n%s", errOut.String())
@@ -117,7 +122,7 @@ func TestVerifyWithoutProbes(t *testing.T) {
 					t.Fatal(err)
 				}
 				// Without a namespace controller the namespace stays Terminating; what matters
-				// is that verify asked for its deletion.
+				// is that the command asked for its deletion.
 				if err == nil && ns.DeletionTimestamp == nil {
 					t.Errorf("%s: namespace %s was not deleted", name, tt.namespace)
 				}
