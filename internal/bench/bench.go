@@ -20,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/octopus-mcs/octopus/internal/bench/load"
 	"github.com/octopus-mcs/octopus/internal/progress"
@@ -119,7 +118,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, err
 	}
 	for _, m := range members {
-		r.members = append(r.members, &member{Member: m, clusterSetIPs: map[string]netip.Addr{}})
+		r.members = append(r.members, &member{Member: m})
 		report.Clusters = append(report.Clusters, m.ID)
 	}
 	defer workload.Cleanup(ctx, members, r.ns, r.p)
@@ -129,7 +128,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := r.waitReady(ctx); err != nil {
 		return report, err
 	}
-	r.waitImports(ctx)
+	ips := workload.WaitImports(ctx, r.p, members, r.ns, serviceName, opts.ReadyTimeout, "bench Services", "pod-to-service measurements")
+	for _, m := range r.members {
+		m.clusterSetIPs = ips[m.ID]
+	}
 	report.Rows = r.measureAll(ctx)
 	if err := ctx.Err(); err != nil {
 		return report, fmt.Errorf("measurements interrupted: %w", err)
@@ -203,38 +205,6 @@ func (r *runner) waitReady(ctx context.Context) error {
 	}
 	r.p.Done(start, "bench pods ready")
 	return nil
-}
-
-// waitImports waits until every cluster has imported every other cluster's bench Service with
-// a ClusterSet IP. A missing import fails only the pod-to-service measurements that need it.
-func (r *runner) waitImports(ctx context.Context) {
-	start := time.Now()
-	r.p.Step("Waiting for each cluster to import the others' bench Services")
-	pending, err := workload.Poll(ctx, r.p, r.opts.ReadyTimeout, func(ctx context.Context) (bool, string) {
-		var missing []string
-		for _, m := range r.members {
-			for _, o := range r.members {
-				if o == m || m.clusterSetIPs[o.ID].IsValid() {
-					continue
-				}
-				si := &mcsv1beta1.ServiceImport{}
-				err := m.Client.Get(ctx, client.ObjectKey{Namespace: r.ns, Name: serviceName(o.ID)}, si)
-				if err == nil && len(si.Spec.IPs) > 0 {
-					if ip, perr := netip.ParseAddr(si.Spec.IPs[0]); perr == nil {
-						m.clusterSetIPs[o.ID] = ip
-						continue
-					}
-				}
-				missing = append(missing, fmt.Sprintf("%s in %s", serviceName(o.ID), m.ID))
-			}
-		}
-		return len(missing) == 0, "ServiceImports with a ClusterSet IP: " + strings.Join(missing, ", ")
-	})
-	if err != nil {
-		r.p.Step("Gave up waiting for %s (%v); the pod-to-service measurements that need them will fail", pending, err)
-		return
-	}
-	r.p.Done(start, "every cluster imported the others' bench Services")
 }
 
 // measureAll measures, for each path, every ordered pair of clusters and the in-cluster

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/octopus-mcs/octopus/internal/bench/load"
+	"github.com/octopus-mcs/octopus/internal/workload"
 )
 
 // Kind is what bench measures.
@@ -213,12 +214,5 @@ func FormatLatency(d time.Duration) string {
 	}
 }
 
-// oneLine keeps a table row on one line: command errors can span several.
-func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	const maxLen = 120
-	if len(s) > maxLen {
-		s = s[:maxLen-3] + "..."
-	}
-	return s
-}
+// oneLine keeps a table cell on one line: command errors can span several.
+func oneLine(s string) string { return workload.OneLine(s, 120) }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/octopus-mcs/octopus/internal/workload"
 )
 
 // Check names one kind of cross-cluster check.
@@ -131,11 +133,4 @@ func formatLatency(d time.Duration) string {
 }
 
 // oneLine keeps a table row on one line: command errors can span several.
-func oneLine(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	const maxLen = 200
-	if len(s) > maxLen {
-		s = s[:maxLen-3] + "..."
-	}
-	return s
-}
+func oneLine(s string) string { return workload.OneLine(s, 200) }

@@ -21,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/octopus-mcs/octopus/internal/progress"
 	"github.com/octopus-mcs/octopus/internal/workload"
@@ -148,11 +147,15 @@ func (r *runner) deploy(ctx context.Context) error {
 
 // cleanup deletes the namespace wherever this run created it, also after Ctrl-C.
 func (r *runner) cleanup(ctx context.Context) {
+	workload.Cleanup(ctx, r.workloadMembers(), r.ns, r.p)
+}
+
+func (r *runner) workloadMembers() []*workload.Member {
 	members := make([]*workload.Member, len(r.members))
 	for i, m := range r.members {
 		members[i] = m.Member
 	}
-	workload.Cleanup(ctx, members, r.ns, r.p)
+	return members
 }
 
 func (r *runner) waitReady(ctx context.Context) error {
@@ -190,40 +193,12 @@ func (r *runner) waitReady(ctx context.Context) error {
 	return nil
 }
 
-// waitImports waits until every cluster has imported every other cluster's probe service
-// with a ClusterSet IP. A missing import is not an error here: the checks that need it
-// fail and say so, and the others still run.
+// waitImports records, for each cluster, the ClusterSet IPs of the others' probe services.
 func (r *runner) waitImports(ctx context.Context) {
-	start := time.Now()
-	r.p.Step("Waiting for each cluster to import the others' probe services")
-	pending, err := workload.Poll(ctx, r.p, r.opts.ReadyTimeout, func(ctx context.Context) (bool, string) {
-		var missing []string
-		for _, m := range r.members {
-			for _, o := range r.members {
-				if o == m {
-					continue
-				}
-				if _, ok := m.imports[o.ID]; ok {
-					continue
-				}
-				si := &mcsv1beta1.ServiceImport{}
-				err := m.Client.Get(ctx, client.ObjectKey{Namespace: r.ns, Name: serviceName(o.ID)}, si)
-				if err == nil && len(si.Spec.IPs) > 0 {
-					if ip, perr := netip.ParseAddr(si.Spec.IPs[0]); perr == nil {
-						m.imports[o.ID] = ip
-						continue
-					}
-				}
-				missing = append(missing, fmt.Sprintf("%s in %s", serviceName(o.ID), m.ID))
-			}
-		}
-		return len(missing) == 0, "ServiceImports with a ClusterSet IP: " + strings.Join(missing, ", ")
-	})
-	if err != nil {
-		r.p.Step("Gave up waiting for %s (%v); the checks that need them will fail", pending, err)
-		return
+	ips := workload.WaitImports(ctx, r.p, r.workloadMembers(), r.ns, serviceName, r.opts.ReadyTimeout, "probe services", "checks")
+	for _, m := range r.members {
+		m.imports = ips[m.ID]
 	}
-	r.p.Done(start, "every cluster imported the others' probe services")
 }
 
 // checkAll runs the checks of each ordered pair concurrently (a dead link costs one check

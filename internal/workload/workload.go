@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	aboutv1alpha1 "github.com/octopus-mcs/octopus/api/about/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/kube"
@@ -227,4 +229,55 @@ func PodState(pod *corev1.Pod) string {
 // FieldEnv is an environment variable set from one of the pod's fields (the downward API).
 func FieldEnv(name, path string) corev1.EnvVar {
 	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+}
+
+// WaitImports waits until every member has imported, in namespace ns, every other member's
+// Service serviceName(exporter ID) with a ClusterSet IP, and returns the ClusterSet IPs by
+// importing and then exporting cluster ID. A missing import is not an error: it returns what
+// it found and says on p what it gave up on, so that only what needs the import fails.
+// services names the Services in messages, dependents what fails without them.
+func WaitImports(ctx context.Context, p *progress.Reporter, members []*Member, ns string, serviceName func(clusterID string) string,
+	timeout time.Duration, services, dependents string) map[string]map[string]netip.Addr {
+	start := time.Now()
+	p.Step("Waiting for each cluster to import the others' %s", services)
+	ips := map[string]map[string]netip.Addr{}
+	for _, m := range members {
+		ips[m.ID] = map[string]netip.Addr{}
+	}
+	pending, err := Poll(ctx, p, timeout, func(ctx context.Context) (bool, string) {
+		var missing []string
+		for _, m := range members {
+			for _, o := range members {
+				if o == m || ips[m.ID][o.ID].IsValid() {
+					continue
+				}
+				si := &mcsv1beta1.ServiceImport{}
+				err := m.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: serviceName(o.ID)}, si)
+				if err == nil && len(si.Spec.IPs) > 0 {
+					if ip, perr := netip.ParseAddr(si.Spec.IPs[0]); perr == nil {
+						ips[m.ID][o.ID] = ip
+						continue
+					}
+				}
+				missing = append(missing, fmt.Sprintf("%s in %s", serviceName(o.ID), m.ID))
+			}
+		}
+		return len(missing) == 0, "ServiceImports with a ClusterSet IP: " + strings.Join(missing, ", ")
+	})
+	if err != nil {
+		p.Step("Gave up waiting for %s (%v); the %s that need them will fail", pending, err, dependents)
+		return ips
+	}
+	p.Done(start, "every cluster imported the others' %s", services)
+	return ips
+}
+
+// OneLine keeps s on one line of at most maxLen bytes, for a table cell or a step line:
+// command errors can span several.
+func OneLine(s string, maxLen int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > maxLen {
+		s = s[:maxLen-3] + "..."
+	}
+	return s
 }

@@ -26,21 +26,17 @@ const dialTimeout = 5 * time.Second
 // ServeDiscard accepts connections on l and reads and drops everything they send (the
 // discard service of RFC 863): the server side of Throughput. It returns when l is closed.
 func ServeDiscard(l net.Listener) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			_, _ = io.Copy(io.Discard, c)
-		}()
-	}
+	serve(l, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
 }
 
 // ServeEcho accepts connections on l and sends back everything they send: the server side
 // of Latency (and octopus-echo's TCP echo port). It returns when l is closed.
 func ServeEcho(l net.Listener) {
+	serve(l, func(c net.Conn) { _, _ = io.Copy(c, c) })
+}
+
+// serve handles each connection l accepts in a goroutine of its own, closing it after.
+func serve(l net.Listener, handle func(net.Conn)) {
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -48,7 +44,7 @@ func ServeEcho(l net.Listener) {
 		}
 		go func() {
 			defer c.Close()
-			_, _ = io.Copy(c, c)
+			handle(c)
 		}()
 	}
 }
