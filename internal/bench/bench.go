@@ -69,6 +69,8 @@ const (
 type member struct {
 	*workload.Member
 	server server
+	// nodes are the nodes of the server and client pods, by pod name.
+	nodes map[string]string
 	// clusterSetIPs are the ClusterSet IPs of the other clusters' bench Services here, by
 	// cluster ID.
 	clusterSetIPs map[string]netip.Addr
@@ -118,7 +120,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, err
 	}
 	for _, m := range members {
-		r.members = append(r.members, &member{Member: m})
+		r.members = append(r.members, &member{Member: m, nodes: map[string]string{}})
 		report.Clusters = append(report.Clusters, m.ID)
 	}
 	defer workload.Cleanup(ctx, members, r.ns, r.p)
@@ -176,6 +178,7 @@ func (r *runner) waitReady(ctx context.Context) error {
 					waiting = append(waiting, fmt.Sprintf("%s/%s (%s)", m.ID, name, workload.PodState(pod)))
 					continue
 				}
+				m.nodes[name] = pod.Spec.NodeName
 				if name != serverName {
 					continue
 				}
@@ -234,7 +237,7 @@ func (r *runner) measureAll(ctx context.Context) []Row {
 // measure runs one measurement Repeat times, once the server answers, and keeps the median
 // run.
 func (r *runner) measure(ctx context.Context, path Path, from, to *member) Measurement {
-	m := Measurement{From: from.ID, To: to.ID}
+	m := Measurement{From: from.ID, To: to.ID, ClientNode: from.nodes[clientName], ServerNode: to.nodes[serverName]}
 	name := fmt.Sprintf("%s %s %s->%s", r.opts.Kind, path, from.ID, to.ID)
 	ip, err := address(path, from != to, to.server, from.clusterSetIPs[to.ID])
 	if err != nil {
@@ -278,7 +281,7 @@ func (r *runner) measure(ctx context.Context, path Path, from, to *member) Measu
 	} else {
 		m.Latency = &lats[i]
 	}
-	r.p.Done(start, "%s (%s): %s", name, m.Address, cell(m))
+	r.p.Done(start, "%s (%s, node %s to %s): %s", name, m.Address, m.ClientNode, m.ServerNode, cell(m))
 	return m
 }
 

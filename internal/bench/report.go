@@ -45,6 +45,10 @@ type Measurement struct {
 	To   string `json:"to"`
 	// Address is the server address the client used, host:port.
 	Address string `json:"address,omitempty"`
+	// ClientNode and ServerNode are where the pods ran: an in-cluster baseline between two
+	// nodes crosses the cluster's network, one on a single node does not.
+	ClientNode string `json:"clientNode,omitempty"`
+	ServerNode string `json:"serverNode,omitempty"`
 	// Throughput or Latency is the run with the median headline figure (bits per second,
 	// p50), so its figures belong together; nil when the measurement failed.
 	Throughput *load.ThroughputResult `json:"throughput,omitempty"`

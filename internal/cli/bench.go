@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/octopus-mcs/octopus/internal/bench"
 	"github.com/octopus-mcs/octopus/internal/workload"
@@ -16,17 +15,13 @@ import (
 
 type benchOptions struct {
 	IOStreams
-	kind         bench.Kind
-	kubeconfigs  []string
-	namespace    string
-	image        string
-	duration     time.Duration
-	streams      int
-	size         int
-	repeat       int
-	timeout      time.Duration
-	readyTimeout time.Duration
-	output       outputFormat
+	workloadFlags
+	kind     bench.Kind
+	image    string
+	duration time.Duration
+	streams  int
+	size     int
+	repeat   int
 
 	clusters []workload.Cluster
 }
@@ -65,8 +60,7 @@ func newBenchKindCommand(streams IOStreams, kind bench.Kind, short string) *cobr
 		RunE:  runE(o),
 	}
 	f := cmd.Flags()
-	f.StringArrayVar(&o.kubeconfigs, "kubeconfig", nil, "kubeconfig of a joined cluster; give it once per cluster (at least two)")
-	f.StringVar(&o.namespace, "namespace", "", "namespace to create for the pods in every cluster (default octopus-bench-<random>)")
+	o.addFlags(f, "bench", 20*time.Minute, bench.DefaultReadyTimeout)
 	f.StringVar(&o.image, "image", bench.DefaultImage, "image of the servers and the load generator (Octopus's echo image, whose octopus-echo also generates the load)")
 	f.DurationVar(&o.duration, "duration", bench.DefaultDuration, "how long each run measures")
 	f.IntVar(&o.repeat, "repeat", 1, "runs per measurement; the median is reported")
@@ -75,48 +69,20 @@ func newBenchKindCommand(streams IOStreams, kind bench.Kind, short string) *cobr
 	} else {
 		f.IntVar(&o.size, "size", bench.DefaultSize, "request and response size in bytes")
 	}
-	f.DurationVar(&o.timeout, "timeout", 20*time.Minute, "deadline of the whole run")
-	f.DurationVar(&o.readyTimeout, "ready-timeout", bench.DefaultReadyTimeout, "time to wait for the pods, and then for the service imports")
-	o.output.addFlag(f)
 	return cmd
 }
 
 // Complete loads the kubeconfigs.
 func (o *benchOptions) Complete([]string) error {
-	o.clusters = nil
-	for _, path := range o.kubeconfigs {
-		cfg, err := loadKubeconfig(path)
-		if err != nil {
-			return err
-		}
-		o.clusters = append(o.clusters, workload.Cluster{Config: cfg, Source: path})
-	}
-	return nil
+	var err error
+	o.clusters, err = o.workloadFlags.clusters()
+	return err
 }
 
 // Validate checks the flags.
 func (o *benchOptions) Validate() error {
-	var errs []string
-	if len(o.kubeconfigs) < 2 {
-		errs = append(errs, fmt.Sprintf("bench measures between clusters: pass --kubeconfig at least twice (got %d)", len(o.kubeconfigs)))
-	}
-	errs = append(errs, duplicateKubeconfigs(o.kubeconfigs)...)
-	if err := o.output.validate(); err != nil {
-		errs = append(errs, err.Error())
-	}
-	if o.namespace != "" {
-		if msgs := validation.IsDNS1123Label(o.namespace); len(msgs) > 0 {
-			errs = append(errs, fmt.Sprintf("--namespace %q: %s", o.namespace, strings.Join(msgs, "; ")))
-		}
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"--duration", o.duration}, {"--timeout", o.timeout}, {"--ready-timeout", o.readyTimeout}} {
-		if d.v <= 0 {
-			errs = append(errs, fmt.Sprintf("%s %s: want a positive duration", d.name, d.v))
-		}
-	}
+	errs := o.validate("bench measures")
+	errs = append(errs, positiveDurations(map[string]time.Duration{"--duration": o.duration})...)
 	for _, n := range []struct {
 		name string
 		v    int

@@ -10,8 +10,8 @@ import (
 
 func TestBenchValidate(t *testing.T) {
 	valid := func(kind bench.Kind) benchOptions {
-		return benchOptions{kind: kind, kubeconfigs: []string{"a", "b"}, output: outputTable, duration: time.Second,
-			timeout: time.Minute, readyTimeout: time.Second, repeat: 1, streams: 4, size: 64}
+		return benchOptions{kind: kind, duration: time.Second, repeat: 1, streams: 4, size: 64,
+			workloadFlags: workloadFlags{kubeconfigs: []string{"a", "b"}, output: outputTable, timeout: time.Minute, readyTimeout: time.Second}}
 	}
 	tests := []struct {
 		name    string

@@ -8,21 +8,16 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/octopus-mcs/octopus/internal/verify"
 )
 
 type verifyOptions struct {
 	IOStreams
-	kubeconfigs  []string
-	namespace    string
+	workloadFlags
 	serverImage  string
 	clientImage  string
-	timeout      time.Duration
 	checkTimeout time.Duration
-	readyTimeout time.Duration
-	output       outputFormat
 
 	clusters []verify.Cluster
 }
@@ -50,53 +45,24 @@ when a check fails, and the summary names the failed checks.
 		RunE: runE(o),
 	}
 	f := cmd.Flags()
-	f.StringArrayVar(&o.kubeconfigs, "kubeconfig", nil, "kubeconfig of a joined cluster; give it once per cluster (at least two)")
-	f.StringVar(&o.namespace, "namespace", "", "namespace to create for the probes in every cluster (default octopus-verify-<random>)")
+	o.addFlags(f, "verify", 10*time.Minute, verify.DefaultReadyTimeout)
 	f.StringVar(&o.serverImage, "server-image", verify.DefaultServerImage, "probe server image (answers HTTP on 8080 with cluster=, node=, pod=)")
 	f.StringVar(&o.clientImage, "client-image", verify.DefaultClientImage, "probe client image (needs curl and dig)")
-	f.DurationVar(&o.timeout, "timeout", 10*time.Minute, "deadline of the whole run")
 	f.DurationVar(&o.checkTimeout, "check-timeout", verify.DefaultCheckTimeout, "time each check may take, retries included")
-	f.DurationVar(&o.readyTimeout, "ready-timeout", verify.DefaultReadyTimeout, "time to wait for the probe pods, and then for the service imports")
-	o.output.addFlag(f)
 	return cmd
 }
 
 // Complete loads the kubeconfigs.
 func (o *verifyOptions) Complete([]string) error {
-	o.clusters = nil
-	for _, path := range o.kubeconfigs {
-		cfg, err := loadKubeconfig(path)
-		if err != nil {
-			return err
-		}
-		o.clusters = append(o.clusters, verify.Cluster{Config: cfg, Source: path})
-	}
-	return nil
+	var err error
+	o.clusters, err = o.workloadFlags.clusters()
+	return err
 }
 
 // Validate checks the flags.
 func (o *verifyOptions) Validate() error {
-	var errs []string
-	if len(o.kubeconfigs) < 2 {
-		errs = append(errs, fmt.Sprintf("verify checks between clusters: pass --kubeconfig at least twice (got %d)", len(o.kubeconfigs)))
-	}
-	errs = append(errs, duplicateKubeconfigs(o.kubeconfigs)...)
-	if err := o.output.validate(); err != nil {
-		errs = append(errs, err.Error())
-	}
-	if o.namespace != "" {
-		if msgs := validation.IsDNS1123Label(o.namespace); len(msgs) > 0 {
-			errs = append(errs, fmt.Sprintf("--namespace %q: %s", o.namespace, strings.Join(msgs, "; ")))
-		}
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"--timeout", o.timeout}, {"--check-timeout", o.checkTimeout}, {"--ready-timeout", o.readyTimeout}} {
-		if d.v <= 0 {
-			errs = append(errs, fmt.Sprintf("%s %s: want a positive duration", d.name, d.v))
-		}
-	}
+	errs := o.validate("verify checks")
+	errs = append(errs, positiveDurations(map[string]time.Duration{"--check-timeout": o.checkTimeout})...)
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", strings.Join(errs, "\n"))
 	}

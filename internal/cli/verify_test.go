@@ -17,7 +17,7 @@ import (
 
 func TestVerifyValidate(t *testing.T) {
 	valid := func() verifyOptions {
-		return verifyOptions{kubeconfigs: []string{"a", "b"}, output: outputTable, timeout: time.Minute, checkTimeout: time.Second, readyTimeout: time.Second}
+		return verifyOptions{checkTimeout: time.Second, workloadFlags: workloadFlags{kubeconfigs: []string{"a", "b"}, output: outputTable, timeout: time.Minute, readyTimeout: time.Second}}
 	}
 	tests := []struct {
 		name    string
