@@ -17,7 +17,7 @@ import (
 // lab's two clusters and checks that the figures are plausible: every measurement ran, the
 // figures are positive, p99 is not below p50, and cross-cluster throughput (through the
 // gateways' tunnel) is below the same path inside the client's cluster. It also checks that
-// the bench namespace is gone afterwards.
+// the bench namespace is gone afterwards. The in-cluster baseline runs between two nodes.
 func testBench(ctx context.Context, t *testing.T, l *lab.Lab, octopus string) {
 	c1, c2 := l.Network.Clusters[0].Name, l.Network.Clusters[1].Name
 	for _, kind := range []bench.Kind{bench.KindThroughput, bench.KindLatency} {
@@ -59,6 +59,11 @@ func testBench(ctx context.Context, t *testing.T, l *lab.Lab, octopus string) {
 						t.Errorf("%s %s->%s: latency %+v", row.Path, m.From, m.To, m.Latency)
 					}
 				}
+			}
+			// The lab's clusters have two nodes each: the baseline crosses between them, as
+			// cross-cluster traffic always leaves the client's node.
+			if in := row.InCluster; in.ClientNode == "" || in.ClientNode == in.ServerNode {
+				t.Errorf("%s %s->%s in-cluster ran from node %q to node %q, want two nodes", row.Path, in.From, in.To, in.ClientNode, in.ServerNode)
 			}
 			if kind == bench.KindThroughput && !(row.Ratio > 0 && row.Ratio < 1) {
 				t.Errorf("%s %s->%s: cross-cluster runs %v bit/s against in-cluster %v (ratio %.2f): want it below in-cluster",
