@@ -2,15 +2,14 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/octopus-mcs/octopus/internal/bench"
-	"github.com/octopus-mcs/octopus/internal/workload"
 )
 
 type benchOptions struct {
@@ -22,8 +21,6 @@ type benchOptions struct {
 	streams  int
 	size     int
 	repeat   int
-
-	clusters []workload.Cluster
 }
 
 func newBenchCommand(streams IOStreams) *cobra.Command {
@@ -72,13 +69,6 @@ func newBenchKindCommand(streams IOStreams, kind bench.Kind, short string) *cobr
 	return cmd
 }
 
-// Complete loads the kubeconfigs.
-func (o *benchOptions) Complete([]string) error {
-	var err error
-	o.clusters, err = o.workloadFlags.clusters()
-	return err
-}
-
 // Validate checks the flags.
 func (o *benchOptions) Validate() error {
 	errs := o.validate("bench measures")
@@ -111,13 +101,7 @@ func (o *benchOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("bench could not measure: %w", err)
 	}
-	if o.output == outputJSON {
-		enc := json.NewEncoder(o.Out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(report); err != nil {
-			return err
-		}
-	} else if err := bench.Render(o.Out, report); err != nil {
+	if err := o.output.print(o.Out, report, func(w io.Writer) error { return bench.Render(w, report) }); err != nil {
 		return err
 	}
 	if failed := report.Failed(); len(failed) > 0 {

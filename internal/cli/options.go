@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -48,4 +50,14 @@ func (f outputFormat) validate() error {
 		return fmt.Errorf("-o %q: want table or json", string(f))
 	}
 	return nil
+}
+
+// print writes v as indented JSON, or as render writes it for the table format.
+func (f outputFormat) print(w io.Writer, v any, render func(io.Writer) error) error {
+	if f != outputJSON {
+		return render(w)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -2,8 +2,8 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -18,8 +18,6 @@ type verifyOptions struct {
 	serverImage  string
 	clientImage  string
 	checkTimeout time.Duration
-
-	clusters []verify.Cluster
 }
 
 func newVerifyCommand(streams IOStreams) *cobra.Command {
@@ -52,13 +50,6 @@ when a check fails, and the summary names the failed checks.
 	return cmd
 }
 
-// Complete loads the kubeconfigs.
-func (o *verifyOptions) Complete([]string) error {
-	var err error
-	o.clusters, err = o.workloadFlags.clusters()
-	return err
-}
-
 // Validate checks the flags.
 func (o *verifyOptions) Validate() error {
 	errs := o.validate("verify checks")
@@ -81,13 +72,7 @@ func (o *verifyOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("verify could not run its checks: %w", err)
 	}
-	if o.output == outputJSON {
-		enc := json.NewEncoder(o.Out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(report); err != nil {
-			return err
-		}
-	} else if err := verify.Render(o.Out, report); err != nil {
+	if err := o.output.print(o.Out, report, func(w io.Writer) error { return verify.Render(w, report) }); err != nil {
 		return err
 	}
 	if !report.Passed {

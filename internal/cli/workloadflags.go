@@ -21,6 +21,9 @@ type workloadFlags struct {
 	timeout      time.Duration
 	readyTimeout time.Duration
 	output       outputFormat
+
+	// clusters are the loaded kubeconfigs, set by Complete.
+	clusters []workload.Cluster
 }
 
 func (w *workloadFlags) addFlags(f *pflag.FlagSet, command string, timeout, readyTimeout time.Duration) {
@@ -31,17 +34,17 @@ func (w *workloadFlags) addFlags(f *pflag.FlagSet, command string, timeout, read
 	w.output.addFlag(f)
 }
 
-// clusters loads the kubeconfigs, each with its current context.
-func (w *workloadFlags) clusters() ([]workload.Cluster, error) {
-	var clusters []workload.Cluster
+// Complete loads the kubeconfigs, each with its current context.
+func (w *workloadFlags) Complete([]string) error {
+	w.clusters = nil
 	for _, path := range w.kubeconfigs {
 		cfg, err := loadKubeconfig(path)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		clusters = append(clusters, workload.Cluster{Config: cfg, Source: path})
+		w.clusters = append(w.clusters, workload.Cluster{Config: cfg, Source: path})
 	}
-	return clusters, nil
+	return nil
 }
 
 // validate returns what is wrong with the flags, one message each; what is the command's
