@@ -24,7 +24,7 @@ func testBench(ctx context.Context, t *testing.T, l *lab.Lab, octopus string) {
 		start := time.Now()
 		cmd := exec.CommandContext(ctx, octopus, "bench", string(kind),
 			"--kubeconfig", l.Env.Cluster(c1).Kubeconfig, "--kubeconfig", l.Env.Cluster(c2).Kubeconfig,
-			"--duration", "2s", "--repeat", "3", "--ready-timeout", "2m", "-o", "json")
+			"--duration", "1s", "--repeat", "3", "--ready-timeout", "2m", "-o", "json")
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		runErr := cmd.Run()
