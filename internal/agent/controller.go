@@ -162,6 +162,8 @@ func (o ControllerOptions) managerOptions() manager.Options {
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=octopus-system,resources=leases,verbs=create
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=octopus-system,resources=leases,resourceNames=octopus-controller,verbs=get;update
 // +kubebuilder:rbac:groups="",namespace=octopus-system,resources=events,verbs=create;patch
+// The controller renews the hub credential (hubaccess.Live.Renew) and stores the new token:
+// +kubebuilder:rbac:groups="",namespace=octopus-system,resources=secrets,resourceNames=octopus-hub,verbs=update
 
 // RunController runs the agent's controller against the member cluster until ctx is cancelled:
 // it waits for the hub credential, then heartbeats to the hub, exports this cluster's services

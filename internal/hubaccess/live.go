@@ -196,8 +196,8 @@ func (l *Live) RenewNow(ctx context.Context, member client.Client) (time.Time, e
 	return tr.Status.ExpirationTimestamp.Time, nil
 }
 
-// The agent's controller renews the credential and stores the new token:
-// +kubebuilder:rbac:groups="",namespace=octopus-system,resources=secrets,resourceNames=octopus-hub,verbs=update
+// storeToken needs update on the Secret: only the agent's controller renews, so its marker is
+// in internal/agent, not here where every component that reads the credential would get it.
 
 // storeToken replaces the token in the member Secret, keeping the rest of the credential.
 func storeToken(ctx context.Context, member client.Client, token string) error {
