@@ -359,14 +359,17 @@ func enrol(ctx context.Context, jc client.Client, mc client.Reader, cred *hubacc
 	switch {
 	case errors.Is(err, errEnrolled):
 		// A re-run after the cluster was bound: only the cluster itself holds its credential.
+		revoke := fmt.Sprintf("have the hub's admin revoke it (`octopus hub revoke %s`), then join again", id)
 		stored, loadErr := hubaccess.LoadCredential(ctx, mc)
-		if loadErr != nil || stored.ClusterID != id || stored.Server != cred.Server || stored.Namespace != namespace {
-			return false, fmt.Errorf("cluster %s is enrolled on the hub, but this cluster holds no credential for it (%v), and broker-info cannot issue one for an enrolled cluster; have the hub's admin revoke it (`kubectl -n %s delete serviceaccount %s` on the hub), then join again",
-				id, loadErr, namespace, sa.Name)
+		if loadErr == nil && (stored.ClusterID != id || stored.Server != cred.Server || stored.Namespace != namespace) {
+			loadErr = fmt.Errorf("the stored credential is cluster %s's at %s, namespace %s", stored.ClusterID, stored.Server, stored.Namespace)
+		}
+		if loadErr != nil {
+			return false, fmt.Errorf("cluster %s is enrolled on the hub, but this cluster holds no credential for it (%w), and broker-info cannot issue one for an enrolled cluster; %s",
+				id, loadErr, revoke)
 		}
 		if _, expires, terr := hubaccess.TokenTimes(stored.Token); terr == nil && !expires.IsZero() && time.Now().After(expires) {
-			return false, fmt.Errorf("cluster %s's hub credential expired at %s (no agent renewed it); have the hub's admin revoke it (`kubectl -n %s delete serviceaccount %s` on the hub), then join again",
-				id, expires.Format(time.RFC3339), namespace, sa.Name)
+			return false, fmt.Errorf("cluster %s's hub credential expired at %s (no agent renewed it); %s", id, expires.Format(time.RFC3339), revoke)
 		}
 		cred.Token = stored.Token
 		return false, nil
