@@ -79,7 +79,7 @@ func TestControllerFlags(t *testing.T) {
 			if m.Host != "https://member.example:6443" || m.QPS != tc.memberQPS || m.Burst != tc.memberBurst {
 				t.Errorf("member config: host %q, QPS %g, burst %d; want the kubeconfig's host, %g, %d", m.Host, m.QPS, m.Burst, tc.memberQPS, tc.memberBurst)
 			}
-			h := got.HubRESTConfig(hubaccess.Credential{Server: "https://hub.example:6443", Token: "t"})
+			h := got.HubRESTConfig(hubaccess.NewLive(hubaccess.Credential{Server: "https://hub.example:6443", Token: "t"}))
 			if h.QPS != tc.hubQPS || h.Burst != tc.hubBurst {
 				t.Errorf("hub config: QPS %g, burst %d; want %g, %d", h.QPS, h.Burst, tc.hubQPS, tc.hubBurst)
 			}

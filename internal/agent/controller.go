@@ -70,6 +70,9 @@ type ControllerOptions struct {
 	// CredentialPollInterval is how often to look for the hub credential while it is missing.
 	// Optional; hubaccess.DefaultPollInterval when zero.
 	CredentialPollInterval time.Duration
+	// CredentialRenewFraction of the hub token's lifetime passes before it is renewed.
+	// Optional; hubaccess.DefaultRenewFraction when zero.
+	CredentialRenewFraction float64
 	// MemberQPS and MemberBurst limit the requests to the member cluster. Optional: when zero,
 	// Member's own QPS and Burst, and when those are zero too, DefaultKubeAPIQPS and
 	// DefaultKubeAPIBurst. A negative QPS turns the client-side limit off.
@@ -110,9 +113,9 @@ func (o ControllerOptions) MemberRESTConfig() *rest.Config {
 	return withRateLimit(o.Member, o.MemberQPS, o.MemberBurst, DefaultKubeAPIQPS, DefaultKubeAPIBurst)
 }
 
-// HubRESTConfig is the client configuration of the hub with cred and o's rate limit. The
-// credential's configuration carries no limit of its own: it is shared with the CLI.
-func (o ControllerOptions) HubRESTConfig(cred hubaccess.Credential) *rest.Config {
+// HubRESTConfig is the client configuration of the hub with the live credential and o's rate
+// limit. The credential's configuration carries no limit of its own: it is shared with the CLI.
+func (o ControllerOptions) HubRESTConfig(cred *hubaccess.Live) *rest.Config {
 	return withRateLimit(cred.RESTConfig(), o.HubQPS, o.HubBurst, DefaultHubAPIQPS, DefaultHubAPIBurst)
 }
 
@@ -159,6 +162,8 @@ func (o ControllerOptions) managerOptions() manager.Options {
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=octopus-system,resources=leases,verbs=create
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=octopus-system,resources=leases,resourceNames=octopus-controller,verbs=get;update
 // +kubebuilder:rbac:groups="",namespace=octopus-system,resources=events,verbs=create;patch
+// The controller renews the hub credential (hubaccess.Live.Renew) and stores the new token:
+// +kubebuilder:rbac:groups="",namespace=octopus-system,resources=secrets,resourceNames=octopus-hub,verbs=update
 
 // RunController runs the agent's controller against the member cluster until ctx is cancelled:
 // it waits for the hub credential, then heartbeats to the hub, exports this cluster's services
@@ -220,7 +225,20 @@ func (r *hubComponents) Start(ctx context.Context) error {
 		}
 		return err
 	}
-	hubCfg := r.opts.HubRESTConfig(cred)
+	// The credential expires: renew it for as long as this replica leads, with every hub
+	// client below sending the current token.
+	live := hubaccess.NewLive(cred)
+	// Uncached: the manager's client would watch every Secret of the cluster for this one.
+	member, err := client.New(r.mgr.GetConfig(), client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return fmt.Errorf("creating a client of the member cluster: %w", err)
+	}
+	go func() {
+		if err := live.Renew(ctx, hubaccess.RenewOptions{Member: member, Fraction: r.opts.CredentialRenewFraction}); err != nil {
+			logf.FromContext(ctx).Error(err, "Not renewing the hub credential")
+		}
+	}()
+	hubCfg := r.opts.HubRESTConfig(live)
 	hubClient, err := client.New(hubCfg, client.Options{Scheme: kube.Scheme})
 	if err != nil {
 		return fmt.Errorf("creating a client of the hub %s: %w", cred.Server, err)

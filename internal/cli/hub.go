@@ -5,15 +5,49 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/progress"
 )
 
 func newHubCommand(streams IOStreams) *cobra.Command {
 	cmd := &cobra.Command{Use: "hub", Short: "Manage the hub clusters exchange state through"}
-	cmd.AddCommand(newHubDeployCommand(streams))
+	cmd.AddCommand(newHubDeployCommand(streams), newHubRevokeCommand(streams))
+	return cmd
+}
+
+func newHubRevokeCommand(streams IOStreams) *cobra.Command {
+	var hubKube kubeconfigFlags
+	var namespace string
+	cmd := &cobra.Command{
+		Use:   "revoke CLUSTER-ID",
+		Short: "End one cluster's access to the hub",
+		Long: `Deletes the cluster's ServiceAccount and RoleBinding on the hub, which invalidates every
+token of that cluster at once and touches no other cluster. What the cluster published stays
+until its heartbeat goes stale. Needs the hub's admin kubeconfig. The cluster can join again
+with broker-info; rotate broker-info to keep it out.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := hubKube.restConfig()
+			if err != nil {
+				return err
+			}
+			c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
+			if err != nil {
+				return fmt.Errorf("connecting to the hub at %s: %w", cfg.Host, err)
+			}
+			if err := hub.Revoke(cmd.Context(), c, namespace, args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(streams.Out, "Cluster %s's hub credential revoked.\n", args[0])
+			return nil
+		},
+	}
+	hubKube.addFlags(cmd.Flags(), "hub cluster")
+	cmd.Flags().StringVar(&namespace, "namespace", v1alpha1.DefaultHubNamespace, "hub namespace holding shared state")
 	return cmd
 }
 

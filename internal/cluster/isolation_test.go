@@ -3,6 +3,7 @@ package cluster
 import (
 	"strings"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/render"
 )
 
@@ -110,8 +112,20 @@ func TestClusterCredentialIsConfinedToOwnObjects(t *testing.T) {
 			p.Spec.ClusterID = "west"
 			return asEast.Create(t.Context(), p)
 		}},
-		{"read another cluster's token", rbacDenied, func() error {
-			return asEast.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: render.ClusterTokenSecretName("west")}, &corev1.Secret{})
+		{"read the join token", rbacDenied, func() error {
+			return asEast.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: render.JoinTokenSecret}, &corev1.Secret{})
+		}},
+		{"request a token of another cluster", policyDenied, func() error {
+			return requestToken(t, asEast, ns, v1alpha1.ClusterServiceAccount("west"), render.ClusterTokenLifetime)
+		}},
+		{"request a token of the join identity", policyDenied, func() error {
+			return requestToken(t, asEast, ns, render.JoinServiceAccount, render.ClusterTokenLifetime)
+		}},
+		{"request a token of the hub gateway", policyDenied, func() error {
+			return requestToken(t, asEast, ns, v1alpha1.HubGatewayServiceAccount, render.ClusterTokenLifetime)
+		}},
+		{"request a token of its own that outlives a fresh one", policyDenied, func() error {
+			return requestToken(t, asEast, ns, v1alpha1.ClusterServiceAccount("east"), 2*render.ClusterTokenLifetime)
 		}},
 		{"grant itself more access", rbacDenied, func() error {
 			return asEast.Create(t.Context(), &rbacv1.RoleBinding{
@@ -133,7 +147,10 @@ func TestClusterCredentialIsConfinedToOwnObjects(t *testing.T) {
 		})
 	}
 
-	// Positive controls: the same credential can manage its own objects.
+	// Positive controls: the same credential can renew itself and manage its own objects.
+	if err := requestToken(t, asEast, ns, v1alpha1.ClusterServiceAccount("east"), render.ClusterTokenLifetime); err != nil {
+		t.Fatalf("east renewing its own token: %v", err)
+	}
 	if err := asEast.Create(t.Context(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "east", Labels: map[string]string{v1alpha1.ClusterLabel: "east"}}}); err != nil {
 		t.Fatalf("east creating its own heartbeat Lease: %v", err)
 	}
@@ -162,12 +179,14 @@ func TestClusterCredentialIsConfinedToOwnObjects(t *testing.T) {
 }
 
 // TestJoinCredentialIsConfinedToEnrolment: broker-info's join identity can enrol clusters but
-// cannot bind the cluster Role to arbitrary subjects (itself included) or create other objects.
+// cannot obtain an enrolled cluster's credential (read it, request a token of its
+// ServiceAccount, bind itself or another account to the cluster Role) or create other objects.
 func TestJoinCredentialIsConfinedToEnrolment(t *testing.T) {
 	f := newFabric(t, "east")
-	f.join(t, "east")
+	east := f.join(t, "east")
 	ns := f.info.Namespace
 	asJoin := newClient(t, &rest.Config{Host: f.info.HubURL, BearerToken: f.info.JoinToken, TLSClientConfig: rest.TLSClientConfig{CAData: f.info.CAData}})
+	const joinDenied = "the join identity may only"
 	binding := func(name, subject string) *rbacv1.RoleBinding {
 		return &rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -175,29 +194,100 @@ func TestJoinCredentialIsConfinedToEnrolment(t *testing.T) {
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: subject, Namespace: ns}},
 		}
 	}
+	create := func(obj client.Object) func() error {
+		return func() error { return asJoin.Create(t.Context(), obj) }
+	}
+	eastSA := v1alpha1.ClusterServiceAccount("east")
 	tests := []struct {
-		name string
-		obj  client.Object
+		name  string
+		layer string
+		do    func() error
 	}{
-		{"bind the cluster Role to the join identity", binding("cluster-x", render.JoinServiceAccount)},
-		{"bind the cluster Role under another name", binding("sneaky", "sneaky")},
-		{"bind the cluster Role to another cluster's account", binding("cluster-x", v1alpha1.ClusterServiceAccount("east"))},
-		{"create a ServiceAccount that is not a cluster's", &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sneaky"}}},
-		{"create a cluster ServiceAccount labelled as another", &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cluster-x", Labels: map[string]string{v1alpha1.ClusterLabel: "east"}}}},
-		{"enrol the cluster ID reserved for the hub's gateway", &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: v1alpha1.ClusterServiceAccount(v1alpha1.HubPeerName),
-			Labels: map[string]string{v1alpha1.ClusterLabel: v1alpha1.HubPeerName}}}},
-		{"create an ordinary Secret", &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sneaky"}, StringData: map[string]string{"a": "b"}}},
-		{"mint a second token for a cluster", &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "east-token-2", Annotations: map[string]string{corev1.ServiceAccountNameKey: v1alpha1.ClusterServiceAccount("east")}},
-			Type:       corev1.SecretTypeServiceAccountToken,
+		{"request a token of an enrolled cluster", joinDenied, func() error {
+			return requestToken(t, asJoin, ns, eastSA, render.ClusterTokenLifetime)
 		}},
+		{"request a token of the join identity", joinDenied, func() error {
+			return requestToken(t, asJoin, ns, render.JoinServiceAccount, render.ClusterTokenLifetime)
+		}},
+		{"request a token of the hub gateway", joinDenied, func() error {
+			return requestToken(t, asJoin, ns, v1alpha1.HubGatewayServiceAccount, render.ClusterTokenLifetime)
+		}},
+		{"read a Secret of the hub", rbacDenied, func() error {
+			return asJoin.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: render.JoinTokenSecret}, &corev1.Secret{})
+		}},
+		{"list the ServiceAccounts of the hub", rbacDenied, func() error {
+			return asJoin.List(t.Context(), &corev1.ServiceAccountList{}, client.InNamespace(ns))
+		}},
+		{"delete an enrolled cluster's ServiceAccount", rbacDenied, func() error {
+			return asJoin.Delete(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: eastSA}})
+		}},
+		// The flow this model replaced: a Secret from which kube-controller-manager would
+		// issue a never-expiring token of the cluster's ServiceAccount.
+		{"create a token Secret for an enrolled cluster", rbacDenied, create(&corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "east-token-2", Annotations: map[string]string{corev1.ServiceAccountNameKey: eastSA}},
+			Type:       corev1.SecretTypeServiceAccountToken,
+		})},
+		{"bind the cluster Role to the join identity", joinDenied, create(binding("cluster-x", render.JoinServiceAccount))},
+		{"bind the cluster Role under another name", joinDenied, create(binding("sneaky", "sneaky"))},
+		{"bind the cluster Role to another cluster's account", joinDenied, create(binding("cluster-x", eastSA))},
+		{"create a ServiceAccount that is not a cluster's", joinDenied, create(&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sneaky"}})},
+		{"create a cluster ServiceAccount labelled as another", joinDenied, create(&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cluster-x", Labels: map[string]string{v1alpha1.ClusterLabel: "east"}}})},
+		{"enrol the cluster ID reserved for the hub's gateway", joinDenied, create(&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: v1alpha1.ClusterServiceAccount(v1alpha1.HubPeerName),
+			Labels: map[string]string{v1alpha1.ClusterLabel: v1alpha1.HubPeerName}}})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := asJoin.Create(t.Context(), tt.obj)
-			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "the join identity may only") {
-				t.Fatalf("err = %v, want Forbidden by the join policy", err)
+			err := tt.do()
+			if !apierrors.IsForbidden(err) {
+				t.Fatalf("err = %v, want Forbidden", err)
+			}
+			if !strings.Contains(err.Error(), tt.layer) {
+				t.Errorf("err = %v\nwant it denied by the layer whose message contains %q", err, tt.layer)
 			}
 		})
 	}
+
+	t.Run("a new cluster's first token is bounded", func(t *testing.T) {
+		fresh := render.ClusterServiceAccount(ns, "north", "uid-north")
+		if err := asJoin.Create(t.Context(), fresh); err != nil {
+			t.Fatal(err)
+		}
+		err := requestToken(t, asJoin, ns, fresh.Name, 2*render.ClusterTokenLifetime)
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), joinDenied) {
+			t.Fatalf("an over-long first token: err = %v, want Forbidden by the join policy", err)
+		}
+		if err := requestToken(t, asJoin, ns, fresh.Name, render.ClusterTokenLifetime); err != nil {
+			t.Fatalf("the first token of a cluster that is not enrolled yet: %v", err)
+		}
+	})
+
+	// No cluster credential is a Secret: the only token Secret on the hub is the join identity's.
+	secrets := &corev1.SecretList{}
+	if err := f.hub.List(t.Context(), secrets, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range secrets.Items {
+		if s.Type == corev1.SecretTypeServiceAccountToken && s.Name != render.JoinTokenSecret {
+			t.Errorf("token Secret %s (for %s) on the hub: cluster credentials must be requested, expiring tokens", s.Name, s.Annotations[corev1.ServiceAccountNameKey])
+		}
+	}
+	issued, expires, err := hubaccess.TokenTimes(east.Credential.Token)
+	if err != nil || expires.IsZero() || expires.Sub(issued) > render.ClusterTokenLifetime {
+		t.Errorf("east's credential: issued %s, expires %s, %v; want a token expiring within %s", issued, expires, err, render.ClusterTokenLifetime)
+	}
+
+	// The join policy is what refuses the enrolled cluster's token: without its binding, the
+	// very same request is granted.
+	if err := f.hub.Delete(t.Context(), &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: render.JoinPolicyName}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the join identity to obtain east's token without the join policy", func() bool {
+		return requestToken(t, asJoin, ns, eastSA, render.ClusterTokenLifetime) == nil
+	})
+}
+
+// requestToken asks the hub, as c, for a token of ServiceAccount sa lasting ttl.
+func requestToken(t testing.TB, c client.Client, namespace, sa string, ttl time.Duration) error {
+	t.Helper()
+	return c.SubResource("token").Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: sa}}, render.ClusterTokenRequest(ttl))
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -142,15 +143,11 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 	}
 
 	start := time.Now()
-	created, err := enrol(ctx, jc, info.Namespace, id, memberUID)
+	cred := hubaccess.Credential{ClusterID: id, Server: info.HubURL, Namespace: info.Namespace, CAData: info.CAData}
+	created, err := enrol(ctx, jc, mc, &cred, memberUID)
 	if err != nil {
 		return nil, err
 	}
-	token, err := hub.WaitForToken(ctx, jc, info.Namespace, render.ClusterTokenSecretName(id), 60*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	cred := hubaccess.Credential{ClusterID: id, Server: info.HubURL, Namespace: info.Namespace, CAData: info.CAData, Token: token}
 	p.Done(start, "Hub credential for cluster %s issued (ServiceAccount %s)", id, v1alpha1.ClusterServiceAccount(id))
 
 	// From here on the cluster acts with its own credential, so the hub's ownership policy
@@ -335,9 +332,14 @@ func checkOverlap(ctx context.Context, hc client.Client, namespace, id string, p
 	return nil
 }
 
-// enrol creates the cluster's ServiceAccount on the hub, its token and its role binding. It
-// reports whether this run created the ServiceAccount (so a failure later may remove it).
-func enrol(ctx context.Context, jc client.Client, namespace, id, memberUID string) (bool, error) {
+// enrol creates the cluster's ServiceAccount on the hub, requests its first token with the join
+// identity (into cred.Token) and binds it to the cluster Role, in that order: once it is bound,
+// the join policy refuses the join identity any token of it, so broker-info can never obtain
+// the credential of a cluster that has enrolled. It reports whether this run enrolled the
+// cluster (so a failure later may remove it). A re-run for a cluster whose ServiceAccount is
+// bound already uses the credential stored in the member.
+func enrol(ctx context.Context, jc client.Client, mc client.Reader, cred *hubaccess.Credential, memberUID string) (bool, error) {
+	namespace, id := cred.Namespace, cred.ClusterID
 	sa := render.ClusterServiceAccount(namespace, id, memberUID)
 	created := true
 	err := jc.Create(ctx, sa)
@@ -353,18 +355,73 @@ func enrol(ctx context.Context, jc client.Client, namespace, id, memberUID strin
 	} else if err != nil {
 		return false, fmt.Errorf("creating ServiceAccount %s on the hub: %w", sa.Name, err)
 	}
-	for _, obj := range render.ClusterGrant(namespace, id, sa) {
-		if err := jc.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			return created, fmt.Errorf("creating %s on the hub: %w", obj.GetName(), err)
+	token, err := firstToken(ctx, jc, sa, created)
+	switch {
+	case errors.Is(err, errEnrolled):
+		// A re-run after the cluster was bound: only the cluster itself holds its credential.
+		revoke := fmt.Sprintf("have the hub's admin revoke it (`octopus hub revoke %s`), then join again", id)
+		stored, loadErr := hubaccess.LoadCredential(ctx, mc)
+		if loadErr == nil && (stored.ClusterID != id || stored.Server != cred.Server || stored.Namespace != namespace) {
+			loadErr = fmt.Errorf("the stored credential is cluster %s's at %s, namespace %s", stored.ClusterID, stored.Server, stored.Namespace)
 		}
+		if loadErr != nil {
+			return false, fmt.Errorf("cluster %s is enrolled on the hub, but this cluster holds no credential for it (%w), and broker-info cannot issue one for an enrolled cluster; %s",
+				id, loadErr, revoke)
+		}
+		if _, expires, terr := hubaccess.TokenTimes(stored.Token); terr == nil && !expires.IsZero() && time.Now().After(expires) {
+			return false, fmt.Errorf("cluster %s's hub credential expired at %s (no agent renewed it); %s", id, expires.Format(time.RFC3339), revoke)
+		}
+		cred.Token = stored.Token
+		return false, nil
+	case err != nil:
+		return false, err
 	}
-	return created, nil
+	cred.Token = token
+	if err := jc.Create(ctx, render.ClusterGrant(namespace, id, sa)); err != nil && !apierrors.IsAlreadyExists(err) {
+		return true, fmt.Errorf("binding ServiceAccount %s to Role %s on the hub: %w", sa.Name, v1alpha1.ClusterCredentialRole, err)
+	}
+	// This run issued the cluster's first credential: it owns the enrolment, even if an
+	// earlier run created the ServiceAccount.
+	return true, nil
 }
 
-// waitAccepted waits until the hub authenticates a freshly issued token. The API server checks
-// a ServiceAccount token against its cached copy of the token Secret, which can trail the
-// Secret by a moment on a busy server; until then the token is answered with 401. The RBAC
-// authorizer's cache of the new RoleBinding can trail the same way (403).
+// errEnrolled is the join policy's refusal to issue a token of a bound ServiceAccount.
+var errEnrolled = errors.New("the cluster's ServiceAccount is bound already")
+
+// firstToken requests the cluster's first token with the join identity. A ServiceAccount this
+// run just created may still be bound by the RoleBinding of an earlier cluster of the same ID
+// that left, until the garbage collector removes it (it is owned by the deleted
+// ServiceAccount): the request is retried for that long.
+func firstToken(ctx context.Context, jc client.Client, sa *corev1.ServiceAccount, created bool) (string, error) {
+	var tr *authenticationv1.TokenRequest
+	var lastErr error
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		tr = render.ClusterTokenRequest(render.ClusterTokenLifetime)
+		lastErr = jc.SubResource("token").Create(ctx, sa, tr)
+		if apierrors.IsForbidden(lastErr) && strings.Contains(lastErr.Error(), "already enrolled") {
+			if !created {
+				return false, errEnrolled
+			}
+			return false, nil
+		}
+		return lastErr == nil, lastErr
+	})
+	if errors.Is(err, errEnrolled) {
+		return "", err
+	}
+	if err != nil {
+		if lastErr != nil {
+			err = lastErr
+		}
+		return "", fmt.Errorf("requesting the first token of ServiceAccount %s/%s on the hub: %w", sa.Namespace, sa.Name, err)
+	}
+	return tr.Status.Token, nil
+}
+
+// waitAccepted waits until the hub authorizes a freshly issued token: the RBAC authorizer's
+// cache of the new RoleBinding can trail it by a moment on a busy server (403). A 401 is
+// retried too: the API server checks the token's ServiceAccount in its cache, which can trail
+// the ServiceAccount's creation the same way.
 func waitAccepted(ctx context.Context, hc client.Client, namespace string) error {
 	var lastErr error
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {

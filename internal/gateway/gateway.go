@@ -277,6 +277,10 @@ func (o *Options) hubAccess(ctx context.Context, member client.Reader) (hubAcces
 	if err != nil {
 		return hubAccess{}, err
 	}
-	return hubAccess{ClusterID: cred.ClusterID, Namespace: cred.Namespace, config: cred.RESTConfig(),
+	// The controller renews the credential before it expires and stores the new token in the
+	// Secret; the gateway follows it there, so its clients never send an expired token.
+	live := hubaccess.NewLive(cred)
+	go live.Follow(logr.NewContext(ctx, o.Log), member, 0)
+	return hubAccess{ClusterID: cred.ClusterID, Namespace: cred.Namespace, config: live.RESTConfig(),
 		leaseNamespace: v1alpha1.SystemNamespace, leaseName: v1alpha1.GatewayLeaseName}, nil
 }

@@ -1,10 +1,13 @@
 package render
 
 import (
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
+	"k8s.io/utils/ptr"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/kube"
@@ -32,31 +35,34 @@ func ClusterServiceAccount(namespace, clusterID, memberUID string) *corev1.Servi
 	}}
 }
 
-// ClusterTokenSecretName is the Secret into which kube-controller-manager issues the token of
-// cluster clusterID's ServiceAccount.
-func ClusterTokenSecretName(clusterID string) string {
-	return v1alpha1.ClusterServiceAccount(clusterID) + "-token"
+// ClusterTokenLifetime is how long a cluster's hub token lasts: the first one, which join
+// requests with the join identity, and each renewal, which the running agent requests with the
+// token before (internal/hubaccess). Both admission policies refuse longer ones, so a stolen
+// token is useful for at most this long unless its thief also renews it, which revoking the
+// cluster (deleting its ServiceAccount) ends. A day lets an agent be down for hours without the
+// cluster having to be enrolled again.
+const ClusterTokenLifetime = 24 * time.Hour
+
+// ClusterTokenRequest renders the TokenRequest for a token of a cluster's ServiceAccount
+// lasting ttl: audience-bound to the hub API server (no audiences means the API server's own)
+// and bound to no object, since its lifetime and the ServiceAccount bound it.
+func ClusterTokenRequest(ttl time.Duration) *authenticationv1.TokenRequest {
+	return &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(ttl / time.Second))}}
 }
 
 // ClusterGrant renders what makes the ServiceAccount sa of cluster clusterID a credential: its
-// token Secret and its binding to the Role v1alpha1.ClusterCredentialRole. Both are owned by sa
-// (whose UID must be set), so that deleting it (leave) garbage-collects them.
-func ClusterGrant(namespace, clusterID string, sa *corev1.ServiceAccount) []client.Object {
-	owner := []metav1.OwnerReference{{APIVersion: "v1", Kind: "ServiceAccount", Name: sa.Name, UID: sa.UID}}
-	labels := clusterLabels(clusterID)
-	secret := &corev1.Secret{
+// binding to the Role v1alpha1.ClusterCredentialRole, owned by sa (whose UID must be set) so
+// that deleting sa (leave, revocation) garbage-collects it. Once it exists, the join identity
+// can no longer request tokens of sa (render.joinPolicy).
+func ClusterGrant(namespace, clusterID string, sa *corev1.ServiceAccount) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: ClusterTokenSecretName(clusterID), Namespace: namespace, Labels: labels, OwnerReferences: owner,
-			Annotations: map[string]string{corev1.ServiceAccountNameKey: sa.Name},
+			Name: sa.Name, Namespace: namespace, Labels: clusterLabels(clusterID),
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ServiceAccount", Name: sa.Name, UID: sa.UID}},
 		},
-		Type: corev1.SecretTypeServiceAccountToken,
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: v1alpha1.ClusterCredentialRole},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: namespace}},
 	}
-	binding := &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: sa.Name, Namespace: namespace, Labels: labels, OwnerReferences: owner},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: v1alpha1.ClusterCredentialRole},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: namespace}},
-	}
-	return []client.Object{secret, binding}
 }
 
 // Cluster renders the Cluster object a cluster registers on the hub, labelled with its ID as

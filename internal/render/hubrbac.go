@@ -27,7 +27,7 @@ var (
 )
 
 // clusterRole is what a joined cluster may do on the hub. It has no access to Secrets: the
-// join token and other clusters' credentials live there.
+// join token lives in one.
 func clusterRole(namespace string) *rbacv1.Role {
 	return &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.ClusterCredentialRole, Namespace: namespace, Labels: kube.ManagedLabels()},
@@ -41,21 +41,26 @@ func clusterRole(namespace string) *rbacv1.Role {
 			// export and its EndpointSlices. Reading all of them is what importing will need.
 			{APIGroups: []string{"multicluster.x-k8s.io"}, Resources: []string{"serviceimports"}, Verbs: readWrite},
 			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: readWrite},
-			// Leaving deletes the cluster's own ServiceAccount, which revokes its token; the
-			// ownership policy keeps it from deleting anyone else's.
+			// Leaving deletes the cluster's own ServiceAccount, which revokes its tokens; the
+			// running agent renews its token before it expires. The ownership policy keeps both
+			// to the caller's own ServiceAccount.
 			{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"delete"}},
+			{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}},
 		},
 	}
 }
 
-// joinRole lets `octopus join` create a cluster's ServiceAccount, its token Secret and its
-// binding to v1alpha1.ClusterCredentialRole, and read what it needs to detect a duplicate ID.
-// Whoever holds broker-info can enrol clusters: treat it like a password.
+// joinRole lets `octopus join` create a cluster's ServiceAccount, request its first token and
+// bind it to v1alpha1.ClusterCredentialRole, and read what it needs to detect a duplicate ID.
+// It has no access to Secrets and cannot list ServiceAccounts; joinPolicy keeps its token
+// requests to ServiceAccounts that are not bound yet, so it cannot obtain an enrolled
+// cluster's credential. Whoever holds broker-info can enrol clusters: treat it like a password.
 func joinRole(namespace string) *rbacv1.Role {
 	return &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: JoinRoleName, Namespace: namespace, Labels: kube.ManagedLabels()},
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"serviceaccounts", "secrets"}, Verbs: []string{"get", "create"}},
+			{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"get", "create"}},
+			{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}},
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"rolebindings"}, Verbs: []string{"get", "create"}},
 			// Binding a role needs either all its permissions or "bind" on it.
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"roles"}, Verbs: []string{"bind"}, ResourceNames: []string{v1alpha1.ClusterCredentialRole}},
@@ -100,8 +105,9 @@ func joinIdentity(namespace string) []client.Object {
 	}
 }
 
-// serviceAccountTokenSecret asks kube-controller-manager for a long-lived token of sa. Deleting
-// the ServiceAccount revokes it, which is how a cluster's access ends when it leaves.
+// serviceAccountTokenSecret asks kube-controller-manager for a long-lived token of sa: only the
+// join identity has one, the token broker-info carries, revoked by deleting the Secret.
+// Clusters' tokens are requested with the TokenRequest API and expire (ClusterTokenLifetime).
 func serviceAccountTokenSecret(namespace, name, sa string, labels map[string]string) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{

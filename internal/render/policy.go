@@ -2,6 +2,7 @@ package render
 
 import (
 	"fmt"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -35,6 +36,20 @@ var identityRules = []identityRule{
 	{group: "coordination.k8s.io", resource: "leases", field: "object.metadata.name"},
 }
 
+// tokenRequest is true for a TokenRequest (create on serviceaccounts/token): request.name is
+// the ServiceAccount, object the TokenRequest.
+const tokenRequest = `request.resource.group == "" && request.resource.resource == "serviceaccounts" && ` + subResource + ` == "token"`
+
+// subResource is the request's subresource, "" for the resource itself (CEL has no field for
+// an empty one).
+const subResource = `(has(request.subResource) ? request.subResource : "")`
+
+// tokenShape is what every token request for a cluster must look like: no longer-lived than
+// ClusterTokenLifetime. (Binding it to an object is allowed: that only shortens its life.)
+func tokenShape() string {
+	return fmt.Sprintf("has(object.spec.expirationSeconds) && object.spec.expirationSeconds <= %d", int64(ClusterTokenLifetime/time.Second))
+}
+
 // ownershipPolicy builds the cluster policy. RBAC grants every cluster the same verbs on the
 // hub namespace; this policy narrows them per cluster: a request from the ServiceAccount
 // cluster-<id> may create or update only objects labelled octopus.io/cluster=<id>, may update
@@ -49,7 +64,8 @@ func ownershipPolicy(namespace string) (*admissionregistrationv1.ValidatingAdmis
 	}
 	validations := []admissionregistrationv1.Validation{
 		{
-			Expression:        fmt.Sprintf("request.operation == 'DELETE' || (%s)", ownLabel("object")),
+			// A TokenRequest carries no labels; the rule below confines it instead.
+			Expression:        fmt.Sprintf("request.operation == 'DELETE' || variables.tokenRequest || (%s)", ownLabel("object")),
 			MessageExpression: fmt.Sprintf("'cluster ' + variables.clusterID + ' may only write objects labelled %s=' + variables.clusterID", label),
 			Reason:            ptr.To(metav1.StatusReasonForbidden),
 		},
@@ -67,6 +83,15 @@ func ownershipPolicy(namespace string) (*admissionregistrationv1.ValidatingAdmis
 			Reason:            ptr.To(metav1.StatusReasonForbidden),
 		})
 	}
+	// Renewal: a cluster may request tokens only of its own ServiceAccount (not of another
+	// cluster's, the join identity's or the hub gateway's), no longer-lived than a fresh one.
+	validations = append(validations, admissionregistrationv1.Validation{
+		Expression: fmt.Sprintf("!variables.tokenRequest || (request.name == %q + variables.clusterID && %s)",
+			v1alpha1.ClusterServiceAccountPrefix, tokenShape()),
+		MessageExpression: fmt.Sprintf("'cluster ' + variables.clusterID + ' may only request tokens of its own ServiceAccount %s' + variables.clusterID + ', lasting at most %ds'",
+			v1alpha1.ClusterServiceAccountPrefix, int64(ClusterTokenLifetime/time.Second)),
+		Reason: ptr.To(metav1.StatusReasonForbidden),
+	})
 	// The hub gateway's Peer carries the label of HubPeerName, a cluster ID join refuses; this
 	// keeps a cluster from publishing a hub-role Peer of its own, or turning its Peer into one,
 	// which would make the members route through it.
@@ -81,31 +106,45 @@ func ownershipPolicy(namespace string) (*admissionregistrationv1.ValidatingAdmis
 	})
 	return policyAndBinding(OwnershipPolicyName, namespace,
 		admissionregistrationv1.MatchCondition{Name: "cluster-credential", Expression: fmt.Sprintf("request.userInfo.username.startsWith(%q)", prefix)},
-		[]admissionregistrationv1.Variable{{Name: "clusterID", Expression: fmt.Sprintf("request.userInfo.username.substring(size(%q))", prefix)}},
+		[]admissionregistrationv1.Variable{
+			{Name: "clusterID", Expression: fmt.Sprintf("request.userInfo.username.substring(size(%q))", prefix)},
+			{Name: "tokenRequest", Expression: tokenRequest},
+		},
 		validations)
 }
 
 // joinPolicy confines the join identity to what enrolment creates: ServiceAccounts
-// cluster-<id> labelled <id>, their token Secrets, and RoleBindings of exactly that
-// ServiceAccount to the cluster Role. Without it the join credential could bind the cluster
-// Role to a subject the ownership policy does not confine, such as itself.
+// cluster-<id> labelled <id>, the first token of such a ServiceAccount while it is not bound
+// yet, and RoleBindings of exactly that ServiceAccount to the cluster Role. Without it the join
+// credential could bind the cluster Role to a subject the ownership policy does not confine,
+// such as itself, or request a token of an enrolled cluster and act as that cluster.
 func joinPolicy(namespace string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	p := v1alpha1.ClusterServiceAccountPrefix
+	// A ServiceAccount counts as bound (its cluster enrolled) once it may list Clusters, which
+	// only its RoleBinding grants. The authorizer answers from the API server's RBAC cache,
+	// the same one that authorizes the cluster's own requests.
+	bound := fmt.Sprintf(`authorizer.serviceAccount(%[1]q, request.name).group("octopus.io").resource("clusters").namespace(%[1]q).check("list").allowed()`, namespace)
 	validations := []admissionregistrationv1.Validation{
 		{
-			Expression: fmt.Sprintf(`request.resource.resource != "serviceaccounts" || (object.metadata.name.startsWith(%[1]q) && has(object.metadata.labels) && %[2]q in object.metadata.labels && object.metadata.labels[%[2]q] == object.metadata.name.substring(size(%[1]q)))`, p, v1alpha1.ClusterLabel),
+			Expression: fmt.Sprintf(`request.resource.resource != "serviceaccounts" || %[3]s != "" || (object.metadata.name.startsWith(%[1]q) && has(object.metadata.labels) && %[2]q in object.metadata.labels && object.metadata.labels[%[2]q] == object.metadata.name.substring(size(%[1]q)))`, p, v1alpha1.ClusterLabel, subResource),
 			Message:    fmt.Sprintf("the join identity may only create ServiceAccounts named %s<id> labelled %s=<id>", p, v1alpha1.ClusterLabel),
 		},
 		{
 			// The hub gateway's Peer is labelled with this ID: a cluster holding it could
 			// rewrite that Peer.
-			Expression: fmt.Sprintf(`request.resource.resource != "serviceaccounts" || object.metadata.name != %q`, p+v1alpha1.HubPeerName),
+			Expression: fmt.Sprintf(`request.resource.resource != "serviceaccounts" || %s != "" || object.metadata.name != %q`, subResource, p+v1alpha1.HubPeerName),
 			Message:    fmt.Sprintf("the join identity may only create ServiceAccounts for cluster IDs other than %s, which is reserved for the hub's gateway", v1alpha1.HubPeerName),
 		},
 		{
-			Expression: fmt.Sprintf(`request.resource.resource != "secrets" || (object.type == %q && has(object.metadata.annotations) && %[2]q in object.metadata.annotations && object.metadata.annotations[%[2]q].startsWith(%[3]q) && object.metadata.name == object.metadata.annotations[%[2]q] + "-token")`,
-				corev1.SecretTypeServiceAccountToken, corev1.ServiceAccountNameKey, p),
-			Message: fmt.Sprintf("the join identity may only create the token Secret <name>-token of a ServiceAccount %s<id>", p),
+			Expression: fmt.Sprintf(`!(%s) || (request.name.startsWith(%q) && request.name != %q && %s)`, tokenRequest, p, p+v1alpha1.HubPeerName, tokenShape()),
+			Message: fmt.Sprintf("the join identity may only request tokens of a cluster's ServiceAccount %s<id>, lasting at most %ds",
+				p, int64(ClusterTokenLifetime/time.Second)),
+		},
+		{
+			// The core of the model: broker-info enrols a cluster and obtains that cluster's
+			// first credential, never the credential of a cluster already enrolled.
+			Expression:        fmt.Sprintf(`!(%s) || !(%s)`, tokenRequest, bound),
+			MessageExpression: fmt.Sprintf(`"the join identity may only request the first token of a ServiceAccount, before it is bound to Role %s: " + request.name + " is already enrolled (to replace its credential, revoke it on the hub first)"`, v1alpha1.ClusterCredentialRole),
 		},
 		{
 			Expression: fmt.Sprintf(`request.resource.resource != "rolebindings" || (object.metadata.name.startsWith(%q) && object.roleRef.kind == "Role" && object.roleRef.name == %q && size(object.subjects) == 1 && object.subjects[0].kind == "ServiceAccount" && object.subjects[0].name == object.metadata.name && object.subjects[0].namespace == %q)`,

@@ -102,8 +102,8 @@ func TestEnrolmentGolden(t *testing.T) {
 	sa := ClusterServiceAccount(v1alpha1.DefaultHubNamespace, "east", "4f9d7c1e-0000-4000-8000-000000000001")
 	owned := sa.DeepCopy()
 	owned.UID = types.UID("5a1e0b2c-0000-4000-8000-000000000002") // as the API server assigns it
-	objs := []client.Object{sa}
-	objs = append(objs, ClusterGrant(v1alpha1.DefaultHubNamespace, "east", owned)...)
+	objs := []client.Object{sa, ClusterTokenRequest(ClusterTokenLifetime)}
+	objs = append(objs, ClusterGrant(v1alpha1.DefaultHubNamespace, "east", owned))
 	objs = append(objs, Cluster(v1alpha1.DefaultHubNamespace, v1alpha1.ClusterSpec{
 		ClusterID: "east", PodCIDRs: []string{"10.1.0.0/16"}, ServiceCIDRs: []string{"10.96.0.0/16"},
 		Addressing: v1alpha1.AddressingDirect, Topology: v1alpha1.TopologyMesh, GlobalCIDR: "242.0.0.0/16", SecondaryCIDR: "10.112.0.0/16",
