@@ -54,6 +54,7 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 		newVerifyCommand(streams),
 		newDiagnoseCommand(streams),
 		newGatherCommand(streams),
+		newDashboardCommand(streams),
 	)
 	return root
 }
