@@ -6,7 +6,7 @@
 const SVG = "http://www.w3.org/2000/svg";
 const POLL_MS = 2000;
 const W = 800, H = 560, HUB = { x: 400, y: 58 }, HUB_GW = { x: 400, y: 128 };
-const CENTER = { x: 400, y: 330 }, RX = 270, RY = 165, BOX = { w: 150, h: 54 };
+const CENTER = { x: 400, y: 330 }, RX = 270, RY = 165, BOX = { w: 160, h: 64 };
 
 let selected = null;
 let last = null;
@@ -102,8 +102,8 @@ function drawGraph(v) {
     const g = el("g", { class: "cluster " + c.heartbeat.toLowerCase().replace(/\s+/g, "-") + (selected === c.id ? " selected" : ""),
       "data-cluster": c.id, "data-heartbeat": c.heartbeat, tabindex: 0 });
     g.append(el("rect", { x: p.x - BOX.w / 2, y: p.y - BOX.h / 2, width: BOX.w, height: BOX.h, rx: 8 }));
-    g.append(el("text", { x: p.x, y: p.y - 6, "text-anchor": "middle", "font-weight": "600" }, c.id));
-    g.append(el("text", { x: p.x, y: p.y + 10, "text-anchor": "middle", class: "small" }, "heartbeat " + c.heartbeat));
+    g.append(el("text", { x: p.x, y: p.y - 10, "text-anchor": "middle", "font-weight": "600" }, c.id));
+    g.append(el("text", { x: p.x, y: p.y + 8, "text-anchor": "middle", class: "small" }, "heartbeat " + c.heartbeat));
     g.append(el("text", { x: p.x, y: p.y + 23, "text-anchor": "middle", class: "small" }, `exports ${exports} · imports ${imports}`));
     g.append(el("title", {}, c.error ? c.id + ": " + c.error : "show " + c.id + "'s conditions"));
     g.addEventListener("click", () => select(c.id));
