@@ -25,7 +25,7 @@ import (
 type Options struct {
 	// Dir receives chromedriver's log and Chromium's profile. Required.
 	Dir string
-	// Width and Height are the window's size. Optional, 1400×900.
+	// Width and Height are the window's size. Optional, 1400×1000.
 	Width, Height int
 }
 
@@ -60,7 +60,7 @@ func Start(ctx context.Context, opts Options) (*Browser, error) {
 		return nil, fmt.Errorf("chromium is not installed (run hack/install-deps.sh): %w", err)
 	}
 	if opts.Width == 0 || opts.Height == 0 {
-		opts.Width, opts.Height = 1400, 900
+		opts.Width, opts.Height = 1400, 1000
 	}
 	port, err := freePort()
 	if err != nil {

@@ -5,8 +5,8 @@
 
 const SVG = "http://www.w3.org/2000/svg";
 const POLL_MS = 2000;
-const W = 800, H = 560, HUB = { x: 400, y: 58 }, HUB_GW = { x: 400, y: 128 };
-const CENTER = { x: 400, y: 330 }, RX = 270, RY = 165, BOX = { w: 160, h: 64 };
+const HUB = { x: 400, y: 58 }, HUB_GW = { x: 400, y: 128 };
+const CENTER = { x: 400, y: 300 }, RX = 270, RY = 165, BOX = { w: 160, h: 64 };
 
 let selected = null;
 let last = null;
@@ -38,7 +38,7 @@ function layout(clusters) {
   clusters.forEach((c, i) => {
     const a = n === 1 ? Math.PI / 2 : Math.PI + (2 * Math.PI * i) / n;
     const x = CENTER.x + RX * Math.cos(a), y = CENTER.y + RY * Math.sin(a);
-    const k = n === 1 ? 0 : 0.38;
+    const k = n === 1 ? 0 : 0.46;
     pos[c.id] = { x, y, gw: { x: x + (CENTER.x - x) * k, y: y + (CENTER.y - y) * k + (n === 1 ? -70 : 0) } };
   });
   return pos;
@@ -83,7 +83,7 @@ function drawGraph(v) {
     layers.tunnels.append(line);
     if (t) {
       const lx = a.x + (m.x - a.x) * 0.55, ly = a.y + (m.y - a.y) * 0.55;
-      const label = el("text", { class: "tunnel-label", x: lx, y: ly - 9, "text-anchor": "middle" },
+      const label = el("text", { class: "tunnel-label", x: lx, y: ly + 19, "text-anchor": "middle" },
         `${fmtRTT(t)} · ${t.lossPercent}% loss`);
       layers.labels.append(label);
     }
@@ -119,7 +119,7 @@ function drawGraph(v) {
 function gatewayNode(id, gw, p) {
   const g = el("g", { class: "gateway " + gw.liveness, "data-gateway": id, "data-liveness": gw.liveness });
   g.append(el("circle", { cx: p.x, cy: p.y, r: 11 }));
-  g.append(el("text", { x: p.x, y: p.y + 26, "text-anchor": "middle", class: "small" }, gw.hostname));
+  g.append(el("text", { x: p.x, y: p.y - 17, "text-anchor": "middle", class: "small" }, gw.hostname));
   g.append(el("title", {}, `gateway ${gw.hostname} (${gw.liveness}) ${gw.backend}${gw.driver ? "/" + gw.driver : ""} ${gw.endpoint || ""}`));
   return g;
 }
