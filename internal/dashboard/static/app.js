@@ -6,7 +6,7 @@
 const SVG = "http://www.w3.org/2000/svg";
 const POLL_MS = 2000;
 const HUB = { x: 400, y: 58 }, HUB_GW = { x: 400, y: 128 };
-const CENTER = { x: 400, y: 300 }, RX = 270, RY = 165, BOX = { w: 160, h: 64 };
+const CENTER = { x: 400, y: 250 }, RX = 290, RY = 210, BOX = { w: 160, h: 64 };
 
 let selected = null;
 let last = null;
@@ -30,13 +30,14 @@ function fmtRTT(t) {
   return t.rttMillis > 0 ? t.rttMillis.toFixed(t.rttMillis < 10 ? 2 : 1) + " ms" : "–";
 }
 
-// layout places the hub at the top and the clusters on an ellipse below it, the first on
-// the left; each gateway sits between its cluster and the ellipse's centre.
+// layout places the hub at the top and the clusters on the lower half of an ellipse below
+// it, from left to right, so that no cluster comes near the hub; each gateway sits between
+// its cluster and the ellipse's centre.
 function layout(clusters) {
   const pos = {};
   const n = clusters.length;
   clusters.forEach((c, i) => {
-    const a = n === 1 ? Math.PI / 2 : Math.PI + (2 * Math.PI * i) / n;
+    const a = n === 1 ? Math.PI / 2 : Math.PI - (Math.PI * i) / (n - 1);
     const x = CENTER.x + RX * Math.cos(a), y = CENTER.y + RY * Math.sin(a);
     const k = n === 1 ? 0 : 0.46;
     pos[c.id] = { x, y, gw: { x: x + (CENTER.x - x) * k, y: y + (CENTER.y - y) * k + (n === 1 ? -70 : 0) } };
@@ -70,12 +71,13 @@ function drawGraph(v) {
   }
 
   // Tunnels: each reported direction is drawn from its reporter's gateway to the midpoint
-  // (or to the relay), so the two halves of a pair show the two sides' views.
-  const reported = new Set(v.tunnels.map(t => t.from + ">" + t.to));
+  // of the pair, so the two halves show the two sides' views. A tunnel relayed by the hub's
+  // gateway is drawn on the reporter's half of its link to the relay.
+  const reported = new Set(v.tunnels.map(t => t.from + ">" + (t.via || t.to)));
   const drawHalf = (from, to, t) => {
     const a = gwPos(from), b = t && t.via ? gwPos(t.via) : gwPos(to);
     if (!a || !b) return;
-    const m = t && t.via ? b : { x: (a.x + b.x) / 2, y: (a.y + b.y) / 2 };
+    const m = { x: (a.x + b.x) / 2, y: (a.y + b.y) / 2 };
     const state = t ? t.state : "none";
     const line = el("line", { class: "tunnel " + state, x1: a.x, y1: a.y, x2: m.x, y2: m.y,
       "data-from": from, "data-to": to, "data-state": state });
@@ -88,11 +90,11 @@ function drawGraph(v) {
       layers.labels.append(label);
     }
   };
-  for (const t of v.tunnels) drawHalf(t.from, t.to, t);
-  // The other side of a pair one gateway reports and the other does not.
+  // First the silent side of a pair that only one gateway reports, then the reports.
   for (const t of v.tunnels) {
-    if (!t.via && !reported.has(t.to + ">" + t.from) && pos[t.to]) drawHalf(t.to, t.from, null);
+    if (!t.via && !reported.has(t.to + ">" + t.from) && gwPos(t.to)) drawHalf(t.to, t.from, null);
   }
+  for (const t of v.tunnels) drawHalf(t.from, t.to, t);
 
   // Clusters and their gateways.
   for (const c of v.clusters) {
