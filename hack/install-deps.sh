@@ -22,10 +22,21 @@ set -euo pipefail
 PACKAGES=(git make ca-certificates nftables iproute2 busybox socat dnsutils dnsperf util-linux mount
   iperf3 iputils-ping wireguard-go wireguard-tools netcat-openbsd curl wget runc containernetworking-plugins
   ovn-central ovn-host openvswitch-switch)
+# chromium and chromium-driver (chromedriver): the `octopus dashboard` tests drive the page in a
+# real headless browser over WebDriver (internal/webdriver; internal/dashboard/browser_test.go,
+# internal/lab/dashboard_test.go). Pinned so the tests run against the browser they were
+# written for; bump both together when Debian's security archive replaces this build (apt then
+# reports the version as not found).
+CHROMIUM_VERSION=156.0.8078.79-1~deb12u1
+PINNED=(chromium="$CHROMIUM_VERSION" chromium-driver="$CHROMIUM_VERSION")
 
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+for pv in "${PINNED[@]}"; do
+  [[ $(dpkg-query -W -f='${Status} ${Version}' "${pv%%=*}" 2>/dev/null) == "install ok installed ${pv#*=}" ]] ||
+    missing+=("$pv")
 done
 if ((${#missing[@]} == 0)); then
   exit 0

@@ -55,6 +55,7 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 		newDiagnoseCommand(streams),
 		newGatherCommand(streams),
 		newBenchCommand(streams),
+		newDashboardCommand(streams),
 	)
 	return root
 }
