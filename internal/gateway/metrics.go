@@ -37,14 +37,19 @@ var (
 // metrics are the gateway's Prometheus metrics. They are set only by observe, from the Peer
 // status that reportStatus computes, so the metrics and the status never disagree.
 type metrics struct {
-	active prometheus.Gauge
-	state  *prometheus.GaugeVec
-	rtt    *prometheus.GaugeVec
-	loss   *prometheus.GaugeVec
-	rx, tx *prometheus.CounterVec
-	peers  *prometheus.GaugeVec
+	active    prometheus.Gauge
+	takeovers prometheus.Counter
+	state     *prometheus.GaugeVec
+	handshake *prometheus.GaugeVec
+	rtt       *prometheus.GaugeVec
+	loss      *prometheus.GaugeVec
+	rx, tx    *prometheus.CounterVec
+	peers     *prometheus.GaugeVec
 
 	mu sync.Mutex
+	// isActive is what setActive last recorded, so that only a change to active counts as a
+	// takeover.
+	isActive bool
 	// last is, per remote cluster, the byte counters of the previous observation: the
 	// Prometheus counters grow by the difference, so that they stay monotonic when the
 	// driver's counters restart from zero (the remote gateway failed over and its tunnel
@@ -60,6 +65,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "octopus_gateway_active",
 			Help: "1 while this gateway holds the cluster's gateway Lease (is the active gateway), 0 while it stands by."}),
+		takeovers: prometheus.NewCounter(prometheus.CounterOpts{Name: "octopus_gateway_takeovers_total",
+			Help: "Times this gateway became the cluster's active gateway (took the gateway Lease); summed over a cluster's gateways, its failovers and restarts."}),
+		handshake: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "octopus_gateway_connection_last_handshake_timestamp_seconds",
+			Help: "Unix time of the last completed WireGuard handshake with a remote cluster's gateway (absent for vxlan, and until the first handshake)."}, conn),
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "octopus_gateway_connection_state",
 			Help: "State of the connection to a remote cluster's gateway, as in the Peer status: 1 for the current state, 0 for the others."},
 			append(conn, "state")),
@@ -77,7 +86,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			[]string{"result"}),
 		last: map[string]byteCounts{},
 	}
-	for _, c := range []prometheus.Collector{m.active, m.state, m.rtt, m.loss, m.rx, m.tx, m.peers,
+	for _, c := range []prometheus.Collector{m.active, m.takeovers, m.state, m.handshake, m.rtt, m.loss, m.rx, m.tx, m.peers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -86,18 +95,23 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// setActive records whether this gateway is the active one. Becoming inactive drops every
-// connection's series: the driver is closed, so there are no connections any more.
+// setActive records whether this gateway is the active one; becoming active counts a
+// takeover. Becoming inactive drops every connection's series: the driver is closed, so there
+// are no connections any more.
 func (m *metrics) setActive(active bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	v := 0.0
 	if active {
 		v = 1
+		if !m.isActive {
+			m.takeovers.Inc()
+		}
 	}
+	m.isActive = active
 	m.active.Set(v)
 	if !active {
-		for _, vec := range []interface{ Reset() }{m.state, m.rtt, m.loss, m.rx, m.tx, m.peers} {
+		for _, vec := range []interface{ Reset() }{m.state, m.handshake, m.rtt, m.loss, m.rx, m.tx, m.peers} {
 			vec.Reset()
 		}
 		clear(m.last)
@@ -122,6 +136,11 @@ func (m *metrics) observe(backend v1alpha1.Backend, st v1alpha1.PeerStatus, acce
 				v = 1
 			}
 			m.state.WithLabelValues(id, b, string(s)).Set(v)
+		}
+		if c.LastHandshake != nil {
+			m.handshake.WithLabelValues(id, b).Set(float64(c.LastHandshake.Unix()))
+		} else {
+			m.handshake.DeletePartialMatch(prometheus.Labels{"cluster": id})
 		}
 		probe, probed := probes[id]
 		if probed && probe.Answered {
@@ -148,7 +167,7 @@ func (m *metrics) observe(backend v1alpha1.Backend, st v1alpha1.PeerStatus, acce
 		}
 		for _, vec := range []interface {
 			DeletePartialMatch(prometheus.Labels) int
-		}{m.state, m.rtt, m.loss, m.rx, m.tx} {
+		}{m.state, m.handshake, m.rtt, m.loss, m.rx, m.tx} {
 			vec.DeletePartialMatch(prometheus.Labels{"cluster": id})
 		}
 		delete(m.last, id)
