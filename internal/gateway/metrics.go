@@ -1,17 +1,11 @@
 package gateway
 
 import (
-	"context"
-	"errors"
-	"net"
-	"net/http"
 	"sync"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 )
@@ -61,6 +55,25 @@ type byteCounts struct{ rx, tx int64 }
 
 // newMetrics creates the gateway's metrics in reg, with the Go runtime's and the process's.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := unregisteredMetrics()
+	for _, c := range m.collectors() {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Metrics are the collectors of a gateway's registry, fresh ones: each Run has its own.
+func Metrics() []prometheus.Collector { return unregisteredMetrics().collectors() }
+
+// collectors are m's, with the Go runtime's and the process's.
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.active, m.takeovers, m.state, m.handshake, m.rtt, m.loss, m.rx, m.tx, m.peers,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}
+}
+
+func unregisteredMetrics() *metrics {
 	conn := []string{"cluster", "backend"}
 	m := &metrics{
 		active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "octopus_gateway_active",
@@ -86,13 +99,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			[]string{"result"}),
 		last: map[string]byteCounts{},
 	}
-	for _, c := range []prometheus.Collector{m.active, m.takeovers, m.state, m.handshake, m.rtt, m.loss, m.rx, m.tx, m.peers,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
+	return m
 }
 
 // setActive records whether this gateway is the active one; becoming active counts a
@@ -183,26 +190,4 @@ func growth(prev, cur int64) int64 {
 		return cur
 	}
 	return cur - prev
-}
-
-// serveMetrics serves reg's metrics at /metrics on l until ctx is done, then closes l.
-func serveMetrics(ctx context.Context, l net.Listener, reg *prometheus.Registry, log logr.Logger) (wait func()) {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		log.Info("Serving metrics", "address", l.Addr().String(), "path", "/metrics")
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error(err, "Serving metrics stopped; the gateway goes on without them", "address", l.Addr().String())
-		}
-	}()
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
-	return func() { <-done }
 }
