@@ -67,6 +67,12 @@ type Options struct {
 // reconciler, kube.SingleKeyController). On return the routes stay: traffic keeps flowing
 // while the agent restarts.
 func Run(ctx context.Context, o Options) error {
+	if err := registerMetrics(); err != nil {
+		if o.MetricsListener != nil {
+			_ = o.MetricsListener.Close()
+		}
+		return err
+	}
 	if o.MetricsListener != nil {
 		srvCtx, stop := context.WithCancel(ctx)
 		wait := metricsserver.Serve(srvCtx, o.MetricsListener, ctrlmetrics.Registry, o.Log)

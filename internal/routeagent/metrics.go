@@ -1,6 +1,9 @@
 package routeagent
 
 import (
+	"fmt"
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
@@ -24,7 +27,17 @@ var (
 	})
 )
 
-func init() { ctrlmetrics.Registry.MustRegister(Metrics()...) }
+// registerMetrics adds the metrics to controller-runtime's registry, once per process, when a
+// route agent runs rather than at init: the octopus-agent binary links this package into every
+// subcommand, and a controller process must not serve a route count of 0.
+var registerMetrics = sync.OnceValue(func() error {
+	for _, c := range Metrics() {
+		if err := ctrlmetrics.Registry.Register(c); err != nil {
+			return fmt.Errorf("registering the route agent's metrics: %w", err)
+		}
+	}
+	return nil
+})
 
 // Metrics are the package's collectors, as registered with controller-runtime's registry.
 func Metrics() []prometheus.Collector { return []prometheus.Collector{applyFailures, routesApplied} }
