@@ -19,10 +19,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/servicediscovery"
 )
 
 // wantImport is what a cluster's import of a service must look like.
@@ -521,24 +521,8 @@ func update[T any, PT interface {
 }
 
 // propagationCount is how many propagations of cluster's exports the agents of this process
-// measured, read from controller-runtime's registry.
+// measured.
 func propagationCount(t *testing.T, cluster string) uint64 {
 	t.Helper()
-	fams, err := ctrlmetrics.Registry.Gather()
-	if err != nil {
-		t.Fatalf("gathering the controller's metrics: %v", err)
-	}
-	for _, f := range fams {
-		if f.GetName() != "octopus_servicediscovery_propagation_seconds" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "cluster" && l.GetValue() == cluster {
-					return m.GetHistogram().GetSampleCount()
-				}
-			}
-		}
-	}
-	return 0
+	return servicediscovery.ControllerMetric(t, "octopus_servicediscovery_propagation_seconds", "cluster", cluster).GetHistogram().GetSampleCount()
 }

@@ -7,7 +7,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
@@ -109,21 +108,8 @@ func TestLivenessHeartbeatMetric(t *testing.T) {
 	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
 	defer q.ShutDown()
 	read := func() (float64, bool) {
-		fams, err := ctrlmetrics.Registry.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range fams {
-			if f.GetName() != "octopus_hub_heartbeat_renew_timestamp_seconds" {
-				continue
-			}
-			for _, m := range f.GetMetric() {
-				if m.GetLabel()[0].GetValue() == "metric-east" {
-					return m.GetGauge().GetValue(), true
-				}
-			}
-		}
-		return 0, false
+		m := controllerMetric(t, "octopus_hub_heartbeat_renew_timestamp_seconds", "cluster", "metric-east")
+		return m.GetGauge().GetValue(), m != nil
 	}
 	for _, step := range []struct {
 		name    string
