@@ -7,6 +7,7 @@ GO        ?= go
 TOOLS := $(CURDIR)/hack/tools
 CONTROLLER_GEN := $(BIN)/controller-gen
 GOLANGCI_LINT  := $(BIN)/golangci-lint
+PROMTOOL       := $(BIN)/promtool
 
 .PHONY: all build test fuzz lint generate k8s-binaries deps tools demo clean
 
@@ -17,11 +18,14 @@ deps:
 	@hack/install-deps.sh
 
 ## tools: developer tools, each pinned by its own module under hack/tools, built into ./bin.
-tools: $(CONTROLLER_GEN) $(GOLANGCI_LINT)
+tools: $(CONTROLLER_GEN) $(GOLANGCI_LINT) $(PROMTOOL)
 $(CONTROLLER_GEN): $(TOOLS)/controller-gen/go.mod
 	cd $(TOOLS)/controller-gen && $(GO) build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
 $(GOLANGCI_LINT): $(TOOLS)/golangci-lint/go.mod
 	cd $(TOOLS)/golangci-lint && $(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+# promtool checks and unit-tests config/monitoring/alerts.yaml (config/monitoring's test).
+$(PROMTOOL): $(TOOLS)/promtool/go.mod
+	cd $(TOOLS)/promtool && $(GO) build -o $@ github.com/prometheus/prometheus/cmd/promtool
 
 ## k8s-binaries: etcd, the Kubernetes binaries (control plane, kube-proxy, kubectl, kubelet),
 ## CoreDNS (the lab's cluster DNS) and containerd (the runtime of the lab's real nodes), built

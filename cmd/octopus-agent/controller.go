@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -85,7 +86,7 @@ until it heartbeats again. It runs until SIGTERM or SIGINT.`,
 	f.DurationVar(&o.leaseDuration, "lease-duration", 3*heartbeat.DefaultInterval, "how long the hub considers the cluster connected after a renewal; must exceed --heartbeat-interval")
 	f.DurationVar(&o.staleClusterTTL, "stale-cluster-ttl", servicediscovery.DefaultStaleClusterTTL, "how long another cluster's heartbeat Lease may stay expired before its exported endpoints are withdrawn from this cluster; restored when it heartbeats again")
 	f.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", "0", `address of the /healthz and /readyz endpoints, e.g. ":8081"; "0" turns them off`)
-	f.StringVar(&o.metricsBindAddress, "metrics-bind-address", "0", `address of the metrics endpoint, e.g. ":8080"; "0" turns it off`)
+	f.StringVar(&o.metricsBindAddress, "metrics-bind-address", fmt.Sprintf(":%d", agent.DefaultMetricsPort), `address of the Prometheus metrics endpoint (/metrics); "0" turns it off`)
 	f.StringVar(&o.pprofBindAddress, "pprof-bind-address", "0", `address of Go's /debug/pprof endpoints (heap and CPU profiles), e.g. "127.0.0.1:6060"; "0" turns them off`)
 	f.Float32Var(&o.kubeAPIQPS, "kube-api-qps", agent.DefaultKubeAPIQPS, "requests per second to the member cluster's API server; a negative value turns the client-side limit off")
 	f.IntVar(&o.kubeAPIBurst, "kube-api-burst", agent.DefaultKubeAPIBurst, "burst of requests to the member cluster's API server above --kube-api-qps")

@@ -7,6 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -56,8 +59,10 @@ func TestControllerHeartbeatsAsProcess(t *testing.T) {
 	create(t, memberAdmin, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.SystemNamespace}})
 
 	// Started before the credential exists: it must wait for it, saying so.
+	metricsAddr := freeLoopbackAddr(t)
 	agent := startAgent(t, bin, "controller", "--kubeconfig", memberCP.Kubeconfig,
-		"--heartbeat-interval", "200ms", "--lease-duration", "2s", "--zap-log-level", "debug")
+		"--heartbeat-interval", "200ms", "--lease-duration", "2s", "--zap-log-level", "debug",
+		"--metrics-bind-address", metricsAddr)
 	eventually(t, 30*time.Second, func() error {
 		if !strings.Contains(agent.output(), "Waiting for the hub credential") {
 			return errors.New("the agent has not logged that it waits for the hub credential")
@@ -86,6 +91,31 @@ func TestControllerHeartbeatsAsProcess(t *testing.T) {
 	})
 	eventually(t, 30*time.Second, func() error { return clusterCondition(t, hubAdmin, metav1.ConditionTrue, v1alpha1.ReasonHeartbeating) })
 
+	// The controller serves controller-runtime's registry: its reconcile metrics, per
+	// controller, and Octopus's (the heartbeat's here; this hub grants too little for the
+	// import side's hub cache to sync).
+	eventually(t, 30*time.Second, func() error {
+		resp, err := http.Get("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		for _, want := range []string{
+			`controller_runtime_reconcile_errors_total{controller="serviceimport"}`,
+			`controller_runtime_reconcile_errors_total{controller="serviceexport"}`,
+			`octopus_heartbeat_last_success_timestamp_seconds{cluster="` + clusterID + `"}`,
+		} {
+			if !strings.Contains(string(body), want) {
+				return fmt.Errorf("GET /metrics: no %s in its %d bytes", want, len(body))
+			}
+		}
+		return nil
+	})
+
 	if err := agent.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +130,17 @@ func TestControllerHeartbeatsAsProcess(t *testing.T) {
 	if err := clusterCondition(t, hubAdmin, metav1.ConditionFalse, v1alpha1.ReasonAgentStopped); err != nil {
 		t.Fatalf("%v; output:\n%s", err, agent.output())
 	}
+}
+
+// freeLoopbackAddr returns a loopback address with a port that was free a moment ago.
+func freeLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
 
 func buildAgent(t *testing.T) string {

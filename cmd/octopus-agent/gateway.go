@@ -14,6 +14,7 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/agent"
 	"github.com/octopus-mcs/octopus/internal/gateway"
+	"github.com/octopus-mcs/octopus/internal/metricsserver"
 )
 
 // gatewayOptions are the flags of `octopus-agent gateway`.
@@ -144,10 +145,8 @@ func (o gatewayOptions) complete() (gateway.Options, error) {
 		opts.ExcludeSubnets = append(opts.ExcludeSubnets, p)
 	}
 	// Listening here, last, makes a taken port fail the start instead of going unnoticed.
-	if o.metricsAddr != "0" && o.metricsAddr != "" {
-		if opts.MetricsListener, err = net.Listen("tcp", o.metricsAddr); err != nil {
-			return gateway.Options{}, fmt.Errorf("listening for metrics: %w (pick another address with --metrics-bind-address, or \"0\" to turn metrics off)", err)
-		}
+	if opts.MetricsListener, err = metricsserver.Listen(o.metricsAddr); err != nil {
+		return gateway.Options{}, err
 	}
 	if opts.LivenessPort != 0 {
 		if opts.LivenessListener, err = net.Listen("tcp", fmt.Sprintf(":%d", o.livenessPort)); err != nil {

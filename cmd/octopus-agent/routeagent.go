@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/octopus-mcs/octopus/internal/agent"
+	"github.com/octopus-mcs/octopus/internal/metricsserver"
 	"github.com/octopus-mcs/octopus/internal/routeagent"
 )
 
@@ -17,6 +19,7 @@ type routeAgentOptions struct {
 	kubeconfig     string
 	nodeName       string
 	resyncInterval time.Duration
+	metricsAddr    string
 }
 
 func newRouteAgentCommand() *cobra.Command {
@@ -38,14 +41,21 @@ It needs no hub credential. It runs until SIGTERM or SIGINT and leaves its route
 			if err != nil {
 				return err
 			}
+			metrics, err := metricsserver.Listen(o.metricsAddr)
+			if err != nil {
+				return err
+			}
 			return routeagent.Run(ctrl.SetupSignalHandler(), routeagent.Options{
 				Member: member, NodeName: o.nodeName, ResyncInterval: o.resyncInterval, Log: ctrl.Log.WithName("route-agent"),
+				MetricsListener: metrics,
 			})
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the member cluster; empty means in-cluster configuration")
 	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of the node this agent runs on (default $NODE_NAME)")
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", fmt.Sprintf(":%d", routeagent.DefaultMetricsPort),
+		`address of the Prometheus metrics endpoint (/metrics); "0" turns it off`)
 	f.DurationVar(&o.resyncInterval, "resync-interval", routeagent.DefaultResyncInterval, "how often to re-read the kernel and re-apply the routes without an event")
 	return cmd
 }

@@ -63,7 +63,7 @@ restarted master keeps every one.`,
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "elect one active replica through the "+ovnmaster.LeaderElectionID+" Lease")
 	f.StringVar(&o.leaderElectionNS, "leader-election-namespace", "octopus-system", "namespace of the leader-election Lease")
 	f.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", "0", `address of the /healthz and /readyz endpoints, e.g. ":8081"; "0" turns them off`)
-	f.StringVar(&o.metricsBindAddress, "metrics-bind-address", "0", `address of the metrics endpoint, e.g. ":8080"; "0" turns it off`)
+	f.StringVar(&o.metricsBindAddress, "metrics-bind-address", fmt.Sprintf(":%d", ovnmaster.DefaultMetricsPort), `address of the Prometheus metrics endpoint (/metrics); "0" turns it off`)
 	_ = cmd.MarkFlagRequired("cluster-id")
 	_ = cmd.MarkFlagRequired("secondary-cidr")
 	return cmd

@@ -44,6 +44,13 @@ const (
 	DefaultHubAPIBurst          = 100
 )
 
+// DefaultMetricsPort is where `octopus-agent controller` serves controller-runtime's metrics
+// (reconcile errors and latency, the workqueues, the API clients) and Octopus's (export →
+// import propagation, heartbeats) unless told otherwise. Distinct from the gateway's and the
+// route agent's (gateway.DefaultMetricsPort, routeagent.DefaultMetricsPort), so that the
+// three never clash, wherever they run; see docs/architecture.md §6j.
+const DefaultMetricsPort = 9475
+
 // ControllerOptions configures RunController.
 type ControllerOptions struct {
 	// Member is the client configuration of the member cluster the agent runs in. Required.

@@ -76,7 +76,9 @@ func startDetachedAgent(kube kubeconfigFlags, clusterID string) (*agentProc, err
 		return nil, fmt.Errorf("opening the agent log: %w", err)
 	}
 	defer logFile.Close()
-	cmd := exec.Command(bin, "controller", "--kubeconfig", kubeconfig)
+	// Several clusters' agents may run on this machine, and the default metrics port can be
+	// bound only once.
+	cmd := exec.Command(bin, "controller", "--kubeconfig", kubeconfig, "--metrics-bind-address", "0")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own session: the agent outlives this command and the terminal it ran in.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -20,6 +20,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/drivers"
 	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/metricsserver"
 )
 
 // Defaults of Options.
@@ -219,7 +220,7 @@ func Run(ctx context.Context, o Options) error {
 	m.setActive(false)
 	if o.MetricsListener != nil {
 		srvCtx, stop := context.WithCancel(ctx)
-		wait := serveMetrics(srvCtx, o.MetricsListener, reg, o.Log)
+		wait := metricsserver.Serve(srvCtx, o.MetricsListener, reg, o.Log)
 		defer wait()
 		defer stop()
 	}

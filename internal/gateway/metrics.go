@@ -1,17 +1,11 @@
 package gateway
 
 import (
-	"context"
-	"errors"
-	"net"
-	"net/http"
 	"sync"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 )
@@ -37,14 +31,19 @@ var (
 // metrics are the gateway's Prometheus metrics. They are set only by observe, from the Peer
 // status that reportStatus computes, so the metrics and the status never disagree.
 type metrics struct {
-	active prometheus.Gauge
-	state  *prometheus.GaugeVec
-	rtt    *prometheus.GaugeVec
-	loss   *prometheus.GaugeVec
-	rx, tx *prometheus.CounterVec
-	peers  *prometheus.GaugeVec
+	active    prometheus.Gauge
+	takeovers prometheus.Counter
+	state     *prometheus.GaugeVec
+	handshake *prometheus.GaugeVec
+	rtt       *prometheus.GaugeVec
+	loss      *prometheus.GaugeVec
+	rx, tx    *prometheus.CounterVec
+	peers     *prometheus.GaugeVec
 
 	mu sync.Mutex
+	// isActive is what setActive last recorded, so that only a change to active counts as a
+	// takeover.
+	isActive bool
 	// last is, per remote cluster, the byte counters of the previous observation: the
 	// Prometheus counters grow by the difference, so that they stay monotonic when the
 	// driver's counters restart from zero (the remote gateway failed over and its tunnel
@@ -56,10 +55,33 @@ type byteCounts struct{ rx, tx int64 }
 
 // newMetrics creates the gateway's metrics in reg, with the Go runtime's and the process's.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := unregisteredMetrics()
+	for _, c := range m.collectors() {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// Metrics are the collectors of a gateway's registry, fresh ones: each Run has its own.
+func Metrics() []prometheus.Collector { return unregisteredMetrics().collectors() }
+
+// collectors are m's, with the Go runtime's and the process's.
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.active, m.takeovers, m.state, m.handshake, m.rtt, m.loss, m.rx, m.tx, m.peers,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})}
+}
+
+func unregisteredMetrics() *metrics {
 	conn := []string{"cluster", "backend"}
 	m := &metrics{
 		active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "octopus_gateway_active",
 			Help: "1 while this gateway holds the cluster's gateway Lease (is the active gateway), 0 while it stands by."}),
+		takeovers: prometheus.NewCounter(prometheus.CounterOpts{Name: "octopus_gateway_takeovers_total",
+			Help: "Times this gateway became the cluster's active gateway (took the gateway Lease); summed over a cluster's gateways, its failovers and restarts."}),
+		handshake: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "octopus_gateway_connection_last_handshake_timestamp_seconds",
+			Help: "Unix time of the last completed WireGuard handshake with a remote cluster's gateway (absent for vxlan, and until the first handshake)."}, conn),
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "octopus_gateway_connection_state",
 			Help: "State of the connection to a remote cluster's gateway, as in the Peer status: 1 for the current state, 0 for the others."},
 			append(conn, "state")),
@@ -77,27 +99,26 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			[]string{"result"}),
 		last: map[string]byteCounts{},
 	}
-	for _, c := range []prometheus.Collector{m.active, m.state, m.rtt, m.loss, m.rx, m.tx, m.peers,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
+	return m
 }
 
-// setActive records whether this gateway is the active one. Becoming inactive drops every
-// connection's series: the driver is closed, so there are no connections any more.
+// setActive records whether this gateway is the active one; becoming active counts a
+// takeover. Becoming inactive drops every connection's series: the driver is closed, so there
+// are no connections any more.
 func (m *metrics) setActive(active bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	v := 0.0
 	if active {
 		v = 1
+		if !m.isActive {
+			m.takeovers.Inc()
+		}
 	}
+	m.isActive = active
 	m.active.Set(v)
 	if !active {
-		for _, vec := range []interface{ Reset() }{m.state, m.rtt, m.loss, m.rx, m.tx, m.peers} {
+		for _, vec := range []interface{ Reset() }{m.state, m.handshake, m.rtt, m.loss, m.rx, m.tx, m.peers} {
 			vec.Reset()
 		}
 		clear(m.last)
@@ -122,6 +143,11 @@ func (m *metrics) observe(backend v1alpha1.Backend, st v1alpha1.PeerStatus, acce
 				v = 1
 			}
 			m.state.WithLabelValues(id, b, string(s)).Set(v)
+		}
+		if c.LastHandshake != nil {
+			m.handshake.WithLabelValues(id, b).Set(float64(c.LastHandshake.Unix()))
+		} else {
+			m.handshake.DeletePartialMatch(prometheus.Labels{"cluster": id})
 		}
 		probe, probed := probes[id]
 		if probed && probe.Answered {
@@ -148,7 +174,7 @@ func (m *metrics) observe(backend v1alpha1.Backend, st v1alpha1.PeerStatus, acce
 		}
 		for _, vec := range []interface {
 			DeletePartialMatch(prometheus.Labels) int
-		}{m.state, m.rtt, m.loss, m.rx, m.tx} {
+		}{m.state, m.handshake, m.rtt, m.loss, m.rx, m.tx} {
 			vec.DeletePartialMatch(prometheus.Labels{"cluster": id})
 		}
 		delete(m.last, id)
@@ -164,26 +190,4 @@ func growth(prev, cur int64) int64 {
 		return cur
 	}
 	return cur - prev
-}
-
-// serveMetrics serves reg's metrics at /metrics on l until ctx is done, then closes l.
-func serveMetrics(ctx context.Context, l net.Listener, reg *prometheus.Registry, log logr.Logger) (wait func()) {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		log.Info("Serving metrics", "address", l.Addr().String(), "path", "/metrics")
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error(err, "Serving metrics stopped; the gateway goes on without them", "address", l.Addr().String())
-		}
-	}()
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
-	return func() { <-done }
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 )
@@ -87,6 +88,7 @@ func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 
 // TestMetricsObserve feeds statuses one after the other into the same metrics and checks the
 // exported series after each: states as an enum, RTT only once answered, loss once probed,
+// the handshake time while there is one, takeovers counted on each change to active,
 // counters that stay monotonic across driver counter restarts, removed clusters' series gone.
 func TestMetricsObserve(t *testing.T) {
 	conn := func(id string, state v1alpha1.ConnectionState, rx, tx int64) v1alpha1.PeerConnection {
@@ -103,36 +105,38 @@ func TestMetricsObserve(t *testing.T) {
 		active           *bool
 		want             map[string]float64
 	}
-	no := false
+	no, yes := false, true
+	handshake := time.Date(2026, 11, 24, 10, 0, 0, 0, time.UTC)
 	steps := []step{
-		{name: "west connected and probed, bad refused", conns: []v1alpha1.PeerConnection{conn("west", v1alpha1.ConnectionConnected, 100, 200),
+		{name: "west connected and probed, bad refused", conns: []v1alpha1.PeerConnection{withHandshake(conn("west", v1alpha1.ConnectionConnected, 100, 200), handshake),
 			{ClusterID: "bad", State: v1alpha1.ConnectionError, Message: "overlaps"}},
 			accepted: 1, refuse: 1, probes: map[string]ProbeStats{"west": answered},
 			want: map[string]float64{
-				`octopus_gateway_active`: 1,
-				`octopus_gateway_connection_state{backend="wireguard",cluster="west",state="Connected"}`:  1,
-				`octopus_gateway_connection_state{backend="wireguard",cluster="west",state="Connecting"}`: 0,
-				`octopus_gateway_connection_state{backend="wireguard",cluster="west",state="Error"}`:      0,
-				`octopus_gateway_connection_state{backend="wireguard",cluster="bad",state="Connected"}`:   0,
-				`octopus_gateway_connection_state{backend="wireguard",cluster="bad",state="Connecting"}`:  0,
-				`octopus_gateway_connection_state{backend="wireguard",cluster="bad",state="Error"}`:       1,
-				`octopus_gateway_connection_rtt_seconds{backend="wireguard",cluster="west",stat="last"}`:  0.002,
-				`octopus_gateway_connection_rtt_seconds{backend="wireguard",cluster="west",stat="min"}`:   0.001,
-				`octopus_gateway_connection_rtt_seconds{backend="wireguard",cluster="west",stat="avg"}`:   0.0015,
-				`octopus_gateway_connection_rtt_seconds{backend="wireguard",cluster="west",stat="max"}`:   0.004,
-				`octopus_gateway_connection_loss_ratio{backend="wireguard",cluster="west"}`:               0.25,
-				`octopus_gateway_connection_rx_bytes_total{backend="wireguard",cluster="west"}`:           100,
-				`octopus_gateway_connection_tx_bytes_total{backend="wireguard",cluster="west"}`:           200,
-				`octopus_gateway_connection_rx_bytes_total{backend="wireguard",cluster="bad"}`:            0,
-				`octopus_gateway_connection_tx_bytes_total{backend="wireguard",cluster="bad"}`:            0,
-				`octopus_gateway_peers{result="accepted"}`:                                                1,
-				`octopus_gateway_peers{result="refused"}`:                                                 1,
+				`octopus_gateway_active`: 1, `octopus_gateway_takeovers_total`: 1,
+				`octopus_gateway_connection_state{backend="wireguard",cluster="west",state="Connected"}`:          1,
+				`octopus_gateway_connection_state{backend="wireguard",cluster="west",state="Connecting"}`:         0,
+				`octopus_gateway_connection_state{backend="wireguard",cluster="west",state="Error"}`:              0,
+				`octopus_gateway_connection_state{backend="wireguard",cluster="bad",state="Connected"}`:           0,
+				`octopus_gateway_connection_state{backend="wireguard",cluster="bad",state="Connecting"}`:          0,
+				`octopus_gateway_connection_state{backend="wireguard",cluster="bad",state="Error"}`:               1,
+				`octopus_gateway_connection_rtt_seconds{backend="wireguard",cluster="west",stat="last"}`:          0.002,
+				`octopus_gateway_connection_rtt_seconds{backend="wireguard",cluster="west",stat="min"}`:           0.001,
+				`octopus_gateway_connection_rtt_seconds{backend="wireguard",cluster="west",stat="avg"}`:           0.0015,
+				`octopus_gateway_connection_rtt_seconds{backend="wireguard",cluster="west",stat="max"}`:           0.004,
+				`octopus_gateway_connection_loss_ratio{backend="wireguard",cluster="west"}`:                       0.25,
+				`octopus_gateway_connection_last_handshake_timestamp_seconds{backend="wireguard",cluster="west"}`: float64(handshake.Unix()),
+				`octopus_gateway_connection_rx_bytes_total{backend="wireguard",cluster="west"}`:                   100,
+				`octopus_gateway_connection_tx_bytes_total{backend="wireguard",cluster="west"}`:                   200,
+				`octopus_gateway_connection_rx_bytes_total{backend="wireguard",cluster="bad"}`:                    0,
+				`octopus_gateway_connection_tx_bytes_total{backend="wireguard",cluster="bad"}`:                    0,
+				`octopus_gateway_peers{result="accepted"}`:                                                        1,
+				`octopus_gateway_peers{result="refused"}`:                                                         1,
 			}},
 		{name: "bad gone; west's peer replaced: counters restart below the last value, probes not answered yet",
 			conns: []v1alpha1.PeerConnection{conn("west", v1alpha1.ConnectionConnecting, 30, 250)}, accepted: 1,
 			probes: map[string]ProbeStats{"west": {}},
 			want: map[string]float64{
-				`octopus_gateway_active`: 1,
+				`octopus_gateway_active`: 1, `octopus_gateway_takeovers_total`: 1,
 				`octopus_gateway_connection_state{backend="wireguard",cluster="west",state="Connected"}`:  0,
 				`octopus_gateway_connection_state{backend="wireguard",cluster="west",state="Connecting"}`: 1,
 				`octopus_gateway_connection_state{backend="wireguard",cluster="west",state="Error"}`:      0,
@@ -145,7 +149,7 @@ func TestMetricsObserve(t *testing.T) {
 			}},
 		{name: "not probed (no prober): neither RTT nor loss", conns: []v1alpha1.PeerConnection{conn("west", v1alpha1.ConnectionConnected, 40, 250)}, accepted: 1,
 			want: map[string]float64{
-				`octopus_gateway_active`: 1,
+				`octopus_gateway_active`: 1, `octopus_gateway_takeovers_total`: 1,
 				`octopus_gateway_connection_state{backend="wireguard",cluster="west",state="Connected"}`:  1,
 				`octopus_gateway_connection_state{backend="wireguard",cluster="west",state="Connecting"}`: 0,
 				`octopus_gateway_connection_state{backend="wireguard",cluster="west",state="Error"}`:      0,
@@ -154,8 +158,12 @@ func TestMetricsObserve(t *testing.T) {
 				`octopus_gateway_peers{result="accepted"}`:                                                1,
 				`octopus_gateway_peers{result="refused"}`:                                                 0,
 			}},
-		{name: "no longer active: only the active gauge is left", active: &no,
-			want: map[string]float64{`octopus_gateway_active`: 0}},
+		{name: "no longer active: only the active gauge and the takeovers are left", active: &no,
+			want: map[string]float64{`octopus_gateway_active`: 0, `octopus_gateway_takeovers_total`: 1}},
+		{name: "active again: a second takeover", active: &yes,
+			want: map[string]float64{`octopus_gateway_active`: 1, `octopus_gateway_takeovers_total`: 2}},
+		{name: "still active: no takeover", active: &yes,
+			want: map[string]float64{`octopus_gateway_active`: 1, `octopus_gateway_takeovers_total`: 2}},
 	}
 	reg := prometheus.NewRegistry()
 	m, err := newMetrics(reg)
@@ -173,6 +181,12 @@ func TestMetricsObserve(t *testing.T) {
 			t.Errorf("%s:\n got %v\nwant %v", s.name, got, s.want)
 		}
 	}
+}
+
+func withHandshake(c v1alpha1.PeerConnection, at time.Time) v1alpha1.PeerConnection {
+	t := metav1.NewTime(at)
+	c.LastHandshake = &t
+	return c
 }
 
 func TestGrowth(t *testing.T) {

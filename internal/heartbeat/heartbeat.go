@@ -174,6 +174,9 @@ func (h *Heartbeat) tick(ctx context.Context) {
 	defer cancel()
 
 	err := h.renewLease(tickCtx)
+	if err == nil && h.lease != nil && h.lease.Spec.RenewTime != nil {
+		lastSuccess.WithLabelValues(h.opts.ClusterID).Set(float64(h.lease.Spec.RenewTime.UnixMicro()) / 1e6)
+	}
 	if errors.Is(err, errLeaseConflict) {
 		// Someone else wrote the Lease since we last saw it; the next tick starts from a fresh
 		// read. Not a hub failure, so the failure state is left as it is.

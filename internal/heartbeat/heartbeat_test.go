@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/go-logr/logr/testr"
+	dto "github.com/prometheus/client_model/go"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -236,15 +237,31 @@ func TestHeartbeatLogsOncePerFailureKind(t *testing.T) {
 	}
 	leaseGR := schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}
 
+	// The last success's timestamp moves with every renewal, and only then.
+	wantLastSuccess := func(when string, want time.Time) {
+		t.Helper()
+		m := &dto.Metric{}
+		if err := lastSuccess.WithLabelValues(hbClusterID).Write(m); err != nil {
+			t.Fatal(err)
+		}
+		if got := m.GetGauge().GetValue(); got != float64(want.Unix()) {
+			t.Errorf("%s: octopus_heartbeat_last_success_timestamp_seconds = %v, want %v", when, got, float64(want.Unix()))
+		}
+	}
+
 	ticks(2) // healthy: creates the Lease, then updates it
+	wantLastSuccess("healthy", clk.Now())
+	lastRenewal := clk.Now()
 	failure = fmt.Errorf("dial tcp 127.0.0.1:6443: connect: connection refused")
 	ticks(5)
 	failure = errors.New("dial tcp 127.0.0.1:6443: i/o timeout") // same kind: no new line
 	ticks(5)
 	failure = apierrors.NewForbidden(leaseGR, hbClusterID, errors.New("denied by policy"))
 	ticks(5)
+	wantLastSuccess("failing", lastRenewal)
 	failure = nil
 	ticks(5)
+	wantLastSuccess("recovered", clk.Now())
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -32,6 +32,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+	"github.com/octopus-mcs/octopus/internal/routeagent"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
@@ -134,11 +135,33 @@ func crossCluster(t *testing.T, backend, binDir string, bins map[string]string) 
 			conn := fmt.Sprintf(`backend=%q,cluster=%q`, backend, pair[1])
 			if got[`octopus_gateway_active`] != 1 || got[`octopus_gateway_connection_state{`+conn+`,state="Connected"}`] != 1 ||
 				got[`octopus_gateway_connection_rtt_seconds{`+conn+`,stat="max"}`] <= 0 || got[`octopus_gateway_connection_tx_bytes_total{`+conn+`}`] <= 0 ||
-				got[`octopus_gateway_peers{result="accepted"}`] != 1 {
+				got[`octopus_gateway_peers{result="accepted"}`] != 1 || got[`octopus_gateway_takeovers_total`] < 1 {
 				return fmt.Errorf("metrics of %s at %s: %v", gw.Name, addr, got)
+			}
+			// WireGuard's handshakes are exported as their time; vxlan has none.
+			handshake, ok := got[`octopus_gateway_connection_last_handshake_timestamp_seconds{`+conn+`}`]
+			if (backend == "wireguard") != ok || (ok && time.Since(time.Unix(int64(handshake), 0)) > 5*time.Minute) {
+				return fmt.Errorf("handshake of %s at %s: %v (exported %t)", gw.Name, addr, handshake, ok)
 			}
 			t.Logf("%s's gateway metrics at %s: %s connected, rtt max %gs, tx %g B", pair[0], addr, pair[1],
 				got[`octopus_gateway_connection_rtt_seconds{`+conn+`,stat="max"}`], got[`octopus_gateway_connection_tx_bytes_total{`+conn+`}`])
+			return nil
+		})
+	}
+
+	// Every node's route agent serves its metrics too: the worker routes the other cluster's
+	// CIDRs through the gateway.
+	for i := range []string{c1, c2} {
+		worker := l.Network.Clusters[i].Nodes[len(l.Network.Clusters[i].Nodes)-1]
+		addr := netip.AddrPortFrom(worker.LANAddr.Addr(), routeagent.DefaultMetricsPort)
+		waitFor(t, 30*time.Second, worker.Name+"'s route agent metrics", func() error {
+			got, err := scrapeFrom(worker.Netns, addr)
+			if err != nil {
+				return err
+			}
+			if got[`octopus_routeagent_routes`] < 1 {
+				return fmt.Errorf("metrics of the route agent at %s: %v", addr, got)
+			}
 			return nil
 		})
 	}

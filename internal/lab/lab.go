@@ -259,7 +259,9 @@ func startAgent(opts Options, env *controlplane.Environment, cp *controlplane.Co
 	return env.StartProcess(controlplane.ProcessOptions{
 		Name:   "agent-" + cp.Name,
 		Binary: binary,
-		Args: []string{"controller", "--kubeconfig", cp.Kubeconfig,
+		// The lab's agents share the host's network namespace, where the default metrics
+		// port can be bound only once.
+		Args: []string{"controller", "--kubeconfig", cp.Kubeconfig, "--metrics-bind-address", "0",
 			"--heartbeat-interval", opts.HeartbeatInterval.String(), "--lease-duration", (3 * opts.HeartbeatInterval).String()},
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"time"
@@ -17,12 +18,14 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/datapath/route"
 	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/metricsserver"
 )
 
 // DefaultResyncInterval is how often the agent re-applies its routes without an event, which
@@ -52,6 +55,10 @@ type Options struct {
 	ResyncInterval time.Duration
 	// Log receives what the agent does. Optional.
 	Log logr.Logger
+	// MetricsListener is where Run serves controller-runtime's registry (the route agent's
+	// metrics and its controller's) at /metrics until it returns; Run closes it. Optional:
+	// without it there is no metrics endpoint.
+	MetricsListener net.Listener
 }
 
 // Run keeps the node's routes to remote clusters pointing at the active gateway until ctx is
@@ -60,6 +67,18 @@ type Options struct {
 // reconciler, kube.SingleKeyController). On return the routes stay: traffic keeps flowing
 // while the agent restarts.
 func Run(ctx context.Context, o Options) error {
+	if err := registerMetrics(); err != nil {
+		if o.MetricsListener != nil {
+			_ = o.MetricsListener.Close()
+		}
+		return err
+	}
+	if o.MetricsListener != nil {
+		srvCtx, stop := context.WithCancel(ctx)
+		wait := metricsserver.Serve(srvCtx, o.MetricsListener, ctrlmetrics.Registry, o.Log)
+		defer wait()
+		defer stop()
+	}
 	if o.Member == nil || o.NodeName == "" {
 		return errors.New("route agent: the member configuration and the node name are required")
 	}
@@ -128,9 +147,11 @@ func (r *reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		r.o.Log.Error(err, "Reading the active gateway and remote subnets; applying what could be read")
 	}
 	if err := r.o.Routes.Apply(desired); err != nil {
+		applyFailures.Inc()
 		r.o.Log.Error(err, "Applying routes to remote clusters failed; retrying", "retryIn", retryInterval.String())
 		return reconcile.Result{RequeueAfter: retryInterval}, nil
 	}
+	routesApplied.Set(float64(len(desired)))
 	if !slices.Equal(r.last, desired) {
 		r.o.Log.Info("Routes to remote clusters applied", "routes", fmt.Sprint(desired))
 		r.last = desired

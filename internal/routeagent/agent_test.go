@@ -2,19 +2,27 @@ package routeagent
 
 import (
 	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	fakeclient "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/datapath/route"
@@ -86,9 +94,13 @@ func TestRunFollowsGatewayAndSubnets(t *testing.T) {
 
 	fake := &fakeRoutes{}
 	done := make(chan error, 1)
+	metricsListener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	go func() {
 		done <- Run(ctx, Options{Member: cfg, NodeName: "node3", Routes: fake, ResyncInterval: time.Hour,
-			Log: testr.New(t)})
+			Log: testr.New(t), MetricsListener: metricsListener})
 	}()
 	// Not joined yet: no namespace, no Lease, no ConfigMap.
 	fake.await(t, "before join", nil)
@@ -140,6 +152,13 @@ func TestRunFollowsGatewayAndSubnets(t *testing.T) {
 		t.Fatal(err)
 	}
 	fake.await(t, "back to node1", via("198.51.100.2", "10.2.0.0/16", "10.3.0.0/16", "10.98.0.0/16"))
+	// The metrics endpoint serves the route agent's metrics and its controller's.
+	metrics := scrape(t, metricsListener.Addr().String())
+	for _, want := range []string{"octopus_routeagent_routes 3\n", `controller_runtime_reconcile_total{controller="route-agent",result="requeue_after"}`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("GET /metrics: no %q in\n%s", want, metrics)
+		}
+	}
 
 	if err := c.Delete(ctx, cm); err != nil {
 		t.Fatal(err)
@@ -154,6 +173,65 @@ func TestRunFollowsGatewayAndSubnets(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after cancel")
+	}
+}
+
+// scrape GETs http://addr/metrics.
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %s, %v", resp.Status, err)
+	}
+	return string(b)
+}
+
+// failingRoutes fails every Apply.
+type failingRoutes struct{}
+
+func (failingRoutes) Apply([]route.Route) error {
+	return errors.New("netlink: operation not permitted")
+}
+
+// TestReconcileCountsApplyFailures: a failed Apply, which the reconciler retries itself
+// rather than returning to controller-runtime, is counted; a successful one sets the routes.
+func TestReconcileCountsApplyFailures(t *testing.T) {
+	c := fakeclient.NewClientBuilder().WithScheme(kube.Scheme).Build()
+	read := func(m prometheus.Metric) float64 {
+		d := &dto.Metric{}
+		if err := m.Write(d); err != nil {
+			t.Fatal(err)
+		}
+		if d.GetCounter() != nil {
+			return d.GetCounter().GetValue()
+		}
+		return d.GetGauge().GetValue()
+	}
+	before := read(applyFailures)
+	routesApplied.Set(7)
+	r := &reconciler{o: Options{NodeName: "node1", Routes: failingRoutes{}, Log: testr.New(t)}, cache: c}
+	for range 2 {
+		if res, err := r.Reconcile(t.Context(), routesRequest); err != nil || res.RequeueAfter != retryInterval {
+			t.Fatalf("Reconcile = %+v, %v; want a retry after %s", res, err, retryInterval)
+		}
+	}
+	if got := read(applyFailures) - before; got != 2 {
+		t.Errorf("apply failures counted: %v, want 2", got)
+	}
+	if got := read(routesApplied); got != 7 {
+		t.Errorf("routes after failures: %v, want 7 (the last applied)", got)
+	}
+	r.o.Routes = &fakeRoutes{}
+	if _, err := r.Reconcile(t.Context(), routesRequest); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(routesApplied); got != 0 {
+		t.Errorf("routes after applying none (not joined): %v, want 0", got)
 	}
 }
 

@@ -62,6 +62,8 @@ type ImportReconciler struct {
 	liveness *liveness
 	// expectations hold our writes the cache has not shown yet; nil waits for none.
 	expectations *expectations
+	// propagation measures how long exports took to be imported; nil measures none.
+	propagation *propagation
 }
 
 // +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceimports,verbs=get;list;watch;create;update;patch;delete
@@ -111,6 +113,7 @@ func (r *ImportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	if len(records) == 0 {
 		r.expectations.forget(key)
+		r.propagation.forget(key)
 		return ctrl.Result{}, r.remove(ctx, key, cur)
 	}
 	if cur != nil && !cur.DeletionTimestamp.IsZero() {
@@ -120,7 +123,12 @@ func (r *ImportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	for i := range records {
 		parsed = append(parsed, parseRecord(&records[i]))
 	}
-	return ctrl.Result{}, r.importService(ctx, key, cur, merge(parsed), hubSlices)
+	m := merge(parsed)
+	if err := r.importService(ctx, key, cur, m, hubSlices); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.propagation.observe(key, parsed, m.Clusters)
+	return ctrl.Result{}, nil
 }
 
 // importService makes the member hold the import of key as m describes, with the endpoints of

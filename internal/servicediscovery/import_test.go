@@ -22,6 +22,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/servicediscovery"
 )
 
 // wantImport is what a cluster's import of a service must look like.
@@ -237,6 +238,7 @@ func TestImport(t *testing.T) {
 	web := types.NamespacedName{Namespace: "shop", Name: "web"}
 
 	t.Run("ClusterSetIP from one cluster: import, derived Service, slices; only where the namespace exists", func(t *testing.T) {
+		measuredBefore := propagationCount(t, "east")
 		create(t, east, clusterIPService("shop", "web", corev1.ServicePort{Name: "http", Port: 80}), export("shop", "web"))
 		eastIP := f.serve(t, "east", web)
 		want := wantImport{typ: mcsv1beta1.ClusterSetIP, ports: []string{"http:80/TCP"}, endpoints: map[string][]string{"east": {eastIP}}}
@@ -249,6 +251,15 @@ func TestImport(t *testing.T) {
 		}
 		create(t, north, namespace("shop"))
 		f.waitImport(t, "north", web, want)
+
+		// Each of the three agents measured the propagation of east's export once, in the
+		// registry the agent's controller serves.
+		eventually(t, "the propagation measured", func(context.Context) string {
+			if n := propagationCount(t, "east") - measuredBefore; n != 3 {
+				return fmt.Sprintf("%d propagations of east's exports measured, want 3", n)
+			}
+			return ""
+		})
 	})
 
 	var westBefore imported
@@ -507,4 +518,11 @@ func update[T any, PT interface {
 	}
 	change(obj)
 	return c.Update(ctx, obj)
+}
+
+// propagationCount is how many propagations of cluster's exports the agents of this process
+// measured.
+func propagationCount(t *testing.T, cluster string) uint64 {
+	t.Helper()
+	return servicediscovery.ControllerMetric(t, "octopus_servicediscovery_propagation_seconds", "cluster", cluster).GetHistogram().GetSampleCount()
 }

@@ -100,8 +100,12 @@ func (l *liveness) observe(ctx context.Context, q workqueue.TypedRateLimitingInt
 	l.queue = q
 	if deleted {
 		delete(l.leases, id)
+		clusterHeartbeat.DeleteLabelValues(id)
 	} else {
 		l.leases[id] = lease
+		if lease.Spec.RenewTime != nil {
+			clusterHeartbeat.WithLabelValues(id).Set(float64(lease.Spec.RenewTime.UnixMicro()) / 1e6)
+		}
 	}
 	flipped := l.evaluateLocked(ctx)
 	l.mu.Unlock()

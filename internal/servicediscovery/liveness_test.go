@@ -6,6 +6,8 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 )
@@ -95,5 +97,38 @@ func TestLivenessVerdicts(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLivenessHeartbeatMetric: every cluster's heartbeat Lease renewal on the hub is exported
+// as it is seen, and goes with the Lease.
+func TestLivenessHeartbeatMetric(t *testing.T) {
+	now := time.Now().Truncate(time.Second)
+	l := newLiveness(time.Minute, "self", nil, "hub-ns")
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	read := func() (float64, bool) {
+		m := controllerMetric(t, "octopus_hub_heartbeat_renew_timestamp_seconds", "cluster", "metric-east")
+		return m.GetGauge().GetValue(), m != nil
+	}
+	for _, step := range []struct {
+		name    string
+		lease   *coordinationv1.Lease
+		deleted bool
+		want    float64 // 0: no series
+	}{
+		{name: "renewed 5s ago", lease: heartbeatLease("metric-east", now, 5*time.Second), want: float64(now.Add(-5 * time.Second).Unix())},
+		{name: "renewed now", lease: heartbeatLease("metric-east", now, 0), want: float64(now.Unix())},
+		{name: "a gateway's election Lease: ignored", lease: &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "octopus-gateway",
+			Labels: map[string]string{v1alpha1.ClusterLabel: "metric-east"}}}, want: float64(now.Unix())},
+		{name: "Lease deleted (the cluster left)", lease: heartbeatLease("metric-east", now, 0), deleted: true},
+	} {
+		l.observe(t.Context(), q, step.lease, step.deleted)
+		got, ok := read()
+		if step.want == 0 && ok {
+			t.Errorf("%s: series left: %v", step.name, got)
+		} else if step.want != 0 && got != step.want {
+			t.Errorf("%s: got %v (present %t), want %v", step.name, got, ok, step.want)
+		}
 	}
 }

@@ -334,6 +334,7 @@ func setupImport(mgr manager.Manager, o ImportOptions) (cache.Cache, error) {
 		Member: mgr.GetClient(), Hub: hubCluster.GetCache(), HubNamespace: o.HubNamespace,
 		liveness: newLiveness(o.StaleClusterTTL, o.ClusterID, hubCluster.GetCache(), o.HubNamespace),
 		Workers:  o.Workers, expectations: newExpectations(),
+		propagation: newPropagation(propagationSeconds, time.Now(), time.Now),
 	}
 	if err := r.SetupWithManager(mgr, hubCluster.GetCache()); err != nil {
 		return nil, err

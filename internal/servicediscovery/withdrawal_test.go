@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -120,24 +119,11 @@ func TestStaleClusterWithdrawal(t *testing.T) {
 // maxConcurrentReconciles reads the worker count controller-runtime reports for controller.
 func maxConcurrentReconciles(t *testing.T, controller string) float64 {
 	t.Helper()
-	families, err := ctrlmetrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
+	m := servicediscovery.ControllerMetric(t, "controller_runtime_max_concurrent_reconciles", "controller", controller)
+	if m == nil {
+		t.Fatalf("no worker count reported for controller %s", controller)
 	}
-	for _, mf := range families {
-		if mf.GetName() != "controller_runtime_max_concurrent_reconciles" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == controller {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("no worker count reported for controller %s", controller)
-	return 0
+	return m.GetGauge().GetValue()
 }
 
 // checkHubCacheStripped builds the import side's hub cache as the agent does, in member, and

@@ -48,3 +48,11 @@ func countQuery(qtype uint16, result string) {
 	}
 	queries.WithLabelValues(t, result).Inc()
 }
+
+// Metrics are the plugin's collectors, registered with the default registry that CoreDNS's
+// prometheus plugin serves (octopus-dns: port 9153). Their names follow CoreDNS's convention
+// for plugins (coredns_<plugin>_…), not Octopus's octopus_ prefix: they are scraped and
+// charted with CoreDNS's own.
+func Metrics() []prometheus.Collector {
+	return []prometheus.Collector{queries, indexServices, indexEndpoints, indexLag}
+}

@@ -594,7 +594,7 @@ func runAgent(args []string) int {
 func startAgentProc(o scaleOptions, name string, cp *controlplane.ControlPlane, dir string) (*agentProc, error) {
 	var argv []string
 	if o.agentBin != "" {
-		argv = append([]string{o.agentBin, "controller", "--kubeconfig=" + cp.Kubeconfig, "--leader-elect=false"}, o.agentArgs...)
+		argv = append([]string{o.agentBin, "controller", "--kubeconfig=" + cp.Kubeconfig, "--leader-elect=false", "--metrics-bind-address=0"}, o.agentArgs...)
 	} else {
 		self, err := os.Executable()
 		if err != nil {

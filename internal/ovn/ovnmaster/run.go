@@ -34,6 +34,11 @@ import (
 // transaction guard keeps them from handing out an address twice, not from wasting work).
 const LeaderElectionID = "octopus-ovnmaster"
 
+// DefaultMetricsPort is where `octopus-ovn master` serves controller-runtime's metrics (its
+// reconcile errors and latency) unless told otherwise; next to the agent's ports (see
+// docs/architecture.md §6j).
+const DefaultMetricsPort = 9476
+
 // Options configure Run.
 type Options struct {
 	// Member is the client configuration of the member cluster (required).

@@ -1,0 +1,62 @@
+// Package metricsserver serves Prometheus metrics at /metrics for the components that do not
+// run a controller-runtime manager (whose own metrics server the agent's controller uses): the
+// gateway and the route agent. The ports are documented in docs/architecture.md §6j.
+package metricsserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Registry is what Serve serves: a registry, which also receives the handler's own metrics
+// (promhttp_metric_handler_errors_total).
+type Registry interface {
+	prometheus.Registerer
+	prometheus.Gatherer
+}
+
+// Serve serves reg's metrics at /metrics on l until ctx is done, then closes l. A failure to
+// serve is logged, not returned: the component goes on without its metrics. wait returns once
+// the server has stopped.
+func Serve(ctx context.Context, l net.Listener, reg Registry, log logr.Logger) (wait func()) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		log.Info("Serving metrics", "address", l.Addr().String(), "path", "/metrics")
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(err, "Serving metrics stopped; going on without them", "address", l.Addr().String())
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	return func() { <-done }
+}
+
+// Listen listens on addr, the value of a --metrics-bind-address flag; "0" or "" turn the
+// metrics off (nil, nil). Listening at startup makes a taken port fail the start instead of
+// going unnoticed.
+func Listen(addr string) (net.Listener, error) {
+	if addr == "0" || addr == "" {
+		return nil, nil
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listening for metrics: %w (pick another address with --metrics-bind-address, or \"0\" to turn metrics off)", err)
+	}
+	return l, nil
+}
