@@ -3,17 +3,26 @@ package lab_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/netip"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/gateway"
+	"github.com/octopus-mcs/octopus/internal/globalnet"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/testenv"
@@ -21,9 +30,8 @@ import (
 
 // TestOverlappingCIDRs runs `lab up --overlapping-cidrs` (hub + 2 clusters): both clusters get
 // the same pod and service CIDRs, join with globalnet addressing (direct addressing would
-// refuse the overlap), run pods with addresses from the same range, and their gateways refuse
-// to tunnel to each other with a status condition that says why, rather than route one
-// cluster's pods into the other.
+// refuse the overlap), run pods with addresses from the same range, and their gateways
+// advertise their global CIDRs, accept each other and translate (testGlobalnet).
 func TestOverlappingCIDRs(t *testing.T) {
 	testenv.LabNetwork(t)
 	binDir := testenv.BinDir(t)
@@ -33,7 +41,7 @@ func TestOverlappingCIDRs(t *testing.T) {
 	// The network of a lab whose run was killed outright, processes and all, is in the way of
 	// this one (same API address, same LAN addresses) and nothing uses it: Up removes it.
 	abandoned := abandonedLabNetwork(t)
-	l, _ := startLab(ctx, t, lab.Options{
+	l, dir := startLab(ctx, t, lab.Options{
 		Clusters: 2, BinDir: binDir, AgentBinary: bins["octopus-agent"], OverlappingCIDRs: true,
 	})
 	if namespaces, links, err := labnet.Leftovers(abandoned); err != nil || len(namespaces)+len(links) > 0 {
@@ -72,18 +80,148 @@ func TestOverlappingCIDRs(t *testing.T) {
 		})
 	}
 
-	// Each gateway refuses the other cluster's Peer, naming the overlap and the way out.
+	// Each gateway advertises its cluster's global CIDR, and accepts the other's.
+	global := map[string]netip.Prefix{}
 	for _, name := range l.Members {
-		waitFor(t, 2*time.Minute, name+"'s Peer to refuse the overlapping cluster", func() error {
+		waitFor(t, 2*time.Minute, name+"'s Peer to advertise its global CIDR and accept the other cluster", func() error {
+			cl := &v1alpha1.Cluster{}
+			if err := hubc.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: name}, cl); err != nil {
+				return err
+			}
 			p := &v1alpha1.Peer{}
 			if err := hubc.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: name}, p); err != nil {
 				return err
 			}
-			cond := meta.FindStatusCondition(p.Status.Conditions, gateway.ConditionPeersAccepted)
-			if cond == nil || cond.Status != "False" || cond.Reason != gateway.ReasonOverlappingSubnets || !strings.Contains(cond.Message, "globalnet") {
+			if strings.Join(p.Spec.Subnets, ",") != cl.Spec.GlobalCIDR {
+				return fmt.Errorf("Peer subnets %v, want the global CIDR %s", p.Spec.Subnets, cl.Spec.GlobalCIDR)
+			}
+			if cond := meta.FindStatusCondition(p.Status.Conditions, gateway.ConditionPeersAccepted); cond == nil || cond.Status != "True" {
 				return fmt.Errorf("condition %s = %+v", gateway.ConditionPeersAccepted, cond)
 			}
+			global[name] = netip.MustParsePrefix(cl.Spec.GlobalCIDR)
 			return nil
 		})
 	}
+	testGlobalnet(ctx, t, l, dir, global)
+}
+
+// testGlobalnet runs echo pods in both clusters of an overlapping lab, exports an echo Service
+// (TCP 80 → 8080, UDP 9000) from cluster2 and checks, from every echo pod of cluster1, that its
+// global IP answers over TCP with the client seen at an address of cluster1's egress range and
+// over UDP; that a SIGKILL of cluster2's gateway (the NAT owner) loses no established
+// connection; and that an unexport releases the address and leaves nothing of it in the
+// kernel's ruleset of cluster2's gateway node.
+func testGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, dir string, global map[string]netip.Prefix) {
+	c1, c2 := l.Members[0], l.Members[1]
+	pods := startEchoPods(ctx, t, l)
+	mc2 := kubeClient(t, l.Env.Cluster(c2).Kubeconfig)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: "default"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "echo"}, Ports: []corev1.ServicePort{
+			{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)},
+			{Name: "echo", Protocol: corev1.ProtocolUDP, Port: 9000, TargetPort: intstr.FromInt32(9000)},
+		}},
+	}
+	export := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: "default"}}
+	for _, o := range []client.Object{svc, export} {
+		if err := mc2.Create(ctx, o); err != nil {
+			t.Fatalf("creating %T in %s: %v", o, c2, err)
+		}
+	}
+	var ip netip.Addr
+	waitFor(t, 2*time.Minute, "the echo Service's global IP in "+c2, func() error {
+		g := &v1alpha1.GlobalIngressIP{}
+		if err := mc2.Get(ctx, client.ObjectKey{Namespace: "default", Name: "svc-echo"}, g); err != nil {
+			return err
+		}
+		a, err := netip.ParseAddr(g.Status.IP)
+		if err != nil || !global[c2].Contains(a) {
+			return fmt.Errorf("status %+v, want an address of %s", g.Status, global[c2])
+		}
+		ip = a
+		return nil
+	})
+	egress, err := globalnet.ClusterLayout(v1alpha1.ClusterSpec{ClusterID: c1, GlobalCIDR: global[c1].String()}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range pods[c1] {
+		var got string
+		waitFor(t, time.Minute, fmt.Sprintf("%s -> %s:80 (the global IP of %s's echo)", src.name, ip, c2), func() error {
+			if got, err = tryHTTPGet(src.netns, netip.AddrPortFrom(ip, 80)); err != nil {
+				return err
+			}
+			if !strings.HasPrefix(got, "cluster="+c2+" ") {
+				return fmt.Errorf("answer %q, want one from %s", got, c2)
+			}
+			_, client, _ := strings.Cut(got, "client=")
+			client, _, _ = strings.Cut(client, " ")
+			from, err := netip.ParseAddrPort(strings.TrimSpace(client))
+			if err != nil || !egress.ClusterEgress.Contains(from.Addr()) {
+				return fmt.Errorf("answer %q: the server saw client %q, want one of %s's egress range %s", got, client, c1, egress.ClusterEgress)
+			}
+			return nil
+		})
+		t.Logf("TCP %s -> %s:80: %s", src.name, ip, strings.TrimSpace(got))
+		probe := startUDPProbe(t, src.netns, netip.AddrPortFrom(ip, 9000))
+		probe.waitFlowing(t, 30*time.Second)
+		probe.stop()
+	}
+
+	// The NAT owner (cluster2's active gateway) is killed while a TCP connection exchanges
+	// through the global IP: the NAT table stays in the kernel, the restarted process takes
+	// its Lease back and replaces the table atomically, and the connection carries on.
+	src := pods[c1][len(pods[c1])-1]
+	conn, err := labnet.DialTCP(src.netns, netip.AddrPortFrom(ip, 9000), 3*time.Second)
+	if err != nil {
+		t.Fatalf("TCP %s -> %s:9000: %v", src.name, ip, err)
+	}
+	defer conn.Close()
+	exchange := func() error {
+		_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := conn.Write([]byte("ping\n")); err != nil {
+			return err
+		}
+		buf := make([]byte, 5)
+		_, err := io.ReadFull(conn, buf)
+		return err
+	}
+	if err := exchange(); err != nil {
+		t.Fatalf("echo over TCP before the restart: %v", err)
+	}
+	gwNode := l.Network.Clusters[1].Nodes[0]
+	killed := time.Now()
+	killProcess(t, filepath.Join(dir, "pids", lab.GatewayProcessName(gwNode.Name)+".pid"))
+	var slowest time.Duration
+	for time.Since(killed) < 15*time.Second {
+		begin := time.Now()
+		if err := exchange(); err != nil {
+			t.Fatalf("the established connection broke %.1fs after the NAT owner was killed: %v", time.Since(killed).Seconds(), err)
+		}
+		slowest = max(slowest, time.Since(begin))
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("NAT owner killed: the established TCP connection kept working; longest exchange %.2fs", slowest.Seconds())
+
+	// Unexport: the address is released and nothing of the service stays in the kernel.
+	if err := mc2.Delete(ctx, export); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the echo Service's GlobalIngressIP to go", func() error {
+		err := mc2.Get(ctx, client.ObjectKey{Namespace: "default", Name: "svc-echo"}, &v1alpha1.GlobalIngressIP{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (%v)", err)
+	})
+	waitFor(t, time.Minute, "no NAT element of default/echo in "+c2+"'s gateway node", func() error {
+		out, err := exec.Command("ip", "netns", "exec", gwNode.Netns, "nft", "-j", "list", "table", "inet", owner.GlobalnetNFTTable).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("nft: %w: %s", err, out)
+		}
+		if strings.Contains(string(out), "default/echo") || strings.Contains(string(out), ip.String()) {
+			return fmt.Errorf("the ruleset still mentions default/echo or %s: %s", ip, out)
+		}
+		return nil
+	})
 }
