@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,7 +36,7 @@ import (
 func TestOverlappingCIDRs(t *testing.T) {
 	testenv.LabNetwork(t)
 	binDir := testenv.BinDir(t)
-	bins := buildCommands(t, "octopus-agent")
+	bins := buildCommands(t, "octopus-agent", "octopus-echo", "octopus-dns")
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	// The network of a lab whose run was killed outright, processes and all, is in the way of
@@ -43,6 +44,7 @@ func TestOverlappingCIDRs(t *testing.T) {
 	abandoned := abandonedLabNetwork(t)
 	l, dir := startLab(ctx, t, lab.Options{
 		Clusters: 2, BinDir: binDir, AgentBinary: bins["octopus-agent"], OverlappingCIDRs: true,
+		EchoBinary: bins["octopus-echo"], DNSBinary: bins["octopus-dns"],
 	})
 	if namespaces, links, err := labnet.Leftovers(abandoned); err != nil || len(namespaces)+len(links) > 0 {
 		t.Errorf("after lab up, the abandoned lab %s still has namespaces %v, links %v (%v)", abandoned, namespaces, links, err)
@@ -168,6 +170,42 @@ func testGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, dir string, gl
 		probe.stop()
 	}
 
+	// cluster1 imports the service with the global IP as its endpoint, and its pods reach it
+	// through the ClusterSet IP (kube-proxy of cluster1 DNATs to the global IP, the gateways
+	// translate).
+	mc1 := kubeClient(t, l.Env.Cluster(c1).Kubeconfig)
+	var setIP netip.Addr
+	waitFor(t, 2*time.Minute, c1+" to import the echo service with its global IP", func() error {
+		si := &mcsv1beta1.ServiceImport{}
+		if err := mc1.Get(ctx, client.ObjectKey{Namespace: "default", Name: "echo"}, si); err != nil {
+			return err
+		}
+		slices := &discoveryv1.EndpointSliceList{}
+		if err := mc1.List(ctx, slices, client.InNamespace("default"), client.MatchingLabels{mcsv1beta1.LabelServiceName: "echo"}); err != nil {
+			return err
+		}
+		var addrs []string
+		for _, s := range slices.Items {
+			for _, e := range s.Endpoints {
+				addrs = append(addrs, e.Addresses...)
+			}
+		}
+		if len(si.Spec.IPs) == 0 || strings.Join(addrs, ",") != ip.String() {
+			return fmt.Errorf("import IPs %v, imported endpoints %v; want the global IP %s", si.Spec.IPs, addrs, ip)
+		}
+		setIP = netip.MustParseAddr(si.Spec.IPs[0])
+		return nil
+	})
+	for _, src := range pods[c1] {
+		waitFor(t, time.Minute, fmt.Sprintf("%s -> ClusterSet IP %s:80", src.name, setIP), func() error {
+			got, err := tryHTTPGet(src.netns, netip.AddrPortFrom(setIP, 80))
+			if err == nil && !strings.HasPrefix(got, "cluster="+c2+" ") {
+				err = fmt.Errorf("answer %q, want one from %s", got, c2)
+			}
+			return err
+		})
+	}
+
 	// The NAT owner (cluster2's active gateway) is killed while a TCP connection exchanges
 	// through the global IP: the NAT table stays in the kernel, the restarted process takes
 	// its Lease back and replaces the table atomically, and the connection carries on.
@@ -202,6 +240,22 @@ func testGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, dir string, gl
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("NAT owner killed: the established TCP connection kept working; longest exchange %.2fs", slowest.Seconds())
+
+	// The demo: cluster2's toolbox pod requests cluster1's echo by its clusterset.local name.
+	report, err := l.Demo(ctx)
+	if err != nil {
+		t.Errorf("demo (export from %s, import into %s): %v", c1, c2, err)
+	} else {
+		for _, a := range report.ImportedEndpoints {
+			if addr, err := netip.ParseAddr(a); err != nil || !global[c1].Contains(addr) {
+				t.Errorf("demo: %s imported endpoint %s, want global IPs of %s", c2, a, global[c1])
+			}
+		}
+		if !strings.HasPrefix(report.CrossClusterReply, "cluster="+c1+" ") {
+			t.Errorf("demo: toolbox in %s -> http://%s/: %q, want an answer from %s", c2, report.DNSName, report.CrossClusterReply, c1)
+		}
+		t.Logf("pod -> DNS name: %s = %s (endpoints %v): %s", report.DNSName, report.DNSAnswer, report.ImportedEndpoints, report.CrossClusterReply)
+	}
 
 	// Unexport: the address is released and nothing of the service stays in the kernel.
 	if err := mc2.Delete(ctx, export); err != nil {
