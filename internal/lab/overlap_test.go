@@ -206,10 +206,63 @@ func testGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, dir string, gl
 		})
 	}
 
+	src := pods[c1][len(pods[c1])-1]
+	// A headless export of 3 pods: cluster1 imports 3 per-pod global IPs and reaches each pod.
+	headless := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "hecho", Namespace: "default"},
+		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: map[string]string{"app": "hecho"}, Ports: []corev1.ServicePort{
+			{Name: "http", Protocol: corev1.ProtocolTCP, Port: 8080},
+		}},
+	}
+	for _, o := range []client.Object{echoDeployment("hecho", 3), headless, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: "hecho", Namespace: "default"}}} {
+		if err := mc2.Create(ctx, o); err != nil {
+			t.Fatalf("creating %T in %s: %v", o, c2, err)
+		}
+	}
+	var podIPs []netip.Addr
+	waitFor(t, 3*time.Minute, c1+" to import the 3 pods of the headless export by global IPs", func() error {
+		slices := &discoveryv1.EndpointSliceList{}
+		if err := mc1.List(ctx, slices, client.InNamespace("default"), client.MatchingLabels{mcsv1beta1.LabelServiceName: "hecho"}); err != nil {
+			return err
+		}
+		podIPs = nil
+		for _, s := range slices.Items {
+			for _, e := range s.Endpoints {
+				a, err := netip.ParseAddr(e.Addresses[0])
+				if err != nil || !global[c2].Contains(a) {
+					return fmt.Errorf("imported endpoint %v, want global IPs of %s", e.Addresses, global[c2])
+				}
+				podIPs = append(podIPs, a)
+			}
+		}
+		if len(podIPs) != 3 {
+			return fmt.Errorf("imported endpoints %v, want 3", podIPs)
+		}
+		return nil
+	})
+	seen := map[string]bool{}
+	for _, a := range podIPs {
+		waitFor(t, time.Minute, fmt.Sprintf("%s -> pod global IP %s:8080", src.name, a), func() error {
+			got, err := tryHTTPGet(src.netns, netip.AddrPortFrom(a, 8080))
+			if err != nil {
+				return err
+			}
+			_, pod, _ := strings.Cut(got, "pod=")
+			pod, _, _ = strings.Cut(pod, " ")
+			if !strings.HasPrefix(got, "cluster="+c2+" ") || !strings.HasPrefix(pod, "hecho-") {
+				return fmt.Errorf("answer %q, want one of %s's hecho pods", got, c2)
+			}
+			seen[pod] = true
+			return nil
+		})
+	}
+	if len(seen) != 3 {
+		t.Errorf("the 3 global IPs of the headless export reached pods %v, want 3 distinct", seen)
+	}
+
 	// The NAT owner (cluster2's active gateway) is killed while a TCP connection exchanges
 	// through the global IP: the NAT table stays in the kernel, the restarted process takes
 	// its Lease back and replaces the table atomically, and the connection carries on.
-	src := pods[c1][len(pods[c1])-1]
 	conn, err := labnet.DialTCP(src.netns, netip.AddrPortFrom(ip, 9000), 3*time.Second)
 	if err != nil {
 		t.Fatalf("TCP %s -> %s:9000: %v", src.name, ip, err)
