@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os/exec"
 	"path/filepath"
@@ -165,9 +166,9 @@ func testGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, dir string, gl
 			return nil
 		})
 		t.Logf("TCP %s -> %s:80: %s", src.name, ip, strings.TrimSpace(got))
-		probe := startUDPProbe(t, src.netns, netip.AddrPortFrom(ip, 9000))
-		probe.waitFlowing(t, 30*time.Second)
-		probe.stop()
+		waitFor(t, 30*time.Second, fmt.Sprintf("UDP %s -> %s:9000 echoed", src.name, ip), func() error {
+			return udpEcho(src.netns, netip.AddrPortFrom(ip, 9000))
+		})
 	}
 
 	// cluster1 imports the service with the global IP as its endpoint, and its pods reach it
@@ -319,7 +320,7 @@ func testGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, dir string, gl
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return fmt.Errorf("still there (%v)", err)
+		return fmt.Errorf("still there (%w)", err)
 	})
 	waitFor(t, time.Minute, "no NAT element of default/echo in "+c2+"'s gateway node", func() error {
 		out, err := exec.Command("ip", "netns", "exec", gwNode.Netns, "nft", "-j", "list", "table", "inet", owner.GlobalnetNFTTable).CombinedOutput()
@@ -331,4 +332,32 @@ func testGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, dir string, gl
 		}
 		return nil
 	})
+}
+
+// udpEcho sends one datagram from netns to addr and waits a second for the echo server to
+// send it back.
+func udpEcho(netns string, addr netip.AddrPort) error {
+	var conn *net.UDPConn
+	if err := labnet.InNamespace(netns, func() error {
+		var err error
+		conn, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(addr))
+		return err
+	}); err != nil {
+		return err
+	}
+	defer conn.Close()
+	want := fmt.Sprintf("octopus-globalnet-%d", time.Now().UnixNano())
+	if _, err := conn.Write([]byte(want)); err != nil {
+		return err
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+	buf := make([]byte, 64)
+	n, err := conn.Read(buf)
+	if err != nil {
+		return err
+	}
+	if got := string(buf[:n]); got != want {
+		return fmt.Errorf("echo %q, want %q", got, want)
+	}
+	return nil
 }
