@@ -1,7 +1,9 @@
 package lab_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -28,6 +30,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/testenv"
+	"github.com/octopus-mcs/octopus/internal/verify"
 )
 
 // TestOverlappingCIDRs runs `lab up --overlapping-cidrs` (hub + 2 clusters): both clusters get
@@ -37,7 +40,7 @@ import (
 func TestOverlappingCIDRs(t *testing.T) {
 	testenv.LabNetwork(t)
 	binDir := testenv.BinDir(t)
-	bins := buildCommands(t, "octopus-agent", "octopus-echo", "octopus-dns")
+	bins := buildCommands(t, "octopus-agent", "octopus-echo", "octopus-dns", "octopus")
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	// The network of a lab whose run was killed outright, processes and all, is in the way of
@@ -106,6 +109,31 @@ func TestOverlappingCIDRs(t *testing.T) {
 		})
 	}
 	testGlobalnet(ctx, t, l, dir, global)
+	verifyGlobalnet(ctx, t, l, bins["octopus"])
+}
+
+// verifyGlobalnet runs `octopus verify` between the two globalnet clusters: pod to pod (by the
+// probe server's global IP, from its headless export), by ClusterSet IP and by DNS name, both
+// ways.
+func verifyGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, octopus string) {
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, octopus, "verify",
+		"--kubeconfig", l.Env.Cluster(l.Members[0]).Kubeconfig, "--kubeconfig", l.Env.Cluster(l.Members[1]).Kubeconfig,
+		"--check-timeout", "2m", "--ready-timeout", "2m", "-o", "json")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	t.Logf("octopus verify took %.1fs, exit %v; progress:\n%s", time.Since(start).Seconds(), runErr, stderr.String())
+	report := &verify.Report{}
+	if err := json.Unmarshal(stdout.Bytes(), report); err != nil {
+		t.Fatalf("octopus verify -o json: %v: %q", err, stdout.String())
+	}
+	for _, r := range report.Results {
+		t.Logf("%-14s %s -> %s passed=%v %s (latency %s, %d attempts)", r.Check, r.From, r.To, r.Passed, r.Detail, r.Latency.Duration, r.Attempts)
+	}
+	if runErr != nil || !report.Passed || len(report.Results) != 6 {
+		t.Fatalf("verify on the overlapping lab: %v, passed %v, %d results; want 6 passing checks", runErr, report.Passed, len(report.Results))
+	}
 }
 
 // testGlobalnet runs echo pods in both clusters of an overlapping lab, exports an echo Service
@@ -166,9 +194,21 @@ func testGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, dir string, gl
 			return nil
 		})
 		t.Logf("TCP %s -> %s:80: %s", src.name, ip, strings.TrimSpace(got))
-		waitFor(t, 30*time.Second, fmt.Sprintf("UDP %s -> %s:9000 echoed", src.name, ip), func() error {
-			return udpEcho(src.netns, netip.AddrPortFrom(ip, 9000))
-		})
+		var udpErr error
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+			if udpErr = udpEcho(src.netns, netip.AddrPortFrom(ip, 9000)); udpErr == nil {
+				break
+			}
+		}
+		if udpErr != nil {
+			t.Errorf("UDP %s -> %s:9000: %v", src.name, ip, udpErr)
+			for _, c := range l.Network.Clusters {
+				for _, argv := range [][]string{{"nft", "list", "table", "inet", owner.GlobalnetNFTTable}, {"conntrack", "-L", "-p", "udp"}, {"ip", "route"}} {
+					out, err := exec.Command("ip", append([]string{"netns", "exec", c.Nodes[0].Netns}, argv...)...).CombinedOutput()
+					t.Logf("%s gateway node: %v (%v):\n%s", c.Name, argv, err, out)
+				}
+			}
+		}
 	}
 
 	// cluster1 imports the service with the global IP as its endpoint, and its pods reach it

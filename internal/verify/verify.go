@@ -28,6 +28,8 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	aboutv1alpha1 "github.com/octopus-mcs/octopus/api/about/v1alpha1"
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/progress"
 )
@@ -75,7 +77,10 @@ type member struct {
 	c          client.Client
 	cs         kubernetes.Interface
 	created    bool
-	serverIP   netip.Addr
+	// globalnet is set when the cluster joined with globalnet addressing: other clusters
+	// reach its probe server at its global IP.
+	globalnet bool
+	serverIP  netip.Addr
 	// imports are the ClusterSet IPs of the other clusters' probe services, by cluster id.
 	imports map[string]netip.Addr
 }
@@ -170,9 +175,32 @@ func (r *runner) connect(ctx context.Context) error {
 			return fmt.Errorf("%s and %s are the same cluster (%s): pass each cluster once", other, src, id)
 		}
 		seen[id] = src
-		r.members = append(r.members, &member{id: id, source: src, cfg: cl.Config, c: c, cs: cs, imports: map[string]netip.Addr{}})
+		m := &member{id: id, source: src, cfg: cl.Config, c: c, cs: cs, imports: map[string]netip.Addr{}}
+		if m.globalnet, err = isGlobalnet(ctx, c); err != nil {
+			// The data plane may well work with the hub down: check it as direct addressing.
+			r.p.Step("Could not read the addressing of %s from its Cluster on the hub (%v); checking it as direct addressing", id, err)
+		}
+		r.members = append(r.members, m)
 	}
 	return nil
+}
+
+// isGlobalnet reads, with the cluster's own hub credential, whether the cluster joined with
+// globalnet addressing.
+func isGlobalnet(ctx context.Context, c client.Reader) (bool, error) {
+	cred, err := hubaccess.LoadCredential(ctx, c)
+	if err != nil {
+		return false, err
+	}
+	hc, err := client.New(cred.RESTConfig(), client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return false, err
+	}
+	cl := &v1alpha1.Cluster{}
+	if err := hc.Get(ctx, client.ObjectKey{Namespace: cred.Namespace, Name: cred.ClusterID}, cl); err != nil {
+		return false, err
+	}
+	return cl.Spec.Addressing == v1alpha1.AddressingGlobalnet, nil
 }
 
 func (r *runner) deploy(ctx context.Context) error {
@@ -180,6 +208,9 @@ func (r *runner) deploy(ctx context.Context) error {
 	r.p.Step("Deploying probes in namespace %s of %s", r.ns, strings.Join(r.ids(), ", "))
 	for _, m := range r.members {
 		objs := objects(r.ns, m.id, r.opts.ServerImage, r.opts.ClientImage)
+		if m.globalnet {
+			objs = append(objs, globalnetObjects(r.ns, m.id)...)
+		}
 		for i, obj := range objs {
 			if err := r.create(ctx, m, obj); err != nil {
 				if i == 0 && apierrors.IsAlreadyExists(err) {
@@ -283,6 +314,14 @@ func (r *runner) waitReady(ctx context.Context) error {
 					waiting = append(waiting, fmt.Sprintf("%s/%s (%s)", m.id, name, podState(pod)))
 					continue
 				}
+				if name == serverName && m.globalnet {
+					if ip, why := globalIP(ctx, m.c, r.ns, "pod-"+serverName); ip.IsValid() {
+						m.serverIP = ip
+					} else {
+						waiting = append(waiting, fmt.Sprintf("%s/%s (global IP: %s)", m.id, name, why))
+					}
+					continue
+				}
 				if name == serverName {
 					ip, err := netip.ParseAddr(pod.Status.PodIP)
 					if err != nil {
@@ -300,6 +339,21 @@ func (r *runner) waitReady(ctx context.Context) error {
 	}
 	r.p.Done(start, "probe pods ready")
 	return nil
+}
+
+// globalIP is the address of the GlobalIngressIP name in namespace, or why there is none yet.
+func globalIP(ctx context.Context, c client.Reader, namespace, name string) (netip.Addr, string) {
+	g := &v1alpha1.GlobalIngressIP{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, g); err != nil {
+		return netip.Addr{}, err.Error()
+	}
+	if ip, err := netip.ParseAddr(g.Status.IP); err == nil {
+		return ip, ""
+	}
+	if cond := meta.FindStatusCondition(g.Status.Conditions, v1alpha1.GlobalIngressIPConditionAllocated); cond != nil {
+		return netip.Addr{}, cond.Reason + ": " + cond.Message
+	}
+	return netip.Addr{}, "not allocated yet"
 }
 
 // waitImports waits until every cluster has imported every other cluster's probe service
