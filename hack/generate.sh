@@ -23,7 +23,7 @@ rbac() {
   [[ -n "${OUT}" ]] && dir="${OUT}/${dir}"
   "${CG}" rbac:roleName="octopus-${component}" paths="${paths}" output:rbac:dir="${dir}"
 }
-rbac controller "./internal/agent;./internal/servicediscovery;./internal/hubaccess"
+rbac controller "./internal/agent;./internal/servicediscovery;./internal/globalnet;./internal/hubaccess"
 rbac gateway "./internal/gateway;./internal/hubaccess"
 rbac route-agent "./internal/routeagent"
 rbac dns "./cmd/octopus-dns"

@@ -21,6 +21,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/globalnet"
 	"github.com/octopus-mcs/octopus/internal/heartbeat"
 	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/kube"
@@ -94,6 +95,10 @@ type ControllerOptions struct {
 	// reconciled at once. Optional; servicediscovery.DefaultWorkers when zero.
 	ExportWorkers int
 	ImportWorkers int
+	// GlobalEgressSize is how many addresses of a globalnet cluster's global CIDR are its
+	// egress range (globalip.NewLayout); the gateway must be given the same. Optional;
+	// globalip.DefaultClusterEgressSize when zero.
+	GlobalEgressSize int
 }
 
 // withRateLimit returns a copy of cfg limited to qps and burst; where those are zero, cfg's own
@@ -259,10 +264,14 @@ func (r *hubComponents) Start(ctx context.Context) error {
 		}
 		return err
 	}
+	addresses, err := r.setupAddressing(ctx, hubClient, cred)
+	if err != nil {
+		return err
+	}
 	// Added now rather than with the manager: they need the credential, and the MCS CRDs
 	// they watch exist only once the cluster has joined.
 	if err := servicediscovery.Setup(r.mgr, servicediscovery.ExportOptions{
-		Hub: hubCfg, HubNamespace: cred.Namespace, ClusterID: cred.ClusterID,
+		Hub: hubCfg, HubNamespace: cred.Namespace, ClusterID: cred.ClusterID, Addresses: addresses,
 		StaleClusterTTL: r.opts.StaleClusterTTL, HubMapper: hubClient.RESTMapper(),
 		ExportWorkers: r.opts.ExportWorkers, ImportWorkers: r.opts.ImportWorkers,
 	}); err != nil {
@@ -281,6 +290,30 @@ func (r *hubComponents) Start(ctx context.Context) error {
 		return err
 	}
 	return hb.Start(ctx)
+}
+
+// setupAddressing reads this cluster's addressing from its Cluster on the hub (join set it
+// and it does not change while joined) and returns the export side's address policy. A
+// globalnet cluster also gets the allocator of its global ingress addresses
+// (docs/architecture.md §6h), on this elected replica only: two allocators would hand out one
+// free address twice.
+func (r *hubComponents) setupAddressing(ctx context.Context, hubClient client.Client, cred hubaccess.Credential) (servicediscovery.AddressPolicy, error) {
+	cl := &v1alpha1.Cluster{}
+	if err := hubClient.Get(ctx, client.ObjectKey{Namespace: cred.Namespace, Name: cred.ClusterID}, cl); err != nil {
+		return nil, fmt.Errorf("reading this cluster's Cluster %s on the hub for its addressing: %w", cred.ClusterID, err)
+	}
+	if cl.Spec.Addressing != v1alpha1.AddressingGlobalnet {
+		return nil, nil
+	}
+	layout, err := globalnet.ClusterLayout(cl.Spec, r.opts.GlobalEgressSize)
+	if err != nil {
+		return nil, err
+	}
+	if err := globalnet.SetupAllocator(r.mgr, layout); err != nil {
+		return nil, err
+	}
+	logf.FromContext(ctx).Info("Globalnet addressing", "globalCIDR", layout.CIDR.String(), "egress", layout.ClusterEgress.String(), "pool", layout.Pool.String())
+	return servicediscovery.GlobalAddresses{}, nil
 }
 
 // resolveKinds asks m for the mapping of every kind, so that it has them cached.

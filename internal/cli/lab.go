@@ -152,7 +152,7 @@ func (o *labUpOptions) bindFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.demo, "demo", false, "also deploy an echo server in cluster1, export it, start a toolbox in cluster2 and show what works across clusters")
 	fs.IntVar(&o.nodes, "nodes-per-cluster", 2, "nodes of each member cluster, the first --gateways-per-cluster of them gateways (if not given: one more than the gateways)")
 	fs.IntVar(&o.gateways, "gateways-per-cluster", 1, "gateway nodes of each member cluster: one active, the others take over when it dies")
-	fs.BoolVar(&o.overlapping, "overlapping-cidrs", false, "give every cluster the same pod and service CIDRs (joined with globalnet addressing; the gateways refuse to tunnel between them until globalnet lands)")
+	fs.BoolVar(&o.overlapping, "overlapping-cidrs", false, "give every cluster the same pod and service CIDRs, joined with globalnet addressing (exported services are reached by global IPs)")
 	fs.StringVar(&o.backend, "backend", string(v1alpha1.BackendWireGuard), "tunnel backend of every cluster's gateway: wireguard or vxlan (unencrypted)")
 	fs.StringVar(&o.topology, "topology", string(v1alpha1.TopologyMesh), "how gateways connect: mesh (direct tunnels between all clusters) or hub (every cluster through the hub's gateway)")
 	fs.StringVar(&o.nodeRuntime, "node-runtime", lab.NodeRuntimeStandin, "what runs the nodes' pods: standin (the lab's node agent, containers as host programs) or kubelet (a real kubelet, containerd, runc and CNI on every node, with images built on this machine)")

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/kube"
 )
 
@@ -79,6 +80,19 @@ type localExport struct {
 	State      string             `json:"state"`
 	Conflict   *metav1.Condition  `json:"conflict,omitempty"`
 	Conditions []metav1.Condition `json:"conditions"`
+	// GlobalIPs are the global addresses of a globalnet cluster's export: the Service's, or
+	// each ready pod's of a headless Service (docs/architecture.md §6h).
+	GlobalIPs []globalIP `json:"globalIPs,omitempty"`
+}
+
+// globalIP is one GlobalIngressIP of an export.
+type globalIP struct {
+	// Kind is Service or Pod; Name names it.
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	// IP is empty while none is allocated; Reason then says why (PoolExhausted).
+	IP     string `json:"ip,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 func (o *showServicesOptions) Run(ctx context.Context) error {
@@ -152,6 +166,28 @@ func collectServices(ctx context.Context, c client.Reader, namespace string) ([]
 	for _, se := range exports.Items {
 		row(se.Namespace, se.Name).Export = describeExport(&se)
 	}
+	// Only globalnet clusters have them; a cluster that joined before the kind existed has
+	// no such kind at all.
+	records := &v1alpha1.GlobalIngressIPList{}
+	if err := c.List(ctx, records, opts...); err != nil && !meta.IsNoMatchError(err) {
+		return nil, fmt.Errorf("listing GlobalIngressIPs: %w", err)
+	}
+	for _, g := range records.Items {
+		r := rows[client.ObjectKey{Namespace: g.Namespace, Name: g.Labels[mcsv1beta1.LabelServiceName]}]
+		if r == nil || r.Export == nil {
+			continue
+		}
+		gip := globalIP{Kind: string(g.Spec.Target.Kind), Name: g.Spec.Target.Name, IP: g.Status.IP}
+		if c := meta.FindStatusCondition(g.Status.Conditions, v1alpha1.GlobalIngressIPConditionAllocated); gip.IP == "" && c != nil {
+			gip.Reason = c.Reason
+		}
+		r.Export.GlobalIPs = append(r.Export.GlobalIPs, gip)
+	}
+	for _, r := range rows {
+		if r.Export != nil {
+			slices.SortFunc(r.Export.GlobalIPs, func(a, b globalIP) int { return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name)) })
+		}
+	}
 	out := make([]serviceStatus, 0, len(rows))
 	for _, r := range rows {
 		out = append(out, *r)
@@ -184,7 +220,7 @@ func renderServices(w io.Writer, rows []serviceStatus) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAMESPACE\tNAME\tTYPE\tCLUSTERS\tENDPOINTS READY\tEXPORTED HERE\tCONFLICTS")
+	fmt.Fprintln(tw, "NAMESPACE\tNAME\tTYPE\tCLUSTERS\tENDPOINTS READY\tEXPORTED HERE\tCONFLICTS\tGLOBAL IPS")
 	exported, conflicts := 0, 0
 	for _, r := range rows {
 		typ, clusters, here, conflict := string(r.Type), strings.Join(r.Clusters, ","), "-", "-"
@@ -204,11 +240,31 @@ func renderServices(w io.Writer, rows []serviceStatus) error {
 				conflicts++
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", r.Namespace, r.Name, typ, clusters, r.ReadyEndpoints, r.Endpoints, here, conflict)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.Namespace, r.Name, typ, clusters, r.ReadyEndpoints, r.Endpoints, here, conflict, globalIPs(r.Export))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	_, err := fmt.Fprintf(w, "\n%d service(s), %d exported from here, %d with conflicts.\n", len(rows), exported, conflicts)
 	return err
+}
+
+// globalIPs renders an export's global addresses: the Service's, or "pod=ip" for each pod of a
+// headless one; "-" for none (direct addressing, or not exported here).
+func globalIPs(e *localExport) string {
+	if e == nil || len(e.GlobalIPs) == 0 {
+		return "-"
+	}
+	var out []string
+	for _, g := range e.GlobalIPs {
+		ip := g.IP
+		if ip == "" {
+			ip = cmp.Or(g.Reason, "Pending")
+		}
+		if g.Kind == string(v1alpha1.GlobalIngressTargetPod) {
+			ip = g.Name + "=" + ip
+		}
+		out = append(out, ip)
+	}
+	return strings.Join(out, ",")
 }

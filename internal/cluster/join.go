@@ -141,6 +141,11 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 			return nil, err
 		}
 	}
+	if opts.Addressing == v1alpha1.AddressingGlobalnet {
+		if err := checkGlobalPool(info.Globalnet, id, pods, services); err != nil {
+			return nil, err
+		}
+	}
 
 	start := time.Now()
 	cred := hubaccess.Credential{ClusterID: id, Server: info.HubURL, Namespace: info.Namespace, CAData: info.CAData}
@@ -296,6 +301,30 @@ func resolveCIDRs(ctx context.Context, mc client.Client, opts JoinOptions) (pods
 		}
 	}
 	return pods, services, nil
+}
+
+// checkGlobalPool refuses a globalnet cluster whose pod or service CIDRs overlap the hub's
+// globalnet pool, before anything is written: its own global CIDR, or another cluster's from
+// the same pool, would then be routed into the tunnel and shadow this cluster's own pods and
+// Services (docs/architecture.md §6h).
+func checkGlobalPool(pool hub.PoolConfig, id string, pods, services []netip.Prefix) error {
+	p, err := pool.Pool()
+	if err != nil {
+		return fmt.Errorf("the hub's globalnet pool: %w", err)
+	}
+	for _, c := range []struct {
+		kind  string
+		cidrs []netip.Prefix
+	}{{"pod", pods}, {"service", services}} {
+		for _, cidr := range c.cidrs {
+			if cidr.Overlaps(p.CIDR) {
+				return fmt.Errorf("%s CIDR %s of cluster %q overlaps the hub's globalnet pool %s, from which its global CIDR comes: "+
+					"with globalnet addressing the global CIDRs must be apart from every cluster's own CIDRs; deploy the hub with another --globalnet-cidr, or use other CIDRs",
+					c.kind, cidr, id, p.CIDR)
+			}
+		}
+	}
+	return nil
 }
 
 // checkOverlap refuses CIDRs that collide with another cluster's in direct addressing, where

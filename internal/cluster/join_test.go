@@ -18,6 +18,7 @@ import (
 
 	aboutv1alpha1 "github.com/octopus-mcs/octopus/api/about/v1alpha1"
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
@@ -116,6 +117,12 @@ func TestJoinRejectsBadInput(t *testing.T) {
 		{"pod overlaps own services", func(o *JoinOptions) { o.PodCIDRs = []string{"10.0.0.0/8"} }, []string{"overlaps service CIDR"}},
 		{"overlaps another cluster", func(o *JoinOptions) { o.PodCIDRs = []string{westPod} }, []string{"pod CIDR " + westPod, `of cluster "west"`, "--addressing globalnet"}},
 		{"unknown addressing", func(o *JoinOptions) { o.Addressing = "nat" }, []string{`addressing "nat"`}},
+		{"globalnet pod CIDR inside the global pool", func(o *JoinOptions) {
+			o.PodCIDRs, o.Addressing = []string{"242.7.0.0/16"}, v1alpha1.AddressingGlobalnet
+		}, []string{"pod CIDR 242.7.0.0/16", `cluster "east"`, "globalnet pool " + hub.DefaultGlobalnetPool.CIDR}},
+		{"globalnet service CIDR around the global pool", func(o *JoinOptions) {
+			o.ServiceCIDRs, o.Addressing = []string{"240.0.0.0/4"}, v1alpha1.AddressingGlobalnet
+		}, []string{"service CIDR 240.0.0.0/4", "globalnet pool " + hub.DefaultGlobalnetPool.CIDR}},
 		{"hub unreachable", func(o *JoinOptions) {
 			o.BrokerInfo = &unreachable
 			o.HubAttempts = 2

@@ -19,6 +19,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
+	"github.com/octopus-mcs/octopus/internal/globalnet/globalip"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/routeagent"
 )
@@ -40,6 +41,15 @@ type active struct {
 	hcIP   netip.Addr
 	// metrics are set from the status that reportStatus computes.
 	metrics *metrics
+	// process is the gateway process's context: still live when the active term ends, it
+	// means the Lease was lost (rather than the process stopping).
+	process context.Context
+	// runCtx is the active term's context, for what readLocal starts.
+	runCtx context.Context
+	// gnat translates for a globalnet cluster (nil for others); gnatDone is closed when its
+	// controller has returned.
+	gnat     *globalnetNAT
+	gnatDone chan struct{}
 
 	mu        sync.Mutex
 	desired   Desired
@@ -77,6 +87,8 @@ func (a *active) run(ctx context.Context) error {
 			o.Log.Error(err, "Closing the tunnel driver")
 		}
 	}()
+	a.runCtx = ctx
+	defer a.stopNAT()
 	o.Log.Info("Tunnel driver ready", "driver", a.driver.Name(), "device", o.Device, "endpoint", netip.AddrPortFrom(endpoint, o.ListenPort).String(), "healthCheckIP", hc.String())
 	if o.NewProber != nil {
 		if a.prober, err = o.NewProber(); err != nil {
@@ -192,6 +204,11 @@ func (a *active) reconcile(ctx context.Context) error {
 		}
 	}
 	remote := d.RemoteSubnets()
+	if a.gnat != nil && applyErr == nil {
+		if err := a.gnat.setRemote(ctx, remote); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	// The hub's gateway has no route agents to tell.
 	if applyErr == nil && a.o.Role == v1alpha1.PeerRoleMember && (a.mirrored == nil || !slices.Equal(remote, a.mirrored)) {
 		cm := routeagent.SubnetsConfigMap(remote)
@@ -225,8 +242,59 @@ func (a *active) readLocal(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.local.Subnets, a.local.Topology = subnets, c.Spec.Topology
+	a.local.Subnets, a.local.Topology, a.local.Private = subnets, c.Spec.Topology, nil
+	layout, isGlobalnet, err := globalnetLayout(c, a.o.GlobalEgressSize)
+	if err != nil || !isGlobalnet {
+		return err
+	}
+	// Other clusters reach this one only through its global CIDR, and probe the layout's
+	// health-check address: the default one, the first host of the pod CIDR, is the same in
+	// every cluster of an overlapping fleet. Our own CIDRs stay private, but a Peer's subnets
+	// must not overlap them still: routes to them would shadow our own pods.
+	a.local.Subnets, a.local.Private, a.hcIP = []netip.Prefix{layout.CIDR}, subnets, layout.HealthCheck
+	if a.gnat == nil {
+		return a.startNAT(layout)
+	}
 	return nil
+}
+
+// startNAT starts the globalnet NAT for the rest of the active term.
+func (a *active) startNAT(layout globalip.Layout) error {
+	w, err := a.o.NewNAT()
+	if err != nil {
+		return fmt.Errorf("opening the globalnet NAT: %w", err)
+	}
+	g, err := newGlobalnetNAT(a.o.Member, layout, w, a.o.ResyncInterval, a.o.Log.WithName("globalnet"))
+	if err != nil {
+		return err
+	}
+	a.gnat, a.gnatDone = g, make(chan struct{})
+	go func() {
+		defer close(a.gnatDone)
+		if err := g.run(a.runCtx); err != nil {
+			a.o.Log.Error(err, "The globalnet NAT stopped")
+		}
+	}()
+	return nil
+}
+
+// stopNAT waits for the NAT's controller at the end of the active term and, when the Lease
+// was lost rather than the process stopping, deletes the node's NAT. A process that stops
+// keeps it: its restart, active again, replaces it atomically, and one that stands by deletes
+// it (removeStaleNAT).
+func (a *active) stopNAT() {
+	if a.gnat == nil {
+		return
+	}
+	<-a.gnatDone
+	if a.process != nil && a.process.Err() != nil {
+		return
+	}
+	if err := a.gnat.remove(); err != nil {
+		a.o.Log.Error(err, "Deleting the globalnet NAT after losing the Lease")
+		return
+	}
+	a.o.Log.Info("Deleted the globalnet NAT: no longer the active gateway")
 }
 
 // publish server-side-applies this cluster's Peer on the hub when its spec changed.

@@ -19,8 +19,13 @@ type Local struct {
 	// Topology is the cluster's (Cluster.spec.topology); "" means mesh.
 	Topology v1alpha1.Topology
 	Backend  v1alpha1.Backend
-	// Subnets are the CIDRs this cluster advertises (Advertised).
-	Subnets    []netip.Prefix
+	// Subnets are the CIDRs this cluster advertises (Advertised; a globalnet cluster's
+	// global CIDR).
+	Subnets []netip.Prefix
+	// Private are CIDRs of this cluster it does not advertise (a globalnet cluster's own pod
+	// and service CIDRs) that no Peer's subnet may overlap still: routes to them would
+	// shadow this cluster's own pods. Overlapping Peers are refused like overlapping subnets.
+	Private    []netip.Prefix
 	ListenPort uint16
 	// LocalAddr is this gateway's underlay address.
 	LocalAddr netip.Addr
@@ -91,7 +96,7 @@ func Compute(local Local, peers []v1alpha1.Peer) Desired {
 		return strings.Compare(a.Spec.ClusterID, b.Spec.ClusterID)
 	})
 	taken := map[netip.Prefix]string{} // subnet → cluster that has it
-	for _, s := range local.Subnets {
+	for _, s := range slices.Concat(local.Subnets, local.Private) {
 		taken[s] = local.ClusterID
 	}
 	hubAt := -1 // index of the hub gateway's tunnel in d.Tunnel.Peers

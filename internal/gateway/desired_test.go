@@ -293,3 +293,23 @@ func TestComputeNoHubGatewayMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestComputeGlobalnet: a globalnet cluster advertises its global CIDR and keeps its own pod
+// and service CIDRs private. A globalnet Peer with the very same pod CIDRs is accepted (only
+// global CIDRs are compared), a direct Peer whose CIDRs overlap our private ones is refused
+// (its routes would shadow our pods), and a distinct direct Peer is accepted (mixing).
+func TestComputeGlobalnet(t *testing.T) {
+	local := Local{ClusterID: "a", Backend: v1alpha1.BackendWireGuard, Subnets: prefixes("242.1.0.0/16"),
+		Private: prefixes("10.244.0.0/16", "10.96.0.0/12"), ListenPort: 4500, LocalAddr: netip.MustParseAddr("203.0.113.1")}
+	globalB := peer("b", keyB, "203.0.113.17", 4500, "242.2.0.0/16")
+	directC := peer("c", keyC, "203.0.113.33", 4500, "10.244.0.0/16")
+	directD := peer("d", keyC, "203.0.113.49", 4500, "10.3.0.0/16")
+	globalE := peer("e", keyB, "203.0.113.65", 4500, "242.1.0.0/16")
+	d := Compute(local, []v1alpha1.Peer{globalB, directC, directD, globalE})
+	if got, want := refusedReasons(t, d), map[string]string{"c": ReasonOverlappingSubnets, "e": ReasonOverlappingSubnets}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("refused %v, want %v", got, want)
+	}
+	if got, want := d.RemoteSubnets(), prefixes("10.3.0.0/16", "242.2.0.0/16"); !slices.Equal(got, want) {
+		t.Fatalf("remote subnets %v, want %v", got, want)
+	}
+}

@@ -114,6 +114,7 @@ func runElector(ctx context.Context, o Options, name string, lock resourcelock.I
 			OnNewLeader: func(id string) {
 				if id != o.NodeName {
 					o.Log.Info("Standing by: another node is the active gateway", "active", id)
+					removeStaleNAT(o)
 				}
 			},
 		},

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/nat"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 )
 
@@ -95,3 +96,24 @@ func (p *fakeProber) Snapshot() map[string]ProbeStats {
 }
 
 func (p *fakeProber) Close() error { return nil }
+
+// fakeNAT records the globalnet NAT states applied and whether the table was deleted.
+type fakeNAT struct {
+	mu      sync.Mutex
+	applied []nat.State
+	deletes int
+}
+
+func (f *fakeNAT) Apply(_ context.Context, s nat.State) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.applied = append(f.applied, s)
+	return nil
+}
+
+func (f *fakeNAT) Delete(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deletes++
+	return nil
+}

@@ -106,6 +106,14 @@ type Options struct {
 	// it over. It must exceed RetryPeriod, the active's renew cadence. Optional: 2 ×
 	// RetryPeriod.
 	TakeoverAfter time.Duration
+	// GlobalEgressSize is how many addresses of a globalnet cluster's global CIDR are its
+	// egress range; the controller's allocator must use the same. Optional:
+	// globalip.DefaultClusterEgressSize.
+	GlobalEgressSize int
+	// NewNAT opens the globalnet NAT of the node (a globalnet cluster's active gateway
+	// translates; every other gateway deletes what an earlier active term left). Optional:
+	// nftables in the process's network namespace (nat.New).
+	NewNAT func() (NATWriter, error)
 	// Log receives what the gateway does. Optional.
 	Log logr.Logger
 }
@@ -182,6 +190,9 @@ func (o *Options) setDefaults() error {
 	if o.AddressDevice == nil {
 		o.AddressDevice = ensureAddr
 	}
+	if o.NewNAT == nil {
+		o.NewNAT = newNAT
+	}
 	if o.Log.GetSink() == nil {
 		o.Log = logr.Discard()
 	}
@@ -249,11 +260,12 @@ func Run(ctx context.Context, o Options) error {
 		locate = hubPeerEndpoint(member, at.Namespace)
 	}
 	e := election{lock: rl, cs: cs, locate: locate, leaseNamespace: at.leaseNamespace, leaseName: at.leaseName}
+	procCtx := ctx
 	return elect(ctx, o, e, func(ctx context.Context) error {
 		o.Log.Info("Became the active gateway", "node", o.NodeName, "cluster", at.ClusterID, "role", o.Role)
 		m.setActive(true)
 		defer m.setActive(false)
-		return (&active{o: o, at: at, member: member, metrics: m}).run(ctx)
+		return (&active{o: o, at: at, member: member, metrics: m, process: procCtx}).run(ctx)
 	})
 }
 

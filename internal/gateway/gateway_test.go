@@ -50,6 +50,8 @@ type runningGateway struct {
 	mu      sync.Mutex
 	drivers []*fakeDriver
 	addrs   []string
+	// nat is the globalnet NAT of the gateway's node, shared by its active terms.
+	nat fakeNAT
 }
 
 func (g *runningGateway) driver() *fakeDriver {
@@ -100,6 +102,7 @@ func startGateway(t *testing.T, member *rest.Config, node string, endpoint strin
 			return d, nil
 		},
 		NewProber:       func() (Prober, error) { return &fakeProber{}, nil },
+		NewNAT:          func() (NATWriter, error) { return &g.nat, nil },
 		MetricsListener: l,
 		AddressDevice: func(device string, addr netip.Addr) error {
 			g.mu.Lock()

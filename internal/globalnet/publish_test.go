@@ -27,8 +27,9 @@ import (
 // TestPublishesGlobalAddresses joins a cluster with globalnet addressing to a real hub and runs
 // the allocator next to the export controller with GlobalAddresses, as the agent of a globalnet
 // cluster would: what reaches the hub are global addresses only, the ClusterSetIP service's
-// with its service ports, each headless pod's own with its target port and hostname, and an
-// unexport withdraws them and releases the addresses.
+// with its service ports, each headless pod's own with its target port and hostname; the
+// cluster's own import of the service holds its local pod addresses instead; and an unexport
+// withdraws them and releases the addresses.
 func TestPublishesGlobalAddresses(t *testing.T) {
 	env := testenv.ControlPlanes(t, "hub", "west")
 	info, err := hub.Deploy(t.Context(), env.Cluster("hub").RESTConfig(), hub.DeployOptions{})
@@ -51,7 +52,7 @@ func TestPublishesGlobalAddresses(t *testing.T) {
 		if err := globalnet.SetupAllocator(mgr, layout); err != nil {
 			return err
 		}
-		return servicediscovery.SetupExport(mgr, servicediscovery.ExportOptions{
+		return servicediscovery.Setup(mgr, servicediscovery.ExportOptions{
 			Hub: j.Credential.RESTConfig(), HubNamespace: info.Namespace, ClusterID: "west", Addresses: servicediscovery.GlobalAddresses{},
 		})
 	})
@@ -98,6 +99,26 @@ func TestPublishesGlobalAddresses(t *testing.T) {
 			return ""
 		})
 	}
+
+	// The cluster's own import of web holds its pods' own addresses: its pods could not reach
+	// its global IP (the gateway translates only traffic from other clusters).
+	eventually(t, "west imports its own web with its local endpoints", func(ctx context.Context) string {
+		list := &discoveryv1.EndpointSliceList{}
+		if err := m.c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{mcsv1beta1.LabelServiceName: "web", mcsv1beta1.LabelSourceCluster: "west"}); err != nil {
+			return err.Error()
+		}
+		var got []string
+		for _, s := range list.Items {
+			for _, ep := range s.Endpoints {
+				got = append(got, ep.Addresses...)
+			}
+		}
+		slices.Sort(got)
+		if want := []string{"10.244.1.5", "10.244.1.6"}; !slices.Equal(got, want) {
+			return fmt.Sprintf("imported endpoints %q, want %q", got, want)
+		}
+		return ""
+	})
 
 	if err := m.c.Delete(t.Context(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"}}); err != nil {
 		t.Fatal(err)

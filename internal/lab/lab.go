@@ -53,7 +53,8 @@ type Options struct {
 	// nodeagent.ReasonBinaryNotFound.
 	EchoBinary string
 	// OverlappingCIDRs gives every member cluster the same pod and service CIDRs and joins
-	// them with globalnet addressing, for the modes that connect such clusters. Optional.
+	// them with globalnet addressing: they reach each other's exported services by global
+	// IPs (docs/architecture.md §6h). Optional.
 	OverlappingCIDRs bool
 	// DNSBinary is the octopus-dns executable that the octopus-dns pods join deploys run
 	// (nodeagent.OctopusDNSImage). Optional: without it they report

@@ -57,6 +57,13 @@ type ImportReconciler struct {
 	// DefaultWorkers when zero.
 	Workers int
 
+	// LocalCluster, when set, is this cluster's ID, whose own exports are imported from its
+	// local EndpointSlices (as direct addressing publishes them) instead of from what it
+	// published on the hub. Set under globalnet addressing: the published addresses are
+	// global IPs, which the gateway translates only for traffic from other clusters, so this
+	// cluster's own pods could not reach them (docs/architecture.md §6h).
+	LocalCluster string
+
 	// liveness says which clusters' endpoints are withdrawn because their heartbeat stopped;
 	// nil withdraws none.
 	liveness *liveness
@@ -109,6 +116,9 @@ func (r *ImportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	records, hubSlices, err := r.fromHub(ctx, key)
 	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if hubSlices, err = r.withLocalEndpoints(ctx, key, hubSlices); err != nil {
 		return ctrl.Result{}, err
 	}
 	if len(records) == 0 {
@@ -325,6 +335,45 @@ func (r *ImportReconciler) fromHub(ctx context.Context, key types.NamespacedName
 		return r.withdrawn(s.Labels[mcsv1beta1.LabelSourceCluster])
 	})
 	return recs, sls, nil
+}
+
+// withLocalEndpoints replaces, when r.LocalCluster is set, this cluster's own slices among
+// hubSlices by those it would publish under direct addressing: its ready pods' own addresses,
+// from the local EndpointSlices of the exported Service (Publication, the exporter's own code).
+// While the export or the Service is missing its own slices are dropped.
+func (r *ImportReconciler) withLocalEndpoints(ctx context.Context, key types.NamespacedName, hubSlices []discoveryv1.EndpointSlice) ([]discoveryv1.EndpointSlice, error) {
+	if r.LocalCluster == "" {
+		return hubSlices, nil
+	}
+	own := func(s discoveryv1.EndpointSlice) bool {
+		return s.Labels[mcsv1beta1.LabelSourceCluster] == r.LocalCluster
+	}
+	if !slices.ContainsFunc(hubSlices, own) {
+		return hubSlices, nil
+	}
+	out := slices.DeleteFunc(slices.Clone(hubSlices), own)
+	export := &mcsv1beta1.ServiceExport{}
+	svc := &corev1.Service{}
+	for _, o := range []client.Object{export, svc} {
+		if err := r.Member.Get(ctx, key, o); err != nil {
+			if apierrors.IsNotFound(err) {
+				return out, nil // its own withdrawal from the hub follows
+			}
+			return nil, fmt.Errorf("reading %s for the local endpoints of its import: %w", key, err)
+		}
+	}
+	local := &discoveryv1.EndpointSliceList{}
+	if err := r.Member.List(ctx, local, client.InNamespace(key.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: key.Name}); err != nil {
+		return nil, fmt.Errorf("listing the local EndpointSlices of %s: %w", key, err)
+	}
+	_, direct, err := Publication(r.HubNamespace, r.LocalCluster, export, svc, local.Items)
+	if err != nil {
+		return out, nil //nolint:nilerr // not exportable as it is: the export controller reports why
+	}
+	for _, s := range direct {
+		out = append(out, *s)
+	}
+	return out, nil
 }
 
 // withdrawn reports whether clusterID's endpoints are withdrawn for lack of a heartbeat.

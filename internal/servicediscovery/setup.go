@@ -114,7 +114,9 @@ func useMapper(co *cluster.Options, m meta.RESTMapper) {
 // cluster's exports: the import side builds from it, and the export side reads it to set the
 // Conflict condition. It may be called after mgr has started.
 func Setup(mgr manager.Manager, o ExportOptions) error {
-	exports, err := setupImport(mgr, ImportOptions{Hub: o.Hub, HubNamespace: o.HubNamespace, ClusterID: o.ClusterID, StaleClusterTTL: o.StaleClusterTTL, HubMapper: o.HubMapper, Workers: o.ImportWorkers})
+	_, global := o.Addresses.(GlobalAddresses)
+	exports, err := setupImport(mgr, ImportOptions{Hub: o.Hub, HubNamespace: o.HubNamespace, ClusterID: o.ClusterID, StaleClusterTTL: o.StaleClusterTTL, HubMapper: o.HubMapper, Workers: o.ImportWorkers,
+		LocalEndpoints: global})
 	if err != nil {
 		return err
 	}
@@ -264,6 +266,10 @@ type ImportOptions struct {
 	HubMapper meta.RESTMapper
 	// Workers is how many services are reconciled at once. Optional; DefaultWorkers when zero.
 	Workers int
+	// LocalEndpoints imports this cluster's (ClusterID's) own exports from its local
+	// EndpointSlices: see ImportReconciler.LocalCluster. Optional; Setup sets it under
+	// GlobalAddresses.
+	LocalEndpoints bool
 }
 
 // SetupImport adds the import controller to mgr, which runs against the member cluster, along
@@ -336,6 +342,12 @@ func setupImport(mgr manager.Manager, o ImportOptions) (cache.Cache, error) {
 		Workers:  o.Workers, expectations: newExpectations(),
 		propagation: newPropagation(propagationSeconds, time.Now(), time.Now),
 	}
+	if o.LocalEndpoints {
+		if o.ClusterID == "" {
+			return nil, errors.New("setting up the service import controller: importing local endpoints needs the cluster ID")
+		}
+		r.LocalCluster = o.ClusterID
+	}
 	if err := r.SetupWithManager(mgr, hubCluster.GetCache()); err != nil {
 		return nil, err
 	}
@@ -348,7 +360,11 @@ func setupImport(mgr manager.Manager, o ImportOptions) (cache.Cache, error) {
 // is put back), and by namespaces being created (an import waits for its namespace).
 func (r *ImportReconciler) SetupWithManager(mgr manager.Manager, hubCache cache.Cache) error {
 	started := time.Now()
-	err := ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.LocalCluster != "" {
+		b = b.Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(localService))
+	}
+	err := b.
 		Named("serviceimport").
 		WatchesRawSource(source.Kind(hubCache, &mcsv1beta1.ServiceImport{}, newBacklogLast(
 			handler.TypedEnqueueRequestsFromMapFunc(hubService[*mcsv1beta1.ServiceImport]), started, recordCreated))).
@@ -386,6 +402,16 @@ func exportedServiceKey(o client.Object) []string {
 func importedService(_ context.Context, o client.Object) []reconcile.Request {
 	name := o.GetLabels()[mcsv1beta1.LabelServiceName]
 	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+// localService maps a local EndpointSlice of a Service to the import of that Service's name,
+// for withLocalEndpoints: a ClusterSetIP export's hub slice does not change with its pods.
+func localService(_ context.Context, o client.Object) []reconcile.Request {
+	name := o.GetLabels()[discoveryv1.LabelServiceName]
+	if name == "" || importedSlice(o) {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}

@@ -87,3 +87,25 @@ func objects(namespace, clusterID, serverImage, clientImage string) []client.Obj
 		&mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: serviceName(clusterID), Namespace: namespace, Labels: labels}},
 	}
 }
+
+// podServiceName is the headless Service through which a globalnet cluster exports its probe
+// server, so that the server gets a global IP of its own for the pod-to-pod check: other
+// clusters cannot route its pod address (docs/architecture.md §6h).
+func podServiceName(clusterID string) string { return "probe-pod-" + clusterID }
+
+// globalnetObjects are what verify adds in a globalnet cluster: the headless export of the
+// probe server.
+func globalnetObjects(namespace, clusterID string) []client.Object {
+	labels := map[string]string{managedByLabel: managedBy}
+	return []client.Object{
+		&corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: podServiceName(clusterID), Namespace: namespace, Labels: labels},
+			Spec: corev1.ServiceSpec{
+				ClusterIP: corev1.ClusterIPNone,
+				Selector:  map[string]string{appLabel: serverName},
+				Ports:     []corev1.ServicePort{{Name: "http", Port: httpPort}},
+			},
+		},
+		&mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: podServiceName(clusterID), Namespace: namespace, Labels: labels}},
+	}
+}

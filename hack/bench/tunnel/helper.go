@@ -19,8 +19,10 @@ import (
 	"golang.zx2c4.com/wireguard/device"
 	"golang.zx2c4.com/wireguard/tun"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/nat"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/drivers"
+	"github.com/octopus-mcs/octopus/internal/ipam"
 )
 
 // helperCommand is the hidden first argument with which this program runs as a gateway inside
@@ -48,8 +50,8 @@ func helperMain(args []string) int {
 }
 
 func runHelper(args []string, in io.Reader, out io.Writer) error {
-	if len(args) != 3 {
-		return fmt.Errorf("want <kind> <device> <underlay address>, got %q", args)
+	if len(args) < 3 || (args[0] == "globalnet") != (len(args) == 6) || (args[0] != "globalnet" && len(args) != 3) {
+		return fmt.Errorf("want <kind> <device> <underlay address> (globalnet: and <global CIDR> <pod global address> <pod address>), got %q", args)
 	}
 	kind, dev := args[0], args[1]
 	local, err := netip.ParseAddr(args[2])
@@ -57,9 +59,12 @@ func runHelper(args []string, in io.Reader, out io.Writer) error {
 		return err
 	}
 	var gw gatewayTunnel
-	if kind == "lib-wg" {
+	switch kind {
+	case "lib-wg":
 		gw, err = newLibDevice(dev)
-	} else {
+	case "globalnet":
+		gw, err = newGlobalnet(dev, local, args[3:])
+	default:
 		gw, err = newDriver(kind, dev, local)
 	}
 	if err != nil {
@@ -131,6 +136,58 @@ func (t *driverTunnel) configure(key string, ep netip.AddrPort, subnet netip.Pre
 }
 
 func (t *driverTunnel) close() error { return t.d.Close() }
+
+// globalnetTunnel is our wireguard driver with the globalnet NAT of a gateway whose cluster
+// has the global CIDR global: its pod's traffic to the peer's global CIDR leaves SNATed to
+// the cluster's egress range (the CIDR's first 8 addresses), and globalPod is translated 1:1
+// to the pod, as for a pod of an exported headless Service.
+type globalnetTunnel struct {
+	*driverTunnel
+	nat            *nat.NAT
+	global         netip.Prefix
+	globalPod, pod netip.Addr
+}
+
+func newGlobalnet(dev string, local netip.Addr, args []string) (*globalnetTunnel, error) {
+	global, err := netip.ParsePrefix(args[0])
+	if err != nil {
+		return nil, err
+	}
+	globalPod, err := netip.ParseAddr(args[1])
+	if err != nil {
+		return nil, err
+	}
+	pod, err := netip.ParseAddr(args[2])
+	if err != nil {
+		return nil, err
+	}
+	n, err := nat.New(nat.Options{})
+	if err != nil {
+		return nil, err
+	}
+	d, err := newDriver("wireguard", dev, local)
+	if err != nil {
+		return nil, err
+	}
+	return &globalnetTunnel{driverTunnel: d, nat: n, global: global, globalPod: globalPod, pod: pod}, nil
+}
+
+func (t *globalnetTunnel) configure(key string, ep netip.AddrPort, subnet netip.Prefix) error {
+	if err := t.driverTunnel.configure(key, ep, subnet); err != nil {
+		return err
+	}
+	egressLast, _ := ipam.Add(t.global.Addr(), 7)
+	return t.nat.Apply(context.Background(), nat.State{
+		GlobalCIDRs:   []netip.Prefix{t.global},
+		RemoteCIDRs:   []netip.Prefix{subnet},
+		ClusterEgress: []ipam.Range{{First: t.global.Addr(), Last: egressLast}},
+		Pods:          []nat.PodIngress{{Name: "bench/pod", GlobalIP: t.globalPod, Pod: t.pod}},
+	})
+}
+
+func (t *globalnetTunnel) close() error {
+	return errors.Join(t.nat.Delete(context.Background()), t.driverTunnel.close())
+}
 
 // libTunnel is the wireguard-go library and nothing else: a TUN device, device.NewDevice with
 // the default bind, IpcSet. The parent sets the link up (wireguard-go then opens its sockets)

@@ -29,6 +29,16 @@ var modes = []mode{
 	{"lib-wg", "(c) bare wireguard-go library pair", 'c', helperTunnel("lib-wg")},
 	{"wireguard", "(d) Octopus wireguard driver", 'd', helperTunnel("wireguard")},
 	{"vxlan", "(e) Octopus vxlan driver", 'e', helperTunnel("vxlan")},
+	{"globalnet", "(f) Octopus wireguard driver + globalnet NAT", 'f', helperTunnel("globalnet")},
+}
+
+// target is the address pod 1 reaches pod 2 at in mode key: in the globalnet mode, pod 2's
+// global address, which both gateways translate (docs/architecture.md §6h).
+func target(key string, pod2 gateway) netip.Addr {
+	if key == "globalnet" {
+		return pod2.globalPod
+	}
+	return pod2.podAddr
 }
 
 func modeKeys() []string {
@@ -119,7 +129,11 @@ func helperTunnel(kind string) func(context.Context, *setup) error {
 		var outs [2]*bufio.Scanner
 		var keys [2]string
 		for i, g := range s.topo.gws {
-			p, err := start(g.ns, kind+" "+g.dev, []string{exe, helperCommand, kind, g.dev, g.underlay.String()}, withStdin, withStdout)
+			argv := []string{exe, helperCommand, kind, g.dev, g.underlay.String()}
+			if kind == "globalnet" {
+				argv = append(argv, g.global.String(), g.globalPod.String(), g.podAddr.String())
+			}
+			p, err := start(g.ns, kind+" "+g.dev, argv, withStdin, withStdout)
 			if err != nil {
 				return err
 			}
@@ -131,8 +145,12 @@ func helperTunnel(kind string) func(context.Context, *setup) error {
 		}
 		for i, g := range s.topo.gws {
 			peer := s.topo.gws[1-i]
+			subnet := peer.podNet
+			if kind == "globalnet" {
+				subnet = peer.global // the Peer of a globalnet cluster advertises its global CIDR
+			}
 			if _, err := fmt.Fprintf(procs[i].stdin, "peer %s %s %s\n",
-				keys[1-i], netip.AddrPortFrom(peer.underlay, tunnelPort), peer.podNet); err != nil {
+				keys[1-i], netip.AddrPortFrom(peer.underlay, tunnelPort), subnet); err != nil {
 				return fmt.Errorf("configuring %s: %w", procs[i].name, err)
 			}
 			if _, err := expectLine(procs[i], outs[i], "ready"); err != nil {

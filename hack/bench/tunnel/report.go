@@ -26,6 +26,7 @@ var targets = []ratioTarget{
 	{"wireguard", "debian-wg", 2.0},
 	{"wireguard", "lib-wg", 0.9},
 	{"vxlan", "veth", 0.6},
+	{"globalnet", "wireguard", 0.9},
 }
 
 // report writes the results as Markdown: versions and load, medians per mode, per-round

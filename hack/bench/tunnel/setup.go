@@ -42,9 +42,9 @@ func newSetup(ctx context.Context, m mode) (*setup, error) {
 	}
 	// The first packets of a WireGuard mode wait for the handshake.
 	if err := waitFor(nil, 20*time.Second, func() bool {
-		return exec.CommandContext(ctx, "ip", "netns", "exec", pod1.podNS, "ping", "-c1", "-W1", "-q", pod2.podAddr.String()).Run() == nil
+		return exec.CommandContext(ctx, "ip", "netns", "exec", pod1.podNS, "ping", "-c1", "-W1", "-q", target(m.key, pod2).String()).Run() == nil
 	}); err != nil {
-		return s, fmt.Errorf("pod 1 does not reach pod 2 (%s): %w", pod2.podAddr, err)
+		return s, fmt.Errorf("pod 1 does not reach pod 2 (%s): %w", target(m.key, pod2), err)
 	}
 	return s, nil
 }
@@ -81,7 +81,7 @@ func (s *setup) measure(ctx context.Context, c config) (sample, error) {
 	if smp.multi, err = s.throughput(ctx, c.duration, c.streams); err != nil {
 		return smp, err
 	}
-	smp.ping, err = runPing(ctx, s.topo.gws[0].podNS, s.topo.gws[1].podAddr, c.pings)
+	smp.ping, err = runPing(ctx, s.topo.gws[0].podNS, target(s.mode.key, s.topo.gws[1]), c.pings)
 	return smp, err
 }
 
@@ -95,7 +95,7 @@ func (s *setup) throughput(ctx context.Context, d time.Duration, streams int) (t
 	}
 	pids = append(pids, ksoftirqdPIDs()...)
 	before := cpuTime(pids)
-	res, clientCPU, err := runIperf(ctx, s.topo.gws[0].podNS, s.topo.gws[1].podAddr, d, streams)
+	res, clientCPU, err := runIperf(ctx, s.topo.gws[0].podNS, target(s.mode.key, s.topo.gws[1]), d, streams)
 	if err != nil {
 		return throughput{}, err
 	}

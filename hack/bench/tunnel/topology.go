@@ -32,6 +32,10 @@ type gateway struct {
 	podGW     netip.Addr   // the gateway's address in podNet
 	podAddr   netip.Addr   // the pod's address in podNet
 	dev       string       // this mode's tunnel device name, unique on the machine
+	// global is the gateway's cluster's global CIDR in the globalnet mode (242.<i>.0.0/16,
+	// inside our namespaces only), and globalPod the pod's global address in it.
+	global    netip.Prefix
+	globalPod netip.Addr
 }
 
 // topology is two gateways joined by one veth pair (the underlay), each with a pod behind it.
@@ -50,13 +54,15 @@ func newTopology(ctx context.Context, key string, letter byte) (*topology, error
 	for i := range t.gws {
 		base := byte(64 * i)
 		t.gws[i] = gateway{
-			ns:       fmt.Sprintf("%s%d-%s-gw%d", nsPrefix, os.Getpid(), key, i+1),
-			podNS:    fmt.Sprintf("%s%d-%s-pod%d", nsPrefix, os.Getpid(), key, i+1),
-			underlay: netip.AddrFrom4([4]byte{203, 0, 113, byte(i + 1)}),
-			podNet:   netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 51, 100, base}), 26),
-			podGW:    netip.AddrFrom4([4]byte{198, 51, 100, base + 1}),
-			podAddr:  netip.AddrFrom4([4]byte{198, 51, 100, base + 2}),
-			dev:      fmt.Sprintf("%s%d%c%d", devPrefix, os.Getpid(), letter, i+1),
+			ns:        fmt.Sprintf("%s%d-%s-gw%d", nsPrefix, os.Getpid(), key, i+1),
+			podNS:     fmt.Sprintf("%s%d-%s-pod%d", nsPrefix, os.Getpid(), key, i+1),
+			underlay:  netip.AddrFrom4([4]byte{203, 0, 113, byte(i + 1)}),
+			podNet:    netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 51, 100, base}), 26),
+			podGW:     netip.AddrFrom4([4]byte{198, 51, 100, base + 1}),
+			podAddr:   netip.AddrFrom4([4]byte{198, 51, 100, base + 2}),
+			dev:       fmt.Sprintf("%s%d%c%d", devPrefix, os.Getpid(), letter, i+1),
+			global:    netip.PrefixFrom(netip.AddrFrom4([4]byte{242, byte(i + 1), 0, 0}), 16),
+			globalPod: netip.AddrFrom4([4]byte{242, byte(i + 1), 0, 16}),
 		}
 		for _, ns := range []string{t.gws[i].ns, t.gws[i].podNS} {
 			if err := ip(ctx, "netns", "add", ns); err != nil {

@@ -217,13 +217,16 @@ func configureNode(c NodeConfig) error {
 	return errors.Join(errs...)
 }
 
-// NonMasqueradeCIDR is where pod traffic keeps its pod source address: every cluster's pod and
-// service ranges in the lab are inside it (see lab.MaxClusters), so a pod reaching a pod or
-// Service of another cluster through the gateways is seen with its own address there. This is
-// ip-masq-agent's default nonMasqueradeCIDRs (which also lists the other RFC 1918 ranges, not
-// used by the lab). Only traffic leaving the 10.0.0.0/8 world (the API servers, the uplink)
-// is masqueraded.
-var NonMasqueradeCIDR = netip.MustParsePrefix("10.0.0.0/8")
+// NonMasqueradeCIDRs are where pod traffic keeps its pod source address: every cluster's pod
+// and service ranges in the lab are inside 10.0.0.0/8 (see lab.MaxClusters), so a pod reaching
+// a pod or Service of another cluster through the gateways is seen with its own address there.
+// This is ip-masq-agent's default nonMasqueradeCIDRs (which also lists the other RFC 1918
+// ranges, not used by the lab). The hub's default globalnet pool (hub.DefaultGlobalnetPool) is
+// exempt too: a globalnet cluster's pods must reach the active gateway with their own address,
+// which the gateway translates to the cluster's (or the pod's) egress range
+// (docs/architecture.md §6h). Only traffic leaving these (the API servers, the uplink) is
+// masqueraded.
+var NonMasqueradeCIDRs = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("242.0.0.0/8")}
 
 // applyMasquerade (re)writes owner.LabNodeNFTTable in the node namespace in one nft
 // transaction: add then flush makes it idempotent and replaces whatever an earlier run left.
@@ -231,8 +234,8 @@ func applyMasquerade(netnsName string, clusterPodCIDR netip.Prefix) error {
 	script := fmt.Sprintf(`add table ip %[1]s
 flush table ip %[1]s
 add chain ip %[1]s postrouting { type nat hook postrouting priority srcnat + 10; policy accept; }
-add rule ip %[1]s postrouting ip saddr %[2]s ip daddr != %[2]s ip daddr != %[4]s oifname != "%[3]s*" masquerade
-`, owner.LabNodeNFTTable, clusterPodCIDR.Masked(), owner.LabPodVethPrefix, NonMasqueradeCIDR)
+add rule ip %[1]s postrouting ip saddr %[2]s ip daddr != %[2]s ip daddr != { %[4]s } oifname != "%[3]s*" masquerade
+`, owner.LabNodeNFTTable, clusterPodCIDR.Masked(), owner.LabPodVethPrefix, prefixList(NonMasqueradeCIDRs))
 	return inNamespace(netnsName, func() error {
 		// nft inherits the network namespace of the (locked) thread that forks it.
 		cmd := exec.Command("nft", "-f", "-")
@@ -308,4 +311,13 @@ func pidsIn(inodes map[uint64]string) ([]int, error) {
 		pids = append(pids, pid)
 	}
 	return pids, nil
+}
+
+// prefixList writes prefixes as the elements of an nft anonymous set.
+func prefixList(prefixes []netip.Prefix) string {
+	out := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		out[i] = p.String()
+	}
+	return strings.Join(out, ", ")
 }
