@@ -193,6 +193,11 @@ type UnderlayProbe struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	RequiredMTU int32 `json:"requiredMTU,omitempty"`
+	// tunnelMTU is the tunnel device's MTU at the time; requiredMTU minus tunnelMTU is the
+	// encapsulation overhead.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TunnelMTU int32 `json:"tunnelMTU,omitempty"`
 }
 
 // PeerStatus is what the gateway observes.
