@@ -46,8 +46,8 @@ func NewPathProber(interval time.Duration, log logr.Logger) func(tunnelPort uint
 		}
 		p := &pathProber{
 			responder: r, interval: interval, log: log,
-			mtus: func(remote netip.Addr) (tunnelMTU, required int32) { return tunnelMTUs(device, overhead, remote) },
-			targets:  map[string]netip.AddrPort{}, results: map[string]measured{},
+			mtus:    func(remote netip.Addr) (tunnelMTU, required int32) { return tunnelMTUs(device, overhead, remote) },
+			targets: map[string]netip.AddrPort{}, results: map[string]measured{},
 			wake: make(chan struct{}, 1), stop: make(chan struct{}),
 		}
 		p.wg.Add(1)
