@@ -60,6 +60,9 @@ func Probe(ctx context.Context, remote netip.AddrPort, o Options) (Result, error
 		return Result{}, fmt.Errorf("opening a UDP socket towards %s: %w", remote, err)
 	}
 	defer c.Close()
+	// A cancelled measurement ends at once rather than after the probe in flight times out
+	// (the gateway's active term waits for it before it hands over).
+	defer context.AfterFunc(ctx, func() { _ = c.SetReadDeadline(time.Now()) })()
 	var localMTU int
 	rc, err := c.SyscallConn()
 	if err != nil {
@@ -120,10 +123,11 @@ type session struct {
 
 // fits sends probes of IP size size until one is answered (true) or Tries went unanswered.
 func (s *session) fits(ctx context.Context, size int) (bool, error) {
-	if size > len(s.buf)+s.hdr {
-		s.buf = make([]byte, size)
+	n := size - s.hdr
+	if n > len(s.buf) {
+		s.buf = make([]byte, n)
 	}
-	payload := s.buf[:size-s.hdr]
+	payload := s.buf[:n]
 	for range s.o.Tries {
 		if err := ctx.Err(); err != nil {
 			return false, fmt.Errorf("probing the path: %w", err)
@@ -145,7 +149,7 @@ func (s *session) fits(ctx context.Context, size int) (bool, error) {
 			}
 			return false, fmt.Errorf("sending a %d-byte probe: %w", size, err)
 		}
-		answered, err := s.await(start)
+		answered, err := s.await(ctx, start)
 		if err != nil {
 			return false, err
 		}
@@ -159,9 +163,13 @@ func (s *session) fits(ctx context.Context, size int) (bool, error) {
 }
 
 // await reads until the answer to the current nonce arrives (true) or the wait is over.
-func (s *session) await(start time.Time) (bool, error) {
+func (s *session) await(ctx context.Context, start time.Time) (bool, error) {
 	if err := s.c.SetReadDeadline(start.Add(s.wait)); err != nil {
 		return false, fmt.Errorf("setting the probe deadline: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		// Cancelled after Probe's AfterFunc set the deadline, which we just moved.
+		return false, fmt.Errorf("probing the path: %w", err)
 	}
 	for {
 		n, err := s.c.Read(s.rbuf)
