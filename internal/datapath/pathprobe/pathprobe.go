@@ -3,19 +3,16 @@
 // it unfragmented (packetization-layer path MTU discovery, RFC 8899, with our own probes).
 //
 // A probe is a UDP datagram to the remote tunnel endpoint (address and tunnel port) whose
-// payload starts with Magic. Neither tunnel protocol starts a datagram that way (a WireGuard
-// message starts with its type 1..4 and three zero bytes, a VXLAN header with the flags byte
-// 0x08), so the remote gateway's Responder can take probes off the tunnel port with an
-// nftables rule (a redirect of Magic-prefixed UDP to its own socket) without touching the
-// tunnel, whoever owns the port: wireguard-go's socket or the kernel's VXLAN socket. A firewall
-// that drops the tunnel port drops the probes too, since they travel to the same address and
-// port.
+// payload starts with Magic and a type byte. Neither tunnel protocol starts a datagram that way
+// (a WireGuard message starts with its type 1..4 and three zero bytes, a VXLAN header with the
+// flags byte 0x08), so the remote gateway's Responder, which sees a copy of what arrives at the
+// tunnel port (responder.go), answers probes only, and the tunnel's socket drops its copy. A
+// firewall that drops the tunnel port drops the probes too, since they travel to the same
+// address and port and are answered from it.
 //
-// Probes leave from an ephemeral port rather than the tunnel's own, for two reasons: the tunnel
-// driver holds that port, and conntrack already tracks the tunnel's flow (port to port), so a
-// probe with the same five-tuple would follow that flow's (absent) NAT and reach the tunnel
-// socket instead of the Responder. A firewall keyed on the source port only (rare: security
-// groups and `udp dport` rules key on the destination) could treat probes and tunnel apart.
+// Probes leave from an ephemeral port rather than the tunnel's own, which the tunnel driver
+// holds. A firewall keyed on the source port alone could treat probes and tunnel apart; one
+// keyed on the destination port (security groups, `udp dport` rules) cannot.
 //
 // The package needs no Kubernetes client; the gateway (internal/gateway) runs a Responder and
 // probes each remote gateway periodically, and publishes the results in its Peer's status.
