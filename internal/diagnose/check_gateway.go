@@ -227,11 +227,15 @@ func judgeUnderlay(to string, u v1alpha1.UnderlayProbe, local, remote string) Fi
 		return failure(fmt.Sprintf("check that %s's gateway runs (`octopus diagnose gateway` with its kubeconfig) and listens on UDP %s", to, port),
 			"the tunnel port of %s at %s does not accept this gateway's UDP probes (%s): the tunnel cannot come up", to, orUnknown(remote), u.Message)
 	case !u.PortReachable:
+		cause := "a firewall between the gateways drops the tunnel port"
+		if strings.HasPrefix(u.Message, "this node's firewall") {
+			cause = "this gateway node's own firewall drops the tunnel port"
+		}
 		return failure(fmt.Sprintf("let UDP port %[1]s pass in both directions between %[2]s and %[3]s: on each gateway node find the rule that drops it "+
 			"(`nft list ruleset | grep -w %[1]s`, `iptables-save | grep -w %[1]s`) and remove it or accept the port before it (`nft insert rule inet filter input udp dport %[1]s accept`); "+
 			"in a cloud, allow UDP %[1]s between the gateways in the security groups or firewall rules", port, orUnknown(localIP), orUnknown(remoteIP)),
-			"UDP probes from this gateway to the tunnel port of %s at %s get no answer (%s): a firewall between the gateways drops the tunnel port, so the tunnel carries nothing",
-			to, orUnknown(remote), u.Message)
+			"UDP probes from this gateway to the tunnel port of %s at %s get no answer (%s): %s, so the tunnel carries nothing",
+			to, orUnknown(remote), u.Message, cause)
 	case u.PathMTU > 0 && u.RequiredMTU > u.PathMTU:
 		fix := fmt.Sprintf("raise the MTU of the underlay link between %s and %s that allows only %d bytes", orUnknown(localIP), orUnknown(remoteIP), u.PathMTU)
 		if u.TunnelMTU > 0 {

@@ -326,6 +326,10 @@ func TestFaults(t *testing.T) {
 			c.Underlay = &v1alpha1.UnderlayProbe{Time: metav1.NewTime(testNow), Message: "no answer from UDP 203.0.113.1:4500 to 3 probes, 1s each"}
 		}, "gateway", "west", SeverityError, "UDP probes from this gateway to the tunnel port of east at 203.0.113.1:4500 get no answer (no answer from UDP 203.0.113.1:4500 to 3 probes, 1s each): a firewall between the gateways drops the tunnel port",
 			"let UDP port 4500 pass in both directions between 203.0.113.2 and 203.0.113.1: on each gateway node find the rule that drops it (`nft list ruleset | grep -w 4500`"},
+		{"tunnel port dropped by this node", func(s *fakeSet) {
+			c := &s.cluster("west").hub["peer"].(*v1alpha1.Peer).Status.Connections[0]
+			c.Underlay = &v1alpha1.UnderlayProbe{Time: metav1.NewTime(testNow), Message: "this node's firewall drops UDP to 203.0.113.1:4500: sending was refused (EPERM), an output rule drops it"}
+		}, "gateway", "west", SeverityError, "an output rule drops it): this gateway node's own firewall drops the tunnel port", "let UDP port 4500 pass"},
 		{"tunnel port closed", func(s *fakeSet) {
 			c := &s.cluster("west").hub["peer"].(*v1alpha1.Peer).Status.Connections[0]
 			c.Underlay = &v1alpha1.UnderlayProbe{Time: metav1.NewTime(testNow), Message: "refused: 203.0.113.1 answered that nothing listens on UDP port 4500 (ICMP port unreachable)"}
