@@ -159,7 +159,7 @@ func TestDiagnose(t *testing.T) {
 		}
 		for _, from := range []struct{ cluster, to string }{{c1.Name, c2.Name}, {c2.Name, c1.Name}} {
 			d.expect(t, r, "gateway", from.cluster, diagnose.SeverityError, "the tunnel to "+from.to+" is down (Error)", "check that UDP to the tunnel port passes in both directions")
-			d.expect(t, r, "gateway", from.cluster, diagnose.SeverityError, "firewall drops the tunnel port, so the tunnel carries nothing",
+			d.expect(t, r, "gateway", from.cluster, diagnose.SeverityError, "drops the tunnel port, so the tunnel carries nothing",
 				"let UDP port 4500 pass in both directions between ")
 		}
 		d.onlyErrorsOf(t, r, "gateway "+c1.Name, "gateway "+c2.Name)
