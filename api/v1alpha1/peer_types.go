@@ -163,6 +163,41 @@ type PeerConnection struct {
 	// lastHandshake is when the WireGuard handshake with the remote gateway last completed.
 	// +optional
 	LastHandshake *metav1.Time `json:"lastHandshake,omitempty"`
+	// underlay is what this gateway last measured of the underlay path to the remote gateway's
+	// tunnel endpoint, outside the tunnel: whether UDP to the tunnel port is answered and the
+	// largest packet that passes unfragmented. Absent until the first measurement, and for a
+	// connection carried by another Peer's tunnel (via).
+	// +optional
+	Underlay *UnderlayProbe `json:"underlay,omitempty"`
+}
+
+// UnderlayProbe is one measurement of the underlay path from this gateway to a remote
+// gateway's tunnel endpoint, made with UDP probes sent to the tunnel port.
+type UnderlayProbe struct {
+	// time is when the measurement finished.
+	// +required
+	Time metav1.Time `json:"time"`
+	// portReachable is true when the remote gateway answered a probe sent to its tunnel port.
+	// +required
+	PortReachable bool `json:"portReachable"`
+	// message says why the port counts as unreachable: no answer, or refused.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// pathMTU is the largest IP packet, in bytes, that reached the remote tunnel port with the
+	// Don't Fragment bit set; 0 when the port is unreachable.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	PathMTU int32 `json:"pathMTU,omitempty"`
+	// requiredMTU is the largest IP packet the tunnel sends on the underlay: the tunnel device's
+	// MTU plus the encapsulation. A pathMTU below it drops the tunnel's largest packets.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	RequiredMTU int32 `json:"requiredMTU,omitempty"`
+	// tunnelMTU is the tunnel device's MTU at the time; requiredMTU minus tunnelMTU is the
+	// encapsulation overhead.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	TunnelMTU int32 `json:"tunnelMTU,omitempty"`
 }
 
 // PeerStatus is what the gateway observes.

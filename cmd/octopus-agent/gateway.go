@@ -20,28 +20,29 @@ import (
 
 // gatewayOptions are the flags of `octopus-agent gateway`.
 type gatewayOptions struct {
-	kubeconfig       string
-	nodeName         string
-	backend          string
-	listenPort       uint16
-	device           string
-	endpointIP       string
-	healthCheckIP    string
-	excludeSubnets   []string
-	globalEgressSize int
-	mtu              int
-	leaseDuration    time.Duration
-	renewDeadline    time.Duration
-	retryPeriod      time.Duration
-	statusInterval   time.Duration
-	healthInterval   time.Duration
-	metricsAddr      string
-	livenessPort     uint16
-	livenessInterval time.Duration
-	livenessFailures int
-	takeoverAfter    time.Duration
-	hub              bool
-	hubNamespace     string
+	kubeconfig            string
+	nodeName              string
+	backend               string
+	listenPort            uint16
+	device                string
+	endpointIP            string
+	healthCheckIP         string
+	excludeSubnets        []string
+	globalEgressSize      int
+	mtu                   int
+	underlayProbeInterval time.Duration
+	leaseDuration         time.Duration
+	renewDeadline         time.Duration
+	retryPeriod           time.Duration
+	statusInterval        time.Duration
+	healthInterval        time.Duration
+	metricsAddr           string
+	livenessPort          uint16
+	livenessInterval      time.Duration
+	livenessFailures      int
+	takeoverAfter         time.Duration
+	hub                   bool
+	hubNamespace          string
 }
 
 func newGatewayCommand() *cobra.Command {
@@ -106,6 +107,8 @@ address through its Node object and the hub has none: a standby waits out --leas
 	f.IntVar(&o.livenessFailures, "liveness-failures", gateway.DefaultLivenessFailures, "consecutive failed probes before a standby may take over")
 	f.DurationVar(&o.takeoverAfter, "takeover-after", 0,
 		"how long the Lease must also go unrenewed before a standby takes over; must exceed --retry-period (default 2 × --retry-period)")
+	f.DurationVar(&o.underlayProbeInterval, "underlay-probe-interval", gateway.DefaultUnderlayProbeInterval,
+		"how often to measure the underlay path to every remote gateway (tunnel port reachable, path MTU) with UDP probes to its tunnel port; 0 turns it off (this gateway then answers no probes either)")
 	f.DurationVar(&o.statusInterval, "status-interval", gateway.DefaultStatusInterval, "how often to refresh the Peer's status")
 	return cmd
 }
@@ -124,6 +127,9 @@ func (o gatewayOptions) complete() (gateway.Options, error) {
 		StatusInterval: o.statusInterval, Log: ctrl.Log.WithName("gateway"), GlobalEgressSize: o.globalEgressSize,
 		NewProber:    gateway.NewHealthProber(o.healthInterval, ctrl.Log.WithName("health")),
 		LivenessPort: o.livenessPort, LivenessInterval: o.livenessInterval, LivenessFailures: o.livenessFailures, TakeoverAfter: o.takeoverAfter,
+	}
+	if o.underlayProbeInterval > 0 {
+		opts.NewUnderlayProber = gateway.NewPathProber(o.underlayProbeInterval, ctrl.Log.WithName("underlay"))
 	}
 	if o.livenessPort != 0 && o.takeoverAfter != 0 && o.takeoverAfter <= o.retryPeriod {
 		return gateway.Options{}, fmt.Errorf("--takeover-after %s must exceed --retry-period %s: a live active gateway renews only every retry period", o.takeoverAfter, o.retryPeriod)

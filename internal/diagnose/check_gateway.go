@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -198,6 +199,9 @@ func judgeConnection(c v1alpha1.PeerConnection, local, remote string, now time.T
 		}
 		out = append(out, failure(fix, "the tunnel to %s is down (%s): %s", to, c.State, c.Message))
 	}
+	if c.Underlay != nil && c.Via == "" {
+		out = append(out, judgeUnderlay(to, *c.Underlay, local, remote))
+	}
 	if c.LastHandshake != nil {
 		if age := now.Sub(c.LastHandshake.Time); age > wireGuardRejectAfterTime {
 			out = append(out, failure(fmt.Sprintf("check that UDP passes between %s and %s; a restart of the gateway makes a new key and handshake", orUnknown(local), orUnknown(remote)),
@@ -206,6 +210,44 @@ func judgeConnection(c v1alpha1.PeerConnection, local, remote string, now time.T
 		}
 	}
 	return out
+}
+
+// judgeUnderlay judges what the gateway measured of the underlay path to a remote gateway's
+// tunnel endpoint with its own UDP probes to the tunnel port: whether the port answers, and
+// whether the path carries the tunnel's largest packets unfragmented. local and remote are
+// the two ends' tunnel endpoints ("ip:port").
+func judgeUnderlay(to string, u v1alpha1.UnderlayProbe, local, remote string) Finding {
+	localIP, _, _ := net.SplitHostPort(local)
+	remoteIP, port, _ := net.SplitHostPort(remote)
+	if port == "" {
+		port = "<tunnel port>"
+	}
+	switch {
+	case !u.PortReachable && strings.HasPrefix(u.Message, "refused"):
+		return failure(fmt.Sprintf("check that %s's gateway runs (`octopus diagnose gateway` with its kubeconfig) and listens on UDP %s", to, port),
+			"the tunnel port of %s at %s does not accept this gateway's UDP probes (%s): the tunnel cannot come up", to, orUnknown(remote), u.Message)
+	case !u.PortReachable:
+		cause := "a firewall between the gateways drops the tunnel port"
+		if strings.HasPrefix(u.Message, "this node's firewall") {
+			cause = "this gateway node's own firewall drops the tunnel port"
+		}
+		return failure(fmt.Sprintf("let UDP port %[1]s pass in both directions between %[2]s and %[3]s: on each gateway node find the rule that drops it "+
+			"(`nft list ruleset | grep -w %[1]s`, `iptables-save | grep -w %[1]s`) and remove it or accept the port before it (`nft insert rule inet filter input udp dport %[1]s accept`); "+
+			"in a cloud, allow UDP %[1]s between the gateways in the security groups or firewall rules", port, orUnknown(localIP), orUnknown(remoteIP)),
+			"UDP probes from this gateway to the tunnel port of %s at %s get no answer (%s): %s, so the tunnel carries nothing",
+			to, orUnknown(remote), u.Message, cause)
+	case u.PathMTU > 0 && u.RequiredMTU > u.PathMTU:
+		fix := fmt.Sprintf("raise the MTU of the underlay link between %s and %s that allows only %d bytes", orUnknown(localIP), orUnknown(remoteIP), u.PathMTU)
+		if u.TunnelMTU > 0 {
+			// The encapsulation stays; the tunnel must shrink by what the path lacks.
+			fix = fmt.Sprintf("lower the tunnel MTU to %d with `octopus-agent gateway --mtu %d` on the gateways of both clusters (each direction needs it), or %s",
+				u.TunnelMTU-(u.RequiredMTU-u.PathMTU), u.TunnelMTU-(u.RequiredMTU-u.PathMTU), fix)
+		}
+		return failure(fix,
+			"the underlay path from this gateway to %s at %s carries packets of at most %d bytes unfragmented, but the tunnel sends up to %d (MTU %d plus encapsulation): its largest packets are dropped on the way (an MTU black hole: pings and small requests work, bulk transfers stall)",
+			to, orUnknown(remote), u.PathMTU, u.RequiredMTU, u.TunnelMTU)
+	}
+	return ok("underlay to %s: the tunnel port %s answers, path MTU %d for the tunnel's %d-byte packets", to, orUnknown(remote), u.PathMTU, u.RequiredMTU)
 }
 
 // endpointOf is where a Peer's tunnel is reached, as `octopus show connections` prints it.

@@ -83,6 +83,7 @@ func newFakeSet() *fakeSet {
 					ClusterID: o.id, State: v1alpha1.ConnectionConnected, LossPercent: 0,
 					RTT:           v1alpha1.LatencyStats{Last: metav1.Duration{Duration: 300 * time.Microsecond}, Min: metav1.Duration{Duration: 200 * time.Microsecond}, Avg: metav1.Duration{Duration: 310 * time.Microsecond}, Max: metav1.Duration{Duration: 900 * time.Microsecond}},
 					LastHandshake: &metav1.Time{Time: testNow.Add(-40 * time.Second)},
+					Underlay:      &v1alpha1.UnderlayProbe{Time: metav1.NewTime(testNow.Add(-time.Minute)), PortReachable: true, PathMTU: 1500, RequiredMTU: 1480, TunnelMTU: 1420},
 				})
 			}
 		}
@@ -319,6 +320,25 @@ func TestFaults(t *testing.T) {
 			c := &s.cluster("west").hub["peer"].(*v1alpha1.Peer).Status.Connections[0]
 			c.State, c.Message = v1alpha1.ConnectionError, "the remote gateway stopped answering health probes"
 		}, "gateway", "west", SeverityError, "the tunnel to east is down (Error): the remote gateway stopped answering health probes", "UDP to the tunnel port passes in both directions between 203.0.113.2:4500 and 203.0.113.1:4500"},
+		{"tunnel port dropped", func(s *fakeSet) {
+			c := &s.cluster("west").hub["peer"].(*v1alpha1.Peer).Status.Connections[0]
+			c.State, c.Message = v1alpha1.ConnectionError, "the remote gateway stopped answering health probes"
+			c.Underlay = &v1alpha1.UnderlayProbe{Time: metav1.NewTime(testNow), Message: "no answer from UDP 203.0.113.1:4500 to 3 probes, 1s each"}
+		}, "gateway", "west", SeverityError, "UDP probes from this gateway to the tunnel port of east at 203.0.113.1:4500 get no answer (no answer from UDP 203.0.113.1:4500 to 3 probes, 1s each): a firewall between the gateways drops the tunnel port",
+			"let UDP port 4500 pass in both directions between 203.0.113.2 and 203.0.113.1: on each gateway node find the rule that drops it (`nft list ruleset | grep -w 4500`"},
+		{"tunnel port dropped by this node", func(s *fakeSet) {
+			c := &s.cluster("west").hub["peer"].(*v1alpha1.Peer).Status.Connections[0]
+			c.Underlay = &v1alpha1.UnderlayProbe{Time: metav1.NewTime(testNow), Message: "this node's firewall drops UDP to 203.0.113.1:4500: sending was refused (EPERM), an output rule drops it"}
+		}, "gateway", "west", SeverityError, "an output rule drops it): this gateway node's own firewall drops the tunnel port", "let UDP port 4500 pass"},
+		{"tunnel port closed", func(s *fakeSet) {
+			c := &s.cluster("west").hub["peer"].(*v1alpha1.Peer).Status.Connections[0]
+			c.Underlay = &v1alpha1.UnderlayProbe{Time: metav1.NewTime(testNow), Message: "refused: 203.0.113.1 answered that nothing listens on UDP port 4500 (ICMP port unreachable)"}
+		}, "gateway", "west", SeverityError, "the tunnel port of east at 203.0.113.1:4500 does not accept this gateway's UDP probes (refused: ", "check that east's gateway runs"},
+		{"underlay MTU lowered", func(s *fakeSet) {
+			c := &s.cluster("west").hub["peer"].(*v1alpha1.Peer).Status.Connections[0]
+			c.Underlay.PathMTU = 1400
+		}, "gateway", "west", SeverityError, "the underlay path from this gateway to east at 203.0.113.1:4500 carries packets of at most 1400 bytes unfragmented, but the tunnel sends up to 1480 (MTU 1420 plus encapsulation)",
+			"lower the tunnel MTU to 1340 with `octopus-agent gateway --mtu 1340` on the gateways of both clusters (each direction needs it), or raise the MTU of the underlay link between 203.0.113.2 and 203.0.113.1 that allows only 1400 bytes"},
 		{"handshake expired", func(s *fakeSet) {
 			s.cluster("west").hub["peer"].(*v1alpha1.Peer).Status.Connections[0].LastHandshake = &metav1.Time{Time: testNow.Add(-4 * time.Minute)}
 		}, "gateway", "west", SeverityError, "the last WireGuard handshake with east was 4m0s ago, past WireGuard's Reject-After-Time", "UDP"},

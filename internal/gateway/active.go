@@ -37,8 +37,10 @@ type active struct {
 	cache  cache.Cache
 	driver tunnel.Driver
 	prober Prober
-	local  Local
-	hcIP   netip.Addr
+	// underlay is nil without Options.NewUnderlayProber.
+	underlay UnderlayProber
+	local    Local
+	hcIP     netip.Addr
 	// metrics are set from the status that reportStatus computes.
 	metrics *metrics
 	// process is the gateway process's context: still live when the active term ends, it
@@ -96,6 +98,11 @@ func (a *active) run(ctx context.Context) error {
 		}
 		defer func() { _ = a.prober.Close() }()
 	}
+	stopUnderlay, err := a.startUnderlayProber()
+	if err != nil {
+		return err
+	}
+	defer stopUnderlay()
 
 	if a.hub, err = client.New(a.at.config, client.Options{Scheme: kube.Scheme}); err != nil {
 		return fmt.Errorf("creating a client of the hub %s: %w", a.at.config.Host, err)
@@ -188,6 +195,9 @@ func (a *active) reconcile(ctx context.Context) error {
 	}
 	if a.prober != nil {
 		a.prober.SetTargets(d.Targets)
+	}
+	if a.underlay != nil {
+		a.underlay.SetTargets(underlayTargets(d))
 	}
 	a.mu.Lock()
 	changed := !reflect.DeepEqual(a.desired, d)

@@ -83,6 +83,10 @@ type Options struct {
 	// NewProber creates the health prober on becoming active. Optional: without it the
 	// connection state comes from the driver's handshakes alone.
 	NewProber func() (Prober, error)
+	// NewUnderlayProber creates, on becoming active, what measures the underlay path to each
+	// remote gateway (underlay.go: NewPathProber). Optional: without it connections carry no
+	// underlay measurement.
+	NewUnderlayProber func(tunnelPort uint16, device string, backend v1alpha1.Backend) (UnderlayProber, error)
 	// AddressDevice puts the health-check address on the tunnel device. Optional: netlink in
 	// the process's namespace (tests, which run no real device, record it instead).
 	AddressDevice func(device string, addr netip.Addr) error

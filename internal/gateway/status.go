@@ -39,6 +39,9 @@ func (a *active) reportStatus(ctx context.Context) error {
 	// the same status (its connections do not depend on the conditions read from the hub),
 	// still tell how the tunnels are.
 	st := BuildStatus(cur.Status.Conditions, cur.Generation, a.driver.Name(), d, applyErr, stats, probes, time.Now())
+	if a.underlay != nil {
+		setUnderlay(&st, a.underlay.Snapshot())
+	}
 	a.metrics.observe(a.o.Backend, st, len(d.Tunnel.Peers), len(d.Refused), probes)
 	if getErr != nil {
 		return fmt.Errorf("reading Peer %s on the hub: %w", a.at.ClusterID, getErr)

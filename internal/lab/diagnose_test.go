@@ -43,9 +43,9 @@ type diagnoseLab struct {
 // lab, gather writes the expected files and no credential, and then, one fault at a time with
 // the lab restored in between, diagnose names the cause and the fix of: the CoreDNS
 // forwarding block removed, the hub's API server stopped, the tunnel port dropped on a
-// gateway node's underlay, and a gateway killed for good (last: nothing restarts it).
-// `octopus dashboard`, opened in a headless Chromium before the kill, draws the lab and then
-// follows the kill without a reload (dashboard_test.go).
+// gateway node's underlay, the underlay's MTU lowered, and a gateway killed for good (last:
+// nothing restarts it). `octopus dashboard`, opened in a headless Chromium before the kill,
+// draws the lab and then follows the kill without a reload (dashboard_test.go).
 func TestDiagnose(t *testing.T) {
 	testenv.LabNetwork(t)
 	binDir := testenv.BinDir(t)
@@ -152,13 +152,59 @@ func TestDiagnose(t *testing.T) {
 			}
 		}
 		defer restore()
-		r := d.waitFinding(t, 60*time.Second, "gateway", c1.Name, "the tunnel to "+c2.Name+" is down")
-		d.expect(t, r, "gateway", c1.Name, diagnose.SeverityError, "the tunnel to "+c2.Name+" is down (Error)", "check that UDP to the tunnel port passes in both directions")
+		// Both gateways' own probes of the tunnel port name the firewall: cluster1's are
+		// dropped on their way out, cluster2's on their way in (and its answers on their way out).
+		var r *diagnose.Report
+		for _, from := range []struct{ cluster, to string }{{c1.Name, c2.Name}, {c2.Name, c1.Name}} {
+			r = d.waitFinding(t, 60*time.Second, "gateway", from.cluster, "UDP probes from this gateway to the tunnel port of "+from.to)
+		}
+		for _, from := range []struct{ cluster, to string }{{c1.Name, c2.Name}, {c2.Name, c1.Name}} {
+			d.expect(t, r, "gateway", from.cluster, diagnose.SeverityError, "the tunnel to "+from.to+" is down (Error)", "check that UDP to the tunnel port passes in both directions")
+			d.expect(t, r, "gateway", from.cluster, diagnose.SeverityError, "drops the tunnel port, so the tunnel carries nothing",
+				"let UDP port 4500 pass in both directions between ")
+		}
 		d.onlyErrorsOf(t, r, "gateway "+c1.Name, "gateway "+c2.Name)
 		restore()
 		d.waitGreen(t, 2*time.Minute)
 	})
 
+	t.Run("MTU lowered on the underlay", func(t *testing.T) {
+		// The underlay's switch port of cluster1's gateway drops frames above 1400 bytes
+		// without a word, in both directions: an MTU black hole. Pings and the health probes
+		// still pass; the tunnel's full-size packets (1420 + 60 bytes of WireGuard over IPv4)
+		// do not.
+		port := l.Network.Cables(c1, c1.Nodes[0])[1]
+		setMTU := func(mtu string) {
+			if out, err := exec.Command("ip", "-n", port.Netns, "link", "set", port.Link, "mtu", mtu).CombinedOutput(); err != nil {
+				t.Fatalf("setting the MTU of %s in %s: %v: %s", port.Link, port.Netns, err, out)
+			}
+		}
+		setMTU("1400")
+		restored := false
+		defer func() {
+			if !restored {
+				setMTU("1500")
+			}
+		}()
+		var r *diagnose.Report
+		for _, from := range []struct{ cluster, to string }{{c1.Name, c2.Name}, {c2.Name, c1.Name}} {
+			r = d.waitFinding(t, 60*time.Second, "gateway", from.cluster, "the underlay path from this gateway to "+from.to)
+		}
+		// Towards cluster1 the bridge drops frames above the port's MTU exactly. From cluster1
+		// the frames enter the port from its veth peer, which lets a VLAN tag's 4 bytes more
+		// through (the kernel's is_skb_forwardable): that direction measures 1404, and
+		// diagnose reports what was measured.
+		d.expect(t, r, "gateway", c2.Name, diagnose.SeverityError,
+			"the underlay path from this gateway to "+c1.Name+" at "+c1.Nodes[0].UnderlayAddr.Addr().String()+":4500 carries packets of at most 1400 bytes unfragmented, but the tunnel sends up to 1480 (MTU 1420 plus encapsulation)",
+			"lower the tunnel MTU to 1340 with `octopus-agent gateway --mtu 1340`")
+		d.expect(t, r, "gateway", c1.Name, diagnose.SeverityError,
+			"the underlay path from this gateway to "+c2.Name+" at "+c2.Nodes[0].UnderlayAddr.Addr().String()+":4500 carries packets of at most 140",
+			"`octopus-agent gateway --mtu 134")
+		d.onlyErrorsOf(t, r, "gateway "+c1.Name, "gateway "+c2.Name)
+		setMTU("1500")
+		restored = true
+		d.waitGreen(t, 2*time.Minute)
+	})
 	// Opened before the kill, so that the test sees the page follow it.
 	var dash *labDashboard
 	t.Run("dashboard", func(st *testing.T) { dash = d.openDashboard(ctx, t, st) })

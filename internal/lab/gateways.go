@@ -24,6 +24,9 @@ const (
 	labGatewayRetryPeriod      = "500ms"
 	labGatewayStatus           = "2s"
 	labGatewayLivenessInterval = "100ms"
+	// labUnderlayProbeInterval measures the underlay paths often enough for fault tests to
+	// see a change within seconds; a measurement of the lab's underlay takes milliseconds.
+	labUnderlayProbeInterval = "5s"
 )
 
 // GatewayProcessName names the supervised gateway process of a node (its log is
@@ -94,7 +97,7 @@ func gatewayArgs(opts Options, cluster, kubeconfig, node, endpoint string) []str
 		"--backend", backend, "--device", GatewayDevice(cluster), "--endpoint-ip", endpoint,
 		"--lease-duration", labGatewayLeaseDuration, "--renew-deadline", labGatewayRenewDeadline,
 		"--retry-period", labGatewayRetryPeriod, "--status-interval", labGatewayStatus,
-		"--liveness-interval", labGatewayLivenessInterval}
+		"--liveness-interval", labGatewayLivenessInterval, "--underlay-probe-interval", labUnderlayProbeInterval}
 }
 
 // startHubGateways runs `octopus-agent gateway --hub` in each hub gateway's namespace

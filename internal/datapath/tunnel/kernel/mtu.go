@@ -60,3 +60,13 @@ func UnderlayMTU(local netip.Addr, endpoints []netip.Addr) int {
 	}
 	return DefaultUnderlayMTU
 }
+
+// UnderlayPacketSize is the largest underlay IP packet a tunnel device of the given MTU sends:
+// the MTU plus the driver's overhead, which counts an IPv6 header, less the 20 bytes an IPv4
+// header is shorter. (wireguard-go pads a packet to a multiple of 16 bytes only up to the MTU.)
+func UnderlayPacketSize(mtu, overhead int, ipv4 bool) int {
+	if ipv4 {
+		return mtu + overhead - 20
+	}
+	return mtu + overhead
+}
