@@ -76,3 +76,12 @@ demo: deps k8s-binaries build
 
 clean:
 	rm -rf $(BIN)
+
+# VERSION tags the image and is stamped into its binaries (internal/version).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+.PHONY: image
+## image: the project's OCI image (every daemon, nft, busybox) as bin/octopus-image-$(VERSION).tar,
+## built from this machine's files without a container engine (hack/image); Containerfile
+## builds the same layout with a container engine.
+image:
+	$(GO) run -ldflags "-X github.com/octopus-mcs/octopus/internal/version.Version=$(VERSION)" ./hack/image
