@@ -7,6 +7,7 @@ GO        ?= go
 TOOLS := $(CURDIR)/hack/tools
 CONTROLLER_GEN := $(BIN)/controller-gen
 GOLANGCI_LINT  := $(BIN)/golangci-lint
+HELM           := $(BIN)/helm
 
 .PHONY: all build test fuzz lint generate k8s-binaries deps tools demo clean
 
@@ -17,7 +18,9 @@ deps:
 	@hack/install-deps.sh
 
 ## tools: developer tools, each pinned by its own module under hack/tools, built into ./bin.
-tools: $(CONTROLLER_GEN) $(GOLANGCI_LINT)
+tools: $(CONTROLLER_GEN) $(GOLANGCI_LINT) $(HELM)
+$(HELM): $(TOOLS)/helm/go.mod
+	cd $(TOOLS)/helm && $(GO) build -o $@ helm.sh/helm/v4/cmd/helm
 $(CONTROLLER_GEN): $(TOOLS)/controller-gen/go.mod
 	cd $(TOOLS)/controller-gen && $(GO) build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
 $(GOLANGCI_LINT): $(TOOLS)/golangci-lint/go.mod
@@ -85,3 +88,10 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 ## builds the same layout with a container engine.
 image:
 	$(GO) run -ldflags "-X github.com/octopus-mcs/octopus/internal/version.Version=$(VERSION)" ./hack/image
+
+.PHONY: lint-charts
+## lint-charts: helm lint --strict of both charts with the pinned helm CLI (the tests run the
+## SDK's linter too: charts/charts_test.go).
+lint-charts: $(HELM)
+	$(HELM) lint --strict charts/octopus-hub --namespace octopus-hub
+	$(HELM) lint --strict charts/octopus-member --namespace octopus-system

@@ -49,7 +49,7 @@ func TestChartsOnAnAPIServer(t *testing.T) {
 			n := 0
 			for tmpl, manifest := range out {
 				for _, obj := range decode(t, manifest) {
-					err := c.Patch(ctx, obj, client.Apply, client.DryRunAll, client.FieldOwner("octopus-test"), client.ForceOwnership)
+					err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.DryRunAll, client.FieldOwner("octopus-test"), client.ForceOwnership)
 					if err != nil {
 						t.Errorf("%s: %s %s: %v", tmpl, obj.GetKind(), obj.GetName(), err)
 					}

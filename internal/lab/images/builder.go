@@ -1,3 +1,6 @@
+// Package images is the lab's image catalog: the images its real nodes run (busybox, socat, a
+// toolbox, CoreDNS, the project's image), built from host files with internal/image and cached,
+// and the in-memory registry the nodes' containerd pulls them from.
 package images
 
 import "github.com/octopus-mcs/octopus/internal/image"
