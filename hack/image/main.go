@@ -34,7 +34,7 @@ func run(out string) error {
 		return err
 	}
 	defer os.RemoveAll(binDir)
-	for _, b := range image.OctopusBinaries {
+	for _, b := range image.DaemonBinaries {
 		if err := build(filepath.Join(binDir, b), "./cmd/"+b); err != nil {
 			return err
 		}

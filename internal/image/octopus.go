@@ -15,20 +15,26 @@ const OctopusRepo = "ghcr.io/octopus-mcs/octopus"
 // busybox applets of the same name in /bin.
 const PathEnv = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// OctopusBinaries are the commands of `make build` in the project's image: the daemons the
-// charts run (octopus-agent, octopus-dns), the CLI, and the echo server of the demo and of
-// `octopus verify`.
-var OctopusBinaries = []string{"octopus", "octopus-agent", "octopus-dns", "octopus-echo"}
+// OctopusBinaries are the commands of `make build` in the lab's Octopus image: DaemonBinaries
+// and the CLI.
+var OctopusBinaries = append([]string{"octopus"}, DaemonBinaries...)
+
+// DaemonBinaries are the commands of the image `make image` writes: the daemons the charts run
+// (octopus-agent, octopus-dns) and the echo server of `octopus verify`. The CLI, which links
+// the lab and the Helm SDK, would more than double the image.
+var DaemonBinaries = []string{"octopus-agent", "octopus-dns", "octopus-echo"}
 
 // OctopusOptions say which binaries go into the project's image and how it is tagged.
 type OctopusOptions struct {
-	// BinDir holds OctopusBinaries. Required.
+	// BinDir holds the binaries. Required.
 	BinDir string
+	// Binaries are the commands to put in /usr/local/bin. Optional: DaemonBinaries.
+	Binaries []string
 	// Tags name the image, e.g. OctopusRepo+":v0.1.0". At least one is required.
 	Tags []string
 }
 
-// Octopus returns the spec of the project's image: OctopusBinaries in /usr/local/bin, the
+// Octopus returns the spec of the project's image: o.Binaries in /usr/local/bin, the
 // nft program knftables drives (the gateway's MSS clamp, internal/datapath/tunnel/kernel/nft.go,
 // and globalnet's NAT, internal/datapath/nat, write nftables through it), and busybox for a shell in the pod; each with its
 // shared libraries, from this machine's Debian packages (hack/install-deps.sh). The image has
@@ -41,7 +47,11 @@ func Octopus(o OctopusOptions) (Spec, error) {
 	if err != nil {
 		return Spec{}, err
 	}
-	for _, b := range OctopusBinaries {
+	bins := o.Binaries
+	if len(bins) == 0 {
+		bins = DaemonBinaries
+	}
+	for _, b := range bins {
 		f, err := Executable("/usr/local/bin/"+b, filepath.Join(o.BinDir, b))
 		if err != nil {
 			return Spec{}, fmt.Errorf("the Octopus image (build the binaries with make build): %w", err)

@@ -112,7 +112,7 @@ func Catalog(o CatalogOptions) ([]Spec, error) {
 		}
 		return r
 	}
-	octopus, err := image.Octopus(image.OctopusOptions{BinDir: o.OctopusBinDir, Tags: refs(OctopusRepo + ":latest")})
+	octopus, err := image.Octopus(image.OctopusOptions{BinDir: o.OctopusBinDir, Binaries: OctopusBinaries, Tags: refs(OctopusRepo + ":latest")})
 	if err != nil {
 		return nil, err
 	}
