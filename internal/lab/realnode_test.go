@@ -161,7 +161,7 @@ func TestRealNodes(t *testing.T) {
 		}
 	})
 
-	t.Run("the member chart's pods run on the nodes", func(t *testing.T) {
+	t.Run("the member chart's pods on the nodes its selectors choose", func(t *testing.T) {
 		checkMemberChart(ctx, t, cs, kubeconfig, []string{node1, node2}, node1)
 	})
 
