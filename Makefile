@@ -8,6 +8,7 @@ TOOLS := $(CURDIR)/hack/tools
 CONTROLLER_GEN := $(BIN)/controller-gen
 GOLANGCI_LINT  := $(BIN)/golangci-lint
 PROMTOOL       := $(BIN)/promtool
+HELM           := $(BIN)/helm
 
 .PHONY: all build test fuzz lint generate k8s-binaries deps tools demo clean
 
@@ -18,7 +19,9 @@ deps:
 	@hack/install-deps.sh
 
 ## tools: developer tools, each pinned by its own module under hack/tools, built into ./bin.
-tools: $(CONTROLLER_GEN) $(GOLANGCI_LINT) $(PROMTOOL)
+tools: $(CONTROLLER_GEN) $(GOLANGCI_LINT) $(PROMTOOL) $(HELM)
+$(HELM): $(TOOLS)/helm/go.mod
+	cd $(TOOLS)/helm && $(GO) build -o $@ helm.sh/helm/v4/cmd/helm
 $(CONTROLLER_GEN): $(TOOLS)/controller-gen/go.mod
 	cd $(TOOLS)/controller-gen && $(GO) build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
 $(GOLANGCI_LINT): $(TOOLS)/golangci-lint/go.mod
@@ -80,3 +83,19 @@ demo: deps k8s-binaries build
 
 clean:
 	rm -rf $(BIN)
+
+# VERSION tags the image and is stamped into its binaries (internal/version).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+.PHONY: image
+## image: the project's OCI image (every daemon, nft, busybox) as bin/octopus-image-$(VERSION).tar,
+## built from this machine's files without a container engine (hack/image); Containerfile
+## builds the same layout with a container engine.
+image:
+	$(GO) run -ldflags "-X github.com/octopus-mcs/octopus/internal/version.Version=$(VERSION)" ./hack/image
+
+.PHONY: lint-charts
+## lint-charts: helm lint --strict of both charts with the pinned helm CLI (the tests run the
+## SDK's linter too: charts/charts_test.go).
+lint-charts: $(HELM)
+	$(HELM) lint --strict charts/octopus-hub --namespace octopus-hub
+	$(HELM) lint --strict charts/octopus-member --namespace octopus-system

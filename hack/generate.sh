@@ -27,3 +27,8 @@ rbac controller "./internal/agent;./internal/servicediscovery;./internal/globaln
 rbac gateway "./internal/gateway;./internal/hubaccess"
 rbac route-agent "./internal/routeagent"
 rbac dns "./cmd/octopus-dns"
+
+# The charts' parts that come from the objects above and from internal/render (internal/chartgen).
+chartdir="charts"
+[[ -n "${OUT}" ]] && chartdir="${OUT}/${chartdir}"
+go run ./hack/charts "${chartdir}"

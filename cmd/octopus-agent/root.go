@@ -2,6 +2,7 @@ package main
 
 import (
 	goflag "flag"
+	"os"
 
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
@@ -20,13 +21,19 @@ func newRootCommand() *cobra.Command {
 		Short: "The Octopus daemon of a member cluster",
 		Long: `octopus-agent runs the Octopus components of a member cluster, one per subcommand.
 
+Every flag can also be set from the environment: OCTOPUS_<FLAG>, e.g.
+OCTOPUS_HEARTBEAT_INTERVAL=5s for --heartbeat-interval; the command line wins.
+
 Examples:
   # Heartbeat to the hub this cluster joined, outside the cluster:
   octopus-agent controller --kubeconfig east.yaml`,
 		Version:       version.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRun: func(*cobra.Command, []string) {
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := flagsFromEnv(cmd.Flags(), os.LookupEnv); err != nil {
+				return err
+			}
 			logger := zap.New(zap.UseFlagOptions(&zapOpts))
 			ctrl.SetLogger(logger)
 			// client-go's leader election and transport log through klog: same sink, same format.
@@ -38,6 +45,7 @@ Examples:
 			} else if limit > 0 {
 				logger.Info("Set the Go soft memory limit from the cgroup's", "limitBytes", limit, "ratio", memlimit.DefaultRatio)
 			}
+			return nil
 		},
 	}
 	zapFlags := goflag.NewFlagSet("zap", goflag.ContinueOnError)

@@ -19,10 +19,11 @@ var (
 
 	// Provisioning is the code that sets clusters up and never runs inside one: the embedded
 	// CRDs and RBAC, hub deploy, join and leave, the CoreDNS wiring of join, the rendered
-	// manifests, the CLI and the lab.
+	// manifests, the charts and their Helm releases, the image builder, the CLI and the lab.
 	Provisioning = []string{
 		"config/crd", "config/rbac", "internal/hub", "internal/cluster", "internal/dnsconfig", "internal/render",
 		"internal/cli", "internal/lab/...", "internal/diagnose", "internal/gather/...",
+		"charts", "internal/chartgen", "internal/release", "internal/image",
 	}
 
 	// Daemons are the binaries that run in clusters.

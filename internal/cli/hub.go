@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/charts"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/progress"
@@ -58,6 +59,8 @@ type hubDeployOptions struct {
 	deploy    hub.DeployOptions
 	globalnet hub.PoolConfig
 	secondary hub.PoolConfig
+	useChart  bool
+	chart     chartFlags
 }
 
 func newHubDeployCommand(streams IOStreams) *cobra.Command {
@@ -67,7 +70,11 @@ func newHubDeployCommand(streams IOStreams) *cobra.Command {
 		Short: "Turn a cluster into the hub and write broker-info for joining it",
 		Long: `Installs the hub's namespace, CRDs, RBAC and admission policy, and writes broker-info
 (mode 0600): the hub's URL and CA, a join credential, and the address pools. Treat broker-info
-like a password: whoever has it can join clusters. Running deploy again changes nothing.`,
+like a password: whoever has it can join clusters. Running deploy again changes nothing.
+
+With --chart the hub's objects are installed as the Helm release octopus-hub from the embedded
+chart (the same objects: the chart is generated from them), so that helm list, helm upgrade
+and helm uninstall manage them; broker-info is written as without it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.Validate(); err != nil {
@@ -85,6 +92,8 @@ like a password: whoever has it can join clusters. Running deploy again changes 
 	fs.IntVar(&o.globalnet.ClusterPrefixLength, "globalnet-prefix-length", o.globalnet.ClusterPrefixLength, "prefix length of each cluster's global CIDR")
 	fs.StringVar(&o.secondary.CIDR, "secondary-cidr", o.secondary.CIDR, "pool of secondary-network CIDRs")
 	fs.IntVar(&o.secondary.ClusterPrefixLength, "secondary-prefix-length", o.secondary.ClusterPrefixLength, "prefix length of each cluster's secondary CIDR")
+	fs.BoolVar(&o.useChart, "chart", false, "install the hub as the Helm release of the embedded chart octopus-hub")
+	o.chart.addFlags(fs)
 	return cmd
 }
 
@@ -105,6 +114,13 @@ func (o *hubDeployOptions) Run(ctx context.Context) error {
 	}
 	o.deploy.Globalnet, o.deploy.Secondary = o.globalnet, o.secondary
 	o.deploy.Progress = &progress.Reporter{W: o.ErrOut}
+	if o.useChart {
+		if err := o.chart.install(ctx, o.IOStreams, cfg, charts.Hub, o.deploy.Namespace); err != nil {
+			return err
+		}
+	}
+	// With the chart too: Deploy re-applies the chart's objects unchanged (server-side apply
+	// shares the fields with Helm's manager) and waits for the join token broker-info needs.
 	info, err := hub.Deploy(ctx, cfg, o.deploy)
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/charts"
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/progress"
@@ -16,6 +17,8 @@ import (
 const (
 	agentProcess = "process"
 	agentNone    = "none"
+	// agentCharts installs the member chart (charts/octopus-member): the components as pods.
+	agentCharts = "charts"
 )
 
 type joinOptions struct {
@@ -26,6 +29,7 @@ type joinOptions struct {
 	addressing string
 	topology   string
 	agent      string
+	chart      chartFlags
 }
 
 func newJoinCommand(streams IOStreams) *cobra.Command {
@@ -38,8 +42,12 @@ cluster's objects), allocates its global and secondary CIDR blocks, stores the c
 the cluster and starts the agent. The pod and service CIDRs are discovered when the cluster
 records them; otherwise pass --pod-cidr and --service-cidr. Running join again resumes.
 
-With --agent process (the default until the Helm chart lands) the agent's controller runs as
-a process on this machine, logging under ~/.local/state/octopus; ` + "`octopus leave`" + ` stops it.`,
+With --agent charts the components (controller, gateways on the nodes labelled
+octopus.io/gateway=true, route agents) run in the cluster, installed from the embedded Helm chart
+octopus-member (no network needed; --set changes its values); ` + "`octopus leave`" + ` uninstalls it.
+With --agent process (the default while the lab's stand-in nodes cannot run the chart's pods; a
+development mode) the agent's controller runs as a process on this machine, logging under
+~/.local/state/octopus; ` + "`octopus leave`" + ` stops it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: runE(o),
 	}
@@ -50,7 +58,8 @@ a process on this machine, logging under ~/.local/state/octopus; ` + "`octopus l
 	fs.StringSliceVar(&o.join.ServiceCIDRs, "service-cidr", nil, "the cluster's service CIDR(s) (default: discovered)")
 	fs.StringVar(&o.addressing, "addressing", string(v1alpha1.AddressingDirect), "direct, globalnet (overlapping CIDRs) or secondary")
 	fs.StringVar(&o.topology, "topology", string(v1alpha1.TopologyMesh), "how the gateway reaches other clusters: mesh (direct tunnels) or hub (only through the hub's gateway, `octopus-agent gateway --hub`)")
-	fs.StringVar(&o.agent, "agent", agentProcess, "how to run the agent: process (on this machine) or none")
+	fs.StringVar(&o.agent, "agent", agentProcess, "how to run the agent: charts (pods installed by the member chart), process (on this machine, for development) or none")
+	o.chart.addFlags(fs)
 	_ = cmd.MarkFlagRequired("cluster-id")
 	return cmd
 }
@@ -75,8 +84,8 @@ func (o *joinOptions) Validate() error {
 	if t := v1alpha1.Topology(o.topology); t != v1alpha1.TopologyMesh && t != v1alpha1.TopologyHub {
 		return fmt.Errorf("--topology %q: want %s or %s", o.topology, v1alpha1.TopologyMesh, v1alpha1.TopologyHub)
 	}
-	if o.agent != agentProcess && o.agent != agentNone {
-		return fmt.Errorf("--agent %q: want %s or %s", o.agent, agentProcess, agentNone)
+	if o.agent != agentProcess && o.agent != agentNone && o.agent != agentCharts {
+		return fmt.Errorf("--agent %q: want %s, %s or %s", o.agent, agentCharts, agentProcess, agentNone)
 	}
 	return nil
 }
@@ -92,6 +101,12 @@ func (o *joinOptions) Run(ctx context.Context) error {
 	}
 	fmt.Fprintf(o.Out, "Cluster %s joined the hub at %s (global CIDR %s, secondary CIDR %s).\n",
 		joined.Cluster.Spec.ClusterID, o.join.BrokerInfo.HubURL, joined.Cluster.Spec.GlobalCIDR, joined.Cluster.Spec.SecondaryCIDR)
+	if o.agent == agentCharts {
+		if err := o.chart.install(ctx, o.IOStreams, cfg, charts.Member, v1alpha1.SystemNamespace); err != nil {
+			return fmt.Errorf("the cluster joined, but installing its components failed (run join again to retry): %w", err)
+		}
+		return nil
+	}
 	if o.agent == agentNone {
 		fmt.Fprintln(o.Out, "Agent not started (--agent none): run `octopus-agent controller` with this cluster's kubeconfig.")
 		return nil

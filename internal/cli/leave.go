@@ -7,10 +7,13 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/charts"
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/progress"
+	"github.com/octopus-mcs/octopus/internal/release"
 )
 
 type leaveOptions struct {
@@ -48,6 +51,10 @@ func (o *leaveOptions) Run(ctx context.Context) error {
 	// Stop a local agent first, so that it cannot recreate its heartbeat while we clean up.
 	if err := stopDetachedAgent(cred.ClusterID); err != nil {
 		return fmt.Errorf("stopping the agent of %s: %w", cred.ClusterID, err)
+	}
+	// And the components the member chart installed (`join --agent charts`), for the same reason.
+	if err := release.Uninstall(ctx, cfg, charts.Member, v1alpha1.SystemNamespace, 0); err != nil {
+		return fmt.Errorf("uninstalling the components of %s: %w", cred.ClusterID, err)
 	}
 	o.leave.Progress = &progress.Reporter{W: o.ErrOut}
 	if err := cluster.Leave(ctx, cfg, o.leave); err != nil {

@@ -161,6 +161,10 @@ func TestRealNodes(t *testing.T) {
 		}
 	})
 
+	t.Run("the member chart's pods on the nodes its selectors choose", func(t *testing.T) {
+		checkMemberChart(ctx, t, cs, kubeconfig, []string{node1, node2}, node1)
+	})
+
 	// What the checks below must find gone is there while the lab runs: the nodes' mounts and
 	// the processes in the lab's cgroups (containerd, its shims, the pods).
 	if len(mountsOf(dir)) == 0 {

@@ -3,11 +3,10 @@ package images
 import (
 	"fmt"
 	"maps"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/octopus-mcs/octopus/internal/image"
 )
 
 // Names of the images the lab provides, as the manifests that use them spell them.
@@ -25,18 +24,16 @@ const (
 	// CoreDNSImage is the cluster DNS image kubeadm deploys, tagged with the release
 	// hack/coredns.sh builds (controlplane.CoreDNSVersion).
 	CoreDNSImage = "registry.k8s.io/coredns/coredns:v1.15.0"
-	// OctopusRepo is the repository of the project's own image: every binary of `make build`
-	// and the userland tools its components drive.
-	OctopusRepo = "ghcr.io/octopus-mcs/octopus"
+	// OctopusRepo is the repository of the project's own image (image.Octopus).
+	OctopusRepo = image.OctopusRepo
 	// EchoImage is the echo server (cmd/octopus-echo) the demo and tests deploy.
 	EchoImage = "ghcr.io/octopus-mcs/echo:latest"
 	// OctopusDNSImage is octopus-dns (cmd/octopus-dns), which join deploys.
 	OctopusDNSImage = "ghcr.io/octopus-mcs/octopus-dns:latest"
 )
 
-// pathEnv is the PATH of every image, Debian's default: tools in /usr/bin come before the busybox
-// applets of the same name in /bin.
-const pathEnv = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+// pathEnv is the PATH of every image.
+const pathEnv = image.PathEnv
 
 // ToolboxTools are the programs of ToolboxImage besides busybox's applets, with the Debian
 // package of each (hack/install-deps.sh installs them): the image is made of the host's files.
@@ -47,7 +44,7 @@ var ToolboxTools = map[string]string{
 
 // OctopusBinaries are the commands of `make build` in the project's images
 // (CatalogOptions.OctopusBinDir).
-var OctopusBinaries = []string{"octopus", "octopus-agent", "octopus-dns", "octopus-echo"}
+var OctopusBinaries = image.OctopusBinaries
 
 // CatalogOptions say where the lab's own programs are.
 type CatalogOptions struct {
@@ -65,7 +62,7 @@ type CatalogOptions struct {
 // echo and octopus-dns images. All are made of host files, so the host needs busybox, socat,
 // the toolbox tools and nft (hack/install-deps.sh).
 func Catalog(o CatalogOptions) ([]Spec, error) {
-	busybox, err := hostBusybox()
+	busybox, err := image.HostBusybox()
 	if err != nil {
 		return nil, err
 	}
@@ -76,13 +73,13 @@ func Catalog(o CatalogOptions) ([]Spec, error) {
 		}
 		return files
 	}
-	socat, err := hostExecutable("socat", "socat")
+	socat, err := image.HostExecutable("socat", "socat")
 	if err != nil {
 		return nil, err
 	}
 	var tools []File
 	for _, tool := range slices.Sorted(maps.Keys(ToolboxTools)) {
-		f, err := hostExecutable(tool, ToolboxTools[tool])
+		f, err := image.HostExecutable(tool, ToolboxTools[tool])
 		if err != nil {
 			return nil, err
 		}
@@ -107,19 +104,6 @@ func Catalog(o CatalogOptions) ([]Spec, error) {
 	if o.OctopusBinDir == "" {
 		return specs, nil
 	}
-	var octopus []File
-	for _, b := range OctopusBinaries {
-		f, err := Executable("/usr/local/bin/"+b, filepath.Join(o.OctopusBinDir, b))
-		if err != nil {
-			return nil, fmt.Errorf("the Octopus image (build the binaries with make build): %w", err)
-		}
-		octopus = append(octopus, f...)
-	}
-	// knftables drives the nft program.
-	nft, err := hostExecutable("nft", "nftables")
-	if err != nil {
-		return nil, err
-	}
 	// Tagged latest and with the version, which is what join deploys (octopus-dns:<version>).
 	refs := func(latest string) []string {
 		r := []string{latest}
@@ -128,38 +112,13 @@ func Catalog(o CatalogOptions) ([]Spec, error) {
 		}
 		return r
 	}
-	octopusFiles := withBusybox(octopus, nft)
-	return append(specs,
-		Spec{Refs: refs(OctopusRepo + ":latest"), Files: octopusFiles, Env: env},
-		Spec{Refs: refs(EchoImage), Files: octopusFiles, Entrypoint: []string{"octopus-echo"}, Env: env},
-		Spec{Refs: refs(OctopusDNSImage), Files: octopusFiles, Entrypoint: []string{"octopus-dns"}, Env: env},
+	octopus, err := image.Octopus(image.OctopusOptions{BinDir: o.OctopusBinDir, Binaries: OctopusBinaries, Tags: refs(OctopusRepo + ":latest")})
+	if err != nil {
+		return nil, err
+	}
+	files := octopus.Files
+	return append(specs, octopus,
+		Spec{Refs: refs(EchoImage), Files: files, Entrypoint: []string{"octopus-echo"}, Env: env},
+		Spec{Refs: refs(OctopusDNSImage), Files: files, Entrypoint: []string{"octopus-dns"}, Env: env},
 	), nil
-}
-
-// hostBusybox is busybox with its applets, from the host's busybox package.
-func hostBusybox() ([]File, error) {
-	p, err := exec.LookPath("busybox")
-	if err != nil {
-		return nil, fmt.Errorf("the lab's images are made of host files: install Debian package busybox (hack/install-deps.sh): %w", err)
-	}
-	return Busybox(p)
-}
-
-// hostExecutable is the host program name (from Debian package pkg) at its own path, with its
-// libraries.
-func hostExecutable(name, pkg string) ([]File, error) {
-	p, err := exec.LookPath(name)
-	if err != nil {
-		return nil, fmt.Errorf("the lab's images are made of host files: install Debian package %s (hack/install-deps.sh): %w", pkg, err)
-	}
-	// The image has the program where the host's PATH found it, under its own name even
-	// when that is a link into /etc/alternatives.
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := os.Stat(abs); err != nil {
-		return nil, err
-	}
-	return Executable(abs, abs)
 }

@@ -1,10 +1,11 @@
-// Package images builds OCI container images on this machine, without a registry or a
+// Package image builds OCI container images on this machine, without a registry or a
 // container engine: from host files (binaries with their shared libraries, files of installed
 // Debian packages) into one layer with a fixed timestamp, so the same inputs always give the
-// same image digest. The lab imports the images into its nodes' containerd (see Catalog for
-// the ones it needs); images are written as docker-archive tarballs, which
-// `ctr images import` reads, and cached by their inputs.
-package images
+// same image digest. Octopus is the project's own image, which `make image` (hack/image) writes
+// for users and the lab (internal/lab/images) imports into its nodes' containerd; images are
+// written as docker-archive tarballs, which `docker load`, `podman load` and
+// `ctr images import` read, and cached by their inputs.
+package image
 
 import (
 	"archive/tar"

@@ -1,0 +1,159 @@
+package charts_test
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"helm.sh/helm/v4/pkg/chart/v2/lint"
+	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+	"sigs.k8s.io/yaml"
+
+	"github.com/octopus-mcs/octopus/charts"
+	"github.com/octopus-mcs/octopus/internal/chartgen"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden renders in testdata/")
+
+// namespaces are where each chart is installed.
+var namespaces = map[string]string{charts.Hub: "octopus-hub", charts.Member: "octopus-system"}
+
+// TestGeneratedFilesAreCurrent fails when internal/render or config/rbac changed and the charts
+// were not regenerated (make generate), so the charts never install other objects than join.
+func TestGeneratedFilesAreCurrent(t *testing.T) {
+	files, err := chartgen.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range files {
+		got, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatalf("%v (run make generate)", err)
+		}
+		if diff := cmp.Diff(string(want), string(got)); diff != "" {
+			t.Errorf("%s is stale; run make generate (-generated +committed):\n%s", p, diff)
+		}
+	}
+}
+
+// TestLint runs Helm's own linter (what `helm lint --strict` runs) on each chart.
+func TestLint(t *testing.T) {
+	for _, name := range charts.Names {
+		t.Run(name, func(t *testing.T) {
+			res := lint.RunAll(name, nil, namespaces[name])
+			for _, m := range res.Messages {
+				if m.Severity > support.InfoSev {
+					t.Errorf("%s", m)
+				}
+			}
+		})
+	}
+}
+
+// TestRender compares each chart's render with its golden file, with its default values and
+// with values a user would set.
+func TestRender(t *testing.T) {
+	for _, tc := range []struct {
+		name, chart string
+		values      string
+	}{
+		{name: "hub", chart: charts.Hub},
+		{name: "member", chart: charts.Member},
+		{name: "member-custom", chart: charts.Member, values: `
+image: {repository: registry.example.org/octopus, tag: v1.2.3}
+config: {OCTOPUS_HEARTBEAT_INTERVAL: 5s}
+controller: {replicas: 3}
+gateway: {nodeSelector: {octopus.io/gateway: null, node-role.example.org/edge: ""}, backend: vxlan}
+routeAgent: {tolerations: []}
+`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var values map[string]any
+			if err := yaml.Unmarshal([]byte(tc.values), &values); err != nil {
+				t.Fatal(err)
+			}
+			got := renderAll(t, tc.chart, "v0.0.0-test", values)
+			golden := filepath.Join("testdata", tc.name+".yaml")
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (go test ./charts -update writes it)", err)
+			}
+			if diff := cmp.Diff(string(want), got); diff != "" {
+				t.Errorf("render of %s differs from %s (-want +got):\n%s", tc.chart, golden, diff)
+			}
+		})
+	}
+}
+
+// renderAll renders chart name in its namespace as one stream, templates in name order.
+func renderAll(t *testing.T, name, appVersion string, values map[string]any) string {
+	t.Helper()
+	c, err := charts.Load(name, appVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := charts.Render(c, namespaces[name], values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range out {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		b.WriteString("# Source: " + k + "\n" + strings.TrimSpace(out[k]) + "\n")
+	}
+	return b.String()
+}
+
+// TestValuesAreChecked: values.schema.json refuses a value of the wrong type naming it, and the
+// member chart refuses another namespace than the one the components look in.
+func TestValuesAreChecked(t *testing.T) {
+	for _, tc := range []struct {
+		name, chart, namespace, values string
+		want                           []string
+	}{
+		{name: "replicas as a string", chart: charts.Member, values: `controller: {replicas: "two"}`, want: []string{"/controller/replicas", "integer"}},
+		{name: "unknown backend", chart: charts.Member, values: `gateway: {backend: ipsec}`, want: []string{"/gateway/backend"}},
+		{name: "node selector as a list", chart: charts.Member, values: `gateway: {nodeSelector: [a]}`, want: []string{"/gateway/nodeSelector", "object"}},
+		{name: "misspelt key", chart: charts.Member, values: `controler: {replicas: 1}`, want: []string{"controler"}},
+		{name: "hub takes no values", chart: charts.Hub, values: `namespace: x`, want: []string{"namespace"}},
+		{name: "member in another namespace", chart: charts.Member, namespace: "default", want: []string{"octopus-system", "default"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var values map[string]any
+			if err := yaml.Unmarshal([]byte(tc.values), &values); err != nil {
+				t.Fatal(err)
+			}
+			c, err := charts.Load(tc.chart, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ns := tc.namespace
+			if ns == "" {
+				ns = namespaces[tc.chart]
+			}
+			_, err = charts.Render(c, ns, values)
+			if err == nil {
+				t.Fatal("rendered; want an error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %q", err, w)
+				}
+			}
+		})
+	}
+}
