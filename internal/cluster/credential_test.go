@@ -62,11 +62,15 @@ func TestCredentialRenewalWithoutOutage(t *testing.T) {
 	var wg sync.WaitGroup
 	var callErrs []error
 	calls := 0
-	wg.Add(3)
+	// Renewal stops before the follower is checked, so that the token it must end up with is
+	// the last one stored, not one the renewer replaced a moment ago.
+	renewCtx, stopRenewing := context.WithCancel(ctx)
+	renewed := make(chan struct{})
+	wg.Add(2)
 	go func() {
-		defer wg.Done()
+		defer close(renewed)
 		// A day-long token renewed after this fraction of it: about once a second.
-		if err := renewer.Renew(ctx, hubaccess.RenewOptions{Member: member, Fraction: 1e-5}); err != nil {
+		if err := renewer.Renew(renewCtx, hubaccess.RenewOptions{Member: member, Fraction: 1e-5}); err != nil {
 			t.Errorf("Renew: %v", err)
 		}
 	}()
@@ -96,16 +100,22 @@ func TestCredentialRenewalWithoutOutage(t *testing.T) {
 		seen[id] = true
 		return len(seen) >= 3
 	})
+	stopRenewing()
+	<-renewed
+	var last hubaccess.Credential
 	waitFor(t, "the follower to take the stored token", func() bool {
-		s, err := hubaccess.LoadCredential(t.Context(), member)
-		if err != nil {
+		if last, err = hubaccess.LoadCredential(t.Context(), member); err != nil {
 			t.Fatal(err)
 		}
-		return s.Token != first && follower.Credential().Token == s.Token
+		return last.Token != first && follower.Credential().Token == last.Token
 	})
+	lastID, err := credentialID(t.Context(), last.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
 	followerID, err := credentialID(t.Context(), follower.RESTConfig())
-	if err != nil || !seen[followerID] || followerID == first {
-		t.Errorf("the follower's client uses credential %q (%v); want one of the renewed tokens", followerID, err)
+	if err != nil || followerID != lastID || followerID == first {
+		t.Errorf("the follower's client uses credential %q (%v); want the last stored one, %q", followerID, err, lastID)
 	}
 	cancel()
 	wg.Wait()
