@@ -169,13 +169,9 @@ func (r *runner) waitReady(ctx context.Context) error {
 		var waiting []string
 		for _, m := range r.members {
 			for _, name := range []string{serverName, clientName} {
-				pod := &corev1.Pod{}
-				if err := m.Client.Get(ctx, client.ObjectKey{Namespace: r.ns, Name: name}, pod); err != nil {
-					waiting = append(waiting, fmt.Sprintf("%s/%s (%v)", m.ID, name, err))
-					continue
-				}
-				if !workload.PodReady(pod) {
-					waiting = append(waiting, fmt.Sprintf("%s/%s (%s)", m.ID, name, workload.PodState(pod)))
+				pod, why := workload.ReadyPod(ctx, m.Member, r.ns, name)
+				if pod == nil {
+					waiting = append(waiting, why)
 					continue
 				}
 				m.nodes[name] = pod.Spec.NodeName

@@ -17,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
@@ -213,13 +212,9 @@ func (r *runner) waitReady(ctx context.Context) error {
 		var waiting []string
 		for _, m := range r.members {
 			for _, name := range []string{serverName, clientName} {
-				pod := &corev1.Pod{}
-				if err := m.Client.Get(ctx, client.ObjectKey{Namespace: r.ns, Name: name}, pod); err != nil {
-					waiting = append(waiting, fmt.Sprintf("%s/%s (%v)", m.ID, name, err))
-					continue
-				}
-				if !workload.PodReady(pod) {
-					waiting = append(waiting, fmt.Sprintf("%s/%s (%s)", m.ID, name, workload.PodState(pod)))
+				pod, why := workload.ReadyPod(ctx, m.Member, r.ns, name)
+				if pod == nil {
+					waiting = append(waiting, why)
 					continue
 				}
 				if name == serverName && m.globalnet {

@@ -201,6 +201,19 @@ func Exec(ctx context.Context, m *Member, ns, pod string, timeout time.Duration,
 	return stdout.String(), nil
 }
 
+// ReadyPod reads pod name in namespace of m: the pod when it is ready, else why not, as
+// "<cluster>/<pod> (<reason>)" for a list of what is still awaited.
+func ReadyPod(ctx context.Context, m *Member, namespace, name string) (*corev1.Pod, string) {
+	pod := &corev1.Pod{}
+	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pod); err != nil {
+		return nil, fmt.Sprintf("%s/%s (%v)", m.ID, name, err)
+	}
+	if !PodReady(pod) {
+		return nil, fmt.Sprintf("%s/%s (%s)", m.ID, name, PodState(pod))
+	}
+	return pod, ""
+}
+
 // PodReady says whether pod's Ready condition is True.
 func PodReady(pod *corev1.Pod) bool {
 	for _, c := range pod.Status.Conditions {
