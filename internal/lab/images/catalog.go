@@ -15,7 +15,7 @@ const (
 	// PauseImage is containerd's default sandbox image (its CRI config's pinned "sandbox").
 	PauseImage = "registry.k8s.io/pause:3.10.2"
 	// BusyboxImage and BusyboxLatest are Docker Hub's busybox.
-	BusyboxImage  = "docker.io/library/busybox:1.36"
+	BusyboxImage  = "docker.io/library/busybox:1.37"
 	BusyboxLatest = "docker.io/library/busybox:latest"
 	// SocatImage is Docker Hub's alpine/socat: ENTRYPOINT socat.
 	SocatImage = "docker.io/alpine/socat:latest"

@@ -66,6 +66,9 @@ type Options struct {
 	Registries []string
 	// Labels are the Node's labels besides the kubelet's own. Optional.
 	Labels map[string]string
+	// ContainerEnv is set in every container of the node by the lab's NRI plugin
+	// (envPlugin). Optional.
+	ContainerEnv map[string]string
 	// Log receives structured logs. Optional.
 	Log logr.Logger
 }
@@ -156,6 +159,9 @@ func (n *Node) start(ctx context.Context) error {
 		return err
 	}
 	if err := n.importImages(ctx); err != nil {
+		return err
+	}
+	if err := n.startEnvPlugin(ctx, o.ContainerEnv); err != nil {
 		return err
 	}
 	bin, args = enter(filepath.Join(o.KubeBinDir, controlplane.BinKubelet),
