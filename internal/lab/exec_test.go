@@ -199,7 +199,7 @@ func TestExecAndLogs(t *testing.T) {
 	t.Run("resolv.conf and hosts", func(t *testing.T) {
 		hostResolv, hostHosts := readFile("/etc/resolv.conf"), readFile("/etc/hosts")
 		for _, tc := range []struct{ file, want string }{
-			{"/etc/resolv.conf", fmt.Sprintf("nameserver %s\nsearch default.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n", clusterDNS(t, net.ServiceCIDR))},
+			{"/etc/resolv.conf", fmt.Sprintf("search default.svc.cluster.local svc.cluster.local cluster.local\nnameserver %s\noptions ndots:5\n", clusterDNS(t, net.ServiceCIDR))},
 		} {
 			got := c.run(ctx, t, nil, "", "exec", "toolbox", "--", "cat", tc.file)
 			if got.code != 0 || got.stdout != tc.want {
@@ -393,7 +393,7 @@ func testExecTTY(ctx context.Context, t *testing.T, c labCluster, pod string) {
 	}
 	req := c.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{Container: "sh", Command: []string{"sh", "-c", "tty; stty size"},
-			Stdout: true, TTY: true}, scheme.ParameterCodec)
+			Stdin: true, Stdout: true, TTY: true}, scheme.ParameterCodec)
 	executor, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -401,7 +401,11 @@ func testExecTTY(ctx context.Context, t *testing.T, c labCluster, pod string) {
 	var out bytes.Buffer
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	err = executor.StreamWithContext(sctx, remotecommand.StreamOptions{Stdout: &out, Tty: true,
+	// The terminal is the command's stdin too, as with kubectl exec -it (stty reads it); the
+	// test types nothing, and the pipe stays open until the command ends.
+	stdin, typist := io.Pipe()
+	defer typist.Close()
+	err = executor.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: &out, Tty: true,
 		TerminalSizeQueue: &fixedSize{done: sctx.Done()}})
 	if err != nil {
 		t.Fatalf("exec with tty: %v (output %q)", err, out.String())

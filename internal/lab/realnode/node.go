@@ -171,6 +171,10 @@ func (n *Node) start(ctx context.Context) error {
 		"--hostname-override="+n.Name,
 		"--node-ip="+o.Node.LANAddr.Addr().String(),
 		"--node-labels="+nodeLabelsArg(o.Labels),
+		// Two dead runs of each container, not one: between the restarts of a crash-looping
+		// container its current run is dead too, and `kubectl logs --previous` wants the
+		// one before (there is no configuration field for it).
+		"--maximum-dead-containers-per-container=2",
 		"--v=2",
 	)
 	return o.Env.StartProcess(controlplane.ProcessOptions{
