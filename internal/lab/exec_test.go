@@ -392,8 +392,8 @@ func testExecTTY(ctx context.Context, t *testing.T, c labCluster, pod string) {
 		t.Fatal(err)
 	}
 	req := c.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: "sh", Command: []string{"sh", "-c", ttySizeScript},
-			Stdout: true, TTY: true}, scheme.ParameterCodec)
+		VersionedParams(&corev1.PodExecOptions{Container: "sh", Command: []string{"sh", "-c", "tty; stty size"},
+			Stdin: true, Stdout: true, TTY: true}, scheme.ParameterCodec)
 	executor, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -401,7 +401,11 @@ func testExecTTY(ctx context.Context, t *testing.T, c labCluster, pod string) {
 	var out bytes.Buffer
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	err = executor.StreamWithContext(sctx, remotecommand.StreamOptions{Stdout: &out, Tty: true,
+	// The terminal is the command's stdin too, as with kubectl exec -it (stty reads it); the
+	// test types nothing, and the pipe stays open until the command ends.
+	stdin, typist := io.Pipe()
+	defer typist.Close()
+	err = executor.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: &out, Tty: true,
 		TerminalSizeQueue: &fixedSize{done: sctx.Done()}})
 	if err != nil {
 		t.Fatalf("exec with tty: %v (output %q)", err, out.String())
@@ -410,11 +414,6 @@ func testExecTTY(ctx context.Context, t *testing.T, c labCluster, pod string) {
 		t.Errorf("exec with tty: output %q, want the pts and size 40 100", out.String())
 	}
 }
-
-// ttySizeScript prints the terminal and its size. A container runtime applies the size the
-// client sends after the command has started (busybox's stty fails while the size is still
-// 0x0), so it asks for up to 5 s.
-const ttySizeScript = "tty; for i in $(seq 50); do stty size 2>/dev/null && exit; sleep 0.1; done; stty size"
 
 // fixedSize reports one terminal size, then blocks until done (nil ends the queue).
 type fixedSize struct {
