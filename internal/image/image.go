@@ -56,7 +56,7 @@ type File struct {
 
 // Spec describes an image.
 type Spec struct {
-	// Refs are the names the image is tagged with, e.g. "docker.io/library/busybox:1.36".
+	// Refs are the names the image is tagged with, e.g. "docker.io/library/busybox:1.37".
 	// At least one is required.
 	Refs []string
 	// Files make the image's single layer; parent directories are added as needed. A later

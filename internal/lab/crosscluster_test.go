@@ -316,7 +316,7 @@ func startEchoPods(ctx context.Context, t *testing.T, l *lab.Lab) map[string][]x
 		for _, n := range c.Nodes {
 			p := waitPodReady(ctx, t, cs, "echo-"+n.Name)
 			pods[c.Name] = append(pods[c.Name], xpod{cluster: c.Name, name: p.Name, node: n.Name,
-				ip: netip.MustParseAddr(p.Status.PodIP), netns: labnet.PodNetnsName(l.Network.ID, string(p.UID))})
+				ip: netip.MustParseAddr(p.Status.PodIP), netns: podNetns(t, l.Network.ID, p)})
 		}
 	}
 	return pods

@@ -527,7 +527,7 @@ func startEchoPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, l 
 	create(ctx, t, cs, echoPod("echo-"+node, node))
 	p := waitPodReady(ctx, t, cs, "echo-"+node)
 	return xpod{cluster: cluster, name: p.Name, node: node, ip: netip.MustParseAddr(p.Status.PodIP),
-		netns: labnet.PodNetnsName(l.Network.ID, string(p.UID))}
+		netns: podNetns(t, l.Network.ID, p)}
 }
 
 func ipLink(t *testing.T, netns, link, state string) {

@@ -132,7 +132,7 @@ func TestLabUpAndDownAfterKill(t *testing.T) {
 			Command: []string{"sh", "-c", "while true; do sleep 1; done"}}}},
 	})
 	loop := waitPodReady(ctx, t, clientset(t, report.Kubeconfigs[c1.Name]), "loop")
-	loopNetns := labnet.PodNetnsName(report.Network.ID, string(loop.UID))
+	loopNetns := podNetns(t, report.Network.ID, loop)
 	pidsOut, err := exec.Command("ip", "netns", "pids", loopNetns).Output()
 	if err != nil || len(strings.Fields(string(pidsOut))) == 0 {
 		t.Fatalf("no processes in the pod's namespace %s: %v %q", loopNetns, err, pidsOut)
@@ -394,13 +394,7 @@ func readFile(path string) string {
 func startLab(ctx context.Context, t *testing.T, opts lab.Options) (*lab.Lab, string) {
 	t.Helper()
 	opts.Dir = filepath.Join(t.TempDir(), "lab")
-	if runtime := os.Getenv(envNodeRuntime); runtime != "" && opts.NodeRuntime == "" {
-		_, containerd, err := controlplane.EnsureNodeRuntime(ctx, testenv.RepoRoot(t), os.Stderr)
-		if err != nil {
-			t.Fatalf("%s=%s: building the kubelet and containerd: %v", envNodeRuntime, runtime, err)
-		}
-		opts.NodeRuntime, opts.ContainerdBinDir = runtime, containerd
-	}
+	opts = withTestNodeRuntime(ctx, t, opts)
 	begin := time.Now()
 	l, err := lab.Up(ctx, opts)
 	if err != nil {
@@ -414,6 +408,31 @@ func startLab(ctx context.Context, t *testing.T, opts lab.Options) (*lab.Lab, st
 	})
 	t.Logf("lab up took %.1fs", time.Since(begin).Seconds())
 	return l, opts.Dir
+}
+
+// withTestNodeRuntime returns opts with the node runtime of OCTOPUS_LAB_TEST_NODE_RUNTIME
+// (and the containerd it needs) unless opts choose one.
+func withTestNodeRuntime(ctx context.Context, t *testing.T, opts lab.Options) lab.Options {
+	t.Helper()
+	if runtime := os.Getenv(envNodeRuntime); runtime != "" && opts.NodeRuntime == "" {
+		_, containerd, err := controlplane.EnsureNodeRuntime(ctx, testenv.RepoRoot(t), os.Stderr)
+		if err != nil {
+			t.Fatalf("%s=%s: building the kubelet and containerd: %v", envNodeRuntime, runtime, err)
+		}
+		opts.NodeRuntime, opts.ContainerdBinDir = runtime, containerd
+	}
+	return opts
+}
+
+// podNetns names the network namespace of a running pod of the lab labID (lab.PodNetns), for
+// commands run inside it, whatever the node runtime.
+func podNetns(t *testing.T, labID string, pod *corev1.Pod) string {
+	t.Helper()
+	name, err := lab.PodNetns(labID, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name
 }
 
 // abandonedLabNetwork creates the network of a lab with nothing running in it, as a run killed

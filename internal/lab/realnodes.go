@@ -200,6 +200,7 @@ func startRealNodes(ctx context.Context, env *controlplane.Environment, plan lab
 				KubeBinDir: opts.BinDir, ContainerdBinDir: opts.ContainerdBinDir, Images: imgs.preload,
 				Mirror: imgs.registry.Addr, Registries: imgs.hosts,
 				ClusterDNS: dns, Labels: labels, Log: opts.Log.WithValues("node", n.Name),
+				ContainerEnv: map[string]string{nodeagent.EnvCluster: c.Name},
 			})
 		})
 	}

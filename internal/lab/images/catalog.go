@@ -14,13 +14,16 @@ const (
 	// PauseImage is containerd's default sandbox image (its CRI config's pinned "sandbox").
 	PauseImage = "registry.k8s.io/pause:3.10.2"
 	// BusyboxImage and BusyboxLatest are Docker Hub's busybox.
-	BusyboxImage  = "docker.io/library/busybox:1.36"
+	BusyboxImage  = "docker.io/library/busybox:1.37"
 	BusyboxLatest = "docker.io/library/busybox:latest"
 	// SocatImage is Docker Hub's alpine/socat: ENTRYPOINT socat.
 	SocatImage = "docker.io/alpine/socat:latest"
 	// ToolboxImage is a nicolaka/netshoot-like toolbox with the tools every networking
 	// tutorial runs (ToolboxTools).
 	ToolboxImage = "docker.io/nicolaka/netshoot:latest"
+	// ToolboxPinned is the same toolbox under the tag `octopus verify` pins for its client
+	// pod (verify.DefaultClientImage in internal/verify/objects.go).
+	ToolboxPinned = "docker.io/nicolaka/netshoot:v0.13"
 	// CoreDNSImage is the cluster DNS image kubeadm deploys, tagged with the release
 	// hack/coredns.sh builds (controlplane.CoreDNSVersion).
 	CoreDNSImage = "registry.k8s.io/coredns/coredns:v1.15.0"
@@ -98,7 +101,7 @@ func Catalog(o CatalogOptions) ([]Spec, error) {
 		{Refs: []string{SocatImage}, Files: withBusybox(socat), Entrypoint: []string{"socat"}, Env: env},
 		// netshoot's CMD is zsh, which exits at once without a terminal: a toolbox pod without
 		// a command sleeps instead and is entered with kubectl exec.
-		{Refs: []string{ToolboxImage}, Files: withBusybox(tools), Cmd: []string{"sleep", "infinity"}, Env: env},
+		{Refs: []string{ToolboxImage, ToolboxPinned}, Files: withBusybox(tools), Cmd: []string{"sleep", "infinity"}, Env: env},
 		{Refs: []string{CoreDNSImage}, Files: coredns, Entrypoint: []string{"/coredns"}},
 	}
 	if o.OctopusBinDir == "" {

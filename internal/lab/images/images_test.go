@@ -42,6 +42,7 @@ func TestCatalog(t *testing.T) {
 		BusyboxImage:  {"/bin/sh", "/bin/busybox"},
 		BusyboxLatest: {"/bin/sh"},
 		SocatImage:    {"/usr/bin/socat", "/bin/sh"},
+		ToolboxPinned: {"/bin/sh"},
 		ToolboxImage:  {"/usr/bin/nc", "/usr/bin/curl", "/usr/bin/wget", "/usr/bin/dig", "/usr/bin/nslookup", "/usr/bin/ping", "/bin/sh"},
 		CoreDNSImage:  {"/coredns"},
 	} {

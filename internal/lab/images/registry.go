@@ -25,7 +25,7 @@ import (
 // can pull them as from their usual registries: a pod whose image is :latest, which a
 // kubelet pulls always, starts as it would in a cluster, and nothing is fetched from outside
 // the machine. Every image is served under its registry's name as a path prefix:
-// docker.io/library/busybox:1.36 is <registry>/docker.io/library/busybox:1.36.
+// docker.io/library/busybox:1.37 is <registry>/docker.io/library/busybox:1.37.
 type Registry struct {
 	// Addr is where the registry listens (plain HTTP).
 	Addr string

@@ -81,6 +81,39 @@ func EnsureNamespace(name string) error {
 	})
 }
 
+// NameNamespace gives the network namespace at path (a process's /proc/<pid>/ns/net) the
+// given name, as `ip netns attach` does, replacing a namespace of that name that is another
+// one. The bind mount keeps the namespace alive until DeleteNamespace.
+func NameNamespace(name, path string) error {
+	var want, have unix.Stat_t
+	if err := unix.Stat(path, &want); err != nil {
+		return fmt.Errorf("naming network namespace %s: %w", name, err)
+	}
+	if isMountedNamespace(NetnsPath(name)) && unix.Stat(NetnsPath(name), &have) == nil && have.Ino == want.Ino && have.Dev == want.Dev {
+		return nil
+	}
+	if err := DeleteNamespace(name); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(netnsDir, 0o755); err != nil {
+		return fmt.Errorf("naming network namespace %s: %w", name, err)
+	}
+	f, err := os.OpenFile(NetnsPath(name), os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if err != nil {
+		return fmt.Errorf("naming network namespace %s: %w", name, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("naming network namespace %s: %w", name, err)
+	}
+	if err := unix.Mount(path, NetnsPath(name), "none", unix.MS_BIND, ""); err != nil {
+		return errors.Join(fmt.Errorf("naming network namespace %s: bind-mounting %s: %w", name, path, err), os.Remove(NetnsPath(name)))
+	}
+	return nil
+}
+
+// NamespaceExists reports whether a network namespace of that name exists.
+func NamespaceExists(name string) bool { return isMountedNamespace(NetnsPath(name)) }
+
 // isMountedNamespace reports whether path is a network namespace bind mount (nsfs).
 func isMountedNamespace(path string) bool {
 	var st unix.Statfs_t

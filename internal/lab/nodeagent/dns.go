@@ -55,12 +55,13 @@ func resolvConf(pod *corev1.Pod, dns netip.Addr) (conf string, ok bool) {
 			options = append(options, name)
 		}
 	}
+	// The kubelet's order: search, nameservers, options.
 	var b strings.Builder
-	for _, s := range servers {
-		b.WriteString("nameserver " + s + "\n")
-	}
 	if len(search) > 0 {
 		b.WriteString("search " + strings.Join(search, " ") + "\n")
+	}
+	for _, s := range servers {
+		b.WriteString("nameserver " + s + "\n")
 	}
 	if len(options) > 0 {
 		b.WriteString("options " + strings.Join(options, " ") + "\n")

@@ -35,7 +35,7 @@ func TestResolvConf(t *testing.T) {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns1"},
 			Spec: corev1.PodSpec{DNSPolicy: policy, HostNetwork: hostNet, DNSConfig: cfg}}
 	}
-	cluster := "nameserver 10.97.0.10\nsearch ns1.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n"
+	cluster := "search ns1.svc.cluster.local svc.cluster.local cluster.local\nnameserver 10.97.0.10\noptions ndots:5\n"
 	for _, tc := range []struct {
 		name string
 		pod  *corev1.Pod
@@ -49,7 +49,7 @@ func TestResolvConf(t *testing.T) {
 		{"dnsConfig merged", pod(corev1.DNSClusterFirst, false, &corev1.PodDNSConfig{
 			Nameservers: []string{"203.0.113.53"}, Searches: []string{"example.test"},
 			Options: []corev1.PodDNSConfigOption{{Name: "ndots", Value: ptr.To("2")}, {Name: "edns0"}}}),
-			"nameserver 10.97.0.10\nnameserver 203.0.113.53\nsearch ns1.svc.cluster.local svc.cluster.local cluster.local example.test\noptions ndots:2 edns0\n"},
+			"search ns1.svc.cluster.local svc.cluster.local cluster.local example.test\nnameserver 10.97.0.10\nnameserver 203.0.113.53\noptions ndots:2 edns0\n"},
 		{"None", pod(corev1.DNSNone, false, &corev1.PodDNSConfig{Nameservers: []string{"203.0.113.53"}}), "nameserver 203.0.113.53\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

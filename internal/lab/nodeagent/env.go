@@ -10,9 +10,9 @@ import (
 // defaultPath is the PATH of a container without one, as container runtimes set it.
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-// EnvCluster is set in every lab container to the name of the lab cluster it runs in, so
-// that the echo server can say where it runs; a real cluster's pod would get it from its
-// manifest (CLUSTER_NAME), which takes precedence.
+// EnvCluster is set in every lab container (on real nodes by realnode's NRI plugin) to the
+// name of the lab cluster it runs in, so that the echo server can say where it runs; a real
+// cluster's pod would get it from its manifest (CLUSTER_NAME), which takes precedence.
 const EnvCluster = "OCTOPUS_LAB_CLUSTER"
 
 // containerEnv computes the environment of container c of pod, which runs in cluster and has

@@ -103,6 +103,22 @@ func Cgroups(labID string) ([]string, error) {
 
 // CgroupProcesses lists the processes in the lab's cgroups (any hierarchy, any depth).
 func CgroupProcesses(labID string) ([]int, error) {
+	return cgroupProcesses(labID, func(string) bool { return true })
+}
+
+// PodProcesses lists the processes of the pod with the given UID on the lab's real nodes:
+// those in the pod's cgroup, which the kubelet's cgroupfs driver names pod<UID> (below the
+// node's kubepods/<QoS class>), and in its containers' cgroups below it.
+func PodProcesses(labID, podUID string) ([]int, error) {
+	podDir := string(filepath.Separator) + "pod" + podUID
+	return cgroupProcesses(labID, func(dir string) bool {
+		return strings.HasSuffix(dir, podDir) || strings.Contains(dir, podDir+string(filepath.Separator))
+	})
+}
+
+// cgroupProcesses lists the processes in those of the lab's cgroups (any hierarchy, any
+// depth) whose directory match accepts.
+func cgroupProcesses(labID string, match func(dir string) bool) ([]int, error) {
 	dirs, err := Cgroups(labID)
 	if err != nil {
 		return nil, err
@@ -117,7 +133,7 @@ func CgroupProcesses(labID string) ([]int, error) {
 				}
 				return err
 			}
-			if !e.IsDir() {
+			if !e.IsDir() || !match(path) {
 				return nil
 			}
 			b, err := os.ReadFile(filepath.Join(path, "cgroup.procs"))

@@ -161,6 +161,9 @@ func (c kubeletConfig) render() ([]byte, error) {
 // KubeletPort is the kubelet's secure port, as on any node.
 const KubeletPort = 10250
 
+// BridgeName is the bridge of the node's pod veths (the bridge plugin's, cniConfig).
+const BridgeName = "cni0"
+
 // cniNetworkName names the lab's CNI network.
 const cniNetworkName = "octopus-lab"
 
@@ -177,7 +180,7 @@ func cniConfig(podCIDR netip.Prefix, ipamDataDir string) ([]byte, error) {
 		"name":       cniNetworkName,
 		"plugins": []any{map[string]any{
 			"type":        "bridge",
-			"bridge":      "cni0",
+			"bridge":      BridgeName,
 			"isGateway":   true,
 			"ipMasq":      false,
 			"hairpinMode": true,

@@ -66,6 +66,9 @@ type Options struct {
 	Registries []string
 	// Labels are the Node's labels besides the kubelet's own. Optional.
 	Labels map[string]string
+	// ContainerEnv is set in every container of the node by the lab's NRI plugin
+	// (envPlugin). Optional.
+	ContainerEnv map[string]string
 	// Log receives structured logs. Optional.
 	Log logr.Logger
 }
@@ -158,6 +161,9 @@ func (n *Node) start(ctx context.Context) error {
 	if err := n.importImages(ctx); err != nil {
 		return err
 	}
+	if err := n.startEnvPlugin(ctx, o.ContainerEnv); err != nil {
+		return err
+	}
 	bin, args = enter(filepath.Join(o.KubeBinDir, controlplane.BinKubelet),
 		"--config="+n.path(fileKubeletConf),
 		"--kubeconfig="+n.path(fileKubeconfig),
@@ -165,6 +171,10 @@ func (n *Node) start(ctx context.Context) error {
 		"--hostname-override="+n.Name,
 		"--node-ip="+o.Node.LANAddr.Addr().String(),
 		"--node-labels="+nodeLabelsArg(o.Labels),
+		// Two dead runs of each container, not one: between the restarts of a crash-looping
+		// container its current run is dead too, and `kubectl logs --previous` wants the
+		// one before (there is no configuration field for it).
+		"--maximum-dead-containers-per-container=2",
 		"--v=2",
 	)
 	return o.Env.StartProcess(controlplane.ProcessOptions{

@@ -1,0 +1,36 @@
+package lab
+
+import (
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+	"github.com/octopus-mcs/octopus/internal/lab/realnode"
+)
+
+// PodNetns names the network namespace of a running pod of the lab with the given ID, for
+// `ip netns exec` and labnet.InNamespace, whatever the node runtime. The stand-in's pods have
+// it by construction (labnet.PodNetnsName). A real node's pod namespace is mounted only in
+// its node's mount namespace (containerd's state dir), so it is found from a process of the
+// pod (its cgroup names the pod's UID, realnode.PodProcesses) and given the same name
+// (labnet.NameNamespace), which `lab down` deletes with the lab's other namespaces. A pod
+// whose sandbox was recreated gets the new namespace.
+func PodNetns(labID string, pod *corev1.Pod) (string, error) {
+	name := labnet.PodNetnsName(labID, string(pod.UID))
+	pids, err := realnode.PodProcesses(labID, string(pod.UID))
+	if err != nil {
+		return "", fmt.Errorf("the network namespace of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if len(pids) == 0 {
+		if labnet.NamespaceExists(name) {
+			return name, nil // a stand-in pod
+		}
+		return "", fmt.Errorf("the network namespace of pod %s/%s: no process of the pod runs and no namespace %s exists", pod.Namespace, pod.Name, name)
+	}
+	if err := labnet.NameNamespace(name, "/proc/"+strconv.Itoa(pids[0])+"/ns/net"); err != nil {
+		return "", fmt.Errorf("the network namespace of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return name, nil
+}
