@@ -229,6 +229,9 @@ func Run(ctx context.Context, o Options) error {
 	// The registry is this Run's own: several gateways may run in one process (tests).
 	reg := prometheus.NewRegistry()
 	m, err := newMetrics(reg)
+	if err == nil {
+		err = reg.Register(newDeviceCollector(o.Device))
+	}
 	if err != nil {
 		return fmt.Errorf("registering the gateway's metrics: %w", err)
 	}

@@ -138,6 +138,16 @@ func crossCluster(t *testing.T, backend, binDir string, bins map[string]string) 
 				got[`octopus_gateway_peers{result="accepted"}`] != 1 || got[`octopus_gateway_takeovers_total`] < 1 {
 				return fmt.Errorf("metrics of %s at %s: %v", gw.Name, addr, got)
 			}
+			// Packets are counted per tunnel device (the drivers count only bytes per peer).
+			txPackets := 0.0
+			for k, v := range got {
+				if strings.HasPrefix(k, `octopus_gateway_tunnel_packets_total{`) && strings.Contains(k, `direction="tx"`) {
+					txPackets += v
+				}
+			}
+			if txPackets <= 0 {
+				return fmt.Errorf("no tunnel packets counted by %s at %s: %v", gw.Name, addr, got)
+			}
 			// WireGuard's handshakes are exported as their time; vxlan has none.
 			handshake, ok := got[`octopus_gateway_connection_last_handshake_timestamp_seconds{`+conn+`}`]
 			if (backend == "wireguard") != ok || (ok && time.Since(time.Unix(int64(handshake), 0)) > 5*time.Minute) {

@@ -57,6 +57,27 @@ func linkByName(name string) (netlink.Link, error) {
 	return l, nil
 }
 
+// LinkCounters are a tunnel device's packet counters as the kernel keeps them: all peers
+// together, since neither WireGuard nor VXLAN counts packets per peer.
+type LinkCounters struct {
+	RxPackets, TxPackets, RxDropped, TxDropped, RxErrors, TxErrors uint64
+}
+
+// ReadLinkCounters reads name's counters in the calling thread's network namespace; ok is
+// false when there is no such link (a standby gateway has none).
+func ReadLinkCounters(name string) (c LinkCounters, ok bool, err error) {
+	l, err := linkByName(name)
+	if err != nil || l == nil {
+		return LinkCounters{}, false, err
+	}
+	st := l.Attrs().Statistics
+	if st == nil {
+		return LinkCounters{}, true, nil
+	}
+	return LinkCounters{RxPackets: st.RxPackets, TxPackets: st.TxPackets, RxDropped: st.RxDropped,
+		TxDropped: st.TxDropped, RxErrors: st.RxErrors, TxErrors: st.TxErrors}, true, nil
+}
+
 // NewRouteTable opens, in the calling thread's network namespace, the route table of the
 // driver of device: its routes carry the tunnel drivers' markers (internal/datapath/owner) and
 // leave through device, so that the route agent's routes on the same node and another
