@@ -39,8 +39,10 @@ octopus_gateway_tunnel_packets_total{device="octopus0",direction="tx"} 9
 		name: "standby: no device, no series",
 		read: func(string) (kernel.LinkCounters, bool, error) { return kernel.LinkCounters{}, false, nil },
 	}, {
-		name:    "netlink fails: the scrape says so",
-		read:    func(string) (kernel.LinkCounters, bool, error) { return kernel.LinkCounters{}, false, errors.New("netlink down") },
+		name: "netlink fails: the scrape says so",
+		read: func(string) (kernel.LinkCounters, bool, error) {
+			return kernel.LinkCounters{}, false, errors.New("netlink down")
+		},
 		wantErr: true,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
