@@ -401,6 +401,9 @@ func startLab(ctx context.Context, t *testing.T, opts lab.Options) (*lab.Lab, st
 		t.Fatalf("lab up: %v", err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			logLabState(t, opts.Dir)
+		}
 		_ = l.Stop()
 		if err := lab.Down(opts.Dir); err != nil {
 			t.Errorf("lab down: %v", err)
@@ -408,6 +411,31 @@ func startLab(ctx context.Context, t *testing.T, opts lab.Options) (*lab.Lab, st
 	})
 	t.Logf("lab up took %.1fs", time.Since(begin).Seconds())
 	return l, opts.Dir
+}
+
+// failureLogLimit bounds each file logLabState logs: the end of a process log, where a failure
+// shows.
+const failureLogLimit = 4 << 10
+
+// logLabState logs, for a failed test, what `octopus gather` would take of the lab's nodes
+// (each namespace's routes and the end of each Octopus process's log) before the lab and its
+// directory are gone, so that a failure in CI can be read after the fact.
+func logLabState(t *testing.T, dir string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	add := func(name string, data []byte) {
+		if !strings.HasPrefix(name, "processes/") && !strings.HasSuffix(name, "/routes.txt") {
+			return
+		}
+		if len(data) > failureLogLimit {
+			data = data[len(data)-failureLogLimit:]
+		}
+		t.Logf("lab state, %s:\n%s", name, data)
+	}
+	skip := func(name string, err error) { t.Logf("lab state, %s: %v", name, err) }
+	if err := (lab.NodeState{Dir: dir}).CollectNodes(ctx, add, skip); err != nil {
+		t.Logf("lab state: %v", err)
+	}
 }
 
 // withTestNodeRuntime returns opts with the node runtime of OCTOPUS_LAB_TEST_NODE_RUNTIME
