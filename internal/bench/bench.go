@@ -69,6 +69,9 @@ const (
 type member struct {
 	*workload.Member
 	server server
+	// globalnet is set when the cluster joined with globalnet addressing: its server pod is
+	// reached from other clusters by the global IP of a headless export.
+	globalnet bool
 	// nodes are the nodes of the server and client pods, by pod name.
 	nodes map[string]string
 	// clusterSetIPs are the ClusterSet IPs of the other clusters' bench Services here, by
@@ -120,7 +123,12 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, err
 	}
 	for _, m := range members {
-		r.members = append(r.members, &member{Member: m, nodes: map[string]string{}})
+		mem := &member{Member: m, nodes: map[string]string{}}
+		if mem.globalnet, err = workload.Globalnet(ctx, m.Client); err != nil {
+			// The data plane may well work with the hub down: measure it as direct addressing.
+			r.p.Step("Could not read the addressing of %s from its Cluster on the hub (%v); measuring it as direct addressing", m.ID, err)
+		}
+		r.members = append(r.members, mem)
 		report.Clusters = append(report.Clusters, m.ID)
 	}
 	defer workload.Cleanup(ctx, members, r.ns, r.p)
@@ -152,7 +160,11 @@ func (r *runner) deploy(ctx context.Context) error {
 	start := time.Now()
 	r.p.Step("Deploying bench pods in namespace %s of %s", r.ns, strings.Join(r.ids(), ", "))
 	for _, m := range r.members {
-		if err := workload.CreateAll(ctx, m.Member, objects(r.ns, m.ID, r.opts.Image), r.opts.ReadyTimeout, "bench", "--namespace"); err != nil {
+		objs := objects(r.ns, m.ID, r.opts.Image)
+		if m.globalnet {
+			objs = append(objs, globalnetObjects(r.ns, m.ID)...)
+		}
+		if err := workload.CreateAll(ctx, m.Member, objs, r.opts.ReadyTimeout, "bench", "--namespace"); err != nil {
 			return err
 		}
 	}
@@ -184,6 +196,14 @@ func (r *runner) waitReady(ctx context.Context) error {
 					continue
 				}
 				m.server.podIP = ip
+				if m.globalnet {
+					global, why := workload.GlobalIP(ctx, m.Client, r.ns, workload.PodGlobalIPName(serverName))
+					if !global.IsValid() {
+						waiting = append(waiting, fmt.Sprintf("%s/%s (global IP: %s)", m.ID, name, why))
+						continue
+					}
+					m.server.globalIP = global
+				}
 				// A malformed network-status annotation is the secondary network's problem;
 				// the pod IP still measures what it can.
 				m.server.secondaryIP, _ = secondaryAddr(pod.Annotations)

@@ -101,3 +101,27 @@ func objects(namespace, clusterID, image string) []client.Object {
 		&mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: serviceName(clusterID), Namespace: namespace, Labels: labels}},
 	}
 }
+
+// podServiceName is the headless Service through which a globalnet cluster exports its bench
+// server, so that the pod gets a global IP of its own for the pod-to-pod measurement.
+func podServiceName(clusterID string) string { return "bench-pod-" + clusterID }
+
+// globalnetObjects are what bench adds in a globalnet cluster: the headless export of the
+// server.
+func globalnetObjects(namespace, clusterID string) []client.Object {
+	labels := map[string]string{managedByLabel: managedBy}
+	return []client.Object{
+		&corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: podServiceName(clusterID), Namespace: namespace, Labels: labels},
+			Spec: corev1.ServiceSpec{
+				ClusterIP: corev1.ClusterIPNone,
+				Selector:  map[string]string{appLabel: serverName},
+				Ports: []corev1.ServicePort{
+					{Name: "echo", Port: echoPort, TargetPort: intstr.FromInt32(echoPort)},
+					{Name: "discard", Port: discardPort, TargetPort: intstr.FromInt32(discardPort)},
+				},
+			},
+		},
+		&mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: podServiceName(clusterID), Namespace: namespace, Labels: labels}},
+	}
+}

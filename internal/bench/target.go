@@ -15,6 +15,8 @@ type server struct {
 	secondaryIP netip.Addr
 	// clusterIP is the bench Service's cluster IP, the in-cluster way to the Service.
 	clusterIP netip.Addr
+	// globalIP is the pod's global IP, when its cluster uses globalnet addressing.
+	globalIP netip.Addr
 }
 
 // secondaryAddr returns the pod's address on the secondary network from its network-status
@@ -39,9 +41,8 @@ func secondaryAddr(annotations map[string]string) (netip.Addr, error) {
 //   - pod-to-pod in the client's own cluster: the pod IP.
 //   - pod-to-pod across clusters: the server's secondary-network address when it has one
 //     (secondary addressing: primary CIDRs may overlap, and only net1 is routed between
-//     clusters), else its pod IP (direct addressing). Globalnet gives global addresses to
-//     exported services only, so a pod IP there is not reachable from another cluster and the
-//     measurement fails saying so.
+//     clusters); in a globalnet cluster its global IP, which a headless export of the server
+//     gives it (pod CIDRs may overlap); else its pod IP (direct addressing).
 //   - pod-to-service in the client's own cluster: the Service's cluster IP.
 //   - pod-to-service across clusters: the ClusterSet IP of the client cluster's ServiceImport,
 //     which globalnet makes a global address; the same for every mode.
@@ -53,6 +54,8 @@ func address(path Path, crossCluster bool, srv server, clusterSetIP netip.Addr) 
 		a, what = srv.podIP, "the server pod's IP"
 	case path == PathPod && srv.secondaryIP.IsValid():
 		a = srv.secondaryIP
+	case path == PathPod && srv.globalIP.IsValid():
+		a = srv.globalIP
 	case path == PathPod:
 		a, what = srv.podIP, "the server pod's IP"
 	case path == PathService && !crossCluster:

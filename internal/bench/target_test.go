@@ -10,6 +10,7 @@ func TestAddress(t *testing.T) {
 	ip := netip.MustParseAddr
 	direct := server{podIP: ip("10.1.0.5"), clusterIP: ip("10.96.0.10")}
 	secondary := server{podIP: ip("10.1.0.5"), secondaryIP: ip("172.30.1.5"), clusterIP: ip("10.96.0.10")}
+	global := server{podIP: ip("10.1.0.5"), globalIP: ip("242.1.0.9"), clusterIP: ip("10.96.0.10")}
 	setIP := ip("10.97.0.3")
 	tests := []struct {
 		name    string
@@ -24,6 +25,8 @@ func TestAddress(t *testing.T) {
 		{"pod across clusters, direct: pod IP", PathPod, true, direct, setIP, "10.1.0.5", ""},
 		{"pod across clusters, secondary: net1 address", PathPod, true, secondary, setIP, "172.30.1.5", ""},
 		{"pod in-cluster on the secondary network still uses the pod IP", PathPod, false, secondary, setIP, "10.1.0.5", ""},
+		{"pod across clusters, globalnet: the pod's global IP", PathPod, true, global, setIP, "242.1.0.9", ""},
+		{"pod in-cluster in a globalnet cluster: pod IP", PathPod, false, global, setIP, "10.1.0.5", ""},
 		{"service in-cluster: cluster IP", PathService, false, direct, setIP, "10.96.0.10", ""},
 		{"service across clusters: ClusterSet IP", PathService, true, direct, setIP, "10.97.0.3", ""},
 		{"service across clusters, not imported", PathService, true, direct, netip.Addr{}, "", "ServiceImport"},

@@ -17,14 +17,9 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/hubaccess"
-	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/progress"
 	"github.com/octopus-mcs/octopus/internal/workload"
 )
@@ -134,46 +129,13 @@ func (r *runner) connect(ctx context.Context) error {
 	}
 	for _, m := range members {
 		mem := &member{Member: m, imports: map[string]netip.Addr{}}
-		if mem.globalnet, err = isGlobalnet(ctx, m.Client); err != nil {
+		if mem.globalnet, err = workload.Globalnet(ctx, m.Client); err != nil {
 			// The data plane may well work with the hub down: check it as direct addressing.
 			r.p.Step("Could not read the addressing of %s from its Cluster on the hub (%v); checking it as direct addressing", m.ID, err)
 		}
 		r.members = append(r.members, mem)
 	}
 	return nil
-}
-
-// isGlobalnet reads, with the cluster's own hub credential, whether the cluster joined with
-// globalnet addressing.
-func isGlobalnet(ctx context.Context, c client.Reader) (bool, error) {
-	cred, err := hubaccess.LoadCredential(ctx, c)
-	if err != nil {
-		return false, err
-	}
-	hc, err := client.New(cred.RESTConfig(), client.Options{Scheme: kube.Scheme})
-	if err != nil {
-		return false, err
-	}
-	cl := &v1alpha1.Cluster{}
-	if err := hc.Get(ctx, client.ObjectKey{Namespace: cred.Namespace, Name: cred.ClusterID}, cl); err != nil {
-		return false, err
-	}
-	return cl.Spec.Addressing == v1alpha1.AddressingGlobalnet, nil
-}
-
-// globalIP is the address of the GlobalIngressIP name in namespace, or why there is none yet.
-func globalIP(ctx context.Context, c client.Reader, namespace, name string) (netip.Addr, string) {
-	g := &v1alpha1.GlobalIngressIP{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, g); err != nil {
-		return netip.Addr{}, err.Error()
-	}
-	if ip, err := netip.ParseAddr(g.Status.IP); err == nil {
-		return ip, ""
-	}
-	if cond := meta.FindStatusCondition(g.Status.Conditions, v1alpha1.GlobalIngressIPConditionAllocated); cond != nil {
-		return netip.Addr{}, cond.Reason + ": " + cond.Message
-	}
-	return netip.Addr{}, "not allocated yet"
 }
 
 func (r *runner) deploy(ctx context.Context) error {
@@ -218,7 +180,7 @@ func (r *runner) waitReady(ctx context.Context) error {
 					continue
 				}
 				if name == serverName && m.globalnet {
-					if ip, why := globalIP(ctx, m.Client, r.ns, "pod-"+serverName); ip.IsValid() {
+					if ip, why := workload.GlobalIP(ctx, m.Client, r.ns, workload.PodGlobalIPName(serverName)); ip.IsValid() {
 						m.serverIP = ip
 					} else {
 						waiting = append(waiting, fmt.Sprintf("%s/%s (global IP: %s)", m.ID, name, why))

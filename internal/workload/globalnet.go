@@ -1,0 +1,54 @@
+package workload
+
+import (
+	"context"
+	"net/netip"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/globalnet"
+	"github.com/octopus-mcs/octopus/internal/hubaccess"
+	"github.com/octopus-mcs/octopus/internal/kube"
+)
+
+// PodGlobalIPName is the GlobalIngressIP that holds the global IP of pod, which a globalnet
+// cluster allocates while the pod backs an exported headless Service: how a pod is reached
+// from other clusters when pod CIDRs overlap (docs/architecture.md §6h).
+func PodGlobalIPName(pod string) string {
+	return globalnet.Target{Kind: v1alpha1.GlobalIngressTargetPod, Name: pod}.ObjectName()
+}
+
+// Globalnet reads, with the cluster's own hub credential, whether the cluster joined with
+// globalnet addressing.
+func Globalnet(ctx context.Context, c client.Reader) (bool, error) {
+	cred, err := hubaccess.LoadCredential(ctx, c)
+	if err != nil {
+		return false, err
+	}
+	hc, err := client.New(cred.RESTConfig(), client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return false, err
+	}
+	cl := &v1alpha1.Cluster{}
+	if err := hc.Get(ctx, client.ObjectKey{Namespace: cred.Namespace, Name: cred.ClusterID}, cl); err != nil {
+		return false, err
+	}
+	return cl.Spec.Addressing == v1alpha1.AddressingGlobalnet, nil
+}
+
+// GlobalIP is the address of the GlobalIngressIP name in namespace, or why there is none yet.
+func GlobalIP(ctx context.Context, c client.Reader, namespace, name string) (netip.Addr, string) {
+	g := &v1alpha1.GlobalIngressIP{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, g); err != nil {
+		return netip.Addr{}, err.Error()
+	}
+	if ip, err := netip.ParseAddr(g.Status.IP); err == nil {
+		return ip, ""
+	}
+	if cond := meta.FindStatusCondition(g.Status.Conditions, v1alpha1.GlobalIngressIPConditionAllocated); cond != nil {
+		return netip.Addr{}, cond.Reason + ": " + cond.Message
+	}
+	return netip.Addr{}, "not allocated yet"
+}
