@@ -531,3 +531,34 @@ func render(t *testing.T, r *Report) string {
 	}
 	return b.String()
 }
+
+func TestJudgeCNIs(t *testing.T) {
+	ds := func(ns, name, image string) appsv1.DaemonSet {
+		return appsv1.DaemonSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: appsv1.DaemonSetSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "c", Image: image}},
+			}}},
+		}
+	}
+	tests := []struct {
+		name     string
+		dss      []appsv1.DaemonSet
+		severity Severity
+		message  string
+	}{
+		{"none: the lab's nodes configure CNI outside pods", []appsv1.DaemonSet{ds("kube-system", "kube-proxy", "registry.k8s.io/kube-proxy:v1.37.1")}, SeverityInfo, "no known CNI"},
+		{"by name", []appsv1.DaemonSet{ds("kube-flannel", "kube-flannel-ds", "ghcr.io/x/y:1")}, SeverityOK, "Flannel (DaemonSet kube-flannel/kube-flannel-ds)"},
+		{"by image, with a note", []appsv1.DaemonSet{ds("kube-system", "agent", "quay.io/cilium/cilium:v1.19.0")}, SeverityOK, "Cilium (DaemonSet kube-system/agent): with kube-proxy replacement"},
+		{"two, each once", []appsv1.DaemonSet{ds("kube-system", "calico-node", "calico/node:v3"), ds("kube-system", "calico-node-2", "calico/node:v3"), ds("kube-system", "kube-multus-ds", "multus-cni:v4")},
+			SeverityOK, "Calico (DaemonSet kube-system/calico-node); Multus (meta-plugin) (DaemonSet kube-system/kube-multus-ds)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := judgeCNIs(recogniseCNIs(tt.dss))
+			if f.Severity != tt.severity || !strings.Contains(f.Message, tt.message) {
+				t.Errorf("%s %q, want %s containing %q", f.Severity, f.Message, tt.severity, tt.message)
+			}
+		})
+	}
+}

@@ -87,6 +87,7 @@ var registry = []check{
 	gatewayCheck,
 	dnsCheck,
 	kubeProxyCheck,
+	cniCheck,
 }
 
 // Checks lists the checks in the order Run reports them.
