@@ -11,9 +11,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"helm.sh/helm/v4/pkg/chart/v2/lint"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/octopus-mcs/octopus/charts"
+	"github.com/octopus-mcs/octopus/config/monitoring"
 	"github.com/octopus-mcs/octopus/internal/chartgen"
 )
 
@@ -155,5 +157,30 @@ func TestValuesAreChecked(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMonitoring: the member chart ships config/monitoring's dashboard unchanged, and asking
+// for a PrometheusRule where the cluster lacks its CRD fails saying so rather than failing at
+// apply time.
+func TestMonitoring(t *testing.T) {
+	c, err := charts.Load(charts.Member, "v0.0.0-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := charts.Render(c, namespaces[charts.Member], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{}
+	if err := yaml.Unmarshal([]byte(out["octopus-member/templates/monitoring.yaml"]), cm); err != nil {
+		t.Fatal(err)
+	}
+	if cm.Name != "octopus-grafana-dashboard" || cm.Labels["grafana_dashboard"] != "1" || cm.Data["octopus.json"] != strings.TrimSpace(string(monitoring.Dashboard)) {
+		t.Errorf("dashboard ConfigMap %s, labels %v: its octopus.json is not config/monitoring/dashboard.json", cm.Name, cm.Labels)
+	}
+	values := map[string]any{"monitoring": map[string]any{"prometheusRule": map[string]any{"enabled": true}}}
+	if _, err := charts.Render(c, namespaces[charts.Member], values); err == nil || !strings.Contains(err.Error(), "PrometheusRule CRD") {
+		t.Errorf("PrometheusRule without its CRD: %v, want an error naming the CRD", err)
 	}
 }

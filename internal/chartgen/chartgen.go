@@ -1,7 +1,8 @@
 // Package chartgen writes the parts of the charts (charts/) that another source already holds,
 // so that every installation path installs the same objects: the hub chart's objects are
 // internal/render's Hub, and the member chart's RBAC is each component's generated from its
-// code's markers (config/rbac). hack/generate.sh writes them (hack/charts), and the charts'
+// code's markers (config/rbac), and its alerting rules and Grafana dashboard are
+// config/monitoring's. hack/generate.sh writes them (hack/charts), and the charts'
 // tests fail when the committed files differ from what Files returns. The member chart's
 // workloads have no other source: they are the chart's own templates.
 package chartgen
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/config/monitoring"
 	"github.com/octopus-mcs/octopus/config/rbac"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/render"
@@ -47,6 +49,10 @@ func Files() (map[string][]byte, error) {
 	return map[string][]byte{
 		"octopus-hub/templates/zz_generated.hub.yaml":     hub,
 		"octopus-member/templates/zz_generated.rbac.yaml": member,
+		// Verbatim copies, read with .Files.Get (which does not evaluate the alerts'
+		// {{ $labels }} templates): a Helm chart cannot reach files outside its directory.
+		"octopus-member/files/zz_generated.alerts.yaml":    monitoring.Alerts,
+		"octopus-member/files/zz_generated.dashboard.json": monitoring.Dashboard,
 	}, nil
 }
 
