@@ -33,10 +33,11 @@ import (
 	"github.com/octopus-mcs/octopus/internal/verify"
 )
 
-// TestOverlappingCIDRs runs `lab up --overlapping-cidrs` (hub + 2 clusters): both clusters get
+// TestOverlappingCIDRs runs `lab up --overlapping-cidrs` (hub + 3 clusters): all clusters get
 // the same pod and service CIDRs, join with globalnet addressing (direct addressing would
 // refuse the overlap), run pods with addresses from the same range, and their gateways
-// advertise their global CIDRs, accept each other and translate (testGlobalnet).
+// advertise their global CIDRs, accept each other and translate (testGlobalnet; a service
+// exported from cluster2 and cluster3 under one name, exportFromTwoClusters).
 func TestOverlappingCIDRs(t *testing.T) {
 	testenv.LabNetwork(t)
 	binDir := testenv.BinDir(t)
@@ -47,15 +48,17 @@ func TestOverlappingCIDRs(t *testing.T) {
 	// this one (same API address, same LAN addresses) and nothing uses it: Up removes it.
 	abandoned := abandonedLabNetwork(t)
 	l, dir := startLab(ctx, t, lab.Options{
-		Clusters: 2, BinDir: binDir, AgentBinary: bins["octopus-agent"], OverlappingCIDRs: true,
+		Clusters: 3, BinDir: binDir, AgentBinary: bins["octopus-agent"], OverlappingCIDRs: true,
 		EchoBinary: bins["octopus-echo"], DNSBinary: bins["octopus-dns"],
 	})
 	if namespaces, links, err := labnet.Leftovers(abandoned); err != nil || len(namespaces)+len(links) > 0 {
 		t.Errorf("after lab up, the abandoned lab %s still has namespaces %v, links %v (%v)", abandoned, namespaces, links, err)
 	}
-	c1, c2 := l.Env.Cluster(lab.ClusterName(1)), l.Env.Cluster(lab.ClusterName(2))
-	if c1.PodCIDR != c2.PodCIDR || c1.ServiceCIDR != c2.ServiceCIDR {
-		t.Fatalf("CIDRs differ: %s/%s vs %s/%s", c1.PodCIDR, c1.ServiceCIDR, c2.PodCIDR, c2.ServiceCIDR)
+	c1 := l.Env.Cluster(lab.ClusterName(1))
+	for _, name := range l.Members[1:] {
+		if c := l.Env.Cluster(name); c1.PodCIDR != c.PodCIDR || c1.ServiceCIDR != c.ServiceCIDR {
+			t.Fatalf("CIDRs differ: %s/%s vs %s's %s/%s", c1.PodCIDR, c1.ServiceCIDR, name, c.PodCIDR, c.ServiceCIDR)
+		}
 	}
 
 	hubc := kubeClient(t, l.Env.Cluster(lab.HubName).Kubeconfig)
@@ -69,9 +72,9 @@ func TestOverlappingCIDRs(t *testing.T) {
 		}
 	}
 
-	// The cluster DNS pods of both clusters run with addresses from the one shared range.
-	for _, cp := range []string{c1.Kubeconfig, c2.Kubeconfig} {
-		mc := kubeClient(t, cp)
+	// The cluster DNS pods of every cluster run with addresses from the one shared range.
+	for _, name := range l.Members {
+		mc := kubeClient(t, l.Env.Cluster(name).Kubeconfig)
 		waitFor(t, 2*time.Minute, "a running CoreDNS pod in the shared pod range", func() error {
 			pods := &corev1.PodList{}
 			if err := mc.List(ctx, pods, client.InNamespace("kube-system"), client.MatchingLabels{"k8s-app": "kube-dns"}); err != nil {
@@ -86,7 +89,7 @@ func TestOverlappingCIDRs(t *testing.T) {
 		})
 	}
 
-	// Each gateway advertises its cluster's global CIDR, and accepts the other's.
+	// Each gateway advertises its cluster's global CIDR, and accepts the others'.
 	global := map[string]netip.Prefix{}
 	for _, name := range l.Members {
 		waitFor(t, 2*time.Minute, name+"'s Peer to advertise its global CIDR and accept the other cluster", func() error {
@@ -195,15 +198,13 @@ func testGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, dir string, gl
 			return nil
 		})
 		t.Logf("TCP %s -> %s:80: %s", src.name, ip, strings.TrimSpace(got))
-		// UDP through the service's global IP: known to fail in this lab (every datagram times
-		// out, while TCP through the same address, UDP to the headless pods' global IPs below
-		// and the kernel test's UDP through a service work; docs/architecture.md §6h, "Not
-		// done yet"), so it is reported, not asserted.
-		if err := udpEcho(src.netns, netip.AddrPortFrom(ip, 9000)); err != nil {
-			t.Logf("KNOWN ISSUE: UDP %s -> %s:9000: %v", src.name, ip, err)
-		} else {
-			t.Logf("UDP %s -> %s:9000 echoed", src.name, ip)
-		}
+		// UDP through the service's global IP: the load-balancing chain's per-protocol rule (a
+		// single endpoint map typed with TCP's port matched TCP only, and every datagram was
+		// refused by the gateway's forward chain).
+		waitFor(t, 20*time.Second, fmt.Sprintf("UDP %s -> %s:9000 (the global IP of %s's echo)", src.name, ip, c2), func() error {
+			return udpEcho(src.netns, netip.AddrPortFrom(ip, 9000))
+		})
+		t.Logf("UDP %s -> %s:9000 echoed", src.name, ip)
 	}
 
 	// cluster1 imports the service with the global IP as its endpoint, and its pods reach it
@@ -241,6 +242,7 @@ func testGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, dir string, gl
 			return err
 		})
 	}
+	exportFromTwoClusters(ctx, t, l, pods, global, svc, setIP)
 
 	src := pods[c1][len(pods[c1])-1]
 	// A headless export of 3 pods: cluster1 imports 3 per-pod global IPs and reaches each pod.
@@ -293,13 +295,9 @@ func testGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, dir string, gl
 			seen[pod] = true
 			return nil
 		})
-		// The 1:1 translation of a pod's global IP, unlike a service's load-balancing one,
-		// tells whether UDP fails in the translation's choice of endpoint.
-		if err := udpEcho(src.netns, netip.AddrPortFrom(a, 9000)); err != nil {
-			t.Logf("KNOWN ISSUE: UDP %s -> pod global IP %s:9000: %v", src.name, a, err)
-		} else {
-			t.Logf("UDP %s -> pod global IP %s:9000 echoed", src.name, a)
-		}
+		waitFor(t, 20*time.Second, fmt.Sprintf("UDP %s -> pod global IP %s:9000", src.name, a), func() error {
+			return udpEcho(src.netns, netip.AddrPortFrom(a, 9000))
+		})
 	}
 	if len(seen) != 3 {
 		t.Errorf("the 3 global IPs of the headless export reached pods %v, want 3 distinct", seen)
@@ -404,4 +402,82 @@ func udpEcho(netns string, addr netip.AddrPort) error {
 		return fmt.Errorf("echo %q, want %q", got, want)
 	}
 	return nil
+}
+
+// exportFromTwoClusters exports the echo Service from the third cluster too (cluster2 already
+// does): cluster1 imports both clusters' global IPs behind one ClusterSet IP, and its pods
+// reach both clusters through it and each by its global IP.
+func exportFromTwoClusters(ctx context.Context, t *testing.T, l *lab.Lab, pods map[string][]xpod, global map[string]netip.Prefix, svc *corev1.Service, setIP netip.Addr) {
+	c1, c2, c3 := l.Members[0], l.Members[1], l.Members[2]
+	mc3 := kubeClient(t, l.Env.Cluster(c3).Kubeconfig)
+	for _, o := range []client.Object{svc.DeepCopy(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Namespace: svc.Namespace}}} {
+		o.SetResourceVersion("")
+		if err := mc3.Create(ctx, o); err != nil {
+			t.Fatalf("creating %T in %s: %v", o, c3, err)
+		}
+	}
+	mc1 := kubeClient(t, l.Env.Cluster(c1).Kubeconfig)
+	var ip3 netip.Addr
+	waitFor(t, 2*time.Minute, c1+" to import the echo service with the global IPs of "+c2+" and "+c3, func() error {
+		slices := &discoveryv1.EndpointSliceList{}
+		if err := mc1.List(ctx, slices, client.InNamespace(svc.Namespace), client.MatchingLabels{mcsv1beta1.LabelServiceName: svc.Name}); err != nil {
+			return err
+		}
+		var addrs []netip.Addr
+		for _, s := range slices.Items {
+			for _, e := range s.Endpoints {
+				for _, a := range e.Addresses {
+					if ip, err := netip.ParseAddr(a); err == nil {
+						addrs = append(addrs, ip)
+					}
+				}
+			}
+		}
+		from := map[string]int{}
+		for _, a := range addrs {
+			for _, c := range []string{c2, c3} {
+				if global[c].Contains(a) {
+					from[c]++
+					if c == c3 {
+						ip3 = a
+					}
+				}
+			}
+		}
+		if len(addrs) != 2 || from[c2] != 1 || from[c3] != 1 {
+			return fmt.Errorf("imported endpoints %v; want one global IP of %s (%s) and one of %s (%s)", addrs, c2, global[c2], c3, global[c3])
+		}
+		return nil
+	})
+	for _, src := range pods[c1] {
+		waitFor(t, time.Minute, fmt.Sprintf("%s -> %s:80 (the global IP of %s's echo)", src.name, ip3, c3), func() error {
+			got, err := tryHTTPGet(src.netns, netip.AddrPortFrom(ip3, 80))
+			if err == nil && !strings.HasPrefix(got, "cluster="+c3+" ") {
+				err = fmt.Errorf("answer %q, want one from %s", got, c3)
+			}
+			return err
+		})
+		waitFor(t, 20*time.Second, fmt.Sprintf("UDP %s -> %s:9000", src.name, ip3), func() error {
+			return udpEcho(src.netns, netip.AddrPortFrom(ip3, 9000))
+		})
+	}
+	// kube-proxy of cluster1 picks one of the two global IPs per connection: both clusters
+	// answer within a few dozen connections.
+	src := pods[c1][0]
+	seen := map[string]int{}
+	waitFor(t, time.Minute, fmt.Sprintf("%s -> ClusterSet IP %s:80 answered by both %s and %s", src.name, setIP, c2, c3), func() error {
+		for range 10 {
+			got, err := tryHTTPGet(src.netns, netip.AddrPortFrom(setIP, 80))
+			if err != nil {
+				return err
+			}
+			cluster, _, _ := strings.Cut(strings.TrimPrefix(got, "cluster="), " ")
+			seen[cluster]++
+		}
+		if seen[c2] == 0 || seen[c3] == 0 {
+			return fmt.Errorf("answers by cluster %v", seen)
+		}
+		return nil
+	})
+	t.Logf("%s -> ClusterSet IP %s:80: answers by cluster %v", src.name, setIP, seen)
 }

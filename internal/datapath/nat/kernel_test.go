@@ -44,7 +44,7 @@ var (
 
 	server1 = netip.MustParseAddr("10.244.1.20")
 	server2 = netip.MustParseAddr("10.244.1.21")
-	echoIP  = netip.MustParseAddr("242.2.0.16") // service demo/echo: tcp 80 → both servers :8080, udp 53 → server1:5353
+	echoIP  = netip.MustParseAddr("242.2.0.16") // service demo/echo: tcp 80 → both servers :8080, udp 53 → server1:5353, udp 80 → both servers :5353
 	podIP   = netip.MustParseAddr("242.2.0.17") // headless pod demo/echo-1 → server2
 )
 
@@ -133,6 +133,8 @@ func stateB() State {
 		Services: []Service{{Name: "demo/echo", GlobalIP: echoIP, Ports: []Port{
 			{Protocol: TCP, Port: 80, Endpoints: []netip.AddrPort{netip.AddrPortFrom(server1, 8080), netip.AddrPortFrom(server2, 8080)}},
 			{Protocol: UDP, Port: 53, Endpoints: []netip.AddrPort{netip.AddrPortFrom(server1, 5353)}},
+			// The port and endpoint count of the TCP port: both share a load-balancing chain.
+			{Protocol: UDP, Port: 80, Endpoints: []netip.AddrPort{netip.AddrPortFrom(server1, 5353), netip.AddrPortFrom(server2, 5353)}},
 		}}},
 		Pods: []PodIngress{{Name: "demo/echo-1", GlobalIP: podIP, Pod: server2}},
 	}
@@ -156,7 +158,7 @@ func newNAT(t testing.TB, ns string) *NAT {
 }
 
 // serve starts, in the server namespace, TCP listeners on server1:8080, server2:8080 and
-// server2:9000 and a UDP one on server1:5353. Each answers "<its address> <peer address>\n"
+// server2:9000 and UDP ones on server1:5353 and server2:5353. Each answers "<its address> <peer address>\n"
 // and then echoes whatever it receives.
 func serve(t testing.TB, ns string) {
 	t.Helper()
@@ -184,24 +186,26 @@ func serve(t testing.TB, ns string) {
 			}
 		}()
 	}
-	var pc net.PacketConn
-	tunneltest.In(t, ns, func() {
-		var err error
-		if pc, err = net.ListenPacket("udp", netip.AddrPortFrom(server1, 5353).String()); err != nil {
-			t.Fatal(err)
-		}
-	})
-	t.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			_, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
+	for _, a := range []netip.AddrPort{netip.AddrPortFrom(server1, 5353), netip.AddrPortFrom(server2, 5353)} {
+		var pc net.PacketConn
+		tunneltest.In(t, ns, func() {
+			var err error
+			if pc, err = net.ListenPacket("udp", a.String()); err != nil {
+				t.Fatal(err)
 			}
-			_, _ = pc.WriteTo(fmt.Appendf(nil, "%s %s\n", pc.LocalAddr(), from), from)
-		}
-	}()
+		})
+		t.Cleanup(func() { pc.Close() })
+		go func() {
+			buf := make([]byte, 1500)
+			for {
+				_, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				_, _ = pc.WriteTo(fmt.Appendf(nil, "%s %s\n", pc.LocalAddr(), from), from)
+			}
+		}()
+	}
 }
 
 // answer is what a server said: which of its addresses answered and whom it saw.
@@ -283,13 +287,18 @@ func TestKernelTranslates(t *testing.T) {
 		network    string
 		from       netip.Addr
 		to         netip.AddrPort
-		wantServer netip.AddrPort
+		wantServer netip.AddrPort // or, when wantOther is valid, that one
+		wantOther  netip.AddrPort
 		wantPeer   ipam.Range
 	}{
-		{"udp service port", "udp", netip.Addr{}, netip.AddrPortFrom(echoIP, 53), netip.AddrPortFrom(server1, 5353), egressA},
-		{"headless pod, any port", "tcp", netip.Addr{}, netip.AddrPortFrom(podIP, 9000), netip.AddrPortFrom(server2, 9000), egressA},
-		{"pod with its own egress range", "tcp", clientSpecial, netip.AddrPortFrom(podIP, 9000), netip.AddrPortFrom(server2, 9000), specialEgress},
-		{"pod with its own egress range, udp", "udp", clientSpecial, netip.AddrPortFrom(echoIP, 53), netip.AddrPortFrom(server1, 5353), specialEgress},
+		{"udp service port", "udp", netip.Addr{}, netip.AddrPortFrom(echoIP, 53), netip.AddrPortFrom(server1, 5353), netip.AddrPort{}, egressA},
+		// A UDP port sharing a load-balancing chain with a TCP port: with one endpoint map typed
+		// by TCP's port, nft 1.0.6 gave this chain an implicit "meta l4proto tcp" (nat.go).
+		{"udp service port with the tcp port's endpoint count", "udp", netip.Addr{}, netip.AddrPortFrom(echoIP, 80),
+			netip.AddrPortFrom(server1, 5353), netip.AddrPortFrom(server2, 5353), egressA},
+		{"headless pod, any port", "tcp", netip.Addr{}, netip.AddrPortFrom(podIP, 9000), netip.AddrPortFrom(server2, 9000), netip.AddrPort{}, egressA},
+		{"pod with its own egress range", "tcp", clientSpecial, netip.AddrPortFrom(podIP, 9000), netip.AddrPortFrom(server2, 9000), netip.AddrPort{}, specialEgress},
+		{"pod with its own egress range, udp", "udp", clientSpecial, netip.AddrPortFrom(echoIP, 53), netip.AddrPortFrom(server1, 5353), netip.AddrPort{}, specialEgress},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -297,7 +306,7 @@ func TestKernelTranslates(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s to %s: %v", tt.network, tt.to, err)
 			}
-			if a.server != tt.wantServer || !tt.wantPeer.Contains(a.peer.Addr()) {
+			if (a.server != tt.wantServer && (!tt.wantOther.IsValid() || a.server != tt.wantOther)) || !tt.wantPeer.Contains(a.peer.Addr()) {
 				t.Fatalf("%s to %s answered by %s seeing %s; want %s seeing a source in %s", tt.network, tt.to, a.server, a.peer, tt.wantServer, tt.wantPeer)
 			}
 		})

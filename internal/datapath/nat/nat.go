@@ -9,7 +9,8 @@
 //
 //	prerouting  (nat, dstnat-10)   ip daddr . meta l4proto . th dport vmap @ingress-services-v4
 //	                                 → goto ingress-lb-<k>-v4, the chain of services with k endpoints:
-//	                                   dnat to @ingress-endpoints-v4[daddr . proto . port . numgen random mod k]
+//	                                   dnat to @ingress-endpoints-<proto>-v4[daddr . proto . port . numgen random mod k]
+//	                                   (one rule and one map per protocol, tcp, udp and sctp)
 //	                               dnat ip to ip daddr map @ingress-pods-v4        (headless pods, 1:1)
 //	postrouting (nat, srcnat-10)   to @remote-cidrs-v4, not from @global-cidrs-v4:
 //	                                 snat to @egress-pods-v4[saddr], else to the cluster's egress range
@@ -313,12 +314,18 @@ func build(s State) *ruleset {
 	ingressServices := mapOf(mapIngressServices, knftables.Map{Type: f.addrType + " . inet_proto . inet_service : verdict"})
 	// typeof, not type: the numgen part of the key has no named type (and then the value's
 	// type must be given by typeof too). The modulus here only describes the key's type; each
-	// load-balancing chain uses its own. "tcp dport" only names the type of the value's port
-	// (inet_service; it is used for UDP and SCTP alike): with "th dport" there, nft 1.0.6 cannot
-	// read the map back from the kernel and refuses every later rule naming it ("conflicting
-	// protocols specified: ip vs. th"), i.e. every Apply after the first.
-	ingressEndpoints := mapOf(mapIngressEndpoints, knftables.Map{
-		TypeOf: f.proto + " daddr . meta l4proto . th dport . numgen random mod 1 : " + f.proto + " daddr . tcp dport"})
+	// load-balancing chain uses its own. One map per protocol, because the value's port must be
+	// typed by a protocol's header field ("th dport" there makes nft 1.0.6 unable to read the
+	// map back from the kernel: every later rule naming it is refused with "conflicting
+	// protocols specified: ip vs. th"), and nft may give a rule looking up a map whose value is
+	// typed "tcp dport" an implicit "meta l4proto tcp" (1.0.6 did for every load-balancing chain
+	// but the first one written): with a single map typed by TCP's port, UDP and SCTP ports
+	// sharing a chain with a TCP port went untranslated and were refused in forward.
+	ingressEndpoints := map[Protocol]string{}
+	for _, p := range protocols {
+		ingressEndpoints[p] = mapOf(mapIngressEndpoints+"-"+string(p), knftables.Map{
+			TypeOf: f.proto + " daddr . meta l4proto . th dport . numgen random mod 1 : " + f.proto + " daddr . " + string(p) + " dport"})
+	}
 	ingressPods := mapOf(mapIngressPods, knftables.Map{Type: f.addrType + " : " + f.addrType})
 
 	rule := func(chain string, parts ...any) {
@@ -351,12 +358,14 @@ func build(s State) *ruleset {
 			lb := f.lbChain(k)
 			if !t.lbChains[lb] {
 				t.lbChains[lb] = true
-				rule(lb, "dnat", f.proto, "to", f.proto, "daddr . meta l4proto . th dport . numgen random mod", k, "map", "@", ingressEndpoints)
+				for _, proto := range protocols {
+					rule(lb, "dnat", f.proto, "to", f.proto, "daddr . meta l4proto . th dport . numgen random mod", k, "map", "@", ingressEndpoints[proto])
+				}
 			}
 			key := []string{svc.GlobalIP.String(), string(p.Protocol), strconv.Itoa(int(p.Port))}
 			t.add(&knftables.Element{Map: ingressServices, Key: key, Value: []string{"goto " + lb}, Comment: comment(svc.Name)})
 			for i, ep := range p.Endpoints {
-				t.add(&knftables.Element{Map: ingressEndpoints, Key: append(slices.Clone(key), strconv.Itoa(i)),
+				t.add(&knftables.Element{Map: ingressEndpoints[p.Protocol], Key: append(slices.Clone(key), strconv.Itoa(i)),
 					Value: []string{ep.Addr().String(), strconv.Itoa(int(ep.Port()))}})
 			}
 		}

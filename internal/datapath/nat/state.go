@@ -20,6 +20,9 @@ const (
 	SCTP Protocol = "sctp"
 )
 
+// protocols are the Protocols in the order the table's per-protocol maps and rules are built.
+var protocols = []Protocol{TCP, UDP, SCTP}
+
 // State is everything the gateway translates. Apply makes the kernel hold exactly this; the
 // zero State translates nothing.
 type State struct {
