@@ -113,6 +113,9 @@ func TestOverlappingCIDRs(t *testing.T) {
 	}
 	testGlobalnet(ctx, t, l, dir, global)
 	verifyGlobalnet(ctx, t, l, bins["octopus"])
+	// bench reaches the other cluster's pod by its global IP and its service by the ClusterSet
+	// IP, a global address here.
+	t.Run("bench", func(t *testing.T) { testBench(ctx, t, l, bins["octopus"]) })
 }
 
 // verifyGlobalnet runs `octopus verify` between the two globalnet clusters: pod to pod (by the
