@@ -9,9 +9,10 @@ import (
 )
 
 // DefaultMetricsPort is where `octopus-agent route-agent` serves /metrics unless told
-// otherwise: next to the gateway's (gateway.DefaultMetricsPort), since both run in the node's
-// network namespace, and a gateway node runs both.
-const DefaultMetricsPort = 9474
+// otherwise. A gateway node runs the route agent and the gateway in its network namespace, so
+// it must differ from the gateway's ports (its metrics, 9473, and liveness, 9474; checked by
+// cmd/octopus-agent's TestNodePortsDiffer): sharing 9474 made whichever started second fail.
+const DefaultMetricsPort = 9477
 
 // The route agent's metrics, in controller-runtime's registry next to its controller's
 // (controller="route-agent"). Its reconciler retries a failed Apply itself instead of returning
