@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
@@ -238,7 +239,14 @@ func Run(ctx context.Context, o Options) error {
 	m.setActive(false)
 	if o.MetricsListener != nil {
 		srvCtx, stop := context.WithCancel(ctx)
-		wait := metricsserver.Serve(srvCtx, o.MetricsListener, reg, o.Log)
+		// The gateway's controllers (kube.SingleKeyController) record their reconcile errors
+		// and latency in controller-runtime's registry: /metrics serves it beside the
+		// gateway's own (which also receives the handler's metrics).
+		served := struct {
+			prometheus.Registerer
+			prometheus.Gatherer
+		}{reg, prometheus.Gatherers{reg, metricsserver.Prefixed{Gatherer: ctrlmetrics.Registry, Prefixes: []string{"controller_runtime_", "workqueue_"}}}}
+		wait := metricsserver.Serve(srvCtx, o.MetricsListener, served, o.Log)
 		defer wait()
 		defer stop()
 	}

@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
@@ -291,6 +294,22 @@ func TestGateway(t *testing.T) {
 			`octopus_gateway_peers{result="accepted"}`:                                                1,
 			`octopus_gateway_peers{result="refused"}`:                                                 0,
 		}, nil)
+	})
+	// Its controllers' reconcile metrics are served too (controller-runtime's registry).
+	eventually(t, "east's metrics show its controllers' reconciles", func() error {
+		resp, err := http.Get("http://" + gw1.metricsAddr + "/metrics")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET /metrics: %s, %v: %s", resp.Status, err, body)
+		}
+		if !bytes.Contains(body, []byte(`controller_runtime_reconcile_total{controller="gateway"`)) {
+			return fmt.Errorf("no controller_runtime_reconcile_total of the gateway's controllers in\n%s", body)
+		}
+		return nil
 	})
 	gw1.mu.Lock()
 	if !slices.Contains(gw1.addrs, "og-test 10.101.0.1") {

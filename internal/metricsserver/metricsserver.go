@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Registry is what Serve serves: a registry, which also receives the handler's own metrics
@@ -59,4 +61,27 @@ func Listen(addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("listening for metrics: %w (pick another address with --metrics-bind-address, or \"0\" to turn metrics off)", err)
 	}
 	return l, nil
+}
+
+// Prefixed gathers from Gatherer only the metric families whose names start with one of
+// Prefixes: how a component serves a shared registry's controller metrics beside its own
+// registry without serving the Go and process collectors twice (which fails the scrape).
+type Prefixed struct {
+	prometheus.Gatherer
+	Prefixes []string
+}
+
+// Gather implements prometheus.Gatherer.
+func (p Prefixed) Gather() ([]*dto.MetricFamily, error) {
+	fams, err := p.Gatherer.Gather()
+	kept := fams[:0]
+	for _, f := range fams {
+		for _, prefix := range p.Prefixes {
+			if strings.HasPrefix(f.GetName(), prefix) {
+				kept = append(kept, f)
+				break
+			}
+		}
+	}
+	return kept, err
 }
