@@ -303,8 +303,11 @@ func TestGateway(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		body, err := io.ReadAll(resp.Body)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET /metrics: %s, %v: %s", resp.Status, err, body)
+		if err != nil {
+			return fmt.Errorf("reading /metrics: %w", err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET /metrics: %s: %s", resp.Status, body)
 		}
 		if !bytes.Contains(body, []byte(`controller_runtime_reconcile_total{controller="gateway"`)) {
 			return fmt.Errorf("no controller_runtime_reconcile_total of the gateway's controllers in\n%s", body)
