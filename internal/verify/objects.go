@@ -96,16 +96,6 @@ func podServiceName(clusterID string) string { return "probe-pod-" + clusterID }
 // globalnetObjects are what verify adds in a globalnet cluster: the headless export of the
 // probe server.
 func globalnetObjects(namespace, clusterID string) []client.Object {
-	labels := map[string]string{managedByLabel: managedBy}
-	return []client.Object{
-		&corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: podServiceName(clusterID), Namespace: namespace, Labels: labels},
-			Spec: corev1.ServiceSpec{
-				ClusterIP: corev1.ClusterIPNone,
-				Selector:  map[string]string{appLabel: serverName},
-				Ports:     []corev1.ServicePort{{Name: "http", Port: httpPort}},
-			},
-		},
-		&mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: podServiceName(clusterID), Namespace: namespace, Labels: labels}},
-	}
+	return workload.HeadlessExport(namespace, podServiceName(clusterID), map[string]string{managedByLabel: managedBy},
+		map[string]string{appLabel: serverName}, corev1.ServicePort{Name: "http", Port: httpPort})
 }

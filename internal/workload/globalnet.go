@@ -4,8 +4,11 @@ import (
 	"context"
 	"net/netip"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/globalnet"
@@ -51,4 +54,18 @@ func GlobalIP(ctx context.Context, c client.Reader, namespace, name string) (net
 		return netip.Addr{}, cond.Reason + ": " + cond.Message
 	}
 	return netip.Addr{}, "not allocated yet"
+}
+
+// HeadlessExport is a headless Service selecting the pods labelled selector, and its
+// ServiceExport: in a globalnet cluster, exporting a headless Service is what gives each of its
+// pods a global IP (PodGlobalIPName), the only address other clusters can reach a pod by.
+func HeadlessExport(namespace, name string, labels, selector map[string]string, ports ...corev1.ServicePort) []client.Object {
+	objMeta := metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels}
+	return []client.Object{
+		&corev1.Service{
+			ObjectMeta: objMeta,
+			Spec:       corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, Selector: selector, Ports: ports},
+		},
+		&mcsv1beta1.ServiceExport{ObjectMeta: *objMeta.DeepCopy()},
+	}
 }
