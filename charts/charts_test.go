@@ -64,6 +64,7 @@ func TestRender(t *testing.T) {
 		values      string
 	}{
 		{name: "hub", chart: charts.Hub},
+		{name: "hub-gateway", chart: charts.Hub, values: hubGatewayValues},
 		{name: "member", chart: charts.Member},
 		{name: "member-custom", chart: charts.Member, values: `
 image: {repository: registry.example.org/octopus, tag: v1.2.3}
@@ -95,6 +96,19 @@ routeAgent: {tolerations: []}
 		})
 	}
 }
+
+// hubGatewayValues turn the hub's gateway on, as the lab would run it (its settings in
+// internal/lab/gateways.go).
+const hubGatewayValues = `
+image: {repository: registry.example.org/octopus, tag: v1.2.3}
+gateway:
+  enabled: true
+  healthCheckIP: 10.100.0.1
+  nodeSelector: {octopus.io/gateway: null, node-role.example.org/hub-gateway: ""}
+  backend: vxlan
+  listenPort: 4600
+  config: {OCTOPUS_LEASE_DURATION: 6s, OCTOPUS_RENEW_DEADLINE: 4s, OCTOPUS_RETRY_PERIOD: 500ms}
+`
 
 // renderAll renders chart name in its namespace as one stream, templates in name order.
 func renderAll(t *testing.T, name, appVersion string, values map[string]any) string {
@@ -131,7 +145,10 @@ func TestValuesAreChecked(t *testing.T) {
 		{name: "unknown backend", chart: charts.Member, values: `gateway: {backend: ipsec}`, want: []string{"/gateway/backend"}},
 		{name: "node selector as a list", chart: charts.Member, values: `gateway: {nodeSelector: [a]}`, want: []string{"/gateway/nodeSelector", "object"}},
 		{name: "misspelt key", chart: charts.Member, values: `controler: {replicas: 1}`, want: []string{"controler"}},
-		{name: "hub takes no values", chart: charts.Hub, values: `namespace: x`, want: []string{"namespace"}},
+		{name: "hub: misspelt key", chart: charts.Hub, values: `namespace: x`, want: []string{"namespace"}},
+		{name: "hub: port as a string", chart: charts.Hub, values: `gateway: {listenPort: "4500"}`, want: []string{"/gateway/listenPort", "integer"}},
+		{name: "hub: enabled as a string", chart: charts.Hub, values: `gateway: {enabled: "yes"}`, want: []string{"/gateway/enabled", "boolean"}},
+		{name: "hub: gateway without a health-check address", chart: charts.Hub, values: `gateway: {enabled: true}`, want: []string{"/gateway/healthCheckIP"}},
 		{name: "member in another namespace", chart: charts.Member, namespace: "default", want: []string{"octopus-system", "default"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

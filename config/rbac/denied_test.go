@@ -377,17 +377,22 @@ func TestComponentsAreDeniedWhatTheyDoNotNeed(t *testing.T) {
 	}
 }
 
-// installedRBAC is the ServiceAccounts, roles and bindings the member and hub charts render with
-// their default values, and octopus-dns's, which join installs (render.DNS).
+// installedRBAC is the ServiceAccounts, roles and bindings the member and hub charts render
+// (the hub's with its gateway on), and octopus-dns's, which join installs (render.DNS).
 func installedRBAC(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
 	var out []*unstructured.Unstructured
+	hubGateway := map[string]any{"gateway": map[string]any{"enabled": true, "healthCheckIP": "10.100.0.1"}}
 	for chart, ns := range map[string]string{charts.Member: memberNS, charts.Hub: hubNS} {
 		c, err := charts.Load(chart, "v0.0.0-test")
 		if err != nil {
 			t.Fatal(err)
 		}
-		rendered, err := charts.Render(c, ns, nil)
+		var values map[string]any
+		if chart == charts.Hub {
+			values = hubGateway
+		}
+		rendered, err := charts.Render(c, ns, values)
 		if err != nil {
 			t.Fatal(err)
 		}
