@@ -57,27 +57,27 @@ func TestLint(t *testing.T) {
 }
 
 // TestRender compares each chart's render with its golden file, with its default values and
-// with values a user would set.
+// with values a user would set (testdata/values/).
 func TestRender(t *testing.T) {
 	for _, tc := range []struct {
 		name, chart string
 		values      string
 	}{
 		{name: "hub", chart: charts.Hub},
-		{name: "hub-gateway", chart: charts.Hub, values: hubGatewayValues},
+		{name: "hub-gateway", chart: charts.Hub, values: "hub-gateway.yaml"},
 		{name: "member", chart: charts.Member},
-		{name: "member-custom", chart: charts.Member, values: `
-image: {repository: registry.example.org/octopus, tag: v1.2.3}
-config: {OCTOPUS_HEARTBEAT_INTERVAL: 5s}
-controller: {replicas: 3}
-gateway: {nodeSelector: {octopus.io/gateway: null, node-role.example.org/edge: ""}, backend: vxlan}
-routeAgent: {tolerations: []}
-`},
+		{name: "member-custom", chart: charts.Member, values: "member-custom.yaml"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var values map[string]any
-			if err := yaml.Unmarshal([]byte(tc.values), &values); err != nil {
-				t.Fatal(err)
+			if tc.values != "" {
+				data, err := os.ReadFile(filepath.Join("testdata", "values", tc.values))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := yaml.Unmarshal(data, &values); err != nil {
+					t.Fatal(err)
+				}
 			}
 			got := renderAll(t, tc.chart, "v0.0.0-test", values)
 			golden := filepath.Join("testdata", tc.name+".yaml")
@@ -96,19 +96,6 @@ routeAgent: {tolerations: []}
 		})
 	}
 }
-
-// hubGatewayValues turn the hub's gateway on, as the lab would run it (its settings in
-// internal/lab/gateways.go).
-const hubGatewayValues = `
-image: {repository: registry.example.org/octopus, tag: v1.2.3}
-gateway:
-  enabled: true
-  healthCheckIP: 10.100.0.1
-  nodeSelector: {octopus.io/gateway: null, node-role.example.org/hub-gateway: ""}
-  backend: vxlan
-  listenPort: 4600
-  config: {OCTOPUS_LEASE_DURATION: 6s, OCTOPUS_RENEW_DEADLINE: 4s, OCTOPUS_RETRY_PERIOD: 500ms}
-`
 
 // renderAll renders chart name in its namespace as one stream, templates in name order.
 func renderAll(t *testing.T, name, appVersion string, values map[string]any) string {

@@ -33,7 +33,6 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/charts"
-	"github.com/octopus-mcs/octopus/config/crd"
 	"github.com/octopus-mcs/octopus/config/rbac"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/render"
@@ -284,7 +283,7 @@ func TestComponentsAreDeniedWhatTheyDoNotNeed(t *testing.T) {
 	admin := testenv.Client(t, adminCfg)
 	ctx := t.Context()
 
-	installCRDs(t, admin, adminCfg)
+	testenv.InstallCRDs(t, adminCfg)
 	for _, ns := range []string{memberNS, hubNS} {
 		if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			t.Fatal(err)
@@ -432,35 +431,6 @@ func applyRBAC[T client.Object](t *testing.T, admin client.Client, objs ...T) {
 			t.Fatalf("applying %s %s/%s: %v", u.GetKind(), u.GetNamespace(), u.GetName(), err)
 		}
 	}
-}
-
-// installCRDs installs every Octopus and MCS CRD and waits until the API server serves them, so
-// that their resources are part of what the identities are checked against.
-func installCRDs(t *testing.T, admin client.Client, cfg *rest.Config) {
-	t.Helper()
-	crds, err := crd.All()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range crds {
-		if err := kube.Apply(t.Context(), admin, c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dc := discovery.NewDiscoveryClientForConfigOrDie(cfg)
-	eventually(t, "the CRDs are served", func() error {
-		for _, c := range crds {
-			gv := schema.GroupVersion{Group: c.Spec.Group, Version: c.Spec.Versions[0].Name}.String()
-			list, err := dc.ServerResourcesForGroupVersion(gv)
-			if err != nil {
-				return err
-			}
-			if !slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == c.Spec.Names.Plural }) {
-				return fmt.Errorf("%s not served yet", c.Name)
-			}
-		}
-		return nil
-	})
 }
 
 // tokenFor returns a client configuration authenticated as id's ServiceAccount with a token
