@@ -95,9 +95,9 @@ type identity struct {
 	refused                   []request
 }
 
-// identities are every Octopus identity with RBAC: the member components (ovnmaster has
-// none: it runs with the OVN database's credentials, not the API server's), and on the hub a
-// joined cluster's credential, the join identity of broker-info and the hub's gateway.
+// identities are every Octopus identity with RBAC: the member components, and on the hub a
+// joined cluster's credential, the join identity of broker-info and the hub's gateway. (The
+// ovnmaster, cmd/octopus-ovn, has no RBAC markers and no chart yet.)
 //
 // needs is the reviewed statement of what each may do; TestComponentsAreDeniedWhatTheyDoNotNeed
 // checks every other verb on every resource the API server serves is refused, so widening a
