@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -22,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -396,7 +394,7 @@ func installedRBAC(t *testing.T) []*unstructured.Unstructured {
 			t.Fatal(err)
 		}
 		for _, k := range slices.Sorted(maps.Keys(rendered)) {
-			out = append(out, decodeAll(t, rendered[k])...)
+			out = append(out, testenv.Decode(t, rendered[k])...)
 		}
 	}
 	dns, err := render.DNS(render.DNSImage + ":v0.0.0-test")
@@ -407,7 +405,7 @@ func installedRBAC(t *testing.T) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out = append(out, decodeAll(t, string(y))...)
+	out = append(out, testenv.Decode(t, string(y))...)
 	return slices.DeleteFunc(out, func(u *unstructured.Unstructured) bool {
 		switch u.GetKind() {
 		case "ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding":
@@ -696,23 +694,4 @@ func parallel[T any](items []T, n int, f func(T)) {
 	}
 	close(ch)
 	wg.Wait()
-}
-
-func decodeAll(t *testing.T, manifest string) []*unstructured.Unstructured {
-	t.Helper()
-	var out []*unstructured.Unstructured
-	d := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		err := d.Decode(&u.Object)
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(u.Object) > 0 {
-			out = append(out, u)
-		}
-	}
 }

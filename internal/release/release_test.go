@@ -2,8 +2,6 @@ package release_test
 
 import (
 	"context"
-	"errors"
-	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -19,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -150,7 +147,7 @@ func dryRun(ctx context.Context, t *testing.T, c client.Client, chart, namespace
 	}
 	kinds := map[string]int{}
 	for _, tmpl := range slices.Sorted(maps.Keys(out)) {
-		for _, obj := range decode(t, out[tmpl]) {
+		for _, obj := range testenv.Decode(t, out[tmpl]) {
 			if err := applyDryRun(ctx, c, obj); err != nil {
 				t.Errorf("%s: %s %s: %v", tmpl, obj.GetKind(), obj.GetName(), err)
 			}
@@ -162,25 +159,6 @@ func dryRun(ctx context.Context, t *testing.T, c client.Client, chart, namespace
 
 func applyDryRun(ctx context.Context, c client.Client, obj *unstructured.Unstructured) error {
 	return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.DryRunAll, client.FieldOwner("octopus-test"), client.ForceOwnership)
-}
-
-func decode(t *testing.T, manifest string) []*unstructured.Unstructured {
-	t.Helper()
-	var out []*unstructured.Unstructured
-	d := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		err := d.Decode(&u.Object)
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(u.Object) > 0 {
-			out = append(out, u)
-		}
-	}
 }
 
 func mustExist(t *testing.T, c client.Client, obj client.Object, ns, name string) {
