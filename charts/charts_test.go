@@ -57,26 +57,27 @@ func TestLint(t *testing.T) {
 }
 
 // TestRender compares each chart's render with its golden file, with its default values and
-// with values a user would set.
+// with values a user would set (testdata/values/).
 func TestRender(t *testing.T) {
 	for _, tc := range []struct {
 		name, chart string
 		values      string
 	}{
 		{name: "hub", chart: charts.Hub},
+		{name: "hub-gateway", chart: charts.Hub, values: "hub-gateway.yaml"},
 		{name: "member", chart: charts.Member},
-		{name: "member-custom", chart: charts.Member, values: `
-image: {repository: registry.example.org/octopus, tag: v1.2.3}
-config: {OCTOPUS_HEARTBEAT_INTERVAL: 5s}
-controller: {replicas: 3}
-gateway: {nodeSelector: {octopus.io/gateway: null, node-role.example.org/edge: ""}, backend: vxlan}
-routeAgent: {tolerations: []}
-`},
+		{name: "member-custom", chart: charts.Member, values: "member-custom.yaml"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var values map[string]any
-			if err := yaml.Unmarshal([]byte(tc.values), &values); err != nil {
-				t.Fatal(err)
+			if tc.values != "" {
+				data, err := os.ReadFile(filepath.Join("testdata", "values", tc.values))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := yaml.Unmarshal(data, &values); err != nil {
+					t.Fatal(err)
+				}
 			}
 			got := renderAll(t, tc.chart, "v0.0.0-test", values)
 			golden := filepath.Join("testdata", tc.name+".yaml")
@@ -131,7 +132,10 @@ func TestValuesAreChecked(t *testing.T) {
 		{name: "unknown backend", chart: charts.Member, values: `gateway: {backend: ipsec}`, want: []string{"/gateway/backend"}},
 		{name: "node selector as a list", chart: charts.Member, values: `gateway: {nodeSelector: [a]}`, want: []string{"/gateway/nodeSelector", "object"}},
 		{name: "misspelt key", chart: charts.Member, values: `controler: {replicas: 1}`, want: []string{"controler"}},
-		{name: "hub takes no values", chart: charts.Hub, values: `namespace: x`, want: []string{"namespace"}},
+		{name: "hub: misspelt key", chart: charts.Hub, values: `namespace: x`, want: []string{"namespace"}},
+		{name: "hub: port as a string", chart: charts.Hub, values: `gateway: {listenPort: "4500"}`, want: []string{"/gateway/listenPort", "integer"}},
+		{name: "hub: enabled as a string", chart: charts.Hub, values: `gateway: {enabled: "yes"}`, want: []string{"/gateway/enabled", "boolean"}},
+		{name: "hub: gateway without a health-check address", chart: charts.Hub, values: `gateway: {enabled: true}`, want: []string{"/gateway/healthCheckIP"}},
 		{name: "member in another namespace", chart: charts.Member, namespace: "default", want: []string{"octopus-system", "default"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,12 +10,17 @@ package chartgen
 import (
 	"bytes"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/config/monitoring"
@@ -46,8 +51,13 @@ func Files() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	gateway, err := hubGateway()
+	if err != nil {
+		return nil, err
+	}
 	return map[string][]byte{
 		"octopus-hub/templates/zz_generated.hub.yaml":     hub,
+		"octopus-hub/templates/zz_generated.gateway.yaml": gateway,
 		"octopus-member/templates/zz_generated.rbac.yaml": member,
 		// Verbatim copies, read with .Files.Get (which does not evaluate the alerts'
 		// {{ $labels }} templates): a Helm chart cannot reach files outside its directory.
@@ -115,4 +125,123 @@ func memberRBAC() ([]byte, error) {
 		return nil, err
 	}
 	return append([]byte(fmt.Sprintf(header, "config/rbac ("+strings.Join(MemberComponents, ", ")+")")), y...), nil
+}
+
+// The hub gateway's chart values stand in render.HubGateway's output as placeholders that
+// nothing else renders, each replaced by its template expression: scalars where they appear
+// (the ports, numbers, wherever the port appears: in the arguments and the container ports),
+// maps and lists as a whole field rendered with toYaml.
+var (
+	hubGatewayScalars = map[string]string{
+		"octopus-chart-image":           `{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}`,
+		"octopus-chart-pull-policy":     `{{ .Values.image.pullPolicy }}`,
+		"octopus-chart-backend":         `{{ .Values.gateway.backend }}`,
+		"octopus-chart-health-check-ip": `{{ .Values.gateway.healthCheckIP }}`,
+		"octopus-chart-priority-class":  `{{ .Values.gateway.priorityClassName | quote }}`,
+		"octopus-chart-config-checksum": `{{ toJson .Values.gateway.config | sha256sum }}`,
+	}
+	hubGatewayPorts = map[int32]string{
+		61301: `{{ .Values.gateway.listenPort }}`,
+		61302: `{{ .Values.gateway.metricsPort }}`,
+	}
+	// hubGatewayBlocks are, by placeholder, a field of the DaemonSet's pod spec (the
+	// ConfigMap's data for config) and its value.
+	hubGatewayBlocks = map[string]struct{ path, expr string }{
+		"octopus-chart-node-selector": {path: "nodeSelector", expr: ".Values.gateway.nodeSelector"},
+		"octopus-chart-tolerations":   {path: "tolerations", expr: ".Values.gateway.tolerations"},
+		"octopus-chart-resources":     {path: "containers.0.resources", expr: ".Values.gateway.resources"},
+		"octopus-chart-config":        {path: "data", expr: ".Values.gateway.config"},
+	}
+	blockLine = regexp.MustCompile(`(?m)^( *(?:- )?)([A-Za-z]+): (octopus-chart-[a-z-]+)$`)
+)
+
+// hubGateway is render.HubGateway in the release's namespace, rendered when the value
+// gateway.enabled is set.
+func hubGateway() ([]byte, error) {
+	objs, err := render.HubGateway(render.HubGatewayOptions{
+		Namespace: releaseNamespace, Image: "octopus-chart-image", PullPolicy: "octopus-chart-pull-policy",
+		Backend: "octopus-chart-backend", ListenPort: 61301, MetricsPort: 61302,
+		HealthCheckIP: "octopus-chart-health-check-ip", PriorityClassName: "octopus-chart-priority-class",
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []client.Object
+	for _, obj := range objs {
+		u, err := placeholders(obj)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	y, err := render.YAML(out...)
+	if err != nil {
+		return nil, err
+	}
+	text := strings.ReplaceAll(string(y), releaseNamespace, "{{ .Release.Namespace }}")
+	text = blockLine.ReplaceAllStringFunc(text, func(line string) string {
+		m := blockLine.FindStringSubmatch(line)
+		b, ok := hubGatewayBlocks[m[3]]
+		if !ok {
+			return line
+		}
+		return fmt.Sprintf("%s%s:\n{{- toYaml %s | nindent %d }}", m[1], m[2], b.expr, len(m[1])+2)
+	})
+	for token, expr := range hubGatewayScalars {
+		text = strings.ReplaceAll(text, token, expr)
+	}
+	for port, expr := range hubGatewayPorts {
+		n := strconv.Itoa(int(port))
+		// In the arguments and the container ports: a count that differs means the number
+		// stood for something else too.
+		if c := strings.Count(text, n); c != 2 {
+			return nil, fmt.Errorf("the hub gateway's port placeholder %s appears %d times, want 2", n, c)
+		}
+		text = strings.ReplaceAll(text, n, expr)
+	}
+	if strings.Contains(text, "octopus-chart-") {
+		return nil, fmt.Errorf("the hub gateway's chart template has placeholders left:\n%s", text)
+	}
+	// The header inside the condition: disabled, the template renders nothing at all.
+	return []byte("{{- if .Values.gateway.enabled }}\n" + fmt.Sprintf(header, "internal/render HubGateway") + text + "{{- end }}\n"), nil
+}
+
+// placeholders converts obj to its unstructured form with the fields of hubGatewayBlocks and
+// the config checksum set to their placeholders.
+func placeholders(obj client.Object) (*unstructured.Unstructured, error) {
+	gvk, err := apiutil.GVKForObject(obj, kube.Scheme)
+	if err != nil {
+		return nil, err
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: m}
+	u.SetGroupVersionKind(gvk)
+	for token, b := range hubGatewayBlocks {
+		if gvk.Kind == "ConfigMap" && b.path == "data" {
+			u.Object["data"] = token
+			continue
+		}
+		if gvk.Kind != "DaemonSet" || b.path == "data" {
+			continue
+		}
+		spec, _, _ := unstructured.NestedMap(u.Object, "spec", "template", "spec")
+		if field, ok := strings.CutPrefix(b.path, "containers.0."); ok {
+			containers := spec["containers"].([]any)
+			containers[0].(map[string]any)[field] = token
+		} else {
+			spec[b.path] = token
+		}
+		if err := unstructured.SetNestedMap(u.Object, spec, "spec", "template", "spec"); err != nil {
+			return nil, err
+		}
+	}
+	if gvk.Kind == "DaemonSet" {
+		if err := unstructured.SetNestedField(u.Object, "octopus-chart-config-checksum", "spec", "template", "metadata", "annotations", "checksum/config"); err != nil {
+			return nil, err
+		}
+	}
+	return u, nil
 }

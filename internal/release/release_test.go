@@ -2,8 +2,10 @@ package release_test
 
 import (
 	"context"
-	"errors"
-	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,54 +17,24 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/octopus-mcs/octopus/charts"
 	"github.com/octopus-mcs/octopus/internal/release"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
-// TestChartsOnAnAPIServer runs against one real kube-apiserver: every object the charts
-// render passes a server-side dry run, then Install, an upgrade and Uninstall of both charts
-// leave the objects they should.
+// TestChartsOnAnAPIServer runs against one real kube-apiserver: Install, an upgrade and
+// Uninstall of both charts leave the objects they should, then every object the charts render,
+// with their default values and with the customised ones of charts/testdata/values, passes a
+// server-side dry run with every Octopus CRD installed.
 func TestChartsOnAnAPIServer(t *testing.T) {
 	env := testenv.ControlPlanes(t, "a")
 	cfg := env.Cluster("a").RESTConfig()
 	c := testenv.Client(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-
-	t.Run("server-side dry run", func(t *testing.T) {
-		for chart, ns := range map[string]string{charts.Hub: "octopus-hub", charts.Member: "octopus-system"} {
-			if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-				t.Fatal(err)
-			}
-			ch, err := charts.Load(chart, "v0.0.0-test")
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, err := charts.Render(ch, ns, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			n := 0
-			for tmpl, manifest := range out {
-				for _, obj := range decode(t, manifest) {
-					err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.DryRunAll, client.FieldOwner("octopus-test"), client.ForceOwnership)
-					if err != nil {
-						t.Errorf("%s: %s %s: %v", tmpl, obj.GetKind(), obj.GetName(), err)
-					}
-					n++
-				}
-			}
-			t.Logf("%s: %d objects accepted", chart, n)
-		}
-		// The dry run wrote nothing.
-		if err := c.Get(ctx, client.ObjectKey{Name: "clusters.octopus.io"}, &apiextensionsv1.CustomResourceDefinition{}); !apierrors.IsNotFound(err) {
-			t.Errorf("after the dry run, CRD clusters.octopus.io: %v; want NotFound", err)
-		}
-	})
 
 	t.Run("install, upgrade, uninstall", func(t *testing.T) {
 		rev, err := release.Install(ctx, cfg, release.Options{Chart: charts.Hub, Namespace: "octopus-hub", AppVersion: "v0.0.0-test"})
@@ -116,25 +88,77 @@ func TestChartsOnAnAPIServer(t *testing.T) {
 			t.Errorf("uninstalling again: %v", err)
 		}
 	})
+
+	// After the install, which would refuse to adopt CRDs installed without Helm.
+	t.Run("server-side dry run", func(t *testing.T) {
+		testenv.InstallCRDs(t, cfg)
+		for _, tc := range []struct{ chart, namespace, values string }{
+			{chart: charts.Hub, namespace: "octopus-hub"},
+			{chart: charts.Hub, namespace: "octopus-hub", values: "hub-gateway.yaml"},
+			{chart: charts.Member, namespace: "octopus-system"},
+			{chart: charts.Member, namespace: "octopus-system", values: "member-custom.yaml"},
+		} {
+			t.Run(strings.TrimSuffix(tc.chart+" "+tc.values, " "), func(t *testing.T) {
+				dryRun(ctx, t, c, tc.chart, tc.namespace, tc.values)
+			})
+		}
+		// The dry run wrote nothing.
+		mustBeGone(t, c, &appsv1.DaemonSet{}, "octopus-hub", "octopus-hub-gateway")
+		mustBeGone(t, c, &appsv1.Deployment{}, "octopus-system", "octopus-controller")
+		// And it validates: an object the API server would refuse is refused.
+		bad := &unstructured.Unstructured{}
+		bad.SetAPIVersion("apps/v1")
+		bad.SetKind("DaemonSet")
+		bad.SetNamespace("octopus-system")
+		bad.SetName("octopus-invalid")
+		bad.Object["spec"] = map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"a": "b"}},
+			"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{"a": "other"}}}}
+		if err := applyDryRun(ctx, c, bad); !apierrors.IsInvalid(err) {
+			t.Errorf("dry run of a DaemonSet whose selector does not match its pods: %v; want Invalid", err)
+		}
+	})
 }
 
-func decode(t *testing.T, manifest string) []*unstructured.Unstructured {
+// dryRun creates, or updates where it exists (the CRDs), every object chart renders with the
+// values of charts/testdata/values/<values> (none: the defaults), as a server-side dry run.
+func dryRun(ctx context.Context, t *testing.T, c client.Client, chart, namespace, values string) {
 	t.Helper()
-	var out []*unstructured.Unstructured
-	d := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		err := d.Decode(&u.Object)
-		if errors.Is(err, io.EOF) {
-			return out
-		}
+	var vals map[string]any
+	if values != "" {
+		data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "charts", "testdata", "values", values))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(u.Object) > 0 {
-			out = append(out, u)
+		if err := yaml.Unmarshal(data, &vals); err != nil {
+			t.Fatal(err)
 		}
 	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
+	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	ch, err := charts.Load(chart, "v0.0.0-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := charts.Render(ch, namespace, vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, tmpl := range slices.Sorted(maps.Keys(out)) {
+		for _, obj := range testenv.Decode(t, out[tmpl]) {
+			if err := applyDryRun(ctx, c, obj); err != nil {
+				t.Errorf("%s: %s %s: %v", tmpl, obj.GetKind(), obj.GetName(), err)
+			}
+			kinds[obj.GetKind()]++
+		}
+	}
+	t.Logf("accepted: %v", kinds)
+}
+
+func applyDryRun(ctx context.Context, c client.Client, obj *unstructured.Unstructured) error {
+	return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.DryRunAll, client.FieldOwner("octopus-test"), client.ForceOwnership)
 }
 
 func mustExist(t *testing.T, c client.Client, obj client.Object, ns, name string) {
