@@ -23,6 +23,10 @@ const FabricName = "octopus"
 // and the broker-info it joins with must outlive a leave.
 const OperatorNamespace = "octopus-operator"
 
+// GatewayNodeLabel marks the nodes gateways run on: the member chart's default gateway node
+// selector, and what cloud preparation sets.
+const GatewayNodeLabel = "octopus.io/gateway"
+
 // BrokerInfoKey is the key of a broker-info Secret that holds the file `octopus hub deploy`
 // writes.
 const BrokerInfoKey = "broker-info"
@@ -265,10 +269,11 @@ type FabricStatus struct {
 	// (hubConfig): copy it to the clusters that join.
 	// +optional
 	BrokerInfoSecret string `json:"brokerInfoSecret,omitempty"`
-	// joinedHash identifies the join inputs (broker-info, clusterID, CIDRs, topology,
-	// addressing) last applied in full: while they are unchanged the operator only checks.
+	// appliedHash identifies the inputs last applied in full (the hubConfig; for a member the
+	// broker-info, clusterID, CIDRs, topology and addressing): while they are unchanged the
+	// operator only checks, and writes nothing.
 	// +optional
-	JoinedHash string `json:"joinedHash,omitempty"`
+	AppliedHash string `json:"appliedHash,omitempty"`
 	// componentsRevision is the revision of the member chart's Helm release.
 	// +optional
 	ComponentsRevision int32 `json:"componentsRevision,omitempty"`
