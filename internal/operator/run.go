@@ -96,4 +96,3 @@ func Run(ctx context.Context, o RunOptions) error {
 	}
 	return mgr.Start(ctx)
 }
-
