@@ -22,7 +22,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden renders in testdata/")
 
 // namespaces are where each chart is installed.
-var namespaces = map[string]string{charts.Hub: "octopus-hub", charts.Member: "octopus-system"}
+var namespaces = map[string]string{charts.Hub: "octopus-hub", charts.Member: "octopus-system", charts.Operator: "octopus-operator"}
 
 // TestGeneratedFilesAreCurrent fails when internal/render or config/rbac changed and the charts
 // were not regenerated (make generate), so the charts never install other objects than join.
@@ -65,6 +65,7 @@ func TestRender(t *testing.T) {
 	}{
 		{name: "hub", chart: charts.Hub},
 		{name: "member", chart: charts.Member},
+		{name: "operator", chart: charts.Operator},
 		{name: "member-custom", chart: charts.Member, values: `
 image: {repository: registry.example.org/octopus, tag: v1.2.3}
 config: {OCTOPUS_HEARTBEAT_INTERVAL: 5s}
@@ -133,6 +134,7 @@ func TestValuesAreChecked(t *testing.T) {
 		{name: "misspelt key", chart: charts.Member, values: `controler: {replicas: 1}`, want: []string{"controler"}},
 		{name: "hub takes no values", chart: charts.Hub, values: `namespace: x`, want: []string{"namespace"}},
 		{name: "member in another namespace", chart: charts.Member, namespace: "default", want: []string{"octopus-system", "default"}},
+		{name: "operator in another namespace", chart: charts.Operator, namespace: "default", want: []string{"octopus-operator", "default"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var values map[string]any

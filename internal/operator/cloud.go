@@ -55,9 +55,8 @@ func (unavailable) Unprepare(context.Context) error { return nil }
 
 // Generic prepares on-premises nodes: it labels the gateway nodes chosen by selector or by
 // count. Opening the tunnel port in the node's host firewall is the gateway's own job when it
-// starts on the node (a pod cannot program another node's nftables through the API).
-//
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+// starts on the node (a pod cannot program another node's nftables through the API). Its
+// RBAC on Nodes is among the member's (member.go).
 type Generic struct {
 	Client ctrl.Client
 }

@@ -79,10 +79,21 @@ type side struct {
 	events *events.FakeRecorder
 }
 
-// start installs the CRDs in the cluster of cfg and returns its side.
+// operatorUser is the identity of the operator's pods, which the operator chart binds to the
+// RBAC generated from internal/operator's markers.
+const operatorUser = "system:serviceaccount:" + v1alpha1.OperatorNamespace + ":octopus-operator"
+
+// start installs the operator chart (its RBAC and the Fabric CRD; no pod runs here) and the
+// other CRDs in the cluster of cfg, and returns its side, whose reconciler acts as the
+// operator's ServiceAccount: every test proves the chart grants what the operator does.
 func start(t *testing.T, cfg *rest.Config) *side {
 	t.Helper()
-	s := &side{cfg: cfg, admin: testenv.Client(t, cfg), writes: &writeCounter{}, events: events.NewFakeRecorder(1000)}
+	if _, err := release.Install(t.Context(), cfg, release.Options{Chart: charts.Operator, Namespace: v1alpha1.OperatorNamespace, AppVersion: "v0.0.0-test"}); err != nil {
+		t.Fatal(err)
+	}
+	operatorCfg := rest.CopyConfig(cfg)
+	operatorCfg.Impersonate = rest.ImpersonationConfig{UserName: operatorUser}
+	s := &side{cfg: operatorCfg, admin: testenv.Client(t, cfg), writes: &writeCounter{}, events: events.NewFakeRecorder(1000)}
 	all, err := crd.All()
 	if err != nil {
 		t.Fatal(err)
@@ -203,9 +214,6 @@ func TestFabricHubAndMember(t *testing.T) {
 	})
 	copied := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "broker-info", Namespace: v1alpha1.OperatorNamespace},
 		Data: map[string][]byte{v1alpha1.BrokerInfoKey: []byte("{not broker-info")}}
-	if err := m.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.OperatorNamespace}}); err != nil {
-		t.Fatal(err)
-	}
 	if err := m.admin.Create(ctx, copied); err != nil {
 		t.Fatal(err)
 	}

@@ -42,12 +42,16 @@ const (
 	DefaultResyncInterval = time.Minute
 )
 
-// Reconciler reconciles the Fabric named v1alpha1.FabricName.
+// The Fabric, and the events on it and on the leader-election Lease (client-go's leader
+// election records core events).
 //
 // +kubebuilder:rbac:groups=octopus.io,resources=fabrics,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=octopus.io,resources=fabrics/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=octopus.io,resources=fabrics/finalizers,verbs=update
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+
+// Reconciler reconciles the Fabric named v1alpha1.FabricName.
 type Reconciler struct {
 	// Client reads and writes the cluster the operator runs in.
 	Client ctrl.Client

@@ -7,7 +7,6 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -24,9 +23,6 @@ func TestRun(t *testing.T) {
 	env := testenv.ControlPlanes(t, "a")
 	s := start(t, env.Cluster("a").RESTConfig())
 	ctx, cancel := context.WithCancel(t.Context())
-	if err := s.admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.OperatorNamespace}}); err != nil {
-		t.Fatal(err)
-	}
 	done := make(chan error, 1)
 	go func() {
 		done <- operator.Run(ctx, operator.RunOptions{Config: s.cfg, LeaderElection: true, MetricsBindAddress: "0", HealthProbeBindAddress: "0", Log: testr.New(t)})
