@@ -7,8 +7,10 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -43,7 +45,10 @@ type RunOptions struct {
 	MetricsBindAddress, HealthProbeBindAddress string
 	// AppVersion tags the components' images. Optional: the member chart's appVersion.
 	AppVersion string
-	Log        logr.Logger
+	// SeveralInProcess lets tests run operators of several clusters in one process, whose
+	// controllers share a name (controller-runtime refuses that by default).
+	SeveralInProcess bool
+	Log              logr.Logger
 }
 
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
@@ -78,6 +83,7 @@ func Run(ctx context.Context, o RunOptions) error {
 	}
 	err = builder.ControllerManagedBy(mgr).
 		Named(ControllerName).
+		WithOptions(controller.Options{SkipNameValidation: ptr.To(o.SeveralInProcess)}).
 		// Its own status writes change no generation and trigger nothing; a deletion does
 		// (the API server bumps a custom resource's generation when it sets deletionTimestamp).
 		For(&v1alpha1.Fabric{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
