@@ -2,6 +2,7 @@ package operator_test
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"slices"
 	"strings"
@@ -227,6 +228,11 @@ func TestFabricHubAndMember(t *testing.T) {
 	if err := m.admin.Update(ctx, copied); err != nil {
 		t.Fatal(err)
 	}
+	// An operator stopped in the middle of its first join; a new one finishes it.
+	stopped, stop := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, _ = m.r.Reconcile(stopped, reconcile.Request{NamespacedName: fabricKey})
+	stop()
+	m.r = m.reconciler(t)
 
 	// Joined with the cluster ID defaulted from kube-system's UID, the chart installed.
 	mf := m.reconcileUntil(t, "Joined and ComponentsReady", func(f *v1alpha1.Fabric) bool {
@@ -251,6 +257,30 @@ func TestFabricHubAndMember(t *testing.T) {
 	if rel.Revision != 1 || backend(rel) != "wireguard" {
 		t.Fatalf("release revision %d backend %q, want 1 wireguard", rel.Revision, backend(rel))
 	}
+	t.Run("the interrupted join left no duplicate", func(t *testing.T) {
+		clusters := &v1alpha1.ClusterList{}
+		if err := h.admin.List(ctx, clusters, client.InNamespace("octopus-hub")); err != nil {
+			t.Fatal(err)
+		}
+		accounts := &corev1.ServiceAccountList{}
+		if err := h.admin.List(ctx, accounts, client.InNamespace("octopus-hub")); err != nil {
+			t.Fatal(err)
+		}
+		var clusterAccounts int
+		for _, sa := range accounts.Items {
+			if strings.HasPrefix(sa.Name, v1alpha1.ClusterServiceAccountPrefix) {
+				clusterAccounts++
+			}
+		}
+		claims := &corev1.ConfigMapList{}
+		if err := h.admin.List(ctx, claims, client.InNamespace("octopus-hub"), client.MatchingLabels{v1alpha1.ClusterLabel: id}); err != nil {
+			t.Fatal(err)
+		}
+		// One Cluster, one credential, one claimed block per pool (globalnet, secondary).
+		if len(clusters.Items) != 1 || clusterAccounts != 1 || len(claims.Items) != 2 {
+			t.Fatalf("on the hub: %d Clusters, %d cluster ServiceAccounts, %d claims; want 1, 1, 2", len(clusters.Items), clusterAccounts, len(claims.Items))
+		}
+	})
 	t.Run("member reconciled unchanged writes nothing", func(t *testing.T) { m.unchangedWritesNothing(t) })
 	t.Run("restarted operator writes nothing", func(t *testing.T) {
 		m.r = m.reconciler(t)
