@@ -23,14 +23,16 @@ import (
 const (
 	Hub    = "octopus-hub"
 	Member = "octopus-member"
+	// Operator runs the Fabric operator (cmd/octopus-operator) with the Fabric CRD.
+	Operator = "octopus-operator"
 )
 
 // Names lists every chart.
-var Names = []string{Hub, Member}
+var Names = []string{Hub, Member, Operator}
 
-// files holds both charts; all: keeps _helpers.tpl, whose name starts with an underscore.
+// files holds the charts; all: keeps _helpers.tpl, whose name starts with an underscore.
 //
-//go:embed all:octopus-hub all:octopus-member
+//go:embed all:octopus-hub all:octopus-member all:octopus-operator
 var files embed.FS
 
 // Load returns the embedded chart name, its appVersion (the image tag the chart defaults

@@ -22,7 +22,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden renders in testdata/")
 
 // namespaces are where each chart is installed.
-var namespaces = map[string]string{charts.Hub: "octopus-hub", charts.Member: "octopus-system"}
+var namespaces = map[string]string{charts.Hub: "octopus-hub", charts.Member: "octopus-system", charts.Operator: "octopus-operator"}
 
 // TestGeneratedFilesAreCurrent fails when internal/render or config/rbac changed and the charts
 // were not regenerated (make generate), so the charts never install other objects than join.
@@ -67,6 +67,7 @@ func TestRender(t *testing.T) {
 		{name: "hub-gateway", chart: charts.Hub, values: "hub-gateway.yaml"},
 		{name: "member", chart: charts.Member},
 		{name: "member-custom", chart: charts.Member, values: "member-custom.yaml"},
+		{name: "operator", chart: charts.Operator},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var values map[string]any
@@ -137,6 +138,7 @@ func TestValuesAreChecked(t *testing.T) {
 		{name: "hub: enabled as a string", chart: charts.Hub, values: `gateway: {enabled: "yes"}`, want: []string{"/gateway/enabled", "boolean"}},
 		{name: "hub: gateway without a health-check address", chart: charts.Hub, values: `gateway: {enabled: true}`, want: []string{"/gateway/healthCheckIP"}},
 		{name: "member in another namespace", chart: charts.Member, namespace: "default", want: []string{"octopus-system", "default"}},
+		{name: "operator in another namespace", chart: charts.Operator, namespace: "default", want: []string{"octopus-operator", "default"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var values map[string]any

@@ -27,6 +27,7 @@ rbac controller "./internal/agent;./internal/servicediscovery;./internal/globaln
 rbac gateway "./internal/gateway;./internal/hubaccess"
 rbac route-agent "./internal/routeagent"
 rbac dns "./cmd/octopus-dns"
+rbac operator "./internal/operator"
 
 # The charts' parts that come from the objects above and from internal/render (internal/chartgen).
 chartdir="charts"

@@ -1,7 +1,6 @@
 package v1alpha1
 
 import (
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -14,6 +13,40 @@ const (
 	TopologyHub Topology = "hub"
 	// TopologyMesh tunnels every pair of clusters directly.
 	TopologyMesh Topology = "mesh"
+)
+
+// FabricName is the name of the one Fabric of a cluster.
+const FabricName = "octopus"
+
+// OperatorNamespace is where the operator runs and, by default, where a member's broker-info
+// Secret lives. It is not SystemNamespace: leaving deletes SystemNamespace, and the operator
+// and the broker-info it joins with must outlive a leave.
+const OperatorNamespace = "octopus-operator"
+
+// GatewayNodeLabel marks the nodes gateways run on: the member chart's default gateway node
+// selector, and what cloud preparation sets.
+const GatewayNodeLabel = "octopus.io/gateway"
+
+// BrokerInfoKey is the key of a broker-info Secret that holds the file `octopus hub deploy`
+// writes.
+const BrokerInfoKey = "broker-info"
+
+// Fabric condition types.
+const (
+	// FabricBrokerReady: the hub is deployed and broker-info is published (hubConfig).
+	FabricBrokerReady = "BrokerReady"
+	// FabricJoined: the cluster is registered on the hub and holds its credential (joinConfig).
+	FabricJoined = "Joined"
+	// FabricComponentsReady: the member chart's release is deployed with the Fabric's values.
+	FabricComponentsReady = "ComponentsReady"
+	// FabricGatewaysConnected: this cluster's active gateway published its Peer.
+	FabricGatewaysConnected = "GatewaysConnected"
+	// FabricServiceDiscoveryReady: octopus-dns is deployed and available.
+	FabricServiceDiscoveryReady = "ServiceDiscoveryReady"
+	// FabricCloudPrepared: the gateway nodes are prepared (cloudPrepareConfig).
+	FabricCloudPrepared = "CloudPrepared"
+	// FabricReady: every condition above that applies is True.
+	FabricReady = "Ready"
 )
 
 // CIDRPool is a range from which the hub hands each cluster one block.
@@ -30,12 +63,22 @@ type CIDRPool struct {
 	ClusterPrefixLength int32 `json:"clusterPrefixLength"`
 }
 
-// HubConfig turns the cluster the Fabric lives in into the hub.
+// HubConfig turns the cluster the Fabric lives in into the hub (the broker).
 type HubConfig struct {
-	// namespace on the hub that holds shared state.
+	// namespace on the hub that holds shared state. Immutable: the clusters joined to the hub
+	// keep their state there.
 	// +optional
 	// +kubebuilder:default=octopus-hub
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="hubConfig.namespace is immutable: the joined clusters keep their state there; delete and re-create the Fabric to move the hub"
 	Namespace string `json:"namespace,omitempty"`
+	// hubURL is the address other clusters reach this API server at, written into
+	// broker-info. Optional: the address the operator reaches its API server at, which in a
+	// pod is the in-cluster Service address that other clusters usually cannot reach.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() == 'https'",message="hubConfig.hubURL must be an https URL such as https://hub.example.org:6443"
+	HubURL string `json:"hubURL,omitempty"`
 	// globalnet is the pool of global CIDRs for clusters with overlapping addresses.
 	// +optional
 	Globalnet *CIDRPool `json:"globalnet,omitempty"`
@@ -44,18 +87,49 @@ type HubConfig struct {
 	Secondary *CIDRPool `json:"secondary,omitempty"`
 }
 
-// JoinConfig joins the cluster the Fabric lives in to a hub.
-type JoinConfig struct {
-	// clusterID is this cluster's identity in the cluster set.
+// SecretReference names a Secret in any namespace (the Fabric is cluster-scoped).
+type SecretReference struct {
+	// name of the Secret.
 	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// namespace of the Secret.
+	// +optional
+	// +kubebuilder:default=octopus-operator
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// HealthCheck configures the gateways' probes of the other clusters' gateways.
+type HealthCheck struct {
+	// interval between two ICMP probes to each remote gateway; a connection is down after 3
+	// missed probes.
+	// +optional
+	// +kubebuilder:default="1s"
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('100ms') && duration(self) <= duration('1m')",message="joinConfig.healthCheck.interval must be between 100ms and 1m"
+	Interval metav1.Duration `json:"interval,omitempty"`
+}
+
+// JoinConfig joins the cluster the Fabric lives in to a hub. Every field but clusterID and
+// brokerInfoSecretRef can change while the cluster is joined: the operator reconfigures the
+// running components (a Helm upgrade of the member chart).
+//
+// +kubebuilder:validation:XValidation:rule="has(self.clusterID) == has(oldSelf.clusterID) && (!has(self.clusterID) || self.clusterID == oldSelf.clusterID)",message="joinConfig.clusterID is immutable: it is the cluster's identity on the hub; delete the Fabric (the cluster leaves) and create it again with the new clusterID"
+// +kubebuilder:validation:XValidation:rule="self.brokerInfoSecretRef == oldSelf.brokerInfoSecretRef",message="joinConfig.brokerInfoSecretRef (the hub) is immutable: delete the Fabric (the cluster leaves its hub) and create it again referring to the new hub's broker-info; to rotate broker-info of the same hub, update the Secret's content instead"
+type JoinConfig struct {
+	// clusterID is this cluster's identity in the cluster set. Optional: the value of the
+	// ClusterProperty cluster.clusterset.k8s.io, else the UID of the kube-system namespace
+	// (status.clusterID shows the one in use).
+	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
-	ClusterID string `json:"clusterID"`
-	// brokerInfoSecretRef names a Secret in octopus-system whose key "broker-info" holds the
-	// file written by `octopus hub deploy`.
+	ClusterID string `json:"clusterID,omitempty"`
+	// brokerInfoSecretRef names the Secret whose key "broker-info" holds the file written by
+	// `octopus hub deploy` (or published by the hub's Fabric).
 	// +required
-	BrokerInfoSecretRef corev1.LocalObjectReference `json:"brokerInfoSecretRef"`
+	BrokerInfoSecretRef SecretReference `json:"brokerInfoSecretRef"`
 	// podCIDRs override discovery of the cluster's pod CIDRs.
 	// +optional
 	// +listType=set
@@ -77,16 +151,83 @@ type JoinConfig struct {
 	// backend is the tunnel driver.
 	// +optional
 	// +kubebuilder:default=wireguard
+	// +kubebuilder:validation:Enum=wireguard;vxlan
 	Backend Backend `json:"backend,omitempty"`
 	// addressing selects how other clusters reach this one.
 	// +optional
 	// +kubebuilder:default=direct
 	Addressing Addressing `json:"addressing,omitempty"`
+	// healthCheck configures the gateways' probes of remote gateways.
+	// +optional
+	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`
+	// gatewayNodeSelector selects the nodes the gateways run on. Optional: octopus.io/gateway=true.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=16
+	GatewayNodeSelector map[string]string `json:"gatewayNodeSelector,omitempty"`
+	// excludedSubnets are CIDRs of this cluster not to advertise to the other clusters.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR"
+	ExcludedSubnets []string `json:"excludedSubnets,omitempty"`
+	// image is the repository of the components' image; its tag is the operator's version.
+	// Optional: the member chart's default.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image,omitempty"`
+}
+
+// CloudProvider is where the cluster's nodes run.
+// +kubebuilder:validation:Enum=generic;aws;gcp;azure
+type CloudProvider string
+
+const (
+	// CloudProviderGeneric is on-premises: nodes are prepared through the Kubernetes API only.
+	CloudProviderGeneric CloudProvider = "generic"
+	CloudProviderAWS     CloudProvider = "aws"
+	CloudProviderGCP     CloudProvider = "gcp"
+	CloudProviderAzure   CloudProvider = "azure"
+)
+
+// CloudPrepareConfig prepares the nodes gateways run on.
+//
+// +kubebuilder:validation:XValidation:rule="self.provider != 'generic' || !(has(self.gateways) && has(self.gatewayNodeSelector))",message="cloudPrepareConfig: set at most one of gateways and gatewayNodeSelector"
+type CloudPrepareConfig struct {
+	// provider is where the nodes run.
+	// +required
+	Provider CloudProvider `json:"provider"`
+	// gateways is how many nodes to make gateway nodes (label octopus.io/gateway=true).
+	// Optional: 1.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=16
+	Gateways *int32 `json:"gateways,omitempty"`
+	// gatewayNodeSelector makes every node it selects a gateway node (generic only).
+	// +optional
+	// +kubebuilder:validation:MaxProperties=16
+	GatewayNodeSelector map[string]string `json:"gatewayNodeSelector,omitempty"`
+	// credentialsSecretRef names the cloud credentials (aws, gcp, azure).
+	// +optional
+	CredentialsSecretRef *SecretReference `json:"credentialsSecretRef,omitempty"`
+	// infraID identifies the cluster's cloud infrastructure (aws, gcp, azure).
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	InfraID string `json:"infraID,omitempty"`
+	// region of the cluster's infrastructure (aws, gcp, azure).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Region string `json:"region,omitempty"`
+	// instanceType of dedicated gateway instances (aws, gcp, azure).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	InstanceType string `json:"instanceType,omitempty"`
 }
 
 // FabricSpec says which role the cluster plays: exactly one of hubConfig and joinConfig.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.hubConfig) != has(self.joinConfig)",message="set exactly one of hubConfig and joinConfig"
+// +kubebuilder:validation:XValidation:rule="has(self.hubConfig) == has(oldSelf.hubConfig)",message="the Fabric's role (hubConfig or joinConfig) is immutable: delete the Fabric and create it again with the other role"
 type FabricSpec struct {
 	// hubConfig makes this cluster the hub.
 	// +optional
@@ -94,11 +235,26 @@ type FabricSpec struct {
 	// joinConfig joins this cluster to a hub.
 	// +optional
 	JoinConfig *JoinConfig `json:"joinConfig,omitempty"`
+	// cloudPrepareConfig prepares the gateway nodes.
+	// +optional
+	CloudPrepareConfig *CloudPrepareConfig `json:"cloudPrepareConfig,omitempty"`
+}
+
+// GatewayNode is a node prepared to run a gateway.
+type GatewayNode struct {
+	// name of the Node.
+	Name string `json:"name"`
+	// endpoint is the address other clusters' gateways reach it at: its ExternalIP, else its
+	// InternalIP.
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
 }
 
 // FabricStatus reports how far the operator got.
 type FabricStatus struct {
-	// conditions of the fabric (Ready, HubDeployed, Joined).
+	// conditions of the fabric: BrokerReady (hubConfig); Joined, ComponentsReady,
+	// GatewaysConnected, ServiceDiscoveryReady (joinConfig); CloudPrepared
+	// (cloudPrepareConfig); Ready.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -106,16 +262,41 @@ type FabricStatus struct {
 	// observedGeneration is the generation the conditions describe.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// clusterID is the cluster's ID in use (joinConfig.clusterID or its default).
+	// +optional
+	ClusterID string `json:"clusterID,omitempty"`
+	// brokerInfoSecret is namespace/name of the Secret holding the published broker-info
+	// (hubConfig): copy it to the clusters that join.
+	// +optional
+	BrokerInfoSecret string `json:"brokerInfoSecret,omitempty"`
+	// appliedHash identifies the inputs last applied in full (the hubConfig; for a member the
+	// broker-info, clusterID, CIDRs, topology and addressing): while they are unchanged the
+	// operator only checks, and writes nothing.
+	// +optional
+	AppliedHash string `json:"appliedHash,omitempty"`
+	// componentsRevision is the revision of the member chart's Helm release.
+	// +optional
+	ComponentsRevision int32 `json:"componentsRevision,omitempty"`
+	// gatewayNodes are the nodes prepared as gateways (cloudPrepareConfig).
+	// +optional
+	// +listType=atomic
+	GatewayNodes []GatewayNode `json:"gatewayNodes,omitempty"`
 }
 
-// Fabric is the operator's single entry point in a cluster: hub or member configuration.
+// Fabric is the operator's single entry point in a cluster: hub or member configuration. It is
+// cluster-scoped and there is one, named octopus: it configures the whole cluster (its
+// identity, its CoreDNS, its nodes), which no namespace owns.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,categories=octopus
 // +kubebuilder:validation:XValidation:rule="self.metadata.name == 'octopus'",message="there is one Fabric per cluster and it must be named octopus"
-// +kubebuilder:printcolumn:name="Cluster ID",type=string,JSONPath=`.spec.joinConfig.clusterID`
+// +kubebuilder:printcolumn:name="Cluster ID",type=string,JSONPath=`.status.clusterID`
+// +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=`.spec.joinConfig.backend`
+// +kubebuilder:printcolumn:name="Broker",type=string,JSONPath=`.status.conditions[?(@.type=="BrokerReady")].status`
+// +kubebuilder:printcolumn:name="Joined",type=string,JSONPath=`.status.conditions[?(@.type=="Joined")].status`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Fabric struct {
 	metav1.TypeMeta   `json:",inline"`

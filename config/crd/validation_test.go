@@ -1,13 +1,16 @@
 package crd_test
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -43,7 +46,7 @@ func validFabric() *v1alpha1.Fabric {
 	return &v1alpha1.Fabric{
 		ObjectMeta: metav1.ObjectMeta{Name: "octopus"},
 		Spec: v1alpha1.FabricSpec{JoinConfig: &v1alpha1.JoinConfig{
-			ClusterID: "east", BrokerInfoSecretRef: corev1.LocalObjectReference{Name: "broker-info"},
+			ClusterID: "east", BrokerInfoSecretRef: v1alpha1.SecretReference{Name: "broker-info"},
 		}},
 	}
 }
@@ -154,6 +157,42 @@ func TestSchemaValidation(t *testing.T) {
 			f.Name = "second"
 			return f
 		}, "must be named octopus"},
+		{"Fabric without clusterID (defaulted by the operator)", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.ClusterID = ""
+			return f
+		}, ""},
+		{"Fabric with unknown backend", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.Backend = "ipsec"
+			return f
+		}, "spec.joinConfig.backend: Unsupported value"},
+		{"Fabric with an excluded subnet that is no CIDR", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.ExcludedSubnets = []string{"10.1.0.0/40"}
+			return f
+		}, "spec.joinConfig.excludedSubnets[0]"},
+		{"Fabric with a health interval too short", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.HealthCheck = &v1alpha1.HealthCheck{Interval: metav1.Duration{Duration: time.Millisecond}}
+			return f
+		}, "joinConfig.healthCheck.interval must be between 100ms and 1m"},
+		{"Fabric hub with an http URL", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig = nil
+			f.Spec.HubConfig = &v1alpha1.HubConfig{HubURL: "http://hub:6443"}
+			return f
+		}, "hubConfig.hubURL must be an https URL"},
+		{"Fabric with an unknown cloud", func() client.Object {
+			f := validFabric()
+			f.Spec.CloudPrepareConfig = &v1alpha1.CloudPrepareConfig{Provider: "openstack"}
+			return f
+		}, "spec.cloudPrepareConfig.provider: Unsupported value"},
+		{"Fabric preparing gateways by count and selector", func() client.Object {
+			f := validFabric()
+			f.Spec.CloudPrepareConfig = &v1alpha1.CloudPrepareConfig{Provider: v1alpha1.CloudProviderGeneric, Gateways: ptr.To[int32](2), GatewayNodeSelector: map[string]string{"edge": ""}}
+			return f
+		}, "set at most one of gateways and gatewayNodeSelector"},
 		{"GlobalIngressIP for a pod without its service", func() client.Object {
 			g := validGlobalIngressIP()
 			g.Spec.Target.Kind = v1alpha1.GlobalIngressTargetPod
@@ -190,6 +229,8 @@ func TestSchemaValidation(t *testing.T) {
 		t.Fatalf("changing clusterID: err = %v, want immutable", err)
 	}
 
+	fabricImmutable(t, c)
+
 	// A GlobalIngressIP's target is immutable, and its status.ip must be an address.
 	g := validGlobalIngressIP()
 	if err := c.Create(t.Context(), g); err != nil {
@@ -206,5 +247,63 @@ func TestSchemaValidation(t *testing.T) {
 	g.Spec.Target.Name = "other"
 	if err := c.Update(t.Context(), g); err == nil || !strings.Contains(err.Error(), "target is immutable") {
 		t.Fatalf("changing the target: err = %v, want immutable", err)
+	}
+}
+
+// fabricImmutable checks that the Fabric's identity fields refuse a change with a message that
+// names the field and the way to change it, and that the live-reconfigurable fields accept one.
+func fabricImmutable(t *testing.T, c client.Client) {
+	t.Helper()
+	f := validFabric()
+	f.Spec.JoinConfig.ClusterID = ""
+	if err := c.Create(t.Context(), f); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), f) })
+	for _, tt := range []struct {
+		name    string
+		edit    func(*v1alpha1.Fabric)
+		wantErr string
+	}{
+		{"backend changes live", func(f *v1alpha1.Fabric) { f.Spec.JoinConfig.Backend = v1alpha1.BackendVXLAN }, ""},
+		{"gateway selector changes live", func(f *v1alpha1.Fabric) { f.Spec.JoinConfig.GatewayNodeSelector = map[string]string{"edge": "true"} }, ""},
+		{"setting clusterID later", func(f *v1alpha1.Fabric) { f.Spec.JoinConfig.ClusterID = "west" },
+			"joinConfig.clusterID is immutable: it is the cluster's identity on the hub; delete the Fabric"},
+		{"another hub", func(f *v1alpha1.Fabric) { f.Spec.JoinConfig.BrokerInfoSecretRef.Name = "other-hub" },
+			"joinConfig.brokerInfoSecretRef (the hub) is immutable: delete the Fabric"},
+		{"becoming the hub", func(f *v1alpha1.Fabric) {
+			f.Spec.JoinConfig = nil
+			f.Spec.HubConfig = &v1alpha1.HubConfig{}
+		}, "the Fabric's role (hubConfig or joinConfig) is immutable: delete the Fabric"},
+	} {
+		t.Run("Fabric update: "+tt.name, func(t *testing.T) {
+			got := &v1alpha1.Fabric{}
+			if err := c.Get(t.Context(), client.ObjectKeyFromObject(f), got); err != nil {
+				t.Fatal(err)
+			}
+			tt.edit(got)
+			err := c.Update(t.Context(), got)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("update refused: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("err = %v\nwant it to contain %q", err, tt.wantErr)
+			}
+		})
+	}
+
+	hubFabric := &v1alpha1.Fabric{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.FabricName}, Spec: v1alpha1.FabricSpec{HubConfig: &v1alpha1.HubConfig{}}}
+	if err := c.Delete(t.Context(), f); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		return c.Create(ctx, hubFabric) == nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), hubFabric) })
+	hubFabric.Spec.HubConfig.Namespace = "elsewhere"
+	if err := c.Update(t.Context(), hubFabric); err == nil || !strings.Contains(err.Error(), "hubConfig.namespace is immutable") {
+		t.Fatalf("moving the hub namespace: err = %v, want immutable", err)
 	}
 }

@@ -27,6 +27,8 @@ const (
 	Gateway    = "gateway"
 	RouteAgent = "route-agent"
 	DNS        = "dns"
+	// Operator is the Fabric operator (internal/operator), installed by its own chart.
+	Operator = "operator"
 )
 
 // Components lists every component with generated RBAC.

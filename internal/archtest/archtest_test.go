@@ -40,6 +40,10 @@ func TestRulesCatchViolations(t *testing.T) {
 		"only the CLI, tests and hack/ import the lab: internal/gateway imports " + mod + "internal/lab",
 		"daemons link no provisioning code: cmd/octopus-agent links " + mod + "internal/cluster",
 		"daemons link no provisioning code: cmd/octopus-dns imports " + mod + "config/crd",
+		"the operator links neither the CLI nor the lab: it runs in a cluster: cmd/octopus-operator links " + mod + "internal/cli",
+		"the operator links neither the CLI nor the lab: it runs in a cluster: cmd/octopus-operator links " + mod + "internal/lab",
+		"the operator links neither the CLI nor the lab: it runs in a cluster: internal/operator imports " + mod + "internal/cli",
+		"the operator links neither the CLI nor the lab: it runs in a cluster: internal/operator links " + mod + "internal/lab",
 	}
 	slices.Sort(want)
 	if !slices.Equal(got, want) {

@@ -23,8 +23,12 @@ var (
 	Provisioning = []string{
 		"config/crd", "config/rbac", "internal/hub", "internal/cluster", "internal/dnsconfig", "internal/render",
 		"internal/cli", "internal/lab/...", "internal/diagnose", "internal/gather/...",
-		"charts", "internal/chartgen", "internal/release", "internal/image",
+		"charts", "internal/chartgen", "internal/release", "internal/image", "internal/operator",
 	}
+
+	// Operator is the Fabric operator: provisioning code that runs in a cluster, in a binary of
+	// its own (cmd/octopus-operator) so that the daemons never link it.
+	Operator = []string{"cmd/octopus-operator", "internal/operator"}
 
 	// Daemons are the binaries that run in clusters.
 	Daemons = []string{"cmd/octopus-agent", "cmd/octopus-dns"}
@@ -66,6 +70,12 @@ var Rules = []Rule{
 		Packages:  []string{"..."},
 		Except:    LabUsers,
 		Forbidden: []string{"internal/lab/..."},
+	},
+	{
+		Name:      "the operator links neither the CLI nor the lab: it runs in a cluster",
+		Packages:  Operator,
+		Forbidden: []string{"internal/cli", "internal/lab/...", "internal/testenv"},
+		Linked:    true,
 	},
 	{
 		Name:      "daemons link no provisioning code",

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/config/crd"
 	"github.com/octopus-mcs/octopus/config/monitoring"
 	"github.com/octopus-mcs/octopus/config/rbac"
 	"github.com/octopus-mcs/octopus/internal/kube"
@@ -55,7 +56,20 @@ func Files() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	operatorRBAC, err := componentRBAC(v1alpha1.OperatorNamespace, rbac.Operator)
+	if err != nil {
+		return nil, err
+	}
+	fabricCRD, err := fabricCRD()
+	if err != nil {
+		return nil, err
+	}
 	return map[string][]byte{
+		"octopus-operator/templates/zz_generated.rbac.yaml": append([]byte(fmt.Sprintf(header, "config/rbac ("+rbac.Operator+")")), operatorRBAC...),
+		// Helm installs crds/ before the templates and never deletes it: leaving a cluster
+		// keeps the Fabric CRD the operator serves (it carries no managed-by label of Octopus,
+		// so internal/cluster's leave does not take it either).
+		"octopus-operator/crds/zz_generated.fabric.yaml":  fabricCRD,
 		"octopus-hub/templates/zz_generated.hub.yaml":     hub,
 		"octopus-hub/templates/zz_generated.gateway.yaml": gateway,
 		"octopus-member/templates/zz_generated.rbac.yaml": member,
@@ -92,9 +106,36 @@ func hubObjects() ([]byte, error) {
 // memberRBAC is, for each of MemberComponents, its ServiceAccount, its generated ClusterRole
 // and Roles (config/rbac) and their bindings to the ServiceAccount.
 func memberRBAC() ([]byte, error) {
-	ns := v1alpha1.SystemNamespace
+	y, err := componentRBAC(v1alpha1.SystemNamespace, MemberComponents...)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(fmt.Sprintf(header, "config/rbac ("+strings.Join(MemberComponents, ", ")+")")), y...), nil
+}
+
+// fabricCRD is the Fabric's CRD as config/crd embeds it.
+func fabricCRD() ([]byte, error) {
+	crds, err := crd.Member()
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range crds {
+		if c.Spec.Names.Kind == "Fabric" {
+			y, err := render.YAML(c)
+			if err != nil {
+				return nil, err
+			}
+			return append([]byte(fmt.Sprintf(header, "config/crd")), y...), nil
+		}
+	}
+	return nil, fmt.Errorf("config/crd has no Fabric CRD")
+}
+
+// componentRBAC is, for each component, its ServiceAccount in ns, its generated ClusterRole
+// and Roles (config/rbac) and their bindings to the ServiceAccount.
+func componentRBAC(ns string, components ...string) ([]byte, error) {
 	var out []client.Object
-	for _, c := range MemberComponents {
+	for _, c := range components {
 		roles, err := rbac.Load(c)
 		if err != nil {
 			return nil, err
@@ -120,11 +161,7 @@ func memberRBAC() ([]byte, error) {
 			})
 		}
 	}
-	y, err := render.YAML(out...)
-	if err != nil {
-		return nil, err
-	}
-	return append([]byte(fmt.Sprintf(header, "config/rbac ("+strings.Join(MemberComponents, ", ")+")")), y...), nil
+	return render.YAML(out...)
 }
 
 // The hub gateway's chart values stand in render.HubGateway's output as placeholders that

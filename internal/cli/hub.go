@@ -1,16 +1,21 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/charts"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/operator"
 	"github.com/octopus-mcs/octopus/internal/progress"
 )
 
@@ -114,6 +119,9 @@ func (o *hubDeployOptions) Run(ctx context.Context) error {
 	}
 	o.deploy.Globalnet, o.deploy.Secondary = o.globalnet, o.secondary
 	o.deploy.Progress = &progress.Reporter{W: o.ErrOut}
+	if done, err := o.viaOperator(ctx, cfg); done || err != nil {
+		return err
+	}
 	if o.useChart {
 		if err := o.chart.install(ctx, o.IOStreams, cfg, charts.Hub, o.deploy.Namespace); err != nil {
 			return err
@@ -130,4 +138,52 @@ func (o *hubDeployOptions) Run(ctx context.Context) error {
 	}
 	fmt.Fprintf(o.Out, "Hub deployed at %s. Join clusters with:\n  octopus join %s --cluster-id ID --kubeconfig CLUSTER.yaml\n", info.HubURL, o.output)
 	return nil
+}
+
+// viaOperator deploys the hub through the cluster's Fabric when the Octopus operator runs
+// there (charts/octopus-operator), so that the operator, not this run, owns the hub from then
+// on; done is false when there is no operator.
+func (o *hubDeployOptions) viaOperator(ctx context.Context, cfg *rest.Config) (done bool, err error) {
+	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return false, fmt.Errorf("connecting to the hub at %s: %w", cfg.Host, err)
+	}
+	if ok, err := operator.Installed(ctx, c); !ok || err != nil {
+		return false, err
+	}
+	p := o.deploy.Progress
+	// The operator's own address for its API server is an in-cluster one; clusters reach the
+	// hub where this kubeconfig does, unless --hub-url says otherwise.
+	hubURL := o.deploy.HubURL
+	if hubURL == "" {
+		hubURL = cfg.Host
+	}
+	p.Step("The Octopus operator runs in this cluster: deploying the hub through Fabric %s", v1alpha1.FabricName)
+	spec := v1alpha1.FabricSpec{HubConfig: &v1alpha1.HubConfig{
+		Namespace: o.deploy.Namespace, HubURL: hubURL,
+		Globalnet: &v1alpha1.CIDRPool{CIDR: o.globalnet.CIDR, ClusterPrefixLength: int32(o.globalnet.ClusterPrefixLength)}, //nolint:gosec // validated prefix length
+		Secondary: &v1alpha1.CIDRPool{CIDR: o.secondary.CIDR, ClusterPrefixLength: int32(o.secondary.ClusterPrefixLength)}, //nolint:gosec // validated prefix length
+	}}
+	if err := operator.ApplyFabric(ctx, c, spec); err != nil {
+		return true, err
+	}
+	f, err := operator.WaitFabric(ctx, c, p, operatorTimeout, v1alpha1.FabricBrokerReady)
+	if err != nil {
+		return true, err
+	}
+	secret := &corev1.Secret{}
+	ns, name, _ := strings.Cut(f.Status.BrokerInfoSecret, "/")
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, secret); err != nil {
+		return true, fmt.Errorf("reading the broker-info the operator published (Secret %s): %w", f.Status.BrokerInfoSecret, err)
+	}
+	info, err := hub.DecodeBrokerInfo(bytes.NewReader(secret.Data[v1alpha1.BrokerInfoKey]))
+	if err != nil {
+		return true, fmt.Errorf("the broker-info the operator published (Secret %s): %w", f.Status.BrokerInfoSecret, err)
+	}
+	if err := info.WriteFile(o.output); err != nil {
+		return true, err
+	}
+	fmt.Fprintf(o.Out, "Hub deployed at %s by the operator (Fabric %s; broker-info also in Secret %s). Join clusters with:\n  octopus join %s --cluster-id ID --kubeconfig CLUSTER.yaml\n",
+		info.HubURL, v1alpha1.FabricName, f.Status.BrokerInfoSecret, o.output)
+	return true, nil
 }

@@ -3,13 +3,19 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os"
+	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/charts"
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/operator"
 	"github.com/octopus-mcs/octopus/internal/progress"
 )
 
@@ -95,6 +101,9 @@ func (o *joinOptions) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if done, err := o.viaOperator(ctx, cfg); done || err != nil {
+		return err
+	}
 	joined, err := cluster.Join(ctx, cfg, o.join)
 	if err != nil {
 		return err
@@ -117,4 +126,45 @@ func (o *joinOptions) Run(ctx context.Context) error {
 	}
 	fmt.Fprintf(o.Out, "Agent started (pid %d), logging to %s.\n", proc.pid, proc.log)
 	return nil
+}
+
+// operatorTimeout bounds the wait for the operator to deploy the hub or join the cluster.
+const operatorTimeout = 5 * time.Minute
+
+// viaOperator joins through the cluster's Fabric when the Octopus operator runs there
+// (charts/octopus-operator): broker-info goes into the Secret the Fabric refers to, and the
+// operator joins and installs the components (--agent does not apply). done is false when
+// there is no operator.
+func (o *joinOptions) viaOperator(ctx context.Context, cfg *rest.Config) (done bool, err error) {
+	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return false, fmt.Errorf("connecting to the cluster at %s: %w", cfg.Host, err)
+	}
+	if ok, err := operator.Installed(ctx, c); !ok || err != nil {
+		return false, err
+	}
+	p := o.join.Progress
+	p.Step("The Octopus operator runs in this cluster: joining through Fabric %s (--agent does not apply)", v1alpha1.FabricName)
+	raw, err := os.ReadFile(o.brokerInfo)
+	if err != nil {
+		return true, fmt.Errorf("reading broker-info: %w", err)
+	}
+	const secret = "broker-info"
+	if err := operator.PutBrokerInfo(ctx, c, secret, raw); err != nil {
+		return true, err
+	}
+	spec := v1alpha1.FabricSpec{JoinConfig: &v1alpha1.JoinConfig{
+		ClusterID: o.join.ClusterID, BrokerInfoSecretRef: v1alpha1.SecretReference{Name: secret, Namespace: v1alpha1.OperatorNamespace},
+		PodCIDRs: o.join.PodCIDRs, ServiceCIDRs: o.join.ServiceCIDRs, Topology: o.join.Topology, Addressing: o.join.Addressing,
+	}}
+	if err := operator.ApplyFabric(ctx, c, spec); err != nil {
+		return true, err
+	}
+	f, err := operator.WaitFabric(ctx, c, p, operatorTimeout, v1alpha1.FabricJoined, v1alpha1.FabricComponentsReady)
+	if err != nil {
+		return true, err
+	}
+	fmt.Fprintf(o.Out, "Cluster %s joined the hub at %s through the operator (Fabric %s, components at revision %d); kubectl get fabric %s shows its progress.\n",
+		f.Status.ClusterID, o.join.BrokerInfo.HubURL, v1alpha1.FabricName, f.Status.ComponentsRevision, v1alpha1.FabricName)
+	return true, nil
 }

@@ -20,9 +20,10 @@ const PathEnv = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
 var OctopusBinaries = append([]string{"octopus"}, DaemonBinaries...)
 
 // DaemonBinaries are the commands of the image `make image` writes: the daemons the charts run
-// (octopus-agent, octopus-dns) and the echo server of `octopus verify`. The CLI, which links
+// (octopus-agent, octopus-dns, octopus-operator) and the echo server of `octopus verify`. The
+// operator links the Helm SDK to install the member chart; the CLI, which links
 // the lab and the Helm SDK, would more than double the image.
-var DaemonBinaries = []string{"octopus-agent", "octopus-dns", "octopus-echo"}
+var DaemonBinaries = []string{"octopus-agent", "octopus-dns", "octopus-echo", "octopus-operator"}
 
 // OctopusOptions say which binaries go into the project's image and how it is tagged.
 type OctopusOptions struct {

@@ -15,6 +15,7 @@ import (
 	"helm.sh/helm/v4/pkg/action"
 	"helm.sh/helm/v4/pkg/kube"
 	ri "helm.sh/helm/v4/pkg/release"
+	rv1 "helm.sh/helm/v4/pkg/release/v1"
 	"helm.sh/helm/v4/pkg/storage/driver"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/discovery"
@@ -108,6 +109,37 @@ func Uninstall(ctx context.Context, cfg *rest.Config, chart, namespace string, t
 	}
 	_ = ctx // Uninstall.Run takes no context; its Timeout bounds it.
 	return nil
+}
+
+// Deployed is the current revision of a release and the values it was installed with.
+type Deployed struct {
+	Revision int
+	// Values are the values given at install or upgrade, not the chart's defaults.
+	Values map[string]any
+}
+
+// Current reads the release of chart in namespace without changing anything, so that a caller
+// that converges on desired values (the operator) upgrades only when they differ. It returns
+// nil when there is no release.
+func Current(cfg *rest.Config, chart, namespace string) (*Deployed, error) {
+	ac, err := configuration(cfg, namespace)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := action.NewGet(ac).Run(chart)
+	if errors.Is(err, driver.ErrReleaseNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading release %s in namespace %s: %w", chart, namespace, err)
+	}
+	switch r := rel.(type) {
+	case *rv1.Release:
+		return &Deployed{Revision: r.Version, Values: r.Config}, nil
+	case rv1.Release:
+		return &Deployed{Revision: r.Version, Values: r.Config}, nil
+	}
+	return nil, fmt.Errorf("reading release %s in namespace %s: unexpected release type %T", chart, namespace, rel)
 }
 
 func revision(rel ri.Releaser) (int, error) {
