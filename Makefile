@@ -37,6 +37,8 @@ k8s-binaries:
 	@hack/k8s-binaries.sh >/dev/null
 	@hack/coredns.sh >/dev/null
 	@hack/containerd.sh >/dev/null
+	@# flanneld and its CNI plugin: `lab up --cni flannel`.
+	@hack/flannel.sh >/dev/null
 
 ## build: the octopus CLI and the octopus-agent daemon into ./bin.
 build:
