@@ -1,5 +1,8 @@
 // Wrapper module that pins the flannel release the lab's real nodes run with `lab up --cni
-// flannel` (flanneld, built by hack/flannel.sh).
+// flannel` (flanneld, built by hack/flannel.sh). v0.28.4, not the newest: later releases
+// require a tencentcloud-sdk-go/tencentcloud/vpc version the Go module proxy does not serve.
+// For the same reason tencentcloud/common is raised from flannel's v1.3.79 to v1.3.190 (the
+// Tencent backend is compiled in, never used by the lab).
 module github.com/octopus-mcs/octopus/hack/k8s/flannel
 
 go 1.26.0
