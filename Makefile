@@ -31,12 +31,13 @@ $(PROMTOOL): $(TOOLS)/promtool/go.mod
 	cd $(TOOLS)/promtool && $(GO) build -o $@ github.com/prometheus/prometheus/cmd/promtool
 
 ## k8s-binaries: etcd, the Kubernetes binaries (control plane, kube-proxy, kubectl, kubelet),
-## CoreDNS (the lab's cluster DNS) and containerd (the runtime of the lab's real nodes), built
-## from pinned modules and cached.
+## CoreDNS (the lab's cluster DNS), containerd (the runtime of the lab's real nodes) and flannel
+## (their second CNI, `lab up --cni flannel`), built from pinned modules and cached.
 k8s-binaries:
 	@hack/k8s-binaries.sh >/dev/null
 	@hack/coredns.sh >/dev/null
 	@hack/containerd.sh >/dev/null
+	@hack/flannel.sh >/dev/null
 
 ## build: the octopus CLI and the octopus-agent daemon into ./bin.
 build:

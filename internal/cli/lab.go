@@ -21,6 +21,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/heartbeat"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/lab"
+	"github.com/octopus-mcs/octopus/internal/lab/cni"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/progress"
 )
@@ -61,6 +62,8 @@ type labUpOptions struct {
 	overlapping bool
 	// nodeRuntime is lab.Options.NodeRuntime.
 	nodeRuntime string
+	// cni is lab.Options.CNI.
+	cni string
 }
 
 // labFlags names the flag of each lab.Options field that lab up sets, so that the lab's own
@@ -69,6 +72,7 @@ var labFlags = map[string]string{
 	"Clusters": "--clusters", "NodesPerCluster": "--nodes-per-cluster", "GatewaysPerCluster": "--gateways-per-cluster",
 	"Backends": "--backend", "Topology": "--topology", "HubGateways": "--hub-gateways", "Dir": "--dir",
 	"OverlappingCIDRs": "--overlapping-cidrs", "NodeRuntime": "--node-runtime",
+	"CNI": "--cni",
 }
 
 // labOptions maps the flags onto lab.Options (without the binaries and the progress reporter,
@@ -84,7 +88,7 @@ func (o *labUpOptions) labOptions() (lab.Options, error) {
 	}
 	opts := lab.Options{Clusters: o.clusters, NodesPerCluster: nodes, GatewaysPerCluster: o.gateways, Backends: backends,
 		OverlappingCIDRs: o.overlapping, Topology: v1alpha1.Topology(o.topology), HubGateways: o.hubGateways, Dir: *o.dir,
-		NodeRuntime: o.nodeRuntime}
+		NodeRuntime: o.nodeRuntime, CNI: o.cni}
 	if err := opts.Validate(); err != nil {
 		return lab.Options{}, inFlagTerms(err, labFlags)
 	}
@@ -156,6 +160,7 @@ func (o *labUpOptions) bindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.backend, "backend", string(v1alpha1.BackendWireGuard), "tunnel backend of every cluster's gateway: wireguard or vxlan (unencrypted)")
 	fs.StringVar(&o.topology, "topology", string(v1alpha1.TopologyMesh), "how gateways connect: mesh (direct tunnels between all clusters) or hub (every cluster through the hub's gateway)")
 	fs.StringVar(&o.nodeRuntime, "node-runtime", lab.NodeRuntimeStandin, "what runs the nodes' pods: standin (the lab's node agent, containers as host programs) or kubelet (a real kubelet, containerd, runc and CNI on every node, with images built on this machine)")
+	fs.StringVar(&o.cni, "cni", cni.Bridge, "with --node-runtime kubelet, the nodes' CNI: bridge (the reference bridge and host-local plugins, routes between nodes written by the lab) or flannel (flanneld with its VXLAN backend on every node)")
 	fs.IntVar(&o.hubGateways, "hub-gateways", 0, "with --topology hub: the hub's gateway nodes, one active, the others take over when it dies (if not given: 1)")
 }
 
@@ -178,6 +183,11 @@ func (o *labUpOptions) Run(ctx context.Context) error {
 	if opts.NodeRuntime == lab.NodeRuntimeKubelet {
 		if _, opts.ContainerdBinDir, err = controlplane.EnsureNodeRuntime(ctx, root, o.ErrOut); err != nil {
 			return fmt.Errorf("%w (run `make k8s-binaries` from the repository)", err)
+		}
+	}
+	if opts.CNI == cni.Flannel {
+		if opts.FlannelBinDir, err = controlplane.EnsureFlannel(ctx, root, o.ErrOut); err != nil {
+			return fmt.Errorf("%w (run hack/flannel.sh from the repository)", err)
 		}
 	}
 	opts.EchoBinary, opts.DNSBinary = siblingBinary("octopus-echo"), siblingBinary("octopus-dns")

@@ -22,10 +22,14 @@ func TestLabUpFlags(t *testing.T) {
 		topology        v1alpha1.Topology
 		hubGateways     int
 		nodeRuntime     string
+		cni             string
 	}{
 		"defaults":                 {args: nil, nodes: 0, gateways: 1, backend: "wireguard", topology: "mesh"},
 		"real nodes":               {args: []string{"--node-runtime", "kubelet"}, gateways: 1, backend: "wireguard", topology: "mesh", nodeRuntime: "kubelet"},
 		"unknown node runtime":     {args: []string{"--node-runtime", "docker"}, wantErr: `--node-runtime "docker": want standin`},
+		"flannel":                  {args: []string{"--node-runtime", "kubelet", "--cni", "flannel"}, gateways: 1, backend: "wireguard", topology: "mesh", nodeRuntime: "kubelet", cni: "flannel"},
+		"unknown CNI":              {args: []string{"--node-runtime", "kubelet", "--cni", "calico"}, wantErr: `--cni "calico": want bridge or flannel`},
+		"flannel on the stand-in":  {args: []string{"--node-runtime", "standin", "--cni", "flannel"}, wantErr: "--cni flannel needs --node-runtime kubelet"},
 		"vxlan":                    {args: []string{"--backend", "vxlan"}, gateways: 1, backend: "vxlan", topology: "mesh"},
 		"two gateways, default":    {args: []string{"--gateways-per-cluster", "2"}, nodes: 0, gateways: 2, backend: "wireguard", topology: "mesh"},
 		"two gateways, four nodes": {args: []string{"--gateways-per-cluster", "2", "--nodes-per-cluster", "4"}, nodes: 4, gateways: 2, backend: "wireguard", topology: "mesh"},
@@ -67,6 +71,9 @@ func TestLabUpFlags(t *testing.T) {
 			}
 			if want := cmp.Or(tc.nodeRuntime, lab.NodeRuntimeStandin); opts.NodeRuntime != want {
 				t.Errorf("node runtime %q, want %q", opts.NodeRuntime, want)
+			}
+			if want := cmp.Or(tc.cni, "bridge"); opts.CNI != want {
+				t.Errorf("CNI %q, want %q", opts.CNI, want)
 			}
 			for _, name := range []string{lab.HubName, lab.ClusterName(1), lab.ClusterName(2)} {
 				if got := opts.Backends[name]; got != tc.backend {

@@ -541,24 +541,40 @@ func TestJudgeCNIs(t *testing.T) {
 			}}},
 		}
 	}
+	node := func(name string, annotations map[string]string) corev1.Node {
+		return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations}}
+	}
+	flannelNode := node("n2", map[string]string{"flannel.alpha.coreos.com/backend-type": "vxlan"})
 	tests := []struct {
 		name     string
 		dss      []appsv1.DaemonSet
+		nodes    []corev1.Node
 		severity Severity
 		message  string
 	}{
-		{"none: the lab's nodes configure CNI outside pods", []appsv1.DaemonSet{ds("kube-system", "kube-proxy", "registry.k8s.io/kube-proxy:v1.37.1")}, SeverityInfo, "no known CNI"},
-		{"by name", []appsv1.DaemonSet{ds("kube-flannel", "kube-flannel-ds", "ghcr.io/x/y:1")}, SeverityOK, "Flannel (DaemonSet kube-flannel/kube-flannel-ds)"},
-		{"by image, with a note", []appsv1.DaemonSet{ds("kube-system", "agent", "quay.io/cilium/cilium:v1.19.0")}, SeverityOK, "Cilium (DaemonSet kube-system/agent): with kube-proxy replacement"},
+		{"none: the lab's nodes configure CNI outside pods", []appsv1.DaemonSet{ds("kube-system", "kube-proxy", "registry.k8s.io/kube-proxy:v1.37.1")},
+			[]corev1.Node{node("n1", map[string]string{"node.alpha.kubernetes.io/ttl": "0"})}, SeverityInfo, "no known CNI"},
+		{"flannel outside pods, by its Node annotations", nil, []corev1.Node{node("n1", nil), flannelNode}, SeverityOK,
+			"Flannel (Node n2's flannel.alpha.coreos.com/ annotations, no DaemonSet)"},
+		{"flannel's DaemonSet before its annotations", []appsv1.DaemonSet{ds("kube-flannel", "kube-flannel-ds", "ghcr.io/x/y:1")}, []corev1.Node{flannelNode}, SeverityOK,
+			"CNI: Flannel (DaemonSet kube-flannel/kube-flannel-ds)"},
+		{"canal's flannel annotations", []appsv1.DaemonSet{ds("kube-system", "canal", "calico/node:v3")}, []corev1.Node{flannelNode}, SeverityOK,
+			"CNI: Canal (DaemonSet kube-system/canal)"},
+		{"by name", []appsv1.DaemonSet{ds("kube-flannel", "kube-flannel-ds", "ghcr.io/x/y:1")}, nil, SeverityOK, "Flannel (DaemonSet kube-flannel/kube-flannel-ds)"},
+		{"by image, with a note", []appsv1.DaemonSet{ds("kube-system", "agent", "quay.io/cilium/cilium:v1.19.0")}, nil, SeverityOK, "Cilium (DaemonSet kube-system/agent): with kube-proxy replacement"},
 		{"two, each once", []appsv1.DaemonSet{ds("kube-system", "calico-node", "calico/node:v3"), ds("kube-system", "calico-node-2", "calico/node:v3"), ds("kube-system", "kube-multus-ds", "multus-cni:v4")},
-			SeverityOK, "Calico (DaemonSet kube-system/calico-node); Multus (meta-plugin) (DaemonSet kube-system/kube-multus-ds)"},
+			nil, SeverityOK, "Calico (DaemonSet kube-system/calico-node); Multus (meta-plugin) (DaemonSet kube-system/kube-multus-ds)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := judgeCNIs(recogniseCNIs(tt.dss))
+			f := judgeCNIs(recogniseCNIs(tt.dss, tt.nodes))
 			if f.Severity != tt.severity || !strings.Contains(f.Message, tt.message) {
 				t.Errorf("%s %q, want %s containing %q", f.Severity, f.Message, tt.severity, tt.message)
 			}
 		})
+	}
+	// Canal's flannel annotates Nodes as flannel does: Canal is one CNI, not two.
+	if seen := recogniseCNIs([]appsv1.DaemonSet{ds("kube-system", "canal", "calico/node:v3")}, []corev1.Node{flannelNode}); len(seen) != 1 {
+		t.Errorf("Canal with flannel's Node annotations seen as %+v, want Canal alone", seen)
 	}
 }

@@ -85,6 +85,12 @@ type Options struct {
 	// ContainerdBinDir has containerd, its runc shim and ctr (controlplane.EnsureNodeRuntime);
 	// BinDir must then also have the kubelet. Required with NodeRuntimeKubelet.
 	ContainerdBinDir string
+	// CNI is the CNI setup of real nodes (NodeRuntimeKubelet): cni.Bridge (the default) or
+	// cni.Flannel. Optional.
+	CNI string
+	// FlannelBinDir has flanneld and the flannel CNI plugin (controlplane.EnsureFlannel).
+	// Required with cni.Flannel.
+	FlannelBinDir string
 	// Progress receives one line per step. Optional.
 	Progress *progress.Reporter
 	// Log receives structured logs (node heartbeats, process supervision). Optional.

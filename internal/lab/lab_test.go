@@ -27,6 +27,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/octopus-mcs/octopus/internal/lab"
+	"github.com/octopus-mcs/octopus/internal/lab/cni"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/procfs"
@@ -41,6 +42,8 @@ const (
 	envChildAgent = "OCTOPUS_LAB_TEST_CHILD_AGENT"
 	// envNodeRuntime overrides the node runtime of the labs of startLab.
 	envNodeRuntime = "OCTOPUS_LAB_TEST_NODE_RUNTIME"
+	// envCNI overrides the CNI of the labs of startLab (with real nodes).
+	envCNI = "OCTOPUS_LAB_TEST_CNI"
 	// envChildRealNodes, when set, names the containerd bin directory and gives the child's
 	// lab one cluster of real nodes (lab.NodeRuntimeKubelet).
 	envChildRealNodes = "OCTOPUS_LAB_TEST_CHILD_CONTAINERD"
@@ -390,7 +393,8 @@ func readFile(path string) string {
 //
 // With OCTOPUS_LAB_TEST_NODE_RUNTIME=kubelet in the environment the lab has real nodes
 // instead of the stand-in's (lab.NodeRuntimeKubelet): how to find out which tests already
-// pass on real nodes before they become the default.
+// pass on real nodes before they become the default. OCTOPUS_LAB_TEST_CNI=flannel gives them
+// flannel instead of the bridge CNI.
 func startLab(ctx context.Context, t *testing.T, opts lab.Options) (*lab.Lab, string) {
 	t.Helper()
 	opts.Dir = filepath.Join(t.TempDir(), "lab")
@@ -448,6 +452,15 @@ func withTestNodeRuntime(ctx context.Context, t *testing.T, opts lab.Options) la
 			t.Fatalf("%s=%s: building the kubelet and containerd: %v", envNodeRuntime, runtime, err)
 		}
 		opts.NodeRuntime, opts.ContainerdBinDir = runtime, containerd
+	}
+	if name := os.Getenv(envCNI); name != "" && opts.CNI == "" {
+		opts.CNI = name
+		if name == cni.Flannel {
+			var err error
+			if opts.FlannelBinDir, err = controlplane.EnsureFlannel(ctx, testenv.RepoRoot(t), os.Stderr); err != nil {
+				t.Fatalf("%s=%s: building flannel: %v", envCNI, name, err)
+			}
+		}
 	}
 	return opts
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/lab/cni"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 )
 
@@ -47,6 +48,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.NodeRuntime == "" {
 		o.NodeRuntime = NodeRuntimeStandin
+	}
+	if o.CNI == "" {
+		o.CNI = cni.Bridge
 	}
 	return o
 }
@@ -101,6 +105,11 @@ func (o Options) Validate() error {
 	if _, err := ValidateNodeRuntime(o.NodeRuntime); err != nil {
 		errs = append(errs, optionError("NodeRuntime", "%q: want %s (the lab's stand-in kubelet) or %s (a real kubelet and containerd on every node)",
 			o.NodeRuntime, NodeRuntimeStandin, NodeRuntimeKubelet))
+	}
+	if _, err := cni.Validate(o.CNI); err != nil {
+		errs = append(errs, optionError("CNI", "%q: want %s", o.CNI, strings.Join(cni.Names, " or ")))
+	} else if runtime, _ := ValidateNodeRuntime(o.NodeRuntime); o.CNI != "" && o.CNI != cni.Bridge && runtime != NodeRuntimeKubelet {
+		errs = append(errs, optionError("CNI", "%s needs {NodeRuntime} %s: the stand-in's pods have no CNI", o.CNI, NodeRuntimeKubelet))
 	}
 	return errors.Join(errs...)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/lab"
+	"github.com/octopus-mcs/octopus/internal/lab/cni"
 )
 
 // TestOptionsValidate checks what Up refuses, in the Options' own terms: each problem is an
@@ -33,6 +34,12 @@ func TestOptionsValidate(t *testing.T) {
 				o.Backends = map[string]string{"cluster2": "ipsec", lab.HubName: "ipsec", "cluster1": "vxlan"}
 			},
 			want: []string{`Backends "ipsec": want wireguard or vxlan (given for cluster2, hub)`},
+		},
+		"flannel":     {mutate: func(o *lab.Options) { o.NodeRuntime, o.CNI = lab.NodeRuntimeKubelet, cni.Flannel }},
+		"unknown CNI": {mutate: func(o *lab.Options) { o.NodeRuntime, o.CNI = lab.NodeRuntimeKubelet, "calico" }, want: []string{`CNI "calico": want bridge or flannel`}},
+		"flannel, stand-in": {
+			mutate: func(o *lab.Options) { o.NodeRuntime, o.CNI = lab.NodeRuntimeStandin, cni.Flannel },
+			want:   []string{"CNI flannel needs NodeRuntime kubelet"},
 		},
 		"no directory": {mutate: func(o *lab.Options) { o.Dir = "" }, want: []string{"Dir is empty"}},
 		"everything wrong at once": {

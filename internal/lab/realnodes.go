@@ -13,9 +13,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/octopus-mcs/octopus/internal/lab/cni"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/images"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
@@ -178,8 +180,8 @@ func hasOctopusBinaries(dir string) bool {
 
 // startRealNodes starts containerd and a kubelet on every node of cluster c, waits until node
 // IPAM has given each its pod CIDR, then writes each node's CNI configuration and its routes
-// to the other nodes' pod CIDRs (labnet.ConfigureNode, as for the stand-in's pods), and waits
-// until every Node is Ready.
+// to the other nodes' pod CIDRs (labnet.ConfigureNode, as for the stand-in's pods; none with
+// cni.Flannel, whose flanneld routes), and waits until every Node is Ready.
 func startRealNodes(ctx context.Context, env *controlplane.Environment, plan labnet.Plan, c labnet.ClusterNet,
 	cp *controlplane.ControlPlane, cs kubernetes.Interface, opts Options, imgs *labImageSet) error {
 	dns, err := nodeagent.ClusterDNSAddr(cp.ServiceCIDR)
@@ -201,6 +203,7 @@ func startRealNodes(ctx context.Context, env *controlplane.Environment, plan lab
 				Mirror: imgs.registry.Addr, Registries: imgs.hosts,
 				ClusterDNS: dns, Labels: labels, Log: opts.Log.WithValues("node", n.Name),
 				ContainerEnv: map[string]string{nodeagent.EnvCluster: c.Name},
+				CNI:          opts.CNI, FlannelBinDir: opts.FlannelBinDir,
 			})
 		})
 	}
@@ -212,13 +215,20 @@ func startRealNodes(ctx context.Context, env *controlplane.Environment, plan lab
 	if err != nil {
 		return err
 	}
+	if opts.CNI == cni.Flannel {
+		if err := grantFlannel(ctx, cs); err != nil {
+			return fmt.Errorf("cluster %s: %w", c.Name, err)
+		}
+	}
 	for i, n := range c.Nodes {
-		if err := nodes[i].ConfigureNetwork(podCIDRs[n.Name]); err != nil {
+		if err := nodes[i].ConfigureNetwork(ctx, podCIDRs[n.Name]); err != nil {
 			return err
 		}
+		// flanneld routes between the nodes over its VXLAN device; with the bridge the lab
+		// routes each node's pod CIDR to the node, as a host-gateway CNI would.
 		peers := map[netip.Prefix]netip.Addr{}
 		for _, other := range c.Nodes {
-			if other.Name != n.Name {
+			if other.Name != n.Name && opts.CNI != cni.Flannel {
 				peers[podCIDRs[other.Name]] = other.LANAddr.Addr()
 			}
 		}
@@ -227,6 +237,19 @@ func startRealNodes(ctx context.Context, env *controlplane.Environment, plan lab
 		}
 	}
 	return waitNodesReady(ctx, cs, c)
+}
+
+// grantFlannel gives flanneld's certificates (cni.FlannelGroup) what kube-flannel's manifest
+// gives its ServiceAccount (cni.FlannelRBAC).
+func grantFlannel(ctx context.Context, cs kubernetes.Interface) error {
+	role, binding := cni.FlannelRBAC()
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("granting flanneld its role: %w", err)
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("granting flanneld its role: %w", err)
+	}
+	return nil
 }
 
 // waitPodCIDRs waits until every node of c is registered with a pod CIDR.

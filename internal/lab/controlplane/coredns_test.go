@@ -23,6 +23,10 @@ func TestPinnedVersions(t *testing.T) {
 			{containerdScript, `CONTAINERD_VERSION="(v[^"]+)"`},
 			{"hack/k8s/containerd/go.mod", `github.com/containerd/containerd/v2 (v\S+)`},
 		}},
+		{"flannel", FlannelVersion, []struct{ file, pattern string }{
+			{flannelScript, `FLANNEL_VERSION="(v[^"]+)"`},
+			{"hack/k8s/flannel/go.mod", `github.com/flannel-io/flannel (v\S+)`},
+		}},
 	} {
 		for _, pin := range tc.pins {
 			data, err := os.ReadFile(filepath.Join(root, pin.file))
@@ -45,5 +49,8 @@ func TestPinnedVersions(t *testing.T) {
 	}
 	if got, err := ContainerdBinDir(); err != nil || got != "/cache/containerd-"+ContainerdVersion+"/bin" {
 		t.Errorf("ContainerdBinDir = %q, %v", got, err)
+	}
+	if got, err := FlannelBinDir(); err != nil || got != "/cache/flannel-"+FlannelVersion+"/bin" {
+		t.Errorf("FlannelBinDir = %q, %v", got, err)
 	}
 }

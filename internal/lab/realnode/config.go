@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/octopus-mcs/octopus/internal/lab/cni"
 )
 
 // Paths inside a node's mount namespace. A kubelet and containerd hard-code these (the
@@ -33,8 +35,10 @@ type containerdConfig struct {
 	// Cgroup is the cgroup (a path in every v1 hierarchy) containerd moves itself into at
 	// start; the shims it starts stay there, so `lab down` finds them (see cgroup.go).
 	Cgroup string
-	// CNIConfDir holds the CNI network configuration (writeCNIConfig); CNIBinDir the plugins.
-	CNIConfDir, CNIBinDir string
+	// CNIConfDir holds the CNI network configuration (ConfigureNetwork); CNIBinDirs the
+	// plugins, in the order containerd looks for them.
+	CNIConfDir string
+	CNIBinDirs []string
 	// Runc is the runc binary.
 	Runc string
 	// NRIPluginDir holds NRI plugins containerd starts itself (none in the lab: plugins
@@ -94,8 +98,17 @@ state = %[2]s
   plugin_path = %[10]s
   plugin_config_path = %[11]s
 `, q(c.Root), q(containerdRunPath), q(containerdSocket), q(containerdSocket+".ttrpc"), q(c.Cgroup),
-		q(c.Runc), q(c.CNIBinDir), q(c.CNIConfDir), q(nriSocket), q(c.NRIPluginDir), q(c.NRIConfigDir),
+		q(c.Runc), quoteList(c.CNIBinDirs), q(c.CNIConfDir), q(nriSocket), q(c.NRIPluginDir), q(c.NRIConfigDir),
 		q(c.RegistryConfigDir))
+}
+
+// quoteList renders a TOML array of strings.
+func quoteList(items []string) string {
+	quoted := make([]string, len(items))
+	for i, it := range items {
+		quoted[i] = strconv.Quote(it)
+	}
+	return strings.Join(quoted, ", ")
 }
 
 // kubeletConfig is the node's KubeletConfiguration.
@@ -161,43 +174,8 @@ func (c kubeletConfig) render() ([]byte, error) {
 // KubeletPort is the kubelet's secure port, as on any node.
 const KubeletPort = 10250
 
-// BridgeName is the bridge of the node's pod veths (the bridge plugin's, cniConfig).
-const BridgeName = "cni0"
-
-// cniNetworkName names the lab's CNI network.
-const cniNetworkName = "octopus-lab"
-
-// cniConfig is the node's CNI network: the reference bridge plugin with a gateway on the
-// bridge and host-local addresses from the node's pod CIDR. Pods on other nodes are reached
-// through routes in the node's namespace (labnet.ConfigureNode), as with a host-gateway CNI;
-// masquerading is the lab's own table there too, so the bridge does none.
-func cniConfig(podCIDR netip.Prefix, ipamDataDir string) ([]byte, error) {
-	if !podCIDR.IsValid() || !podCIDR.Addr().Is4() {
-		return nil, fmt.Errorf("CNI configuration: want an IPv4 pod CIDR, got %s", podCIDR)
-	}
-	cfg := map[string]any{
-		"cniVersion": "1.0.0",
-		"name":       cniNetworkName,
-		"plugins": []any{map[string]any{
-			"type":        "bridge",
-			"bridge":      BridgeName,
-			"isGateway":   true,
-			"ipMasq":      false,
-			"hairpinMode": true,
-			"ipam": map[string]any{
-				"type":    "host-local",
-				"ranges":  [][]map[string]string{{{"subnet": podCIDR.Masked().String()}}},
-				"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
-				"dataDir": ipamDataDir,
-			},
-		}},
-	}
-	b, err := json.MarshalIndent(cfg, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
-}
+// BridgeName is the bridge of the node's pod veths with every CNI setup (cni.BridgeName).
+const BridgeName = cni.BridgeName
 
 // nodeLabelsArg renders --node-labels: sorted key=value pairs.
 func nodeLabelsArg(labels map[string]string) string {

@@ -14,7 +14,7 @@ import (
 func TestContainerdConfig(t *testing.T) {
 	got := containerdConfig{
 		Root: "/lab/nodes/n1/containerd", Cgroup: "/octopus-lab-abcd/n1/containerd",
-		CNIConfDir: "/lab/nodes/n1/net.d", CNIBinDir: "/usr/lib/cni", Runc: "/usr/sbin/runc",
+		CNIConfDir: "/lab/nodes/n1/net.d", CNIBinDirs: []string{"/usr/lib/cni", "/cache/flannel/bin"}, Runc: "/usr/sbin/runc",
 		NRIPluginDir: "/lab/nodes/n1/nri/plugins", NRIConfigDir: "/lab/nodes/n1/nri/conf",
 		RegistryConfigDir: "/lab/nodes/n1/certs.d",
 	}.render()
@@ -27,7 +27,7 @@ func TestContainerdConfig(t *testing.T) {
 		"restrict_oom_score_adj = true",
 		"netns_mounts_under_state_dir = true",
 		`BinaryName = "/usr/sbin/runc"`,
-		`bin_dirs = ["/usr/lib/cni"]`,
+		`bin_dirs = ["/usr/lib/cni", "/cache/flannel/bin"]`,
 		`conf_dir = "/lab/nodes/n1/net.d"`,
 		"[plugins.\"io.containerd.cri.v1.images\".registry]\n  # The lab's registry stands in for every registry its images name.\n  config_path = \"/lab/nodes/n1/certs.d\"",
 		"[plugins.\"io.containerd.nri.v1.nri\"]\n  disable = false\n  socket_path = \"/run/containerd/nri.sock\"",
@@ -72,40 +72,6 @@ func TestKubeletConfig(t *testing.T) {
 	auth, _ := got["authentication"].(map[string]any)
 	if x509, _ := auth["x509"].(map[string]any); x509["clientCAFile"] != "/pki/ca.crt" {
 		t.Errorf("authentication = %v, want x509 with the cluster CA", auth)
-	}
-}
-
-func TestCNIConfig(t *testing.T) {
-	b, err := cniConfig(netip.MustParsePrefix("10.1.2.0/24"), "/lab/nodes/n1/cni/networks")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got struct {
-		CNIVersion string `json:"cniVersion"`
-		Plugins    []struct {
-			Type      string `json:"type"`
-			IsGateway bool   `json:"isGateway"`
-			IPMasq    bool   `json:"ipMasq"`
-			IPAM      struct {
-				Type    string                `json:"type"`
-				Ranges  [][]map[string]string `json:"ranges"`
-				DataDir string                `json:"dataDir"`
-			} `json:"ipam"`
-		} `json:"plugins"`
-	}
-	if err := json.Unmarshal(b, &got); err != nil {
-		t.Fatal(err)
-	}
-	if len(got.Plugins) != 1 {
-		t.Fatalf("plugins: %+v", got.Plugins)
-	}
-	p := got.Plugins[0]
-	if p.Type != "bridge" || !p.IsGateway || p.IPMasq || p.IPAM.Type != "host-local" ||
-		p.IPAM.Ranges[0][0]["subnet"] != "10.1.2.0/24" || p.IPAM.DataDir != "/lab/nodes/n1/cni/networks" {
-		t.Errorf("bridge plugin: %+v", p)
-	}
-	if _, err := cniConfig(netip.MustParsePrefix("fd00::/64"), "/x"); err == nil {
-		t.Error("an IPv6 pod CIDR was accepted")
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/go-logr/logr"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/octopus-mcs/octopus/internal/lab/cni"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/images"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
@@ -69,6 +70,11 @@ type Options struct {
 	// ContainerEnv is set in every container of the node by the lab's NRI plugin
 	// (envPlugin). Optional.
 	ContainerEnv map[string]string
+	// CNI is the node's CNI setup: cni.Bridge (the default) or cni.Flannel. Optional.
+	CNI string
+	// FlannelBinDir has flanneld and the flannel CNI plugin (controlplane.EnsureFlannel).
+	// Required with cni.Flannel.
+	FlannelBinDir string
 	// Log receives structured logs. Optional.
 	Log logr.Logger
 }
@@ -241,6 +247,11 @@ func (n *Node) writeFiles() error {
 	if _, err := os.Stat(filepath.Join(cniBinDir, "bridge")); err != nil {
 		return fmt.Errorf("a real node needs the CNI plugins: install Debian package containernetworking-plugins (hack/install-deps.sh): %w", err)
 	}
+	if o.CNI == cni.Flannel {
+		if _, err := os.Stat(filepath.Join(o.FlannelBinDir, controlplane.BinFlannelCNI)); err != nil {
+			return fmt.Errorf("the flannel CNI needs flanneld and its CNI plugin (controlplane.EnsureFlannel, hack/flannel.sh): %w", err)
+		}
+	}
 	for _, host := range o.Registries {
 		hosts, err := images.HostsTOML(host, o.Mirror)
 		if err != nil {
@@ -256,7 +267,7 @@ func (n *Node) writeFiles() error {
 	containerd := containerdConfig{
 		Root: n.path(dirContainerdRoot), Cgroup: nodeCgroup(o.LabID, n.Name) + "/containerd",
 		RegistryConfigDir: n.path(dirRegistryHosts),
-		CNIConfDir:        n.path(dirCNIConf), CNIBinDir: cniBinDir, Runc: runc,
+		CNIConfDir:        n.path(dirCNIConf), CNIBinDirs: n.cniBinDirs(), Runc: runc,
 		NRIPluginDir: n.path(dirNRIPlugins), NRIConfigDir: n.path(dirNRIConf),
 	}
 	if err := os.WriteFile(n.path(fileContainerdConf), []byte(containerd.render()), 0o600); err != nil {
@@ -366,14 +377,27 @@ func (n *Node) Ctr(ctx context.Context, args ...string) (string, error) {
 	return strings.TrimSpace(string(out)), err
 }
 
-// ConfigureNetwork writes the node's CNI configuration for its pod CIDR; containerd picks
-// it up and the node becomes Ready.
-func (n *Node) ConfigureNetwork(podCIDR netip.Prefix) error {
-	conf, err := cniConfig(podCIDR, n.path(filepath.Join(dirCNIState, "networks")))
-	if err != nil {
-		return err
+// ConfigureNetwork gives the node its pod network once node IPAM has given it podCIDR: with
+// cni.Bridge it writes the bridge configuration for podCIDR; with cni.Flannel it starts
+// flanneld (startFlanneld), which takes the pod CIDR from the Node itself, and writes
+// flannel's configuration once flanneld has written the node's subnet. containerd picks the
+// configuration up and the node becomes Ready.
+func (n *Node) ConfigureNetwork(ctx context.Context, podCIDR netip.Prefix) error {
+	var conf []byte
+	var err error
+	switch n.opts.CNI {
+	case cni.Flannel:
+		var subnetFile string
+		if subnetFile, err = n.startFlanneld(ctx); err == nil {
+			conf, err = cni.FlannelConfig(subnetFile, n.path(filepath.Join(dirCNIState, "flannel")))
+		}
+	default:
+		conf, err = cni.BridgeConfig(podCIDR, n.path(filepath.Join(dirCNIState, "networks")))
 	}
-	path := n.path(filepath.Join(dirCNIConf, "10-"+cniNetworkName+".conflist"))
+	if err != nil {
+		return fmt.Errorf("node %s: %w", n.Name, err)
+	}
+	path := n.path(filepath.Join(dirCNIConf, cni.ConfigFile))
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, conf, 0o644); err != nil {
 		return fmt.Errorf("node %s: writing the CNI configuration: %w", n.Name, err)
@@ -382,4 +406,18 @@ func (n *Node) ConfigureNetwork(podCIDR netip.Prefix) error {
 		return errors.Join(fmt.Errorf("node %s: writing the CNI configuration: %w", n.Name, err), os.Remove(tmp))
 	}
 	return nil
+}
+
+// CNIConfigPath is the node's CNI network configuration as seen from outside its mount
+// namespace.
+func (n *Node) CNIConfigPath() string { return n.path(filepath.Join(dirCNIConf, cni.ConfigFile)) }
+
+// cniBinDirs are the directories of the node's CNI plugins: Debian's, and with cni.Flannel
+// the flannel plugin's, which finds the bridge and host-local plugins it delegates to in the
+// same list (containerd passes it as CNI_PATH).
+func (n *Node) cniBinDirs() []string {
+	if n.opts.CNI == cni.Flannel {
+		return []string{cniBinDir, n.opts.FlannelBinDir}
+	}
+	return []string{cniBinDir}
 }
