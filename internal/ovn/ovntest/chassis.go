@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/podport"
 )
 
 // VSwitchSchema is the Open vSwitch database schema (Debian's openvswitch-common).
@@ -21,7 +23,7 @@ const VSwitchSchema = "/usr/share/openvswitch/vswitch.ovsschema"
 // Chassis is one OVN node: its own network namespace, with ovs-vswitchd on the userspace
 // (netdev) datapath, the only one these machines have (no OVS kernel module), and
 // ovn-controller making br-int follow the southbound database. Pods are further
-// namespaces joined to it by veths, the way the NRI plugin will attach them.
+// namespaces joined to it by veths, the way the NRI plugin attaches them (podport).
 type Chassis struct {
 	// Netns is the node's network namespace.
 	Netns string
@@ -67,21 +69,51 @@ func StartChassis(t testing.TB, c *Central) *Chassis {
 	return ch
 }
 
-// AttachPod creates a pod namespace joined to br-int as logical port port: a veth whose pod
-// end is net1 with mac and addr, and whose node end carries external_ids:iface-id=port. It
-// returns the pod's namespace once OVN reports the port up.
-func (ch *Chassis) AttachPod(nb *Server, port string, mac net.HardwareAddr, addr netip.Prefix) string {
+// Node is the chassis as podport sees a node: ovs-vswitchd's namespace, database and
+// integration bridge.
+func (ch *Chassis) Node() podport.Node {
+	return podport.Node{Netns: NetnsPath(ch.Netns), OVSDB: ch.ovs.Endpoint, Bridge: "br-int"}
+}
+
+// NewPod creates an empty pod network namespace, removed when the test ends, and returns its
+// name; NetnsPath gives its path.
+func (ch *Chassis) NewPod() string {
 	ch.t.Helper()
 	ch.pods++
-	pod := ch.netns(fmt.Sprintf("p%d", ch.pods))
-	host := fmt.Sprintf("%s-%d", ch.prefix, ch.pods) // at most 15 bytes
-	ch.ip("link", "add", host, "netns", ch.Netns, "type", "veth", "peer", "name", "net1", "netns", pod)
-	ch.ip("-n", ch.Netns, "link", "set", host, "up")
-	ch.ip("-n", pod, "link", "set", "net1", "address", mac.String())
-	ch.ip("-n", pod, "addr", "add", addr.String(), "dev", "net1")
-	ch.ip("-n", pod, "link", "set", "net1", "up")
-	ch.ip("-n", pod, "link", "set", "lo", "up")
-	ch.vsctl("add-port", "br-int", host, "--", "set", "Interface", host, "external_ids:iface-id="+port)
+	return ch.netns(fmt.Sprintf("p%d", ch.pods))
+}
+
+// SandboxID is a random ID in the form of containerd's sandbox IDs (64 hex digits).
+func SandboxID() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// NetnsPath is the path of the named network namespace (`ip netns` keeps them in /run/netns).
+func NetnsPath(name string) string { return filepath.Join("/run/netns", name) }
+
+// AttachPod creates a pod namespace joined to br-int as logical port port, the way the NRI
+// plugin joins a pod (podport.Attach: net1 with mac and addr), and returns the pod's
+// namespace once OVN reports the port up.
+func (ch *Chassis) AttachPod(nb *Server, port string, mac net.HardwareAddr, addr netip.Prefix) string {
+	ch.t.Helper()
+	pod := ch.NewPod()
+	err := podport.Attach(context.Background(), podport.Attachment{
+		Sandbox: SandboxID(), PodNetns: NetnsPath(pod), Node: ch.Node(),
+		Port: port, Interface: "net1", MAC: mac, IP: addr,
+	})
+	if err != nil {
+		ch.t.Fatal(err)
+	}
+	ch.WaitPortUp(nb, port)
+	return pod
+}
+
+// WaitPortUp waits until OVN reports the logical port up: ovn-controller bound it and
+// installed its flows.
+func (ch *Chassis) WaitPortUp(nb *Server, port string) {
+	ch.t.Helper()
 	ch.eventually("port "+port+" up", func() error {
 		out, err := nb.Ctl(context.Background(), "get", "Logical_Switch_Port", port, "up")
 		if err == nil && strings.TrimSpace(out) != "true" {
@@ -89,7 +121,6 @@ func (ch *Chassis) AttachPod(nb *Server, port string, mac net.HardwareAddr, addr
 		}
 		return err
 	})
-	return pod
 }
 
 // Exec runs a command in network namespace netns and returns its combined output.
