@@ -2,7 +2,9 @@ package nriplugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
@@ -62,9 +64,17 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("NRI plugin: %w", err)
 	}
 	for {
-		if err := Serve(ctx, p, o.Socket, o.PluginIdx, o.Log); ctx.Err() == nil {
-			o.Log.Error(err, "Lost the NRI connection; registering again", "socket", o.Socket)
+		reg, err := Register(ctx, p, o.Socket, o.PluginIdx, o.Log)
+		if err == nil {
+			select {
+			case <-ctx.Done():
+				reg.Stop()
+				return nil
+			case <-reg.Done():
+				err = errors.New("containerd closed the connection")
+			}
 		}
+		o.Log.Error(err, "No NRI connection; registering again", "socket", o.Socket, "in", reconnectDelay)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -73,22 +83,44 @@ func Run(ctx context.Context, o Options) error {
 	}
 }
 
-// Serve registers p with the NRI socket and serves it until the connection ends or ctx does.
-func Serve(ctx context.Context, p *Plugin, socket, idx string, log logr.Logger) error {
+// Registration is the plugin's connection to containerd.
+type Registration struct {
+	stub stub.Stub
+	done chan struct{}
+}
+
+// Done is closed when the connection ends.
+func (r *Registration) Done() <-chan struct{} { return r.done }
+
+// Stop closes the connection.
+func (r *Registration) Stop() { r.stub.Stop() }
+
+// Register registers p with containerd's NRI socket and returns once containerd has it: the
+// sandboxes it starts from then on go through p.
+func Register(ctx context.Context, p *Plugin, socket, idx string, log logr.Logger) (*Registration, error) {
+	r := &Registration{done: make(chan struct{})}
+	var once sync.Once
 	s, err := stub.New(p,
 		stub.WithPluginName(PluginName), stub.WithPluginIdx(idx), stub.WithSocketPath(socket),
 		// A pod whose plugin call failed or timed out does not start without net1, and one
 		// slow request does not unregister the plugin.
 		stub.WithFailurePolicy(&api.FailurePolicy{FailRequest: true, KeepConnected: true}),
+		stub.WithOnClose(func() { once.Do(func() { close(r.done) }) }),
 		stub.WithLogger(logger{log: log.WithName("nri")}))
 	if err != nil {
-		return fmt.Errorf("creating the NRI plugin: %w", err)
+		return nil, fmt.Errorf("creating the NRI plugin: %w", err)
 	}
-	if err := s.Run(ctx); err != nil {
-		return fmt.Errorf("NRI plugin at %s: %w", socket, err)
+	r.stub = s
+	// The connection lives until containerd closes it or Stop: not bound to the caller's
+	// context, which may only bound the registration.
+	if err := s.Start(context.WithoutCancel(ctx)); err != nil {
+		return nil, fmt.Errorf("registering the NRI plugin at %s: %w", socket, err)
 	}
-	return nil
+	return r, nil
 }
+
+// NewAPIPods reads pods straight from the API server through cs.
+func NewAPIPods(cs kubernetes.Interface) Pods { return apiPods{cs} }
 
 // apiPods reads pods straight from the API server: the plugin reads one pod per sandbox, and
 // must see the ovnmaster's annotation as soon as it is written.
