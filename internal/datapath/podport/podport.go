@@ -13,6 +13,7 @@ package podport
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -134,7 +135,13 @@ func Attach(ctx context.Context, a Attachment) (err error) {
 	if err := node.LinkSetUp(hostLink); err != nil {
 		return fmt.Errorf("setting %s up: %w", host, err)
 	}
-	return vsctl(ctx, a.Node.OVSDB, "--may-exist", "add-port", a.Node.Bridge, host, "--",
+	// --no-wait: returns once the database has the port, without waiting for ovs-vswitchd
+	// to apply it. containerd's NRI handles one sandbox event at a time, so a wait here
+	// queues every pod starting on the node behind ovs-vswitchd's reconfiguration (seconds
+	// per pod on a loaded node, past NRI's 2 s timeout, measured on the lab). The port then
+	// forwards once ovs-vswitchd and ovn-controller have caught up, within a few hundred
+	// milliseconds after the pod starts.
+	return vsctl(ctx, a.Node.OVSDB, "--no-wait", "--may-exist", "add-port", a.Node.Bridge, host, "--",
 		"set", "Interface", host, "external_ids:iface-id="+a.Port, "external_ids:"+externalIDSandbox+"="+a.Sandbox)
 }
 
@@ -199,7 +206,7 @@ func Detach(ctx context.Context, n Node, sandbox string) error {
 		return errors.New("detaching a pod interface: no sandbox ID")
 	}
 	host := LinkName(sandbox)
-	if err := vsctl(ctx, n.OVSDB, "--if-exists", "del-port", n.Bridge, host); err != nil {
+	if err := vsctl(ctx, n.OVSDB, "--no-wait", "--if-exists", "del-port", n.Bridge, host); err != nil {
 		return err
 	}
 	node, err := handleAt(n.Netns)
@@ -219,6 +226,66 @@ func Detach(ctx context.Context, n Node, sandbox string) error {
 		return fmt.Errorf("removing %s: %w", host, err)
 	}
 	return nil
+}
+
+// Sweep detaches every sandbox this package attached to the node's bridge but keep, and
+// returns their IDs. A plugin that was not running when a sandbox stopped did not detach it:
+// the kernel removed the veth with the pod's namespace, but the OVS port stays, bound to a
+// logical port that may soon be another pod's.
+func Sweep(ctx context.Context, n Node, keep map[string]bool) ([]string, error) {
+	out, err := vsctlOutput(ctx, n.OVSDB, "--format=json", "--columns=external_ids", "list", "Interface")
+	if err != nil {
+		return nil, err
+	}
+	sandboxes, err := parseSandboxes(out)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, sb := range sandboxes {
+		if keep[sb] {
+			continue
+		}
+		if err := Detach(ctx, n, sb); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, sb)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// parseSandboxes reads the sandbox IDs of our interfaces from `ovs-vsctl --format=json
+// --columns=external_ids list Interface`: rows of one cell, an OVSDB map
+// ["map", [[key, value], ...]].
+func parseSandboxes(out []byte) ([]string, error) {
+	var table struct {
+		Data [][]json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(out, &table); err != nil {
+		return nil, fmt.Errorf("reading ovs-vsctl's interfaces: %w", err)
+	}
+	var ids []string
+	for _, row := range table.Data {
+		if len(row) != 1 {
+			continue
+		}
+		var cell []json.RawMessage
+		if json.Unmarshal(row[0], &cell) != nil || len(cell) != 2 {
+			continue
+		}
+		var pairs [][2]string
+		if json.Unmarshal(cell[1], &pairs) != nil {
+			continue
+		}
+		for _, kv := range pairs {
+			if kv[0] == externalIDSandbox && kv[1] != "" {
+				ids = append(ids, kv[1])
+			}
+		}
+	}
+	return ids, nil
 }
 
 // handle is a netlink handle in a network namespace.
@@ -259,6 +326,12 @@ func ipNet(p netip.Prefix) *net.IPNet {
 // vsctl runs ovs-vsctl against db. Its --timeout bounds the wait for the database (and for
 // ovs-vswitchd to apply the change) below the NRI request's deadline.
 func vsctl(ctx context.Context, db string, args ...string) error {
+	_, err := vsctlOutput(ctx, db, args...)
+	return err
+}
+
+// vsctlOutput is vsctl returning ovs-vsctl's standard output.
+func vsctlOutput(ctx context.Context, db string, args ...string) ([]byte, error) {
 	full := []string{"--timeout=1"}
 	if db != "" {
 		full = append(full, "--db="+db)
@@ -266,8 +339,9 @@ func vsctl(ctx context.Context, db string, args ...string) error {
 	cmd := exec.CommandContext(ctx, "ovs-vsctl", append(full, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("ovs-vsctl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("ovs-vsctl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
-	return nil
+	return out, nil
 }

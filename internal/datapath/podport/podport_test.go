@@ -240,6 +240,33 @@ func TestFailedAttachLeavesNothing(t *testing.T) {
 	}
 }
 
+// TestSweepRemovesOnlyStaleSandboxes: of two attached sandboxes, Sweep keeping one removes
+// the other's OVS port and veth, and nothing of the kept one or of OVS's own ports.
+func TestSweepRemovesOnlyStaleSandboxes(t *testing.T) {
+	central := ovntest.StartCentral(t)
+	ch := ovntest.StartChassis(t, central)
+	if _, err := central.NB.Ctl(context.Background(), "ls-add", "sw"); err != nil {
+		t.Fatal(err)
+	}
+	a := attach(t, ch, central, "east_default_a", "10.112.0.2/16")
+	b := attach(t, ch, central, "east_default_b", "10.112.0.3/16")
+	node := ch.Node()
+	removed, err := podport.Sweep(context.Background(), node, map[string]bool{a.sandbox: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 1 || removed[0] != b.sandbox {
+		t.Fatalf("Sweep removed %v, want only %s", removed, b.sandbox)
+	}
+	ports := listPorts(t, node)
+	if strings.Contains(ports, podport.LinkName(b.sandbox)) || !strings.Contains(ports, podport.LinkName(a.sandbox)) {
+		t.Errorf("ports after Sweep: %s; want %s's and not %s's", ports, a.sandbox, b.sandbox)
+	}
+	if linkExists(t, node.Netns, podport.LinkName(b.sandbox)) || !linkExists(t, node.Netns, podport.LinkName(a.sandbox)) {
+		t.Error("Sweep removed the wrong veth")
+	}
+}
+
 func listPorts(t *testing.T, n podport.Node) string {
 	t.Helper()
 	out, err := exec.Command("ovs-vsctl", "--db="+n.OVSDB, "list-ports", n.Bridge).CombinedOutput()

@@ -67,6 +67,7 @@ type Pods interface {
 type Interfaces interface {
 	Attach(ctx context.Context, a podport.Attachment) error
 	Detach(ctx context.Context, n podport.Node, sandbox string) error
+	Sweep(ctx context.Context, n podport.Node, keep map[string]bool) ([]string, error)
 }
 
 // Podport is Interfaces on the node's kernel and OVS.
@@ -78,6 +79,11 @@ func (Podport) Attach(ctx context.Context, a podport.Attachment) error { return 
 // Detach is podport.Detach.
 func (Podport) Detach(ctx context.Context, n podport.Node, sandbox string) error {
 	return podport.Detach(ctx, n, sandbox)
+}
+
+// Sweep is podport.Sweep.
+func (Podport) Sweep(ctx context.Context, n podport.Node, keep map[string]bool) ([]string, error) {
+	return podport.Sweep(ctx, n, keep)
 }
 
 // Plugin handles the sandbox events of one node.
@@ -136,6 +142,25 @@ func (p *Plugin) RunPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
 	p.log.V(1).Info("Attached the pod to the secondary network", "pod", key(sb), "sandbox", sb.GetId(),
 		"ip", a.IP, "mac", a.MAC.String(), "port", a.Port, "took", time.Since(start))
 	return nil
+}
+
+// Synchronize removes, at every registration, the interfaces of sandboxes that stopped while
+// the plugin was away. The running pods' interfaces are left as they are: a restarted plugin
+// does not disturb them.
+func (p *Plugin) Synchronize(ctx context.Context, sandboxes []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
+	keep := make(map[string]bool, len(sandboxes))
+	for _, sb := range sandboxes {
+		keep[sb.GetId()] = true
+	}
+	removed, err := p.interfaces.Sweep(ctx, p.cfg.Node, keep)
+	if len(removed) > 0 {
+		p.log.Info("Removed the interfaces of sandboxes gone while the plugin was away", "sandboxes", removed)
+	}
+	if err != nil {
+		// Not a reason to refuse the registration: new pods would not start.
+		p.log.Error(err, "Removing the interfaces of sandboxes gone while the plugin was away")
+	}
+	return nil, nil
 }
 
 // StopPodSandbox removes the pod's net1 and its OVS port. The kernel would remove the veth

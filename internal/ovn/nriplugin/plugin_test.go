@@ -43,7 +43,13 @@ func (f *fakePods) Get(context.Context, string, string) (*corev1.Pod, error) {
 type fakeInterfaces struct {
 	attached []podport.Attachment
 	detached []string
+	kept     map[string]bool
 	err      error
+}
+
+func (f *fakeInterfaces) Sweep(_ context.Context, _ podport.Node, keep map[string]bool) ([]string, error) {
+	f.kept = keep
+	return nil, f.err
 }
 
 func (f *fakeInterfaces) Attach(_ context.Context, a podport.Attachment) error {
@@ -175,6 +181,24 @@ func TestStopAndRemoveDetachTheSandbox(t *testing.T) {
 	// had an interface to remove: twice, once per event.
 	if len(ifaces.detached) != 2 || ifaces.detached[0] != "0123456789abcdef" {
 		t.Fatalf("detached %v, want the first sandbox twice", ifaces.detached)
+	}
+}
+
+func TestSynchronizeKeepsTheRunningSandboxes(t *testing.T) {
+	for _, sweepErr := range []error{nil, errors.New("ovs-vsctl: database connection failed")} {
+		ifaces := &fakeInterfaces{err: sweepErr}
+		p, err := New(testConfig, &fakePods{}, ifaces, testr.New(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		running := sandbox("default", nil, true)
+		// A failed sweep does not refuse the registration: new pods must still start.
+		if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{running}, nil); err != nil {
+			t.Fatalf("Synchronize: %v", err)
+		}
+		if len(ifaces.kept) != 1 || !ifaces.kept[running.Id] {
+			t.Errorf("Sweep kept %v, want only the running sandbox %s", ifaces.kept, running.Id)
+		}
 	}
 }
 
