@@ -139,8 +139,8 @@ func Attach(ctx context.Context, a Attachment) (err error) {
 	// to apply it. containerd's NRI handles one sandbox event at a time, so a wait here
 	// queues every pod starting on the node behind ovs-vswitchd's reconfiguration (seconds
 	// per pod on a loaded node, past NRI's 2 s timeout, measured on the lab). The port then
-	// forwards once ovs-vswitchd and ovn-controller have caught up, within a few hundred
-	// milliseconds after the pod starts.
+	// forwards once ovs-vswitchd and ovn-controller have caught up, shortly after the pod
+	// starts: its first packets may be lost.
 	return vsctl(ctx, a.Node.OVSDB, "--no-wait", "--may-exist", "add-port", a.Node.Bridge, host, "--",
 		"set", "Interface", host, "external_ids:iface-id="+a.Port, "external_ids:"+externalIDSandbox+"="+a.Sandbox)
 }
