@@ -2,13 +2,11 @@ package podport_test
 
 import (
 	"context"
-	"io"
 	"net"
 	"net/netip"
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -128,7 +126,7 @@ func TestAttachedPodsTalkTCPAndDetachRemovesAll(t *testing.T) {
 		}
 	})
 
-	exchangeTCP(t, a, b)
+	ovntest.ExchangeTCP(t, a.netns, b.netns, b.ip.Addr())
 
 	node := ch.Node()
 	for range 2 { // the second time finds nothing to do
@@ -147,55 +145,6 @@ func TestAttachedPodsTalkTCPAndDetachRemovesAll(t *testing.T) {
 	}
 }
 
-// exchangeTCP sends a payload larger than a segment from pod from to an echo server in pod to
-// and checks it comes back whole: checksums and segmentation must survive the userspace
-// datapath, not only a ping.
-func exchangeTCP(t *testing.T, from, to pod) {
-	t.Helper()
-	var ln net.Listener
-	tunneltest.In(t, to.netns, func() {
-		var err error
-		if ln, err = net.Listen("tcp", to.ip.Addr().String()+":7000"); err != nil {
-			t.Fatal(err)
-		}
-	})
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = io.Copy(c, c)
-			_ = c.Close()
-		}
-	}()
-	payload := strings.Repeat("octopus-", 8192)
-	var got string
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := tunneltest.InErr(from.netns, func() error {
-			c, err := net.DialTimeout("tcp", to.ip.Addr().String()+":7000", 2*time.Second)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-			go func() { _, _ = io.WriteString(c, payload); _ = c.(*net.TCPConn).CloseWrite() }()
-			buf, err := io.ReadAll(c)
-			got = string(buf)
-			return err
-		})
-		if err == nil && got == payload {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s cannot exchange %d bytes with %s over TCP: %v (got %d bytes)", from.port, len(payload), to.port, err, len(got))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // TestPodsOnTwoChassisTalkOverGeneve attaches a pod to each of two chassis joined by an
 // underlay: OVN tunnels the switch between them (Geneve on the userspace datapath), and the
 // pods exchange data over TCP.
@@ -208,8 +157,8 @@ func TestPodsOnTwoChassisTalkOverGeneve(t *testing.T) {
 	}
 	a := attach(t, ch1, central, "east_default_a", "10.112.0.2/16")
 	b := attach(t, ch2, central, "east_default_b", "10.112.0.3/16")
-	exchangeTCP(t, a, b)
-	exchangeTCP(t, b, a)
+	ovntest.ExchangeTCP(t, a.netns, b.netns, b.ip.Addr())
+	ovntest.ExchangeTCP(t, b.netns, a.netns, a.ip.Addr())
 }
 
 // TestFailedAttachLeavesNothing: an attachment OVS refuses (no such bridge) fails, and the
