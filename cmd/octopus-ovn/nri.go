@@ -56,11 +56,6 @@ It runs on every node, in the network namespace of the node's ovs-vswitchd (the 
 				if err != nil {
 					return fmt.Errorf("--route %q: %w", r, err)
 				}
-				// The hub's whole secondary pool is the usual route; the cluster's own block
-				// inside it is on-link, more specific, and wins.
-				if p.Overlaps(cidr) && p.Bits() >= cidr.Bits() {
-					return fmt.Errorf("--route %s is inside the cluster's own block %s", p, cidr)
-				}
 				routes = append(routes, p)
 			}
 			kube, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)

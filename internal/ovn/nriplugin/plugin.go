@@ -108,8 +108,11 @@ func New(cfg Config, pods Pods, interfaces Interfaces, log logr.Logger) (*Plugin
 		return nil, errors.New("the integration bridge is required")
 	}
 	for _, r := range cfg.Routes {
-		if r.Overlaps(cfg.CIDR) {
-			return nil, fmt.Errorf("route %s overlaps the cluster's own block %s, which is on-link", r, cfg.CIDR)
+		// The hub's whole secondary pool is the usual route; the cluster's own block inside
+		// it is on-link, more specific, and wins. A route inside the block would take part
+		// of the cluster's own pods to the gateway.
+		if r.Overlaps(cfg.CIDR) && r.Bits() >= cfg.CIDR.Bits() {
+			return nil, fmt.Errorf("route %s is inside the cluster's own block %s, which is on-link", r, cfg.CIDR)
 		}
 	}
 	if cfg.AddressWait <= 0 {

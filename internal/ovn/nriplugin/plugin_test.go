@@ -211,12 +211,18 @@ func TestNetnsPathFallsBackToContainerdsPath(t *testing.T) {
 }
 
 func TestNewRefusesBadConfig(t *testing.T) {
+	pool := testConfig
+	pool.Routes = []netip.Prefix{netip.MustParsePrefix("10.112.0.0/12")}
+	if _, err := New(pool, &fakePods{}, &fakeInterfaces{}, testr.New(t)); err != nil {
+		t.Errorf("a route to the hub's whole pool, around the own block: %v", err)
+	}
 	for _, tc := range []struct {
 		name   string
 		change func(*Config)
 		want   string
 	}{
-		{"route over the own block", func(c *Config) { c.Routes = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")} }, "overlaps"},
+		{"route inside the own block", func(c *Config) { c.Routes = []netip.Prefix{netip.MustParsePrefix("10.112.128.0/17")} }, "inside"},
+		{"route to the own block", func(c *Config) { c.Routes = []netip.Prefix{c.CIDR} }, "inside"},
 		{"no cluster", func(c *Config) { c.ClusterID = "" }, "cluster ID"},
 		{"no bridge", func(c *Config) { c.Node.Bridge = "" }, "bridge"},
 		{"no block", func(c *Config) { c.CIDR = netip.Prefix{} }, "secondary CIDR"},
