@@ -3,14 +3,13 @@ package nriplugin_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +23,6 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
-	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/tunneltest"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/images"
@@ -105,11 +103,12 @@ func TestRealNodesGetNet1(t *testing.T) {
 			t.Errorf("ovnmaster: %v", err)
 		}
 	})
+	calls := &callTimes{LogSink: testr.New(t).GetSink()}
 	for _, n := range c.Nodes {
 		p, err := nriplugin.New(nriplugin.Config{
 			ClusterID: clusterID, CIDR: block, Routes: []netip.Prefix{netip.MustParsePrefix("10.113.0.0/16")},
 			Node: chassis[n.Name].Node(), MTU: 1400,
-		}, nriplugin.NewAPIPods(cs), nriplugin.Podport{}, testr.New(t).WithName("nri-"+n.Name))
+		}, nriplugin.NewAPIPods(cs), nriplugin.Podport{}, logr.New(calls).WithName("nri-"+n.Name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,7 +146,7 @@ func TestRealNodesGetNet1(t *testing.T) {
 		if ips["server"] == ips["client"] {
 			t.Fatalf("both pods got %s", ips["server"])
 		}
-		exchangeTCP(t, podNetns(t, l, client), podNetns(t, l, server), ips["server"])
+		ovntest.ExchangeTCP(t, podNetns(t, l, client), podNetns(t, l, server), ips["server"])
 	})
 
 	t.Run("a deleted pod's ports go", func(t *testing.T) {
@@ -202,9 +201,12 @@ func TestRealNodesGetNet1(t *testing.T) {
 		// Side by side in one run: the same pods, opted out (the plugin returns at once)
 		// and on the network (it waits for the address and attaches net1).
 		without := startBatch(ctx, t, cs, c.Nodes, "plain", map[string]string{podnet.OptOutAnnotation: "false"})
+		calls.reset()
 		with := startBatch(ctx, t, cs, c.Nodes, "net1", nil)
-		t.Logf("BENCH pod created → Running over %d pods: without the plugin p50 %v p99 %v; with net1 p50 %v p99 %v",
-			len(with), percentile(without, 50), percentile(without, 99), percentile(with, 50), percentile(with, 99))
+		plugin := calls.sorted()
+		t.Logf("BENCH pod created → Running over %d pods: without the plugin p50 %v p99 %v; with net1 p50 %v p99 %v; "+
+			"the plugin's RunPodSandbox over %d calls p50 %v p99 %v", len(with), percentile(without, 50), percentile(without, 99),
+			percentile(with, 50), percentile(with, 99), len(plugin), percentile(plugin, 50), percentile(plugin, 99))
 		if err := cs.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)},
 			metav1.ListOptions{LabelSelector: "batch"}); err != nil {
 			t.Fatal(err)
@@ -274,6 +276,60 @@ func startBatch(ctx context.Context, t *testing.T, cs kubernetes.Interface, node
 	return took
 }
 
+// callTimes is the plugins' log sink: it passes everything on to the test's log and keeps the
+// duration of every RunPodSandbox that attached a pod (the "took" of its V(1) line).
+type callTimes struct {
+	logr.LogSink
+	mu   sync.Mutex
+	took []time.Duration
+}
+
+func (c *callTimes) Enabled(level int) bool { return level <= 1 }
+
+func (c *callTimes) Info(level int, msg string, kv ...any) {
+	if level == 0 {
+		c.LogSink.Info(level, msg, kv...)
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if d, ok := kv[i+1].(time.Duration); ok && kv[i] == "took" {
+			c.mu.Lock()
+			c.took = append(c.took, d)
+			c.mu.Unlock()
+		}
+	}
+}
+
+func (c *callTimes) WithName(name string) logr.LogSink {
+	return &namedCallTimes{callTimes: c, sink: c.LogSink.WithName(name)}
+}
+
+func (c *callTimes) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.took = nil
+}
+
+func (c *callTimes) sorted() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Sorted(slices.Values(c.took))
+}
+
+// namedCallTimes is callTimes under a name: the durations go to the one list.
+type namedCallTimes struct {
+	*callTimes
+	sink logr.LogSink
+}
+
+func (n *namedCallTimes) Info(level int, msg string, kv ...any) {
+	if level == 0 {
+		n.sink.Info(level, msg, kv...)
+	}
+	n.callTimes.Info(1, msg, kv...)
+}
+
+func (n *namedCallTimes) Error(err error, msg string, kv ...any) { n.sink.Error(err, msg, kv...) }
+
 // percentile of sorted durations, nearest rank.
 func percentile(sorted []time.Duration, p int) time.Duration {
 	if len(sorted) == 0 {
@@ -337,49 +393,6 @@ func podNetns(t *testing.T, l *lab.Lab, p *corev1.Pod) string {
 		t.Fatal(err)
 	}
 	return name
-}
-
-// exchangeTCP sends a payload larger than a segment from namespace from to an echo server on
-// ip in namespace to, and checks it comes back whole.
-func exchangeTCP(t *testing.T, from, to string, ip netip.Addr) {
-	t.Helper()
-	var ln net.Listener
-	tunneltest.In(t, to, func() {
-		var err error
-		if ln, err = net.Listen("tcp", ip.String()+":7000"); err != nil {
-			t.Fatal(err)
-		}
-	})
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = io.Copy(c, c)
-			_ = c.Close()
-		}
-	}()
-	payload := strings.Repeat("octopus-", 8192)
-	var got []byte
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
-		err := tunneltest.InErr(from, func() error {
-			c, err := net.DialTimeout("tcp", ip.String()+":7000", 2*time.Second)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-			go func() { _, _ = io.WriteString(c, payload); _ = c.(*net.TCPConn).CloseWrite() }()
-			got, err = io.ReadAll(c)
-			return err
-		})
-		return err == nil && string(got) == payload, nil
-	})
-	if err != nil {
-		t.Fatalf("no TCP exchange of %d bytes with %s over net1: %v (got %d bytes)", len(payload), ip, err, len(got))
-	}
 }
 
 func listPorts(t *testing.T, db string) string {
