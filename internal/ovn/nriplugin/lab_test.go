@@ -203,10 +203,11 @@ func TestRealNodesGetNet1(t *testing.T) {
 		without := startBatch(ctx, t, cs, c.Nodes, "plain", map[string]string{podnet.OptOutAnnotation: "false"})
 		calls.reset()
 		with := startBatch(ctx, t, cs, c.Nodes, "net1", nil)
-		plugin := calls.sorted()
+		plugin, waited := calls.sorted("took"), calls.sorted("waited")
 		t.Logf("BENCH pod created → Running over %d pods: without the plugin p50 %v p99 %v; with net1 p50 %v p99 %v; "+
-			"the plugin's RunPodSandbox over %d calls p50 %v p99 %v", len(with), percentile(without, 50), percentile(without, 99),
-			percentile(with, 50), percentile(with, 99), len(plugin), percentile(plugin, 50), percentile(plugin, 99))
+			"the plugin's RunPodSandbox over %d calls p50 %v p99 %v, of which waiting for the address p50 %v p99 %v",
+			len(with), percentile(without, 50), percentile(without, 99), percentile(with, 50), percentile(with, 99),
+			len(plugin), percentile(plugin, 50), percentile(plugin, 99), percentile(waited, 50), percentile(waited, 99))
 		if err := cs.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)},
 			metav1.ListOptions{LabelSelector: "batch"}); err != nil {
 			t.Fatal(err)
@@ -276,12 +277,12 @@ func startBatch(ctx context.Context, t *testing.T, cs kubernetes.Interface, node
 	return took
 }
 
-// callTimes is the plugins' log sink: it passes everything on to the test's log and keeps the
-// duration of every RunPodSandbox that attached a pod (the "took" of its V(1) line).
+// callTimes is the plugins' log sink: it passes everything on to the test's log and keeps,
+// by key, the durations their V(1) lines carry (RunPodSandbox's "took" and "waited").
 type callTimes struct {
 	logr.LogSink
-	mu   sync.Mutex
-	took []time.Duration
+	mu    sync.Mutex
+	times map[string][]time.Duration
 }
 
 func (c *callTimes) Enabled(level int) bool { return level <= 1 }
@@ -291,9 +292,13 @@ func (c *callTimes) Info(level int, msg string, kv ...any) {
 		c.LogSink.Info(level, msg, kv...)
 	}
 	for i := 0; i+1 < len(kv); i += 2 {
-		if d, ok := kv[i+1].(time.Duration); ok && kv[i] == "took" {
+		key, isKey := kv[i].(string)
+		if d, ok := kv[i+1].(time.Duration); ok && isKey {
 			c.mu.Lock()
-			c.took = append(c.took, d)
+			if c.times == nil {
+				c.times = map[string][]time.Duration{}
+			}
+			c.times[key] = append(c.times[key], d)
 			c.mu.Unlock()
 		}
 	}
@@ -306,13 +311,13 @@ func (c *callTimes) WithName(name string) logr.LogSink {
 func (c *callTimes) reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.took = nil
+	c.times = nil
 }
 
-func (c *callTimes) sorted() []time.Duration {
+func (c *callTimes) sorted(key string) []time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return slices.Sorted(slices.Values(c.took))
+	return slices.Sorted(slices.Values(c.times[key]))
 }
 
 // namedCallTimes is callTimes under a name: the durations go to the one list.

@@ -129,6 +129,7 @@ func (p *Plugin) RunPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
 	}
 	start := time.Now()
 	status, err := p.waitAddress(ctx, sb)
+	waited := time.Since(start)
 	if errors.Is(err, errNotMember) {
 		return nil
 	}
@@ -143,7 +144,7 @@ func (p *Plugin) RunPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
 		return p.refuse(sb, err)
 	}
 	p.log.V(1).Info("Attached the pod to the secondary network", "pod", key(sb), "sandbox", sb.GetId(),
-		"ip", a.IP, "mac", a.MAC.String(), "port", a.Port, "took", time.Since(start))
+		"ip", a.IP, "mac", a.MAC.String(), "port", a.Port, "waited", waited, "took", time.Since(start))
 	return nil
 }
 
