@@ -1,5 +1,6 @@
 // Command octopus-ovn runs the components of the OVN secondary network, in a binary of their
-// own so that octopus-agent never links libovsdb: today the ovnmaster (`octopus-ovn master`).
+// own so that octopus-agent never links libovsdb: the ovnmaster (`octopus-ovn master`) and the
+// node's NRI plugin (`octopus-ovn nri`).
 package main
 
 import (

@@ -22,7 +22,10 @@ per subcommand.
 
 Examples:
   # Give every pod of cluster east an address from 10.112.0.0/16 on OVN:
-  octopus-ovn master --cluster-id east --secondary-cidr 10.112.0.0/16 --nb unix:/run/ovn/ovnnb_db.sock`,
+  octopus-ovn master --cluster-id east --secondary-cidr 10.112.0.0/16 --nb unix:/run/ovn/ovnnb_db.sock
+
+  # On every node of east, add net1 to its pods as they start:
+  octopus-ovn nri --cluster-id east --secondary-cidr 10.112.0.0/16 --route 10.112.0.0/12`,
 		Version:       version.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -36,6 +39,6 @@ Examples:
 	zapFlags := goflag.NewFlagSet("zap", goflag.ContinueOnError)
 	zapOpts.BindFlags(zapFlags)
 	root.PersistentFlags().AddGoFlagSet(zapFlags)
-	root.AddCommand(newMasterCommand())
+	root.AddCommand(newMasterCommand(), newNRICommand())
 	return root
 }

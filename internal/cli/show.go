@@ -24,7 +24,8 @@ import (
 
 func newShowCommand(streams IOStreams) *cobra.Command {
 	cmd := &cobra.Command{Use: "show", Short: "Show what is connected"}
-	cmd.AddCommand(newShowClustersCommand(streams), newShowServicesCommand(streams), newShowConnectionsCommand(streams))
+	cmd.AddCommand(newShowClustersCommand(streams), newShowServicesCommand(streams), newShowConnectionsCommand(streams),
+		newShowPodsCommand(streams))
 	return cmd
 }
 

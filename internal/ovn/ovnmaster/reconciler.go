@@ -43,12 +43,6 @@ const (
 	actionAllocate      = "AllocateSecondaryAddress"
 )
 
-// systemNamespaces never join the secondary network: the cluster's own machinery, and
-// Octopus's (its gateway reaches the network through a port of its own).
-var systemNamespaces = map[string]bool{
-	"kube-system": true, "kube-public": true, "kube-node-lease": true, "octopus-system": true,
-}
-
 // Reconciler makes the cluster's secondary network match its pods.
 type Reconciler struct {
 	// Client reads pods (from the manager's cache) and patches their annotations.
@@ -133,7 +127,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 
 // member reports whether the pod belongs on the secondary network.
 func member(pod *corev1.Pod) bool {
-	return !pod.Spec.HostNetwork && !systemNamespaces[pod.Namespace] && !podnet.OptedOut(pod.Annotations) && !terminal(pod)
+	return !pod.Spec.HostNetwork && !podnet.SystemNamespace(pod.Namespace) && !podnet.OptedOut(pod.Annotations) && !terminal(pod)
 }
 
 // terminal pods have stopped for good: their address goes back to the block.

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/podport"
 )
 
 // VSwitchSchema is the Open vSwitch database schema (Debian's openvswitch-common).
@@ -21,7 +23,7 @@ const VSwitchSchema = "/usr/share/openvswitch/vswitch.ovsschema"
 // Chassis is one OVN node: its own network namespace, with ovs-vswitchd on the userspace
 // (netdev) datapath, the only one these machines have (no OVS kernel module), and
 // ovn-controller making br-int follow the southbound database. Pods are further
-// namespaces joined to it by veths, the way the NRI plugin will attach them.
+// namespaces joined to it by veths, the way the NRI plugin attaches them (podport).
 type Chassis struct {
 	// Netns is the node's network namespace.
 	Netns string
@@ -33,9 +35,23 @@ type Chassis struct {
 	pods   int
 }
 
-// StartChassis starts a chassis bound to c's southbound database. It needs root (network
-// namespaces); the namespaces, links and processes go when the test ends.
+// StartChassis starts a chassis bound to c's southbound database, in a network namespace of
+// its own. It needs root (network namespaces); the namespaces, links and processes go when
+// the test ends.
 func StartChassis(t testing.TB, c *Central) *Chassis {
+	t.Helper()
+	ch := newChassis(t, c)
+	return ch.start(c, ch.netns("node"))
+}
+
+// StartChassisIn starts a chassis in the existing network namespace netns (a lab node's,
+// which the caller owns: it is left in place).
+func StartChassisIn(t testing.TB, c *Central, netns string) *Chassis {
+	t.Helper()
+	return newChassis(t, c).start(c, netns)
+}
+
+func newChassis(t testing.TB, c *Central) *Chassis {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("a chassis needs root for its network namespaces")
@@ -43,22 +59,33 @@ func StartChassis(t testing.TB, c *Central) *Chassis {
 	need(t, "ovs-vswitchd", "ovn-controller", "ovs-vsctl", "ip")
 	suffix := make([]byte, 3)
 	_, _ = rand.Read(suffix)
-	ch := &Chassis{t: t, dir: c.dir, prefix: "ovnt" + hex.EncodeToString(suffix)}
-	ch.Netns = ch.netns("node")
-	ch.ovs = startServer(t, c.dir, ch.Netns, "ovs", VSwitchSchema, "ovs-vsctl")
+	ch := &Chassis{t: t, prefix: "ovnt" + hex.EncodeToString(suffix)}
+	// Each chassis has its own files: its database, control sockets and logs.
+	ch.dir = filepath.Join(c.dir, ch.prefix)
+	if err := os.Mkdir(ch.dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+func (ch *Chassis) start(c *Central, netns string) *Chassis {
+	t := ch.t
+	t.Helper()
+	ch.Netns = netns
+	ch.ovs = startServer(t, ch.dir, ch.Netns, "ovs", VSwitchSchema, "ovs-vsctl")
 	ch.vsctl("--no-wait", "init")
-	vswitchd := start(t, c.dir, ch.Netns, "ovs-vswitchd", ch.ovs.Endpoint,
-		"--unixctl="+filepath.Join(c.dir, "vswitchd.ctl"), "--log-file="+filepath.Join(c.dir, "vswitchd.log"))
+	vswitchd := start(t, ch.dir, ch.Netns, "ovs-vswitchd", ch.ovs.Endpoint,
+		"--unixctl="+filepath.Join(ch.dir, "vswitchd.ctl"), "--log-file="+filepath.Join(ch.dir, "vswitchd.log"))
 	t.Cleanup(func() { vswitchd.stop(t) })
 	ch.vsctl("set", "Open_vSwitch", ".",
 		"external_ids:system-id="+ch.prefix,
 		"external_ids:ovn-remote="+c.SB.Endpoint,
-		// Geneve to ourselves: one chassis has no tunnels to build, but ovn-controller
-		// wants an encapsulation to register.
+		// Geneve to ourselves until Link gives the chassis an underlay: a lone chassis has
+		// no tunnels to build, but ovn-controller wants an encapsulation to register.
 		"external_ids:ovn-encap-type=geneve", "external_ids:ovn-encap-ip=127.0.0.1",
 		"external_ids:ovn-bridge-datapath-type=netdev")
-	controller := start(t, c.dir, ch.Netns, "ovn-controller", ch.ovs.Endpoint,
-		"--log-file="+filepath.Join(c.dir, "controller.log"))
+	controller := start(t, ch.dir, ch.Netns, "ovn-controller", ch.ovs.Endpoint,
+		"--log-file="+filepath.Join(ch.dir, "controller.log"))
 	t.Cleanup(func() { controller.stop(t) })
 	ch.eventually("ovn-controller to create br-int", func() error {
 		_, err := ch.ovs.Ctl(context.Background(), "br-exists", "br-int")
@@ -67,21 +94,80 @@ func StartChassis(t testing.TB, c *Central) *Chassis {
 	return ch
 }
 
-// AttachPod creates a pod namespace joined to br-int as logical port port: a veth whose pod
-// end is net1 with mac and addr, and whose node end carries external_ids:iface-id=port. It
-// returns the pod's namespace once OVN reports the port up.
-func (ch *Chassis) AttachPod(nb *Server, port string, mac net.HardwareAddr, addr netip.Prefix) string {
+// underlayBridge is the bridge that carries a chassis's tunnel address. The userspace
+// datapath sends and receives Geneve only through an OVS bridge that owns the tunnel's
+// local address (ovs-vswitchd routes a tunnel's packets out of its own bridges, not out of
+// a kernel interface), so the underlay link is a port of this bridge and the address is on
+// the bridge's internal port.
+const underlayBridge = "br-phy"
+
+// Link gives chassis a and b an underlay of their own, a veth between their namespaces in
+// the 192.168.<subnet>.0/24, and makes it their Geneve endpoints: ports of one chassis then
+// reach ports of the other through a tunnel.
+func Link(t testing.TB, a, b *Chassis, subnet uint8) {
+	t.Helper()
+	ends := [2]string{a.prefix + "-ul", b.prefix + "-ul"}
+	a.ip("link", "add", ends[0], "netns", a.Netns, "type", "veth", "peer", "name", ends[1], "netns", b.Netns)
+	for i, ch := range []*Chassis{a, b} {
+		addr := fmt.Sprintf("192.168.%d.%d", subnet, i+1)
+		ch.vsctl("--may-exist", "add-br", underlayBridge, "--", "set", "Bridge", underlayBridge, "datapath_type=netdev",
+			"--", "--may-exist", "add-port", underlayBridge, ends[i])
+		ch.ip("-n", ch.Netns, "link", "set", ends[i], "up")
+		ch.ip("-n", ch.Netns, "addr", "add", addr+"/24", "dev", underlayBridge)
+		ch.ip("-n", ch.Netns, "link", "set", underlayBridge, "up")
+		ch.vsctl("set", "Open_vSwitch", ".", "external_ids:ovn-encap-ip="+addr)
+	}
+	t.Cleanup(func() {
+		// Deleting one end deletes the pair; a lab node's namespace outlives the test's.
+		_ = exec.Command("ip", "-n", a.Netns, "link", "del", ends[0]).Run()
+	})
+}
+
+// Node is the chassis as podport sees a node: ovs-vswitchd's namespace, database and
+// integration bridge.
+func (ch *Chassis) Node() podport.Node {
+	return podport.Node{Netns: NetnsPath(ch.Netns), OVSDB: ch.ovs.Endpoint, Bridge: "br-int"}
+}
+
+// NewPod creates an empty pod network namespace, removed when the test ends, and returns its
+// name; NetnsPath gives its path.
+func (ch *Chassis) NewPod() string {
 	ch.t.Helper()
 	ch.pods++
-	pod := ch.netns(fmt.Sprintf("p%d", ch.pods))
-	host := fmt.Sprintf("%s-%d", ch.prefix, ch.pods) // at most 15 bytes
-	ch.ip("link", "add", host, "netns", ch.Netns, "type", "veth", "peer", "name", "net1", "netns", pod)
-	ch.ip("-n", ch.Netns, "link", "set", host, "up")
-	ch.ip("-n", pod, "link", "set", "net1", "address", mac.String())
-	ch.ip("-n", pod, "addr", "add", addr.String(), "dev", "net1")
-	ch.ip("-n", pod, "link", "set", "net1", "up")
-	ch.ip("-n", pod, "link", "set", "lo", "up")
-	ch.vsctl("add-port", "br-int", host, "--", "set", "Interface", host, "external_ids:iface-id="+port)
+	return ch.netns(fmt.Sprintf("p%d", ch.pods))
+}
+
+// SandboxID is a random ID in the form of containerd's sandbox IDs (64 hex digits).
+func SandboxID() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// NetnsPath is the path of the named network namespace (`ip netns` keeps them in /run/netns).
+func NetnsPath(name string) string { return filepath.Join("/run/netns", name) }
+
+// AttachPod creates a pod namespace joined to br-int as logical port port, the way the NRI
+// plugin joins a pod (podport.Attach: net1 with mac and addr), and returns the pod's
+// namespace once OVN reports the port up.
+func (ch *Chassis) AttachPod(nb *Server, port string, mac net.HardwareAddr, addr netip.Prefix) string {
+	ch.t.Helper()
+	pod := ch.NewPod()
+	err := podport.Attach(context.Background(), podport.Attachment{
+		Sandbox: SandboxID(), PodNetns: NetnsPath(pod), Node: ch.Node(),
+		Port: port, Interface: "net1", MAC: mac, IP: addr,
+	})
+	if err != nil {
+		ch.t.Fatal(err)
+	}
+	ch.WaitPortUp(nb, port)
+	return pod
+}
+
+// WaitPortUp waits until OVN reports the logical port up: ovn-controller bound it and
+// installed its flows.
+func (ch *Chassis) WaitPortUp(nb *Server, port string) {
+	ch.t.Helper()
 	ch.eventually("port "+port+" up", func() error {
 		out, err := nb.Ctl(context.Background(), "get", "Logical_Switch_Port", port, "up")
 		if err == nil && strings.TrimSpace(out) != "true" {
@@ -89,7 +175,6 @@ func (ch *Chassis) AttachPod(nb *Server, port string, mac net.HardwareAddr, addr
 		}
 		return err
 	})
-	return pod
 }
 
 // Exec runs a command in network namespace netns and returns its combined output.

@@ -132,6 +132,17 @@ func (l entries) index() int {
 	})
 }
 
+// systemNamespaces never join the secondary network: the cluster's own machinery, and
+// Octopus's (its gateway reaches the network through a port of its own).
+var systemNamespaces = map[string]bool{
+	"kube-system": true, "kube-public": true, "kube-node-lease": true, "octopus-system": true,
+}
+
+// SystemNamespace reports whether the pods of namespace ns are kept off the secondary
+// network whatever their annotations say. The ovnmaster gives them no port and the NRI plugin
+// does not touch them, so a failure of the secondary network cannot stop the cluster's own pods.
+func SystemNamespace(ns string) bool { return systemNamespaces[ns] }
+
 // OptedOut reports whether the pod's annotations keep it off the secondary network.
 func OptedOut(annotations map[string]string) bool { return annotations[OptOutAnnotation] == "false" }
 

@@ -1,0 +1,65 @@
+package podport
+
+import (
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// disableTxChecksum turns off transmit checksum offload on interface name of namespace ns.
+// The pod's packets go from its veth to ovs-vswitchd's packet socket and on to another veth
+// in software, where no device ever fills in a checksum left for the hardware: with the
+// offload on, pings pass (ICMP is checksummed by the stack) and every TCP segment is dropped
+// at its receiver. Turning it off also turns off TSO, so the stack segments before the veth
+// and ovs-vswitchd never sees a frame larger than the MTU.
+func disableTxChecksum(ns netns.NsHandle, name string) error {
+	fd, err := socketIn(ns)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	value := struct{ cmd, data uint32 }{cmd: unix.ETHTOOL_STXCSUM, data: 0}
+	var ifr struct {
+		name [unix.IFNAMSIZ]byte
+		data uintptr
+		_    [16]byte // the rest of struct ifreq
+	}
+	copy(ifr.name[:unix.IFNAMSIZ-1], name)
+	ifr.data = uintptr(unsafe.Pointer(&value))
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr))); errno != 0 {
+		return fmt.Errorf("turning off transmit checksum offload on %s: %w", name, errno)
+	}
+	return nil
+}
+
+// socketIn opens a datagram socket in namespace ns: ethtool's ioctls act on the devices of
+// the socket's namespace, whichever thread later uses it.
+func socketIn(ns netns.NsHandle) (int, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return -1, fmt.Errorf("getting the current network namespace: %w", err)
+	}
+	defer orig.Close()
+	if err := netns.Set(ns); err != nil {
+		return -1, fmt.Errorf("entering the pod's network namespace: %w", err)
+	}
+	fd, sockErr := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err := netns.Set(orig); err != nil {
+		// The thread stays locked and dies with the goroutine rather than serve others
+		// in the wrong namespace.
+		runtime.LockOSThread()
+		if sockErr == nil {
+			_ = unix.Close(fd)
+		}
+		return -1, fmt.Errorf("returning from the pod's network namespace: %w", err)
+	}
+	if sockErr != nil {
+		return -1, fmt.Errorf("opening a socket in the pod's network namespace: %w", sockErr)
+	}
+	return fd, nil
+}

@@ -1,0 +1,429 @@
+package nriplugin_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/testr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
+	"github.com/octopus-mcs/octopus/internal/lab"
+	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
+	"github.com/octopus-mcs/octopus/internal/lab/images"
+	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+	"github.com/octopus-mcs/octopus/internal/lab/realnode"
+	"github.com/octopus-mcs/octopus/internal/ovn/nriplugin"
+	"github.com/octopus-mcs/octopus/internal/ovn/ovnmaster"
+	"github.com/octopus-mcs/octopus/internal/ovn/ovntest"
+	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
+	"github.com/octopus-mcs/octopus/internal/testenv"
+)
+
+// TestRealNodesGetNet1 runs the secondary network on a lab cluster of two real nodes
+// (kubelet, containerd with NRI): OVN's databases and ovn-northd next to the control plane, an
+// OVN chassis (ovs-vswitchd on the userspace datapath, ovn-controller) in each node's network
+// namespace, the nodes joined by an underlay for Geneve, the ovnmaster, and this package's
+// plugin registered with each node's containerd. Two pods on different nodes get net1 with
+// distinct addresses from the block, as their annotation says, and talk TCP over it; a
+// deleted pod's logical port and OVS port go; a pod asking for an address outside the block
+// does not start, and its events say why.
+func TestRealNodesGetNet1(t *testing.T) {
+	testenv.LabNetwork(t)
+	// lab.Up's clients log through controller-runtime, which otherwise warns with a stack;
+	// not to t, which a process-wide logger would outlive.
+	ctrllog.SetLogger(logr.Discard())
+	begin := time.Now()
+	binDir := testenv.BinDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	_, containerdDir, err := controlplane.EnsureNodeRuntime(ctx, testenv.RepoRoot(t), os.Stderr)
+	if err != nil {
+		t.Fatalf("building the kubelet and containerd: %v", err)
+	}
+	bins := buildCommands(t, append([]string{"octopus-agent"}, images.OctopusBinaries...)...)
+	dir := filepath.Join(t.TempDir(), "lab")
+	l, err := lab.Up(ctx, lab.Options{
+		Clusters: 1, NodesPerCluster: 2, Dir: dir, BinDir: binDir, AgentBinary: bins["octopus-agent"],
+		NodeRuntime: lab.NodeRuntimeKubelet, ContainerdBinDir: containerdDir,
+	})
+	if err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = l.Stop()
+		if err := lab.Down(dir); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+	})
+	t.Logf("lab up took %.1fs", time.Since(begin).Seconds())
+	c := l.Network.Clusters[0]
+	kubeconfig := l.Env.Cluster(c.Name).Kubeconfig
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := kubernetes.NewForConfigOrDie(cfg)
+
+	const clusterID = "cluster1"
+	block := netip.MustParsePrefix("10.112.0.0/24")
+	central := ovntest.StartCentral(t)
+	chassis := make(map[string]*ovntest.Chassis, len(c.Nodes))
+	for _, n := range c.Nodes {
+		chassis[n.Name] = ovntest.StartChassisIn(t, central, n.Netns)
+	}
+	ovntest.Link(t, chassis[c.Nodes[0].Name], chassis[c.Nodes[1].Name], 252)
+
+	masterCtx, stopMaster := context.WithCancel(ctx)
+	masterDone := make(chan error, 1)
+	go func() {
+		masterDone <- ovnmaster.Run(masterCtx, ovnmaster.Options{
+			Member: cfg, ClusterID: clusterID, CIDR: block, NBEndpoint: central.NB.Endpoint,
+			HealthProbeBindAddress: "0", MetricsBindAddress: "0", Log: testr.New(t).WithName("ovnmaster"),
+		})
+	}()
+	t.Cleanup(func() {
+		stopMaster()
+		if err := <-masterDone; err != nil {
+			t.Errorf("ovnmaster: %v", err)
+		}
+	})
+	calls := &callTimes{LogSink: testr.New(t).GetSink()}
+	for _, n := range c.Nodes {
+		p, err := nriplugin.New(nriplugin.Config{
+			ClusterID: clusterID, CIDR: block, Routes: []netip.Prefix{netip.MustParsePrefix("10.113.0.0/16")},
+			Node: chassis[n.Name].Node(), MTU: 1400,
+		}, nriplugin.NewAPIPods(cs), nriplugin.Podport{}, logr.New(calls).WithName("nri-"+n.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg, err := nriplugin.Register(ctx, p, realnode.NRISocketPath(dir, n.Name), nriplugin.DefaultPluginIdx, testr.New(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(reg.Stop)
+	}
+	t.Logf("OVN, the ovnmaster and the plugins up at %.1fs", time.Since(begin).Seconds())
+
+	var server, client *corev1.Pod
+	t.Run("pods on two nodes get net1 and talk TCP over it", func(t *testing.T) {
+		start := time.Now()
+		create(ctx, t, cs, sleeper("server", c.Nodes[0].Name, nil))
+		create(ctx, t, cs, sleeper("client", c.Nodes[1].Name, nil))
+		server, client = waitRunning(ctx, t, cs, "server"), waitRunning(ctx, t, cs, "client")
+		t.Logf("both pods running %.1fs after their creation", time.Since(start).Seconds())
+		ips := map[string]netip.Addr{}
+		for _, p := range []*corev1.Pod{server, client} {
+			st, ok, err := podnet.Find(p.Annotations)
+			if err != nil || !ok || len(st.IPs) != 1 {
+				t.Fatalf("pod %s has no secondary address in its annotation: %v %v", p.Name, ok, err)
+			}
+			ip := netip.MustParseAddr(st.IPs[0])
+			if !block.Contains(ip) {
+				t.Errorf("pod %s got %s, outside the block %s", p.Name, ip, block)
+			}
+			ips[p.Name] = ip
+			out, err := ovntest.Exec(ctx, podNetns(t, l, p), "ip", "-o", "addr", "show", "dev", "net1")
+			if err != nil || !strings.Contains(out, ip.String()+"/24") {
+				t.Errorf("pod %s's net1 does not carry %s: %v: %s", p.Name, ip, err, out)
+			}
+		}
+		if ips["server"] == ips["client"] {
+			t.Fatalf("both pods got %s", ips["server"])
+		}
+		ovntest.ExchangeTCP(t, podNetns(t, l, client), podNetns(t, l, server), ips["server"])
+	})
+
+	t.Run("a deleted pod's ports go", func(t *testing.T) {
+		if client == nil {
+			t.Skip("no client pod")
+		}
+		port := ovn.PortName(clusterID, ovn.PodKey{Namespace: "default", Name: "client"})
+		node := chassis[c.Nodes[1].Name].Node()
+		if !strings.Contains(listPorts(t, node.OVSDB), "oct") {
+			t.Fatalf("no OVS port of the client on %s", c.Nodes[1].Name)
+		}
+		if err := cs.CoreV1().Pods("default").Delete(ctx, "client", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
+		}
+		poll(ctx, t, "the client's logical and OVS ports removed", func() string {
+			if out, _ := central.NB.Ctl(ctx, "--bare", "--columns=name", "list", "Logical_Switch_Port"); strings.Contains(out, port) {
+				return "logical port " + port + " is still in the NB database"
+			}
+			if ports := listPorts(t, node.OVSDB); strings.Contains(ports, "oct") {
+				return "OVS ports left on br-int: " + ports
+			}
+			return ""
+		})
+	})
+
+	t.Run("a pod asking for an address outside the block does not start, and says why", func(t *testing.T) {
+		create(ctx, t, cs, sleeper("outside", c.Nodes[0].Name, map[string]string{podnet.RequestedIPAnnotation: "10.9.9.9"}))
+		poll(ctx, t, "a FailedCreatePodSandBox event naming the reason", func() string {
+			events, err := cs.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=outside"})
+			if err != nil {
+				return err.Error()
+			}
+			var seen []string
+			for _, e := range events.Items {
+				if e.Reason == "FailedCreatePodSandBox" && strings.Contains(e.Message, "10.9.9.9") {
+					t.Logf("event: %s", e.Message)
+					return ""
+				}
+				seen = append(seen, e.Reason+": "+e.Message)
+			}
+			return fmt.Sprintf("events: %v", seen)
+		})
+		p, err := cs.CoreV1().Pods("default").Get(ctx, "outside", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Status.Phase == corev1.PodRunning {
+			t.Errorf("pod outside runs without net1")
+		}
+	})
+	t.Run("pod start latency with and without net1; a batch leaves no port behind", func(t *testing.T) {
+		// Side by side in one run: the same pods, opted out (the plugin returns at once)
+		// and on the network (it waits for the address and attaches net1).
+		without := startBatch(ctx, t, cs, c.Nodes, "plain", map[string]string{podnet.OptOutAnnotation: "false"})
+		calls.reset()
+		with := startBatch(ctx, t, cs, c.Nodes, "net1", nil)
+		plugin, waited := calls.sorted("took"), calls.sorted("waited")
+		t.Logf("BENCH pod created → Running over %d pods: without the plugin p50 %v p99 %v; with net1 p50 %v p99 %v; "+
+			"the plugin's RunPodSandbox over %d calls p50 %v p99 %v, of which waiting for the address p50 %v p99 %v",
+			len(with), percentile(without, 50), percentile(without, 99), percentile(with, 50), percentile(with, 99),
+			len(plugin), percentile(plugin, 50), percentile(plugin, 99), percentile(waited, 50), percentile(waited, 99))
+		if err := cs.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)},
+			metav1.ListOptions{LabelSelector: "batch"}); err != nil {
+			t.Fatal(err)
+		}
+		// Only the server is left on the network: its logical port in the NB database, its OVS
+		// port on its node, and none on the other.
+		want := ovn.PortName(clusterID, ovn.PodKey{Namespace: "default", Name: "server"})
+		poll(ctx, t, "every batch pod's ports released", func() string {
+			out, err := central.NB.Ctl(ctx, "--bare", "--columns=name", "list", "Logical_Switch_Port")
+			if err != nil {
+				return err.Error()
+			}
+			if got := strings.Fields(out); len(got) != 1 || got[0] != want {
+				return fmt.Sprintf("logical ports %v, want only %s", got, want)
+			}
+			for i, n := range c.Nodes {
+				if got := strings.Count(listPorts(t, chassis[n.Name].Node().OVSDB), "oct"); got != 1-i {
+					return fmt.Sprintf("%d OVS ports of pods on %s, want %d", got, n.Name, 1-i)
+				}
+			}
+			return ""
+		})
+	})
+	t.Logf("test took %.1fs", time.Since(begin).Seconds())
+}
+
+// batchSize is the number of pods of each side of the latency measurement: enough for a p99
+// that is not the maximum of a handful, few enough for two cores running two nodes.
+const batchSize = 40
+
+// startBatch creates batchSize pods labelled batch=name, spread over the nodes, all at once,
+// and returns how long each took from its creation to Running, as a watch sees it.
+func startBatch(ctx context.Context, t *testing.T, cs kubernetes.Interface, nodes []labnet.NodeNet, name string, annotations map[string]string) []time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	w, err := cs.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{LabelSelector: "batch=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	created := map[string]time.Time{}
+	for i := range batchSize {
+		p := sleeper(fmt.Sprintf("%s-%d", name, i), nodes[i%len(nodes)].Name, annotations)
+		p.Labels = map[string]string{"batch": name}
+		created[p.Name] = time.Now()
+		create(ctx, t, cs, p)
+	}
+	var took []time.Duration
+	running := map[string]bool{}
+	for len(running) < batchSize {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("batch %s: %d of %d pods running: %v", name, len(running), batchSize, ctx.Err())
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("batch %s: the watch ended", name)
+			}
+			p, isPod := ev.Object.(*corev1.Pod)
+			if isPod && p.Status.Phase == corev1.PodRunning && !running[p.Name] {
+				running[p.Name] = true
+				took = append(took, time.Since(created[p.Name]))
+			}
+		}
+	}
+	slices.Sort(took)
+	return took
+}
+
+// callTimes is the plugins' log sink: it passes everything on to the test's log and keeps,
+// by key, the durations their V(1) lines carry (RunPodSandbox's "took" and "waited").
+type callTimes struct {
+	logr.LogSink
+	mu    sync.Mutex
+	times map[string][]time.Duration
+}
+
+func (c *callTimes) Enabled(level int) bool { return level <= 1 }
+
+func (c *callTimes) Info(level int, msg string, kv ...any) {
+	if level == 0 {
+		c.LogSink.Info(level, msg, kv...)
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		key, isKey := kv[i].(string)
+		if d, ok := kv[i+1].(time.Duration); ok && isKey {
+			c.mu.Lock()
+			if c.times == nil {
+				c.times = map[string][]time.Duration{}
+			}
+			c.times[key] = append(c.times[key], d)
+			c.mu.Unlock()
+		}
+	}
+}
+
+func (c *callTimes) WithName(name string) logr.LogSink {
+	return &namedCallTimes{callTimes: c, sink: c.LogSink.WithName(name)}
+}
+
+func (c *callTimes) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.times = nil
+}
+
+func (c *callTimes) sorted(key string) []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Sorted(slices.Values(c.times[key]))
+}
+
+// namedCallTimes is callTimes under a name: the durations go to the one list.
+type namedCallTimes struct {
+	*callTimes
+	sink logr.LogSink
+}
+
+func (n *namedCallTimes) Info(level int, msg string, kv ...any) {
+	if level == 0 {
+		n.sink.Info(level, msg, kv...)
+	}
+	n.callTimes.Info(1, msg, kv...)
+}
+
+func (n *namedCallTimes) Error(err error, msg string, kv ...any) { n.sink.Error(err, msg, kv...) }
+
+// percentile of sorted durations, nearest rank.
+func percentile(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := (p*len(sorted) + 99) / 100
+	return sorted[max(i, 1)-1].Round(time.Millisecond)
+}
+
+func sleeper(name, node string, annotations map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: annotations},
+		Spec: corev1.PodSpec{
+			NodeName:                      node,
+			TerminationGracePeriodSeconds: new(int64),
+			Containers:                    []corev1.Container{{Name: "sh", Image: images.BusyboxImage, Command: []string{"sleep", "3600"}}},
+		},
+	}
+}
+
+func create(ctx context.Context, t *testing.T, cs kubernetes.Interface, p *corev1.Pod) {
+	t.Helper()
+	if _, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitRunning(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) *corev1.Pod {
+	t.Helper()
+	var got *corev1.Pod
+	poll(ctx, t, "pod "+name+" running", func() string {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		got = p
+		if p.Status.Phase != corev1.PodRunning {
+			return "phase " + string(p.Status.Phase)
+		}
+		return ""
+	})
+	return got
+}
+
+func poll(ctx context.Context, t *testing.T, what string, check func() string) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		last = check()
+		return last == "", nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for %s: %v; last: %s", what, err, last)
+	}
+}
+
+func podNetns(t *testing.T, l *lab.Lab, p *corev1.Pod) string {
+	t.Helper()
+	name, err := lab.PodNetns(l.Network.ID, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+func listPorts(t *testing.T, db string) string {
+	t.Helper()
+	out, err := exec.Command("ovs-vsctl", "--db="+db, "list-ports", "br-int").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ovs-vsctl list-ports: %v: %s", err, out)
+	}
+	return string(out)
+}
+
+// buildCommands builds the named commands of the repository into a scratch directory.
+func buildCommands(t *testing.T, names ...string) map[string]string {
+	t.Helper()
+	dir := t.TempDir()
+	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	paths := map[string]string{}
+	for _, n := range names {
+		if _, ok := paths[n]; ok {
+			continue
+		}
+		paths[n] = filepath.Join(dir, n)
+		args = append(args, "github.com/octopus-mcs/octopus/cmd/"+n)
+	}
+	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+		t.Fatalf("building %v: %v\n%s", names, err, out)
+	}
+	return paths
+}

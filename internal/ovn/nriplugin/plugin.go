@@ -1,0 +1,283 @@
+// Package nriplugin is the node side of the secondary network: an NRI plugin (containerd's
+// Node Resource Interface) that gives every pod taking part its interface net1 when its
+// sandbox starts, attached to the node's OVS integration bridge as the logical port the
+// ovnmaster made for it, and removes it when the sandbox stops. It reads what the pod got
+// from its network-status annotation (podnet) and hands the interface to the data plane
+// (internal/datapath/podport).
+//
+// It fails closed: a pod that should be on the network and cannot be (no address yet, an
+// address the ovnmaster refused, OVS failing) does not start. The error goes back to
+// containerd, which fails the sandbox; the kubelet reports it in the pod's
+// FailedCreatePodSandBox event and retries with backoff.
+package nriplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
+	"github.com/octopus-mcs/octopus/internal/datapath/podport"
+	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
+	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
+)
+
+// DefaultAddressWait bounds how long RunPodSandbox waits for the ovnmaster's address. The
+// ovnmaster writes it within milliseconds of the pod's creation, usually before the kubelet
+// even gets to the sandbox; the bound leaves the attachment itself time within NRI's
+// request timeout (2 s by default in containerd), after which containerd would fail the
+// sandbox with a less helpful message than ours.
+const DefaultAddressWait = 1500 * time.Millisecond
+
+// pollInterval is how often the pod is read again while it waits for its address.
+const pollInterval = 50 * time.Millisecond
+
+// Config is what the plugin needs to know of its cluster and node.
+type Config struct {
+	// ClusterID names the cluster's logical switch ports (ovn.PortName).
+	ClusterID string
+	// CIDR is the cluster's secondary block: its prefix length is net1's, its gateway address
+	// the next hop of Routes.
+	CIDR netip.Prefix
+	// Routes are the other clusters' secondary blocks (or the hub's whole secondary pool):
+	// the pod reaches them over net1 through the gateway's port on the switch.
+	Routes []netip.Prefix
+	// Node is the node's OVS, where net1's node end goes.
+	Node podport.Node
+	// MTU of net1; 0 leaves the kernel's default.
+	MTU int
+	// AddressWait bounds the wait for the pod's address; 0 means DefaultAddressWait.
+	AddressWait time.Duration
+}
+
+// Pods reads a pod from the API server.
+type Pods interface {
+	Get(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+}
+
+// Interfaces makes and removes pods' interfaces; Podport is the real one.
+type Interfaces interface {
+	Attach(ctx context.Context, a podport.Attachment) error
+	Detach(ctx context.Context, n podport.Node, sandbox string) error
+	Sweep(ctx context.Context, n podport.Node, keep map[string]bool) ([]string, error)
+}
+
+// Podport is Interfaces on the node's kernel and OVS.
+type Podport struct{}
+
+// Attach is podport.Attach.
+func (Podport) Attach(ctx context.Context, a podport.Attachment) error { return podport.Attach(ctx, a) }
+
+// Detach is podport.Detach.
+func (Podport) Detach(ctx context.Context, n podport.Node, sandbox string) error {
+	return podport.Detach(ctx, n, sandbox)
+}
+
+// Sweep is podport.Sweep.
+func (Podport) Sweep(ctx context.Context, n podport.Node, keep map[string]bool) ([]string, error) {
+	return podport.Sweep(ctx, n, keep)
+}
+
+// Plugin handles the sandbox events of one node.
+type Plugin struct {
+	cfg        Config
+	gateway    netip.Addr
+	pods       Pods
+	interfaces Interfaces
+	log        logr.Logger
+}
+
+// New checks cfg and returns the plugin.
+func New(cfg Config, pods Pods, interfaces Interfaces, log logr.Logger) (*Plugin, error) {
+	block, err := hostaddr.NewBlock(cfg.CIDR)
+	if err != nil {
+		return nil, fmt.Errorf("the cluster's secondary CIDR: %w", err)
+	}
+	if cfg.ClusterID == "" {
+		return nil, errors.New("the cluster ID is required")
+	}
+	if cfg.Node.Bridge == "" {
+		return nil, errors.New("the integration bridge is required")
+	}
+	for _, r := range cfg.Routes {
+		// The hub's whole secondary pool is the usual route; the cluster's own block inside
+		// it is on-link, more specific, and wins. A route inside the block would take part
+		// of the cluster's own pods to the gateway.
+		if r.Overlaps(cfg.CIDR) && r.Bits() >= cfg.CIDR.Bits() {
+			return nil, fmt.Errorf("route %s is inside the cluster's own block %s, which is on-link", r, cfg.CIDR)
+		}
+	}
+	if cfg.AddressWait <= 0 {
+		cfg.AddressWait = DefaultAddressWait
+	}
+	return &Plugin{cfg: cfg, gateway: block.Gateway(), pods: pods, interfaces: interfaces, log: log}, nil
+}
+
+// RunPodSandbox gives the pod its net1, or fails the sandbox saying why.
+func (p *Plugin) RunPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
+	netnsPath, ok := podNetns(sb)
+	if !ok || podnet.SystemNamespace(sb.GetNamespace()) || podnet.OptedOut(sb.GetAnnotations()) {
+		return nil
+	}
+	start := time.Now()
+	status, err := p.waitAddress(ctx, sb)
+	waited := time.Since(start)
+	if errors.Is(err, errNotMember) {
+		return nil
+	}
+	if err != nil {
+		return p.refuse(sb, err)
+	}
+	a, err := p.attachment(sb, netnsPath, status)
+	if err != nil {
+		return p.refuse(sb, err)
+	}
+	if err := p.interfaces.Attach(ctx, a); err != nil {
+		return p.refuse(sb, err)
+	}
+	p.log.V(1).Info("Attached the pod to the secondary network", "pod", key(sb), "sandbox", sb.GetId(),
+		"ip", a.IP, "mac", a.MAC.String(), "port", a.Port, "waited", waited, "took", time.Since(start))
+	return nil
+}
+
+// Synchronize removes, at every registration, the interfaces of sandboxes that stopped while
+// the plugin was away. The running pods' interfaces are left as they are: a restarted plugin
+// does not disturb them.
+func (p *Plugin) Synchronize(ctx context.Context, sandboxes []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
+	keep := make(map[string]bool, len(sandboxes))
+	for _, sb := range sandboxes {
+		keep[sb.GetId()] = true
+	}
+	removed, err := p.interfaces.Sweep(ctx, p.cfg.Node, keep)
+	if len(removed) > 0 {
+		p.log.Info("Removed the interfaces of sandboxes gone while the plugin was away", "sandboxes", removed)
+	}
+	if err != nil {
+		// Not a reason to refuse the registration: new pods would not start.
+		p.log.Error(err, "Removing the interfaces of sandboxes gone while the plugin was away")
+	}
+	return nil, nil
+}
+
+// StopPodSandbox removes the pod's net1 and its OVS port. The kernel would remove the veth
+// with the pod's namespace; the OVS port it would leave behind, bound to the logical port.
+func (p *Plugin) StopPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
+	return p.detach(ctx, sb)
+}
+
+// RemovePodSandbox does what StopPodSandbox does, for sandboxes removed without a stop
+// the plugin saw (it was not running then).
+func (p *Plugin) RemovePodSandbox(ctx context.Context, sb *api.PodSandbox) error {
+	return p.detach(ctx, sb)
+}
+
+func (p *Plugin) detach(ctx context.Context, sb *api.PodSandbox) error {
+	if _, ok := podNetns(sb); !ok || podnet.SystemNamespace(sb.GetNamespace()) {
+		return nil
+	}
+	if err := p.interfaces.Detach(ctx, p.cfg.Node, sb.GetId()); err != nil {
+		return fmt.Errorf("removing net1 of pod %s: %w", key(sb), err)
+	}
+	return nil
+}
+
+// refuse is the error that fails the sandbox: containerd returns it to the kubelet, which
+// puts it in the pod's FailedCreatePodSandBox event.
+func (p *Plugin) refuse(sb *api.PodSandbox, err error) error {
+	p.log.Info("Refusing to start a pod without its secondary network interface", "pod", key(sb), "sandbox", sb.GetId(), "reason", err.Error())
+	return fmt.Errorf("octopus: pod %s cannot start without %s on the secondary network: %w", key(sb), podnet.InterfaceName, err)
+}
+
+// errNotMember: the pod, read from the API server, is not on the secondary network after all
+// (host network, opted out after the sandbox's annotations were taken).
+var errNotMember = errors.New("not on the secondary network")
+
+// waitAddress reads the pod until the ovnmaster has given it an address or said why not.
+func (p *Plugin) waitAddress(ctx context.Context, sb *api.PodSandbox) (podnet.Status, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.AddressWait)
+	defer cancel()
+	var last error
+	for {
+		pod, err := p.pods.Get(ctx, sb.GetNamespace(), sb.GetName())
+		switch {
+		case err != nil:
+			last = fmt.Errorf("reading the pod: %w", err)
+		case string(pod.UID) != sb.GetUid():
+			return podnet.Status{}, fmt.Errorf("the pod named so now has UID %s, not the sandbox's %s", pod.UID, sb.GetUid())
+		case pod.Spec.HostNetwork || podnet.OptedOut(pod.Annotations):
+			return podnet.Status{}, errNotMember
+		default:
+			status, found, err := podnet.Find(pod.Annotations)
+			if err != nil {
+				return podnet.Status{}, err
+			}
+			if found {
+				return status, nil
+			}
+			if reason := pod.Annotations[podnet.ErrorAnnotation]; reason != "" {
+				return podnet.Status{}, errors.New(reason)
+			}
+			last = errors.New("the ovnmaster has not given it an address yet (is octopus-ovn master running?)")
+		}
+		select {
+		case <-ctx.Done():
+			return podnet.Status{}, fmt.Errorf("no address after %s: %w", p.cfg.AddressWait, last)
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// attachment is the interface the pod's network-status entry describes.
+func (p *Plugin) attachment(sb *api.PodSandbox, netnsPath string, s podnet.Status) (podport.Attachment, error) {
+	if len(s.IPs) != 1 {
+		return podport.Attachment{}, fmt.Errorf("its %s entry %s has %d addresses, want 1", podnet.NetworkStatusAnnotation, podnet.NetworkName, len(s.IPs))
+	}
+	ip, err := netip.ParseAddr(s.IPs[0])
+	if err != nil {
+		return podport.Attachment{}, fmt.Errorf("its address: %w", err)
+	}
+	if !p.cfg.CIDR.Contains(ip) {
+		return podport.Attachment{}, fmt.Errorf("its address %s is not in the cluster's secondary block %s", ip, p.cfg.CIDR)
+	}
+	mac, err := net.ParseMAC(s.MAC)
+	if err != nil {
+		return podport.Attachment{}, fmt.Errorf("its MAC: %w", err)
+	}
+	routes := make([]podport.Route, 0, len(p.cfg.Routes))
+	for _, r := range p.cfg.Routes {
+		routes = append(routes, podport.Route{Dst: r, Via: p.gateway})
+	}
+	return podport.Attachment{
+		Sandbox: sb.GetId(), PodNetns: netnsPath, Node: p.cfg.Node,
+		Port:      ovn.PortName(p.cfg.ClusterID, ovn.PodKey{Namespace: sb.GetNamespace(), Name: sb.GetName()}),
+		Interface: podnet.InterfaceName, MAC: mac, IP: netip.PrefixFrom(ip, p.cfg.CIDR.Bits()),
+		Routes: routes, MTU: p.cfg.MTU,
+	}, nil
+}
+
+// podNetns is the path of the sandbox's network namespace, and false for a host-network pod
+// (its sandbox has no network namespace of its own). The sandbox's process's link in /proc
+// works from any mount namespace of the node's PID namespace, where the path containerd
+// records (/var/run/netns/cni-...) may be a mount private to containerd's.
+func podNetns(sb *api.PodSandbox) (string, bool) {
+	for _, ns := range sb.GetLinux().GetNamespaces() {
+		if ns.GetType() != "network" || ns.GetPath() == "" {
+			continue
+		}
+		if pid := sb.GetPid(); pid > 0 {
+			return "/proc/" + strconv.FormatUint(uint64(pid), 10) + "/ns/net", true
+		}
+		return ns.GetPath(), true
+	}
+	return "", false
+}
+
+func key(sb *api.PodSandbox) string { return sb.GetNamespace() + "/" + sb.GetName() }

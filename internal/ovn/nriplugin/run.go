@@ -1,0 +1,150 @@
+package nriplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Plugin registration with containerd's NRI.
+const (
+	// PluginName is the name the plugin registers under.
+	PluginName = "octopus-secondary"
+	// DefaultPluginIdx orders it among the node's plugins: after the ones that adjust
+	// containers' resources, which do not care about interfaces.
+	DefaultPluginIdx = "50"
+	// DefaultSocket is containerd's NRI socket.
+	DefaultSocket = "/var/run/nri/nri.sock"
+)
+
+// reconnectDelay paces reconnections to a runtime that went away (a containerd restart).
+const reconnectDelay = time.Second
+
+// Options configure Run.
+type Options struct {
+	Config
+	// Kube is the client configuration of the cluster the pods are in (required).
+	Kube *rest.Config
+	// Socket is containerd's NRI socket; "" means DefaultSocket.
+	Socket string
+	// PluginIdx orders the plugin among the node's; "" means DefaultPluginIdx.
+	PluginIdx string
+	Log       logr.Logger
+}
+
+// Run serves NRI until ctx ends, registering again whenever containerd restarts: pods
+// created while it is away would otherwise start without net1 (or, since the plugin
+// registers with a failure policy, not at all while it is unregistered and containerd requires it).
+func Run(ctx context.Context, o Options) error {
+	if o.Log.GetSink() == nil {
+		o.Log = logr.Discard()
+	}
+	if o.Socket == "" {
+		o.Socket = DefaultSocket
+	}
+	if o.PluginIdx == "" {
+		o.PluginIdx = DefaultPluginIdx
+	}
+	cs, err := kubernetes.NewForConfig(o.Kube)
+	if err != nil {
+		return fmt.Errorf("the cluster's client: %w", err)
+	}
+	p, err := New(o.Config, apiPods{cs}, Podport{}, o.Log)
+	if err != nil {
+		return fmt.Errorf("NRI plugin: %w", err)
+	}
+	for {
+		reg, err := Register(ctx, p, o.Socket, o.PluginIdx, o.Log)
+		if err == nil {
+			select {
+			case <-ctx.Done():
+				reg.Stop()
+				return nil
+			case <-reg.Done():
+				err = errors.New("containerd closed the connection")
+			}
+		}
+		o.Log.Error(err, "No NRI connection; registering again", "socket", o.Socket, "in", reconnectDelay)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(reconnectDelay):
+		}
+	}
+}
+
+// Registration is the plugin's connection to containerd.
+type Registration struct {
+	stub stub.Stub
+	done chan struct{}
+}
+
+// Done is closed when the connection ends.
+func (r *Registration) Done() <-chan struct{} { return r.done }
+
+// Stop closes the connection.
+func (r *Registration) Stop() { r.stub.Stop() }
+
+// Register registers p with containerd's NRI socket and returns once containerd has it: the
+// sandboxes it starts from then on go through p.
+func Register(ctx context.Context, p *Plugin, socket, idx string, log logr.Logger) (*Registration, error) {
+	r := &Registration{done: make(chan struct{})}
+	var once sync.Once
+	s, err := stub.New(p,
+		stub.WithPluginName(PluginName), stub.WithPluginIdx(idx), stub.WithSocketPath(socket),
+		// A pod whose plugin call failed or timed out does not start without net1, and one
+		// slow request does not unregister the plugin.
+		stub.WithFailurePolicy(&api.FailurePolicy{FailRequest: true, KeepConnected: true}),
+		stub.WithOnClose(func() { once.Do(func() { close(r.done) }) }),
+		stub.WithLogger(logger{log: log.WithName("nri")}))
+	if err != nil {
+		return nil, fmt.Errorf("creating the NRI plugin: %w", err)
+	}
+	r.stub = s
+	// The connection lives until containerd closes it or Stop: not bound to the caller's
+	// context, which may only bound the registration.
+	if err := s.Start(context.WithoutCancel(ctx)); err != nil {
+		return nil, fmt.Errorf("registering the NRI plugin at %s: %w", socket, err)
+	}
+	return r, nil
+}
+
+// NewAPIPods reads pods straight from the API server through cs.
+func NewAPIPods(cs kubernetes.Interface) Pods { return apiPods{cs} }
+
+// apiPods reads pods straight from the API server: the plugin reads one pod per sandbox, and
+// must see the ovnmaster's annotation as soon as it is written.
+type apiPods struct{ cs kubernetes.Interface }
+
+func (a apiPods) Get(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	return a.cs.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+}
+
+// logger sends the NRI stub's logs to a logr.Logger.
+type logger struct{ log logr.Logger }
+
+func (l logger) Debugf(_ context.Context, format string, args ...any) {
+	l.log.V(1).Info(fmt.Sprintf(format, args...))
+}
+
+func (l logger) Infof(_ context.Context, format string, args ...any) {
+	l.log.V(1).Info(fmt.Sprintf(format, args...))
+}
+
+func (l logger) Warnf(_ context.Context, format string, args ...any) {
+	l.log.Info(fmt.Sprintf(format, args...))
+}
+
+func (l logger) Errorf(_ context.Context, format string, args ...any) {
+	l.log.Error(nil, fmt.Sprintf(format, args...))
+}
