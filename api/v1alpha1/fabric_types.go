@@ -185,9 +185,12 @@ type CloudProvider string
 const (
 	// CloudProviderGeneric is on-premises: nodes are prepared through the Kubernetes API only.
 	CloudProviderGeneric CloudProvider = "generic"
-	CloudProviderAWS     CloudProvider = "aws"
-	CloudProviderGCP     CloudProvider = "gcp"
-	CloudProviderAzure   CloudProvider = "azure"
+	// CloudProviderAWS, CloudProviderGCP and CloudProviderAzure name clouds whose APIs
+	// would open security groups and add gateway instances; none is implemented yet, so a
+	// Fabric naming one reports CloudPrepared=False, ProviderUnavailable.
+	CloudProviderAWS   CloudProvider = "aws"
+	CloudProviderGCP   CloudProvider = "gcp"
+	CloudProviderAzure CloudProvider = "azure"
 )
 
 // CloudPrepareConfig prepares the nodes gateways run on.
