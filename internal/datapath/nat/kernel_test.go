@@ -543,3 +543,63 @@ func listTable(t testing.TB, ns string) string {
 	}
 	return out
 }
+
+// TestKernelUpgradeRemovesStaleObjects starts from a table an older gateway could have left:
+// its base chain's rule uses a map this version no longer has, a chain of its own uses a set,
+// and a verdict map points to another chain of its own. One Apply by a new process must leave
+// exactly the new ruleset (read back from the kernel) and translate.
+func TestKernelUpgradeRemovesStaleObjects(t *testing.T) {
+	topo, gwb := twoClusters(t)
+	old := `table inet ` + owner.GlobalnetNFTTable + ` {
+	map ingress-endpoints-v4 {
+		type ipv4_addr . inet_service : ipv4_addr . inet_service
+	}
+	set egress-namespaces-v4 {
+		type ipv4_addr
+		flags interval
+		elements = { 10.244.1.0/24 }
+	}
+	chain legacy-egress {
+		ip saddr @egress-namespaces-v4 counter
+	}
+	chain legacy-target {
+		counter
+	}
+	map legacy-vmap {
+		type ipv4_addr : verdict
+		elements = { 242.2.0.99 : goto legacy-target }
+	}
+	chain prerouting {
+		type nat hook prerouting priority dstnat - 10; policy accept;
+		dnat ip to ip daddr . tcp dport map @ingress-endpoints-v4
+		ip daddr vmap @legacy-vmap
+		jump legacy-egress
+	}
+}
+`
+	cmd := exec.Command("ip", "netns", "exec", topo.gwb, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(old)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("creating the old-shaped table: %v: %s", err, out)
+	}
+	apply(t, topo.gwb, gwb, stateB())
+	ruleset := listTable(t, topo.gwb)
+	for _, stale := range []string{`"ingress-endpoints-v4"`, "egress-namespaces-v4", "legacy-egress", "legacy-target", "legacy-vmap"} {
+		if strings.Contains(ruleset, stale) {
+			t.Errorf("the kernel's ruleset still holds %s after the upgrade's Apply:\n%s", stale, ruleset)
+		}
+	}
+	if _, err := ask(t, topo.client, "tcp", netip.Addr{}, netip.AddrPortFrom(echoIP, 80)); err != nil {
+		t.Errorf("the service's global IP after the upgrade: %v", err)
+	}
+	// A second process's Apply of the same state finds nothing to remove: the ruleset reads
+	// the same (without handles: rules are rewritten).
+	text := func() string {
+		return tunneltest.Run(t, "ip", "netns", "exec", topo.gwb, "nft", "list", "table", "inet", owner.GlobalnetNFTTable)
+	}
+	before := text()
+	apply(t, topo.gwb, newNAT(t, topo.gwb), stateB())
+	if again := text(); again != before {
+		t.Errorf("a second Apply changed the ruleset:\n%s\nthen:\n%s", before, again)
+	}
+}
