@@ -32,6 +32,11 @@ type GlobalEgressIPSpec struct {
 // the same meaning for a range.
 const GlobalEgressIPConditionAllocated = GlobalIngressIPConditionAllocated
 
+// ReasonInvalidPodSelector is the reason of a GlobalEgressIP's Allocated=False when its
+// podSelector does not parse (the schema cannot check label syntax): it gets no range and
+// selects no pod.
+const ReasonInvalidPodSelector = "InvalidPodSelector"
+
 // GlobalEgressIPStatus is the allocation.
 type GlobalEgressIPStatus struct {
 	// allocatedIPs are the range's addresses in this cluster's global CIDR, in order. They stay

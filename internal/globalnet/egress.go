@@ -58,7 +58,12 @@ func (p *Plan) planEgress(layout globalip.Layout, egress []v1alpha1.GlobalEgress
 		g := &egress[i]
 		status := *g.Status.DeepCopy()
 		cond := metav1.Condition{Type: v1alpha1.GlobalEgressIPConditionAllocated, LastTransitionTime: now}
-		if r, ok := assigned[egressKey(g)]; ok {
+		r, ok := assigned[egressKey(g)]
+		if _, err := metav1.LabelSelectorAsSelector(g.Spec.PodSelector); err != nil {
+			status.AllocatedIPs = nil
+			cond.Status, cond.Reason = metav1.ConditionFalse, v1alpha1.ReasonInvalidPodSelector
+			cond.Message = fmt.Sprintf("podSelector: %v; it selects no pod and holds no range", err)
+		} else if ok {
 			status.AllocatedIPs = addresses(r)
 			cond.Status, cond.Reason = metav1.ConditionTrue, v1alpha1.ReasonAllocated
 			cond.Message = fmt.Sprintf("%s is the egress range of %s in the pool %s of global CIDR %s", r, podsOf(g), layout.Pool, layout.CIDR)
@@ -106,7 +111,7 @@ func PodEgress(egress []v1alpha1.GlobalEgressIP, pods []corev1.Pod) []nat.PodEgr
 		if g.Spec.PodSelector != nil {
 			sel, err := metav1.LabelSelectorAsSelector(g.Spec.PodSelector)
 			if err != nil {
-				continue // the API server validates selectors; nothing to select by otherwise
+				continue // Allocated=False, InvalidPodSelector: it selects nobody
 			}
 			c.selector = sel
 		}

@@ -168,6 +168,9 @@ func NewPlan(layout globalip.Layout, targets []Target, existing []v1alpha1.Globa
 	var newEgress []globalip.Claim
 	for i := range egress {
 		g := &egress[i]
+		if _, err := metav1.LabelSelectorAsSelector(g.Spec.PodSelector); err != nil {
+			continue // no range: planEgress says why
+		}
 		c := globalip.Claim{Key: egressKey(g), Size: egressSize(g)}
 		if r, ok := egressRange(g.Status.AllocatedIPs); ok {
 			c.Held = r

@@ -265,3 +265,19 @@ func withStatus(g v1alpha1.GlobalEgressIP, st v1alpha1.GlobalEgressIPStatus) v1a
 	g.Status = st
 	return g
 }
+
+// TestNewPlanEgressInvalidSelector: a podSelector the schema let through but that does not
+// parse gets no range and a condition that says why.
+func TestNewPlanEgressInvalidSelector(t *testing.T) {
+	layout, err := globalip.NewLayout(netip.MustParsePrefix("242.1.0.0/28"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := egressIP("shop", "bad", 0, map[string]string{"app": "not a label value"}, "242.1.0.9")
+	p := NewPlan(layout, nil, nil, []v1alpha1.GlobalEgressIP{g}, metav1.NewTime(egressEpoch))
+	st := p.EgressStatus["shop/bad"]
+	c := meta.FindStatusCondition(st.Conditions, v1alpha1.GlobalEgressIPConditionAllocated)
+	if len(st.AllocatedIPs) != 0 || c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonInvalidPodSelector || !strings.Contains(c.Message, "podSelector") {
+		t.Fatalf("status %+v", st)
+	}
+}
