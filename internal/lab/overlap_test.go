@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/gateway"
 	"github.com/octopus-mcs/octopus/internal/globalnet"
+	"github.com/octopus-mcs/octopus/internal/globalnet/globalip"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/testenv"
@@ -37,8 +39,9 @@ import (
 // the same pod and service CIDRs, join with globalnet addressing (direct addressing would
 // refuse the overlap), run pods with addresses from the same range, and their gateways
 // advertise their global CIDRs, accept each other and translate (testGlobalnet; a service
-// exported from cluster2 and cluster3 under one name, exportFromTwoClusters; a failover of
-// cluster2's active gateway, globalnetFailover: every cluster has two).
+// exported from cluster2 and cluster3 under one name, exportFromTwoClusters; GlobalEgressIPs,
+// globalnetEgressRanges; a failover of cluster2's active gateway, globalnetFailover: every
+// cluster has two).
 func TestOverlappingCIDRs(t *testing.T) {
 	testenv.LabNetwork(t)
 	binDir := testenv.BinDir(t)
@@ -248,6 +251,7 @@ func testGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, dir string, gl
 		})
 	}
 	exportFromTwoClusters(ctx, t, l, pods, global, svc, setIP)
+	t.Run("egress ranges", func(t *testing.T) { globalnetEgressRanges(ctx, t, l, ip, egress, pods[c1][0]) })
 
 	src := pods[c1][len(pods[c1])-1]
 	// A headless export of 3 pods: cluster1 imports 3 per-pod global IPs and reaches each pod.
@@ -555,4 +559,93 @@ func globalnetRuleset(node labnet.NodeNet) string {
 		return ""
 	}
 	return string(out)
+}
+
+// globalnetEgressRanges gives namespace "egress" of cluster1 a GlobalEgressIP of its own and
+// its probe pod (by podSelector) another, and checks, through the global IP ip of cluster2's
+// echo Service, the source each pod's requests arrive with: the probe pod its selector's
+// range, the namespace's other pod the namespace's range, other (a pod of namespace default)
+// the cluster's egress range (layout). Deleting the selector's GlobalEgressIP puts the probe pod
+// on the namespace's range.
+func globalnetEgressRanges(ctx context.Context, t *testing.T, l *lab.Lab, ip netip.Addr, layout globalip.Layout, other xpod) {
+	c1 := l.Network.Clusters[0]
+	mc1 := kubeClient(t, l.Env.Cluster(c1.Name).Kubeconfig)
+	const ns = "egress"
+	if err := mc1.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	nsEgress := &v1alpha1.GlobalEgressIP{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "namespace"}, Spec: v1alpha1.GlobalEgressIPSpec{NumberOfIPs: 2}}
+	probeEgress := &v1alpha1.GlobalEgressIP{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe"},
+		Spec: v1alpha1.GlobalEgressIPSpec{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "egress-probe"}}}}
+	worker := c1.Nodes[len(c1.Nodes)-1].Name
+	pods := map[string]*corev1.Pod{}
+	for _, name := range []string{"plain", "probe"} {
+		p := echoPod(name, worker)
+		p.Namespace = ns
+		if name == "probe" {
+			p.Labels = map[string]string{"app": "egress-probe"}
+		}
+		pods[name] = p
+	}
+	for _, o := range []client.Object{nsEgress, probeEgress, pods["plain"], pods["probe"]} {
+		// The namespace's default ServiceAccount, which admission wants for a pod, comes shortly
+		// after the namespace.
+		waitFor(t, 30*time.Second, fmt.Sprintf("creating %T %s", o, o.GetName()), func() error { return mc1.Create(ctx, o) })
+	}
+	allocated := map[string][]string{}
+	for _, g := range []*v1alpha1.GlobalEgressIP{nsEgress, probeEgress} {
+		waitFor(t, time.Minute, "GlobalEgressIP "+g.Name+" allocated", func() error {
+			if err := mc1.Get(ctx, client.ObjectKeyFromObject(g), g); err != nil {
+				return err
+			}
+			if !meta.IsStatusConditionTrue(g.Status.Conditions, v1alpha1.GlobalEgressIPConditionAllocated) || len(g.Status.AllocatedIPs) != int(g.Spec.NumberOfIPs) {
+				return fmt.Errorf("status %+v", g.Status)
+			}
+			allocated[g.Name] = g.Status.AllocatedIPs
+			return nil
+		})
+	}
+	t.Logf("GlobalEgressIPs of namespace %s: %v", ns, allocated)
+	netns := map[string]string{}
+	for name, p := range pods {
+		waitFor(t, 2*time.Minute, "pod "+ns+"/"+name+" ready", func() error {
+			if err := mc1.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				return err
+			}
+			if !podReady(p) {
+				return fmt.Errorf("phase %s", p.Status.Phase)
+			}
+			return nil
+		})
+		netns[name] = podNetns(t, l.Network.ID, p)
+	}
+	// source requests ip:80 from netns until the server sees a client address that want accepts.
+	source := func(who, netns string, want func(netip.Addr) bool, what string) {
+		t.Helper()
+		waitFor(t, time.Minute, who+" -> "+ip.String()+":80 seen from "+what, func() error {
+			got, err := tryHTTPGet(netns, netip.AddrPortFrom(ip, 80))
+			if err != nil {
+				return err
+			}
+			_, from, _ := strings.Cut(got, "client=")
+			from, _, _ = strings.Cut(from, " ")
+			a, err := netip.ParseAddrPort(strings.TrimSpace(from))
+			if err != nil || !want(a.Addr()) {
+				return fmt.Errorf("answer %q: client %q", got, from)
+			}
+			t.Logf("%s -> %s:80: the server saw %s (%s)", who, ip, a.Addr(), what)
+			return nil
+		})
+	}
+	in := func(ips []string) func(netip.Addr) bool {
+		return func(a netip.Addr) bool { return slices.Contains(ips, a.String()) }
+	}
+	source(ns+"/probe", netns["probe"], in(allocated["probe"]), "its pod selector's range "+strings.Join(allocated["probe"], ","))
+	source(ns+"/plain", netns["plain"], in(allocated["namespace"]), "its namespace's range "+strings.Join(allocated["namespace"], ","))
+	source("default/"+other.name, other.netns, layout.ClusterEgress.Contains, "the cluster's egress range "+layout.ClusterEgress.String())
+
+	if err := mc1.Delete(ctx, probeEgress); err != nil {
+		t.Fatal(err)
+	}
+	source(ns+"/probe", netns["probe"], in(allocated["namespace"]), "its namespace's range, its selector's GlobalEgressIP deleted")
 }
