@@ -289,6 +289,13 @@ func testGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, dir string, gl
 		}
 		return nil
 	})
+	// And resolves them by name, through its cluster DNS (CoreDNS forwarding clusterset.local
+	// to octopus-dns), as its pods would.
+	resolved := resolveInPod(ctx, t, mc1, src.netns, "hecho.default.svc.clusterset.local", len(podIPs))
+	slices.SortFunc(podIPs, netip.Addr.Compare)
+	if !slices.Equal(resolved, podIPs) {
+		t.Errorf("hecho.default.svc.clusterset.local in %s resolves to %v, want the 3 imported global IPs %v", c1, resolved, podIPs)
+	}
 	seen := map[string]bool{}
 	for _, a := range podIPs {
 		waitFor(t, time.Minute, fmt.Sprintf("%s -> pod global IP %s:8080", src.name, a), func() error {
@@ -648,4 +655,44 @@ func globalnetEgressRanges(ctx context.Context, t *testing.T, l *lab.Lab, ip net
 		t.Fatal(err)
 	}
 	source(ns+"/probe", netns["probe"], in(allocated["namespace"]), "its namespace's range, its selector's GlobalEgressIP deleted")
+}
+
+// resolveInPod looks name up from the pod network namespace netns through the cluster's DNS
+// Service until it has want addresses (sorted), or fails.
+func resolveInPod(ctx context.Context, t *testing.T, c client.Client, netns, name string, want int) []netip.Addr {
+	t.Helper()
+	dns := &corev1.Service{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "kube-dns"}, dns); err != nil {
+		t.Fatalf("the cluster DNS Service: %v", err)
+	}
+	server := net.JoinHostPort(dns.Spec.ClusterIP, "53")
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var conn net.Conn
+		err := labnet.InNamespace(netns, func() error {
+			var err error
+			conn, err = (&net.Dialer{}).DialContext(ctx, network, server)
+			return err
+		})
+		return conn, err
+	}}
+	var got []netip.Addr
+	waitFor(t, time.Minute, fmt.Sprintf("%s to resolve to %d addresses from %s", name, want, netns), func() error {
+		lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		addrs, err := r.LookupNetIP(lctx, "ip4", name)
+		if err != nil {
+			return err
+		}
+		got = nil
+		for _, a := range addrs {
+			got = append(got, a.Unmap())
+		}
+		slices.SortFunc(got, netip.Addr.Compare)
+		if len(got) != want {
+			return fmt.Errorf("answer %v", got)
+		}
+		return nil
+	})
+	t.Logf("%s resolves to %v", name, got)
+	return got
 }
