@@ -2,10 +2,7 @@ package globalnet
 
 import (
 	"context"
-	"flag"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -18,11 +15,10 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/datapath/nat"
+	"github.com/octopus-mcs/octopus/internal/datapath/nat/nattest"
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/globalnet/globalip"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 var egressEpoch = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 
@@ -121,23 +117,8 @@ func TestPodEgressRuleset(t *testing.T) {
 	if err := nat.NewWith(fake, nat.Options{}).Apply(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
-	got := fake.Dump()
-	path := filepath.Join("testdata", "egress.golden")
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run `go test -run %s -update` to create it)", err, t.Name())
-	}
-	if got != string(want) {
-		t.Errorf("ruleset differs from %s:\n%s", path, got)
-	}
+	got := nattest.Dump(fake)
+	nattest.Golden(t, "egress.golden", got)
 	for _, line := range []string{"10.244.1.2 : 242.1.0.20-242.1.0.21", "10.244.1.4 : 242.1.0.30-242.1.0.30"} {
 		if !strings.Contains(got, line) {
 			t.Errorf("no element %q in the ruleset", line)
