@@ -55,6 +55,7 @@ const natDeleteTimeout = 10 * time.Second
 // cluster's gateway.
 type globalnetNAT struct {
 	layout globalip.Layout
+	device string // the tunnel link: see nat.State.TunnelDevice
 	nat    NATWriter
 	cache  cache.Cache
 	log    logr.Logger
@@ -71,12 +72,12 @@ type globalnetNAT struct {
 
 // newGlobalnetNAT prepares the NAT of layout and a cache of the member cluster's records,
 // Services and EndpointSlices.
-func newGlobalnetNAT(member *rest.Config, layout globalip.Layout, w NATWriter, resync time.Duration, log logr.Logger) (*globalnetNAT, error) {
+func newGlobalnetNAT(member *rest.Config, layout globalip.Layout, device string, w NATWriter, resync time.Duration, log logr.Logger) (*globalnetNAT, error) {
 	c, err := cache.New(member, cache.Options{Scheme: kube.Scheme, DefaultTransform: cache.TransformStripManagedFields()})
 	if err != nil {
 		return nil, fmt.Errorf("creating the member cache of the globalnet NAT: %w", err)
 	}
-	return &globalnetNAT{layout: layout, nat: w, cache: c, log: log, resync: resync}, nil
+	return &globalnetNAT{layout: layout, device: device, nat: w, cache: c, log: log, resync: resync}, nil
 }
 
 // run applies the NAT on every change until ctx is done.
@@ -130,6 +131,7 @@ func (g *globalnetNAT) applyLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.TunnelDevice = g.device
 	if err := g.nat.Apply(ctx, s); err != nil {
 		return fmt.Errorf("applying the globalnet NAT (%d services, %d pods, %d pods with their own egress range, %d remote CIDRs): %w",
 			len(s.Services), len(s.Pods), len(s.PodEgress), len(s.RemoteCIDRs), err)

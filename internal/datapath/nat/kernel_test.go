@@ -119,6 +119,7 @@ func stateA() State {
 	return State{
 		GlobalCIDRs:   []netip.Prefix{globalA},
 		RemoteCIDRs:   []netip.Prefix{globalB},
+		TunnelDevice:  "wan", // the link to B, standing in for the tunnel
 		ClusterEgress: []ipam.Range{egressA},
 		PodEgress:     []PodEgress{{Pod: clientSpecial, Range: specialEgress}},
 	}
@@ -129,6 +130,7 @@ func stateB() State {
 	return State{
 		GlobalCIDRs:   []netip.Prefix{globalB},
 		RemoteCIDRs:   []netip.Prefix{globalA},
+		TunnelDevice:  "wan",
 		ClusterEgress: []ipam.Range{rng("242.2.0.0", "242.2.0.7")},
 		Services: []Service{{Name: "demo/echo", GlobalIP: echoIP, Ports: []Port{
 			{Protocol: TCP, Port: 80, Endpoints: []netip.AddrPort{netip.AddrPortFrom(server1, 8080), netip.AddrPortFrom(server2, 8080)}},
@@ -601,5 +603,26 @@ func TestKernelUpgradeRemovesStaleObjects(t *testing.T) {
 	apply(t, topo.gwb, newNAT(t, topo.gwb), stateB())
 	if again := text(); again != before {
 		t.Errorf("a second Apply changed the ruleset:\n%s\nthen:\n%s", before, again)
+	}
+}
+
+// TestKernelEgressOnlyThroughTunnel: egress is translated only for packets that leave through
+// the tunnel device. A's table naming another device (as a table left on a node that is no
+// longer the active gateway does: its traffic leaves by the LAN) translates nothing, so the
+// client's untranslated packets are refused by B; naming the link to B again, it works.
+func TestKernelEgressOnlyThroughTunnel(t *testing.T) {
+	topo := newTopology(t)
+	serve(t, topo.server)
+	apply(t, topo.gwb, newNAT(t, topo.gwb), stateB())
+	gwa := newNAT(t, topo.gwa)
+	elsewhere := stateA()
+	elsewhere.TunnelDevice = "octopus9"
+	apply(t, topo.gwa, gwa, elsewhere)
+	if a, err := ask(t, topo.client, "tcp", netip.Addr{}, netip.AddrPortFrom(echoIP, 80)); err == nil {
+		t.Fatalf("answered %+v with A's egress bound to another device; want no translation, so no answer", a)
+	}
+	apply(t, topo.gwa, gwa, stateA())
+	if a, err := ask(t, topo.client, "tcp", netip.Addr{}, netip.AddrPortFrom(echoIP, 80)); err != nil || !egressA.Contains(a.peer.Addr()) {
+		t.Fatalf("through the tunnel device: %+v, %v; want an answer to an address of %s", a, err, egressA)
 	}
 }

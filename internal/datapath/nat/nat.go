@@ -12,7 +12,7 @@
 //	                                   dnat to @ingress-endpoints-<proto>-v4[daddr . proto . port . numgen random mod k]
 //	                                   (one rule and one map per protocol, tcp, udp and sctp)
 //	                               dnat ip to ip daddr map @ingress-pods-v4        (headless pods, 1:1)
-//	postrouting (nat, srcnat-10)   to @remote-cidrs-v4, not from @global-cidrs-v4:
+//	postrouting (nat, srcnat-10)   out of the tunnel device, to @remote-cidrs-v4, not from @global-cidrs-v4:
 //	                                 snat to @egress-pods-v4[saddr], else to the cluster's egress range
 //	forward     (filter, filter)   to @global-cidrs-v4 and still untranslated: reject
 //
@@ -404,7 +404,11 @@ func build(s State) *ruleset {
 	}
 	rule(chainPrerouting, f.proto, "daddr . meta l4proto . th dport vmap", "@", ingressServices)
 	rule(chainPrerouting, "dnat", f.proto, "to", f.proto, "daddr map", "@", ingressPods)
-	egress := []any{f.proto, "daddr", "@", remoteCIDRs, f.proto, "saddr !=", "@", globalCIDRs, "snat", f.proto, "to"}
+	var egress []any
+	if s.TunnelDevice != "" {
+		egress = append(egress, "oifname", strconv.Quote(s.TunnelDevice))
+	}
+	egress = append(egress, f.proto, "daddr", "@", remoteCIDRs, f.proto, "saddr !=", "@", globalCIDRs, "snat", f.proto, "to")
 	rule(chainPostrouting, append(egress, f.proto, "saddr map", "@", egressPods)...)
 	for _, r := range s.ClusterEgress {
 		rule(chainPostrouting, append(egress, r.String())...)

@@ -40,7 +40,8 @@ func eps(s ...string) []netip.AddrPort {
 // a headless pod.
 func fullState() State {
 	return State{
-		GlobalCIDRs: []netip.Prefix{globalCIDR},
+		GlobalCIDRs:  []netip.Prefix{globalCIDR},
+		TunnelDevice: "octopus0",
 		RemoteCIDRs: []netip.Prefix{
 			netip.MustParsePrefix("242.3.0.0/16"), netip.MustParsePrefix("242.2.0.0/16"),
 			netip.MustParsePrefix("242.3.4.0/24"), // inside 242.3.0.0/16: merged away
