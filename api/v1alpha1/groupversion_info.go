@@ -1,6 +1,7 @@
 // Package v1alpha1 holds the octopus.io/v1alpha1 API: Cluster and Peer, which clusters publish
-// to the hub, Fabric, the operator's entry point in each cluster, and GlobalIngressIP, a
-// globalnet cluster's record of its exports' global addresses.
+// to the hub, Fabric, the operator's entry point in each cluster, GlobalIngressIP, a
+// globalnet cluster's record of its exports' global addresses, and GlobalEgressIP, the global
+// egress range of a namespace's or pod selector's pods.
 //
 // +kubebuilder:object:generate=true
 // +groupName=octopus.io
@@ -33,6 +34,8 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&FabricList{},
 		&GlobalIngressIP{},
 		&GlobalIngressIPList{},
+		&GlobalEgressIP{},
+		&GlobalEgressIPList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -36,7 +36,8 @@ func Hub() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 // leaving the cluster set removes them; the MCS CRDs, which hold users' ServiceExports and may
 // be shared with other tools, are in MCS instead.
 func Member() ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	return load("bases/octopus.io_fabrics.yaml", "bases/octopus.io_globalingressips.yaml", "bases/about.k8s.io_clusterproperties.yaml")
+	return load("bases/octopus.io_fabrics.yaml", "bases/octopus.io_globalingressips.yaml",
+		"bases/octopus.io_globalegressips.yaml", "bases/about.k8s.io_clusterproperties.yaml")
 }
 
 // MCS returns the Multi-Cluster Services CRDs (ServiceExport, ServiceImport) of

@@ -60,6 +60,13 @@ func validGlobalIngressIP() *v1alpha1.GlobalIngressIP {
 	}
 }
 
+func validGlobalEgressIP() *v1alpha1.GlobalEgressIP {
+	return &v1alpha1.GlobalEgressIP{
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns},
+		Spec:       v1alpha1.GlobalEgressIPSpec{NumberOfIPs: 2, PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}},
+	}
+}
+
 // TestSchemaValidation sends invalid objects to a real API server that serves the generated
 // CRDs and checks each is refused with a message naming the problem; the valid ones pass.
 func TestSchemaValidation(t *testing.T) {
@@ -203,6 +210,12 @@ func TestSchemaValidation(t *testing.T) {
 			g.Spec.Target.Kind = "Node"
 			return g
 		}, "spec.target.kind: Unsupported value"},
+		{"valid GlobalEgressIP", func() client.Object { return validGlobalEgressIP() }, ""},
+		{"GlobalEgressIP of 65 addresses", func() client.Object {
+			g := validGlobalEgressIP()
+			g.Spec.NumberOfIPs = 65
+			return g
+		}, "spec.numberOfIPs: Invalid value: 65"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -247,6 +260,16 @@ func TestSchemaValidation(t *testing.T) {
 	g.Spec.Target.Name = "other"
 	if err := c.Update(t.Context(), g); err == nil || !strings.Contains(err.Error(), "target is immutable") {
 		t.Fatalf("changing the target: err = %v, want immutable", err)
+	}
+
+	// A GlobalEgressIP's allocatedIPs must be addresses.
+	e := validGlobalEgressIP()
+	if err := c.Create(t.Context(), e); err != nil {
+		t.Fatal(err)
+	}
+	e.Status.AllocatedIPs = []string{"242.1.0.30", "242.1.0.300"}
+	if err := c.Status().Update(t.Context(), e); err == nil || !strings.Contains(err.Error(), "every entry must be an IP address") {
+		t.Fatalf("status.allocatedIPs with 242.1.0.300: err = %v, want refused", err)
 	}
 }
 

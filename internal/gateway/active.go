@@ -274,7 +274,7 @@ func (a *active) startNAT(layout globalip.Layout) error {
 	if err != nil {
 		return fmt.Errorf("opening the globalnet NAT: %w", err)
 	}
-	g, err := newGlobalnetNAT(a.o.Member, layout, w, a.o.ResyncInterval, a.o.Log.WithName("globalnet"))
+	g, err := newGlobalnetNAT(a.o.Member, layout, a.o.Device, w, a.o.ResyncInterval, a.o.Log.WithName("globalnet"))
 	if err != nil {
 		return err
 	}

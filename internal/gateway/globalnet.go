@@ -38,6 +38,8 @@ func newNAT() (NATWriter, error) { return nat.New(nat.Options{}) }
 // +kubebuilder:rbac:groups=octopus.io,resources=globalingressips,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
+// +kubebuilder:rbac:groups=octopus.io,resources=globalegressips,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
 // natRequest is the globalnet NAT's only request: the whole desired state is applied at once.
 var natRequest = reconcile.Request{NamespacedName: types.NamespacedName{Name: "globalnet-nat"}}
@@ -46,12 +48,14 @@ var natRequest = reconcile.Request{NamespacedName: types.NamespacedName{Name: "g
 const natDeleteTimeout = 10 * time.Second
 
 // globalnetNAT keeps the node's NAT at the state that the cluster's GlobalIngressIPs, the
-// Services and EndpointSlices they name, and the accepted remote Peers' subnets ask for
+// Services and EndpointSlices they name, its GlobalEgressIPs and the pods they select, and the
+// accepted remote Peers' subnets ask for
 // (docs/architecture.md §6h): every change is one nat.Apply of the whole state, an atomic
 // replacement of what the kernel holds. It runs only in the active term of a globalnet
 // cluster's gateway.
 type globalnetNAT struct {
 	layout globalip.Layout
+	device string // the tunnel link: see nat.State.TunnelDevice
 	nat    NATWriter
 	cache  cache.Cache
 	log    logr.Logger
@@ -68,12 +72,12 @@ type globalnetNAT struct {
 
 // newGlobalnetNAT prepares the NAT of layout and a cache of the member cluster's records,
 // Services and EndpointSlices.
-func newGlobalnetNAT(member *rest.Config, layout globalip.Layout, w NATWriter, resync time.Duration, log logr.Logger) (*globalnetNAT, error) {
+func newGlobalnetNAT(member *rest.Config, layout globalip.Layout, device string, w NATWriter, resync time.Duration, log logr.Logger) (*globalnetNAT, error) {
 	c, err := cache.New(member, cache.Options{Scheme: kube.Scheme, DefaultTransform: cache.TransformStripManagedFields()})
 	if err != nil {
 		return nil, fmt.Errorf("creating the member cache of the globalnet NAT: %w", err)
 	}
-	return &globalnetNAT{layout: layout, nat: w, cache: c, log: log, resync: resync}, nil
+	return &globalnetNAT{layout: layout, device: device, nat: w, cache: c, log: log, resync: resync}, nil
 }
 
 // run applies the NAT on every change until ctx is done.
@@ -83,11 +87,13 @@ func (g *globalnetNAT) run(ctx context.Context) error {
 		Cache: g.cache,
 		Watches: []kube.Watch{
 			{Object: &v1alpha1.GlobalIngressIP{}}, {Object: &corev1.Service{}}, {Object: &discoveryv1.EndpointSlice{}},
+			// A pod's egress range follows its labels and address.
+			{Object: &v1alpha1.GlobalEgressIP{}}, {Object: &corev1.Pod{}},
 		},
 		Trigger: natRequest, Reconciler: g, Log: g.log.WithName("controller"),
 	}.Run(ctx)
 	if err != nil && ctx.Err() == nil {
-		return fmt.Errorf("watching GlobalIngressIPs, Services and EndpointSlices for the globalnet NAT: %w", err)
+		return fmt.Errorf("watching GlobalIngressIPs, GlobalEgressIPs, Services, EndpointSlices and Pods for the globalnet NAT: %w", err)
 	}
 	return nil
 }
@@ -125,11 +131,15 @@ func (g *globalnetNAT) applyLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.TunnelDevice = g.device
 	if err := g.nat.Apply(ctx, s); err != nil {
-		return fmt.Errorf("applying the globalnet NAT (%d services, %d pods, %d remote CIDRs): %w", len(s.Services), len(s.Pods), len(s.RemoteCIDRs), err)
+		return fmt.Errorf("applying the globalnet NAT (%d services, %d pods, %d pods with their own egress range, %d remote CIDRs): %w",
+			len(s.Services), len(s.Pods), len(s.PodEgress), len(s.RemoteCIDRs), err)
 	}
-	if g.applied == nil || len(g.applied.Services) != len(s.Services) || len(g.applied.Pods) != len(s.Pods) || !slices.Equal(g.applied.RemoteCIDRs, s.RemoteCIDRs) {
-		g.log.Info("Globalnet NAT applied", "globalCIDR", g.layout.CIDR.String(), "services", len(s.Services), "pods", len(s.Pods), "remoteCIDRs", s.RemoteCIDRs)
+	if g.applied == nil || len(g.applied.Services) != len(s.Services) || len(g.applied.Pods) != len(s.Pods) ||
+		len(g.applied.PodEgress) != len(s.PodEgress) || !slices.Equal(g.applied.RemoteCIDRs, s.RemoteCIDRs) {
+		g.log.Info("Globalnet NAT applied", "globalCIDR", g.layout.CIDR.String(), "services", len(s.Services), "pods", len(s.Pods),
+			"podEgress", len(s.PodEgress), "remoteCIDRs", s.RemoteCIDRs)
 	}
 	g.applied = &s
 	return nil

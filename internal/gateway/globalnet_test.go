@@ -128,6 +128,7 @@ func TestGlobalnetGateway(t *testing.T) {
 		}
 		want := fmt.Sprint(nat.State{
 			GlobalCIDRs: []netip.Prefix{eastLayout.CIDR}, RemoteCIDRs: []netip.Prefix{westLayout.CIDR}, ClusterEgress: s.ClusterEgress,
+			TunnelDevice: "og-test", // the gateway's Options.Device: egress only through the tunnel
 			Services: []nat.Service{{Name: "default/web", GlobalIP: globalIP, Ports: []nat.Port{{Protocol: nat.TCP, Port: 80,
 				Endpoints: []netip.AddrPort{netip.MustParseAddrPort("10.101.0.7:8080")}}}}},
 		})

@@ -47,6 +47,8 @@ type Allocator struct {
 
 // +kubebuilder:rbac:groups=octopus.io,resources=globalingressips,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=octopus.io,resources=globalingressips/status,verbs=get;update
+// +kubebuilder:rbac:groups=octopus.io,resources=globalegressips,verbs=get;list;watch
+// +kubebuilder:rbac:groups=octopus.io,resources=globalegressips/status,verbs=get;update
 // +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceexports,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
@@ -65,12 +67,16 @@ func (a *Allocator) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Re
 	if err := a.Client.List(ctx, existing, client.MatchingLabels(kube.ManagedLabels())); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing GlobalIngressIPs: %w", err)
 	}
+	egress := &v1alpha1.GlobalEgressIPList{}
+	if err := a.Client.List(ctx, egress); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing GlobalEgressIPs: %w", err)
+	}
 	now := time.Now
 	if a.now != nil {
 		now = a.now
 	}
 	targets := Targets(exports)
-	plan := NewPlan(a.Layout, targets, existing.Items, metav1.NewTime(now()))
+	plan := NewPlan(a.Layout, targets, existing.Items, egress.Items, metav1.NewTime(now()))
 
 	var errs []error
 	conflict := false
@@ -119,6 +125,7 @@ func (a *Allocator) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Re
 			log.Info("No global ingress address left", "globalIngressIP", key, "pool", a.Layout.Pool.String())
 		}
 	}
+	conflict = a.writeEgressStatus(ctx, egress.Items, plan.EgressStatus, &errs) || conflict
 	if err := errors.Join(errs...); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -127,6 +134,35 @@ func (a *Allocator) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Re
 	}
 	log.V(1).Info("Reconciled global ingress addresses", "targets", len(targets), "exhausted", plan.Exhausted)
 	return ctrl.Result{}, nil
+}
+
+// writeEgressStatus writes the GlobalEgressIPs' new statuses, with the resourceVersion the pass
+// read; it reports whether one was refused for a newer object (the pass must run again).
+func (a *Allocator) writeEgressStatus(ctx context.Context, egress []v1alpha1.GlobalEgressIP, statuses map[string]v1alpha1.GlobalEgressIPStatus, errs *[]error) (conflict bool) {
+	log := logf.FromContext(ctx)
+	for i := range egress {
+		key := egress[i].Namespace + "/" + egress[i].Name
+		status, ok := statuses[key]
+		if !ok {
+			continue
+		}
+		g := egress[i].DeepCopy()
+		g.Status = status
+		if err := a.Client.Status().Update(ctx, g); err != nil {
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				conflict = true
+				continue
+			}
+			*errs = append(*errs, fmt.Errorf("writing the status of GlobalEgressIP %s: %w", key, err))
+			continue
+		}
+		if len(status.AllocatedIPs) > 0 {
+			log.Info("Allocated global egress range", "globalEgressIP", key, "ips", status.AllocatedIPs)
+		} else {
+			log.Info("No room for a global egress range", "globalEgressIP", key, "pool", a.Layout.Pool.String())
+		}
+	}
+	return conflict
 }
 
 // exports reads every ServiceExport with its Service and local EndpointSlices.
@@ -166,7 +202,8 @@ func readExport(ctx context.Context, c client.Reader, key types.NamespacedName) 
 }
 
 // SetupAllocator registers the allocator with mgr for the cluster's global CIDR laid out by
-// layout. Every ServiceExport, Service, EndpointSlice and GlobalIngressIP event starts a pass.
+// layout. Every ServiceExport, Service, EndpointSlice, GlobalIngressIP and GlobalEgressIP event
+// starts a pass: ingress addresses and egress ranges share the pool.
 func SetupAllocator(mgr manager.Manager, layout globalip.Layout) error {
 	a := &Allocator{Client: mgr.GetClient(), Layout: layout}
 	pool := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
@@ -175,6 +212,7 @@ func SetupAllocator(mgr manager.Manager, layout globalip.Layout) error {
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("globalingressip").
 		Watches(&v1alpha1.GlobalIngressIP{}, pool).
+		Watches(&v1alpha1.GlobalEgressIP{}, pool).
 		Watches(&mcsv1beta1.ServiceExport{}, pool).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(a.ifExported(func(o client.Object) string { return o.GetName() }))).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(a.ifExported(func(o client.Object) string {

@@ -364,3 +364,136 @@ func TestAllocator(t *testing.T) {
 		return ""
 	})
 }
+
+// TestAllocatorEgress runs the allocator against a real API server with GlobalEgressIPs: a
+// namespace's range and a pod selector's are allocated from the pool the ingress addresses use
+// (the API server defaults numberOfIPs), the NAT state maps the selected pod to its selector's
+// range and the namespace's other pods to the namespace's, a restart rewrites nothing, a range
+// that does not fit says so naming the pool, and deleting a GlobalEgressIP releases its range.
+func TestAllocatorEgress(t *testing.T) {
+	m := newMember(t)
+	layout, err := globalip.NewLayout(netip.MustParsePrefix("242.1.0.0/28"), 0) // pool 242.1.0.8-14
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := m.startAllocator(t, layout)
+	m.service(t, "web", false, "10.244.1.5")
+	m.pod(t, "db-0", "db", netip.MustParseAddr("10.244.2.5"), true)
+	create := func(name string, n int32, sel map[string]string) {
+		g := &v1alpha1.GlobalEgressIP{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.GlobalEgressIPSpec{NumberOfIPs: n}}
+		if sel != nil {
+			g.Spec.PodSelector = &metav1.LabelSelector{MatchLabels: sel}
+		}
+		if err := m.c.Create(t.Context(), g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create("namespace", 2, nil)
+	create("db", 0, map[string]string{"app": "db"}) // defaulted to 1
+	ranges := func(ctx context.Context) (map[string]string, []v1alpha1.GlobalEgressIP, error) {
+		list := &v1alpha1.GlobalEgressIPList{}
+		if err := m.c.List(ctx, list); err != nil {
+			return nil, nil, err
+		}
+		out := map[string]string{}
+		for _, g := range list.Items {
+			c := meta.FindStatusCondition(g.Status.Conditions, v1alpha1.GlobalEgressIPConditionAllocated)
+			switch {
+			case c == nil:
+				out[g.Name] = ""
+			case c.Status == metav1.ConditionTrue:
+				out[g.Name] = strings.Join(g.Status.AllocatedIPs, ",")
+			default:
+				out[g.Name] = c.Reason + ": " + c.Message
+			}
+		}
+		return out, list.Items, nil
+	}
+	var first map[string]string
+	eventually(t, "egress ranges for the namespace and the db selector", func(ctx context.Context) string {
+		got, _, err := ranges(ctx)
+		if err != nil {
+			return err.Error()
+		}
+		records, _, err := m.records(ctx)
+		if err != nil {
+			return err.Error()
+		}
+		if len(strings.Split(got["namespace"], ",")) != 2 || len(strings.Split(got["db"], ",")) != 1 || records["svc-web"] == "" {
+			return fmt.Sprintf("ranges %v, records %v", got, records)
+		}
+		for _, ip := range strings.Split(got["namespace"]+","+got["db"], ",") {
+			if !layout.Pool.Contains(parseOr(ip)) || ip == records["svc-web"] {
+				return fmt.Sprintf("%s: outside the pool %s or web's address too (ranges %v, records %v)", ip, layout.Pool, got, records)
+			}
+		}
+		first = got
+		return ""
+	})
+	eventually(t, "the pods' egress in the NAT state", func(ctx context.Context) string {
+		state, err := globalnet.DesiredNAT(ctx, m.c, layout, nil)
+		if err != nil {
+			return err.Error()
+		}
+		var got []string
+		for _, e := range state.PodEgress {
+			got = append(got, e.Pod.String()+"="+e.Range.String())
+		}
+		slices.Sort(got)
+		nsRange := strings.Split(first["namespace"], ",")
+		want := []string{"10.244.1.5=" + nsRange[0] + "-" + nsRange[1], "10.244.2.5=" + first["db"] + "-" + first["db"]}
+		if !slices.Equal(got, want) {
+			return fmt.Sprintf("pod egress %v, want %v", got, want)
+		}
+		return ""
+	})
+
+	// A restart keeps the ranges and rewrites nothing.
+	_, before, err := ranges(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	m.startAllocator(t, layout)
+	time.Sleep(2 * time.Second) // time for a pass that would (wrongly) change something
+	_, after, err := ranges(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range before {
+		if before[i].ResourceVersion != after[i].ResourceVersion {
+			t.Errorf("the restarted allocator rewrote %s: %+v → %+v", before[i].Name, before[i].Status, after[i].Status)
+		}
+	}
+
+	// 4 consecutive addresses do not fit in what is left (7 - web's - 3), wherever they are.
+	create("big", 4, map[string]string{"app": "big"})
+	eventually(t, "the big range refused, naming the pool", func(ctx context.Context) string {
+		got, _, err := ranges(ctx)
+		if err != nil {
+			return err.Error()
+		}
+		if !strings.HasPrefix(got["big"], v1alpha1.ReasonPoolExhausted+": No 4 consecutive free addresses in the pool 242.1.0.8-242.1.0.14 of global CIDR 242.1.0.0/28") {
+			return fmt.Sprintf("ranges %v", got)
+		}
+		return ""
+	})
+	// Deleting the other ranges releases them: room for the big one (web's address, placed by
+	// its key's hash, leaves 4 in a row).
+	if err := m.c.Delete(t.Context(), &v1alpha1.GlobalEgressIP{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "namespace"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.c.Delete(t.Context(), &v1alpha1.GlobalEgressIP{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the big range allocated once the others are deleted", func(ctx context.Context) string {
+		got, _, err := ranges(ctx)
+		if err != nil {
+			return err.Error()
+		}
+		if len(got) != 1 || len(strings.Split(got["big"], ",")) != 4 {
+			return fmt.Sprintf("ranges %v", got)
+		}
+		return ""
+	})
+}

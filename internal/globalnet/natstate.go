@@ -116,13 +116,15 @@ func podAddress(slices []discoveryv1.EndpointSlice, pod string) (netip.Addr, boo
 }
 
 // DesiredNAT reads the records and the Services they name from c (a cache of the member
-// cluster) and returns NATState of them.
+// cluster) and returns NATState of them, with the pods' egress ranges of the GlobalEgressIPs
+// (PodEgress).
 func DesiredNAT(ctx context.Context, c client.Reader, layout globalip.Layout, remote []netip.Prefix) (nat.State, error) {
 	records := &v1alpha1.GlobalIngressIPList{}
 	if err := c.List(ctx, records, client.MatchingLabels(kube.ManagedLabels())); err != nil {
 		return nat.State{}, fmt.Errorf("listing GlobalIngressIPs: %w", err)
 	}
 	exports := map[types.NamespacedName]Export{}
+	var err error
 	for _, g := range records.Items {
 		service := g.Spec.Target.Name
 		if g.Spec.Target.Kind == v1alpha1.GlobalIngressTargetPod {
@@ -138,5 +140,32 @@ func DesiredNAT(ctx context.Context, c client.Reader, layout globalip.Layout, re
 		}
 		exports[key] = e
 	}
-	return NATState(layout, remote, records.Items, exports), nil
+	s := NATState(layout, remote, records.Items, exports)
+	if s.PodEgress, err = desiredPodEgress(ctx, c); err != nil {
+		return nat.State{}, err
+	}
+	return s, nil
+}
+
+// desiredPodEgress reads the GlobalEgressIPs, and the pods of the namespaces that have one, and
+// returns PodEgress of them.
+func desiredPodEgress(ctx context.Context, c client.Reader) ([]nat.PodEgress, error) {
+	egress := &v1alpha1.GlobalEgressIPList{}
+	if err := c.List(ctx, egress); err != nil {
+		return nil, fmt.Errorf("listing GlobalEgressIPs: %w", err)
+	}
+	var pods []corev1.Pod
+	listed := map[string]bool{}
+	for _, g := range egress.Items {
+		if listed[g.Namespace] {
+			continue
+		}
+		listed[g.Namespace] = true
+		list := &corev1.PodList{}
+		if err := c.List(ctx, list, client.InNamespace(g.Namespace)); err != nil {
+			return nil, fmt.Errorf("listing the pods of namespace %s (it has GlobalEgressIPs): %w", g.Namespace, err)
+		}
+		pods = append(pods, list.Items...)
+	}
+	return PodEgress(egress.Items, pods), nil
 }

@@ -121,14 +121,19 @@ type Plan struct {
 	Status map[string]v1alpha1.GlobalIngressIPStatus
 	// Exhausted is how many targets found no address.
 	Exhausted int
+	// EgressStatus holds, by namespace/name, the status of every GlobalEgressIP whose recorded
+	// status differs.
+	EgressStatus map[string]v1alpha1.GlobalEgressIPStatus
+	// EgressExhausted is how many GlobalEgressIPs found no range.
+	EgressExhausted int
 }
 
 // NewPlan computes the Plan for targets (as Targets returns them) given the existing
-// GlobalIngressIPs of the cluster, whose addresses come from layout's pool. Existing records
-// keep their addresses; of two holding one address the older keeps it. now stamps the
-// conditions that change.
-func NewPlan(layout globalip.Layout, targets []Target, existing []v1alpha1.GlobalIngressIP, now metav1.Time) Plan {
-	p := Plan{Status: map[string]v1alpha1.GlobalIngressIPStatus{}}
+// GlobalIngressIPs of the cluster and its GlobalEgressIPs, whose addresses all come from
+// layout's pool. Existing records and ranges keep their addresses; of two holding one address
+// the older keeps it. now stamps the conditions that change.
+func NewPlan(layout globalip.Layout, targets []Target, existing []v1alpha1.GlobalIngressIP, egress []v1alpha1.GlobalEgressIP, now metav1.Time) Plan {
+	p := Plan{Status: map[string]v1alpha1.GlobalIngressIPStatus{}, EgressStatus: map[string]v1alpha1.GlobalEgressIPStatus{}}
 	want := map[string]Target{}
 	for _, t := range targets {
 		want[t.key()] = t
@@ -146,24 +151,49 @@ func NewPlan(layout globalip.Layout, targets []Target, existing []v1alpha1.Globa
 		kept[key] = g
 		keptOrder = append(keptOrder, g)
 	}
-	// Oldest first, so that the older of two records with one address keeps it.
-	slices.SortFunc(keptOrder, func(a, b *v1alpha1.GlobalIngressIP) int {
-		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name))
-	})
-	claims := make([]globalip.Claim, 0, len(targets))
+	// Whatever holds addresses comes first, oldest first, ingress records and egress ranges
+	// alike, so that the older of two holding one address keeps it; new claims follow.
+	type held struct {
+		claim   globalip.Claim
+		created metav1.Time
+	}
+	var holders []held
 	for _, g := range keptOrder {
 		c := globalip.Claim{Key: g.Namespace + "/" + g.Name, Size: 1}
 		if ip, err := netip.ParseAddr(g.Status.IP); err == nil {
 			c.Held = ipam.Range{First: ip, Last: ip}
 		}
-		claims = append(claims, c)
+		holders = append(holders, held{c, g.CreationTimestamp})
+	}
+	var newEgress []globalip.Claim
+	for i := range egress {
+		g := &egress[i]
+		if _, err := metav1.LabelSelectorAsSelector(g.Spec.PodSelector); err != nil {
+			continue // no range: planEgress says why
+		}
+		c := globalip.Claim{Key: egressKey(g), Size: egressSize(g)}
+		if r, ok := egressRange(g.Status.AllocatedIPs); ok {
+			c.Held = r
+			holders = append(holders, held{c, g.CreationTimestamp})
+		} else {
+			newEgress = append(newEgress, c)
+		}
+	}
+	slices.SortStableFunc(holders, func(a, b held) int {
+		return cmp.Or(a.created.Compare(b.created.Time), cmp.Compare(a.claim.Key, b.claim.Key))
+	})
+	claims := make([]globalip.Claim, 0, len(targets)+len(egress))
+	for _, h := range holders {
+		claims = append(claims, h.claim)
 	}
 	for _, t := range targets {
 		if kept[t.key()] == nil {
 			claims = append(claims, globalip.Claim{Key: t.key(), Size: 1})
 		}
 	}
+	claims = append(claims, newEgress...)
 	assigned, _ := globalip.Assign(layout.Pool, claims)
+	p.planEgress(layout, egress, assigned, now)
 
 	for _, t := range targets {
 		key := t.key()
@@ -219,7 +249,12 @@ func ownedBy(g *v1alpha1.GlobalIngressIP, uid types.UID) bool {
 // statusEqual compares what a reader of the status sees: the address and each condition's
 // status, reason and message (the transition time moves only with the status).
 func statusEqual(a, b v1alpha1.GlobalIngressIPStatus) bool {
-	return a.IP == b.IP && slices.EqualFunc(a.Conditions, b.Conditions, func(x, y metav1.Condition) bool {
+	return a.IP == b.IP && conditionsEqual(a.Conditions, b.Conditions)
+}
+
+// conditionsEqual compares conditions without their transition times.
+func conditionsEqual(a, b []metav1.Condition) bool {
+	return slices.EqualFunc(a, b, func(x, y metav1.Condition) bool {
 		return x.Type == y.Type && x.Status == y.Status && x.Reason == y.Reason && x.Message == y.Message
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/gateway"
 	"github.com/octopus-mcs/octopus/internal/globalnet"
+	"github.com/octopus-mcs/octopus/internal/globalnet/globalip"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/testenv"
@@ -37,18 +39,21 @@ import (
 // the same pod and service CIDRs, join with globalnet addressing (direct addressing would
 // refuse the overlap), run pods with addresses from the same range, and their gateways
 // advertise their global CIDRs, accept each other and translate (testGlobalnet; a service
-// exported from cluster2 and cluster3 under one name, exportFromTwoClusters).
+// exported from cluster2 and cluster3 under one name, exportFromTwoClusters; GlobalEgressIPs,
+// globalnetEgressRanges; a failover of cluster3's active gateway, globalnetFailover: every
+// cluster has two).
 func TestOverlappingCIDRs(t *testing.T) {
 	testenv.LabNetwork(t)
 	binDir := testenv.BinDir(t)
 	bins := buildCommands(t, "octopus-agent", "octopus-echo", "octopus-dns", "octopus")
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	// The network of a lab whose run was killed outright, processes and all, is in the way of
 	// this one (same API address, same LAN addresses) and nothing uses it: Up removes it.
 	abandoned := abandonedLabNetwork(t)
+	// Two gateways per cluster, so that cluster3's active one can fail over (globalnetFailover).
 	l, dir := startLab(ctx, t, lab.Options{
-		Clusters: 3, BinDir: binDir, AgentBinary: bins["octopus-agent"], OverlappingCIDRs: true,
+		Clusters: 3, GatewaysPerCluster: 2, BinDir: binDir, AgentBinary: bins["octopus-agent"], OverlappingCIDRs: true,
 		EchoBinary: bins["octopus-echo"], DNSBinary: bins["octopus-dns"],
 	})
 	if namespaces, links, err := labnet.Leftovers(abandoned); err != nil || len(namespaces)+len(links) > 0 {
@@ -245,7 +250,8 @@ func testGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, dir string, gl
 			return err
 		})
 	}
-	exportFromTwoClusters(ctx, t, l, pods, global, svc, setIP)
+	ip3 := exportFromTwoClusters(ctx, t, l, pods, global, svc, setIP)
+	t.Run("egress ranges", func(t *testing.T) { globalnetEgressRanges(ctx, t, l, ip, egress, pods[c1][0]) })
 
 	src := pods[c1][len(pods[c1])-1]
 	// A headless export of 3 pods: cluster1 imports 3 per-pod global IPs and reaches each pod.
@@ -283,6 +289,13 @@ func testGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, dir string, gl
 		}
 		return nil
 	})
+	// And resolves them by name, through its cluster DNS (CoreDNS forwarding clusterset.local
+	// to octopus-dns), as its pods would.
+	resolved := resolveInPod(ctx, t, mc1, src.netns, "hecho.default.svc.clusterset.local", len(podIPs))
+	slices.SortFunc(podIPs, netip.Addr.Compare)
+	if !slices.Equal(resolved, podIPs) {
+		t.Errorf("hecho.default.svc.clusterset.local in %s resolves to %v, want the 3 imported global IPs %v", c1, resolved, podIPs)
+	}
 	seen := map[string]bool{}
 	for _, a := range podIPs {
 		waitFor(t, time.Minute, fmt.Sprintf("%s -> pod global IP %s:8080", src.name, a), func() error {
@@ -306,6 +319,21 @@ func testGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, dir string, gl
 		t.Errorf("the 3 global IPs of the headless export reached pods %v, want 3 distinct", seen)
 	}
 
+	// The failover is cluster3's, whose echo pods serve the same Service (ip3), so that
+	// cluster2 keeps a gateway to restart below.
+	t.Run("gateway failover", func(t *testing.T) {
+		globalnetFailover(ctx, t, l, &l.Network.Clusters[2], src, ip3, pods[l.Members[2]], netip.AddrPortFrom(ip, 80))
+	})
+	if t.Failed() {
+		return
+	}
+	// cluster2's standby is stopped for good (it holds no NAT table), so that the kill below
+	// is a restart: a standby would take the Lease from the restarting gateway.
+	gwNode, standby := gatewayRoles(ctx, t, l, &l.Network.Clusters[1])
+	if err := l.Env.StopProcess(lab.GatewayProcessName(standby.Name), 0); err != nil {
+		t.Fatal(err)
+	}
+
 	// The NAT owner (cluster2's active gateway) is killed while a TCP connection exchanges
 	// through the global IP: the NAT table stays in the kernel, the restarted process takes
 	// its Lease back and replaces the table atomically, and the connection carries on.
@@ -326,7 +354,6 @@ func testGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, dir string, gl
 	if err := exchange(); err != nil {
 		t.Fatalf("echo over TCP before the restart: %v", err)
 	}
-	gwNode := l.Network.Clusters[1].Nodes[0]
 	killed := time.Now()
 	killProcess(t, filepath.Join(dir, "pids", lab.GatewayProcessName(gwNode.Name)+".pid"))
 	var slowest time.Duration
@@ -409,8 +436,8 @@ func udpEcho(netns string, addr netip.AddrPort) error {
 
 // exportFromTwoClusters exports the echo Service from the third cluster too (cluster2 already
 // does): cluster1 imports both clusters' global IPs behind one ClusterSet IP, and its pods
-// reach both clusters through it and each by its global IP.
-func exportFromTwoClusters(ctx context.Context, t *testing.T, l *lab.Lab, pods map[string][]xpod, global map[string]netip.Prefix, svc *corev1.Service, setIP netip.Addr) {
+// reach both clusters through it and each by its global IP. It returns cluster3's global IP.
+func exportFromTwoClusters(ctx context.Context, t *testing.T, l *lab.Lab, pods map[string][]xpod, global map[string]netip.Prefix, svc *corev1.Service, setIP netip.Addr) netip.Addr {
 	c1, c2, c3 := l.Members[0], l.Members[1], l.Members[2]
 	mc3 := kubeClient(t, l.Env.Cluster(c3).Kubeconfig)
 	for _, o := range []client.Object{svc.DeepCopy(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Namespace: svc.Namespace}}} {
@@ -483,4 +510,215 @@ func exportFromTwoClusters(ctx context.Context, t *testing.T, l *lab.Lab, pods m
 		return nil
 	})
 	t.Logf("%s -> ClusterSet IP %s:80: answers by cluster %v", src.name, setIP, seen)
+	return ip3
+}
+
+// globalnetFailover stops cluster c's active gateway for good while a pod of cluster1 probes
+// the UDP echo behind c's global IP ip every 10 ms: the standby takes the Lease, holds the same
+// NAT state (the service's global IP in its node's ruleset) and the probes are answered again;
+// the interruption is measured. Then each of c's pods (local) reaches remote (an address of
+// another cluster), those on the stopped gateway's node too: that node keeps the dead
+// process's NAT table, which must translate none of their traffic (it leaves by the LAN, not
+// the tunnel device), or the replies would be refused by the new active gateway.
+func globalnetFailover(ctx context.Context, t *testing.T, l *lab.Lab, c *labnet.ClusterNet, src xpod, ip netip.Addr, local []xpod, remote netip.AddrPort) {
+	cs := clientset(t, l.Env.Cluster(c.Name).Kubeconfig)
+	f := &failoverLab{l: l}
+	active, standby := gatewayRoles(ctx, t, l, c)
+	if ruleset := globalnetRuleset(standby); strings.Contains(ruleset, ip.String()) {
+		t.Fatalf("the standby %s translates %s before the failover (only the active gateway may):\n%s", standby.Name, ip, ruleset)
+	}
+	probe := startUDPProbe(t, src.netns, netip.AddrPortFrom(ip, echoPort))
+	defer probe.stop()
+	probe.waitFlowing(t, 30*time.Second)
+
+	killed := time.Now()
+	if err := l.Env.StopProcess(lab.GatewayProcessName(active.Name), 0); err != nil {
+		t.Fatal(err)
+	}
+	f.waitHolder(ctx, t, cs, standby.Name, 60*time.Second)
+	t.Logf("%s took %s's Lease %.1fs after %s was stopped", standby.Name, c.Name, time.Since(killed).Seconds(), active.Name)
+	waitFor(t, 30*time.Second, "the service's global IP "+ip.String()+" in the NAT of "+standby.Name, func() error {
+		if ruleset := globalnetRuleset(standby); !strings.Contains(ruleset, ip.String()) {
+			return fmt.Errorf("not in the ruleset: %s", ruleset)
+		}
+		return nil
+	})
+	probe.waitAnsweredAfter(t, killed, 90*time.Second)
+	time.Sleep(2 * time.Second)
+	gap, lost, sent := probe.longestGap(killed.Add(-time.Second), time.Now())
+	t.Logf("MEASURED globalnet failover interruption: %.2fs (longest gap between answered 10 ms UDP probes to the global IP %s; %d of %d lost) after %s's active gateway %s was stopped",
+		gap.Seconds(), ip, lost, sent, c.Name, active.Name)
+	// The same takeover as TestGatewayFailover's (3 s there), plus the new gateway's first NAT
+	// apply, which waits for its cache of the member cluster.
+	if gap > 5*time.Second {
+		t.Errorf("the globalnet failover interrupted the data path for %s, want at most 5s", gap)
+	}
+	if !strings.Contains(globalnetRuleset(active), ip.String()) {
+		t.Logf("the stopped gateway's node %s has no NAT table left: the check below proves less than it should", active.Name)
+	}
+	for _, p := range local {
+		waitFor(t, 30*time.Second, fmt.Sprintf("%s (node %s) -> %s", p.name, p.node, remote), func() error {
+			_, err := tryHTTPGet(p.netns, remote)
+			return err
+		})
+		t.Logf("%s on %s reaches %s after the failover", p.name, p.node, remote)
+	}
+}
+
+// gatewayRoles returns cluster c's active gateway node (the Lease holder) and its standby.
+func gatewayRoles(ctx context.Context, t *testing.T, l *lab.Lab, c *labnet.ClusterNet) (active, standby labnet.NodeNet) {
+	t.Helper()
+	f := &failoverLab{l: l}
+	holder := f.waitHolder(ctx, t, clientset(t, l.Env.Cluster(c.Name).Kubeconfig), "", 30*time.Second)
+	for _, n := range c.Nodes {
+		switch {
+		case !n.Gateway:
+		case n.Name == holder:
+			active = n
+		default:
+			standby = n
+		}
+	}
+	if active.Name == "" || standby.Name == "" {
+		t.Fatalf("%s's Lease holder %q, nodes %+v: want an active and a standby gateway", c.Name, holder, c.Nodes)
+	}
+	return active, standby
+}
+
+// globalnetRuleset is the globalnet NAT table of node's namespace, empty if there is none.
+func globalnetRuleset(node labnet.NodeNet) string {
+	out, err := exec.Command("ip", "netns", "exec", node.Netns, "nft", "list", "table", "inet", owner.GlobalnetNFTTable).CombinedOutput()
+	if err != nil {
+		return ""
+	}
+	return string(out)
+}
+
+// globalnetEgressRanges gives namespace "egress" of cluster1 a GlobalEgressIP of its own and
+// its probe pod (by podSelector) another, and checks, through the global IP ip of cluster2's
+// echo Service, the source each pod's requests arrive with: the probe pod its selector's
+// range, the namespace's other pod the namespace's range, other (a pod of namespace default)
+// the cluster's egress range (layout). Deleting the selector's GlobalEgressIP puts the probe pod
+// on the namespace's range.
+func globalnetEgressRanges(ctx context.Context, t *testing.T, l *lab.Lab, ip netip.Addr, layout globalip.Layout, other xpod) {
+	c1 := l.Network.Clusters[0]
+	mc1 := kubeClient(t, l.Env.Cluster(c1.Name).Kubeconfig)
+	const ns = "egress"
+	if err := mc1.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	nsEgress := &v1alpha1.GlobalEgressIP{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "namespace"}, Spec: v1alpha1.GlobalEgressIPSpec{NumberOfIPs: 2}}
+	probeEgress := &v1alpha1.GlobalEgressIP{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe"},
+		Spec: v1alpha1.GlobalEgressIPSpec{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "egress-probe"}}}}
+	worker := c1.Nodes[len(c1.Nodes)-1].Name
+	pods := map[string]*corev1.Pod{}
+	for _, name := range []string{"plain", "probe"} {
+		p := echoPod(name, worker)
+		p.Namespace = ns
+		if name == "probe" {
+			p.Labels = map[string]string{"app": "egress-probe"}
+		}
+		pods[name] = p
+	}
+	for _, o := range []client.Object{nsEgress, probeEgress, pods["plain"], pods["probe"]} {
+		// The namespace's default ServiceAccount, which admission wants for a pod, comes shortly
+		// after the namespace.
+		waitFor(t, 30*time.Second, fmt.Sprintf("creating %T %s", o, o.GetName()), func() error { return mc1.Create(ctx, o) })
+	}
+	allocated := map[string][]string{}
+	for _, g := range []*v1alpha1.GlobalEgressIP{nsEgress, probeEgress} {
+		waitFor(t, time.Minute, "GlobalEgressIP "+g.Name+" allocated", func() error {
+			if err := mc1.Get(ctx, client.ObjectKeyFromObject(g), g); err != nil {
+				return err
+			}
+			if !meta.IsStatusConditionTrue(g.Status.Conditions, v1alpha1.GlobalEgressIPConditionAllocated) || len(g.Status.AllocatedIPs) != int(g.Spec.NumberOfIPs) {
+				return fmt.Errorf("status %+v", g.Status)
+			}
+			allocated[g.Name] = g.Status.AllocatedIPs
+			return nil
+		})
+	}
+	t.Logf("GlobalEgressIPs of namespace %s: %v", ns, allocated)
+	netns := map[string]string{}
+	for name, p := range pods {
+		waitFor(t, 2*time.Minute, "pod "+ns+"/"+name+" ready", func() error {
+			if err := mc1.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
+				return err
+			}
+			if !podReady(p) {
+				return fmt.Errorf("phase %s", p.Status.Phase)
+			}
+			return nil
+		})
+		netns[name] = podNetns(t, l.Network.ID, p)
+	}
+	// source requests ip:80 from netns until the server sees a client address that want accepts.
+	source := func(who, netns string, want func(netip.Addr) bool, what string) {
+		t.Helper()
+		waitFor(t, time.Minute, who+" -> "+ip.String()+":80 seen from "+what, func() error {
+			got, err := tryHTTPGet(netns, netip.AddrPortFrom(ip, 80))
+			if err != nil {
+				return err
+			}
+			_, from, _ := strings.Cut(got, "client=")
+			from, _, _ = strings.Cut(from, " ")
+			a, err := netip.ParseAddrPort(strings.TrimSpace(from))
+			if err != nil || !want(a.Addr()) {
+				return fmt.Errorf("answer %q: client %q", got, from)
+			}
+			t.Logf("%s -> %s:80: the server saw %s (%s)", who, ip, a.Addr(), what)
+			return nil
+		})
+	}
+	in := func(ips []string) func(netip.Addr) bool {
+		return func(a netip.Addr) bool { return slices.Contains(ips, a.String()) }
+	}
+	source(ns+"/probe", netns["probe"], in(allocated["probe"]), "its pod selector's range "+strings.Join(allocated["probe"], ","))
+	source(ns+"/plain", netns["plain"], in(allocated["namespace"]), "its namespace's range "+strings.Join(allocated["namespace"], ","))
+	source("default/"+other.name, other.netns, layout.ClusterEgress.Contains, "the cluster's egress range "+layout.ClusterEgress.String())
+
+	if err := mc1.Delete(ctx, probeEgress); err != nil {
+		t.Fatal(err)
+	}
+	source(ns+"/probe", netns["probe"], in(allocated["namespace"]), "its namespace's range, its selector's GlobalEgressIP deleted")
+}
+
+// resolveInPod looks name up from the pod network namespace netns through the cluster's DNS
+// Service until it has want addresses (sorted), or fails.
+func resolveInPod(ctx context.Context, t *testing.T, c client.Client, netns, name string, want int) []netip.Addr {
+	t.Helper()
+	dns := &corev1.Service{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "kube-dns"}, dns); err != nil {
+		t.Fatalf("the cluster DNS Service: %v", err)
+	}
+	server := net.JoinHostPort(dns.Spec.ClusterIP, "53")
+	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var conn net.Conn
+		err := labnet.InNamespace(netns, func() error {
+			var err error
+			conn, err = (&net.Dialer{}).DialContext(ctx, network, server)
+			return err
+		})
+		return conn, err
+	}}
+	var got []netip.Addr
+	waitFor(t, time.Minute, fmt.Sprintf("%s to resolve to %d addresses from %s", name, want, netns), func() error {
+		lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		addrs, err := r.LookupNetIP(lctx, "ip4", name)
+		if err != nil {
+			return err
+		}
+		got = nil
+		for _, a := range addrs {
+			got = append(got, a.Unmap())
+		}
+		slices.SortFunc(got, netip.Addr.Compare)
+		if len(got) != want {
+			return fmt.Errorf("answer %v", got)
+		}
+		return nil
+	})
+	t.Logf("%s resolves to %v", name, got)
+	return got
 }

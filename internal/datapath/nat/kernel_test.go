@@ -119,6 +119,7 @@ func stateA() State {
 	return State{
 		GlobalCIDRs:   []netip.Prefix{globalA},
 		RemoteCIDRs:   []netip.Prefix{globalB},
+		TunnelDevice:  "wan", // the link to B, standing in for the tunnel
 		ClusterEgress: []ipam.Range{egressA},
 		PodEgress:     []PodEgress{{Pod: clientSpecial, Range: specialEgress}},
 	}
@@ -129,6 +130,7 @@ func stateB() State {
 	return State{
 		GlobalCIDRs:   []netip.Prefix{globalB},
 		RemoteCIDRs:   []netip.Prefix{globalA},
+		TunnelDevice:  "wan",
 		ClusterEgress: []ipam.Range{rng("242.2.0.0", "242.2.0.7")},
 		Services: []Service{{Name: "demo/echo", GlobalIP: echoIP, Ports: []Port{
 			{Protocol: TCP, Port: 80, Endpoints: []netip.AddrPort{netip.AddrPortFrom(server1, 8080), netip.AddrPortFrom(server2, 8080)}},
@@ -542,4 +544,85 @@ func listTable(t testing.TB, ns string) string {
 		t.Fatalf("nft -j list table: %v\n%s", err, out)
 	}
 	return out
+}
+
+// TestKernelUpgradeRemovesStaleObjects starts from a table an older gateway could have left:
+// its base chain's rule uses a map this version no longer has, a chain of its own uses a set,
+// and a verdict map points to another chain of its own. One Apply by a new process must leave
+// exactly the new ruleset (read back from the kernel) and translate.
+func TestKernelUpgradeRemovesStaleObjects(t *testing.T) {
+	topo, gwb := twoClusters(t)
+	old := `table inet ` + owner.GlobalnetNFTTable + ` {
+	map ingress-endpoints-v4 {
+		type ipv4_addr . inet_service : ipv4_addr . inet_service
+	}
+	set egress-namespaces-v4 {
+		type ipv4_addr
+		flags interval
+		elements = { 10.244.1.0/24 }
+	}
+	chain legacy-egress {
+		ip saddr @egress-namespaces-v4 counter
+	}
+	chain legacy-target {
+		counter
+	}
+	map legacy-vmap {
+		type ipv4_addr : verdict
+		elements = { 242.2.0.99 : goto legacy-target }
+	}
+	chain prerouting {
+		type nat hook prerouting priority dstnat - 10; policy accept;
+		dnat ip to ip daddr . tcp dport map @ingress-endpoints-v4
+		ip daddr vmap @legacy-vmap
+		jump legacy-egress
+	}
+}
+`
+	cmd := exec.Command("ip", "netns", "exec", topo.gwb, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(old)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("creating the old-shaped table: %v: %s", err, out)
+	}
+	apply(t, topo.gwb, gwb, stateB())
+	ruleset := listTable(t, topo.gwb)
+	for _, stale := range []string{`"ingress-endpoints-v4"`, "egress-namespaces-v4", "legacy-egress", "legacy-target", "legacy-vmap"} {
+		if strings.Contains(ruleset, stale) {
+			t.Errorf("the kernel's ruleset still holds %s after the upgrade's Apply:\n%s", stale, ruleset)
+		}
+	}
+	if _, err := ask(t, topo.client, "tcp", netip.Addr{}, netip.AddrPortFrom(echoIP, 80)); err != nil {
+		t.Errorf("the service's global IP after the upgrade: %v", err)
+	}
+	// A second process's Apply of the same state finds nothing to remove: the ruleset reads
+	// the same (without handles: rules are rewritten).
+	text := func() string {
+		return tunneltest.Run(t, "ip", "netns", "exec", topo.gwb, "nft", "list", "table", "inet", owner.GlobalnetNFTTable)
+	}
+	before := text()
+	apply(t, topo.gwb, newNAT(t, topo.gwb), stateB())
+	if again := text(); again != before {
+		t.Errorf("a second Apply changed the ruleset:\n%s\nthen:\n%s", before, again)
+	}
+}
+
+// TestKernelEgressOnlyThroughTunnel: egress is translated only for packets that leave through
+// the tunnel device. A's table naming another device (as a table left on a node that is no
+// longer the active gateway does: its traffic leaves by the LAN) translates nothing, so the
+// client's untranslated packets are refused by B; naming the link to B again, it works.
+func TestKernelEgressOnlyThroughTunnel(t *testing.T) {
+	topo := newTopology(t)
+	serve(t, topo.server)
+	apply(t, topo.gwb, newNAT(t, topo.gwb), stateB())
+	gwa := newNAT(t, topo.gwa)
+	elsewhere := stateA()
+	elsewhere.TunnelDevice = "octopus9"
+	apply(t, topo.gwa, gwa, elsewhere)
+	if a, err := ask(t, topo.client, "tcp", netip.Addr{}, netip.AddrPortFrom(echoIP, 80)); err == nil {
+		t.Fatalf("answered %+v with A's egress bound to another device; want no translation, so no answer", a)
+	}
+	apply(t, topo.gwa, gwa, stateA())
+	if a, err := ask(t, topo.client, "tcp", netip.Addr{}, netip.AddrPortFrom(echoIP, 80)); err != nil || !egressA.Contains(a.peer.Addr()) {
+		t.Fatalf("through the tunnel device: %+v, %v; want an answer to an address of %s", a, err, egressA)
+	}
 }

@@ -12,7 +12,7 @@
 //	                                   dnat to @ingress-endpoints-<proto>-v4[daddr . proto . port . numgen random mod k]
 //	                                   (one rule and one map per protocol, tcp, udp and sctp)
 //	                               dnat ip to ip daddr map @ingress-pods-v4        (headless pods, 1:1)
-//	postrouting (nat, srcnat-10)   to @remote-cidrs-v4, not from @global-cidrs-v4:
+//	postrouting (nat, srcnat-10)   out of the tunnel device, to @remote-cidrs-v4, not from @global-cidrs-v4:
 //	                                 snat to @egress-pods-v4[saddr], else to the cluster's egress range
 //	forward     (filter, filter)   to @global-cidrs-v4 and still untranslated: reject
 //
@@ -63,15 +63,17 @@ const (
 // DNAT of a global address must come before any other (kube-proxy's, a CNI's), and our egress
 // SNAT before the node's masquerade rules (kube-proxy's at srcnat, a CNI's or ip-masq-agent's),
 // which would otherwise claim the connection with the node's address.
-var baseChains = []struct {
+var baseChains = []baseChain{
+	{chainPrerouting, knftables.NATType, knftables.PreroutingHook, knftables.DNATPriority + "-10"},
+	{chainPostrouting, knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority + "-10"},
+	{chainForward, knftables.FilterType, knftables.ForwardHook, knftables.FilterPriority},
+}
+
+type baseChain struct {
 	name     string
 	typ      knftables.BaseChainType
 	hook     knftables.BaseChainHook
 	priority knftables.BaseChainPriority
-}{
-	{chainPrerouting, knftables.NATType, knftables.PreroutingHook, knftables.DNATPriority + "-10"},
-	{chainPostrouting, knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority + "-10"},
-	{chainForward, knftables.FilterType, knftables.ForwardHook, knftables.FilterPriority},
 }
 
 // family is what differs between IPv4 and IPv6 in the table: every set, map and rule is built
@@ -156,18 +158,13 @@ func (n *NAT) Apply(ctx context.Context, s State) error {
 	defer n.mu.Unlock()
 	full := n.applied == nil || n.now().Sub(n.lastFull) >= n.fullSyncInterval
 	lbChains := n.lbChains
+	var stale staleObjects
 	if full {
-		// Only a full sync reads the chains from the kernel (to find what an earlier process
+		// Only a full sync reads the table from the kernel (to find what an earlier process
 		// left): listing costs nft a read of the whole table, elements included.
-		names, err := n.nft.List(ctx, "chains")
-		if err != nil && !knftables.IsNotFound(err) {
-			return fmt.Errorf("listing the chains of nftables table %s: %w", owner.GlobalnetNFTTable, err)
-		}
-		lbChains = map[string]bool{}
-		for _, name := range names {
-			if strings.HasPrefix(name, lbChainPrefix) {
-				lbChains[name] = true
-			}
+		var err error
+		if lbChains, stale, err = n.listKernel(ctx, want); err != nil {
+			return err
 		}
 	}
 
@@ -207,6 +204,7 @@ func (n *NAT) Apply(ctx context.Context, s State) error {
 	} else {
 		diffElements(tx, n.applied, want.elements)
 	}
+	stale.remove(tx)
 	orphaned := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(lbChains)) {
 		switch {
@@ -229,6 +227,79 @@ func (n *NAT) Apply(ctx context.Context, s State) error {
 		n.lastFull = n.now()
 	}
 	return nil
+}
+
+// staleObjects are chains, sets and maps of the table that the desired ruleset does not name:
+// what an older version of the gateway built (a renamed map, a chain it no longer has). A table
+// is never recreated to get rid of them (that would drop every translation for a moment), so a
+// full sync deletes them in its transaction.
+type staleObjects struct {
+	chains, sets, maps []string
+}
+
+// remove adds the deletions to tx, after the flushes and adds of the wanted objects: by then the
+// base chains hold only the new rules, so nothing wanted references a stale set or map. A
+// stale chain is emptied first, then the sets and maps its rules (or other stale rules) used go,
+// then the chain itself, which a stale verdict map may have pointed to.
+func (s staleObjects) remove(tx *knftables.Transaction) {
+	for _, name := range s.chains {
+		tx.Flush(&knftables.Chain{Name: name})
+	}
+	for _, name := range s.maps {
+		tx.Delete(&knftables.Map{Name: name})
+	}
+	for _, name := range s.sets {
+		tx.Delete(&knftables.Set{Name: name})
+	}
+	for _, name := range s.chains {
+		tx.Delete(&knftables.Chain{Name: name})
+	}
+}
+
+// listKernel reads the table's chains, sets and maps from the kernel: the load-balancing chains
+// there (Apply keeps deleting unused ones a transaction late), and everything want does not name.
+func (n *NAT) listKernel(ctx context.Context, want *ruleset) (map[string]bool, staleObjects, error) {
+	list := func(what string) ([]string, error) {
+		names, err := n.nft.List(ctx, what)
+		if err != nil && !knftables.IsNotFound(err) {
+			return nil, fmt.Errorf("listing the %s of nftables table %s: %w", what, owner.GlobalnetNFTTable, err)
+		}
+		return names, nil
+	}
+	var stale staleObjects
+	chains, err := list("chains")
+	if err != nil {
+		return nil, stale, err
+	}
+	lbChains := map[string]bool{}
+	for _, name := range chains {
+		switch {
+		case strings.HasPrefix(name, lbChainPrefix):
+			lbChains[name] = true
+		case !slices.ContainsFunc(baseChains, func(c baseChain) bool { return c.name == name }):
+			stale.chains = append(stale.chains, name)
+		}
+	}
+	for _, what := range []string{"sets", "maps"} {
+		names, err := list(what)
+		if err != nil {
+			return nil, stale, err
+		}
+		for _, name := range names {
+			if _, wanted := want.elements[name]; wanted {
+				continue
+			}
+			if what == "sets" {
+				stale.sets = append(stale.sets, name)
+			} else {
+				stale.maps = append(stale.maps, name)
+			}
+		}
+	}
+	slices.Sort(stale.chains)
+	slices.Sort(stale.sets)
+	slices.Sort(stale.maps)
+	return lbChains, stale, nil
 }
 
 // Delete removes the table and with it every translation; a table that is already gone is
@@ -333,7 +404,11 @@ func build(s State) *ruleset {
 	}
 	rule(chainPrerouting, f.proto, "daddr . meta l4proto . th dport vmap", "@", ingressServices)
 	rule(chainPrerouting, "dnat", f.proto, "to", f.proto, "daddr map", "@", ingressPods)
-	egress := []any{f.proto, "daddr", "@", remoteCIDRs, f.proto, "saddr !=", "@", globalCIDRs, "snat", f.proto, "to"}
+	var egress []any
+	if s.TunnelDevice != "" {
+		egress = append(egress, "oifname", strconv.Quote(s.TunnelDevice))
+	}
+	egress = append(egress, f.proto, "daddr", "@", remoteCIDRs, f.proto, "saddr !=", "@", globalCIDRs, "snat", f.proto, "to")
 	rule(chainPostrouting, append(egress, f.proto, "saddr map", "@", egressPods)...)
 	for _, r := range s.ClusterEgress {
 		rule(chainPostrouting, append(egress, r.String())...)

@@ -2,11 +2,8 @@ package nat
 
 import (
 	"context"
-	"flag"
 	"math/rand/v2"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,11 +11,10 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/nat/nattest"
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/ipam"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 var (
 	globalCIDR = netip.MustParsePrefix("242.1.0.0/16")
@@ -44,7 +40,8 @@ func eps(s ...string) []netip.AddrPort {
 // a headless pod.
 func fullState() State {
 	return State{
-		GlobalCIDRs: []netip.Prefix{globalCIDR},
+		GlobalCIDRs:  []netip.Prefix{globalCIDR},
+		TunnelDevice: "octopus0",
 		RemoteCIDRs: []netip.Prefix{
 			netip.MustParsePrefix("242.3.0.0/16"), netip.MustParsePrefix("242.2.0.0/16"),
 			netip.MustParsePrefix("242.3.4.0/24"), // inside 242.3.0.0/16: merged away
@@ -62,39 +59,6 @@ func fullState() State {
 			}},
 		},
 		Pods: []PodIngress{{Name: "demo/kafka-0", GlobalIP: kafkaIP, Pod: netip.MustParseAddr("10.244.2.5")}},
-	}
-}
-
-// sortedDump is the fake's ruleset, one operation a line, with the elements sorted: their
-// order is not part of the contract, while the order of the rules in a chain is (the fake
-// already sorts tables, chains, sets and maps by name).
-func sortedDump(fake *knftables.Fake) string {
-	var objects, elements []string
-	for _, line := range strings.Split(strings.TrimSpace(fake.Dump()), "\n") {
-		if strings.HasPrefix(line, "add element ") {
-			elements = append(elements, line)
-		} else {
-			objects = append(objects, line)
-		}
-	}
-	slices.Sort(elements)
-	return strings.Join(append(objects, elements...), "\n") + "\n"
-}
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run `go test -run %s -update` to create it)", err, t.Name())
-	}
-	if got != string(want) {
-		t.Fatalf("ruleset differs from %s:\n--- got\n%s--- want\n%s", path, got, want)
 	}
 }
 
@@ -118,16 +82,16 @@ func TestApplyGolden(t *testing.T) {
 			if err := n.Apply(ctx, tt.state); err != nil {
 				t.Fatal(err)
 			}
-			golden(t, tt.name, sortedDump(fake))
+			nattest.Golden(t, tt.name, nattest.Dump(fake))
 			// Applying it again, and from a new process that knows nothing, changes nothing.
-			before := sortedDump(fake)
+			before := nattest.Dump(fake)
 			if err := n.Apply(ctx, tt.state); err != nil {
 				t.Fatal(err)
 			}
 			if err := NewWith(fake, Options{}).Apply(ctx, tt.state); err != nil {
 				t.Fatal(err)
 			}
-			if after := sortedDump(fake); after != before {
+			if after := nattest.Dump(fake); after != before {
 				t.Fatalf("re-applying changed the ruleset:\n%s", after)
 			}
 		})
@@ -173,7 +137,7 @@ func TestApplyTransitions(t *testing.T) {
 		if err := fresh.Apply(ctx, states[name]); err != nil {
 			t.Fatal(err)
 		}
-		if got, want := sortedDump(fake), sortedDump(wantFake); got != want {
+		if got, want := nattest.Dump(fake), nattest.Dump(wantFake); got != want {
 			t.Fatalf("round %d, %s: incremental result differs from a full apply:\n--- got\n%s--- want\n%s", round, name, got, want)
 		}
 	}
@@ -227,14 +191,14 @@ func TestInvalidStateIsRefusedBeforeTheKernel(t *testing.T) {
 			if err := n.Apply(ctx, fullState()); err != nil {
 				t.Fatal(err)
 			}
-			before := sortedDump(fake)
+			before := nattest.Dump(fake)
 			s := fullState()
 			tt.modify(&s)
 			err := n.Apply(ctx, s)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Apply: %v; want an error containing %q", err, tt.want)
 			}
-			if sortedDump(fake) != before {
+			if nattest.Dump(fake) != before {
 				t.Fatal("a refused state changed the ruleset")
 			}
 		})
@@ -251,7 +215,7 @@ func TestFullSyncRepairs(t *testing.T) {
 	if err := n.Apply(ctx, fullState()); err != nil {
 		t.Fatal(err)
 	}
-	want := sortedDump(fake)
+	want := nattest.Dump(fake)
 	tamper := func() {
 		tx := fake.NewTransaction()
 		tx.Delete(&knftables.Element{Map: "ingress-pods-v4", Key: []string{kafkaIP.String()}})
@@ -265,7 +229,7 @@ func TestFullSyncRepairs(t *testing.T) {
 	if err := n.Apply(ctx, fullState()); err != nil {
 		t.Fatal(err)
 	}
-	if sortedDump(fake) == want {
+	if nattest.Dump(fake) == want {
 		t.Fatal("expected the incremental Apply not to notice (else this test proves nothing)")
 	}
 	// ...the periodic full one does.
@@ -273,7 +237,7 @@ func TestFullSyncRepairs(t *testing.T) {
 	if err := n.Apply(ctx, fullState()); err != nil {
 		t.Fatal(err)
 	}
-	if got := sortedDump(fake); got != want {
+	if got := nattest.Dump(fake); got != want {
 		t.Fatalf("full sync did not repair:\n%s", got)
 	}
 
@@ -288,7 +252,7 @@ func TestFullSyncRepairs(t *testing.T) {
 	if err := n.Apply(ctx, fullState()); err != nil {
 		t.Fatal(err)
 	}
-	if got := sortedDump(fake); got != want {
+	if got := nattest.Dump(fake); got != want {
 		t.Fatalf("the Apply after a failure did not repair:\n%s", got)
 	}
 }

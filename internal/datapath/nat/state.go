@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/octopus-mcs/octopus/internal/ipam"
 )
@@ -36,6 +37,13 @@ type State struct {
 	// cannot route the overlapping addresses of this one either. They must not overlap
 	// GlobalCIDRs; nested or repeated ones are merged.
 	RemoteCIDRs []netip.Prefix
+	// TunnelDevice is the gateway's tunnel link: egress is translated only for packets leaving
+	// through it. A node that is no longer the active gateway routes its pods' traffic to the
+	// active one over its LAN, untranslated; so a table left there by a gateway process that
+	// died (it could not delete it) translates none of that traffic, whose replies would
+	// otherwise reach the active gateway with no connection to reverse and be refused.
+	// Optional: empty translates whatever interface the packet leaves by.
+	TunnelDevice string
 	// ClusterEgress is the range the cluster's traffic to RemoteCIDRs leaves with, at most one
 	// per IP family, within GlobalCIDRs. Without one, only PodEgress sources are translated.
 	ClusterEgress []ipam.Range
@@ -117,6 +125,11 @@ func normalize(s State) (State, error) {
 		}
 	}
 	out.RemoteCIDRs = mergePrefixes(s.RemoteCIDRs)
+	// An interface name is at most 15 bytes (IFNAMSIZ), and quoted in the rule.
+	if d := s.TunnelDevice; len(d) > 15 || strings.ContainsAny(d, "\"\\ \t\n") {
+		errs = append(errs, fmt.Errorf("tunnel device %q: not an interface name", d))
+	}
+	out.TunnelDevice = s.TunnelDevice
 	for _, r := range s.ClusterEgress {
 		if err := r.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("cluster egress: %w", err))
