@@ -69,8 +69,8 @@ func TestRender(t *testing.T) {
 image: {repository: registry.example.org/octopus, tag: v1.2.3}
 config: {OCTOPUS_HEARTBEAT_INTERVAL: 5s}
 controller: {replicas: 3}
-gateway: {nodeSelector: {octopus.io/gateway: null, node-role.example.org/edge: ""}, backend: vxlan}
-routeAgent: {tolerations: []}
+gateway: {nodeSelector: {octopus.io/gateway: null, node-role.example.org/edge: ""}, backend: vxlan, extraArgs: [--lease-duration=6s, --device=og-edge]}
+routeAgent: {tolerations: [], healthPort: 19478, extraArgs: [--resync-interval=10s]}
 `},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -130,6 +130,8 @@ func TestValuesAreChecked(t *testing.T) {
 		{name: "replicas as a string", chart: charts.Member, values: `controller: {replicas: "two"}`, want: []string{"/controller/replicas", "integer"}},
 		{name: "unknown backend", chart: charts.Member, values: `gateway: {backend: ipsec}`, want: []string{"/gateway/backend"}},
 		{name: "node selector as a list", chart: charts.Member, values: `gateway: {nodeSelector: [a]}`, want: []string{"/gateway/nodeSelector", "object"}},
+		{name: "extra argument not a flag", chart: charts.Member, values: `gateway: {extraArgs: ["lease-duration 6s"]}`, want: []string{"/gateway/extraArgs/0"}},
+		{name: "health port out of range", chart: charts.Member, values: `routeAgent: {healthPort: 70000}`, want: []string{"/routeAgent/healthPort"}},
 		{name: "misspelt key", chart: charts.Member, values: `controler: {replicas: 1}`, want: []string{"controler"}},
 		{name: "hub takes no values", chart: charts.Hub, values: `namespace: x`, want: []string{"namespace"}},
 		{name: "member in another namespace", chart: charts.Member, namespace: "default", want: []string{"octopus-system", "default"}},
