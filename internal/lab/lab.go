@@ -236,10 +236,7 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		}); err != nil {
 			return l, fmt.Errorf("joining %s: %w", name, err)
 		}
-		if err := startAgent(opts, env, cp); err != nil {
-			return l, err
-		}
-		if err := startGateways(opts, env, cp, *plan.Cluster(name)); err != nil {
+		if err := startComponents(ctx, opts, env, cp, *plan.Cluster(name)); err != nil {
 			return l, err
 		}
 		l.Members = append(l.Members, name)
@@ -262,9 +259,15 @@ func startAgent(opts Options, env *controlplane.Environment, cp *controlplane.Co
 		Binary: binary,
 		// The lab's agents share the host's network namespace, where the default metrics
 		// port can be bound only once.
-		Args: []string{"controller", "--kubeconfig", cp.Kubeconfig, "--metrics-bind-address", "0",
-			"--heartbeat-interval", opts.HeartbeatInterval.String(), "--lease-duration", (3 * opts.HeartbeatInterval).String()},
+		Args: append([]string{"controller", "--kubeconfig", cp.Kubeconfig, "--metrics-bind-address", "0"}, controllerSettings(opts)...),
 	})
+}
+
+// controllerSettings are the flags the lab gives the cluster's controller, as a process
+// (startAgent) or as the member chart's Deployment (chartValues): a short heartbeat, so the
+// demo shows live state, and a Lease that outlives three of them.
+func controllerSettings(opts Options) []string {
+	return []string{"--heartbeat-interval=" + opts.HeartbeatInterval.String(), "--lease-duration=" + (3 * opts.HeartbeatInterval).String()}
 }
 
 // Stop ends the node heartbeats and the pods (processes killed, pod namespaces deleted), then
