@@ -15,11 +15,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/charts"
@@ -101,15 +103,17 @@ func checkMemberChart(ctx context.Context, t *testing.T, cs kubernetes.Interface
 // TestMemberChartLab brings up a lab of real nodes (a hub and two clusters, two gateway nodes
 // and a worker each) whose components the lab installs with the member chart, and checks on
 // it what issue 16 asks of the chart-installed components:
-//   - pods: in each cluster `kubectl get pods -n octopus-system` shows the controller replicas,
-//     a gateway on each labelled node only and a route agent on every node, all Running and
-//     Ready (the route agents' readiness says their routes are applied);
+//   - pods: in each cluster `kubectl get pods -n octopus-system` shows the controller and
+//     octopus-dns replicas, a gateway on each labelled node only and a route agent on every
+//     node, all Running and Ready (the route agents' readiness says their routes are applied);
 //   - verify: `octopus verify` passes pod → pod, pod → ClusterSet IP and DNS both ways through them;
 //   - gateway container killed: SIGKILL of the active gateway pod's process (the kubelet
 //     restarts the container, which stands by) fails over like a process does; the
 //     interruption is measured;
 //   - relabel: taking the label off the active gateway's node removes its pod and the gateway
-//     moves to the other labelled node; labelling it again brings a pod back.
+//     moves to the other labelled node; labelling it again brings a pod back;
+//   - leave: `octopus leave` of cluster2 uninstalls the chart (octopus-dns included) and leaves
+//     nothing in the cluster or on the hub.
 func TestMemberChartLab(t *testing.T) {
 	testenv.LabNetwork(t)
 	binDir := testenv.BinDir(t)
@@ -131,7 +135,13 @@ func TestMemberChartLab(t *testing.T) {
 			kubeconfig := f.l.Env.Cluster(c.Name).Kubeconfig
 			out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "get", "pods", "-n", v1alpha1.SystemNamespace, "-o", "wide").CombinedOutput()
 			t.Logf("%s: kubectl get pods -n %s -o wide: %v\n%s", c.Name, v1alpha1.SystemNamespace, err, out)
-			checkChartPods(ctx, t, clientset(t, kubeconfig), c)
+			cs := clientset(t, kubeconfig)
+			checkChartPods(ctx, t, cs, c)
+			// octopus-dns is the chart's: join left it out, uninstall removes it.
+			dns, err := cs.AppsV1().Deployments(v1alpha1.SystemNamespace).Get(ctx, "octopus-dns", metav1.GetOptions{})
+			if err != nil || dns.Annotations["meta.helm.sh/release-name"] != charts.Member {
+				t.Errorf("%s: the octopus-dns Deployment (%v) is not release %s's", c.Name, err, charts.Member)
+			}
 		}
 	})
 	if t.Failed() {
@@ -189,11 +199,62 @@ func TestMemberChartLab(t *testing.T) {
 		t.Logf("labelled again: %s runs a gateway pod (standing by)", node)
 		checkChartPods(ctx, t, f.cs1, *f.c1)
 	})
+	if t.Failed() {
+		return
+	}
+	t.Run("leave", func(t *testing.T) {
+		start := time.Now()
+		kubeconfig := f.l.Env.Cluster(f.c2.Name).Kubeconfig
+		if out, err := exec.CommandContext(ctx, bins["octopus"], "leave", "--kubeconfig", kubeconfig).CombinedOutput(); err != nil {
+			t.Fatalf("octopus leave: %v\n%s", err, out)
+		}
+		t.Logf("octopus leave of %s took %.1fs", f.c2.Name, time.Since(start).Seconds())
+		checkLeftNothing(ctx, t, f.cs2, f.hub, f.c2.Name)
+	})
 }
 
-// checkChartPods checks the member chart's pods of cluster c: both controller replicas, a
-// gateway on each node with labnet.GatewayLabel and on no other, a route agent on every node,
-// all Running and Ready.
+// checkLeftNothing checks that cluster, after leave, keeps none of the member chart's pods or
+// cluster-scoped objects (Octopus's ClusterRoles, octopus-dns's included) and that the hub
+// keeps neither its Cluster nor its Peer.
+func checkLeftNothing(ctx context.Context, t *testing.T, cs kubernetes.Interface, hub client.Client, cluster string) {
+	t.Helper()
+	waitFor(t, 2*time.Minute, cluster+"'s namespace "+v1alpha1.SystemNamespace+" and its pods to go", func() error {
+		pods, err := cs.CoreV1().Pods(v1alpha1.SystemNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) > 0 {
+			return fmt.Errorf("%d pods left, %s among them", len(pods.Items), pods.Items[0].Name)
+		}
+		ns, err := cs.CoreV1().Namespaces().Get(ctx, v1alpha1.SystemNamespace, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			return fmt.Errorf("namespace still there (%s)", ns.Status.Phase)
+		case !apierrors.IsNotFound(err):
+			return err
+		}
+		return nil
+	})
+	roles, err := cs.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range roles.Items {
+		if strings.HasPrefix(r.Name, "octopus-") {
+			t.Errorf("%s keeps ClusterRole %s after leave", cluster, r.Name)
+		}
+	}
+	for _, obj := range []client.Object{&v1alpha1.Cluster{}, &v1alpha1.Peer{}} {
+		err := hub.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: cluster}, obj)
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("the hub keeps %T %s after leave: %v", obj, cluster, err)
+		}
+	}
+}
+
+// checkChartPods checks the member chart's pods of cluster c: both controller and both
+// octopus-dns replicas, a gateway on each node with labnet.GatewayLabel and on no other, a
+// route agent on every node, all Running and Ready.
 func checkChartPods(ctx context.Context, t *testing.T, cs kubernetes.Interface, c labnet.ClusterNet) {
 	t.Helper()
 	var gateways, all []string
@@ -203,7 +264,7 @@ func checkChartPods(ctx context.Context, t *testing.T, cs kubernetes.Interface, 
 			gateways = append(gateways, n.Name)
 		}
 	}
-	want := map[string][]string{"octopus-controller": nil, "octopus-gateway": gateways, "octopus-route-agent": all}
+	want := map[string][]string{"octopus-controller": nil, "octopus-dns": nil, "octopus-gateway": gateways, "octopus-route-agent": all}
 	for app, nodes := range want {
 		pods, err := cs.CoreV1().Pods(v1alpha1.SystemNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + app})
 		if err != nil {
@@ -218,9 +279,9 @@ func checkChartPods(ctx context.Context, t *testing.T, cs kubernetes.Interface, 
 		}
 		slices.Sort(on)
 		switch {
-		case app == "octopus-controller" && len(on) != 2:
-			t.Errorf("%s: controller pods on %v, want 2", c.Name, on)
-		case app != "octopus-controller" && !slices.Equal(on, nodes):
+		case nodes == nil && len(on) != 2:
+			t.Errorf("%s: %s pods on %v, want 2", c.Name, app, on)
+		case nodes != nil && !slices.Equal(on, nodes):
 			t.Errorf("%s: %s pods on %v, want one on each of %v", c.Name, app, on, nodes)
 		}
 	}

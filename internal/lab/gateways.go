@@ -14,6 +14,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/charts"
+	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/images"
@@ -117,7 +118,7 @@ func installMemberChart(ctx context.Context, opts Options, cp *controlplane.Cont
 			return fmt.Errorf("giving gateway node %s its endpoint address: %w", n.Name, err)
 		}
 	}
-	p.Step("%s: installing chart %s (controller, gateways on the %d nodes labelled %s=true, route agents on all %d) and waiting for its pods",
+	p.Step("%s: installing chart %s (controller, gateways on the %d nodes labelled %s=true, route agents on all %d, octopus-dns) and waiting for its pods",
 		cp.Name, charts.Member, gateways, labnet.GatewayLabel, len(c.Nodes))
 	_, err = release.Install(ctx, cp.RESTConfig(), release.Options{
 		Chart: charts.Member, Namespace: v1alpha1.SystemNamespace, AppVersion: version.Version,
@@ -128,7 +129,7 @@ func installMemberChart(ctx context.Context, opts Options, cp *controlplane.Cont
 			cp.Name, v1alpha1.SystemNamespace, err)
 	}
 	p.Done(start, "%s: the member chart's pods are ready", cp.Name)
-	return nil
+	return cluster.ForwardDNS(ctx, cp.RESTConfig(), p)
 }
 
 // chartValues are the member chart's values for the lab's cluster: the settings the lab gives

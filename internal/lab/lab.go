@@ -232,7 +232,7 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		cp := env.Cluster(name)
 		if _, err := cluster.Join(ctx, cp.RESTConfig(), cluster.JoinOptions{
 			BrokerInfo: info, ClusterID: name, PodCIDRs: []string{cp.PodCIDR.String()}, Progress: p,
-			Addressing: addressing, Topology: opts.Topology,
+			Addressing: addressing, Topology: opts.Topology, DNSByChart: chartsOnNodes(opts),
 		}); err != nil {
 			return l, fmt.Errorf("joining %s: %w", name, err)
 		}
