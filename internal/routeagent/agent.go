@@ -81,7 +81,8 @@ func Run(ctx context.Context, o Options) error {
 	h := newHealth()
 	if o.HealthListener != nil {
 		srvCtx, stop := context.WithCancel(ctx)
-		wait := serveHealth(srvCtx, o.HealthListener, h, o.Log)
+		// A failure to serve is logged: the kubelet's probes then fail and restart the agent.
+		wait := metricsserver.ServeHTTP(srvCtx, o.HealthListener, h.handler(), "health probes (/healthz, /readyz)", o.Log)
 		defer wait()
 		defer stop()
 	}

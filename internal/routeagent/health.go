@@ -1,15 +1,10 @@
 package routeagent
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"sync/atomic"
-	"time"
-
-	"github.com/go-logr/logr"
 )
 
 // DefaultHealthPort is where `octopus-agent route-agent` answers its probes (/healthz,
@@ -52,26 +47,4 @@ func (h *health) handler() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	return mux
-}
-
-// serveHealth serves h's probes on l until ctx is done, then closes l; wait returns once the
-// server stopped. A failure to serve is logged: the kubelet's probes then fail and restart the
-// agent, which is what they are for.
-func serveHealth(ctx context.Context, l net.Listener, h *health, log logr.Logger) (wait func()) {
-	srv := &http.Server{Handler: h.handler(), ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		log.Info("Serving health probes", "address", l.Addr().String(), "paths", "/healthz /readyz")
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error(err, "Serving health probes stopped", "address", l.Addr().String())
-		}
-	}()
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
-	return func() { <-done }
 }
