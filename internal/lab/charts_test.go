@@ -1,16 +1,13 @@
 package lab_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -159,9 +156,8 @@ func TestMemberChartLab(t *testing.T) {
 	t.Run("gateway container killed", func(t *testing.T) {
 		node := f.active.Name
 		f.measureGatewayKill(ctx, t, "SIGKILL of the active gateway pod's process", func() {
-			pid := gatewayContainerPID(t, node)
-			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-				t.Fatalf("killing the gateway container's process %d on %s: %v", pid, node, err)
+			if err := f.l.KillGateway(ctx, node); err != nil {
+				t.Fatal(err)
 			}
 		})
 		// The kubelet restarts the container, which stands by: the node keeps a gateway.
@@ -182,7 +178,7 @@ func TestMemberChartLab(t *testing.T) {
 		unlabelled := time.Now()
 		setGatewayLabel(ctx, t, f.cs1, node, false)
 		waitFor(t, 2*time.Minute, "the gateway pod to leave "+node, func() error {
-			if p := gatewayPod(ctx, t, f.cs1, node); p != nil {
+			if p, err := lab.GatewayPod(ctx, f.cs1, node); err == nil {
 				return fmt.Errorf("pod %s still there", p.Name)
 			}
 			return nil
@@ -287,58 +283,17 @@ func checkChartPods(ctx context.Context, t *testing.T, cs kubernetes.Interface, 
 	}
 }
 
-// gatewayContainerPID finds the process of the gateway container on node: `octopus-agent
-// gateway` with NODE_NAME=node in its environment, as the chart sets it (the hub's gateways,
-// processes of the lab, have no NODE_NAME).
-func gatewayContainerPID(t *testing.T, node string) int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !bytes.HasPrefix(cmdline, []byte("octopus-agent\x00gateway\x00")) {
-			continue
-		}
-		environ, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err == nil && slices.Contains(strings.Split(string(environ), "\x00"), "NODE_NAME="+node) {
-			return pid
-		}
-	}
-	t.Fatalf("no gateway container process on %s", node)
-	return 0
-}
-
-// gatewayPod returns the gateway pod on node that is not being deleted, or nil.
-func gatewayPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, node string) *corev1.Pod {
-	t.Helper()
-	pods, err := cs.CoreV1().Pods(v1alpha1.SystemNamespace).List(ctx, metav1.ListOptions{
-		LabelSelector: "app.kubernetes.io/name=octopus-gateway", FieldSelector: "spec.nodeName=" + node,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp == nil {
-			return &p
-		}
-	}
-	return nil
-}
-
 // waitGatewayPod waits until node's gateway pod satisfies ok and returns it.
 func waitGatewayPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, node string, ok func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
 	var pod *corev1.Pod
 	waitFor(t, 2*time.Minute, "the gateway pod on "+node, func() error {
-		pod = gatewayPod(ctx, t, cs, node)
-		if pod == nil || len(pod.Status.ContainerStatuses) == 0 || !ok(pod) {
-			return fmt.Errorf("pod %+v", pod)
+		var err error
+		if pod, err = lab.GatewayPod(ctx, cs, node); err != nil {
+			return err
+		}
+		if len(pod.Status.ContainerStatuses) == 0 || !ok(pod) {
+			return fmt.Errorf("pod %s: %s, containers %+v", pod.Name, pod.Status.Phase, pod.Status.ContainerStatuses)
 		}
 		return nil
 	})

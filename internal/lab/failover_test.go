@@ -265,14 +265,19 @@ func (f *failoverLab) nodeCutOff(ctx context.Context, t *testing.T) {
 // gatewayKilled kills cluster1's active gateway process for good and measures the
 // interruption.
 func (f *failoverLab) gatewayKilled(ctx context.Context, t *testing.T) {
-	f.measureGatewayKill(ctx, t, "SIGKILL of the active gateway process", func() {
-		if err := f.l.Env.StopProcess(lab.GatewayProcessName(f.active.Name), 0); err != nil {
+	f.measureGatewayKill(ctx, t, "SIGKILL of the active gateway for good", func() {
+		if err := f.l.StopGateway(ctx, f.active.Name); err != nil {
 			t.Fatal(err)
 		}
 	})
-	// The killed gateway stays dead: StopProcess does not let the supervisor restart it.
+	// The killed gateway stays dead: StopGateway lets neither the supervisor nor the
+	// DaemonSet bring it back.
 	time.Sleep(2 * time.Second)
-	if _, err := os.Stat(filepath.Join(f.dir, "pids", lab.GatewayProcessName(f.active.Name)+".pid")); !errors.Is(err, os.ErrNotExist) {
+	if f.l.Charts() {
+		if p, err := lab.GatewayPod(ctx, f.cs1, f.active.Name); err == nil {
+			t.Fatalf("the stopped gateway on %s has a pod again: %s", f.active.Name, p.Name)
+		}
+	} else if _, err := os.Stat(filepath.Join(f.dir, "pids", lab.GatewayProcessName(f.active.Name)+".pid")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the stopped gateway on %s has a pidfile (restarted?): %v", f.active.Name, err)
 	}
 	f.active, f.standby = f.standby, labnet.NodeNet{}

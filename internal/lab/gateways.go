@@ -4,13 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/charts"
@@ -19,6 +26,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/images"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+	"github.com/octopus-mcs/octopus/internal/lab/realnode"
 	"github.com/octopus-mcs/octopus/internal/release"
 	"github.com/octopus-mcs/octopus/internal/version"
 )
@@ -148,6 +156,110 @@ func toAny(args []string) []any {
 		out[i] = a
 	}
 	return out
+}
+
+// Charts reports whether the member clusters' components run as the member chart's pods
+// (real nodes with the project's image) rather than as the lab's supervised processes.
+func (l *Lab) Charts() bool { return l.charts }
+
+// KillGateway SIGKILLs the gateway of a member cluster's node, as a crash: its supervisor
+// restarts it, the lab's for a process (GatewayProcessName) and the kubelet for the container
+// of a chart's pod, and the restarted gateway stands by if another took the Lease meanwhile.
+func (l *Lab) KillGateway(ctx context.Context, node string) error {
+	if !l.charts {
+		pidfile := filepath.Join(l.Env.Dir, "pids", GatewayProcessName(node)+".pid")
+		b, err := os.ReadFile(pidfile)
+		if err != nil {
+			return fmt.Errorf("the gateway process of %s: %w", node, err)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			return fmt.Errorf("pidfile %s: %w", pidfile, err)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			return fmt.Errorf("killing the gateway process of %s (pid %d): %w", node, pid, err)
+		}
+		return nil
+	}
+	c, err := l.nodeClient(node)
+	if err != nil {
+		return err
+	}
+	pod, err := GatewayPod(ctx, c, node)
+	if err != nil {
+		return err
+	}
+	pids, err := realnode.PodProcesses(l.Network.ID, string(pod.UID))
+	if err != nil {
+		return fmt.Errorf("the processes of gateway pod %s: %w", pod.Name, err)
+	}
+	for _, pid := range pids {
+		// The pod's cgroups also hold its sandbox's pause process, whose death would
+		// recreate the whole pod rather than restart the container.
+		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err != nil || strings.TrimSpace(string(comm)) != "octopus-agent" {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			return fmt.Errorf("killing the gateway of pod %s (pid %d): %w", pod.Name, pid, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("gateway pod %s on %s has no octopus-agent process (pids %v)", pod.Name, node, pids)
+}
+
+// StopGateway stops the gateway of a member cluster's node for good, as when the node is no
+// longer a gateway: the lab's supervised process is stopped without a restart, or, for the
+// chart's pods, the node loses labnet.GatewayLabel (so the DaemonSet does not bring it back)
+// and its pod is deleted with no grace period (SIGKILL, as for the process).
+func (l *Lab) StopGateway(ctx context.Context, node string) error {
+	if !l.charts {
+		return l.Env.StopProcess(GatewayProcessName(node), 0)
+	}
+	c, err := l.nodeClient(node)
+	if err != nil {
+		return err
+	}
+	patch := []byte(`{"metadata":{"labels":{"` + labnet.GatewayLabel + `":null}}}`)
+	if _, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("taking %s off node %s: %w", labnet.GatewayLabel, node, err)
+	}
+	pod, err := GatewayPod(ctx, c, node)
+	if err != nil {
+		return err
+	}
+	err = c.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting gateway pod %s: %w", pod.Name, err)
+	}
+	return nil
+}
+
+// nodeClient is a client of the member cluster that node belongs to.
+func (l *Lab) nodeClient(node string) (kubernetes.Interface, error) {
+	for _, c := range l.Network.Clusters {
+		for _, n := range c.Nodes {
+			if n.Name == node {
+				return kubernetes.NewForConfig(l.Env.Cluster(c.Name).RESTConfig())
+			}
+		}
+	}
+	return nil, fmt.Errorf("no member cluster has a node %s", node)
+}
+
+// GatewayPod is the member chart's gateway pod on node that is not being deleted.
+func GatewayPod(ctx context.Context, c kubernetes.Interface, node string) (*corev1.Pod, error) {
+	pods, err := c.CoreV1().Pods(v1alpha1.SystemNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/name=octopus-gateway", FieldSelector: "spec.nodeName=" + node,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing the gateway pods of %s: %w", node, err)
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			return &p, nil
+		}
+	}
+	return nil, fmt.Errorf("node %s runs no gateway pod", node)
 }
 
 // startGateways runs, in a joined cluster, `octopus-agent gateway` in each gateway node's

@@ -99,6 +99,9 @@ type Lab struct {
 	// Network names every namespace, link and address of the lab (see labnet.Plan).
 	Network labnet.Plan
 	nodes   *nodeAgents
+	// charts says the member clusters' components are the member chart's pods
+	// (chartsOnNodes), not processes.
+	charts bool
 	// lock says the lab runs (labnet.Lock) until Stop.
 	lock *os.File
 }
@@ -193,7 +196,7 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	if err != nil {
 		return nil, errors.Join(err, labnet.Teardown(id))
 	}
-	l = &Lab{Env: env, BrokerInfo: filepath.Join(dir, "broker-info"), Network: plan, lock: lock}
+	l = &Lab{Env: env, BrokerInfo: filepath.Join(dir, "broker-info"), Network: plan, lock: lock, charts: chartsOnNodes(opts)}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, l.Stop())

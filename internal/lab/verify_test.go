@@ -65,7 +65,7 @@ func TestVerify(t *testing.T) {
 			gw = n.Name
 		}
 	}
-	if err := l.Env.StopProcess(lab.GatewayProcessName(gw), 0); err != nil {
+	if err := l.StopGateway(ctx, gw); err != nil {
 		t.Fatalf("stopping the gateway on %s: %v", gw, err)
 	}
 	t.Logf("stopped the gateway of %s on %s", c1, gw)
