@@ -265,7 +265,11 @@ func (f *failoverLab) nodeCutOff(ctx context.Context, t *testing.T) {
 // gatewayKilled kills cluster1's active gateway process for good and measures the
 // interruption.
 func (f *failoverLab) gatewayKilled(ctx context.Context, t *testing.T) {
-	f.measureGatewayKill(ctx, t, "SIGKILL of the active gateway for good", func() {
+	what := "SIGKILL of the active gateway process for good"
+	if f.l.Charts() {
+		what = "the active gateway node unlabelled and its pod deleted (the kubelet's SIGTERM)"
+	}
+	f.measureGatewayKill(ctx, t, what, func() {
 		if err := f.l.StopGateway(ctx, f.active.Name); err != nil {
 			t.Fatal(err)
 		}

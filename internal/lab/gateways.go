@@ -208,9 +208,11 @@ func (l *Lab) KillGateway(ctx context.Context, node string) error {
 }
 
 // StopGateway stops the gateway of a member cluster's node for good, as when the node is no
-// longer a gateway: the lab's supervised process is stopped without a restart, or, for the
+// longer a gateway: the lab's supervised process is killed without a restart, or, for the
 // chart's pods, the node loses labnet.GatewayLabel (so the DaemonSet does not bring it back)
-// and its pod is deleted with no grace period (SIGKILL, as for the process).
+// and its pod is deleted with no grace period. The kubelet still stops that container with
+// SIGTERM first, so a pod's gateway exits cleanly, giving its Lease up, where a process dies
+// at once; KillGateway is the crash.
 func (l *Lab) StopGateway(ctx context.Context, node string) error {
 	if !l.charts {
 		return l.Env.StopProcess(GatewayProcessName(node), 0)
