@@ -132,6 +132,8 @@ func TestValuesAreChecked(t *testing.T) {
 		{name: "replicas as a string", chart: charts.Member, values: `controller: {replicas: "two"}`, want: []string{"/controller/replicas", "integer"}},
 		{name: "unknown backend", chart: charts.Member, values: `gateway: {backend: ipsec}`, want: []string{"/gateway/backend"}},
 		{name: "node selector as a list", chart: charts.Member, values: `gateway: {nodeSelector: [a]}`, want: []string{"/gateway/nodeSelector", "object"}},
+		{name: "extra argument not a flag", chart: charts.Member, values: `gateway: {extraArgs: ["lease-duration 6s"]}`, want: []string{"/gateway/extraArgs/0"}},
+		{name: "health port out of range", chart: charts.Member, values: `routeAgent: {healthPort: 70000}`, want: []string{"/routeAgent/healthPort"}},
 		{name: "misspelt key", chart: charts.Member, values: `controler: {replicas: 1}`, want: []string{"controler"}},
 		{name: "hub: misspelt key", chart: charts.Hub, values: `namespace: x`, want: []string{"namespace"}},
 		{name: "hub: port as a string", chart: charts.Hub, values: `gateway: {listenPort: "4500"}`, want: []string{"/gateway/listenPort", "integer"}},

@@ -70,6 +70,12 @@ const (
 	ClusterLabel = "octopus.io/cluster"
 )
 
+// EndpointIPAnnotation on a gateway Node names the address other clusters' gateways tunnel to
+// when it is neither of the Node's addresses (a NATed or second interface): a gateway DaemonSet
+// has one set of flags for every node, so a per-node endpoint comes from the Node. The
+// gateway's --endpoint-ip flag wins over it.
+const EndpointIPAnnotation = "octopus.io/endpoint-ip"
+
 // Labels and annotations of exported services on the hub. The MCS labels
 // multicluster.kubernetes.io/service-name and multicluster.kubernetes.io/source-cluster name the
 // service and its cluster; the namespace needs a label of its own because the hub keeps every

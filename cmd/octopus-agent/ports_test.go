@@ -17,6 +17,7 @@ func TestNodePortsDiffer(t *testing.T) {
 		"gateway metrics":     gateway.DefaultMetricsPort,
 		"gateway liveness":    gateway.DefaultLivenessPort,
 		"route agent metrics": routeagent.DefaultMetricsPort,
+		"route agent health":  routeagent.DefaultHealthPort,
 		"controller metrics":  agent.DefaultMetricsPort,
 	}
 	seen := map[int]string{}

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -20,6 +21,7 @@ type routeAgentOptions struct {
 	nodeName       string
 	resyncInterval time.Duration
 	metricsAddr    string
+	healthAddr     string
 }
 
 func newRouteAgentCommand() *cobra.Command {
@@ -45,9 +47,18 @@ It needs no hub credential. It runs until SIGTERM or SIGINT and leaves its route
 			if err != nil {
 				return err
 			}
+			var health net.Listener
+			if o.healthAddr != "0" && o.healthAddr != "" {
+				if health, err = net.Listen("tcp", o.healthAddr); err != nil {
+					if metrics != nil {
+						_ = metrics.Close()
+					}
+					return fmt.Errorf("listening for health probes: %w (pick another address with --health-probe-bind-address, or \"0\" to turn the probes off)", err)
+				}
+			}
 			return routeagent.Run(ctrl.SetupSignalHandler(), routeagent.Options{
 				Member: member, NodeName: o.nodeName, ResyncInterval: o.resyncInterval, Log: ctrl.Log.WithName("route-agent"),
-				MetricsListener: metrics,
+				MetricsListener: metrics, HealthListener: health,
 			})
 		},
 	}
@@ -56,6 +67,8 @@ It needs no hub credential. It runs until SIGTERM or SIGINT and leaves its route
 	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of the node this agent runs on (default $NODE_NAME)")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", fmt.Sprintf(":%d", routeagent.DefaultMetricsPort),
 		`address of the Prometheus metrics endpoint (/metrics); "0" turns it off`)
+	f.StringVar(&o.healthAddr, "health-probe-bind-address", fmt.Sprintf(":%d", routeagent.DefaultHealthPort),
+		`address of the health probes: /healthz (the process serves) and /readyz (the node's routes were applied, and the last attempt succeeded); "0" turns them off`)
 	f.DurationVar(&o.resyncInterval, "resync-interval", routeagent.DefaultResyncInterval, "how often to re-read the kernel and re-apply the routes without an event")
 	return cmd
 }

@@ -49,7 +49,7 @@ the cluster and starts the agent. The pod and service CIDRs are discovered when 
 records them; otherwise pass --pod-cidr and --service-cidr. Running join again resumes.
 
 With --agent charts the components (controller, gateways on the nodes labelled
-octopus.io/gateway=true, route agents) run in the cluster, installed from the embedded Helm chart
+octopus.io/gateway=true, route agents, octopus-dns) run in the cluster, installed from the embedded Helm chart
 octopus-member (no network needed; --set changes its values); ` + "`octopus leave`" + ` uninstalls it.
 With --agent process (the default while the lab's stand-in nodes cannot run the chart's pods; a
 development mode) the agent's controller runs as a process on this machine, logging under
@@ -104,6 +104,8 @@ func (o *joinOptions) Run(ctx context.Context) error {
 	if done, err := o.viaOperator(ctx, cfg); done || err != nil {
 		return err
 	}
+	// The member chart deploys octopus-dns; the cluster DNS forwards to it once installed.
+	o.join.DNSByChart = o.agent == agentCharts
 	joined, err := cluster.Join(ctx, cfg, o.join)
 	if err != nil {
 		return err
@@ -113,6 +115,9 @@ func (o *joinOptions) Run(ctx context.Context) error {
 	if o.agent == agentCharts {
 		if err := o.chart.install(ctx, o.IOStreams, cfg, charts.Member, v1alpha1.SystemNamespace); err != nil {
 			return fmt.Errorf("the cluster joined, but installing its components failed (run join again to retry): %w", err)
+		}
+		if err := cluster.ForwardDNS(ctx, cfg, o.join.Progress); err != nil {
+			return fmt.Errorf("the cluster joined and its components are installed, but the cluster DNS does not forward to octopus-dns (run join again to retry): %w", err)
 		}
 		return nil
 	}

@@ -50,6 +50,10 @@ type JoinOptions struct {
 	// DNSImage is the octopus-dns image deployed in the cluster. Optional, default
 	// render.DNSImage tagged with this build's version.
 	DNSImage string
+	// DNSByChart leaves octopus-dns and the cluster DNS's forwarding to it out: the member
+	// chart (charts/octopus-member), which the caller installs after Join, deploys octopus-dns,
+	// and the caller then runs ForwardDNS. Optional.
+	DNSByChart bool
 	// Progress receives one line per step. Optional.
 	Progress *progress.Reporter
 	// HubAttempts bounds the attempts to reach the hub, HubRetryInterval spaces them.
@@ -178,16 +182,18 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 		return nil, err
 	}
 	p.Done(start, "Cluster %s registered: global CIDR %s, secondary CIDR %s", id, joined.Cluster.Spec.GlobalCIDR, joined.Cluster.Spec.SecondaryCIDR)
-	dns, err := dnsconfig.Wire(ctx, mc)
-	if err == nil {
-		if err = kube.Apply(ctx, mc, objs.DNS...); err != nil {
-			err = fmt.Errorf("deploying octopus-dns: %w", err)
+	if !opts.DNSByChart {
+		dns, err := dnsconfig.Wire(ctx, mc)
+		if err == nil {
+			if err = kube.Apply(ctx, mc, objs.DNS...); err != nil {
+				err = fmt.Errorf("deploying octopus-dns: %w", err)
+			}
 		}
+		if err != nil {
+			return nil, fmt.Errorf("%w (the cluster is registered; run join again to finish)", err)
+		}
+		reportDNS(p, dns)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("%w (the cluster is registered; run join again to finish)", err)
-	}
-	reportDNS(p, dns)
 	if opts.Topology == v1alpha1.TopologyHub {
 		reportHubGateway(ctx, p, hc, info.Namespace)
 	}
@@ -206,6 +212,21 @@ func reportHubGateway(ctx context.Context, p *progress.Reporter, hc client.Reade
 	default:
 		p.Step("Could not check for the hub's gateway (Peer %s/%s): %v", namespace, v1alpha1.HubPeerName, err)
 	}
+}
+
+// ForwardDNS makes the cluster's CoreDNS forward the clusterset zone to the octopus-dns Service
+// that the member chart installed (after a Join with DNSByChart), and tells p how that went.
+func ForwardDNS(ctx context.Context, cfg *rest.Config, p *progress.Reporter) error {
+	mc, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return fmt.Errorf("connecting to the member cluster: %w", err)
+	}
+	dns, err := dnsconfig.Forward(ctx, mc)
+	if err != nil {
+		return err
+	}
+	reportDNS(p, dns)
+	return nil
 }
 
 // reportDNS tells the user whether names under clusterset.local resolve without more work.

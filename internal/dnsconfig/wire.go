@@ -63,8 +63,28 @@ func Wire(ctx context.Context, c client.Client) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	return forward(ctx, c, target)
+}
+
+// Forward makes the cluster's CoreDNS forward Zone to ServiceName, which must exist: where
+// another installer owns the Service (the member chart, charts/octopus-member), applying it
+// here as Wire does would make this code a second owner of its fields. It is idempotent.
+func Forward(ctx context.Context, c client.Client) (Result, error) {
+	svc := Service()
+	if err := c.Get(ctx, client.ObjectKeyFromObject(svc), svc); err != nil {
+		return Result{}, fmt.Errorf("reading Service %s/%s, which the cluster's DNS forwards %s to: %w", v1alpha1.SystemNamespace, ServiceName, Zone, err)
+	}
+	target, err := serviceTarget(svc)
+	if err != nil {
+		return Result{}, err
+	}
+	return forward(ctx, c, target)
+}
+
+// forward makes the cluster's CoreDNS forward Zone to target.
+func forward(ctx context.Context, c client.Client, target netip.AddrPort) (Result, error) {
 	res := Result{Target: target}
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cm, err := coreDNS(ctx, c)
 		if err != nil || cm == nil {
 			return err
@@ -152,6 +172,11 @@ func ensureService(ctx context.Context, c client.Client) (netip.AddrPort, error)
 	if err := c.Get(ctx, client.ObjectKeyFromObject(svc), svc); err != nil {
 		return netip.AddrPort{}, fmt.Errorf("reading Service %s/%s: %w", v1alpha1.SystemNamespace, ServiceName, err)
 	}
+	return serviceTarget(svc)
+}
+
+// serviceTarget is the DNS address of the octopus-dns Service svc.
+func serviceTarget(svc *corev1.Service) (netip.AddrPort, error) {
 	ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
 	if err != nil {
 		return netip.AddrPort{}, fmt.Errorf("the Service %s/%s has no ClusterIP (%q): %w", v1alpha1.SystemNamespace, ServiceName, svc.Spec.ClusterIP, err)

@@ -34,6 +34,11 @@ func TestWireOnRealConfigMaps(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Forward leaves the Service to its installer: without one, it fails naming it.
+	if _, err := dnsconfig.Forward(ctx, c); err == nil || !strings.Contains(err.Error(), dnsconfig.ServiceName) {
+		t.Fatalf("Forward without the Service: %v, want an error naming %s", err, dnsconfig.ServiceName)
+	}
+
 	// No CoreDNS at all: the Service is made, nothing else.
 	res, err := dnsconfig.Wire(ctx, c)
 	if err != nil {
@@ -45,6 +50,14 @@ func TestWireOnRealConfigMaps(t *testing.T) {
 	}
 	if res.CoreDNS || res.Target != netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 53) {
 		t.Errorf("Wire without CoreDNS = %+v; want CoreDNS=false and the Service's ClusterIP %s", res, svc.Spec.ClusterIP)
+	}
+	// With the Service there, Forward finds its address and does not write it.
+	if fwd, err := dnsconfig.Forward(ctx, c); err != nil || fwd.Target != res.Target {
+		t.Errorf("Forward = %+v, %v; want the target %s", fwd, err, res.Target)
+	}
+	after := &corev1.Service{}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(svc), after); err != nil || after.ResourceVersion != svc.ResourceVersion {
+		t.Errorf("Forward wrote the Service (resourceVersion %s → %s, %v)", svc.ResourceVersion, after.ResourceVersion, err)
 	}
 
 	for _, tc := range []struct {

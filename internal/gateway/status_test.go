@@ -134,6 +134,10 @@ func TestNodeAddresses(t *testing.T) {
 	node := func(podCIDR string, addrs ...corev1.NodeAddress) *corev1.Node {
 		return &corev1.Node{Spec: corev1.NodeSpec{PodCIDR: podCIDR}, Status: corev1.NodeStatus{Addresses: addrs}}
 	}
+	annotated := func(n *corev1.Node, endpoint string) *corev1.Node {
+		n.Annotations = map[string]string{v1alpha1.EndpointIPAnnotation: endpoint}
+		return n
+	}
 	internal := corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "198.51.100.2"}
 	external := corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "203.0.113.1"}
 	tests := []struct {
@@ -146,6 +150,9 @@ func TestNodeAddresses(t *testing.T) {
 	}{
 		{name: "ExternalIP wins, first host of the pod CIDR", node: node("10.1.0.0/24", internal, external), wantEP: "203.0.113.1", wantHC: "10.1.0.1"},
 		{name: "InternalIP without ExternalIP", node: node("10.1.3.0/24", internal), wantEP: "198.51.100.2", wantHC: "10.1.3.1"},
+		{name: "annotation wins over the addresses", node: annotated(node("10.1.0.0/24", internal, external), "192.0.2.7"), wantEP: "192.0.2.7", wantHC: "10.1.0.1"},
+		{name: "flag wins over the annotation", node: annotated(node("10.1.0.0/24", internal), "192.0.2.7"), endpoint: "203.0.113.9", wantEP: "203.0.113.9", wantHC: "10.1.0.1"},
+		{name: "malformed annotation", node: annotated(node("10.1.0.0/24", internal), "not-an-ip"), wantErr: true},
 		{name: "flags win", node: node("10.1.0.0/24", internal), endpoint: "203.0.113.9", hc: "10.1.0.200", wantEP: "203.0.113.9", wantHC: "10.1.0.200"},
 		{name: "no address at all", node: node("10.1.0.0/24"), wantErr: true},
 		{name: "no pod CIDR and no flag", node: node("", internal), wantErr: true},

@@ -2,18 +2,31 @@ package lab_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/charts"
+	"github.com/octopus-mcs/octopus/internal/lab"
+	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
+	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/release"
+	"github.com/octopus-mcs/octopus/internal/testenv"
 	"github.com/octopus-mcs/octopus/internal/version"
 )
 
@@ -81,5 +94,221 @@ func checkMemberChart(ctx context.Context, t *testing.T, cs kubernetes.Interface
 	})
 	if err != nil {
 		t.Errorf("the member chart's pods are still there after uninstall: %v", err)
+	}
+}
+
+// TestMemberChartLab brings up a lab of real nodes (a hub and two clusters, two gateway nodes
+// and a worker each) whose components the lab installs with the member chart, and checks on
+// it what issue 16 asks of the chart-installed components:
+//   - pods: in each cluster `kubectl get pods -n octopus-system` shows the controller and
+//     octopus-dns replicas, a gateway on each labelled node only and a route agent on every
+//     node, all Running and Ready (the route agents' readiness says their routes are applied);
+//   - verify: `octopus verify` passes pod → pod, pod → ClusterSet IP and DNS both ways through them;
+//   - gateway container killed: SIGKILL of the active gateway pod's process (the kubelet
+//     restarts the container, which stands by) fails over like a process does; the
+//     interruption is measured;
+//   - relabel: taking the label off the active gateway's node removes its pod and the gateway
+//     moves to the other labelled node; labelling it again brings a pod back;
+//   - leave: `octopus leave` of cluster2 uninstalls the chart (octopus-dns included) and leaves
+//     nothing in the cluster or on the hub.
+func TestMemberChartLab(t *testing.T) {
+	testenv.LabNetwork(t)
+	binDir := testenv.BinDir(t)
+	bins := buildCommands(t, "octopus-agent", "octopus-echo", "octopus-dns", "octopus")
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	_, containerd, err := controlplane.EnsureNodeRuntime(ctx, testenv.RepoRoot(t), os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFailoverLab(ctx, t, lab.Options{
+		BinDir: binDir, AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"], DNSBinary: bins["octopus-dns"],
+		NodeRuntime: lab.NodeRuntimeKubelet, ContainerdBinDir: containerd,
+	})
+	kubectl := filepath.Join(binDir, "kubectl")
+
+	t.Run("pods", func(t *testing.T) {
+		for _, c := range f.l.Network.Clusters {
+			kubeconfig := f.l.Env.Cluster(c.Name).Kubeconfig
+			out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "get", "pods", "-n", v1alpha1.SystemNamespace, "-o", "wide").CombinedOutput()
+			t.Logf("%s: kubectl get pods -n %s -o wide: %v\n%s", c.Name, v1alpha1.SystemNamespace, err, out)
+			cs := clientset(t, kubeconfig)
+			checkChartPods(ctx, t, cs, c)
+			// octopus-dns is the chart's: join left it out, uninstall removes it.
+			dns, err := cs.AppsV1().Deployments(v1alpha1.SystemNamespace).Get(ctx, "octopus-dns", metav1.GetOptions{})
+			if err != nil || dns.Annotations["meta.helm.sh/release-name"] != charts.Member {
+				t.Errorf("%s: the octopus-dns Deployment (%v) is not release %s's", c.Name, err, charts.Member)
+			}
+		}
+	})
+	if t.Failed() {
+		return
+	}
+	t.Run("verify", func(t *testing.T) {
+		report, err := runVerify(ctx, t, f.l, bins["octopus"], 3*time.Minute)
+		if err != nil || !report.Passed || len(report.Results) != 6 {
+			t.Fatalf("verify: %v, passed %v, %d results; want 6 passing checks", err, report.Passed, len(report.Results))
+		}
+	})
+	if t.Failed() {
+		return
+	}
+	t.Run("gateway container killed", func(t *testing.T) {
+		node := f.active.Name
+		f.measureGatewayKill(ctx, t, "SIGKILL of the active gateway pod's process", func() {
+			if err := f.l.KillGateway(ctx, node); err != nil {
+				t.Fatal(err)
+			}
+		})
+		// The kubelet restarts the container, which stands by: the node keeps a gateway.
+		pod := waitGatewayPod(ctx, t, f.cs1, node, func(p *corev1.Pod) bool {
+			return podReady(p) && p.Status.ContainerStatuses[0].RestartCount > 0
+		})
+		t.Logf("the kubelet restarted the gateway container on %s (restarts %d)", node, pod.Status.ContainerStatuses[0].RestartCount)
+		f.active, f.standby = f.standby, f.active
+	})
+	if t.Failed() {
+		return
+	}
+	t.Run("relabel", func(t *testing.T) {
+		probe := startUDPProbe(t, f.client.netns, f.serverEcho)
+		defer probe.stop()
+		probe.waitFlowing(t, 30*time.Second)
+		node := f.active.Name
+		unlabelled := time.Now()
+		setGatewayLabel(ctx, t, f.cs1, node, false)
+		waitFor(t, 2*time.Minute, "the gateway pod to leave "+node, func() error {
+			if p, err := lab.GatewayPod(ctx, f.cs1, node); err == nil {
+				return fmt.Errorf("pod %s still there", p.Name)
+			}
+			return nil
+		})
+		f.waitHolder(ctx, t, f.cs1, f.standby.Name, time.Minute)
+		probe.waitAnsweredAfter(t, unlabelled, time.Minute)
+		gap, lost, sent := probe.longestGap(unlabelled, time.Now())
+		t.Logf("label taken off %s: its pod went and %s took the gateway over; longest interruption %.2fs (%d of %d probes lost)",
+			node, f.standby.Name, gap.Seconds(), lost, sent)
+		f.waitHTTP(t, 30*time.Second)
+
+		setGatewayLabel(ctx, t, f.cs1, node, true)
+		waitGatewayPod(ctx, t, f.cs1, node, podReady)
+		t.Logf("labelled again: %s runs a gateway pod (standing by)", node)
+		checkChartPods(ctx, t, f.cs1, *f.c1)
+	})
+	if t.Failed() {
+		return
+	}
+	t.Run("leave", func(t *testing.T) {
+		start := time.Now()
+		kubeconfig := f.l.Env.Cluster(f.c2.Name).Kubeconfig
+		if out, err := exec.CommandContext(ctx, bins["octopus"], "leave", "--kubeconfig", kubeconfig).CombinedOutput(); err != nil {
+			t.Fatalf("octopus leave: %v\n%s", err, out)
+		}
+		t.Logf("octopus leave of %s took %.1fs", f.c2.Name, time.Since(start).Seconds())
+		checkLeftNothing(ctx, t, f.cs2, f.hub, f.c2.Name)
+	})
+}
+
+// checkLeftNothing checks that cluster, after leave, keeps none of the member chart's pods or
+// cluster-scoped objects (Octopus's ClusterRoles, octopus-dns's included) and that the hub
+// keeps neither its Cluster nor its Peer.
+func checkLeftNothing(ctx context.Context, t *testing.T, cs kubernetes.Interface, hub client.Client, cluster string) {
+	t.Helper()
+	waitFor(t, 2*time.Minute, cluster+"'s namespace "+v1alpha1.SystemNamespace+" and its pods to go", func() error {
+		pods, err := cs.CoreV1().Pods(v1alpha1.SystemNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(pods.Items) > 0 {
+			return fmt.Errorf("%d pods left, %s among them", len(pods.Items), pods.Items[0].Name)
+		}
+		ns, err := cs.CoreV1().Namespaces().Get(ctx, v1alpha1.SystemNamespace, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			return fmt.Errorf("namespace still there (%s)", ns.Status.Phase)
+		case !apierrors.IsNotFound(err):
+			return err
+		}
+		return nil
+	})
+	roles, err := cs.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range roles.Items {
+		if strings.HasPrefix(r.Name, "octopus-") {
+			t.Errorf("%s keeps ClusterRole %s after leave", cluster, r.Name)
+		}
+	}
+	for _, obj := range []client.Object{&v1alpha1.Cluster{}, &v1alpha1.Peer{}} {
+		err := hub.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: cluster}, obj)
+		if !apierrors.IsNotFound(err) {
+			t.Errorf("the hub keeps %T %s after leave: %v", obj, cluster, err)
+		}
+	}
+}
+
+// checkChartPods checks the member chart's pods of cluster c: both controller and both
+// octopus-dns replicas, a gateway on each node with labnet.GatewayLabel and on no other, a
+// route agent on every node, all Running and Ready.
+func checkChartPods(ctx context.Context, t *testing.T, cs kubernetes.Interface, c labnet.ClusterNet) {
+	t.Helper()
+	var gateways, all []string
+	for _, n := range c.Nodes {
+		all = append(all, n.Name)
+		if n.Gateway {
+			gateways = append(gateways, n.Name)
+		}
+	}
+	want := map[string][]string{"octopus-controller": nil, "octopus-dns": nil, "octopus-gateway": gateways, "octopus-route-agent": all}
+	for app, nodes := range want {
+		pods, err := cs.CoreV1().Pods(v1alpha1.SystemNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + app})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var on []string
+		for _, p := range pods.Items {
+			if p.Status.Phase != corev1.PodRunning || !podReady(&p) {
+				t.Errorf("%s: pod %s on %s is %s, ready %v", c.Name, p.Name, p.Spec.NodeName, p.Status.Phase, podReady(&p))
+			}
+			on = append(on, p.Spec.NodeName)
+		}
+		slices.Sort(on)
+		switch {
+		case nodes == nil && len(on) != 2:
+			t.Errorf("%s: %s pods on %v, want 2", c.Name, app, on)
+		case nodes != nil && !slices.Equal(on, nodes):
+			t.Errorf("%s: %s pods on %v, want one on each of %v", c.Name, app, on, nodes)
+		}
+	}
+}
+
+// waitGatewayPod waits until node's gateway pod satisfies ok and returns it.
+func waitGatewayPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, node string, ok func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	waitFor(t, 2*time.Minute, "the gateway pod on "+node, func() error {
+		var err error
+		if pod, err = lab.GatewayPod(ctx, cs, node); err != nil {
+			return err
+		}
+		if len(pod.Status.ContainerStatuses) == 0 || !ok(pod) {
+			return fmt.Errorf("pod %s: %s, containers %+v", pod.Name, pod.Status.Phase, pod.Status.ContainerStatuses)
+		}
+		return nil
+	})
+	return pod
+}
+
+// setGatewayLabel puts labnet.GatewayLabel on node, or takes it off.
+func setGatewayLabel(ctx context.Context, t *testing.T, cs kubernetes.Interface, node string, on bool) {
+	t.Helper()
+	value := `null`
+	if on {
+		value = `"true"`
+	}
+	patch := []byte(`{"metadata":{"labels":{"` + labnet.GatewayLabel + `":` + value + `}}}`)
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("labelling %s: %v", node, err)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -70,7 +69,7 @@ func forEachBackend(t *testing.T, test func(t *testing.T, backend, binDir string
 func crossCluster(t *testing.T, backend, binDir string, bins map[string]string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
-	l, dir := startLab(ctx, t, lab.Options{
+	l, _ := startLab(ctx, t, lab.Options{
 		Clusters: 2, NodesPerCluster: 2, BinDir: binDir,
 		AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"], DNSBinary: bins["octopus-dns"],
 		Backends: map[string]string{lab.ClusterName(1): backend, lab.ClusterName(2): backend},
@@ -246,7 +245,9 @@ func crossCluster(t *testing.T, backend, binDir string, bins map[string]string) 
 	}
 	gwNode := l.Network.Clusters[0].Nodes[0]
 	killed := time.Now()
-	killProcess(t, filepath.Join(dir, "pids", lab.GatewayProcessName(gwNode.Name)+".pid"))
+	if err := l.KillGateway(ctx, gwNode.Name); err != nil {
+		t.Fatal(err)
+	}
 	if backend == "wireguard" {
 		waitFor(t, 60*time.Second, "a new key in cluster1's Peer", func() error {
 			if k := peerKey(c1); k == oldKey || k == "" {

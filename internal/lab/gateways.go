@@ -2,16 +2,33 @@ package lab
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/charts"
+	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
+	"github.com/octopus-mcs/octopus/internal/lab/images"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+	"github.com/octopus-mcs/octopus/internal/lab/realnode"
+	"github.com/octopus-mcs/octopus/internal/release"
+	"github.com/octopus-mcs/octopus/internal/version"
 )
 
 // Gateway timing in the lab: short, so failover and status show within seconds. A standby
@@ -51,6 +68,202 @@ func HubGatewayHealthCheckIP() string {
 // name ("og-cluster15" fits IFNAMSIZ).
 func GatewayDevice(cluster string) string { return "og-" + cluster }
 
+// memberChartTimeout bounds the install of a cluster's member chart, its pods' readiness
+// included: the nodes pull the project's image from the lab's registry first.
+const memberChartTimeout = 3 * time.Minute
+
+// chartsOnNodes reports whether the lab installs a joined cluster's components with the member
+// chart (charts/octopus-member) rather than running them as processes: on real nodes, when the
+// nodes can get the project's image, which the lab builds only when the agent binary's
+// directory holds every binary (hasOctopusBinaries; `go build -o bin/ ./cmd/...`).
+func chartsOnNodes(opts Options) bool {
+	return opts.NodeRuntime == NodeRuntimeKubelet && hasOctopusBinaries(filepath.Dir(opts.AgentBinary))
+}
+
+// startComponents runs a joined cluster's controller, gateways and route agents: as the pods of
+// the member chart where chartsOnNodes says so, installed as `octopus join --agent charts`
+// installs it; otherwise as supervised processes in the nodes' namespaces (startAgent,
+// startGateways), since the stand-in's pods cannot run them.
+func startComponents(ctx context.Context, opts Options, env *controlplane.Environment, cp *controlplane.ControlPlane, c labnet.ClusterNet) error {
+	if !chartsOnNodes(opts) {
+		if opts.NodeRuntime == NodeRuntimeKubelet {
+			opts.Progress.Step("%s: the components run as processes: %s lacks some of %v, so the nodes have no Octopus image (go build -o DIR/ ./cmd/...)",
+				cp.Name, filepath.Dir(opts.AgentBinary), images.OctopusBinaries)
+		}
+		if err := startAgent(opts, env, cp); err != nil {
+			return err
+		}
+		return startGateways(opts, env, cp, c)
+	}
+	return installMemberChart(ctx, opts, cp, c)
+}
+
+// installMemberChart annotates cluster c's gateway nodes with their underlay address, where
+// other clusters reach them (a DaemonSet has one set of flags for every node; the Nodes' own
+// addresses are on the cluster's LAN), and installs the member chart with the lab's settings,
+// waiting until its pods are ready. The gateway nodes already carry labnet.GatewayLabel, the
+// chart's gateway node selector, from their registration.
+func installMemberChart(ctx context.Context, opts Options, cp *controlplane.ControlPlane, c labnet.ClusterNet) error {
+	start := time.Now()
+	p := opts.Progress
+	cs, err := kubernetes.NewForConfig(cp.RESTConfig())
+	if err != nil {
+		return fmt.Errorf("installing the components of %s: %w", cp.Name, err)
+	}
+	gateways := 0
+	for _, n := range c.Nodes {
+		if !n.Gateway {
+			continue
+		}
+		gateways++
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+			v1alpha1.EndpointIPAnnotation: n.UnderlayAddr.Addr().String(),
+		}}})
+		if err != nil {
+			return err
+		}
+		if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("giving gateway node %s its endpoint address: %w", n.Name, err)
+		}
+	}
+	p.Step("%s: installing chart %s (controller, gateways on the %d nodes labelled %s=true, route agents on all %d, octopus-dns) and waiting for its pods",
+		cp.Name, charts.Member, gateways, labnet.GatewayLabel, len(c.Nodes))
+	_, err = release.Install(ctx, cp.RESTConfig(), release.Options{
+		Chart: charts.Member, Namespace: v1alpha1.SystemNamespace, AppVersion: version.Version,
+		Values: chartValues(opts, cp.Name), Wait: true, Timeout: memberChartTimeout,
+	})
+	if err != nil {
+		return fmt.Errorf("installing the components of %s (kubectl -n %s get pods; the kubelet logs under the lab dir's logs/): %w",
+			cp.Name, v1alpha1.SystemNamespace, err)
+	}
+	p.Done(start, "%s: the member chart's pods are ready", cp.Name)
+	return cluster.ForwardDNS(ctx, cp.RESTConfig(), p)
+}
+
+// chartValues are the member chart's values for the lab's cluster: the settings the lab gives
+// its processes (controllerSettings, gatewaySettings), as the components' flags.
+func chartValues(opts Options, cluster string) map[string]any {
+	return map[string]any{
+		"controller": map[string]any{"extraArgs": toAny(controllerSettings(opts))},
+		"gateway":    map[string]any{"extraArgs": toAny(gatewaySettings(opts, cluster))},
+	}
+}
+
+// toAny is args as chart values hold lists.
+func toAny(args []string) []any {
+	out := make([]any, len(args))
+	for i, a := range args {
+		out[i] = a
+	}
+	return out
+}
+
+// Charts reports whether the member clusters' components run as the member chart's pods
+// (real nodes with the project's image) rather than as the lab's supervised processes.
+func (l *Lab) Charts() bool { return l.charts }
+
+// KillGateway SIGKILLs the gateway of a member cluster's node, as a crash: its supervisor
+// restarts it, the lab's for a process (GatewayProcessName) and the kubelet for the container
+// of a chart's pod, and the restarted gateway stands by if another took the Lease meanwhile.
+func (l *Lab) KillGateway(ctx context.Context, node string) error {
+	if !l.charts {
+		pidfile := filepath.Join(l.Env.Dir, "pids", GatewayProcessName(node)+".pid")
+		b, err := os.ReadFile(pidfile)
+		if err != nil {
+			return fmt.Errorf("the gateway process of %s: %w", node, err)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			return fmt.Errorf("pidfile %s: %w", pidfile, err)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			return fmt.Errorf("killing the gateway process of %s (pid %d): %w", node, pid, err)
+		}
+		return nil
+	}
+	c, err := l.nodeClient(node)
+	if err != nil {
+		return err
+	}
+	pod, err := GatewayPod(ctx, c, node)
+	if err != nil {
+		return err
+	}
+	pids, err := realnode.PodProcesses(l.Network.ID, string(pod.UID))
+	if err != nil {
+		return fmt.Errorf("the processes of gateway pod %s: %w", pod.Name, err)
+	}
+	for _, pid := range pids {
+		// The pod's cgroups also hold its sandbox's pause process, whose death would
+		// recreate the whole pod rather than restart the container.
+		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err != nil || strings.TrimSpace(string(comm)) != "octopus-agent" {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			return fmt.Errorf("killing the gateway of pod %s (pid %d): %w", pod.Name, pid, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("gateway pod %s on %s has no octopus-agent process (pids %v)", pod.Name, node, pids)
+}
+
+// StopGateway stops the gateway of a member cluster's node for good, as when the node is no
+// longer a gateway: the lab's supervised process is killed without a restart, or, for the
+// chart's pods, the node loses labnet.GatewayLabel (so the DaemonSet does not bring it back)
+// and its pod is deleted with no grace period. The kubelet still stops that container with
+// SIGTERM first, so a pod's gateway exits cleanly, giving its Lease up, where a process dies
+// at once; KillGateway is the crash.
+func (l *Lab) StopGateway(ctx context.Context, node string) error {
+	if !l.charts {
+		return l.Env.StopProcess(GatewayProcessName(node), 0)
+	}
+	c, err := l.nodeClient(node)
+	if err != nil {
+		return err
+	}
+	patch := []byte(`{"metadata":{"labels":{"` + labnet.GatewayLabel + `":null}}}`)
+	if _, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("taking %s off node %s: %w", labnet.GatewayLabel, node, err)
+	}
+	pod, err := GatewayPod(ctx, c, node)
+	if err != nil {
+		return err
+	}
+	err = c.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting gateway pod %s: %w", pod.Name, err)
+	}
+	return nil
+}
+
+// nodeClient is a client of the member cluster that node belongs to.
+func (l *Lab) nodeClient(node string) (kubernetes.Interface, error) {
+	for _, c := range l.Network.Clusters {
+		for _, n := range c.Nodes {
+			if n.Name == node {
+				return kubernetes.NewForConfig(l.Env.Cluster(c.Name).RESTConfig())
+			}
+		}
+	}
+	return nil, fmt.Errorf("no member cluster has a node %s", node)
+}
+
+// GatewayPod is the member chart's gateway pod on node that is not being deleted.
+func GatewayPod(ctx context.Context, c kubernetes.Interface, node string) (*corev1.Pod, error) {
+	pods, err := c.CoreV1().Pods(v1alpha1.SystemNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/name=octopus-gateway", FieldSelector: "spec.nodeName=" + node,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing the gateway pods of %s: %w", node, err)
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			return &p, nil
+		}
+	}
+	return nil, fmt.Errorf("node %s runs no gateway pod", node)
+}
+
 // startGateways runs, in a joined cluster, `octopus-agent gateway` in each gateway node's
 // namespace (at its underlay address) and `octopus-agent route-agent` in every node's
 // namespace, supervised like kube-proxy: restarted when they exit, as a DaemonSet would.
@@ -89,15 +302,22 @@ func startGateways(opts Options, env *controlplane.Environment, cp *controlplane
 // gatewayArgs are the flags of `octopus-agent gateway` in the lab, for cluster's gateway
 // (HubName: the hub's) on node, tunnelling from endpoint.
 func gatewayArgs(opts Options, cluster, kubeconfig, node, endpoint string) []string {
+	return append([]string{"gateway", "--kubeconfig", kubeconfig, "--node-name", node, "--endpoint-ip", endpoint},
+		gatewaySettings(opts, cluster)...)
+}
+
+// gatewaySettings are the flags of cluster's gateways that the lab sets alike on every node,
+// whether they run as processes (gatewayArgs) or as the member chart's DaemonSet (chartValues):
+// the backend, the device and the fast failover timing.
+func gatewaySettings(opts Options, cluster string) []string {
 	backend := opts.Backends[cluster]
 	if backend == "" {
 		backend = "wireguard"
 	}
-	return []string{"gateway", "--kubeconfig", kubeconfig, "--node-name", node,
-		"--backend", backend, "--device", GatewayDevice(cluster), "--endpoint-ip", endpoint,
-		"--lease-duration", labGatewayLeaseDuration, "--renew-deadline", labGatewayRenewDeadline,
-		"--retry-period", labGatewayRetryPeriod, "--status-interval", labGatewayStatus,
-		"--liveness-interval", labGatewayLivenessInterval, "--underlay-probe-interval", labUnderlayProbeInterval}
+	return []string{"--backend=" + backend, "--device=" + GatewayDevice(cluster),
+		"--lease-duration=" + labGatewayLeaseDuration, "--renew-deadline=" + labGatewayRenewDeadline,
+		"--retry-period=" + labGatewayRetryPeriod, "--status-interval=" + labGatewayStatus,
+		"--liveness-interval=" + labGatewayLivenessInterval, "--underlay-probe-interval=" + labUnderlayProbeInterval}
 }
 
 // startHubGateways runs `octopus-agent gateway --hub` in each hub gateway's namespace

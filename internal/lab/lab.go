@@ -105,6 +105,9 @@ type Lab struct {
 	// Network names every namespace, link and address of the lab (see labnet.Plan).
 	Network labnet.Plan
 	nodes   *nodeAgents
+	// charts says the member clusters' components are the member chart's pods
+	// (chartsOnNodes), not processes.
+	charts bool
 	// lock says the lab runs (labnet.Lock) until Stop.
 	lock *os.File
 }
@@ -199,7 +202,7 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	if err != nil {
 		return nil, errors.Join(err, labnet.Teardown(id))
 	}
-	l = &Lab{Env: env, BrokerInfo: filepath.Join(dir, "broker-info"), Network: plan, lock: lock}
+	l = &Lab{Env: env, BrokerInfo: filepath.Join(dir, "broker-info"), Network: plan, lock: lock, charts: chartsOnNodes(opts)}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, l.Stop())
@@ -238,14 +241,11 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		cp := env.Cluster(name)
 		if _, err := cluster.Join(ctx, cp.RESTConfig(), cluster.JoinOptions{
 			BrokerInfo: info, ClusterID: name, PodCIDRs: []string{cp.PodCIDR.String()}, Progress: p,
-			Addressing: addressing, Topology: opts.Topology,
+			Addressing: addressing, Topology: opts.Topology, DNSByChart: chartsOnNodes(opts),
 		}); err != nil {
 			return l, fmt.Errorf("joining %s: %w", name, err)
 		}
-		if err := startAgent(opts, env, cp); err != nil {
-			return l, err
-		}
-		if err := startGateways(opts, env, cp, *plan.Cluster(name)); err != nil {
+		if err := startComponents(ctx, opts, env, cp, *plan.Cluster(name)); err != nil {
 			return l, err
 		}
 		l.Members = append(l.Members, name)
@@ -268,9 +268,15 @@ func startAgent(opts Options, env *controlplane.Environment, cp *controlplane.Co
 		Binary: binary,
 		// The lab's agents share the host's network namespace, where the default metrics
 		// port can be bound only once.
-		Args: []string{"controller", "--kubeconfig", cp.Kubeconfig, "--metrics-bind-address", "0",
-			"--heartbeat-interval", opts.HeartbeatInterval.String(), "--lease-duration", (3 * opts.HeartbeatInterval).String()},
+		Args: append([]string{"controller", "--kubeconfig", cp.Kubeconfig, "--metrics-bind-address", "0"}, controllerSettings(opts)...),
 	})
+}
+
+// controllerSettings are the flags the lab gives the cluster's controller, as a process
+// (startAgent) or as the member chart's Deployment (chartValues): a short heartbeat, so the
+// demo shows live state, and a Lease that outlives three of them.
+func controllerSettings(opts Options) []string {
+	return []string{"--heartbeat-interval=" + opts.HeartbeatInterval.String(), "--lease-duration=" + (3 * opts.HeartbeatInterval).String()}
 }
 
 // Stop ends the node heartbeats and the pods (processes killed, pod namespaces deleted), then

@@ -40,31 +40,7 @@ func TestVerify(t *testing.T) {
 
 	run := func(checkTimeout time.Duration) (*verify.Report, error) {
 		t.Helper()
-		start := time.Now()
-		cmd := exec.CommandContext(ctx, bins["octopus"], "verify",
-			"--kubeconfig", l.Env.Cluster(c1).Kubeconfig, "--kubeconfig", l.Env.Cluster(c2).Kubeconfig,
-			"--check-timeout", checkTimeout.String(), "--ready-timeout", "2m", "-o", "json")
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		runErr := cmd.Run()
-		t.Logf("octopus verify took %.1fs, exit %v; progress:\n%s", time.Since(start).Seconds(), runErr, stderr.String())
-		report := &verify.Report{}
-		if err := json.Unmarshal(stdout.Bytes(), report); err != nil {
-			t.Fatalf("octopus verify -o json: %v: %q (stderr %s)", err, stdout.String(), stderr.String())
-		}
-		for _, r := range report.Results {
-			t.Logf("%-14s %s -> %s passed=%v %s (latency %s, %d attempts)", r.Check, r.From, r.To, r.Passed, r.Detail, r.Latency.Duration, r.Attempts)
-		}
-		// The namespace goes in both clusters however the run ended.
-		for _, c := range []string{c1, c2} {
-			if ns := liveNamespaces(ctx, t, l.Env.Cluster(c).Kubeconfig, "octopus-verify"); len(ns) > 0 {
-				t.Errorf("%s still has verify namespaces not being deleted: %v", c, ns)
-			}
-		}
-		if runErr != nil && !strings.Contains(stderr.String(), report.Summary()) {
-			t.Errorf("the error does not carry the summary %q: %s", report.Summary(), stderr.String())
-		}
-		return report, runErr
+		return runVerify(ctx, t, l, bins["octopus"], checkTimeout)
 	}
 
 	// Healthy: the first checks also wait out the tunnels' handshake and CoreDNS picking up
@@ -89,7 +65,7 @@ func TestVerify(t *testing.T) {
 			gw = n.Name
 		}
 	}
-	if err := l.Env.StopProcess(lab.GatewayProcessName(gw), 0); err != nil {
+	if err := l.StopGateway(ctx, gw); err != nil {
 		t.Fatalf("stopping the gateway on %s: %v", gw, err)
 	}
 	t.Logf("stopped the gateway of %s on %s", c1, gw)
@@ -133,4 +109,37 @@ func liveNamespaces(ctx context.Context, t *testing.T, kubeconfig, managedBy str
 		}
 	}
 	return live
+}
+
+// runVerify runs the built `octopus verify` (binary octopus) against the lab's two member
+// clusters with checkTimeout per check, logs its progress and results, checks that its probe
+// namespaces are gone and that a failure's error carries the summary, and returns its report.
+func runVerify(ctx context.Context, t *testing.T, l *lab.Lab, octopus string, checkTimeout time.Duration) (*verify.Report, error) {
+	t.Helper()
+	c1, c2 := l.Network.Clusters[0].Name, l.Network.Clusters[1].Name
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, octopus, "verify",
+		"--kubeconfig", l.Env.Cluster(c1).Kubeconfig, "--kubeconfig", l.Env.Cluster(c2).Kubeconfig,
+		"--check-timeout", checkTimeout.String(), "--ready-timeout", "2m", "-o", "json")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	runErr := cmd.Run()
+	t.Logf("octopus verify took %.1fs, exit %v; progress:\n%s", time.Since(start).Seconds(), runErr, stderr.String())
+	report := &verify.Report{}
+	if err := json.Unmarshal(stdout.Bytes(), report); err != nil {
+		t.Fatalf("octopus verify -o json: %v: %q (stderr %s)", err, stdout.String(), stderr.String())
+	}
+	for _, r := range report.Results {
+		t.Logf("%-14s %s -> %s passed=%v %s (latency %s, %d attempts)", r.Check, r.From, r.To, r.Passed, r.Detail, r.Latency.Duration, r.Attempts)
+	}
+	// The namespace goes in both clusters however the run ended.
+	for _, c := range []string{c1, c2} {
+		if ns := liveNamespaces(ctx, t, l.Env.Cluster(c).Kubeconfig, "octopus-verify"); len(ns) > 0 {
+			t.Errorf("%s still has verify namespaces not being deleted: %v", c, ns)
+		}
+	}
+	if runErr != nil && !strings.Contains(stderr.String(), report.Summary()) {
+		t.Errorf("the error does not carry the summary %q: %s", report.Summary(), stderr.String())
+	}
+	return report, runErr
 }

@@ -1,6 +1,7 @@
 // Package metricsserver serves Prometheus metrics at /metrics for the components that do not
 // run a controller-runtime manager (whose own metrics server the agent's controller uses): the
-// gateway and the route agent. The ports are documented in docs/architecture.md §6j.
+// gateway and the route agent; and, with ServeHTTP, their other plain HTTP endpoints (the route
+// agent's probes). The ports are documented in docs/architecture.md §6j.
 package metricsserver
 
 import (
@@ -31,13 +32,20 @@ type Registry interface {
 func Serve(ctx context.Context, l net.Listener, reg Registry, log logr.Logger) (wait func()) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return ServeHTTP(ctx, l, mux, "metrics", log)
+}
+
+// ServeHTTP serves h on l until ctx is done, then closes l; what names the endpoint in the
+// logs. A failure to serve is logged, not returned. wait returns once the server has stopped.
+// The components' other plain HTTP endpoints (the route agent's probes) use it too.
+func ServeHTTP(ctx context.Context, l net.Listener, h http.Handler, what string, log logr.Logger) (wait func()) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		log.Info("Serving metrics", "address", l.Addr().String(), "path", "/metrics")
+		log.Info("Serving "+what, "address", l.Addr().String())
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error(err, "Serving metrics stopped; going on without them", "address", l.Addr().String())
+			log.Error(err, "Serving "+what+" stopped; going on without it", "address", l.Addr().String())
 		}
 	}()
 	go func() {

@@ -59,6 +59,9 @@ type Options struct {
 	// metrics and its controller's) at /metrics until it returns; Run closes it. Optional:
 	// without it there is no metrics endpoint.
 	MetricsListener net.Listener
+	// HealthListener is where Run answers /healthz and /readyz (ready once the node's routes
+	// were applied, until an Apply fails) until it returns; Run closes it. Optional.
+	HealthListener net.Listener
 }
 
 // Run keeps the node's routes to remote clusters pointing at the active gateway until ctx is
@@ -68,10 +71,20 @@ type Options struct {
 // while the agent restarts.
 func Run(ctx context.Context, o Options) error {
 	if err := registerMetrics(); err != nil {
-		if o.MetricsListener != nil {
-			_ = o.MetricsListener.Close()
+		for _, l := range []net.Listener{o.MetricsListener, o.HealthListener} {
+			if l != nil {
+				_ = l.Close()
+			}
 		}
 		return err
+	}
+	h := newHealth()
+	if o.HealthListener != nil {
+		srvCtx, stop := context.WithCancel(ctx)
+		// A failure to serve is logged: the kubelet's probes then fail and restart the agent.
+		wait := metricsserver.ServeHTTP(srvCtx, o.HealthListener, h.handler(), "health probes (/healthz, /readyz)", o.Log)
+		defer wait()
+		defer stop()
 	}
 	if o.MetricsListener != nil {
 		srvCtx, stop := context.WithCancel(ctx)
@@ -118,7 +131,7 @@ func Run(ctx context.Context, o Options) error {
 		Cache:      c,
 		Watches:    []kube.Watch{{Object: &coordinationv1.Lease{}}, {Object: &corev1.ConfigMap{}}, {Object: &corev1.Node{}}},
 		Trigger:    routesRequest,
-		Reconciler: &reconciler{o: o, cache: c},
+		Reconciler: &reconciler{o: o, cache: c, health: h},
 		Log:        o.Log.WithName("controller"),
 	}.Run(ctx)
 	if err != nil {
@@ -136,6 +149,8 @@ type reconciler struct {
 	cache client.Reader
 	// last is what was applied last, to log changes only.
 	last []route.Route
+	// health reports each Apply's outcome to the readiness probe.
+	health *health
 }
 
 // Reconcile applies the desired routes. Errors are logged and retried after a fixed
@@ -147,10 +162,12 @@ func (r *reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		r.o.Log.Error(err, "Reading the active gateway and remote subnets; applying what could be read")
 	}
 	if err := r.o.Routes.Apply(desired); err != nil {
+		r.health.set(fmt.Errorf("applying the node's routes: %w", err))
 		applyFailures.Inc()
 		r.o.Log.Error(err, "Applying routes to remote clusters failed; retrying", "retryIn", retryInterval.String())
 		return reconcile.Result{RequeueAfter: retryInterval}, nil
 	}
+	r.health.set(nil)
 	routesApplied.Set(float64(len(desired)))
 	if !slices.Equal(r.last, desired) {
 		r.o.Log.Info("Routes to remote clusters applied", "routes", fmt.Sprint(desired))

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"slices"
 	"strings"
@@ -98,9 +99,13 @@ func TestRunFollowsGatewayAndSubnets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	healthListener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	go func() {
 		done <- Run(ctx, Options{Member: cfg, NodeName: "node3", Routes: fake, ResyncInterval: time.Hour,
-			Log: testr.New(t), MetricsListener: metricsListener})
+			Log: testr.New(t), MetricsListener: metricsListener, HealthListener: healthListener})
 	}()
 	// Not joined yet: no namespace, no Lease, no ConfigMap.
 	fake.await(t, "before join", nil)
@@ -152,6 +157,12 @@ func TestRunFollowsGatewayAndSubnets(t *testing.T) {
 		t.Fatal(err)
 	}
 	fake.await(t, "back to node1", via("198.51.100.2", "10.2.0.0/16", "10.3.0.0/16", "10.98.0.0/16"))
+	// The kubelet's readiness probe finds the routes applied.
+	if resp, err := http.Get("http://" + healthListener.Addr().String() + "/readyz"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /readyz with the routes applied: %v %v, want 200", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	// The metrics endpoint serves the route agent's metrics and its controller's.
 	metrics := scrape(t, metricsListener.Addr().String())
 	for _, want := range []string{"octopus_routeagent_routes 3\n", `controller_runtime_reconcile_total{controller="route-agent",result="requeue_after"}`} {
@@ -199,7 +210,8 @@ func (failingRoutes) Apply([]route.Route) error {
 }
 
 // TestReconcileCountsApplyFailures: a failed Apply, which the reconciler retries itself
-// rather than returning to controller-runtime, is counted; a successful one sets the routes.
+// rather than returning to controller-runtime, is counted and makes the agent unready (its
+// /readyz says why); a successful one sets the routes and makes it ready.
 func TestReconcileCountsApplyFailures(t *testing.T) {
 	c := fakeclient.NewClientBuilder().WithScheme(kube.Scheme).Build()
 	read := func(m prometheus.Metric) float64 {
@@ -214,7 +226,16 @@ func TestReconcileCountsApplyFailures(t *testing.T) {
 	}
 	before := read(applyFailures)
 	routesApplied.Set(7)
-	r := &reconciler{o: Options{NodeName: "node1", Routes: failingRoutes{}, Log: testr.New(t)}, cache: c}
+	h := newHealth()
+	probe := func(path string) (int, string) {
+		rec := httptest.NewRecorder()
+		h.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := probe("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not applied yet") {
+		t.Errorf("/readyz before the first Apply: %d %q, want 503 saying the routes were not applied yet", code, body)
+	}
+	r := &reconciler{o: Options{NodeName: "node1", Routes: failingRoutes{}, Log: testr.New(t)}, cache: c, health: h}
 	for range 2 {
 		if res, err := r.Reconcile(t.Context(), routesRequest); err != nil || res.RequeueAfter != retryInterval {
 			t.Fatalf("Reconcile = %+v, %v; want a retry after %s", res, err, retryInterval)
@@ -226,12 +247,21 @@ func TestReconcileCountsApplyFailures(t *testing.T) {
 	if got := read(routesApplied); got != 7 {
 		t.Errorf("routes after failures: %v, want 7 (the last applied)", got)
 	}
+	if code, body := probe("/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "operation not permitted") {
+		t.Errorf("/readyz after failed Applies: %d %q, want 503 with Apply's error", code, body)
+	}
+	if code, _ := probe("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz after failed Applies: %d, want 200 (the process serves)", code)
+	}
 	r.o.Routes = &fakeRoutes{}
 	if _, err := r.Reconcile(t.Context(), routesRequest); err != nil {
 		t.Fatal(err)
 	}
 	if got := read(routesApplied); got != 0 {
 		t.Errorf("routes after applying none (not joined): %v, want 0", got)
+	}
+	if code, body := probe("/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz after a successful Apply: %d %q, want 200", code, body)
 	}
 }
 

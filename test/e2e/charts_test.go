@@ -17,8 +17,8 @@ import (
 )
 
 // TestChartJourney: `hub deploy --chart` and `join --agent charts` install the embedded charts
-// as Helm releases (Helm's release Secrets, the objects with the values given with --set), and
-// `leave` uninstalls the member's. The control planes have no nodes, so the components' pods
+// as Helm releases (Helm's release Secrets, the objects with the values given with --set,
+// octopus-dns among them), and `leave` uninstalls the member's. The control planes have no nodes, so the components' pods
 // do not run here; the lab's real nodes run them.
 func TestChartJourney(t *testing.T) {
 	env := testenv.ControlPlanes(t, "hub", "east")
@@ -52,13 +52,22 @@ func TestChartJourney(t *testing.T) {
 	if err := east.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: "octopus-controller"}, &appsv1.Deployment{}); err != nil {
 		t.Errorf("the controller's Deployment: %v", err)
 	}
+	// octopus-dns is the release's too (join leaves it to the chart), so uninstall removes it.
+	dns := &appsv1.Deployment{}
+	if err := east.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: "octopus-dns"}, dns); err != nil {
+		t.Errorf("the octopus-dns Deployment: %v", err)
+	} else if owner := dns.Annotations["meta.helm.sh/release-name"]; owner != "octopus-member" {
+		t.Errorf("the octopus-dns Deployment belongs to release %q, want octopus-member", owner)
+	}
 
 	u.mustOctopus("leave", "--kubeconfig", kc("east"))
 	if err := east.Get(ctx, client.ObjectKey{Name: v1alpha1.SystemNamespace}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
 		t.Errorf("after leave, namespace %s: %v; want NotFound", v1alpha1.SystemNamespace, err)
 	}
-	if err := east.Get(ctx, client.ObjectKey{Name: "octopus-gateway"}, &rbacv1.ClusterRole{}); err == nil {
-		t.Error("after leave, ClusterRole octopus-gateway is still there")
+	for _, role := range []string{"octopus-gateway", "octopus-dns"} {
+		if err := east.Get(ctx, client.ObjectKey{Name: role}, &rbacv1.ClusterRole{}); err == nil {
+			t.Errorf("after leave, ClusterRole %s is still there", role)
+		}
 	}
 }
 
