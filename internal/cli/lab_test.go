@@ -25,7 +25,8 @@ func TestLabUpFlags(t *testing.T) {
 	}{
 		"defaults":                 {args: nil, nodes: 0, gateways: 1, backend: "wireguard", topology: "mesh"},
 		"real nodes":               {args: []string{"--node-runtime", "kubelet"}, gateways: 1, backend: "wireguard", topology: "mesh", nodeRuntime: "kubelet"},
-		"unknown node runtime":     {args: []string{"--node-runtime", "docker"}, wantErr: `--node-runtime "docker": want standin`},
+		"stand-in nodes":           {args: []string{"--node-runtime", "standin"}, gateways: 1, backend: "wireguard", topology: "mesh", nodeRuntime: "standin"},
+		"unknown node runtime":     {args: []string{"--node-runtime", "docker"}, wantErr: `--node-runtime "docker": want kubelet`},
 		"vxlan":                    {args: []string{"--backend", "vxlan"}, gateways: 1, backend: "vxlan", topology: "mesh"},
 		"two gateways, default":    {args: []string{"--gateways-per-cluster", "2"}, nodes: 0, gateways: 2, backend: "wireguard", topology: "mesh"},
 		"two gateways, four nodes": {args: []string{"--gateways-per-cluster", "2", "--nodes-per-cluster", "4"}, nodes: 4, gateways: 2, backend: "wireguard", topology: "mesh"},
@@ -65,7 +66,7 @@ func TestLabUpFlags(t *testing.T) {
 				opts.OverlappingCIDRs != tc.overlapping || opts.Topology != tc.topology || opts.HubGateways != tc.hubGateways {
 				t.Errorf("options %+v, want %d nodes and %d gateways in 2 clusters", opts, tc.nodes, tc.gateways)
 			}
-			if want := cmp.Or(tc.nodeRuntime, lab.NodeRuntimeStandin); opts.NodeRuntime != want {
+			if want := cmp.Or(tc.nodeRuntime, lab.NodeRuntimeKubelet); opts.NodeRuntime != want {
 				t.Errorf("node runtime %q, want %q", opts.NodeRuntime, want)
 			}
 			for _, name := range []string{lab.HubName, lab.ClusterName(1), lab.ClusterName(2)} {
