@@ -386,13 +386,19 @@ func clusterDNS(t *testing.T, serviceCIDR netip.Prefix) netip.Addr {
 
 // testExecTTY execs with a terminal through client-go (kubectl needs a terminal of its own
 // for -t): the command sees a tty of the size the client sets.
+//
+// The client sends the size on a stream of its own, and containerd's CRI applies it to the
+// exec's terminal only once the process has started (there is no size at creation), so a
+// command that reads the size at once can find the terminal still 0x0 on a real node. The
+// command therefore waits for the size, as a program that follows its terminal's size does
+// (shells and editors read it again on SIGWINCH), for at most 5 s.
 func testExecTTY(ctx context.Context, t *testing.T, c labCluster, pod string) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	req := c.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace("default").Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: "sh", Command: []string{"sh", "-c", "tty; stty size"},
+		VersionedParams(&corev1.PodExecOptions{Container: "sh", Command: []string{"sh", "-c", ttySizeScript},
 			Stdin: true, Stdout: true, TTY: true}, scheme.ParameterCodec)
 	executor, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
 	if err != nil {
@@ -414,6 +420,18 @@ func testExecTTY(ctx context.Context, t *testing.T, c labCluster, pod string) {
 		t.Errorf("exec with tty: output %q, want the pts and size 40 100", out.String())
 	}
 }
+
+// ttySizeScript prints the terminal and its size once it has one (rows and columns both
+// non-zero; while the terminal is 0x0, coreutils' stty prints "0 0", busybox's an error).
+const ttySizeScript = `tty
+i=0
+while [ $i -lt 100 ]; do
+	size=$(stty size 2>&1)
+	case "$size" in [1-9]*" "[1-9]*) break ;; esac
+	i=$((i+1))
+	sleep 0.05
+done
+echo "$size"`
 
 // fixedSize reports one terminal size, then blocks until done (nil ends the queue).
 type fixedSize struct {

@@ -3,6 +3,7 @@ package lab_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -40,13 +41,14 @@ const (
 	envChildDir   = "OCTOPUS_LAB_TEST_CHILD_DIR"
 	envChildBin   = "OCTOPUS_LAB_TEST_CHILD_BINDIR"
 	envChildAgent = "OCTOPUS_LAB_TEST_CHILD_AGENT"
-	// envNodeRuntime overrides the node runtime of the labs of startLab.
+	// envNodeRuntime overrides the node runtime of the tests' labs (startLab and the child's).
 	envNodeRuntime = "OCTOPUS_LAB_TEST_NODE_RUNTIME"
 	// envCNI overrides the CNI of the labs of startLab (with real nodes).
 	envCNI = "OCTOPUS_LAB_TEST_CNI"
-	// envChildRealNodes, when set, names the containerd bin directory and gives the child's
-	// lab one cluster of real nodes (lab.NodeRuntimeKubelet).
-	envChildRealNodes = "OCTOPUS_LAB_TEST_CHILD_CONTAINERD"
+	// envChildContainerd names the containerd bin directory of the child's real nodes.
+	envChildContainerd = "OCTOPUS_LAB_TEST_CHILD_CONTAINERD"
+	// envChildClusters is the number of the child lab's clusters (2 unless set).
+	envChildClusters = "OCTOPUS_LAB_TEST_CHILD_CLUSTERS"
 )
 
 // childReport is what the child prints on one line once the lab is up.
@@ -65,15 +67,16 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// runChild runs a lab with hub + 2 clusters x 2 nodes (with envChildRealNodes: hub + 1
-// cluster of 2 real nodes), reports it on stdout and waits to be killed.
+// runChild runs a lab with hub + 2 clusters x 2 nodes (envChildClusters clusters when set)
+// on the node runtime of envNodeRuntime, reports it on stdout and waits to be killed.
 func runChild(dir string) int {
 	opts := lab.Options{
 		Clusters: 2, NodesPerCluster: 2, Dir: dir,
 		BinDir: os.Getenv(envChildBin), AgentBinary: os.Getenv(envChildAgent),
+		NodeRuntime: os.Getenv(envNodeRuntime), ContainerdBinDir: os.Getenv(envChildContainerd),
 	}
-	if containerd := os.Getenv(envChildRealNodes); containerd != "" {
-		opts.Clusters, opts.NodeRuntime, opts.ContainerdBinDir = 1, lab.NodeRuntimeKubelet, containerd
+	if n, err := strconv.Atoi(os.Getenv(envChildClusters)); err == nil {
+		opts.Clusters = n
 	}
 	l, err := lab.Up(context.Background(), opts)
 	if err != nil {
@@ -91,29 +94,32 @@ func runChild(dir string) int {
 	select {} // until SIGKILL
 }
 
-// TestLabUpAndDownAfterKill runs `lab up` (hub + 2 clusters x 2 nodes) in a child process
-// and checks, on the live lab: every Node is Ready with a pod CIDR and an InternalIP;
-// kube-proxy has programmed its nftables table in every node namespace and puts a new
-// ClusterIP Service into it; the root namespace gained no route outside the lab's ranges.
-// It starts a busybox pod whose shell forks. Then it SIGKILLs the child and checks that Down
-// leaves no namespace, link or process, the pod's included.
+// TestLabUpAndDownAfterKill runs `lab up` (hub + 2 clusters x 2 nodes, on the tests' node
+// runtime) in a child process and checks, on the live lab: every Node is Ready with a pod
+// CIDR and an InternalIP; kube-proxy has programmed its nftables table in every node
+// namespace and puts a new ClusterIP Service into it; the root namespace gained no route
+// outside the lab's ranges. It starts a busybox pod whose shell forks. Then it SIGKILLs the
+// child and checks that Down leaves no process (the pod's included), mount, cgroup,
+// namespace or file behind (checkLabGone).
 func TestLabUpAndDownAfterKill(t *testing.T) {
 	testenv.LabNetwork(t)
 	binDir := testenv.BinDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	runtime, containerd := testNodeRuntime(ctx, t)
 	agent := buildAgent(t)
 	dir := filepath.Join(t.TempDir(), "lab")
 	routesBefore, err := labnet.RootRoutes()
 	if err != nil {
 		t.Fatal(err)
 	}
+	before := hostSnapshot(t)
 
-	report, kill := startLabChild(t, dir, envChildBin+"="+binDir, envChildAgent+"="+agent)
+	report, kill := startLabChild(t, dir, envChildBin+"="+binDir, envChildAgent+"="+agent,
+		envNodeRuntime+"="+runtime, envChildContainerd+"="+containerd)
 	if got := len(report.Network.Clusters); got != 2 {
 		t.Fatalf("network has %d clusters, want 2", got)
 	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	for _, c := range report.Network.Clusters {
 		cs := clientset(t, report.Kubeconfigs[c.Name])
 		checkNodes(ctx, t, cs, c)
@@ -142,7 +148,11 @@ func TestLabUpAndDownAfterKill(t *testing.T) {
 	}
 	podPids := strings.Fields(string(pidsOut))
 
-	// kill -9 of `lab up`, then `lab down`.
+	if runtime == lab.NodeRuntimeKubelet {
+		checkRealNodesRunning(t, dir, report.Network.ID)
+	}
+
+	// kill -9 of `lab up`, then `lab down`, twice: the second finds nothing to do.
 	kill()
 	if err := lab.Down(dir); err != nil {
 		t.Fatalf("lab down: %v", err)
@@ -150,24 +160,12 @@ func TestLabUpAndDownAfterKill(t *testing.T) {
 	if err := lab.Down(dir); err != nil {
 		t.Fatalf("second lab down: %v", err)
 	}
-	namespaces, links, err := labnet.Leftovers(report.Network.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(namespaces) > 0 || len(links) > 0 {
-		t.Errorf("after lab down: namespaces %v, links %v", namespaces, links)
-	}
-	if pids := processesReferringTo(dir); len(pids) > 0 {
-		t.Errorf("after lab down, processes still refer to %s: %v", dir, pids)
-	}
+	checkLabGone(t, dir, report.Network.ID, before)
 	for _, p := range podPids {
 		// A zombie holds nothing; the orphans' new parent reaps them in its own time.
 		if pid, err := strconv.Atoi(p); err == nil && procfs.Alive(pid) {
-			t.Errorf("after lab down, process %d of pod %s is alive", pid, loop.Name)
+			t.Errorf("processes: after lab down, process %d of pod %s is alive", pid, loop.Name)
 		}
-	}
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Errorf("lab dir still exists after lab down: %v", err)
 	}
 }
 
@@ -442,16 +440,12 @@ func logLabState(t *testing.T, dir string) {
 	}
 }
 
-// withTestNodeRuntime returns opts with the node runtime of OCTOPUS_LAB_TEST_NODE_RUNTIME
-// (and the containerd it needs) unless opts choose one.
+// withTestNodeRuntime returns opts with the tests' node runtime (testNodeRuntime) unless
+// opts choose one.
 func withTestNodeRuntime(ctx context.Context, t *testing.T, opts lab.Options) lab.Options {
 	t.Helper()
-	if runtime := os.Getenv(envNodeRuntime); runtime != "" && opts.NodeRuntime == "" {
-		_, containerd, err := controlplane.EnsureNodeRuntime(ctx, testenv.RepoRoot(t), os.Stderr)
-		if err != nil {
-			t.Fatalf("%s=%s: building the kubelet and containerd: %v", envNodeRuntime, runtime, err)
-		}
-		opts.NodeRuntime, opts.ContainerdBinDir = runtime, containerd
+	if opts.NodeRuntime == "" {
+		opts.NodeRuntime, opts.ContainerdBinDir = testNodeRuntime(ctx, t)
 	}
 	if name := os.Getenv(envCNI); name != "" && opts.CNI == "" {
 		opts.CNI = name
@@ -463,6 +457,25 @@ func withTestNodeRuntime(ctx context.Context, t *testing.T, opts lab.Options) la
 		}
 	}
 	return opts
+}
+
+// testNodeRuntime returns the node runtime of the tests' labs, the lab's default unless
+// OCTOPUS_LAB_TEST_NODE_RUNTIME names another (standin: the stand-in kept while the real
+// nodes replace it), and for real nodes the directory of containerd, built if missing.
+func testNodeRuntime(ctx context.Context, t *testing.T) (runtime, containerdDir string) {
+	t.Helper()
+	runtime, err := lab.ValidateNodeRuntime(cmp.Or(os.Getenv(envNodeRuntime), lab.Options{}.WithDefaults().NodeRuntime))
+	if err != nil {
+		t.Fatalf("%s: %v", envNodeRuntime, err)
+	}
+	if runtime != lab.NodeRuntimeKubelet {
+		return runtime, ""
+	}
+	_, containerdDir, err = controlplane.EnsureNodeRuntime(ctx, testenv.RepoRoot(t), os.Stderr)
+	if err != nil {
+		t.Fatalf("node runtime %s: building the kubelet and containerd: %v", runtime, err)
+	}
+	return runtime, containerdDir
 }
 
 // podNetns names the network namespace of a running pod of the lab labID (lab.PodNetns), for

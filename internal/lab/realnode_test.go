@@ -54,7 +54,8 @@ func TestRealNodes(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "lab")
 	before := hostSnapshot(t)
 
-	report, kill := startLabChild(t, dir, envChildBin+"="+binDir, envChildAgent+"="+agent, envChildRealNodes+"="+containerdDir)
+	report, kill := startLabChild(t, dir, envChildBin+"="+binDir, envChildAgent+"="+agent, envChildClusters+"=1",
+		envNodeRuntime+"="+lab.NodeRuntimeKubelet, envChildContainerd+"="+containerdDir)
 	c := report.Network.Clusters[0]
 	kubeconfig := report.Kubeconfigs[c.Name]
 	cs := clientset(t, kubeconfig)
@@ -165,34 +166,51 @@ func TestRealNodes(t *testing.T) {
 		checkMemberChart(ctx, t, cs, kubeconfig, []string{node1, node2}, node1)
 	})
 
-	// What the checks below must find gone is there while the lab runs: the nodes' mounts and
-	// the processes in the lab's cgroups (containerd, its shims, the pods).
-	if len(mountsOf(dir)) == 0 {
-		t.Errorf("no mount namespace mounts from %s while the lab runs", dir)
-	}
-	if pids, err := realnode.CgroupProcesses(report.Network.ID); err != nil || len(pids) == 0 {
-		t.Errorf("no processes in the lab's cgroups while the lab runs: %v", err)
-	}
+	checkRealNodesRunning(t, dir, report.Network.ID)
 
 	// kill -9 of `lab up`, then `lab down`.
 	kill()
 	if err := lab.Down(dir); err != nil {
 		t.Fatalf("lab down: %v", err)
 	}
+	checkLabGone(t, dir, report.Network.ID, before)
+}
+
+// checkRealNodesRunning checks that what checkLabGone must find gone is there while a lab
+// of real nodes runs: the nodes' mounts and the processes in the lab's cgroups (containerd,
+// its shims, the pods).
+func checkRealNodesRunning(t *testing.T, dir, labID string) {
+	t.Helper()
+	if len(mountsOf(dir)) == 0 {
+		t.Errorf("no mount namespace mounts from %s while the lab runs", dir)
+	}
+	if pids, err := realnode.CgroupProcesses(labID); err != nil || len(pids) == 0 {
+		t.Errorf("no processes in the lab's cgroups while the lab runs: %v", err)
+	}
+	if cgroups, err := realnode.Cgroups(labID); err != nil || len(cgroups) == 0 {
+		t.Errorf("no cgroups of the lab while it runs: %v", err)
+	}
+}
+
+// checkLabGone checks, after `lab down` of the lab labID in dir, that it left no process,
+// mount, cgroup, namespace or file behind, whatever its node runtime: before is the host as
+// it was before `lab up`.
+func checkLabGone(t *testing.T, dir, labID string, before snapshot) {
+	t.Helper()
 	after := hostSnapshot(t)
 	if pids := processesReferringTo(dir); len(pids) > 0 {
 		t.Errorf("processes: after lab down, %v still refer to %s", pids, dir)
 	}
-	if pids, err := realnode.CgroupProcesses(report.Network.ID); err != nil || len(pids) > 0 {
+	if pids, err := realnode.CgroupProcesses(labID); err != nil || len(pids) > 0 {
 		t.Errorf("processes: after lab down, %v (%v) are in the lab's cgroups", pids, err)
 	}
-	if cgroups, err := realnode.Cgroups(report.Network.ID); err != nil || len(cgroups) > 0 {
+	if cgroups, err := realnode.Cgroups(labID); err != nil || len(cgroups) > 0 {
 		t.Errorf("cgroups: after lab down: %v (%v)", cgroups, err)
 	}
 	if mounts := mountsOf(dir); len(mounts) > 0 {
 		t.Errorf("mounts: after lab down, mount namespaces still mount from %s: %v", dir, mounts)
 	}
-	namespaces, links, err := labnet.Leftovers(report.Network.ID)
+	namespaces, links, err := labnet.Leftovers(labID)
 	if err != nil || len(namespaces) > 0 || len(links) > 0 {
 		t.Errorf("namespaces: after lab down: %v, links %v (%v)", namespaces, links, err)
 	}

@@ -28,12 +28,14 @@ import (
 
 // Node runtimes (Options.NodeRuntime).
 const (
-	// NodeRuntimeStandin runs pods with the lab's node agent (internal/lab/nodeagent):
-	// containers are host programs chosen from an image table. The default.
-	NodeRuntimeStandin = "standin"
 	// NodeRuntimeKubelet makes every node a real Kubernetes node (internal/lab/realnode):
-	// a kubelet and containerd with runc, a real CNI and images built on this machine.
+	// a kubelet and containerd with runc, a real CNI and images built on this machine. The
+	// default.
 	NodeRuntimeKubelet = "kubelet"
+	// NodeRuntimeStandin runs pods with the lab's node agent (internal/lab/nodeagent):
+	// containers are host programs chosen from an image table. Still selectable while the
+	// real nodes replace it.
+	NodeRuntimeStandin = "standin"
 )
 
 // realNodeReadyTimeout bounds the wait for real nodes to register, get their pod CIDR and
@@ -44,13 +46,13 @@ const realNodeReadyTimeout = 3 * time.Minute
 // default applied.
 func ValidateNodeRuntime(runtime string) (string, error) {
 	switch runtime {
-	case "", NodeRuntimeStandin:
-		return NodeRuntimeStandin, nil
-	case NodeRuntimeKubelet:
+	case "", NodeRuntimeKubelet:
+		return NodeRuntimeKubelet, nil
+	case NodeRuntimeStandin:
 		return runtime, nil
 	}
-	return "", fmt.Errorf("node runtime %q: want %s (the lab's stand-in kubelet) or %s (a real kubelet and containerd on every node)",
-		runtime, NodeRuntimeStandin, NodeRuntimeKubelet)
+	return "", fmt.Errorf("node runtime %q: want %s (a real kubelet and containerd on every node) or %s (the lab's stand-in kubelet)",
+		runtime, NodeRuntimeKubelet, NodeRuntimeStandin)
 }
 
 // labImageSet is what real nodes get their images from: a registry holding every image of the
