@@ -185,11 +185,12 @@ type CloudProvider string
 const (
 	// CloudProviderGeneric is on-premises: nodes are prepared through the Kubernetes API only.
 	CloudProviderGeneric CloudProvider = "generic"
-	// CloudProviderAWS, CloudProviderGCP and CloudProviderAzure name clouds whose APIs
-	// would open security groups and add gateway instances; none is implemented yet, so a
-	// Fabric naming one reports CloudPrepared=False, ProviderUnavailable.
-	CloudProviderAWS   CloudProvider = "aws"
-	CloudProviderGCP   CloudProvider = "gcp"
+	// CloudProviderAWS has no implementation yet (no cloud API is reachable from where
+	// Octopus is tested): a Fabric naming it reports CloudPrepared=False, ProviderUnavailable.
+	CloudProviderAWS CloudProvider = "aws"
+	// CloudProviderGCP has no implementation yet, as CloudProviderAWS.
+	CloudProviderGCP CloudProvider = "gcp"
+	// CloudProviderAzure has no implementation yet, as CloudProviderAWS.
 	CloudProviderAzure CloudProvider = "azure"
 )
 
