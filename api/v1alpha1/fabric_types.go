@@ -103,12 +103,18 @@ type SecretReference struct {
 
 // HealthCheck configures the gateways' probes of the other clusters' gateways.
 type HealthCheck struct {
-	// interval between two ICMP probes to each remote gateway; a connection is down after 3
-	// missed probes.
+	// interval between two ICMP probes to each remote gateway; a connection is down after
+	// maxPacketLoss missed probes in a row.
 	// +optional
 	// +kubebuilder:default="1s"
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('100ms') && duration(self) <= duration('1m')",message="joinConfig.healthCheck.interval must be between 100ms and 1m"
 	Interval metav1.Duration `json:"interval,omitempty"`
+	// maxPacketLoss is how many probes in a row may go unanswered before a connection is down
+	// (the gateway's --health-max-loss). Detection takes about interval × maxPacketLoss.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:XValidation:rule="self >= 1 && self <= 60",message="joinConfig.healthCheck.maxPacketLoss must be between 1 and 60 probes in a row"
+	MaxPacketLoss int32 `json:"maxPacketLoss,omitempty"`
 }
 
 // JoinConfig joins the cluster the Fabric lives in to a hub. Every field but clusterID and

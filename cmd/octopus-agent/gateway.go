@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -13,6 +14,9 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/agent"
+	"github.com/octopus-mcs/octopus/internal/datapath/health"
+	"github.com/octopus-mcs/octopus/internal/datapath/hostfirewall"
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/gateway"
 	"github.com/octopus-mcs/octopus/internal/globalnet/globalip"
 	"github.com/octopus-mcs/octopus/internal/metricsserver"
@@ -43,6 +47,8 @@ type gatewayOptions struct {
 	takeoverAfter         time.Duration
 	hub                   bool
 	hubNamespace          string
+	openHostFirewall      bool
+	healthMaxLoss         int
 }
 
 func newGatewayCommand() *cobra.Command {
@@ -79,7 +85,10 @@ address through its Node object and the hub has none: a standby waits out --leas
 			if err != nil {
 				return err
 			}
-			return gateway.Run(ctrl.SetupSignalHandler(), opts)
+			if !o.openHostFirewall {
+				return gateway.Run(ctrl.SetupSignalHandler(), opts)
+			}
+			return runWithHostFirewall(ctrl.SetupSignalHandler(), opts)
 		},
 	}
 	f := cmd.Flags()
@@ -96,7 +105,10 @@ address through its Node object and the hub has none: a standby waits out --leas
 	f.DurationVar(&o.leaseDuration, "lease-duration", gateway.DefaultLeaseDuration, "how long a standby waits after the active gateway's last renewal before taking over")
 	f.DurationVar(&o.renewDeadline, "renew-deadline", gateway.DefaultRenewDeadline, "how long the active gateway retries renewing before it gives up the role")
 	f.DurationVar(&o.retryPeriod, "retry-period", gateway.DefaultRetryPeriod, "how often to try to acquire or renew the Lease")
-	f.DurationVar(&o.healthInterval, "health-interval", time.Second, "interval of the ICMP health probes to every remote gateway; a connection is down after 3 missed")
+	f.DurationVar(&o.healthInterval, "health-interval", time.Second, "interval of the ICMP health probes to every remote gateway")
+	f.IntVar(&o.healthMaxLoss, "health-max-loss", health.DefaultDownAfter, "how many health probes in a row may go unanswered before a connection is down (1-60)")
+	f.BoolVar(&o.openHostFirewall, "open-host-firewall", false,
+		"accept --listen-port (UDP) in the node's input hook, in an nftables table of the gateway's own (inet "+owner.HostFirewallNFTTable+"), deleted on clean shutdown; it cannot override a drop in the host's own firewall, which must allow the port itself")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", fmt.Sprintf(":%d", gateway.DefaultMetricsPort),
 		`address of the Prometheus metrics endpoint (/metrics), standbys included; "0" turns it off`)
 	f.BoolVar(&o.hub, "hub", false, "run as the hub's gateway (the hub topology); --kubeconfig is then the hub's")
@@ -125,11 +137,14 @@ func (o gatewayOptions) complete() (gateway.Options, error) {
 		Member: member, NodeName: o.nodeName, Backend: v1alpha1.Backend(o.backend), ListenPort: o.listenPort, Device: o.device,
 		MTU: o.mtu, LeaseDuration: o.leaseDuration, RenewDeadline: o.renewDeadline, RetryPeriod: o.retryPeriod,
 		StatusInterval: o.statusInterval, Log: ctrl.Log.WithName("gateway"), GlobalEgressSize: o.globalEgressSize,
-		NewProber:    gateway.NewHealthProber(o.healthInterval, ctrl.Log.WithName("health")),
+		NewProber:    gateway.NewHealthProber(o.healthInterval, o.healthMaxLoss, ctrl.Log.WithName("health")),
 		LivenessPort: o.livenessPort, LivenessInterval: o.livenessInterval, LivenessFailures: o.livenessFailures, TakeoverAfter: o.takeoverAfter,
 	}
 	if o.underlayProbeInterval > 0 {
 		opts.NewUnderlayProber = gateway.NewPathProber(o.underlayProbeInterval, ctrl.Log.WithName("underlay"))
+	}
+	if o.healthMaxLoss < 1 || o.healthMaxLoss > 60 {
+		return gateway.Options{}, fmt.Errorf("--health-max-loss %d: want 1 to 60 probes in a row", o.healthMaxLoss)
 	}
 	if o.livenessPort != 0 && o.takeoverAfter != 0 && o.takeoverAfter <= o.retryPeriod {
 		return gateway.Options{}, fmt.Errorf("--takeover-after %s must exceed --retry-period %s: a live active gateway renews only every retry period", o.takeoverAfter, o.retryPeriod)
@@ -166,4 +181,26 @@ func (o gatewayOptions) complete() (gateway.Options, error) {
 		}
 	}
 	return opts, nil
+}
+
+// runWithHostFirewall runs the gateway with its tunnel port accepted in the node's input hook
+// for as long as it runs (the underlay probes use the same port, internal/gateway/underlay.go).
+// The gateway opens it itself because nothing can program another node's firewall through the
+// Kubernetes API; standbys open it too, so a takeover finds the port already open.
+func runWithHostFirewall(ctx context.Context, opts gateway.Options) error {
+	fw, err := hostfirewall.New()
+	if err != nil {
+		return err
+	}
+	if err := fw.Open(ctx, opts.ListenPort); err != nil {
+		return err
+	}
+	opts.Log.Info("Accepted the tunnel port in the host firewall", "table", "inet "+owner.HostFirewallNFTTable, "udpPort", opts.ListenPort)
+	runErr := gateway.Run(ctx, opts)
+	// ctx is done by now on a clean shutdown; the deletion must still run.
+	closeErr := fw.Close(context.WithoutCancel(ctx))
+	if closeErr != nil {
+		opts.Log.Error(closeErr, "Leaving the host firewall table behind")
+	}
+	return errors.Join(runErr, closeErr)
 }

@@ -184,6 +184,16 @@ func TestSchemaValidation(t *testing.T) {
 			f.Spec.JoinConfig.HealthCheck = &v1alpha1.HealthCheck{Interval: metav1.Duration{Duration: time.Millisecond}}
 			return f
 		}, "joinConfig.healthCheck.interval must be between 100ms and 1m"},
+		{"Fabric with a max packet loss too high", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.HealthCheck = &v1alpha1.HealthCheck{Interval: metav1.Duration{Duration: time.Second}, MaxPacketLoss: 61}
+			return f
+		}, "joinConfig.healthCheck.maxPacketLoss must be between 1 and 60 probes in a row"},
+		{"Fabric with a negative max packet loss", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.HealthCheck = &v1alpha1.HealthCheck{Interval: metav1.Duration{Duration: time.Second}, MaxPacketLoss: -1}
+			return f
+		}, "joinConfig.healthCheck.maxPacketLoss must be between 1 and 60 probes in a row"},
 		{"Fabric hub with an http URL", func() client.Object {
 			f := validFabric()
 			f.Spec.JoinConfig = nil

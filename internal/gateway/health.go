@@ -10,11 +10,12 @@ import (
 )
 
 // NewHealthProber returns a Options.NewProber that probes with ICMP echo from the gateway's
-// namespace (package datapath/health) every interval. The probes leave through the tunnel
+// namespace (package datapath/health) every interval, a target being down after downAfter
+// probes in a row go unanswered (health.DefaultDownAfter when 0). The probes leave through the tunnel
 // device, whose health-check address is their source, so an answer proves the tunnel.
-func NewHealthProber(interval time.Duration, log logr.Logger) func() (Prober, error) {
+func NewHealthProber(interval time.Duration, downAfter int, log logr.Logger) func() (Prober, error) {
 	return func() (Prober, error) {
-		p, err := health.New(health.Options{Interval: interval, Log: log})
+		p, err := health.New(health.Options{Interval: interval, DownAfter: downAfter, Log: log})
 		if err != nil {
 			return nil, err
 		}

@@ -55,8 +55,9 @@ func (unavailable) Unprepare(context.Context) error { return nil }
 
 // Generic prepares on-premises nodes: it labels the gateway nodes chosen by selector or by
 // count. Opening the tunnel port in the node's host firewall is the gateway's own job when it
-// starts on the node (a pod cannot program another node's nftables through the API). Its
-// RBAC on Nodes is among the member's (member.go).
+// starts on the node (a pod cannot program another node's nftables through the API): the
+// provider asks for it through the gateway's configuration (gatewayConfig). Its RBAC on Nodes
+// is among the member's (member.go).
 type Generic struct {
 	Client ctrl.Client
 }
@@ -225,4 +226,15 @@ func (r *Reconciler) providers() map[v1alpha1.CloudProvider]Provider {
 		return r.Providers
 	}
 	return Providers(r.Client)
+}
+
+// gatewayConfig is what cp's provider asks of the gateways, as member chart config keys
+// (OCTOPUS_<FLAG>, cmd/octopus-agent/env.go). generic has each gateway accept its tunnel port in
+// its node's nftables input hook (internal/datapath/hostfirewall, which says what that cannot
+// override); the cloud providers would open it in the cloud's security groups instead.
+func gatewayConfig(cp *v1alpha1.CloudPrepareConfig) map[string]any {
+	if cp == nil || cp.Provider != v1alpha1.CloudProviderGeneric {
+		return nil
+	}
+	return map[string]any{"OCTOPUS_OPEN_HOST_FIREWALL": "true"}
 }

@@ -206,7 +206,7 @@ func (r *Reconciler) hubClient(ctx context.Context) (ctrl.Client, hubaccess.Cred
 // from the joinConfig's: a changed backend, health interval, gateway selector or excluded
 // subnet is a Helm upgrade of the running components, never a re-join.
 func (r *Reconciler) deployComponents(ctx context.Context, f *v1alpha1.Fabric, st *v1alpha1.FabricStatus) bool {
-	values, err := MemberValues(f.Spec.JoinConfig)
+	values, err := MemberValues(f.Spec.JoinConfig, f.Spec.CloudPrepareConfig)
 	if err != nil {
 		set(f, st, v1alpha1.FabricComponentsReady, false, "InvalidValues", "%v", err)
 		return false

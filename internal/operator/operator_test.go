@@ -287,14 +287,17 @@ func TestFabricHubAndMember(t *testing.T) {
 		m.unchangedWritesNothing(t)
 	})
 
-	t.Run("live change of backend, health interval and gateway selector upgrades the release", func(t *testing.T) {
+	t.Run("live change of backend, health check, gateway selector and cloud prepare upgrades the release", func(t *testing.T) {
+		testenv.AddNode(t, m.admin, "east-gw", "192.0.2.9", "")
 		f := &v1alpha1.Fabric{}
 		if err := m.admin.Get(ctx, fabricKey, f); err != nil {
 			t.Fatal(err)
 		}
 		f.Spec.JoinConfig.Backend = v1alpha1.BackendVXLAN
-		f.Spec.JoinConfig.HealthCheck = &v1alpha1.HealthCheck{Interval: metav1.Duration{Duration: 3 * time.Second}}
+		f.Spec.JoinConfig.HealthCheck = &v1alpha1.HealthCheck{Interval: metav1.Duration{Duration: 3 * time.Second}, MaxPacketLoss: 5}
 		f.Spec.JoinConfig.GatewayNodeSelector = map[string]string{"edge": "true"}
+		// generic cloud prepare has the gateways accept their tunnel port in the node's firewall.
+		f.Spec.CloudPrepareConfig = &v1alpha1.CloudPrepareConfig{Provider: v1alpha1.CloudProviderGeneric}
 		if err := m.admin.Update(ctx, f); err != nil {
 			t.Fatal(err)
 		}
@@ -309,8 +312,10 @@ func TestFabricHubAndMember(t *testing.T) {
 		if err := m.admin.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: "octopus-config"}, cm); err != nil {
 			t.Fatal(err)
 		}
-		if cm.Data["OCTOPUS_HEALTH_INTERVAL"] != "3s" {
-			t.Fatalf("octopus-config = %v, want OCTOPUS_HEALTH_INTERVAL 3s", cm.Data)
+		for k, want := range map[string]string{"OCTOPUS_HEALTH_INTERVAL": "3s", "OCTOPUS_HEALTH_MAX_LOSS": "5", "OCTOPUS_OPEN_HOST_FIREWALL": "true"} {
+			if cm.Data[k] != want {
+				t.Fatalf("octopus-config = %v, want %s=%s", cm.Data, k, want)
+			}
 		}
 		after := &v1alpha1.Cluster{}
 		if err := h.admin.Get(ctx, client.ObjectKeyFromObject(cl), after); err != nil {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -13,9 +15,9 @@ import (
 )
 
 // MemberValues are the member chart's values (charts/octopus-member/values.yaml) for a
-// joinConfig. The components take their settings from the chart's config map as OCTOPUS_<FLAG>
+// joinConfig and, optional, the cloudPrepareConfig beside it. The components take their settings from the chart's config map as OCTOPUS_<FLAG>
 // variables (cmd/octopus-agent/env.go), so a setting is one key whichever component reads it.
-func MemberValues(jc *v1alpha1.JoinConfig) (map[string]any, error) {
+func MemberValues(jc *v1alpha1.JoinConfig, cp *v1alpha1.CloudPrepareConfig) (map[string]any, error) {
 	backend := jc.Backend
 	if backend == "" {
 		backend = v1alpha1.BackendWireGuard
@@ -35,6 +37,10 @@ func MemberValues(jc *v1alpha1.JoinConfig) (map[string]any, error) {
 	if hc := jc.HealthCheck; hc != nil && hc.Interval.Duration > 0 {
 		config["OCTOPUS_HEALTH_INTERVAL"] = hc.Interval.Duration.String()
 	}
+	if hc := jc.HealthCheck; hc != nil && hc.MaxPacketLoss > 0 {
+		config["OCTOPUS_HEALTH_MAX_LOSS"] = strconv.Itoa(int(hc.MaxPacketLoss))
+	}
+	maps.Copy(config, gatewayConfig(cp))
 	if len(jc.ExcludedSubnets) > 0 {
 		config["OCTOPUS_EXCLUDE_SUBNET"] = strings.Join(jc.ExcludedSubnets, ",")
 	}

@@ -1,6 +1,6 @@
 // Package health measures the connection to remote gateways: round-trip time (last, min, avg,
 // max) and loss per target, probing at a fixed interval, and marks a target down after
-// DownAfter probes in a row go unanswered.
+// Options.DownAfter probes in a row go unanswered.
 //
 // It probes with ICMP echo rather than UDP to a responder of our own: every remote gateway
 // answers echo in its kernel (the health-check address is on its tunnel device), so nothing
@@ -41,6 +41,9 @@ type Options struct {
 	Interval time.Duration
 	// Window is how many recent probes the loss is computed over; DefaultWindow when 0.
 	Window int
+	// DownAfter is how many probes in a row may go unanswered before a target is down;
+	// DefaultDownAfter when 0.
+	DownAfter int
 	// Transport: ICMP echo from the current network namespace when nil.
 	Transport Transport
 	// Now is the clock; time.Now when nil.
@@ -69,6 +72,9 @@ func New(opts Options) (*Prober, error) {
 	if opts.Window <= 0 {
 		opts.Window = DefaultWindow
 	}
+	if opts.DownAfter <= 0 {
+		opts.DownAfter = DefaultDownAfter
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
@@ -79,7 +85,7 @@ func New(opts Options) (*Prober, error) {
 			return nil, err
 		}
 	}
-	p := &Prober{opts: opts, tr: tr, tracker: newTracker(opts.Interval, opts.Window), stop: make(chan struct{})}
+	p := &Prober{opts: opts, tr: tr, tracker: newTracker(opts.Interval, opts.Window, opts.DownAfter), stop: make(chan struct{})}
 	p.wg.Add(2)
 	go p.receive()
 	go p.send()

@@ -78,7 +78,7 @@ func TestProber(t *testing.T) {
 		return s["b"].Up && s["b"].Sent >= 3 && s["b"].Lost == 0 && !s["c"].Answered && s["c"].Lost >= 3
 	})
 	f.set(a, false)
-	waitFor(t, p, "b down", func(s map[string]Stats) bool { return !s["b"].Up && s["b"].Answered && s["b"].Lost >= DownAfter })
+	waitFor(t, p, "b down", func(s map[string]Stats) bool { return !s["b"].Up && s["b"].Answered && s["b"].Lost >= DefaultDownAfter })
 	f.set(a, true)
 	waitFor(t, p, "b up again", func(s map[string]Stats) bool { return s["b"].Up })
 	if err := p.Close(); err != nil {

@@ -46,7 +46,7 @@ func TestICMPInNamespaces(t *testing.T) {
 	})
 	tunneltest.Run(t, "ip", "-n", g2.NS, "link", "set", g2.UnderDev, "down")
 	wait("c2 down", func(s map[string]health.Stats) bool {
-		return !s["c2"].Up && s["c2"].Answered && s["c2"].Lost >= health.DownAfter
+		return !s["c2"].Up && s["c2"].Answered && s["c2"].Lost >= health.DefaultDownAfter
 	})
 	if err := p.Close(); err != nil {
 		t.Fatal(err)

@@ -5,13 +5,14 @@ import (
 	"time"
 )
 
-// DownAfter is how many consecutive probes may go unanswered before a target is down.
-const DownAfter = 3
+// DefaultDownAfter is how many consecutive probes go unanswered before a target is down when
+// Options.DownAfter is 0.
+const DefaultDownAfter = 3
 
 // Stats is one target's health.
 type Stats struct {
 	Addr netip.Addr
-	// Up is true once a probe was answered and fewer than DownAfter probes in a row since
+	// Up is true once a probe was answered and fewer than Options.DownAfter probes in a row since
 	// then went unanswered.
 	Up bool
 	// Answered tells whether any probe to this target was ever answered.
@@ -48,13 +49,14 @@ type target struct {
 // and timeouts into Stats. It does no I/O and reads no clock, so tests drive it with any
 // times they like.
 type tracker struct {
-	interval time.Duration
-	window   int
-	targets  map[string]*target
+	interval  time.Duration
+	window    int
+	downAfter int
+	targets   map[string]*target
 }
 
-func newTracker(interval time.Duration, window int) *tracker {
-	return &tracker{interval: interval, window: window, targets: map[string]*target{}}
+func newTracker(interval time.Duration, window, downAfter int) *tracker {
+	return &tracker{interval: interval, window: window, downAfter: downAfter, targets: map[string]*target{}}
 }
 
 // setTargets keeps the state of targets whose address is unchanged and starts new ones fresh.
@@ -139,7 +141,7 @@ func (tr *tracker) record(t *target, answered bool) {
 func (tr *tracker) snapshot() map[string]Stats {
 	out := make(map[string]Stats, len(tr.targets))
 	for name, t := range tr.targets {
-		s := Stats{Addr: t.addr, Answered: t.answered, Up: t.answered && t.lostInRow < DownAfter,
+		s := Stats{Addr: t.addr, Answered: t.answered, Up: t.answered && t.lostInRow < tr.downAfter,
 			Last: t.last, Min: t.min, Max: t.max, LastReply: t.lastReply, Sent: len(t.outcomes)}
 		if t.replies > 0 {
 			s.Avg = t.sum / time.Duration(t.replies)

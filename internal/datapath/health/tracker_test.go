@@ -1,6 +1,7 @@
 package health
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -44,7 +45,7 @@ func TestTracker(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tr := newTracker(time.Second, 4)
+			tr := newTracker(time.Second, 4, DefaultDownAfter)
 			tr.setTargets(map[string]netip.Addr{"b": a})
 			now := t0
 			for _, rtt := range tt.rtts {
@@ -68,7 +69,7 @@ func TestTracker(t *testing.T) {
 }
 
 func TestTrackerReplies(t *testing.T) {
-	tr := newTracker(time.Second, 10)
+	tr := newTracker(time.Second, 10, DefaultDownAfter)
 	tr.setTargets(map[string]netip.Addr{"b": a, "c": b})
 	probes := tr.due(t0)
 	seq := probes[0].seq
@@ -93,5 +94,26 @@ func TestTrackerReplies(t *testing.T) {
 	tr.setTargets(map[string]netip.Addr{"b": b})
 	if s := tr.snapshot(); s["b"].Answered || s["b"].Addr != b {
 		t.Fatalf("a target whose address changed kept its state: %+v", s)
+	}
+}
+
+// TestTrackerDownAfter checks that a target stays up through downAfter-1 lost probes in a row
+// and is down at exactly the downAfter-th, for the default and configured values.
+func TestTrackerDownAfter(t *testing.T) {
+	for _, downAfter := range []int{1, DefaultDownAfter, 5, 10} {
+		t.Run(fmt.Sprint(downAfter), func(t *testing.T) {
+			tr := newTracker(time.Second, 60, downAfter)
+			tr.setTargets(map[string]netip.Addr{"b": a})
+			now := t0
+			p := tr.due(now)
+			tr.reply(a, p[0].seq, now.Add(time.Millisecond))
+			for missed := 0; missed <= downAfter; missed++ {
+				now = now.Add(time.Second)
+				tr.due(now) // settles the previous probe (lost from the second on) and sends the next
+				if up, want := tr.snapshot()["b"].Up, missed < downAfter; up != want {
+					t.Fatalf("after %d lost probes in a row: up = %v, want %v", missed, up, want)
+				}
+			}
+		})
 	}
 }

@@ -66,6 +66,10 @@ const (
 	// per node, since one gateway process at a time is active there. Its chains run at
 	// dstnat-10 and srcnat-10, ahead of kube-proxy's and the node's masquerade (nat.go says why).
 	GlobalnetNFTTable = "octopus-globalnet"
+	// HostFirewallNFTTable is the inet table a gateway owns on its node to accept its tunnel's
+	// UDP port in the input hook (internal/datapath/hostfirewall, which says what such an
+	// accept can and cannot do against the host's own firewall). Removed on clean shutdown.
+	HostFirewallNFTTable = "octopus-host-firewall"
 )
 
 // Links and network namespaces.
