@@ -52,8 +52,11 @@ func TestDiagnose(t *testing.T) {
 	bins := buildCommands(t, "octopus-agent", "octopus-dns", "octopus")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
+	// Processes: the checks cut a gateway off by its pidfile and read its process log
+	// through gather.
 	l, dir := startLab(ctx, t, lab.Options{
 		Clusters: 2, NodesPerCluster: 2, BinDir: binDir, AgentBinary: bins["octopus-agent"], DNSBinary: bins["octopus-dns"],
+		ComponentProcesses: true,
 	})
 	d := &diagnoseLab{l: l, dir: dir, octopus: bins["octopus"], hub: l.Env.Cluster(lab.HubName).Kubeconfig}
 	for _, c := range l.Network.Clusters {

@@ -77,7 +77,7 @@ const memberChartTimeout = 3 * time.Minute
 // nodes can get the project's image, which the lab builds only when the agent binary's
 // directory holds every binary (hasOctopusBinaries; `go build -o bin/ ./cmd/...`).
 func chartsOnNodes(opts Options) bool {
-	return opts.NodeRuntime == NodeRuntimeKubelet && hasOctopusBinaries(filepath.Dir(opts.AgentBinary))
+	return !opts.ComponentProcesses && opts.NodeRuntime == NodeRuntimeKubelet && hasOctopusBinaries(filepath.Dir(opts.AgentBinary))
 }
 
 // startComponents runs a joined cluster's controller, gateways and route agents: as the pods of
@@ -86,7 +86,7 @@ func chartsOnNodes(opts Options) bool {
 // startGateways), since the stand-in's pods cannot run them.
 func startComponents(ctx context.Context, opts Options, env *controlplane.Environment, cp *controlplane.ControlPlane, c labnet.ClusterNet) error {
 	if !chartsOnNodes(opts) {
-		if opts.NodeRuntime == NodeRuntimeKubelet {
+		if opts.NodeRuntime == NodeRuntimeKubelet && !opts.ComponentProcesses {
 			opts.Progress.Step("%s: the components run as processes: %s lacks some of %v, so the nodes have no Octopus image (go build -o DIR/ ./cmd/...)",
 				cp.Name, filepath.Dir(opts.AgentBinary), images.OctopusBinaries)
 		}

@@ -46,6 +46,11 @@ type Options struct {
 	BinDir string
 	// AgentBinary is the octopus-agent executable. Required.
 	AgentBinary string
+	// ComponentProcesses runs the controller, gateways and route agents as supervised
+	// processes in the nodes' namespaces even where the member chart could run them as pods
+	// (chartsOnNodes): for tests that still crash a gateway by its pidfile or read its
+	// process log. Optional.
+	ComponentProcesses bool
 	// HeartbeatInterval of the agents. Optional, default 2s so the demo shows live state.
 	HeartbeatInterval time.Duration
 	// EchoBinary is the octopus-echo executable that containers of image
