@@ -17,8 +17,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
-
-	"github.com/octopus-mcs/octopus/internal/kube"
 )
 
 // exportPollInterval is how often `export service` re-reads the ServiceExport while it waits
@@ -56,15 +54,8 @@ func (s *serviceFlags) complete(args []string) error {
 }
 
 func (s *serviceFlags) client() (client.Client, error) {
-	cfg, err := s.kube.restConfig()
-	if err != nil {
-		return nil, err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
-	if err != nil {
-		return nil, fmt.Errorf("connecting to %s: %w", cfg.Host, err)
-	}
-	return c, nil
+	c, _, err := s.kube.client()
+	return c, err
 }
 
 type exportOptions struct {

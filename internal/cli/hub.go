@@ -37,13 +37,9 @@ until its heartbeat goes stale. Needs the hub's admin kubeconfig. The cluster ca
 with broker-info; rotate broker-info to keep it out.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := hubKube.restConfig()
+			c, _, err := hubKube.client()
 			if err != nil {
 				return err
-			}
-			c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
-			if err != nil {
-				return fmt.Errorf("connecting to the hub at %s: %w", cfg.Host, err)
 			}
 			if err := hub.Revoke(cmd.Context(), c, namespace, args[0]); err != nil {
 				return err

@@ -6,6 +6,9 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/octopus-mcs/octopus/internal/kube"
 )
 
 // kubeconfigFlags select a cluster the way kubectl does.
@@ -27,6 +30,20 @@ func (k *kubeconfigFlags) restConfig() (*rest.Config, error) {
 		return nil, fmt.Errorf("loading kubeconfig: %w (pass --kubeconfig, or select a context with --context)", err)
 	}
 	return cfg, nil
+}
+
+// client connects to the selected cluster with the scheme of Octopus's and the MCS API's
+// types; its config comes along for messages that name the cluster (cfg.Host).
+func (k *kubeconfigFlags) client() (client.Client, *rest.Config, error) {
+	cfg, err := k.restConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return nil, nil, fmt.Errorf("connecting to %s: %w", cfg.Host, err)
+	}
+	return c, cfg, nil
 }
 
 // loadKubeconfig reads the kubeconfig at path and returns its current context's

@@ -5,13 +5,11 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/charts"
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/hubaccess"
-	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/progress"
 	"github.com/octopus-mcs/octopus/internal/release"
 )
@@ -36,11 +34,7 @@ func newLeaveCommand(streams IOStreams) *cobra.Command {
 }
 
 func (o *leaveOptions) Run(ctx context.Context) error {
-	cfg, err := o.kube.restConfig()
-	if err != nil {
-		return err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
+	c, cfg, err := o.kube.client()
 	if err != nil {
 		return err
 	}

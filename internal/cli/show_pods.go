@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
 )
 
@@ -65,13 +64,9 @@ type podStatus struct {
 }
 
 func (o *showPodsOptions) Run(ctx context.Context) error {
-	cfg, err := o.kube.restConfig()
+	c, cfg, err := o.kube.client()
 	if err != nil {
 		return err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
-	if err != nil {
-		return fmt.Errorf("connecting to %s: %w", cfg.Host, err)
 	}
 	var pods corev1.PodList
 	if err := c.List(ctx, &pods, client.InNamespace(o.namespace)); err != nil {

@@ -18,7 +18,6 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/kube"
 )
 
 type showServicesOptions struct {
@@ -96,13 +95,9 @@ type globalIP struct {
 }
 
 func (o *showServicesOptions) Run(ctx context.Context) error {
-	cfg, err := o.kube.restConfig()
+	c, cfg, err := o.kube.client()
 	if err != nil {
 		return err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
-	if err != nil {
-		return fmt.Errorf("connecting to %s: %w", cfg.Host, err)
 	}
 	rows, err := collectServices(ctx, c, o.namespace)
 	if meta.IsNoMatchError(err) {
