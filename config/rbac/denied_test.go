@@ -114,6 +114,9 @@ var identities = []identity{
 			{verbs: "update", group: "multicluster.x-k8s.io", resource: "serviceimports/finalizers"},
 			{verbs: "create,delete,get,list,watch", group: "octopus.io", resource: "globalingressips"},
 			{verbs: "get,update", group: "octopus.io", resource: "globalingressips/status"},
+			// The globalnet allocator gives GlobalEgressIPs their ranges in status.
+			{verbs: "get,list,watch", group: "octopus.io", resource: "globalegressips"},
+			{verbs: "get,update", group: "octopus.io", resource: "globalegressips/status"},
 			{verbs: "create,patch", resource: "events", namespace: memberNS},
 			{verbs: "get,update", resource: "secrets", namespace: memberNS, name: "octopus-hub"},
 			{verbs: "create", group: "coordination.k8s.io", resource: "leases", namespace: memberNS},
@@ -134,6 +137,10 @@ var identities = []identity{
 			{verbs: "get,list,watch", resource: "services"},
 			{verbs: "get,list,watch", group: "discovery.k8s.io", resource: "endpointslices"},
 			{verbs: "get,list,watch", group: "octopus.io", resource: "globalingressips"},
+			// Egress ranges: the NAT maps each pod's address to its GlobalEgressIP's range by
+			// namespace or pod selector, so the gateway reads both.
+			{verbs: "get,list,watch", group: "octopus.io", resource: "globalegressips"},
+			{verbs: "get,list,watch", resource: "pods"},
 			{verbs: "create", resource: "configmaps", namespace: memberNS},
 			{verbs: "patch", resource: "configmaps", namespace: memberNS, name: "octopus-gateway"},
 			{verbs: "get", resource: "secrets", namespace: memberNS, name: "octopus-hub"},

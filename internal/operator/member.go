@@ -147,6 +147,9 @@ func (r *Reconciler) join(ctx context.Context, f *v1alpha1.Fabric, st *v1alpha1.
 	joined, err := cluster.Join(ctx, r.Config, cluster.JoinOptions{
 		BrokerInfo: info, ClusterID: id, PodCIDRs: jc.PodCIDRs, ServiceCIDRs: jc.ServiceCIDRs,
 		Addressing: jc.Addressing, Topology: jc.Topology, HubAttempts: 1,
+		// The member chart installs octopus-dns (deployComponents); join's own copy would be
+		// objects Helm refuses to adopt.
+		DNSByChart: true,
 	})
 	switch {
 	case errors.Is(err, cluster.ErrDuplicateClusterID):
@@ -228,6 +231,12 @@ func (r *Reconciler) deployComponents(ctx context.Context, f *v1alpha1.Fabric, s
 			return false
 		}
 		logFrom(ctx).Info("Member chart deployed", "revision", rev)
+	}
+	// The cluster's CoreDNS forwards the clusterset zone to the chart's octopus-dns; written
+	// only when the Corefile lacks it, so an unchanged Fabric still costs no write.
+	if err := cluster.ForwardDNS(ctx, r.Config, nil); err != nil {
+		set(f, st, v1alpha1.FabricComponentsReady, false, "DNSForwardFailed", "%v", err)
+		return false
 	}
 	st.ComponentsRevision = int32(rev) //nolint:gosec // Helm revisions are small counters
 	set(f, st, v1alpha1.FabricComponentsReady, true, "Deployed", "release %s in namespace %s is at revision %d with the joinConfig's values",

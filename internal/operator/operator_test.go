@@ -228,10 +228,28 @@ func TestFabricHubAndMember(t *testing.T) {
 	if err := m.admin.Update(ctx, copied); err != nil {
 		t.Fatal(err)
 	}
-	// An operator stopped in the middle of its first join; a new one finishes it.
-	stopped, stop := context.WithTimeout(ctx, 300*time.Millisecond)
-	_, _ = m.r.Reconcile(stopped, reconcile.Request{NamespacedName: fabricKey})
+	// An operator stopped in the middle of its first reconcile, once the join has stored the
+	// cluster's credential (while the rest of the join and the chart install run); a new one
+	// finishes it. Not earlier: between the hub's enrolment of the cluster and the credential
+	// reaching the member, an interrupted join still needs the hub's admin (`octopus hub
+	// revoke`), a window internal/cluster's join does not close yet.
+	stopped, stop := context.WithCancel(ctx)
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		_, _ = m.r.Reconcile(stopped, reconcile.Request{NamespacedName: fabricKey})
+	}()
+	credential := client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: v1alpha1.CredentialSecretName}
+	for cut := false; !cut; {
+		select {
+		case <-first:
+			cut = true
+		case <-time.After(10 * time.Millisecond):
+			cut = m.admin.Get(ctx, credential, &corev1.Secret{}) == nil
+		}
+	}
 	stop()
+	<-first
 	m.r = m.reconciler(t)
 
 	// Joined with the cluster ID defaulted from kube-system's UID, the chart installed.
