@@ -157,9 +157,46 @@ func cgroupProcesses(labID string, match func(dir string) bool) ([]int, error) {
 }
 
 // KillCgroupProcesses SIGKILLs every process in the lab's cgroups until none is left, or
-// fails after timeout.
+// fails after timeout. Frozen cgroups are thawed first, and again while killing: runc freezes a
+// container's cgroup while it signals the container's processes, and a runc killed in between
+// (as lab down kills everything) leaves it FROZEN, where a SIGKILL stays pending for ever
+// (the process shows state D).
 func KillCgroupProcesses(labID string, timeout time.Duration) error {
-	return procfs.KillUntilGone(func() ([]int, error) { return CgroupProcesses(labID) }, "in cgroup "+LabCgroup(labID), timeout)
+	return procfs.KillUntilGone(func() ([]int, error) {
+		if err := thawCgroups(labID); err != nil {
+			return nil, err
+		}
+		return CgroupProcesses(labID)
+	}, "in cgroup "+LabCgroup(labID), timeout)
+}
+
+// thawCgroups sets every frozen cgroup of the lab's in the freezer hierarchy (cgroup v1)
+// THAWED.
+func thawCgroups(labID string) error {
+	dirs, err := Cgroups(labID)
+	if err != nil {
+		return err
+	}
+	for _, d := range dirs {
+		err := filepath.WalkDir(d, func(path string, e fs.DirEntry, err error) error {
+			if err != nil || !e.IsDir() {
+				return nil // removed meanwhile
+			}
+			state := filepath.Join(path, "freezer.state")
+			b, err := os.ReadFile(state)
+			if err != nil || strings.TrimSpace(string(b)) == "THAWED" {
+				return nil // not the freezer hierarchy, or not frozen
+			}
+			if err := os.WriteFile(state, []byte("THAWED"), 0o644); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("thawing cgroup %s: %w", path, err)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // RemoveCgroups deletes the lab's cgroups, deepest first; stop their processes first

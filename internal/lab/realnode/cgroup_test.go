@@ -11,11 +11,18 @@ import (
 )
 
 // TestCgroups makes a lab's cgroups on this machine, puts a process into a nested one and
-// checks that the lab's cleanup finds it, kills it and leaves no cgroup behind.
+// checks that the lab's cleanup finds it, kills it and leaves no cgroup behind; also when the
+// cgroup is frozen, as a runc killed while it signals a container leaves it.
 func TestCgroups(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates cgroups (CI runs as root)")
 	}
+	for _, frozen := range []bool{false, true} {
+		t.Run("frozen="+strconv.FormatBool(frozen), func(t *testing.T) { testCgroups(t, frozen) })
+	}
+}
+
+func testCgroups(t *testing.T, frozen bool) {
 	id := "test" + strconv.Itoa(os.Getpid())
 	t.Cleanup(func() { _ = RemoveCgroups(id) })
 	nested := nodeCgroup(id, "n1") + "/kubepods/pod1"
@@ -52,6 +59,20 @@ func TestCgroups(t *testing.T) {
 	if !joined {
 		t.Fatal("the process joined no cgroup")
 	}
+	if frozen {
+		froze := false
+		for _, m := range mounts {
+			if state := filepath.Join(m, nested, "freezer.state"); fileExists(state) {
+				if err := os.WriteFile(state, []byte("FROZEN"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				froze = true
+			}
+		}
+		if !froze {
+			t.Fatal("no freezer hierarchy to freeze the cgroup in (cgroup v1 has one)")
+		}
+	}
 	pids, err := CgroupProcesses(id)
 	if err != nil || !slices.Contains(pids, sleep.Process.Pid) {
 		t.Fatalf("CgroupProcesses = %v, %v; want %d", pids, err, sleep.Process.Pid)
@@ -70,4 +91,9 @@ func TestCgroups(t *testing.T) {
 	if dirs, err := Cgroups(id); err != nil || len(dirs) > 0 {
 		t.Errorf("after RemoveCgroups: %v, %v", dirs, err)
 	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
