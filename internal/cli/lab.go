@@ -130,12 +130,9 @@ kube-controller-manager (and a kube-scheduler per member cluster). Each member c
 nodes as network namespaces on its own LAN, the first --gateways-per-cluster of them
 gateway-labelled (one active gateway, the others standbys), each registered
 as a Ready Node and running the real kube-proxy in nftables mode; an underlay namespace joins
-the gateways. Every node is a real Kubernetes node: a kubelet and containerd (with runc and
-the bridge CNI plugins) run the pods scheduled to it from images built on this machine
-(busybox, alpine/socat, a toolbox, CoreDNS, the project's own), served by the lab's
-registry; the kubelet and containerd are built and cached on first use. With
---node-runtime standin the former node agent runs the pods instead, their containers as
-host processes chosen from an image table (to be removed). Only documentation
+the gateways. A node agent runs the pods scheduled to each node, each in a network namespace
+of its own with its containers as host processes (well-known images such as busybox,
+alpine/socat and ghcr.io/octopus-mcs/echo map to host binaries). Only documentation
 addresses (198.51.100.0/24, 203.0.113.0/24) are used outside the clusters. Then it deploys the hub, joins every cluster and runs its
 agent, shows the cluster set and keeps running until interrupted, when it stops everything it
 started. Each gateway node runs the Octopus gateway (--backend wireguard or vxlan) and every
@@ -162,7 +159,7 @@ func (o *labUpOptions) bindFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.overlapping, "overlapping-cidrs", false, "give every cluster the same pod and service CIDRs, joined with globalnet addressing (exported services are reached by global IPs)")
 	fs.StringVar(&o.backend, "backend", string(v1alpha1.BackendWireGuard), "tunnel backend of every cluster's gateway: wireguard or vxlan (unencrypted)")
 	fs.StringVar(&o.topology, "topology", string(v1alpha1.TopologyMesh), "how gateways connect: mesh (direct tunnels between all clusters) or hub (every cluster through the hub's gateway)")
-	fs.StringVar(&o.nodeRuntime, "node-runtime", lab.NodeRuntimeKubelet, "what runs the nodes' pods: kubelet (a real kubelet, containerd, runc and CNI on every node, with images built on this machine; built on first use) or standin (the lab's former node agent, containers as host programs; to be removed)")
+	fs.StringVar(&o.nodeRuntime, "node-runtime", lab.NodeRuntimeStandin, "what runs the nodes' pods: standin (the lab's node agent, containers as host programs) or kubelet (a real kubelet, containerd, runc and CNI on every node, with images built on this machine)")
 	fs.StringVar(&o.cni, "cni", cni.Bridge, "with --node-runtime kubelet, the nodes' CNI: bridge (the reference bridge and host-local plugins, routes between nodes written by the lab) or flannel (flanneld with its VXLAN backend on every node)")
 	fs.IntVar(&o.hubGateways, "hub-gateways", 0, "with --topology hub: the hub's gateway nodes, one active, the others take over when it dies (if not given: 1)")
 }

@@ -27,7 +27,7 @@ func TestLabUpFlags(t *testing.T) {
 		"defaults":                 {args: nil, nodes: 0, gateways: 1, backend: "wireguard", topology: "mesh"},
 		"real nodes":               {args: []string{"--node-runtime", "kubelet"}, gateways: 1, backend: "wireguard", topology: "mesh", nodeRuntime: "kubelet"},
 		"stand-in nodes":           {args: []string{"--node-runtime", "standin"}, gateways: 1, backend: "wireguard", topology: "mesh", nodeRuntime: "standin"},
-		"unknown node runtime":     {args: []string{"--node-runtime", "docker"}, wantErr: `--node-runtime "docker": want kubelet`},
+		"unknown node runtime":     {args: []string{"--node-runtime", "docker"}, wantErr: `--node-runtime "docker": want standin`},
 		"flannel":                  {args: []string{"--node-runtime", "kubelet", "--cni", "flannel"}, gateways: 1, backend: "wireguard", topology: "mesh", nodeRuntime: "kubelet", cni: "flannel"},
 		"unknown CNI":              {args: []string{"--node-runtime", "kubelet", "--cni", "calico"}, wantErr: `--cni "calico": want bridge or flannel`},
 		"flannel on the stand-in":  {args: []string{"--node-runtime", "standin", "--cni", "flannel"}, wantErr: "--cni flannel needs --node-runtime kubelet"},
@@ -70,7 +70,7 @@ func TestLabUpFlags(t *testing.T) {
 				opts.OverlappingCIDRs != tc.overlapping || opts.Topology != tc.topology || opts.HubGateways != tc.hubGateways {
 				t.Errorf("options %+v, want %d nodes and %d gateways in 2 clusters", opts, tc.nodes, tc.gateways)
 			}
-			if want := cmp.Or(tc.nodeRuntime, lab.NodeRuntimeKubelet); opts.NodeRuntime != want {
+			if want := cmp.Or(tc.nodeRuntime, lab.NodeRuntimeStandin); opts.NodeRuntime != want {
 				t.Errorf("node runtime %q, want %q", opts.NodeRuntime, want)
 			}
 			if want := cmp.Or(tc.cni, "bridge"); opts.CNI != want {

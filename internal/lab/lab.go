@@ -84,11 +84,11 @@ type Options struct {
 	// the others standbys that take over when it dies. Optional: 0 means 1 with the hub
 	// topology; at most labnet.MaxHubGateways, and only with the hub topology.
 	HubGateways int
-	// NodeRuntime is what runs the nodes' pods: NodeRuntimeKubelet (the default: a real
-	// kubelet and containerd on every node) or NodeRuntimeStandin. Optional.
+	// NodeRuntime is what runs the nodes' pods: NodeRuntimeStandin (the default) or
+	// NodeRuntimeKubelet (a real kubelet and containerd on every node). Optional.
 	NodeRuntime string
 	// ContainerdBinDir has containerd, its runc shim and ctr (controlplane.EnsureNodeRuntime);
-	// BinDir must then also have the kubelet. Required with NodeRuntimeKubelet, the default.
+	// BinDir must then also have the kubelet. Required with NodeRuntimeKubelet.
 	ContainerdBinDir string
 	// CNI is the CNI setup of real nodes (NodeRuntimeKubelet): cni.Bridge (the default) or
 	// cni.Flannel. Optional.
@@ -146,7 +146,7 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		opts.HubGateways = 1
 	}
 	if opts.NodeRuntime == NodeRuntimeKubelet && opts.ContainerdBinDir == "" {
-		return nil, errors.New("real nodes (the default node runtime) need the directory of containerd (see controlplane.EnsureNodeRuntime)")
+		return nil, errors.New("real nodes need the directory of containerd (see controlplane.EnsureNodeRuntime)")
 	}
 	if err := preflight(); err != nil {
 		return nil, err

@@ -47,7 +47,7 @@ func (o Options) WithDefaults() Options {
 		o.GatewaysPerCluster = 1
 	}
 	if o.NodeRuntime == "" {
-		o.NodeRuntime = NodeRuntimeKubelet
+		o.NodeRuntime = NodeRuntimeStandin
 	}
 	if o.CNI == "" {
 		o.CNI = cni.Bridge
@@ -103,8 +103,8 @@ func (o Options) Validate() error {
 		errs = append(errs, optionError("Dir", "is empty: the lab needs a directory for what it writes"))
 	}
 	if _, err := ValidateNodeRuntime(o.NodeRuntime); err != nil {
-		errs = append(errs, optionError("NodeRuntime", "%q: want %s (a real kubelet and containerd on every node) or %s (the lab's stand-in kubelet)",
-			o.NodeRuntime, NodeRuntimeKubelet, NodeRuntimeStandin))
+		errs = append(errs, optionError("NodeRuntime", "%q: want %s (the lab's stand-in kubelet) or %s (a real kubelet and containerd on every node)",
+			o.NodeRuntime, NodeRuntimeStandin, NodeRuntimeKubelet))
 	}
 	if _, err := cni.Validate(o.CNI); err != nil {
 		errs = append(errs, optionError("CNI", "%q: want %s", o.CNI, strings.Join(cni.Names, " or ")))

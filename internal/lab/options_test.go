@@ -93,15 +93,12 @@ func TestOptionErrorFormat(t *testing.T) {
 	}
 }
 
-// TestWithDefaults: GatewaysPerCluster, the heartbeat and the node runtime (real nodes) get
-// their default; the counts whose 0 means "as many as needed" keep it, and given values stay.
+// TestWithDefaults: GatewaysPerCluster and the heartbeat get their default; the counts whose 0
+// means "as many as needed" keep it, and given values stay.
 func TestWithDefaults(t *testing.T) {
 	d := lab.Options{}.WithDefaults()
-	if d.GatewaysPerCluster != 1 || d.HeartbeatInterval == 0 || d.NodesPerCluster != 0 || d.HubGateways != 0 || d.NodeRuntime != lab.NodeRuntimeKubelet {
+	if d.GatewaysPerCluster != 1 || d.HeartbeatInterval == 0 || d.NodesPerCluster != 0 || d.HubGateways != 0 {
 		t.Errorf("WithDefaults = %+v", d)
-	}
-	if r := (lab.Options{NodeRuntime: lab.NodeRuntimeStandin}).WithDefaults().NodeRuntime; r != lab.NodeRuntimeStandin {
-		t.Errorf("a given NodeRuntime became %q", r)
 	}
 	if g := (lab.Options{GatewaysPerCluster: 3}).WithDefaults().GatewaysPerCluster; g != 3 {
 		t.Errorf("a given GatewaysPerCluster became %d", g)

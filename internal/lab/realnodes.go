@@ -28,14 +28,12 @@ import (
 
 // Node runtimes (Options.NodeRuntime).
 const (
-	// NodeRuntimeKubelet makes every node a real Kubernetes node (internal/lab/realnode):
-	// a kubelet and containerd with runc, a real CNI and images built on this machine. The
-	// default.
-	NodeRuntimeKubelet = "kubelet"
 	// NodeRuntimeStandin runs pods with the lab's node agent (internal/lab/nodeagent):
-	// containers are host programs chosen from an image table. Still selectable while the
-	// real nodes replace it.
+	// containers are host programs chosen from an image table. The default.
 	NodeRuntimeStandin = "standin"
+	// NodeRuntimeKubelet makes every node a real Kubernetes node (internal/lab/realnode):
+	// a kubelet and containerd with runc, a real CNI and images built on this machine.
+	NodeRuntimeKubelet = "kubelet"
 )
 
 // realNodeReadyTimeout bounds the wait for real nodes to register, get their pod CIDR and
@@ -46,13 +44,13 @@ const realNodeReadyTimeout = 3 * time.Minute
 // default applied.
 func ValidateNodeRuntime(runtime string) (string, error) {
 	switch runtime {
-	case "", NodeRuntimeKubelet:
-		return NodeRuntimeKubelet, nil
-	case NodeRuntimeStandin:
+	case "", NodeRuntimeStandin:
+		return NodeRuntimeStandin, nil
+	case NodeRuntimeKubelet:
 		return runtime, nil
 	}
-	return "", fmt.Errorf("node runtime %q: want %s (a real kubelet and containerd on every node) or %s (the lab's stand-in kubelet)",
-		runtime, NodeRuntimeKubelet, NodeRuntimeStandin)
+	return "", fmt.Errorf("node runtime %q: want %s (the lab's stand-in kubelet) or %s (a real kubelet and containerd on every node)",
+		runtime, NodeRuntimeStandin, NodeRuntimeKubelet)
 }
 
 // labImageSet is what real nodes get their images from: a registry holding every image of the

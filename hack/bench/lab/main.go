@@ -62,7 +62,7 @@ type config struct {
 func main() {
 	var c config
 	sizes := flag.String("clusters", "2,4", "member-cluster counts to bring up (hub + N each), comma-separated")
-	runtimes := flag.String("node-runtimes", lab.NodeRuntimeKubelet, "node runtimes to measure, comma-separated: kubelet (real nodes, the default), standin")
+	runtimes := flag.String("node-runtimes", lab.NodeRuntimeStandin, "node runtimes to measure, comma-separated: standin, kubelet (real nodes)")
 	flag.IntVar(&c.rounds, "rounds", 5, "fresh labs per cluster count; the summary is the median over rounds")
 	flag.IntVar(&c.pods, "pods", 20, "pods of each kind created one after another per round (0: skip)")
 	flag.IntVar(&c.podClusters, "pods-in", 2, "measure pod latency only in the rounds with this many clusters (0: in all)")
