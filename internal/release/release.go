@@ -74,6 +74,12 @@ func Install(ctx context.Context, cfg *rest.Config, o Options) (int, error) {
 		in := action.NewInstall(ac)
 		in.ReleaseName, in.Namespace, in.CreateNamespace = o.Chart, o.Namespace, true
 		in.WaitStrategy, in.Timeout = wait, timeout
+		// The release's objects live in Octopus's own namespaces under Octopus's names: one an
+		// earlier `octopus join` applied itself (octopus-dns, before the member chart carried
+		// it) becomes the release's, fields and all, as `helm install --take-ownership
+		// --force-conflicts` does, instead of failing the install until the cluster leaves and
+		// joins again.
+		in.TakeOwnership, in.ForceConflicts = true, true
 		rel, err := in.RunWithContext(ctx, c, o.Values)
 		if err != nil {
 			return 0, fmt.Errorf("installing chart %s in namespace %s: %w", o.Chart, o.Namespace, err)
