@@ -179,13 +179,23 @@ func thawCgroups(labID string) error {
 	}
 	for _, d := range dirs {
 		err := filepath.WalkDir(d, func(path string, e fs.DirEntry, err error) error {
-			if err != nil || !e.IsDir() {
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
 				return nil // removed meanwhile
+			case err != nil:
+				return err
+			case !e.IsDir():
+				return nil
 			}
 			state := filepath.Join(path, "freezer.state")
 			b, err := os.ReadFile(state)
-			if err != nil || strings.TrimSpace(string(b)) == "THAWED" {
-				return nil // not the freezer hierarchy, or not frozen
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				return nil // not the freezer hierarchy, or removed meanwhile
+			case err != nil:
+				return fmt.Errorf("reading %s: %w", state, err)
+			case strings.TrimSpace(string(b)) == "THAWED":
+				return nil
 			}
 			if err := os.WriteFile(state, []byte("THAWED"), 0o644); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("thawing cgroup %s: %w", path, err)
