@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -199,15 +198,8 @@ func RunController(ctx context.Context, o ControllerOptions) error {
 	if err != nil {
 		return fmt.Errorf("creating the controller manager: %w", err)
 	}
-	if o.HealthProbeBindAddress != "0" && o.HealthProbeBindAddress != "" {
-		// Liveness and readiness only say the process serves: the hub being down or the
-		// cluster not being joined yet must not make Kubernetes restart the agent.
-		if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-			return fmt.Errorf("adding the health check: %w", err)
-		}
-		if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
-			return fmt.Errorf("adding the readiness check: %w", err)
-		}
+	if err := kube.AddPingProbes(mgr, o.HealthProbeBindAddress); err != nil {
+		return err
 	}
 	hubRunner := &hubComponents{opts: o, mgr: mgr}
 	if err := mgr.Add(hubRunner); err != nil {

@@ -12,7 +12,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -92,13 +91,8 @@ func Run(ctx context.Context, o RunOptions) error {
 	if err != nil {
 		return fmt.Errorf("setting up the Fabric controller: %w", err)
 	}
-	if o.HealthProbeBindAddress != "0" && o.HealthProbeBindAddress != "" {
-		if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-			return err
-		}
-		if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
-			return err
-		}
+	if err := kube.AddPingProbes(mgr, o.HealthProbeBindAddress); err != nil {
+		return err
 	}
 	return mgr.Start(ctx)
 }

@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -102,13 +101,8 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("creating the ovnmaster's manager: %w", err)
 	}
-	if o.HealthProbeBindAddress != "0" && o.HealthProbeBindAddress != "" {
-		if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-			return err
-		}
-		if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
-			return err
-		}
+	if err := kube.AddPingProbes(mgr, o.HealthProbeBindAddress); err != nil {
+		return err
 	}
 	nb := &lazyNB{opts: ovn.Options{Endpoint: o.NBEndpoint, Log: o.Log.WithName("nb")}}
 	defer nb.Close()
