@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,7 +62,7 @@ func TestCredentialRenewalWithoutOutage(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	var callErrs []error
-	calls := 0
+	var calls atomic.Int64
 	// Renewal stops before the follower is checked, so that the token it must end up with is
 	// the last one stored, not one the renewer replaced a moment ago.
 	renewCtx, stopRenewing := context.WithCancel(ctx)
@@ -82,7 +83,7 @@ func TestCredentialRenewalWithoutOutage(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			calls++
+			calls.Add(1)
 			if err := hc.List(ctx, &v1alpha1.ClusterList{}, client.InNamespace(f.info.Namespace)); err != nil && ctx.Err() == nil {
 				callErrs = append(callErrs, err)
 			}
@@ -90,15 +91,16 @@ func TestCredentialRenewalWithoutOutage(t *testing.T) {
 		}
 	}()
 
-	// Two renewals: the client's token changes twice, and each is the stored one.
+	// Two renewals: the client's token changes twice, and each is the stored one. The hub calls
+	// must span them, however slowly a loaded machine serves them.
 	seen := map[string]bool{first: true}
-	waitFor(t, "two renewals seen by the renewer's client", func() bool {
+	waitFor(t, "two renewals seen by the renewer's client, with ten hub calls made", func() bool {
 		id, err := credentialID(t.Context(), renewer.RESTConfig())
 		if err != nil {
 			t.Fatalf("the renewer's client during renewal: %v", err)
 		}
 		seen[id] = true
-		return len(seen) >= 3
+		return len(seen) >= 3 && calls.Load() >= 10
 	})
 	stopRenewing()
 	<-renewed
@@ -120,10 +122,7 @@ func TestCredentialRenewalWithoutOutage(t *testing.T) {
 	cancel()
 	wg.Wait()
 	if len(callErrs) > 0 {
-		t.Errorf("%d of %d hub calls failed during renewal, the first: %v", len(callErrs), calls, callErrs[0])
-	}
-	if calls < 10 {
-		t.Errorf("only %d hub calls made during renewal", calls)
+		t.Errorf("%d of %d hub calls failed during renewal, the first: %v", len(callErrs), calls.Load(), callErrs[0])
 	}
 	issued, expires, err := hubaccess.TokenTimes(renewer.Credential().Token)
 	if err != nil || expires.Sub(issued) != 24*time.Hour {
