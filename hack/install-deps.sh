@@ -24,20 +24,23 @@ PACKAGES=(git make ca-certificates nftables iproute2 busybox socat dnsutils dnsp
   ovn-central ovn-host openvswitch-switch)
 # chromium and chromium-driver (chromedriver): the `octopus dashboard` tests drive the page in a
 # real headless browser over WebDriver (internal/webdriver; internal/dashboard/browser_test.go,
-# internal/lab/dashboard_test.go). Pinned so the tests run against the browser they were
-# written for; bump both together when Debian's security archive replaces this build (apt then
-# reports the version as not found).
-CHROMIUM_VERSION=156.0.8078.79-1~deb12u1
-PINNED=(chromium="$CHROMIUM_VERSION" chromium-driver="$CHROMIUM_VERSION")
+# internal/lab/dashboard_test.go). Not pinned to a build: Debian's security archive keeps only
+# its newest chromium, so an exact version stops installing when the next build replaces it (CI
+# failed on 156.0.8078.79 once .108 had replaced it). Both come from one apt call, so the driver
+# always matches the browser (a pair left at different builds is installed again, together);
+# the tests need only the WebDriver protocol, stable across builds.
+BROWSER=(chromium chromium-driver)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-for pv in "${PINNED[@]}"; do
-  [[ $(dpkg-query -W -f='${Status} ${Version}' "${pv%%=*}" 2>/dev/null) == "install ok installed ${pv#*=}" ]] ||
-    missing+=("$pv")
-done
+browser_versions=$(for p in "${BROWSER[@]}"; do
+  dpkg-query -W -f='${Status} ${Version}\n' "$p" 2>/dev/null || echo "$p missing"
+done | sort -u)
+if [[ $(wc -l <<<"$browser_versions") -ne 1 || $browser_versions != "install ok installed "* ]]; then
+  missing+=("${BROWSER[@]}")
+fi
 if ((${#missing[@]} == 0)); then
   exit 0
 fi
