@@ -60,6 +60,8 @@ type labUpOptions struct {
 	hubGateways int
 	// overlapping gives every cluster the same pod and service CIDRs.
 	overlapping bool
+	// direct is lab.Options.DirectClusters: with overlapping, a mixed cluster set.
+	direct []string
 	// nodeRuntime is lab.Options.NodeRuntime.
 	nodeRuntime string
 	// cni is lab.Options.CNI.
@@ -71,7 +73,7 @@ type labUpOptions struct {
 var labFlags = map[string]string{
 	"Clusters": "--clusters", "NodesPerCluster": "--nodes-per-cluster", "GatewaysPerCluster": "--gateways-per-cluster",
 	"Backends": "--backend", "Topology": "--topology", "HubGateways": "--hub-gateways", "Dir": "--dir",
-	"OverlappingCIDRs": "--overlapping-cidrs", "NodeRuntime": "--node-runtime",
+	"OverlappingCIDRs": "--overlapping-cidrs", "DirectClusters": "--direct-clusters", "NodeRuntime": "--node-runtime",
 	"CNI": "--cni",
 }
 
@@ -87,7 +89,7 @@ func (o *labUpOptions) labOptions() (lab.Options, error) {
 		backends[lab.ClusterName(i)] = o.backend
 	}
 	opts := lab.Options{Clusters: o.clusters, NodesPerCluster: nodes, GatewaysPerCluster: o.gateways, Backends: backends,
-		OverlappingCIDRs: o.overlapping, Topology: v1alpha1.Topology(o.topology), HubGateways: o.hubGateways, Dir: *o.dir,
+		OverlappingCIDRs: o.overlapping, DirectClusters: o.direct, Topology: v1alpha1.Topology(o.topology), HubGateways: o.hubGateways, Dir: *o.dir,
 		NodeRuntime: o.nodeRuntime, CNI: o.cni}
 	if err := opts.Validate(); err != nil {
 		return lab.Options{}, inFlagTerms(err, labFlags)
@@ -157,6 +159,7 @@ func (o *labUpOptions) bindFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.nodes, "nodes-per-cluster", 2, "nodes of each member cluster, the first --gateways-per-cluster of them gateways (if not given: one more than the gateways)")
 	fs.IntVar(&o.gateways, "gateways-per-cluster", 1, "gateway nodes of each member cluster: one active, the others take over when it dies")
 	fs.BoolVar(&o.overlapping, "overlapping-cidrs", false, "give every cluster the same pod and service CIDRs, joined with globalnet addressing (exported services are reached by global IPs)")
+	fs.StringSliceVar(&o.direct, "direct-clusters", nil, "with --overlapping-cidrs, these clusters (e.g. cluster3) keep CIDRs of their own and join with direct addressing: a mixed cluster set")
 	fs.StringVar(&o.backend, "backend", string(v1alpha1.BackendWireGuard), "tunnel backend of every cluster's gateway: wireguard or vxlan (unencrypted)")
 	fs.StringVar(&o.topology, "topology", string(v1alpha1.TopologyMesh), "how gateways connect: mesh (direct tunnels between all clusters) or hub (every cluster through the hub's gateway)")
 	fs.StringVar(&o.nodeRuntime, "node-runtime", lab.NodeRuntimeStandin, "what runs the nodes' pods: standin (the lab's node agent, containers as host programs) or kubelet (a real kubelet, containerd, runc and CNI on every node, with images built on this machine)")

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"cmp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -19,6 +20,7 @@ func TestLabUpFlags(t *testing.T) {
 		nodes, gateways int
 		backend         string
 		overlapping     bool
+		direct          []string
 		topology        v1alpha1.Topology
 		hubGateways     int
 		nodeRuntime     string
@@ -36,6 +38,8 @@ func TestLabUpFlags(t *testing.T) {
 		"two gateways, four nodes": {args: []string{"--gateways-per-cluster", "2", "--nodes-per-cluster", "4"}, nodes: 4, gateways: 2, backend: "wireguard", topology: "mesh"},
 		"mesh":                     {args: []string{"--topology", "mesh"}, gateways: 1, backend: "wireguard", topology: "mesh"},
 		"overlapping CIDRs":        {args: []string{"--overlapping-cidrs"}, gateways: 1, backend: "wireguard", overlapping: true, topology: "mesh"},
+		"mixed":                    {args: []string{"--overlapping-cidrs", "--direct-clusters", "cluster2"}, gateways: 1, backend: "wireguard", overlapping: true, direct: []string{"cluster2"}, topology: "mesh"},
+		"direct without overlap":   {args: []string{"--direct-clusters", "cluster2"}, wantErr: "--direct-clusters cluster2: a mixed cluster set needs --overlapping-cidrs"},
 		"hub topology":             {args: []string{"--topology", "hub", "--backend", "vxlan"}, gateways: 1, backend: "vxlan", topology: "hub"},
 		"two hub gateways":         {args: []string{"--topology", "hub", "--hub-gateways", "2"}, gateways: 1, backend: "wireguard", topology: "hub", hubGateways: 2},
 		"hub gateways in a mesh":   {args: []string{"--hub-gateways", "2"}, wantErr: "--hub-gateways 2: want 1 to 3, with --topology hub"},
@@ -67,7 +71,7 @@ func TestLabUpFlags(t *testing.T) {
 				t.Fatal(err)
 			}
 			if opts.NodesPerCluster != tc.nodes || opts.GatewaysPerCluster != tc.gateways || opts.Clusters != 2 || opts.Dir != dir ||
-				opts.OverlappingCIDRs != tc.overlapping || opts.Topology != tc.topology || opts.HubGateways != tc.hubGateways {
+				opts.OverlappingCIDRs != tc.overlapping || !slices.Equal(opts.DirectClusters, tc.direct) || opts.Topology != tc.topology || opts.HubGateways != tc.hubGateways {
 				t.Errorf("options %+v, want %d nodes and %d gateways in 2 clusters", opts, tc.nodes, tc.gateways)
 			}
 			if want := cmp.Or(tc.nodeRuntime, lab.NodeRuntimeStandin); opts.NodeRuntime != want {

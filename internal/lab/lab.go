@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -61,6 +62,10 @@ type Options struct {
 	// them with globalnet addressing: they reach each other's exported services by global
 	// IPs (docs/architecture.md §6h). Optional.
 	OverlappingCIDRs bool
+	// DirectClusters, with OverlappingCIDRs, names member clusters that keep CIDRs of their
+	// own and join with direct addressing beside the globalnet ones: a mixed cluster set
+	// (docs/architecture.md §6h). Optional.
+	DirectClusters []string
 	// DNSBinary is the octopus-dns executable that the octopus-dns pods join deploys run
 	// (nodeagent.OctopusDNSImage). Optional: without it they report
 	// nodeagent.ReasonBinaryNotFound and clusterset.local names do not resolve.
@@ -173,7 +178,7 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		if i > 0 {
 			name = ClusterName(i)
 		}
-		pods, services := clusterCIDRs(i, opts.OverlappingCIDRs)
+		pods, services := clusterCIDRs(i, opts.OverlappingCIDRs && !slices.Contains(opts.DirectClusters, name))
 		// Member clusters schedule pods onto their nodes; the hub has no nodes.
 		specs = append(specs, controlplane.ClusterOptions{Name: name, PodCIDR: pods, ServiceCIDR: services, Scheduler: i > 0})
 		if i > 0 {
@@ -236,14 +241,14 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	if err := startHubGateways(ctx, opts, env, plan.HubGateways, info.Namespace); err != nil {
 		return l, err
 	}
-	// Direct addressing refuses overlapping CIDRs at join; globalnet is the mode meant for them.
-	addressing := v1alpha1.AddressingDirect
-	if opts.OverlappingCIDRs {
-		addressing = v1alpha1.AddressingGlobalnet
-	}
 	for i := 1; i <= opts.Clusters; i++ {
 		name := ClusterName(i)
 		cp := env.Cluster(name)
+		// Direct addressing refuses overlapping CIDRs at join; globalnet is the mode meant for them.
+		addressing := v1alpha1.AddressingDirect
+		if opts.OverlappingCIDRs && !slices.Contains(opts.DirectClusters, name) {
+			addressing = v1alpha1.AddressingGlobalnet
+		}
 		if _, err := cluster.Join(ctx, cp.RESTConfig(), cluster.JoinOptions{
 			BrokerInfo: info, ClusterID: name, PodCIDRs: []string{cp.PodCIDR.String()}, Progress: p,
 			Addressing: addressing, Topology: opts.Topology, DNSByChart: chartsOnNodes(opts),

@@ -99,6 +99,16 @@ func (o Options) Validate() error {
 		errs = append(errs, optionError("Backends", "%q: want %s or %s (given for %s)",
 			backend, v1alpha1.BackendWireGuard, v1alpha1.BackendVXLAN, strings.Join(bad[backend], ", ")))
 	}
+	for _, name := range o.DirectClusters {
+		switch {
+		case !o.OverlappingCIDRs:
+			errs = append(errs, optionError("DirectClusters", "%s: a mixed cluster set needs {OverlappingCIDRs}; without it every cluster is direct", name))
+		case name == ClusterName(1):
+			errs = append(errs, optionError("DirectClusters", "%s: its CIDRs are the ones the globalnet clusters share; name another cluster", name))
+		case !slices.Contains(memberNames(o.Clusters), name):
+			errs = append(errs, optionError("DirectClusters", "%s: not a member cluster; want one of %s", name, strings.Join(memberNames(o.Clusters), ", ")))
+		}
+	}
 	if o.Dir == "" {
 		errs = append(errs, optionError("Dir", "is empty: the lab needs a directory for what it writes"))
 	}
@@ -112,4 +122,13 @@ func (o Options) Validate() error {
 		errs = append(errs, optionError("CNI", "%s needs {NodeRuntime} %s: the stand-in's pods have no CNI", o.CNI, NodeRuntimeKubelet))
 	}
 	return errors.Join(errs...)
+}
+
+// memberNames are the names of a lab's n member clusters.
+func memberNames(n int) []string {
+	names := make([]string, 0, n)
+	for i := 1; i <= n; i++ {
+		names = append(names, ClusterName(i))
+	}
+	return names
 }

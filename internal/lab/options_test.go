@@ -41,6 +41,19 @@ func TestOptionsValidate(t *testing.T) {
 			mutate: func(o *lab.Options) { o.NodeRuntime, o.CNI = lab.NodeRuntimeStandin, cni.Flannel },
 			want:   []string{"CNI flannel needs NodeRuntime kubelet"},
 		},
+		"mixed": {mutate: func(o *lab.Options) { o.Clusters, o.OverlappingCIDRs, o.DirectClusters = 3, true, []string{"cluster3"} }},
+		"direct clusters without overlap": {
+			mutate: func(o *lab.Options) { o.DirectClusters = []string{"cluster2"} },
+			want:   []string{"DirectClusters cluster2: a mixed cluster set needs OverlappingCIDRs"},
+		},
+		"cluster1 direct": {
+			mutate: func(o *lab.Options) { o.OverlappingCIDRs, o.DirectClusters = true, []string{"cluster1"} },
+			want:   []string{"DirectClusters cluster1: its CIDRs are the ones the globalnet clusters share"},
+		},
+		"unknown direct cluster": {
+			mutate: func(o *lab.Options) { o.OverlappingCIDRs, o.DirectClusters = true, []string{"cluster3"} },
+			want:   []string{"DirectClusters cluster3: not a member cluster; want one of cluster1, cluster2"},
+		},
 		"no directory": {mutate: func(o *lab.Options) { o.Dir = "" }, want: []string{"Dir is empty"}},
 		"everything wrong at once": {
 			mutate: func(o *lab.Options) { o.Clusters, o.Topology = 16, "star" },

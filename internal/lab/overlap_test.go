@@ -118,20 +118,22 @@ func TestOverlappingCIDRs(t *testing.T) {
 		})
 	}
 	testGlobalnet(ctx, t, l, dir, global)
-	verifyGlobalnet(ctx, t, l, bins["octopus"])
+	verifyClusters(ctx, t, l, bins["octopus"], l.Members[:2]...)
 	// bench reaches the other cluster's pod by its global IP and its service by the ClusterSet
 	// IP, a global address here.
 	t.Run("bench", func(t *testing.T) { testBench(ctx, t, l, bins["octopus"]) })
 }
 
-// verifyGlobalnet runs `octopus verify` between the two globalnet clusters: pod to pod (by the
-// probe server's global IP, from its headless export), by ClusterSet IP and by DNS name, both
-// ways.
-func verifyGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, octopus string) {
+// verifyClusters runs `octopus verify` between the given clusters: pod to pod (a globalnet
+// cluster's probe server by its global IP, from its headless export), by ClusterSet IP and by
+// DNS name, every ordered pair.
+func verifyClusters(ctx context.Context, t *testing.T, l *lab.Lab, octopus string, clusters ...string) {
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, octopus, "verify",
-		"--kubeconfig", l.Env.Cluster(l.Members[0]).Kubeconfig, "--kubeconfig", l.Env.Cluster(l.Members[1]).Kubeconfig,
-		"--check-timeout", "2m", "--ready-timeout", "2m", "-o", "json")
+	args := []string{"verify", "--check-timeout", "2m", "--ready-timeout", "2m", "-o", "json"}
+	for _, c := range clusters {
+		args = append(args, "--kubeconfig", l.Env.Cluster(c).Kubeconfig)
+	}
+	cmd := exec.CommandContext(ctx, octopus, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	runErr := cmd.Run()
@@ -143,8 +145,8 @@ func verifyGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, octopus stri
 	for _, r := range report.Results {
 		t.Logf("%-14s %s -> %s passed=%v %s (latency %s, %d attempts)", r.Check, r.From, r.To, r.Passed, r.Detail, r.Latency.Duration, r.Attempts)
 	}
-	if runErr != nil || !report.Passed || len(report.Results) != 6 {
-		t.Fatalf("verify on the overlapping lab: %v, passed %v, %d results; want 6 passing checks", runErr, report.Passed, len(report.Results))
+	if want := len(clusters) * (len(clusters) - 1) * len(verify.Checks); runErr != nil || !report.Passed || len(report.Results) != want {
+		t.Fatalf("verify between %v: %v, passed %v, %d results; want %d passing checks", clusters, runErr, report.Passed, len(report.Results), want)
 	}
 }
 
@@ -190,23 +192,8 @@ func testGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, dir string, gl
 		t.Fatal(err)
 	}
 	for _, src := range pods[c1] {
-		var got string
-		waitFor(t, time.Minute, fmt.Sprintf("%s -> %s:80 (the global IP of %s's echo)", src.name, ip, c2), func() error {
-			if got, err = tryHTTPGet(src.netns, netip.AddrPortFrom(ip, 80)); err != nil {
-				return err
-			}
-			if !strings.HasPrefix(got, "cluster="+c2+" ") {
-				return fmt.Errorf("answer %q, want one from %s", got, c2)
-			}
-			_, client, _ := strings.Cut(got, "client=")
-			client, _, _ = strings.Cut(client, " ")
-			from, err := netip.ParseAddrPort(strings.TrimSpace(client))
-			if err != nil || !egress.ClusterEgress.Contains(from.Addr()) {
-				return fmt.Errorf("answer %q: the server saw client %q, want one of %s's egress range %s", got, client, c1, egress.ClusterEgress)
-			}
-			return nil
-		})
-		t.Logf("TCP %s -> %s:80: %s", src.name, ip, strings.TrimSpace(got))
+		waitEchoSource(t, fmt.Sprintf("%s -> %s:80 (the global IP of %s's echo)", src.name, ip, c2), src.netns,
+			netip.AddrPortFrom(ip, 80), c2, egress.ClusterEgress.Contains, c1+"'s egress range "+egress.ClusterEgress.String())
 		// UDP through the service's global IP: the load-balancing chain's per-protocol rule (a
 		// single endpoint map typed with TCP's port matched TCP only, and every datagram was
 		// refused by the gateway's forward chain).
@@ -656,20 +643,7 @@ func globalnetEgressRanges(ctx context.Context, t *testing.T, l *lab.Lab, ip net
 	// source requests ip:80 from netns until the server sees a client address that want accepts.
 	source := func(who, netns string, want func(netip.Addr) bool, what string) {
 		t.Helper()
-		waitFor(t, time.Minute, who+" -> "+ip.String()+":80 seen from "+what, func() error {
-			got, err := tryHTTPGet(netns, netip.AddrPortFrom(ip, 80))
-			if err != nil {
-				return err
-			}
-			_, from, _ := strings.Cut(got, "client=")
-			from, _, _ = strings.Cut(from, " ")
-			a, err := netip.ParseAddrPort(strings.TrimSpace(from))
-			if err != nil || !want(a.Addr()) {
-				return fmt.Errorf("answer %q: client %q", got, from)
-			}
-			t.Logf("%s -> %s:80: the server saw %s (%s)", who, ip, a.Addr(), what)
-			return nil
-		})
+		waitEchoSource(t, who+" -> "+ip.String()+":80", netns, netip.AddrPortFrom(ip, 80), "", want, what)
 	}
 	in := func(ips []string) func(netip.Addr) bool {
 		return func(a netip.Addr) bool { return slices.Contains(ips, a.String()) }
@@ -682,6 +656,33 @@ func globalnetEgressRanges(ctx context.Context, t *testing.T, l *lab.Lab, ip net
 		t.Fatal(err)
 	}
 	source(ns+"/probe", netns["probe"], in(allocated["namespace"]), "its namespace's range, its selector's GlobalEgressIP deleted")
+}
+
+// waitEchoSource requests the echo server at addr from the pod network namespace netns until
+// it answers (from cluster server, unless empty) naming a client address that want accepts
+// (described by source), or a minute passes. It logs and returns the address the server saw.
+func waitEchoSource(t *testing.T, what, netns string, addr netip.AddrPort, server string, want func(netip.Addr) bool, source string) netip.Addr {
+	t.Helper()
+	var seen netip.Addr
+	waitFor(t, time.Minute, what+", the server seeing "+source, func() error {
+		got, err := tryHTTPGet(netns, addr)
+		if err != nil {
+			return err
+		}
+		if server != "" && !strings.HasPrefix(got, "cluster="+server+" ") {
+			return fmt.Errorf("answer %q, want one from %s", got, server)
+		}
+		_, client, _ := strings.Cut(got, "client=")
+		client, _, _ = strings.Cut(client, " ")
+		from, err := netip.ParseAddrPort(strings.TrimSpace(client))
+		if err != nil || !want(from.Addr()) {
+			return fmt.Errorf("answer %q: the server saw client %q", got, client)
+		}
+		seen = from.Addr()
+		return nil
+	})
+	t.Logf("%s: the server saw %s (%s)", what, seen, source)
+	return seen
 }
 
 // resolveInPod looks name up from the pod network namespace netns through the cluster's DNS

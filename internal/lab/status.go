@@ -69,11 +69,7 @@ func CollectStatus(ctx context.Context, dir string) (*Status, error) {
 	if st.Namespaces, _, err = labnet.Leftovers(st.ID); err != nil {
 		return nil, err
 	}
-	names := []string{HubName}
-	for i := 1; i <= MaxClusters; i++ {
-		names = append(names, ClusterName(i))
-	}
-	for _, name := range names {
+	for _, name := range append([]string{HubName}, memberNames(MaxClusters)...) {
 		kc := controlplane.KubeconfigPath(dir, name)
 		if _, err := os.Stat(kc); err != nil {
 			continue
