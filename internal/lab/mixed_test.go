@@ -9,10 +9,8 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -92,13 +90,7 @@ func TestGlobalnetMixedHubTopology(t *testing.T) {
 	}
 
 	pods := startEchoPods(ctx, t, l)
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: "default"},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "echo"}, Ports: []corev1.ServicePort{
-			{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)},
-			{Name: "echo", Protocol: corev1.ProtocolUDP, Port: 9000, TargetPort: intstr.FromInt32(9000)},
-		}},
-	}
+	svc := echoPodsService()
 	mc1, mc2, mc3 := kubeClient(t, l.Env.Cluster(c1).Kubeconfig), kubeClient(t, l.Env.Cluster(c2).Kubeconfig), kubeClient(t, l.Env.Cluster(c3).Kubeconfig)
 	for _, mc := range []client.Client{mc2, mc3} {
 		for _, o := range []client.Object{svc.DeepCopy(), &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: "default"}}} {
@@ -110,20 +102,7 @@ func TestGlobalnetMixedHubTopology(t *testing.T) {
 
 	// Globalnet cluster2's export, by its global IP, from the other globalnet cluster and from
 	// the direct one.
-	global2 := netip.MustParsePrefix(clusters[c2].Spec.GlobalCIDR)
-	var ip netip.Addr
-	waitFor(t, 2*time.Minute, "the echo Service's global IP in "+c2, func() error {
-		g := &v1alpha1.GlobalIngressIP{}
-		if err := mc2.Get(ctx, client.ObjectKey{Namespace: "default", Name: "svc-echo"}, g); err != nil {
-			return err
-		}
-		a, err := netip.ParseAddr(g.Status.IP)
-		if err != nil || !global2.Contains(a) {
-			return fmt.Errorf("status %+v, want an address of %s", g.Status, global2)
-		}
-		ip = a
-		return nil
-	})
+	ip := waitServiceGlobalIP(ctx, t, mc2, c2, netip.MustParsePrefix(clusters[c2].Spec.GlobalCIDR))
 	for _, src := range pods[c1] {
 		waitEchoSource(t, fmt.Sprintf("%s -> %s:80 (%s's echo by its global IP, through the hub)", src.name, ip, c2), src.netns,
 			netip.AddrPortFrom(ip, 80), c2, layout.ClusterEgress.Contains, c1+"'s egress range "+layout.ClusterEgress.String())

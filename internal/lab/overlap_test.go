@@ -160,33 +160,14 @@ func testGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, dir string, gl
 	c1, c2 := l.Members[0], l.Members[1]
 	pods := startEchoPods(ctx, t, l)
 	mc2 := kubeClient(t, l.Env.Cluster(c2).Kubeconfig)
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: "default"},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "echo"}, Ports: []corev1.ServicePort{
-			{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)},
-			{Name: "echo", Protocol: corev1.ProtocolUDP, Port: 9000, TargetPort: intstr.FromInt32(9000)},
-			{Name: "tcp-echo", Protocol: corev1.ProtocolTCP, Port: 9000, TargetPort: intstr.FromInt32(9000)},
-		}},
-	}
+	svc := echoPodsService()
 	export := &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: "default"}}
 	for _, o := range []client.Object{svc, export} {
 		if err := mc2.Create(ctx, o); err != nil {
 			t.Fatalf("creating %T in %s: %v", o, c2, err)
 		}
 	}
-	var ip netip.Addr
-	waitFor(t, 2*time.Minute, "the echo Service's global IP in "+c2, func() error {
-		g := &v1alpha1.GlobalIngressIP{}
-		if err := mc2.Get(ctx, client.ObjectKey{Namespace: "default", Name: "svc-echo"}, g); err != nil {
-			return err
-		}
-		a, err := netip.ParseAddr(g.Status.IP)
-		if err != nil || !global[c2].Contains(a) {
-			return fmt.Errorf("status %+v, want an address of %s", g.Status, global[c2])
-		}
-		ip = a
-		return nil
-	})
+	ip := waitServiceGlobalIP(ctx, t, mc2, c2, global[c2])
 	egress, err := globalnet.ClusterLayout(v1alpha1.ClusterSpec{ClusterID: c1, GlobalCIDR: global[c1].String()}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -656,6 +637,39 @@ func globalnetEgressRanges(ctx context.Context, t *testing.T, l *lab.Lab, ip net
 		t.Fatal(err)
 	}
 	source(ns+"/probe", netns["probe"], in(allocated["namespace"]), "its namespace's range, its selector's GlobalEgressIP deleted")
+}
+
+// echoPodsService is the echo pods' Service default/echo: HTTP on TCP 80 → 8080, and the echo
+// server's UDP and TCP echo on 9000.
+func echoPodsService() *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: "default"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "echo"}, Ports: []corev1.ServicePort{
+			{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)},
+			{Name: "echo", Protocol: corev1.ProtocolUDP, Port: 9000, TargetPort: intstr.FromInt32(9000)},
+			{Name: "tcp-echo", Protocol: corev1.ProtocolTCP, Port: 9000, TargetPort: intstr.FromInt32(9000)},
+		}},
+	}
+}
+
+// waitServiceGlobalIP waits for the exported echoPodsService of cluster (client c) to be
+// allocated a global IP, which must be an address of global, the cluster's global CIDR.
+func waitServiceGlobalIP(ctx context.Context, t *testing.T, c client.Client, cluster string, global netip.Prefix) netip.Addr {
+	t.Helper()
+	var ip netip.Addr
+	waitFor(t, 2*time.Minute, "the echo Service's global IP in "+cluster, func() error {
+		g := &v1alpha1.GlobalIngressIP{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "svc-echo"}, g); err != nil {
+			return err
+		}
+		a, err := netip.ParseAddr(g.Status.IP)
+		if err != nil || !global.Contains(a) {
+			return fmt.Errorf("status %+v, want an address of %s", g.Status, global)
+		}
+		ip = a
+		return nil
+	})
+	return ip
 }
 
 // waitEchoSource requests the echo server at addr from the pod network namespace netns until
