@@ -17,10 +17,17 @@ const (
 	AddressingSecondary Addressing = "secondary"
 )
 
+// MaxGlobalEgressSize is the largest ClusterSpec.GlobalEgressSize the API accepts (its Maximum
+// marker says the same): the default /16 global CIDR less the health-check address and one
+// ingress address.
+const MaxGlobalEgressSize = 65534
+
 // ClusterSpec is what a cluster declares about itself when it joins.
 //
 // +kubebuilder:validation:XValidation:rule="self.addressing != 'globalnet' || has(self.globalCIDR)",message="globalnet addressing needs globalCIDR"
 // +kubebuilder:validation:XValidation:rule="self.addressing != 'secondary' || has(self.secondaryCIDR)",message="secondary addressing needs secondaryCIDR"
+// +kubebuilder:validation:XValidation:rule="!has(self.globalEgressSize) || self.addressing == 'globalnet'",message="globalEgressSize is only meaningful with globalnet addressing: remove it, or join with --addressing globalnet"
+// +kubebuilder:validation:XValidation:rule="has(self.globalEgressSize) == has(oldSelf.globalEgressSize) || (has(self.globalEgressSize) ? self.globalEgressSize : oldSelf.globalEgressSize) == 8",message="globalEgressSize cannot be added or removed after join (unset means 8): the egress range and the pool after it would move under addresses already handed out; to change it, leave and join again"
 type ClusterSpec struct {
 	// clusterID is the cluster's identity in the cluster set (KEP-2149); it equals metadata.name.
 	// +required
@@ -72,6 +79,20 @@ type ClusterSpec struct {
 	// +kubebuilder:validation:MaxLength=43
 	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.112.0.0/16"
 	SecondaryCIDR string `json:"secondaryCIDR,omitempty"`
+
+	// globalEgressSize is how many addresses at the start of globalCIDR are the cluster's
+	// egress range, the source of its pods' traffic to other clusters; the rest, but the last,
+	// is the pool of ingress addresses and GlobalEgressIP ranges. Unset means 8. The
+	// controller's allocator and the gateway's NAT both read it here, so they cannot disagree
+	// about which addresses are egress. It is immutable: changing it would move the pool under
+	// addresses already handed out. At most 65534 so that it fits the default /16 global CIDR
+	// with the health-check address and one ingress address; join checks it against the
+	// actual one.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65534
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="globalEgressSize is immutable: the egress range and the pool after it would move under addresses already handed out; to change it, leave and join again"
+	GlobalEgressSize int32 `json:"globalEgressSize,omitempty"`
 }
 
 // Condition types and reasons of a Cluster.

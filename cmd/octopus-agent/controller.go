@@ -8,7 +8,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/octopus-mcs/octopus/internal/agent"
-	"github.com/octopus-mcs/octopus/internal/globalnet/globalip"
 	"github.com/octopus-mcs/octopus/internal/heartbeat"
 	"github.com/octopus-mcs/octopus/internal/servicediscovery"
 	"github.com/octopus-mcs/octopus/internal/version"
@@ -30,7 +29,6 @@ type controllerOptions struct {
 	hubAPIBurst            int
 	exportWorkers          int
 	importWorkers          int
-	globalEgressSize       int
 }
 
 // agentOptions turns the flags into the options of agent.RunController.
@@ -55,7 +53,6 @@ func (o controllerOptions) agentOptions() (agent.ControllerOptions, error) {
 		HubBurst:               o.hubAPIBurst,
 		ExportWorkers:          o.exportWorkers,
 		ImportWorkers:          o.importWorkers,
-		GlobalEgressSize:       o.globalEgressSize,
 	}, nil
 }
 
@@ -97,7 +94,6 @@ until it heartbeats again. It runs until SIGTERM or SIGINT.`,
 	f.IntVar(&o.hubAPIBurst, "hub-api-burst", agent.DefaultHubAPIBurst, "burst of requests to the hub's API server above --hub-api-qps")
 	f.IntVar(&o.exportWorkers, "export-workers", servicediscovery.DefaultWorkers, "ServiceExports reconciled at once")
 	f.IntVar(&o.importWorkers, "import-workers", servicediscovery.DefaultWorkers, "imported services reconciled at once")
-	f.IntVar(&o.globalEgressSize, "global-egress-size", globalip.DefaultClusterEgressSize, "globalnet addressing: addresses of the global CIDR that are the cluster's egress range (give the gateways the same)")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "elect one active replica through the octopus-controller Lease in octopus-system")
 	return cmd
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/octopus-mcs/octopus/internal/datapath/hostfirewall"
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/gateway"
-	"github.com/octopus-mcs/octopus/internal/globalnet/globalip"
 	"github.com/octopus-mcs/octopus/internal/metricsserver"
 )
 
@@ -32,7 +31,6 @@ type gatewayOptions struct {
 	endpointIP            string
 	healthCheckIP         string
 	excludeSubnets        []string
-	globalEgressSize      int
 	mtu                   int
 	underlayProbeInterval time.Duration
 	leaseDuration         time.Duration
@@ -100,7 +98,6 @@ address through its Node object and the hub has none: a standby waits out --leas
 	f.StringVar(&o.endpointIP, "endpoint-ip", "", "address other gateways tunnel to (default: the Node's ExternalIP, else InternalIP)")
 	f.StringVar(&o.healthCheckIP, "health-check-ip", "", "address in this cluster's pod CIDR that other gateways probe (default: first host of the Node's pod CIDR)")
 	f.StringSliceVar(&o.excludeSubnets, "exclude-subnet", nil, "CIDR not to advertise to other clusters (repeatable)")
-	f.IntVar(&o.globalEgressSize, "global-egress-size", globalip.DefaultClusterEgressSize, "globalnet addressing: addresses of the global CIDR that are the cluster's egress range (as given to the controller)")
 	f.IntVar(&o.mtu, "mtu", 0, "MTU of the tunnel device; 0 derives it from the underlay")
 	f.DurationVar(&o.leaseDuration, "lease-duration", gateway.DefaultLeaseDuration, "how long a standby waits after the active gateway's last renewal before taking over")
 	f.DurationVar(&o.renewDeadline, "renew-deadline", gateway.DefaultRenewDeadline, "how long the active gateway retries renewing before it gives up the role")
@@ -136,7 +133,7 @@ func (o gatewayOptions) complete() (gateway.Options, error) {
 	opts := gateway.Options{
 		Member: member, NodeName: o.nodeName, Backend: v1alpha1.Backend(o.backend), ListenPort: o.listenPort, Device: o.device,
 		MTU: o.mtu, LeaseDuration: o.leaseDuration, RenewDeadline: o.renewDeadline, RetryPeriod: o.retryPeriod,
-		StatusInterval: o.statusInterval, Log: ctrl.Log.WithName("gateway"), GlobalEgressSize: o.globalEgressSize,
+		StatusInterval: o.statusInterval, Log: ctrl.Log.WithName("gateway"),
 		NewProber:    gateway.NewHealthProber(o.healthInterval, o.healthMaxLoss, ctrl.Log.WithName("health")),
 		LivenessPort: o.livenessPort, LivenessInterval: o.livenessInterval, LivenessFailures: o.livenessFailures, TakeoverAfter: o.takeoverAfter,
 	}

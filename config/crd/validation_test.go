@@ -9,6 +9,8 @@ import (
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +30,29 @@ func validCluster() *v1alpha1.Cluster {
 		ObjectMeta: metav1.ObjectMeta{Name: "east", Namespace: ns},
 		Spec:       v1alpha1.ClusterSpec{ClusterID: "east", PodCIDRs: []string{"10.1.0.0/16"}, ServiceCIDRs: []string{"10.96.0.0/16"}},
 	}
+}
+
+func validGlobalnetCluster(id string, egressSize int32) *v1alpha1.Cluster {
+	c := validCluster()
+	c.Name, c.Spec.ClusterID = id, id
+	c.Spec.Addressing, c.Spec.GlobalCIDR, c.Spec.GlobalEgressSize = v1alpha1.AddressingGlobalnet, "242.1.0.0/16", egressSize
+	return c
+}
+
+// withRawEgressSize is a globalnet Cluster whose spec.globalEgressSize is sent as it is: the
+// typed field omits a zero, so a client could not send one through it.
+func withRawEgressSize(t *testing.T, size int64) client.Object {
+	t.Helper()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(validGlobalnetCluster("east", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{Object: m}
+	u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("Cluster"))
+	if err := unstructured.SetNestedField(u.Object, size, "spec", "globalEgressSize"); err != nil {
+		t.Fatal(err)
+	}
+	return u
 }
 
 func validPeer() *v1alpha1.Peer {
@@ -124,6 +149,20 @@ func TestSchemaValidation(t *testing.T) {
 			c.Spec.Addressing = v1alpha1.AddressingGlobalnet
 			return c
 		}, "globalnet addressing needs globalCIDR"},
+		{"globalnet with an egress size of 4", func() client.Object { return validGlobalnetCluster("east", 4) }, ""},
+		{"egress size 0", func() client.Object { return withRawEgressSize(t, 0) }, "spec.globalEgressSize: Invalid value: 0"},
+		{"negative egress size", func() client.Object { return validGlobalnetCluster("east", -1) }, "spec.globalEgressSize: Invalid value: -1"},
+		{"egress size over a /16", func() client.Object { return validGlobalnetCluster("east", 65535) }, "spec.globalEgressSize: Invalid value: 65535"},
+		{"egress size with direct addressing", func() client.Object {
+			c := validCluster()
+			c.Spec.GlobalCIDR, c.Spec.GlobalEgressSize = "242.1.0.0/16", 4
+			return c
+		}, "globalEgressSize is only meaningful with globalnet addressing"},
+		{"egress size with secondary addressing", func() client.Object {
+			c := validCluster()
+			c.Spec.Addressing, c.Spec.SecondaryCIDR, c.Spec.GlobalEgressSize = v1alpha1.AddressingSecondary, "10.112.0.0/16", 4
+			return c
+		}, "globalEgressSize is only meaningful with globalnet addressing"},
 		{"unknown addressing", func() client.Object {
 			c := validCluster()
 			c.Spec.Addressing = "nat"
@@ -252,6 +291,7 @@ func TestSchemaValidation(t *testing.T) {
 		t.Fatalf("changing clusterID: err = %v, want immutable", err)
 	}
 
+	clusterEgressSizeImmutable(t, c)
 	fabricImmutable(t, c)
 
 	// A GlobalIngressIP's target is immutable, and its status.ip must be an address.
@@ -280,6 +320,42 @@ func TestSchemaValidation(t *testing.T) {
 	e.Status.AllocatedIPs = []string{"242.1.0.30", "242.1.0.300"}
 	if err := c.Status().Update(t.Context(), e); err == nil || !strings.Contains(err.Error(), "every entry must be an IP address") {
 		t.Fatalf("status.allocatedIPs with 242.1.0.300: err = %v, want refused", err)
+	}
+}
+
+// clusterEgressSizeImmutable checks that a Cluster's egress size, which places its pool, cannot
+// change while it is joined: not its value, and not by adding or removing it unless the
+// effective size stays the default 8.
+func clusterEgressSizeImmutable(t *testing.T, c client.Client) {
+	t.Helper()
+	for _, tt := range []struct {
+		name    string
+		from    int32
+		to      int32
+		wantErr string
+	}{
+		{"4 to 16", 4, 16, "globalEgressSize is immutable: the egress range and the pool after it would move under addresses already handed out; to change it, leave and join again"},
+		{"4 to unset", 4, 0, "globalEgressSize cannot be added or removed after join (unset means 8)"},
+		{"unset to 4", 0, 4, "globalEgressSize cannot be added or removed after join (unset means 8)"},
+		{"unset to 8, the default", 0, 8, ""},
+		{"8 to unset, the default", 8, 0, ""},
+		{"4 stays 4", 4, 4, ""},
+	} {
+		t.Run("Cluster update: egress size "+tt.name, func(t *testing.T) {
+			cl := validGlobalnetCluster("north", tt.from)
+			if err := c.Create(t.Context(), cl); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Delete(context.Background(), cl) })
+			cl.Spec.GlobalEgressSize = tt.to
+			err := c.Update(t.Context(), cl)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("update refused: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("err = %v\nwant it to contain %q", err, tt.wantErr)
+			}
+		})
 	}
 }
 

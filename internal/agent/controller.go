@@ -94,10 +94,6 @@ type ControllerOptions struct {
 	// reconciled at once. Optional; servicediscovery.DefaultWorkers when zero.
 	ExportWorkers int
 	ImportWorkers int
-	// GlobalEgressSize is how many addresses of a globalnet cluster's global CIDR are its
-	// egress range (globalip.NewLayout); the gateway must be given the same. Optional;
-	// globalip.DefaultClusterEgressSize when zero.
-	GlobalEgressSize int
 }
 
 // withRateLimit returns a copy of cfg limited to qps and burst; where those are zero, cfg's own
@@ -297,7 +293,7 @@ func (r *hubComponents) setupAddressing(ctx context.Context, hubClient client.Cl
 	if cl.Spec.Addressing != v1alpha1.AddressingGlobalnet {
 		return nil, nil
 	}
-	layout, err := globalnet.ClusterLayout(cl.Spec, r.opts.GlobalEgressSize)
+	layout, err := globalnet.ClusterLayout(cl.Spec)
 	if err != nil {
 		return nil, err
 	}

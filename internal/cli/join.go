@@ -13,6 +13,7 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/charts"
 	"github.com/octopus-mcs/octopus/internal/cluster"
+	"github.com/octopus-mcs/octopus/internal/globalnet/globalip"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/operator"
@@ -63,6 +64,8 @@ development mode) the agent's controller runs as a process on this machine, logg
 	fs.StringSliceVar(&o.join.PodCIDRs, "pod-cidr", nil, "the cluster's pod CIDR(s) (default: discovered)")
 	fs.StringSliceVar(&o.join.ServiceCIDRs, "service-cidr", nil, "the cluster's service CIDR(s) (default: discovered)")
 	fs.StringVar(&o.addressing, "addressing", string(v1alpha1.AddressingDirect), "direct, globalnet (overlapping CIDRs) or secondary")
+	fs.Int32Var(&o.join.GlobalEgressSize, "global-egress-size", 0,
+		fmt.Sprintf("with --addressing globalnet: how many addresses at the start of the cluster's global CIDR are its egress range, the source of its pods' traffic to other clusters (default %d); fixed until the cluster leaves", globalip.DefaultClusterEgressSize))
 	fs.StringVar(&o.topology, "topology", string(v1alpha1.TopologyMesh), "how the gateway reaches other clusters: mesh (direct tunnels) or hub (only through the hub's gateway, `octopus-agent gateway --hub`)")
 	fs.StringVar(&o.agent, "agent", agentProcess, "how to run the agent: charts (pods installed by the member chart), process (on this machine, for development) or none")
 	o.chart.addFlags(fs)
@@ -147,6 +150,11 @@ func (o *joinOptions) viaOperator(ctx context.Context, cfg *rest.Config) (done b
 	}
 	if ok, err := operator.Installed(ctx, c); !ok || err != nil {
 		return false, err
+	}
+	if o.join.GlobalEgressSize != 0 {
+		// The Fabric has no field for it: passing the rest on would join with the default size
+		// and drop the flag without a word.
+		return true, fmt.Errorf("--global-egress-size cannot be passed through the Octopus operator that runs in this cluster (its Fabric has no such field): join without the flag for the default of %d, or without the operator", globalip.DefaultClusterEgressSize)
 	}
 	p := o.join.Progress
 	p.Step("The Octopus operator runs in this cluster: joining through Fabric %s (--agent does not apply)", v1alpha1.FabricName)

@@ -25,6 +25,7 @@ import (
 	aboutv1alpha1 "github.com/octopus-mcs/octopus/api/about/v1alpha1"
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/dnsconfig"
+	"github.com/octopus-mcs/octopus/internal/globalnet/globalip"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/ipam"
@@ -47,6 +48,12 @@ type JoinOptions struct {
 	// Topology is how this cluster's gateway reaches the others (Cluster.spec.topology).
 	// Optional, default mesh.
 	Topology v1alpha1.Topology
+	// GlobalEgressSize is how many addresses at the start of the global CIDR are the cluster's
+	// egress range (Cluster.spec.globalEgressSize), globalnet addressing only. It is written
+	// into the Cluster, where both the controller's allocator and the gateway's NAT read it,
+	// and cannot change while the cluster is joined. Optional: 0 leaves it unset, which means
+	// globalip.DefaultClusterEgressSize.
+	GlobalEgressSize int32
 	// DNSImage is the octopus-dns image deployed in the cluster. Optional, default
 	// render.DNSImage tagged with this build's version.
 	DNSImage string
@@ -109,6 +116,9 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 	}
 	if opts.Topology != v1alpha1.TopologyMesh && opts.Topology != v1alpha1.TopologyHub {
 		return nil, fmt.Errorf("topology %q is not one of mesh, hub", opts.Topology)
+	}
+	if err := checkGlobalEgressSize(opts); err != nil {
+		return nil, err
 	}
 	info := opts.BrokerInfo
 	id := opts.ClusterID
@@ -263,6 +273,7 @@ func register(ctx context.Context, hc, mc client.Client, cred hubaccess.Credenti
 	cl := render.Cluster(info.Namespace, v1alpha1.ClusterSpec{
 		ClusterID: id, PodCIDRs: prefixStrings(pods), ServiceCIDRs: prefixStrings(services),
 		Addressing: opts.Addressing, Topology: opts.Topology, GlobalCIDR: global.String(), SecondaryCIDR: secondary.String(),
+		GlobalEgressSize: opts.GlobalEgressSize,
 	})
 	if err := kube.Apply(ctx, hc, cl); err != nil {
 		return nil, fmt.Errorf("registering cluster %s on the hub: %w", id, err)
@@ -344,6 +355,38 @@ func checkGlobalPool(pool hub.PoolConfig, id string, pods, services []netip.Pref
 					c.kind, cidr, id, p.CIDR)
 			}
 		}
+	}
+	return nil
+}
+
+// checkGlobalEgressSize refuses, before anything is written, an egress size the hub would
+// refuse (a size without globalnet addressing, not positive) or that the cluster's global CIDR
+// cannot hold: every block of the hub's globalnet pool has the same size, so whichever block
+// join claims, the controller and the gateway could not lay it out and the cluster would be
+// joined but unable to translate.
+func checkGlobalEgressSize(opts JoinOptions) error {
+	size := opts.GlobalEgressSize
+	if size == 0 {
+		return nil
+	}
+	if opts.Addressing != v1alpha1.AddressingGlobalnet {
+		return fmt.Errorf("--global-egress-size %d is only meaningful with --addressing globalnet (this join has %s addressing): drop the flag, or join with --addressing globalnet", size, opts.Addressing)
+	}
+	if size < 0 || size > v1alpha1.MaxGlobalEgressSize {
+		return fmt.Errorf("--global-egress-size %d: want 1 to %d addresses; leave the flag out for the default %d", size, v1alpha1.MaxGlobalEgressSize, globalip.DefaultClusterEgressSize)
+	}
+	pool, err := opts.BrokerInfo.Globalnet.Pool()
+	if err != nil {
+		return fmt.Errorf("the hub's globalnet pool: %w", err)
+	}
+	block, err := pool.Block(0)
+	if err != nil {
+		return fmt.Errorf("the hub's globalnet pool: %w", err)
+	}
+	if _, err := globalip.NewLayout(block, int(size)); err != nil {
+		return fmt.Errorf("--global-egress-size %d does not fit cluster %q's global CIDR: the hub's globalnet pool %s gives every cluster a /%d of %d addresses, "+
+			"which must also hold the health-check address and at least one ingress address; pick a smaller --global-egress-size, or deploy the hub with a shorter --globalnet-prefix-length",
+			size, opts.ClusterID, pool.CIDR, pool.BlockBits, ipam.RangeOf(block).Len())
 	}
 	return nil
 }

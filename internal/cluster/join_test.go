@@ -103,6 +103,8 @@ func TestJoinRejectsBadInput(t *testing.T) {
 	unreachable.HubURL = "https://127.0.0.1:1"
 	staleToken := *f.info
 	staleToken.JoinToken = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln"
+	smallBlocks := *f.info // every cluster's global CIDR a /28: 16 addresses
+	smallBlocks.Globalnet = hub.PoolConfig{CIDR: hub.DefaultGlobalnetPool.CIDR, ClusterPrefixLength: 28}
 	tests := []struct {
 		name    string
 		edit    func(*JoinOptions)
@@ -123,6 +125,20 @@ func TestJoinRejectsBadInput(t *testing.T) {
 		{"globalnet service CIDR around the global pool", func(o *JoinOptions) {
 			o.ServiceCIDRs, o.Addressing = []string{"240.0.0.0/4"}, v1alpha1.AddressingGlobalnet
 		}, []string{"service CIDR 240.0.0.0/4", "globalnet pool " + hub.DefaultGlobalnetPool.CIDR}},
+		{"egress size with direct addressing", func(o *JoinOptions) { o.GlobalEgressSize = 4 },
+			[]string{"--global-egress-size 4 is only meaningful with --addressing globalnet", "direct addressing"}},
+		{"egress size with secondary addressing", func(o *JoinOptions) {
+			o.GlobalEgressSize, o.Addressing = 4, v1alpha1.AddressingSecondary
+		}, []string{"--global-egress-size 4 is only meaningful with --addressing globalnet", "secondary addressing"}},
+		{"negative egress size", func(o *JoinOptions) {
+			o.GlobalEgressSize, o.Addressing = -1, v1alpha1.AddressingGlobalnet
+		}, []string{"--global-egress-size -1: want 1 to 65534 addresses"}},
+		{"egress size over the API's maximum", func(o *JoinOptions) {
+			o.GlobalEgressSize, o.Addressing = 65535, v1alpha1.AddressingGlobalnet
+		}, []string{"--global-egress-size 65535: want 1 to 65534 addresses"}},
+		{"egress size that leaves no pool in the global CIDR", func(o *JoinOptions) {
+			o.GlobalEgressSize, o.Addressing, o.BrokerInfo = 15, v1alpha1.AddressingGlobalnet, &smallBlocks
+		}, []string{`--global-egress-size 15 does not fit cluster "east"'s global CIDR`, "a /28 of 16 addresses", "pick a smaller --global-egress-size"}},
 		{"hub unreachable", func(o *JoinOptions) {
 			o.BrokerInfo = &unreachable
 			o.HubAttempts = 2
@@ -151,11 +167,24 @@ func TestJoinRejectsBadInput(t *testing.T) {
 	if err := f.hub.List(t.Context(), sas, client.InNamespace(f.info.Namespace), client.MatchingLabels{v1alpha1.ClusterLabel: "east"}); err != nil || len(sas.Items) != 0 {
 		t.Errorf("refused joins left ServiceAccounts on the hub: %d, %v", len(sas.Items), err)
 	}
-	// With globalnet addressing the overlap is fine.
+	// With globalnet addressing the overlap is fine; the egress size reaches the hub.
 	opts := f.joinOptions("east")
-	opts.PodCIDRs, opts.Addressing = []string{westPod}, v1alpha1.AddressingGlobalnet
+	opts.PodCIDRs, opts.Addressing, opts.GlobalEgressSize = []string{westPod}, v1alpha1.AddressingGlobalnet, 4
 	if _, err := Join(t.Context(), f.env.Cluster("east").RESTConfig(), opts); err != nil {
 		t.Fatalf("globalnet join with an overlapping pod CIDR: %v", err)
+	}
+	onHub := &v1alpha1.Cluster{}
+	if err := f.hub.Get(t.Context(), client.ObjectKey{Namespace: f.info.Namespace, Name: "east"}, onHub); err != nil {
+		t.Fatal(err)
+	}
+	if onHub.Spec.GlobalEgressSize != 4 {
+		t.Errorf("the Cluster on the hub has globalEgressSize %d, want 4", onHub.Spec.GlobalEgressSize)
+	}
+	// Running join again with another size would move the pool under the addresses handed
+	// out: the hub refuses it and says how to change it.
+	opts.GlobalEgressSize = 16
+	if _, err := Join(t.Context(), f.env.Cluster("east").RESTConfig(), opts); err == nil || !strings.Contains(err.Error(), "globalEgressSize is immutable") || !strings.Contains(err.Error(), "leave and join again") {
+		t.Errorf("re-joining with another egress size: err = %v, want globalEgressSize is immutable ... leave and join again", err)
 	}
 }
 

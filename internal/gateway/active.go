@@ -253,7 +253,7 @@ func (a *active) readLocal(ctx context.Context) error {
 		return err
 	}
 	a.local.Subnets, a.local.Topology, a.local.Private = subnets, c.Spec.Topology, nil
-	layout, isGlobalnet, err := globalnetLayout(c, a.o.GlobalEgressSize)
+	layout, isGlobalnet, err := globalnetLayout(c)
 	if err != nil || !isGlobalnet {
 		return err
 	}

@@ -111,10 +111,6 @@ type Options struct {
 	// it over. It must exceed RetryPeriod, the active's renew cadence. Optional: 2 ×
 	// RetryPeriod.
 	TakeoverAfter time.Duration
-	// GlobalEgressSize is how many addresses of a globalnet cluster's global CIDR are its
-	// egress range; the controller's allocator must use the same. Optional:
-	// globalip.DefaultClusterEgressSize.
-	GlobalEgressSize int
 	// NewNAT opens the globalnet NAT of the node (a globalnet cluster's active gateway
 	// translates; every other gateway deletes what an earlier active term left). Optional:
 	// nftables in the process's network namespace (nat.New).

@@ -171,12 +171,13 @@ func removeStaleNAT(o Options) {
 	}
 }
 
-// globalnetLayout is the layout of a globalnet cluster's global CIDR, and false for others.
-func globalnetLayout(c *v1alpha1.Cluster, egressSize int) (globalip.Layout, bool, error) {
+// globalnetLayout is the layout of a globalnet cluster's global CIDR (its egress range sized by
+// the Cluster's spec, as the controller's allocator sizes it), and false for others.
+func globalnetLayout(c *v1alpha1.Cluster) (globalip.Layout, bool, error) {
 	if c.Spec.Addressing != v1alpha1.AddressingGlobalnet {
 		return globalip.Layout{}, false, nil
 	}
-	l, err := globalnet.ClusterLayout(c.Spec, egressSize)
+	l, err := globalnet.ClusterLayout(c.Spec)
 	if err != nil {
 		return globalip.Layout{}, false, errors.Join(err, errors.New("the gateway cannot translate for this cluster"))
 	}

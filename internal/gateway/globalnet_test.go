@@ -19,6 +19,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/datapath/nat"
 	"github.com/octopus-mcs/octopus/internal/globalnet"
 	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/ipam"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
@@ -38,7 +39,8 @@ func (g *runningGateway) lastNAT() (nat.State, bool, int) {
 // the layout's health-check address and the two accept each other; the active gateway's NAT
 // gets the exported Service's global IP onto its ready endpoint and the other cluster's global
 // CIDR as remote; a standby deletes any NAT of its node; after a failover the new active
-// gateway applies the same state.
+// gateway applies the same state. East joins with an egress range of 4 addresses (the default
+// is 8): its NAT's egress range and the pool its global IPs come from follow the Cluster.
 func TestGlobalnetGateway(t *testing.T) {
 	env := testenv.ControlPlanes(t, "hub", "east", "west")
 	ctx := t.Context()
@@ -48,23 +50,28 @@ func TestGlobalnetGateway(t *testing.T) {
 	}
 	podCIDR := env.Cluster("east").PodCIDR.String() // the same in both: an overlapping fleet
 	layouts := map[string]v1alpha1.ClusterSpec{}
-	for _, name := range []string{"east", "west"} {
+	for name, egressSize := range map[string]int32{"east": 4, "west": 0} {
 		joined, err := cluster.Join(ctx, env.Cluster(name).RESTConfig(), cluster.JoinOptions{
 			BrokerInfo: info, ClusterID: name, PodCIDRs: []string{podCIDR}, Addressing: v1alpha1.AddressingGlobalnet,
+			GlobalEgressSize: egressSize,
 		})
 		if err != nil {
 			t.Fatalf("joining %s: %v", name, err)
 		}
 		layouts[name] = joined.Cluster.Spec
 	}
-	eastLayout, err := globalnet.ClusterLayout(layouts["east"], 0)
+	eastLayout, err := globalnet.ClusterLayout(layouts["east"])
 	if err != nil {
 		t.Fatal(err)
 	}
-	westLayout, err := globalnet.ClusterLayout(layouts["west"], 0)
+	westLayout, err := globalnet.ClusterLayout(layouts["west"])
 	if err != nil {
 		t.Fatal(err)
 	}
+	// East's egress range is the first 4 addresses of its global CIDR, and its pool starts
+	// right after them: worked out here, not by the layout code under test.
+	eastFirst := eastLayout.CIDR.Addr()
+	eastEgress := ipam.Range{First: eastFirst, Last: eastFirst.Next().Next().Next()}
 	hubc := newClient(t, env.Cluster("hub").RESTConfig())
 	eastCfg, westCfg := env.Cluster("east").RESTConfig(), env.Cluster("west").RESTConfig()
 	east, west := newClient(t, eastCfg), newClient(t, westCfg)
@@ -83,7 +90,9 @@ func TestGlobalnetGateway(t *testing.T) {
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.101.0.7"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To[int32](8080)}},
 	}
-	globalIP := eastLayout.Pool.First
+	// The first address of a 4-address egress range's pool: inside the egress range of the
+	// default size, where the NAT would not translate it.
+	globalIP := eastEgress.Last.Next()
 	record := &v1alpha1.GlobalIngressIP{
 		ObjectMeta: metav1.ObjectMeta{Name: "svc-web", Namespace: "default", Labels: kube.ManagedLabels()},
 		Spec:       v1alpha1.GlobalIngressIPSpec{Target: v1alpha1.GlobalIngressTarget{Kind: v1alpha1.GlobalIngressTargetService, Name: "web"}},
@@ -132,8 +141,8 @@ func TestGlobalnetGateway(t *testing.T) {
 			Services: []nat.Service{{Name: "default/web", GlobalIP: globalIP, Ports: []nat.Port{{Protocol: nat.TCP, Port: 80,
 				Endpoints: []netip.AddrPort{netip.MustParseAddrPort("10.101.0.7:8080")}}}}},
 		})
-		if fmt.Sprint(s) != want || len(s.ClusterEgress) != 1 || s.ClusterEgress[0] != eastLayout.ClusterEgress {
-			return fmt.Errorf("%s's NAT\n got %+v\nwant %s, egress %s", g.node, s, want, eastLayout.ClusterEgress)
+		if fmt.Sprint(s) != want || len(s.ClusterEgress) != 1 || s.ClusterEgress[0] != eastEgress {
+			return fmt.Errorf("%s's NAT\n got %+v\nwant %s, egress %s", g.node, s, want, eastEgress)
 		}
 		return nil
 	}

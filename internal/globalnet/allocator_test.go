@@ -497,3 +497,55 @@ func TestAllocatorEgress(t *testing.T) {
 		return ""
 	})
 }
+
+// TestAllocatorFollowsClusterEgressSize runs the allocator with the layout of a Cluster whose
+// spec sets a 2-address egress range in a /29 global CIDR (the default 8 would not fit): the
+// 5 addresses between the egress range and the health-check address go to 5 exports, a sixth
+// finds the pool exhausted, and the NAT state's egress range is those 2 addresses. The gateway
+// lays its NAT out from the same spec (TestGlobalnetGateway in internal/gateway).
+func TestAllocatorFollowsClusterEgressSize(t *testing.T) {
+	m := newMember(t)
+	layout, err := globalnet.ClusterLayout(v1alpha1.ClusterSpec{
+		ClusterID: "west", Addressing: v1alpha1.AddressingGlobalnet, GlobalCIDR: "242.1.0.0/29", GlobalEgressSize: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.startAllocator(t, layout)
+	want := map[string]string{}
+	for i := range 6 {
+		name := fmt.Sprintf("s%d", i)
+		m.service(t, name, false, fmt.Sprintf("10.244.1.%d", i+1))
+		want["svc-"+name] = "*"
+	}
+	eventually(t, "5 addresses of the pool handed out, the sixth export told it is exhausted", func(ctx context.Context) string {
+		got, _, err := m.records(ctx)
+		if err != nil {
+			return err.Error()
+		}
+		var ips []string
+		exhausted := 0
+		for _, v := range got {
+			if v == v1alpha1.ReasonPoolExhausted {
+				exhausted++
+			} else {
+				ips = append(ips, v)
+			}
+		}
+		slices.Sort(ips)
+		if len(got) != len(want) || exhausted != 1 || !slices.Equal(ips, []string{"242.1.0.2", "242.1.0.3", "242.1.0.4", "242.1.0.5", "242.1.0.6"}) {
+			return fmt.Sprintf("records %v, want 242.1.0.2-242.1.0.6 handed out and one %s", got, v1alpha1.ReasonPoolExhausted)
+		}
+		return ""
+	})
+	eventually(t, "the NAT state's egress range and services", func(ctx context.Context) string {
+		state, err := globalnet.DesiredNAT(ctx, m.c, layout, nil)
+		if err != nil {
+			return err.Error()
+		}
+		if got := fmt.Sprint(state.ClusterEgress); got != "[242.1.0.0-242.1.0.1]" || len(state.Services) != 5 {
+			return fmt.Sprintf("egress %s and %d services, want [242.1.0.0-242.1.0.1] and 5", got, len(state.Services))
+		}
+		return ""
+	})
+}

@@ -84,7 +84,7 @@ func TestGlobalnetMixedHubTopology(t *testing.T) {
 	if a := clusters[c3].Spec.Addressing; a != v1alpha1.AddressingDirect {
 		t.Fatalf("%s joined with addressing %q, want direct", c3, a)
 	}
-	layout, err := globalnet.ClusterLayout(clusters[c1].Spec, 0)
+	layout, err := globalnet.ClusterLayout(clusters[c1].Spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -168,7 +168,7 @@ func testGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, dir string, gl
 		}
 	}
 	ip := waitServiceGlobalIP(ctx, t, mc2, c2, global[c2])
-	egress, err := globalnet.ClusterLayout(v1alpha1.ClusterSpec{ClusterID: c1, GlobalCIDR: global[c1].String()}, 0)
+	egress, err := globalnet.ClusterLayout(v1alpha1.ClusterSpec{ClusterID: c1, GlobalCIDR: global[c1].String()})
 	if err != nil {
 		t.Fatal(err)
 	}
