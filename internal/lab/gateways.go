@@ -106,25 +106,9 @@ func startComponents(ctx context.Context, opts Options, env *controlplane.Enviro
 func installMemberChart(ctx context.Context, opts Options, cp *controlplane.ControlPlane, c labnet.ClusterNet) error {
 	start := time.Now()
 	p := opts.Progress
-	cs, err := kubernetes.NewForConfig(cp.RESTConfig())
+	gateways, err := annotateEndpoints(ctx, cp, c)
 	if err != nil {
-		return fmt.Errorf("installing the components of %s: %w", cp.Name, err)
-	}
-	gateways := 0
-	for _, n := range c.Nodes {
-		if !n.Gateway {
-			continue
-		}
-		gateways++
-		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-			v1alpha1.EndpointIPAnnotation: n.UnderlayAddr.Addr().String(),
-		}}})
-		if err != nil {
-			return err
-		}
-		if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			return fmt.Errorf("giving gateway node %s its endpoint address: %w", n.Name, err)
-		}
+		return err
 	}
 	p.Step("%s: installing chart %s (controller, gateways on the %d nodes labelled %s=true, route agents on all %d, octopus-dns) and waiting for its pods",
 		cp.Name, charts.Member, gateways, labnet.GatewayLabel, len(c.Nodes))
@@ -138,6 +122,34 @@ func installMemberChart(ctx context.Context, opts Options, cp *controlplane.Cont
 	}
 	p.Done(start, "%s: the member chart's pods are ready", cp.Name)
 	return cluster.ForwardDNS(ctx, cp.RESTConfig(), p)
+}
+
+// annotateEndpoints gives cluster c's gateway nodes their underlay address, where other
+// clusters reach them, as the Node annotation v1alpha1.EndpointIPAnnotation: a gateway pod of
+// a DaemonSet has one set of flags for every node, and the Nodes' own addresses are on the
+// cluster's LAN. It returns the number of gateway nodes.
+func annotateEndpoints(ctx context.Context, cp *controlplane.ControlPlane, c labnet.ClusterNet) (int, error) {
+	cs, err := kubernetes.NewForConfig(cp.RESTConfig())
+	if err != nil {
+		return 0, fmt.Errorf("annotating the gateway nodes of %s: %w", cp.Name, err)
+	}
+	gateways := 0
+	for _, n := range c.Nodes {
+		if !n.Gateway {
+			continue
+		}
+		gateways++
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+			v1alpha1.EndpointIPAnnotation: n.UnderlayAddr.Addr().String(),
+		}}})
+		if err != nil {
+			return 0, fmt.Errorf("annotating gateway node %s: %w", n.Name, err)
+		}
+		if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return 0, fmt.Errorf("giving gateway node %s its endpoint address: %w", n.Name, err)
+		}
+	}
+	return gateways, nil
 }
 
 // chartValues are the member chart's values for the lab's cluster: the settings the lab gives

@@ -101,6 +101,15 @@ type Options struct {
 	// FlannelBinDir has flanneld and the flannel CNI plugin (controlplane.EnsureFlannel).
 	// Required with cni.Flannel.
 	FlannelBinDir string
+	// Unjoined brings up the network, the control planes and the nodes (images, cluster DNS
+	// and the gateway nodes' endpoint annotation included) but neither deploys the hub nor
+	// joins the clusters nor runs any Octopus component: what a cluster set looks like before
+	// anyone installs Octopus, for tests in which something else does (the operator, from
+	// Fabric objects: lab.TestOperatorLab). Lab.BrokerInfo is then empty and Lab.Members
+	// lists no cluster. Optional; it excludes what only the lab's own join and components
+	// use: the hub topology (its hub gateways need the deployed hub), Backends and
+	// ComponentProcesses.
+	Unjoined bool
 	// Progress receives one line per step. Optional.
 	Progress *progress.Reporter
 	// Log receives structured logs (node heartbeats, process supervision). Optional.
@@ -137,7 +146,7 @@ func clusterCIDRs(i int, overlapping bool) (pods, services netip.Prefix) {
 
 // Up builds the lab network, starts the control planes bound to an address on it, registers
 // the nodes and runs kube-proxy in each, deploys the hub, joins every cluster and starts its
-// agent. It needs root. It first removes what an earlier lab in the same Dir left (see Down).
+// agent (with Options.Unjoined it stops after the nodes). It needs root. It first removes what an earlier lab in the same Dir left (see Down).
 // On error it stops whatever it started.
 func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	opts = opts.WithDefaults()
@@ -230,6 +239,18 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	}
 	p.Done(step, "%d nodes registered", opts.Clusters*opts.NodesPerCluster)
 
+	if opts.Unjoined {
+		// Whoever joins the clusters later runs their gateways from the Nodes alone: the
+		// underlay address is a fact of the lab's network, not of a join.
+		l.BrokerInfo = ""
+		for _, c := range plan.Clusters {
+			if _, err := annotateEndpoints(ctx, env.Cluster(c.Name), c); err != nil {
+				return l, err
+			}
+		}
+		p.Done(start, "Lab up: hub and %d clusters, none joined (Unjoined)", opts.Clusters)
+		return l, nil
+	}
 	p.Step("Deploying the hub")
 	info, err := hub.Deploy(ctx, env.Cluster(HubName).RESTConfig(), hub.DeployOptions{Progress: p})
 	if err != nil {

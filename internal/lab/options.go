@@ -109,6 +109,18 @@ func (o Options) Validate() error {
 			errs = append(errs, optionError("DirectClusters", "%s: not a member cluster; want one of %s", name, strings.Join(memberNames(o.Clusters), ", ")))
 		}
 	}
+	if o.Unjoined {
+		// These configure what the lab deploys when it joins the clusters itself.
+		if o.Topology == v1alpha1.TopologyHub {
+			errs = append(errs, optionError("Unjoined", "with {Topology} %s: the hub's gateways need the hub the lab deploys; leave {Topology} unset (a joining cluster picks its own)", v1alpha1.TopologyHub))
+		}
+		if len(o.Backends) > 0 {
+			errs = append(errs, optionError("Unjoined", "with {Backends}: the lab runs no gateway to give a backend; leave {Backends} unset"))
+		}
+		if o.ComponentProcesses {
+			errs = append(errs, optionError("Unjoined", "with {ComponentProcesses}: the lab runs no component; leave {ComponentProcesses} unset"))
+		}
+	}
 	if o.Dir == "" {
 		errs = append(errs, optionError("Dir", "is empty: the lab needs a directory for what it writes"))
 	}

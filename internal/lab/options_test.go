@@ -54,6 +54,14 @@ func TestOptionsValidate(t *testing.T) {
 			mutate: func(o *lab.Options) { o.OverlappingCIDRs, o.DirectClusters = true, []string{"cluster3"} },
 			want:   []string{"DirectClusters cluster3: not a member cluster; want one of cluster1, cluster2"},
 		},
+		"unjoined": {mutate: func(o *lab.Options) { o.Unjoined = true }},
+		"unjoined with what the lab's join configures": {
+			mutate: func(o *lab.Options) {
+				o.Unjoined, o.Topology, o.HubGateways = true, v1alpha1.TopologyHub, 1
+				o.Backends, o.ComponentProcesses = map[string]string{"cluster1": "vxlan"}, true
+			},
+			want: []string{"Unjoined with Topology hub: the hub's gateways need the hub", "Unjoined with Backends", "Unjoined with ComponentProcesses"},
+		},
 		"no directory": {mutate: func(o *lab.Options) { o.Dir = "" }, want: []string{"Dir is empty"}},
 		"everything wrong at once": {
 			mutate: func(o *lab.Options) { o.Clusters, o.Topology = 16, "star" },
