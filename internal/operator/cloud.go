@@ -174,8 +174,14 @@ func choose(nodes []corev1.Node, cfg *v1alpha1.CloudPrepareConfig) ([]string, er
 	return out, nil
 }
 
-// endpoint is the address other gateways tunnel to, as the gateway picks it by default.
+// endpoint is the address other gateways tunnel to, as the gateway picks it without its
+// --endpoint-ip flag (internal/gateway/node.go): the Node's endpoint-IP annotation, else its
+// ExternalIP, else its InternalIP. Reporting the InternalIP of an annotated node would name an
+// address the Peer does not carry.
 func endpoint(n *corev1.Node) string {
+	if a := n.Annotations[v1alpha1.EndpointIPAnnotation]; a != "" {
+		return a
+	}
 	for _, t := range []corev1.NodeAddressType{corev1.NodeExternalIP, corev1.NodeInternalIP} {
 		for _, a := range n.Status.Addresses {
 			if a.Type == t {
