@@ -117,12 +117,14 @@ type HealthCheck struct {
 	MaxPacketLoss int32 `json:"maxPacketLoss,omitempty"`
 }
 
-// JoinConfig joins the cluster the Fabric lives in to a hub. Every field but clusterID and
-// brokerInfoSecretRef can change while the cluster is joined: the operator reconfigures the
-// running components (a Helm upgrade of the member chart).
+// JoinConfig joins the cluster the Fabric lives in to a hub. Every field but clusterID,
+// brokerInfoSecretRef and globalEgressSize can change while the cluster is joined: the
+// operator reconfigures the running components (a Helm upgrade of the member chart).
 //
 // +kubebuilder:validation:XValidation:rule="has(self.clusterID) == has(oldSelf.clusterID) && (!has(self.clusterID) || self.clusterID == oldSelf.clusterID)",message="joinConfig.clusterID is immutable: it is the cluster's identity on the hub; delete the Fabric (the cluster leaves) and create it again with the new clusterID"
 // +kubebuilder:validation:XValidation:rule="self.brokerInfoSecretRef == oldSelf.brokerInfoSecretRef",message="joinConfig.brokerInfoSecretRef (the hub) is immutable: delete the Fabric (the cluster leaves its hub) and create it again referring to the new hub's broker-info; to rotate broker-info of the same hub, update the Secret's content instead"
+// +kubebuilder:validation:XValidation:rule="!has(self.globalEgressSize) || self.addressing == 'globalnet'",message="joinConfig.globalEgressSize is only meaningful with joinConfig.addressing globalnet: remove it, or set addressing to globalnet"
+// +kubebuilder:validation:XValidation:rule="has(self.globalEgressSize) == has(oldSelf.globalEgressSize) || (has(self.globalEgressSize) ? self.globalEgressSize : oldSelf.globalEgressSize) == 8",message="joinConfig.globalEgressSize cannot be added or removed while the cluster is joined (unset means 8): delete the Fabric (the cluster leaves) and create it again with the new size"
 type JoinConfig struct {
 	// clusterID is this cluster's identity in the cluster set. Optional: the value of the
 	// ClusterProperty cluster.clusterset.k8s.io, else the UID of the kube-system namespace
@@ -163,6 +165,15 @@ type JoinConfig struct {
 	// +optional
 	// +kubebuilder:default=direct
 	Addressing Addressing `json:"addressing,omitempty"`
+	// globalEgressSize is how many addresses at the start of the cluster's global CIDR are its
+	// egress range, with globalnet addressing (Cluster.spec.globalEgressSize; `octopus join
+	// --global-egress-size`). Unset means 8. Fixed while the cluster is joined: the pool of
+	// ingress addresses starts after it, under addresses already handed out.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65534
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="joinConfig.globalEgressSize is immutable: delete the Fabric (the cluster leaves) and create it again with the new size"
+	GlobalEgressSize int32 `json:"globalEgressSize,omitempty"`
 	// healthCheck configures the gateways' probes of remote gateways.
 	// +optional
 	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`

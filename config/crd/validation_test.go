@@ -244,6 +244,16 @@ func TestSchemaValidation(t *testing.T) {
 			f.Spec.CloudPrepareConfig = &v1alpha1.CloudPrepareConfig{Provider: "openstack"}
 			return f
 		}, "spec.cloudPrepareConfig.provider: Unsupported value"},
+		{"Fabric with an egress size and direct addressing", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.GlobalEgressSize = 4
+			return f
+		}, "joinConfig.globalEgressSize is only meaningful with joinConfig.addressing globalnet"},
+		{"Fabric with an egress size over a /16", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.Addressing, f.Spec.JoinConfig.GlobalEgressSize = v1alpha1.AddressingGlobalnet, 65535
+			return f
+		}, "spec.joinConfig.globalEgressSize: Invalid value: 65535"},
 		{"Fabric preparing gateways by count and selector", func() client.Object {
 			f := validFabric()
 			f.Spec.CloudPrepareConfig = &v1alpha1.CloudPrepareConfig{Provider: v1alpha1.CloudProviderGeneric, Gateways: ptr.To[int32](2), GatewayNodeSelector: map[string]string{"edge": ""}}
@@ -380,6 +390,13 @@ func fabricImmutable(t *testing.T, c client.Client) {
 			"joinConfig.clusterID is immutable: it is the cluster's identity on the hub; delete the Fabric"},
 		{"another hub", func(f *v1alpha1.Fabric) { f.Spec.JoinConfig.BrokerInfoSecretRef.Name = "other-hub" },
 			"joinConfig.brokerInfoSecretRef (the hub) is immutable: delete the Fabric"},
+		{"an egress size with direct addressing", func(f *v1alpha1.Fabric) { f.Spec.JoinConfig.GlobalEgressSize = 8 },
+			"joinConfig.globalEgressSize is only meaningful with joinConfig.addressing globalnet"},
+		{"globalnet with the default egress size written out", func(f *v1alpha1.Fabric) {
+			f.Spec.JoinConfig.Addressing, f.Spec.JoinConfig.GlobalEgressSize = v1alpha1.AddressingGlobalnet, 8
+		}, ""},
+		{"another egress size", func(f *v1alpha1.Fabric) { f.Spec.JoinConfig.GlobalEgressSize = 4 },
+			"joinConfig.globalEgressSize is immutable: delete the Fabric"},
 		{"becoming the hub", func(f *v1alpha1.Fabric) {
 			f.Spec.JoinConfig = nil
 			f.Spec.HubConfig = &v1alpha1.HubConfig{}

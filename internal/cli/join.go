@@ -151,11 +151,6 @@ func (o *joinOptions) viaOperator(ctx context.Context, cfg *rest.Config) (done b
 	if ok, err := operator.Installed(ctx, c); !ok || err != nil {
 		return false, err
 	}
-	if o.join.GlobalEgressSize != 0 {
-		// The Fabric has no field for it: passing the rest on would join with the default size
-		// and drop the flag without a word.
-		return true, fmt.Errorf("--global-egress-size cannot be passed through the Octopus operator that runs in this cluster (its Fabric has no such field): join without the flag for the default of %d, or without the operator", globalip.DefaultClusterEgressSize)
-	}
 	p := o.join.Progress
 	p.Step("The Octopus operator runs in this cluster: joining through Fabric %s (--agent does not apply)", v1alpha1.FabricName)
 	raw, err := os.ReadFile(o.brokerInfo)
@@ -169,6 +164,7 @@ func (o *joinOptions) viaOperator(ctx context.Context, cfg *rest.Config) (done b
 	spec := v1alpha1.FabricSpec{JoinConfig: &v1alpha1.JoinConfig{
 		ClusterID: o.join.ClusterID, BrokerInfoSecretRef: v1alpha1.SecretReference{Name: secret, Namespace: v1alpha1.OperatorNamespace},
 		PodCIDRs: o.join.PodCIDRs, ServiceCIDRs: o.join.ServiceCIDRs, Topology: o.join.Topology, Addressing: o.join.Addressing,
+		GlobalEgressSize: o.join.GlobalEgressSize,
 	}}
 	if err := operator.ApplyFabric(ctx, c, spec); err != nil {
 		return true, err

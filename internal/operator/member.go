@@ -69,7 +69,8 @@ func (r *Reconciler) reconcileMember(ctx context.Context, f *v1alpha1.Fabric, st
 		Pods, Services []string
 		Topology       v1alpha1.Topology
 		Addressing     v1alpha1.Addressing
-	}{raw, id, jc.PodCIDRs, jc.ServiceCIDRs, jc.Topology, jc.Addressing})
+		EgressSize     int32
+	}{raw, id, jc.PodCIDRs, jc.ServiceCIDRs, jc.Topology, jc.Addressing, jc.GlobalEgressSize})
 
 	registered := false
 	if st.AppliedHash == want {
@@ -146,7 +147,7 @@ func (r *Reconciler) join(ctx context.Context, f *v1alpha1.Fabric, st *v1alpha1.
 	jc := f.Spec.JoinConfig
 	joined, err := cluster.Join(ctx, r.Config, cluster.JoinOptions{
 		BrokerInfo: info, ClusterID: id, PodCIDRs: jc.PodCIDRs, ServiceCIDRs: jc.ServiceCIDRs,
-		Addressing: jc.Addressing, Topology: jc.Topology, HubAttempts: 1,
+		Addressing: jc.Addressing, GlobalEgressSize: jc.GlobalEgressSize, Topology: jc.Topology, HubAttempts: 1,
 		// The member chart installs octopus-dns (deployComponents); join's own copy would be
 		// objects Helm refuses to adopt.
 		DNSByChart: true,

@@ -201,11 +201,14 @@ func TestFabricHubAndMember(t *testing.T) {
 	}
 	t.Run("hub reconciled unchanged writes nothing", func(t *testing.T) { h.unchangedWritesNothing(t) })
 
-	// The member before its broker-info is there: a condition says how to provide it.
+	// The member before its broker-info is there: a condition says how to provide it. It
+	// joins with globalnet addressing and an egress range of 4 addresses, which must reach
+	// its Cluster on the hub, where the allocator and the gateway read it.
 	eastPods := env.Cluster("east").PodCIDR.String()
 	member := &v1alpha1.Fabric{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.FabricName},
 		Spec: v1alpha1.FabricSpec{JoinConfig: &v1alpha1.JoinConfig{
 			BrokerInfoSecretRef: v1alpha1.SecretReference{Name: "broker-info"}, PodCIDRs: []string{eastPods},
+			Addressing: v1alpha1.AddressingGlobalnet, GlobalEgressSize: 4,
 		}}}
 	if err := m.admin.Create(ctx, member); err != nil {
 		t.Fatal(err)
@@ -267,6 +270,9 @@ func TestFabricHubAndMember(t *testing.T) {
 	cl := &v1alpha1.Cluster{}
 	if err := h.admin.Get(ctx, client.ObjectKey{Namespace: "octopus-hub", Name: id}, cl); err != nil {
 		t.Fatalf("the member's Cluster on the hub: %v", err)
+	}
+	if cl.Spec.Addressing != v1alpha1.AddressingGlobalnet || cl.Spec.GlobalEgressSize != 4 {
+		t.Fatalf("the member's Cluster on the hub: addressing %q, globalEgressSize %d; want globalnet and the Fabric's 4", cl.Spec.Addressing, cl.Spec.GlobalEgressSize)
 	}
 	if c := condition(mf, v1alpha1.FabricGatewaysConnected); c.Reason != "NoActiveGateway" || condition(mf, v1alpha1.FabricReady).Status != metav1.ConditionFalse {
 		t.Fatalf("without gateways: GatewaysConnected = %+v, Ready = %+v", c, condition(mf, v1alpha1.FabricReady))
