@@ -146,8 +146,8 @@ func clusterCIDRs(i int, overlapping bool) (pods, services netip.Prefix) {
 
 // Up builds the lab network, starts the control planes bound to an address on it, registers
 // the nodes and runs kube-proxy in each, deploys the hub, joins every cluster and starts its
-// agent (with Options.Unjoined it stops after the nodes). It needs root. It first removes what an earlier lab in the same Dir left (see Down).
-// On error it stops whatever it started.
+// agent (with Options.Unjoined it stops after the nodes). It needs root. It first removes
+// what an earlier lab in the same Dir left (see Down). On error it stops whatever it started.
 func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	opts = opts.WithDefaults()
 	if err := opts.Validate(); err != nil {
