@@ -315,7 +315,10 @@ func (o *operatorLive) deleteMember(t *testing.T, c labnet.ClusterNet) {
 		t.Errorf("%s: the Fabric is still there:\n%s", c.Name, out)
 	}
 	cs := clientset(t, o.fabrics[c.Name])
-	checkLeftNothing(o.ctx, t, cs, o.hub, c.Name)
+	// The member chart's namespace going also takes its Helm release records (Helm keeps them
+	// there): the chart is uninstalled. The operator stays, with its ClusterRole, to serve
+	// the next Fabric.
+	checkLeftNothing(o.ctx, t, cs, o.hub, c.Name, operatorClusterRole)
 	own := []client.ListOption{client.InNamespace(v1alpha1.DefaultHubNamespace), client.MatchingLabels{v1alpha1.ClusterLabel: c.Name}}
 	for _, list := range []client.ObjectList{&coordinationv1.LeaseList{}, &corev1.ConfigMapList{}} {
 		if err := o.hub.List(o.ctx, list, own...); err != nil {
@@ -357,6 +360,9 @@ func (o *operatorLive) deleteMember(t *testing.T, c labnet.ClusterNet) {
 		})
 	}
 }
+
+// operatorClusterRole is the octopus-operator chart's ClusterRole.
+const operatorClusterRole = "octopus-operator"
 
 // workerNode is the name of c's first node that is not on the underlay.
 func workerNode(t *testing.T, c labnet.ClusterNet) string {
