@@ -47,19 +47,25 @@ const hubOperatorProcess = "operator-hub"
 //     no nodes (its pods could never be scheduled), so its operator is a process of the lab
 //     with the hub's kubeconfig, and its Fabric CRD is applied from the chart's crds/;
 //   - hub Fabric: BrokerReady and the broker-info Secret named in status.brokerInfoSecret;
-//   - member Fabrics (joinConfig and cloudPrepareConfig generic, gateways = the lab's gateway
-//     count): Ready=True, each condition transition logged;
+//   - member Fabrics (joinConfig and cloudPrepareConfig generic, gateways 1 of each member's
+//     two underlay nodes): Ready=True, each condition transition logged;
 //   - generic prepare: the lab's nodes carry the gateway label from registration, and the
 //     provider leaves a node that is a gateway already as it is (it marks only nodes it
 //     labels, internal/operator/cloud.go), so the test takes the label off every node first:
 //     then exactly the requested number of nodes carries it, each marked by the operator,
-//     and they are the lab's underlay nodes (by count the provider picks by name, and the
-//     lab's gateway nodes come first);
+//     and it is the first of the lab's underlay nodes (by count the provider picks by name,
+//     and the lab's underlay nodes come first);
 //   - verify: `octopus verify` passes pod → pod, pod → ClusterSet IP and DNS both ways;
 //   - host firewall: each gateway node's nftables ruleset holds the gateway's table accepting
-//     the tunnel port, its counter showing the tunnel's packets; workers have no such table;
+//     the tunnel port, its counter showing the tunnel's packets; nodes without a gateway
+//     have no such table;
 //   - aws: a member Fabric switched to provider aws reports CloudPrepared=False and
-//     Ready=False, both ProviderUnavailable.
+//     Ready=False, both ProviderUnavailable; back to generic, it is Ready again;
+//   - live changes (operator_live_test.go), each one `kubectl patch fabric` under UDP probes
+//     from a pod of cluster2 to a pod of cluster1: backend wireguard → vxlan → wireguard, the
+//     health interval, the gateway moved to the other underlay node by selector; each takes
+//     effect without re-create or re-join and traffic recovers;
+//   - delete: cluster2's Fabric deleted, nothing of cluster2 remains on the hub or in it.
 func TestOperatorLab(t *testing.T) {
 	testenv.LabNetwork(t)
 	binDir := testenv.BinDir(t)
