@@ -47,33 +47,42 @@ const hubOperatorProcess = "operator-hub"
 //     no nodes (its pods could never be scheduled), so its operator is a process of the lab
 //     with the hub's kubeconfig, and its Fabric CRD is applied from the chart's crds/;
 //   - hub Fabric: BrokerReady and the broker-info Secret named in status.brokerInfoSecret;
-//   - member Fabrics (joinConfig and cloudPrepareConfig generic, gateways = the lab's gateway
-//     count): Ready=True, each condition transition logged;
+//   - member Fabrics (joinConfig and cloudPrepareConfig generic, gateways 1 of each member's
+//     two underlay nodes): Ready=True, each condition transition logged;
 //   - generic prepare: the lab's nodes carry the gateway label from registration, and the
 //     provider leaves a node that is a gateway already as it is (it marks only nodes it
 //     labels, internal/operator/cloud.go), so the test takes the label off every node first:
 //     then exactly the requested number of nodes carries it, each marked by the operator,
-//     and they are the lab's underlay nodes (by count the provider picks by name, and the
-//     lab's gateway nodes come first);
+//     and it is the first of the lab's underlay nodes (by count the provider picks by name,
+//     and the lab's underlay nodes come first);
 //   - verify: `octopus verify` passes pod → pod, pod → ClusterSet IP and DNS both ways;
 //   - host firewall: each gateway node's nftables ruleset holds the gateway's table accepting
-//     the tunnel port, its counter showing the tunnel's packets; workers have no such table;
+//     the tunnel port, its counter showing the tunnel's packets; nodes without a gateway
+//     have no such table;
 //   - aws: a member Fabric switched to provider aws reports CloudPrepared=False and
-//     Ready=False, both ProviderUnavailable.
+//     Ready=False, both ProviderUnavailable; back to generic, it is Ready again;
+//   - live changes (operator_live_test.go), each one `kubectl patch fabric` under UDP probes
+//     from a pod of cluster2 to a pod of cluster1: backend wireguard → vxlan → wireguard, the
+//     health interval, the gateway moved to the other underlay node by selector; each takes
+//     effect without re-create or re-join and traffic recovers;
+//   - delete: cluster2's Fabric deleted, nothing of cluster2 remains on the hub or in it.
 func TestOperatorLab(t *testing.T) {
 	testenv.LabNetwork(t)
 	binDir := testenv.BinDir(t)
 	// The nodes get the project's image only when the agent's directory holds every binary
 	// of it (buildCommands builds images.OctopusBinaries, the operator among them).
 	bins := buildCommands(t, "octopus-agent", "octopus-echo", "octopus-dns", "octopus", "octopus-operator")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	// Room for the live changes after the bring-up, each waiting out a generous recovery.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute)
 	defer cancel()
 	_, containerd, err := controlplane.EnsureNodeRuntime(ctx, testenv.RepoRoot(t), os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	l, dir := startLab(ctx, t, lab.Options{
-		Clusters: 2, Unjoined: true,
+		// Two underlay nodes per member: the operator's generic prepare makes one of them the
+		// gateway, and "gateway move" moves it to the other (workers cannot reach the underlay).
+		Clusters: 2, GatewaysPerCluster: 2, Unjoined: true,
 		BinDir: binDir, AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"], DNSBinary: bins["octopus-dns"],
 		NodeRuntime: lab.NodeRuntimeKubelet, ContainerdBinDir: containerd,
 	})
@@ -179,7 +188,7 @@ spec:
   cloudPrepareConfig:
     provider: generic
     gateways: %d
-`, c.Name, name, l.Env.Cluster(c.Name).PodCIDR.String(), len(gatewayNodes(c.Nodes))), "apply", "-f", "-")
+`, c.Name, name, l.Env.Cluster(c.Name).PodCIDR.String(), operatorLabGateways), "apply", "-f", "-")
 		}
 		w := newFabricWatch(t, start, fabrics)
 		joined = w.until(t, 8*time.Minute, "every member Fabric Ready", func(f *v1alpha1.Fabric) bool {
@@ -196,7 +205,9 @@ spec:
 
 	t.Run("generic prepare", func(t *testing.T) {
 		for _, c := range members {
-			want := gatewayNodes(c.Nodes)
+			// By count the provider orders the nodes by name, and the lab names its underlay
+			// nodes first: the first requested ones are the gateways.
+			want := gatewayNodes(c.Nodes)[:operatorLabGateways]
 			cs := clientset(t, fabrics[c.Name])
 			nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.GatewayNodeLabel + "=true"})
 			if err != nil {
@@ -215,9 +226,9 @@ spec:
 				reported = append(reported, g.Name+" ("+g.Endpoint+")")
 			}
 			t.Logf("%s: the operator labelled %v of %d nodes as gateways (requested %d); status.gatewayNodes %v",
-				c.Name, labelled, len(c.Nodes), len(want), reported)
+				c.Name, labelled, len(c.Nodes), operatorLabGateways, reported)
 			if !slices.Equal(labelled, want) || len(reported) != len(want) {
-				t.Errorf("%s: gateway nodes %v, reported %v; want %v, the lab's underlay nodes", c.Name, labelled, reported, want)
+				t.Errorf("%s: gateway nodes %v, reported %v; want %v, the first of the lab's underlay nodes %v", c.Name, labelled, reported, want, gatewayNodes(c.Nodes))
 			}
 		}
 	})
@@ -239,11 +250,16 @@ spec:
 		// udp dport 4500 counter packets N bytes M accept (a set when there are several ports).
 		rule := regexp.MustCompile(`udp dport (?:\{ )?` + strconv.Itoa(gateway.DefaultListenPort) + `(?: \})? counter packets (\d+) bytes \d+ accept`)
 		for _, c := range members {
+			// The nodes a gateway runs on: the spare underlay node runs none, as workers.
+			var gws []string
+			for _, g := range joined[c.Name].Status.GatewayNodes {
+				gws = append(gws, g.Name)
+			}
 			for _, n := range c.Nodes {
 				out, err := exec.CommandContext(ctx, "ip", "netns", "exec", n.Netns, "nft", "list", "table", "inet", owner.HostFirewallNFTTable).CombinedOutput()
-				if !n.Gateway {
+				if !slices.Contains(gws, n.Name) {
 					if err == nil {
-						t.Errorf("worker %s has table inet %s:\n%s", n.Name, owner.HostFirewallNFTTable, out)
+						t.Errorf("%s runs no gateway but has table inet %s:\n%s", n.Name, owner.HostFirewallNFTTable, out)
 					}
 					continue
 				}
@@ -276,8 +292,48 @@ spec:
 		})[c.Name]
 		t.Logf("%s: CloudPrepared=False %s after %.1fs: %s", c.Name, operator.ReasonProviderUnavailable, time.Since(start).Seconds(),
 			meta.FindStatusCondition(f.Status.Conditions, v1alpha1.FabricCloudPrepared).Message)
+		// Back to generic, for the live changes that follow: the same node is prepared again.
+		start = time.Now()
+		k.run(t, fabrics[c.Name], "", "patch", "fabric", v1alpha1.FabricName, "--type=merge", "-p", `{"spec":{"cloudPrepareConfig":{"provider":"generic"}}}`)
+		w.until(t, 3*time.Minute, c.Name+"'s Fabric Ready with provider generic again", func(f *v1alpha1.Fabric) bool {
+			return f.Status.ObservedGeneration == f.Generation && conditionIs(f, v1alpha1.FabricReady, metav1.ConditionTrue, "")
+		})
+		t.Logf("%s: Ready again %.1fs after provider generic was restored", c.Name, time.Since(start).Seconds())
 	})
+	if t.Failed() {
+		return
+	}
+
+	// Issue 18's live changes: each a patch of the Fabric that takes effect without delete or
+	// re-create, with cross-cluster traffic measured through it.
+	live := &operatorLive{ctx: ctx, k: k, l: l, hub: kubeClient(t, hubKubeconfig), members: members, fabrics: fabrics}
+	t.Run("traffic", live.startTraffic)
+	if t.Failed() {
+		return
+	}
+	t.Run("backend vxlan", func(t *testing.T) { live.switchBackend(t, v1alpha1.BackendVXLAN) })
+	if t.Failed() {
+		return
+	}
+	t.Run("backend wireguard", func(t *testing.T) { live.switchBackend(t, v1alpha1.BackendWireGuard) })
+	if t.Failed() {
+		return
+	}
+	t.Run("health interval", func(t *testing.T) { live.healthInterval(t, members[0], "2s") })
+	if t.Failed() {
+		return
+	}
+	t.Run("gateway move", func(t *testing.T) { live.moveGateway(t, members[0]) })
+	if t.Failed() {
+		return
+	}
+	// Last: the cluster is gone afterwards.
+	t.Run("delete", func(t *testing.T) { live.deleteMember(t, members[len(members)-1]) })
 }
+
+// operatorLabGateways is the member Fabrics' cloudPrepareConfig.gateways: one of each
+// member's two underlay nodes, so that the other is free to move the gateway to.
+const operatorLabGateways = 1
 
 // gatewayNodes are the names of the lab's gateway nodes (those on the underlay), sorted.
 func gatewayNodes(nodes []labnet.NodeNet) []string {
