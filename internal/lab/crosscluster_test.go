@@ -451,7 +451,7 @@ func scrapeFrom(netns string, addr netip.AddrPort) (map[string]float64, error) {
 	return out, nil
 }
 
-func kubeClient(t *testing.T, kubeconfig string) client.Client {
+func kubeClient(t testing.TB, kubeconfig string) client.Client {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
@@ -479,7 +479,7 @@ func killProcess(t *testing.T, pidfile string) {
 	}
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, f func() error) {
+func waitFor(t testing.TB, timeout time.Duration, what string, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {

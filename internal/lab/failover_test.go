@@ -562,7 +562,7 @@ func (f *failoverLab) gatewayPIDs(t *testing.T) map[string]string {
 	return pids
 }
 
-func startEchoPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, l *lab.Lab, cluster, node string) xpod {
+func startEchoPod(ctx context.Context, t testing.TB, cs kubernetes.Interface, l *lab.Lab, cluster, node string) xpod {
 	t.Helper()
 	create(ctx, t, cs, echoPod("echo-"+node, node))
 	p := waitPodReady(ctx, t, cs, "echo-"+node)

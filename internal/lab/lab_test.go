@@ -321,7 +321,7 @@ func waitNFT(ctx context.Context, t *testing.T, n labnet.NodeNet, ip string) {
 	}
 }
 
-func clientset(t *testing.T, kubeconfig string) kubernetes.Interface {
+func clientset(t testing.TB, kubeconfig string) kubernetes.Interface {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
@@ -393,7 +393,7 @@ func readFile(path string) string {
 // instead of the stand-in's (lab.NodeRuntimeKubelet): how to find out which tests already
 // pass on real nodes before they become the default. OCTOPUS_LAB_TEST_CNI=flannel gives them
 // flannel instead of the bridge CNI.
-func startLab(ctx context.Context, t *testing.T, opts lab.Options) (*lab.Lab, string) {
+func startLab(ctx context.Context, t testing.TB, opts lab.Options) (*lab.Lab, string) {
 	t.Helper()
 	opts.Dir = filepath.Join(t.TempDir(), "lab")
 	opts = withTestNodeRuntime(ctx, t, opts)
@@ -422,7 +422,7 @@ const failureLogLimit = 4 << 10
 // logLabState logs, for a failed test, what `octopus gather` would take of the lab's nodes
 // (each namespace's routes and the end of each Octopus process's log) before the lab and its
 // directory are gone, so that a failure in CI can be read after the fact.
-func logLabState(t *testing.T, dir string) {
+func logLabState(t testing.TB, dir string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	add := func(name string, data []byte) {
@@ -442,7 +442,7 @@ func logLabState(t *testing.T, dir string) {
 
 // withTestNodeRuntime returns opts with the tests' node runtime (testNodeRuntime) unless
 // opts choose one.
-func withTestNodeRuntime(ctx context.Context, t *testing.T, opts lab.Options) lab.Options {
+func withTestNodeRuntime(ctx context.Context, t testing.TB, opts lab.Options) lab.Options {
 	t.Helper()
 	if opts.NodeRuntime == "" {
 		opts.NodeRuntime, opts.ContainerdBinDir = testNodeRuntime(ctx, t)
@@ -462,7 +462,7 @@ func withTestNodeRuntime(ctx context.Context, t *testing.T, opts lab.Options) la
 // testNodeRuntime returns the node runtime of the tests' labs, the lab's default unless
 // OCTOPUS_LAB_TEST_NODE_RUNTIME names another (standin: the stand-in kept while the real
 // nodes replace it), and for real nodes the directory of containerd, built if missing.
-func testNodeRuntime(ctx context.Context, t *testing.T) (runtime, containerdDir string) {
+func testNodeRuntime(ctx context.Context, t testing.TB) (runtime, containerdDir string) {
 	t.Helper()
 	runtime, err := lab.ValidateNodeRuntime(cmp.Or(os.Getenv(envNodeRuntime), lab.Options{}.WithDefaults().NodeRuntime))
 	if err != nil {
@@ -480,7 +480,7 @@ func testNodeRuntime(ctx context.Context, t *testing.T) (runtime, containerdDir 
 
 // podNetns names the network namespace of a running pod of the lab labID (lab.PodNetns), for
 // commands run inside it, whatever the node runtime.
-func podNetns(t *testing.T, labID string, pod *corev1.Pod) string {
+func podNetns(t testing.TB, labID string, pod *corev1.Pod) string {
 	t.Helper()
 	name, err := lab.PodNetns(labID, pod)
 	if err != nil {

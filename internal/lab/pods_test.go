@@ -391,7 +391,7 @@ func readiness(p *corev1.Pod) string {
 	return fmt.Sprintf("Ready=%s ContainersReady=%s", status[corev1.PodReady], status[corev1.ContainersReady])
 }
 
-func create(ctx context.Context, t *testing.T, cs kubernetes.Interface, p *corev1.Pod) {
+func create(ctx context.Context, t testing.TB, cs kubernetes.Interface, p *corev1.Pod) {
 	t.Helper()
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating pod %s: %v", p.Name, err)
@@ -410,13 +410,13 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-func waitPodReady(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string) *corev1.Pod {
+func waitPodReady(ctx context.Context, t testing.TB, cs kubernetes.Interface, name string) *corev1.Pod {
 	t.Helper()
 	return waitPod(ctx, t, cs, name, podReady)
 }
 
 // waitPod polls the pod until ok; on timeout it fails with the pod's status.
-func waitPod(ctx context.Context, t *testing.T, cs kubernetes.Interface, name string, ok func(*corev1.Pod) bool) *corev1.Pod {
+func waitPod(ctx context.Context, t testing.TB, cs kubernetes.Interface, name string, ok func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
 	var last *corev1.Pod
 	err := wait.PollUntilContextTimeout(ctx, 300*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -571,7 +571,7 @@ func podNamespaces(t *testing.T, labID string, c labnet.ClusterNet) int {
 // with them every binary of the project's images (images.OctopusBinaries): the lab's real
 // nodes run its pods from those images, which the lab builds from the agent binary's
 // directory.
-func buildCommands(t *testing.T, names ...string) map[string]string {
+func buildCommands(t testing.TB, names ...string) map[string]string {
 	t.Helper()
 	for _, b := range images.OctopusBinaries {
 		if !slices.Contains(names, b) {
