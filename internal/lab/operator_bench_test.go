@@ -32,6 +32,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/operator"
+	"github.com/octopus-mcs/octopus/internal/procfs"
 	"github.com/octopus-mcs/octopus/internal/release"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 	"github.com/octopus-mcs/octopus/internal/version"
@@ -104,7 +105,7 @@ func BenchmarkFabricJoin(b *testing.B) {
 		b.Fatal(err)
 	}
 	testenv.LabNetwork(b)
-	fmt.Fprintf(os.Stderr, "BenchmarkFabricJoin: the lab lock taken %.0fs after the start; load average %s\n", time.Since(begin).Seconds(), loadAverage())
+	fmt.Fprintf(os.Stderr, "BenchmarkFabricJoin: the lab lock taken %.0fs after the start; load average %s\n", time.Since(begin).Seconds(), procfs.LoadAverage())
 	up := time.Now()
 	l, _ := startLab(ctx, b, lab.Options{
 		Clusters: 2, Unjoined: true,
@@ -118,7 +119,7 @@ func BenchmarkFabricJoin(b *testing.B) {
 	fj := setUpFabricJoin(ctx, b, l, binDir, bins["octopus"])
 
 	var rounds []joinRound
-	loadBefore := loadAverage()
+	loadBefore := procfs.LoadAverage()
 	b.ResetTimer()
 measure:
 	for r := range *fabricJoinRounds {
@@ -149,7 +150,7 @@ measure:
 			secs(round.operator.ready), secs(round.operator.tcp), secs(round.cli.connected), secs(round.cli.tcp))
 	}
 	b.StopTimer()
-	writeFabricJoinReport(os.Stdout, rounds, loadBefore, loadAverage())
+	writeFabricJoinReport(os.Stdout, rounds, loadBefore, procfs.LoadAverage())
 	b.ReportMetric(median(rounds, func(r joinRound) time.Duration { return r.operator.ready }).Seconds(), "operator-ready-s")
 	b.ReportMetric(median(rounds, func(r joinRound) time.Duration { return r.cli.connected }).Seconds(), "cli-ready-s")
 	b.ReportMetric(median(rounds, func(r joinRound) time.Duration { return r.operator.tcp }).Seconds(), "operator-tcp-s")
@@ -709,16 +710,3 @@ func medianOf(v []float64) float64 {
 }
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
-
-// loadAverage is the first three fields of /proc/loadavg.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}

@@ -75,3 +75,17 @@ func ReadSystemCPU() (SystemCPU, error) {
 func (t SystemCPU) Sub(before SystemCPU) SystemCPU {
 	return SystemCPU{Total: t.Total - before.Total, Idle: t.Idle - before.Idle, Steal: t.Steal - before.Steal}
 }
+
+// LoadAverage is the machine's 1, 5 and 15 minute load average as /proc/loadavg gives it
+// ("unknown" if unreadable): benchmarks on a shared machine say it beside their results.
+func LoadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}

@@ -2,6 +2,8 @@ package procfs
 
 import (
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -42,5 +44,18 @@ func TestProcessCPU(t *testing.T) {
 	}
 	if _, err := ProcessCPU(1 << 30); err == nil {
 		t.Error("ProcessCPU of a PID that cannot exist returned no error")
+	}
+}
+
+// TestLoadAverage reads this machine's three load averages.
+func TestLoadAverage(t *testing.T) {
+	fields := strings.Fields(LoadAverage())
+	if len(fields) != 3 {
+		t.Fatalf("LoadAverage() = %q, want three numbers", LoadAverage())
+	}
+	for _, f := range fields {
+		if _, err := strconv.ParseFloat(f, 64); err != nil {
+			t.Errorf("load average %q: %v", f, err)
+		}
 	}
 }

@@ -45,6 +45,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+	"github.com/octopus-mcs/octopus/internal/procfs"
 	"github.com/octopus-mcs/octopus/internal/progress"
 )
 
@@ -179,7 +180,7 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	defer unlock()
-	load := loadAverage()
+	load := procfs.LoadAverage()
 	started := time.Now()
 
 	results := map[setup][]roundResult{}
@@ -201,7 +202,7 @@ func run(ctx context.Context, c config) error {
 		}
 	}
 	fmt.Printf("Run of %s, %d rounds per setup; load average before the run: %s, after: %s.\n\n",
-		time.Since(started).Round(time.Second), c.rounds, load, loadAverage())
+		time.Since(started).Round(time.Second), c.rounds, load, procfs.LoadAverage())
 	printBringUp(os.Stdout, c.setups(), results)
 	printMemory(os.Stdout, c.setups(), results)
 	printPods(os.Stdout, c.setups(), results)
@@ -347,20 +348,6 @@ func lockLab(ctx context.Context) (func(), error) {
 		_ = syscall.Flock(fd, syscall.LOCK_UN)
 		f.Close()
 	}, nil
-}
-
-// loadAverage is the 1, 5 and 15 minute load average: the machine is shared, which the
-// results must say.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 func printBringUp(w io.Writer, setups []setup, results map[setup][]roundResult) {
