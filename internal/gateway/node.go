@@ -21,27 +21,14 @@ func metavOf(clusterID, namespace string) metav1.ObjectMeta {
 }
 
 // nodeAddresses fills in the endpoint and health-check addresses the flags left unset: the
-// Node's v1alpha1.EndpointIPAnnotation, else its ExternalIP, else its InternalIP; and the first
-// host of its pod CIDR.
+// Node's endpoint (kube.NodeEndpoint) and the first host of its pod CIDR.
 func nodeAddresses(node *corev1.Node, endpoint, healthCheck netip.Addr) (netip.Addr, netip.Addr, error) {
-	if a, ok := node.Annotations[v1alpha1.EndpointIPAnnotation]; ok && !endpoint.IsValid() {
-		ip, err := netip.ParseAddr(a)
+	if !endpoint.IsValid() {
+		ip, err := kube.NodeEndpoint(node)
 		if err != nil {
-			return netip.Addr{}, netip.Addr{}, fmt.Errorf("node %s: annotation %s: %w", node.Name, v1alpha1.EndpointIPAnnotation, err)
+			return netip.Addr{}, netip.Addr{}, err
 		}
 		endpoint = ip
-	}
-	if !endpoint.IsValid() {
-		for _, t := range []corev1.NodeAddressType{corev1.NodeExternalIP, corev1.NodeInternalIP} {
-			for _, a := range node.Status.Addresses {
-				if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == t && !endpoint.IsValid() {
-					endpoint = ip
-				}
-			}
-		}
-		if !endpoint.IsValid() {
-			return netip.Addr{}, netip.Addr{}, fmt.Errorf("node %s has no ExternalIP or InternalIP: pass --endpoint-ip", node.Name)
-		}
 	}
 	if !healthCheck.IsValid() {
 		p, err := netip.ParsePrefix(node.Spec.PodCIDR)

@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/kube"
 )
 
 // PreparedByAnnotation marks the nodes cloud preparation labelled as gateways, so that it
@@ -175,21 +176,13 @@ func choose(nodes []corev1.Node, cfg *v1alpha1.CloudPrepareConfig) ([]string, er
 }
 
 // endpoint is the address other gateways tunnel to, as the gateway picks it without its
-// --endpoint-ip flag (internal/gateway/node.go): the Node's endpoint-IP annotation, else its
-// ExternalIP, else its InternalIP. Reporting the InternalIP of an annotated node would name an
-// address the Peer does not carry.
+// --endpoint-ip flag (kube.NodeEndpoint), or nothing when the Node has none.
 func endpoint(n *corev1.Node) string {
-	if a := n.Annotations[v1alpha1.EndpointIPAnnotation]; a != "" {
-		return a
+	ip, err := kube.NodeEndpoint(n)
+	if err != nil {
+		return ""
 	}
-	for _, t := range []corev1.NodeAddressType{corev1.NodeExternalIP, corev1.NodeInternalIP} {
-		for _, a := range n.Status.Addresses {
-			if a.Type == t {
-				return a.Address
-			}
-		}
-	}
-	return ""
+	return ip.String()
 }
 
 // reconcileCloud prepares the gateway nodes and reports it.
