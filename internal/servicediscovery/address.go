@@ -198,7 +198,7 @@ func (p SecondaryAddresses) secondaryIP(ctx context.Context, namespace, name str
 	ip, err := netip.ParseAddr(entry.IPs[0])
 	if err != nil || ip.Zone() != "" {
 		logf.FromContext(ctx).V(1).Info("Left out a pod whose secondary address is malformed", "pod", namespace+"/"+name, "address", entry.IPs[0])
-		return netip.Addr{}, nil
+		return netip.Addr{}, nil //nolint:nilerr // bad data of the pod's: it is left out, not retried
 	}
 	return ip.Unmap(), nil
 }
