@@ -93,4 +93,12 @@ const (
 	// policy and the importers select on.
 	ExportedLabelsAnnotation      = "octopus.io/exported-labels"
 	ExportedAnnotationsAnnotation = "octopus.io/exported-annotations"
+
+	// AddressingAnnotation names the addressing behind a service's endpoints where it is
+	// secondary (the only value it takes): on an exporter's record on the hub, that its slices
+	// hold the pods' secondary (net1) addresses, which only clusters on the secondary network
+	// can reach; on a member's ServiceImport, that the import has no virtual IP and DNS
+	// answers its name with the endpoints themselves (docs/architecture.md §6s, service
+	// discovery). Absent means the routed primary network (direct or globalnet).
+	AddressingAnnotation = "octopus.io/addressing"
 )

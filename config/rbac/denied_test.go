@@ -105,6 +105,9 @@ var identities = []identity{
 		name: rbac.Controller, namespace: memberNS, serviceAccount: "octopus-controller",
 		needs: []grant{
 			{verbs: "get,list,watch", resource: "namespaces"},
+			// Secondary addressing publishes pods by the net1 address in their network-status
+			// annotation (servicediscovery.SecondaryAddresses); only metadata is watched.
+			{verbs: "get,list,watch", resource: "pods"},
 			{verbs: "create,delete,get,list,patch,update,watch", resource: "services"},
 			{verbs: "create,delete,get,list,patch,update,watch", group: "discovery.k8s.io", resource: "endpointslices"},
 			{verbs: "get,list,watch", group: "multicluster.x-k8s.io", resource: "serviceexports"},

@@ -281,8 +281,9 @@ func (r *hubComponents) Start(ctx context.Context) error {
 }
 
 // setupAddressing reads this cluster's addressing from its Cluster on the hub (join set it
-// and it does not change while joined) and returns the export side's address policy. A
-// globalnet cluster also gets the allocator of its global ingress addresses
+// and it does not change while joined) and returns the export side's address policy: nil
+// (direct), SecondaryAddresses (the pods' net1 addresses, docs/architecture.md §6s) or
+// GlobalAddresses. A globalnet cluster also gets the allocator of its global ingress addresses
 // (docs/architecture.md §6h), on this elected replica only: two allocators would hand out one
 // free address twice.
 func (r *hubComponents) setupAddressing(ctx context.Context, hubClient client.Client, cred hubaccess.Credential) (servicediscovery.AddressPolicy, error) {
@@ -290,7 +291,12 @@ func (r *hubComponents) setupAddressing(ctx context.Context, hubClient client.Cl
 	if err := hubClient.Get(ctx, client.ObjectKey{Namespace: cred.Namespace, Name: cred.ClusterID}, cl); err != nil {
 		return nil, fmt.Errorf("reading this cluster's Cluster %s on the hub for its addressing: %w", cred.ClusterID, err)
 	}
-	if cl.Spec.Addressing != v1alpha1.AddressingGlobalnet {
+	switch cl.Spec.Addressing {
+	case v1alpha1.AddressingGlobalnet:
+	case v1alpha1.AddressingSecondary:
+		logf.FromContext(ctx).Info("Secondary addressing: services are exported with their pods' net1 addresses", "secondaryCIDR", cl.Spec.SecondaryCIDR)
+		return servicediscovery.SecondaryAddresses{}, nil
+	default:
 		return nil, nil
 	}
 	layout, err := globalnet.ClusterLayout(cl.Spec)

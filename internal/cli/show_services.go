@@ -65,6 +65,10 @@ type serviceStatus struct {
 	Name      string `json:"name"`
 	// Type is the import's type, empty while the service is not imported here.
 	Type mcsv1beta1.ServiceImportType `json:"type,omitempty"`
+	// Secondary is set for an import of a cluster on the secondary network: its endpoints are
+	// the exporters' pods' net1 addresses, and a ClusterSetIP import has no virtual IP (DNS
+	// answers with the endpoints; docs/architecture.md §6s).
+	Secondary bool `json:"secondary,omitempty"`
 	// Clusters export the service (the import's status.clusters).
 	Clusters []string `json:"clusters"`
 	// ReadyEndpoints and Endpoints count the imported endpoints of every cluster.
@@ -145,6 +149,7 @@ func collectServices(ctx context.Context, c client.Reader, namespace string) ([]
 	for _, si := range imports.Items {
 		r := row(si.Namespace, si.Name)
 		r.Type = si.Spec.Type
+		r.Secondary = si.Annotations[v1alpha1.AddressingAnnotation] == string(v1alpha1.AddressingSecondary)
 		for _, cs := range si.Status.Clusters {
 			r.Clusters = append(r.Clusters, cs.Cluster)
 		}
@@ -221,6 +226,8 @@ func renderServices(w io.Writer, rows []serviceStatus) error {
 		typ, clusters, here, conflict := string(r.Type), strings.Join(r.Clusters, ","), "-", "-"
 		if typ == "" {
 			typ = "-"
+		} else if r.Secondary {
+			typ += "/net1"
 		}
 		if clusters == "" {
 			clusters = "-"

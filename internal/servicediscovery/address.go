@@ -11,13 +11,17 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
 )
 
 // EndpointSet is what an exported service offers other clusters for one address type and one
@@ -104,14 +108,7 @@ func (g GlobalAddresses) Endpoints(ctx context.Context, svc *corev1.Service, typ
 		}}}}, nil
 	}
 	// Headless: the pods' own addresses become their global ones; the sets keep their ports.
-	pods := map[string]string{} // pod address → pod name
-	for _, s := range local {
-		for _, ep := range s.Endpoints {
-			if ep.TargetRef != nil && ep.TargetRef.Kind == "Pod" && len(ep.Addresses) > 0 {
-				pods[ep.Addresses[0]] = ep.TargetRef.Name
-			}
-		}
-	}
+	pods := endpointPods(local)
 	var out []EndpointSet
 	for _, set := range ready {
 		var eps []discoveryv1.Endpoint
@@ -130,6 +127,93 @@ func (g GlobalAddresses) Endpoints(ctx context.Context, svc *corev1.Service, typ
 		}
 	}
 	return out, nil
+}
+
+// SecondaryAddresses is the policy of secondary addressing, where other clusters reach this
+// one's pods only over the OVN secondary network: each pod's second interface, net1, has an
+// address of the cluster's secondary CIDR, which the ovnmaster reports in the pod's
+// network-status annotation (internal/ovn/podnet). Both types offer each ready pod by that
+// address, with the target ports and (for headless services) the hostname DirectAddresses gives
+// it: a ClusterSetIP import is then balanced by the importing side over every cluster's pods
+// (docs/architecture.md §6s: by DNS, there being no virtual IP on the secondary network). A pod
+// without a secondary address yet, with an annotation that cannot be read, or that has gone is
+// not offered, so an importer never sees an address that leads nowhere.
+type SecondaryAddresses struct {
+	// Member reads the metadata of the cluster's Pods, e.g. the export controller's cache.
+	Member client.Reader
+}
+
+var _ AddressPolicy = SecondaryAddresses{}
+
+// Endpoints implements AddressPolicy.
+func (p SecondaryAddresses) Endpoints(ctx context.Context, svc *corev1.Service, typ mcsv1beta1.ServiceImportType, local []discoveryv1.EndpointSlice) ([]EndpointSet, error) {
+	pods := endpointPods(local)
+	var out []EndpointSet
+	for _, set := range readyPodEndpoints(local, typ == mcsv1beta1.Headless) {
+		var eps []discoveryv1.Endpoint
+		for _, ep := range set.Endpoints {
+			pod, ok := pods[ep.Addresses[0]]
+			if !ok {
+				continue // not a pod (a hand-made endpoint): it has no secondary address
+			}
+			ip, err := p.secondaryIP(ctx, svc.Namespace, pod)
+			if err != nil {
+				return nil, err
+			}
+			if !ip.IsValid() || addressType(ip.String()) != set.AddressType {
+				continue
+			}
+			ep.Addresses = []string{ip.String()}
+			eps = append(eps, ep)
+		}
+		if len(eps) > 0 {
+			slices.SortFunc(eps, func(a, b discoveryv1.Endpoint) int { return compareAddrs(a.Addresses[0], b.Addresses[0]) })
+			set.Endpoints = eps
+			out = append(out, set)
+		}
+	}
+	return out, nil
+}
+
+// secondaryIP is the secondary address of pod namespace/name, the zero Addr when it has none
+// that can be used (no entry yet, an unreadable annotation, no or a malformed address, the pod
+// gone). Only failing to read the cache is an error.
+func (p SecondaryAddresses) secondaryIP(ctx context.Context, namespace, name string) (netip.Addr, error) {
+	pod := &metav1.PartialObjectMetadata{}
+	pod.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Pod"))
+	if err := p.Member.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			return netip.Addr{}, nil
+		}
+		return netip.Addr{}, fmt.Errorf("reading Pod %s/%s for its secondary address: %w", namespace, name, err)
+	}
+	entry, ok, err := podnet.Find(pod.Annotations)
+	if err != nil {
+		logf.FromContext(ctx).V(1).Info("Left out a pod whose network-status cannot be read", "pod", namespace+"/"+name, "error", err.Error())
+		return netip.Addr{}, nil
+	}
+	if !ok || len(entry.IPs) == 0 {
+		return netip.Addr{}, nil
+	}
+	ip, err := netip.ParseAddr(entry.IPs[0])
+	if err != nil || ip.Zone() != "" {
+		logf.FromContext(ctx).V(1).Info("Left out a pod whose secondary address is malformed", "pod", namespace+"/"+name, "address", entry.IPs[0])
+		return netip.Addr{}, nil //nolint:nilerr // bad data of the pod's: it is left out, not retried
+	}
+	return ip.Unmap(), nil
+}
+
+// endpointPods maps the addresses of the local slices' pod endpoints to their pods' names.
+func endpointPods(local []discoveryv1.EndpointSlice) map[string]string {
+	pods := map[string]string{}
+	for _, s := range local {
+		for _, ep := range s.Endpoints {
+			if ep.TargetRef != nil && ep.TargetRef.Kind == "Pod" && len(ep.Addresses) > 0 {
+				pods[ep.Addresses[0]] = ep.TargetRef.Name
+			}
+		}
+	}
+	return pods
 }
 
 func addressType(ip string) discoveryv1.AddressType {

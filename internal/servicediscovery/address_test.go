@@ -1,6 +1,10 @@
 package servicediscovery
 
 import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,10 +19,12 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
 )
 
 func TestImportType(t *testing.T) {
@@ -282,6 +288,149 @@ func TestGlobalAddresses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// secondaryPod is pod name of namespace shop with the network-status annotation value status
+// ("" for none).
+func secondaryPod(name, status string) *corev1.Pod {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name}}
+	if status != "" {
+		pod.Annotations = map[string]string{podnet.NetworkStatusAnnotation: status}
+	}
+	return pod
+}
+
+// networkStatus is the annotation the ovnmaster writes for a pod with secondary address ip,
+// after an entry of another network (Multus's), which must not be taken for ours.
+func networkStatus(t *testing.T, ip string) string {
+	t.Helper()
+	v, err := podnet.Set(`[{"name":"cbr0","interface":"eth0","ips":["10.100.0.99"],"default":true}]`,
+		ptr.To(podnet.Entry(netip.MustParseAddr(ip), "0a:58:00:00:00:00")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestSecondaryAddresses(t *testing.T) {
+	ready := discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)}
+	web := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web"}, Spec: corev1.ServiceSpec{
+		ClusterIP: "10.200.0.10", Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}, {Name: "metrics", Port: 9090}},
+	}}
+	db := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db"}, Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone}}
+	twoPorts := []discoveryv1.EndpointPort{port("http", 8080), port("metrics", 9090)}
+	webSlices := []discoveryv1.EndpointSlice{{
+		AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("metrics", 9090), port("http", 8080)},
+		Endpoints: []discoveryv1.Endpoint{
+			podEndpoint("10.100.0.5", "web-0", nil, ""),
+			podEndpoint("10.100.0.6", "web-1", ptr.To(true), ""),
+			podEndpoint("10.100.0.7", "web-2", ptr.To(false), ""), // not ready: never offered
+			podEndpoint("10.100.0.8", "web-3", nil, ""),
+			// A hand-made endpoint of no pod has no secondary address.
+			{Addresses: []string{"10.100.0.9"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}},
+		},
+	}}
+	dbSlices := []discoveryv1.EndpointSlice{{
+		AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("pg", 5432)},
+		Endpoints: []discoveryv1.Endpoint{podEndpoint("10.100.0.10", "db-0", nil, "db-0"), podEndpoint("10.100.0.11", "db-1", nil, "")},
+	}, {
+		// The same pods in an IPv6 slice (dual-stack primary network): the secondary network is
+		// IPv4, so nothing of it is offered.
+		AddressType: discoveryv1.AddressTypeIPv6, Ports: []discoveryv1.EndpointPort{port("pg", 5432)},
+		Endpoints: []discoveryv1.Endpoint{podEndpoint("fd00::10", "db-0", nil, "db-0")},
+	}}
+	for _, tc := range []struct {
+		name  string
+		pods  []client.Object
+		svc   *corev1.Service
+		typ   mcsv1beta1.ServiceImportType
+		local []discoveryv1.EndpointSlice
+		want  []EndpointSet
+	}{{
+		name: "ClusterSetIP: ready pods by their secondary addresses, sorted, with every target port, no hostnames",
+		pods: []client.Object{
+			secondaryPod("web-0", networkStatus(t, "10.112.0.20")),
+			secondaryPod("web-1", networkStatus(t, "10.112.0.3")),
+			secondaryPod("web-2", networkStatus(t, "10.112.0.4")),
+			secondaryPod("web-3", networkStatus(t, "10.112.0.100")),
+		},
+		svc: web, typ: mcsv1beta1.ClusterSetIP, local: webSlices,
+		want: []EndpointSet{{AddressType: discoveryv1.AddressTypeIPv4, Ports: twoPorts, Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.112.0.3"}, Conditions: ready},
+			{Addresses: []string{"10.112.0.20"}, Conditions: ready},
+			{Addresses: []string{"10.112.0.100"}, Conditions: ready},
+		}}},
+	}, {
+		name: "pods without a usable secondary address are not offered",
+		pods: []client.Object{
+			secondaryPod("web-0", networkStatus(t, "10.112.0.20")),
+			secondaryPod("web-1", ""), // no annotation: the ovnmaster has not served it yet
+			secondaryPod("web-3", `[{"name":"octopus.io/secondary","ips":["not-an-ip"]}]`),
+			// web-2 is ready in no slice; web-4 does not exist.
+		},
+		svc: web, typ: mcsv1beta1.ClusterSetIP, local: append(slices.Clone(webSlices), discoveryv1.EndpointSlice{
+			AddressType: discoveryv1.AddressTypeIPv4, Ports: twoPorts,
+			Endpoints: []discoveryv1.Endpoint{podEndpoint("10.100.0.12", "web-4", nil, "")},
+		}),
+		want: []EndpointSet{{AddressType: discoveryv1.AddressTypeIPv4, Ports: twoPorts, Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.112.0.20"}, Conditions: ready},
+		}}},
+	}, {
+		name: "a garbled annotation or one without our entry offers nothing",
+		pods: []client.Object{
+			secondaryPod("web-0", `{"name":"octopus.io/secondary"}`),
+			secondaryPod("web-1", `[{"name":"cbr0","ips":["10.100.0.6"]}]`),
+			secondaryPod("web-3", `[{"name":"octopus.io/secondary"}]`),
+		},
+		svc: web, typ: mcsv1beta1.ClusterSetIP, local: webSlices,
+	}, {
+		name: "headless: hostnames (or pod names) kept, IPv6 slices left empty",
+		pods: []client.Object{
+			secondaryPod("db-0", networkStatus(t, "10.112.0.31")),
+			secondaryPod("db-1", networkStatus(t, "10.112.0.30")),
+		},
+		svc: db, typ: mcsv1beta1.Headless, local: dbSlices,
+		want: []EndpointSet{{AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("pg", 5432)}, Endpoints: []discoveryv1.Endpoint{
+			{Addresses: []string{"10.112.0.30"}, Hostname: ptr.To("db-1"), Conditions: ready},
+			{Addresses: []string{"10.112.0.31"}, Hostname: ptr.To("db-0"), Conditions: ready},
+		}}},
+	}, {
+		name: "no ready endpoint: nothing",
+		pods: []client.Object{secondaryPod("web-2", networkStatus(t, "10.112.0.4"))},
+		svc:  web, typ: mcsv1beta1.ClusterSetIP, local: []discoveryv1.EndpointSlice{{
+			AddressType: discoveryv1.AddressTypeIPv4, Ports: twoPorts,
+			Endpoints: []discoveryv1.Endpoint{podEndpoint("10.100.0.7", "web-2", ptr.To(false), "")},
+		}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithScheme(kube.Scheme).WithObjects(tc.pods...).Build()
+			p := SecondaryAddresses{Member: c}
+			got, err := p.Endpoints(t.Context(), tc.svc, tc.typ, tc.local)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (len(got) != 0 || len(tc.want) != 0) && !equalJSON(t, got, tc.want) {
+				t.Errorf("Endpoints =\n%s\nwant\n%s", toJSON(t, got), toJSON(t, tc.want))
+			}
+			// Deterministic: the same input, the same sets (the exporter compares them with the hub's).
+			again, err := p.Endpoints(t.Context(), tc.svc, tc.typ, tc.local)
+			if err != nil || !equalJSON(t, got, again) {
+				t.Errorf("a second call gave\n%s (%v)", toJSON(t, again), err)
+			}
+		})
+	}
+
+	t.Run("a failed read fails the reconcile", func(t *testing.T) {
+		c := fake.NewClientBuilder().WithScheme(kube.Scheme).WithInterceptorFuncs(interceptor.Funcs{
+			Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
+				return errors.New("cache gone")
+			},
+		}).Build()
+		_, err := SecondaryAddresses{Member: c}.Endpoints(t.Context(), web, mcsv1beta1.ClusterSetIP, webSlices)
+		if err == nil || !strings.Contains(err.Error(), "shop/web-0") {
+			t.Errorf("Endpoints error = %v, want one naming the pod", err)
+		}
+	})
 }
 
 func TestDesiredState(t *testing.T) {

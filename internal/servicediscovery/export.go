@@ -10,9 +10,10 @@
 //
 //   - one ServiceImport, the record of the export: type, ports, session affinity, IP families,
 //     traffic policies, and as annotations the export's creation time and its exported labels
-//     and annotations. Its name is recordName's; spec.ips and status stay empty.
-//   - EndpointSlices holding the addresses other clusters use, as the AddressPolicy decides:
-//     the ClusterIP(s) of a ClusterSetIP service, the ready pods of a headless one.
+//     and annotations, and under secondary addressing that its endpoints are secondary
+//     addresses. Its name is recordName's; spec.ips and status stay empty.
+//   - EndpointSlices holding the addresses other clusters use, as the AddressPolicy decides
+//     (address.go): the ready pods' own, global or secondary addresses.
 package servicediscovery
 
 import (
@@ -35,6 +36,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/kube"
 )
 
@@ -73,6 +75,7 @@ type ExportReconciler struct {
 // +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceexports/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
 // Reconcile publishes or withdraws the export req names and sets its Valid and Ready
 // conditions, computed from what it observes and patched once.
@@ -166,6 +169,10 @@ func (r *ExportReconciler) desired(ctx context.Context, export *mcsv1beta1.Servi
 	pub, err := desiredState(r.HubNamespace, r.ClusterID, export, svc, typ, sets)
 	if err != nil {
 		return metav1.Condition{}, nil, err
+	}
+	if _, ok := r.Addresses.(SecondaryAddresses); ok {
+		// Importers on the primary network cannot reach these addresses: the record says so.
+		pub.record.Annotations[v1alpha1.AddressingAnnotation] = string(v1alpha1.AddressingSecondary)
 	}
 	return condition(mcsv1beta1.ServiceExportConditionValid, metav1.ConditionTrue, mcsv1beta1.ServiceExportReasonValid,
 		fmt.Sprintf("Service %s is exported as %s", key, typ)), &pub, nil

@@ -65,6 +65,13 @@ func newFabric(t *testing.T, members ...string) *fabric {
 // test agent needs are filled in).
 func newFabricWith(t *testing.T, agentOpts agent.ControllerOptions, members ...string) *fabric {
 	t.Helper()
+	return newFabricAddressed(t, agentOpts, nil, members...)
+}
+
+// newFabricAddressed is newFabricWith, joining each member with its addressing in addressing
+// (direct when absent).
+func newFabricAddressed(t *testing.T, agentOpts agent.ControllerOptions, addressing map[string]v1alpha1.Addressing, members ...string) *fabric {
+	t.Helper()
 	env := testenv.ControlPlanes(t, append([]string{"hub"}, members...)...)
 	info, err := hub.Deploy(t.Context(), env.Cluster("hub").RESTConfig(), hub.DeployOptions{})
 	if err != nil {
@@ -73,7 +80,7 @@ func newFabricWith(t *testing.T, agentOpts agent.ControllerOptions, members ...s
 	f := &fabric{env: env, hub: testenv.Client(t, env.Cluster("hub").RESTConfig()), ns: info.Namespace, joined: map[string]*cluster.Joined{}, members: map[string]client.Client{}, stop: map[string]func(){}, opts: agentOpts}
 	for _, name := range members {
 		cfg := env.Cluster(name).RESTConfig()
-		j, err := cluster.Join(t.Context(), cfg, cluster.JoinOptions{BrokerInfo: info, ClusterID: name, PodCIDRs: []string{env.Cluster(name).PodCIDR.String()}})
+		j, err := cluster.Join(t.Context(), cfg, cluster.JoinOptions{BrokerInfo: info, ClusterID: name, PodCIDRs: []string{env.Cluster(name).PodCIDR.String()}, Addressing: addressing[name]})
 		if err != nil {
 			t.Fatalf("joining %s: %v", name, err)
 		}

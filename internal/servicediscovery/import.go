@@ -25,6 +25,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/kube"
 )
 
@@ -63,6 +64,14 @@ type ImportReconciler struct {
 	// global IPs, which the gateway translates only for traffic from other clusters, so this
 	// cluster's own pods could not reach them (docs/architecture.md §6h).
 	LocalCluster string
+
+	// Secondary imports as a cluster of secondary addressing, whose pods reach other clusters
+	// only over net1 (docs/architecture.md §6s): only exporters that publish secondary
+	// addresses are imported (and, without it, only those that do not), and a ClusterSetIP
+	// import gets no derived Service and no spec.ips, since kube-proxy's virtual IP lives on
+	// the primary network. It is annotated v1alpha1.AddressingAnnotation=secondary instead, and
+	// DNS (pkg/crossdns) answers its name with the endpoints' addresses.
+	Secondary bool
 
 	// liveness says which clusters' endpoints are withdrawn because their heartbeat stopped;
 	// nil withdraws none.
@@ -118,6 +127,7 @@ func (r *ImportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	records, hubSlices = r.sameAddressing(ctx, key, records, hubSlices)
 	if hubSlices, err = r.withLocalEndpoints(ctx, key, hubSlices); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -152,9 +162,9 @@ func (r *ImportReconciler) importService(ctx context.Context, key types.Namespac
 	if err != nil {
 		return err
 	}
-	want := desiredImport(key, m, nil)
-	if m.Spec.Type == mcsv1beta1.ClusterSetIP && derived != nil {
-		want = desiredImport(key, m, derived)
+	want := r.desiredImport(key, m, nil)
+	if r.virtualIP(m) && derived != nil {
+		want = r.desiredImport(key, m, derived)
 	}
 	si, err := r.ensureImport(ctx, cur, want)
 	if err != nil {
@@ -163,18 +173,19 @@ func (r *ImportReconciler) importService(ctx context.Context, key types.Namespac
 
 	var errs []error
 	derivedName := ""
-	if m.Spec.Type == mcsv1beta1.ClusterSetIP {
+	if r.virtualIP(m) {
 		derivedName = derivedServiceName(key)
 		if derived, err = r.ensureDerived(ctx, si, derived, m); err != nil {
 			return err
 		}
-		if want := desiredImport(key, m, derived); !importUpToDate(si, want) {
+		if want := r.desiredImport(key, m, derived); !importUpToDate(si, want) {
 			if si, err = r.ensureImport(ctx, si, want); err != nil {
 				return err
 			}
 		}
 	} else if derived != nil {
-		// Headless now, ClusterSetIP before: the virtual IP goes.
+		// Headless now, ClusterSetIP before (or a VIP of an earlier version under secondary
+		// addressing): the virtual IP goes.
 		if err := r.Member.Delete(ctx, derived); client.IgnoreNotFound(err) != nil {
 			errs = append(errs, fmt.Errorf("deleting derived Service %s/%s: %w", derived.Namespace, derived.Name, err))
 		}
@@ -335,6 +346,56 @@ func (r *ImportReconciler) fromHub(ctx context.Context, key types.NamespacedName
 		return r.withdrawn(s.Labels[mcsv1beta1.LabelSourceCluster])
 	})
 	return recs, sls, nil
+}
+
+// virtualIP reports whether the import of m gets a virtual IP (a derived Service, whose
+// ClusterIPs become spec.ips): a ClusterSetIP import on the primary network. Under secondary
+// addressing the pods cannot reach a ClusterIP over net1, so DNS balances instead.
+func (r *ImportReconciler) virtualIP(m mergedService) bool {
+	return m.Spec.Type == mcsv1beta1.ClusterSetIP && !r.Secondary
+}
+
+// desiredImport is the ServiceImport of key for m, as desiredImport makes it, marked as having
+// no virtual IP under secondary addressing.
+func (r *ImportReconciler) desiredImport(key types.NamespacedName, m mergedService, derived *corev1.Service) *mcsv1beta1.ServiceImport {
+	si := desiredImport(key, m, derived)
+	if r.Secondary {
+		if si.Annotations == nil {
+			si.Annotations = map[string]string{}
+		}
+		// Ours last, as the labels: an exported annotation of the key must not hide it.
+		si.Annotations[v1alpha1.AddressingAnnotation] = string(v1alpha1.AddressingSecondary)
+	}
+	return si
+}
+
+// sameAddressing keeps, of the records and slices of key, those of the clusters whose
+// addressing agrees with this cluster's: secondary addresses are reachable only from pods on
+// the secondary network, and the primary network's addresses only from pods that are not
+// confined to net1. A mixed cluster set is thereby refused per service, with a log line naming
+// the clusters left out; docs/architecture.md §6s.
+func (r *ImportReconciler) sameAddressing(ctx context.Context, key types.NamespacedName, records []mcsv1beta1.ServiceImport, hubSlices []discoveryv1.EndpointSlice) ([]mcsv1beta1.ServiceImport, []discoveryv1.EndpointSlice) {
+	other := map[string]bool{}
+	var left []string
+	records = slices.DeleteFunc(records, func(rec mcsv1beta1.ServiceImport) bool {
+		secondary := rec.Annotations[v1alpha1.AddressingAnnotation] == string(v1alpha1.AddressingSecondary)
+		if secondary == r.Secondary {
+			return false
+		}
+		c := rec.Labels[mcsv1beta1.LabelSourceCluster]
+		other[c] = true
+		left = append(left, c)
+		return true
+	})
+	if len(left) == 0 {
+		return records, hubSlices
+	}
+	slices.Sort(left)
+	logf.FromContext(ctx).Info("Left out exporters whose addressing differs from this cluster's: their endpoints are not reachable from here",
+		"service", key, "clusters", left, "secondary", r.Secondary)
+	return records, slices.DeleteFunc(hubSlices, func(s discoveryv1.EndpointSlice) bool {
+		return other[s.Labels[mcsv1beta1.LabelSourceCluster]]
+	})
 }
 
 // withLocalEndpoints replaces, when r.LocalCluster is set, this cluster's own slices among

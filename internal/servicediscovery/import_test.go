@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/servicediscovery"
 )
@@ -32,6 +33,9 @@ type wantImport struct {
 	ports []string
 	// endpoints maps each source cluster to its addresses, sorted.
 	endpoints map[string][]string
+	// secondary is set for an import of a cluster on the secondary network: a ClusterSetIP
+	// import then has no virtual IP and is marked for DNS to answer with its endpoints.
+	secondary bool
 }
 
 // imported is what a cluster holds for the import of a service.
@@ -91,9 +95,17 @@ func checkImport(ctx context.Context, c client.Client, key types.NamespacedName,
 		return got, fmt.Sprintf("status.clusters %v, want %v", clusters, wantClusters)
 	}
 
+	if marked := si.Annotations[v1alpha1.AddressingAnnotation] == string(v1alpha1.AddressingSecondary); marked != want.secondary {
+		return got, fmt.Sprintf("ServiceImport annotations %v, want the secondary mark %v", si.Annotations, want.secondary)
+	}
 	serviceName := "" // the kubernetes.io/service-name the slices must carry
-	switch want.typ {
-	case mcsv1beta1.ClusterSetIP:
+	switch {
+	case want.typ == mcsv1beta1.ClusterSetIP && want.secondary:
+		// No virtual IP: kube-proxy's ClusterIP is not reachable over net1.
+		if len(got.derived) != 0 || len(si.Spec.IPs) != 0 {
+			return got, fmt.Sprintf("secondary ClusterSetIP import with %d derived Services and ips %v", len(got.derived), si.Spec.IPs)
+		}
+	case want.typ == mcsv1beta1.ClusterSetIP:
 		if len(got.derived) != 1 {
 			return got, fmt.Sprintf("%d derived Services, want 1", len(got.derived))
 		}
@@ -112,7 +124,7 @@ func checkImport(ctx context.Context, c client.Client, key types.NamespacedName,
 		if !slices.Equal(dports, want.ports) {
 			return got, fmt.Sprintf("derived Service ports %v, want %v", dports, want.ports)
 		}
-	case mcsv1beta1.Headless:
+	case want.typ == mcsv1beta1.Headless:
 		if len(got.derived) != 0 || len(si.Spec.IPs) != 0 {
 			return got, fmt.Sprintf("headless import with %d derived Services and ips %v", len(got.derived), si.Spec.IPs)
 		}

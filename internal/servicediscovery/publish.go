@@ -135,7 +135,7 @@ func desiredState(hubNamespace, clusterID string, export *mcsv1beta1.ServiceExpo
 
 // ownedAnnotations are the record annotations the exporter sets; one that is no longer wanted
 // (the export's exportedLabels emptied, say) must be removed, so its presence is a difference.
-var ownedAnnotations = []string{v1alpha1.ExportCreatedAnnotation, v1alpha1.ExportedLabelsAnnotation, v1alpha1.ExportedAnnotationsAnnotation}
+var ownedAnnotations = []string{v1alpha1.ExportCreatedAnnotation, v1alpha1.ExportedLabelsAnnotation, v1alpha1.ExportedAnnotationsAnnotation, v1alpha1.AddressingAnnotation}
 
 // subset reports whether every entry of want is in have.
 func subset(want, have map[string]string) bool {

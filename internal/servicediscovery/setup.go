@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -34,6 +35,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
 )
 
 // ExportOptions configures SetupExport.
@@ -115,8 +117,9 @@ func useMapper(co *cluster.Options, m meta.RESTMapper) {
 // Conflict condition. It may be called after mgr has started.
 func Setup(mgr manager.Manager, o ExportOptions) error {
 	_, global := o.Addresses.(GlobalAddresses)
+	_, secondary := o.Addresses.(SecondaryAddresses)
 	exports, err := setupImport(mgr, ImportOptions{Hub: o.Hub, HubNamespace: o.HubNamespace, ClusterID: o.ClusterID, StaleClusterTTL: o.StaleClusterTTL, HubMapper: o.HubMapper, Workers: o.ImportWorkers,
-		LocalEndpoints: global})
+		LocalEndpoints: global, Secondary: secondary})
 	if err != nil {
 		return err
 	}
@@ -141,6 +144,9 @@ func setupExport(mgr manager.Manager, o ExportOptions, exports cache.Cache) erro
 	}
 	if g, ok := o.Addresses.(GlobalAddresses); ok && g.Member == nil {
 		o.Addresses = GlobalAddresses{Member: mgr.GetClient()}
+	}
+	if p, ok := o.Addresses.(SecondaryAddresses); ok && p.Member == nil {
+		o.Addresses = SecondaryAddresses{Member: mgr.GetClient()}
 	}
 	hubCluster, err := cluster.New(hubCacheConfig(o.Hub), func(co *cluster.Options) {
 		co.Scheme = kube.Scheme
@@ -185,6 +191,13 @@ func (r *ExportReconciler) SetupWithManager(mgr manager.Manager, hubCache cache.
 		// allocated (or released) publishes (or withdraws) it.
 		b = b.Watches(&v1alpha1.GlobalIngressIP{}, handler.EnqueueRequestsFromMapFunc(serviceLabelled(mcsv1beta1.LabelServiceName)))
 	}
+	if _, ok := r.Addresses.(SecondaryAddresses); ok {
+		// Under secondary addressing a pod's network-status annotation decides what is
+		// published: its address arriving (or going) publishes (or withdraws) the pod. Only
+		// metadata is cached: the annotation is all the policy reads of a pod.
+		b = b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podExports),
+			builder.OnlyMetadata, builder.WithPredicates(secondaryStatusChanged))
+	}
 	if exports, ok := r.Exports.(cache.Cache); ok {
 		// Another cluster's export of a service exported here may change this one's Conflict.
 		b = b.WatchesRawSource(source.Kind(exports, &mcsv1beta1.ServiceImport{}, handler.TypedEnqueueRequestsFromMapFunc(r.othersExport)))
@@ -194,6 +207,43 @@ func (r *ExportReconciler) SetupWithManager(mgr manager.Manager, hubCache cache.
 		return fmt.Errorf("setting up the service export controller: %w", err)
 	}
 	return nil
+}
+
+// secondaryStatusChanged passes the pod events that can change a pod's secondary address:
+// its creation and deletion, and a change of its network-status annotation (the ovnmaster
+// writing or removing its entry). A pod's other changes reach the export through its
+// EndpointSlices.
+var secondaryStatusChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.GetAnnotations()[podnet.NetworkStatusAnnotation] != e.ObjectNew.GetAnnotations()[podnet.NetworkStatusAnnotation]
+	},
+}
+
+// podExports maps a pod to the exports of the Services whose local EndpointSlices hold it.
+// Most pods back no exported Service; those that do are few per namespace, and the slices are
+// read from the cache.
+func (r *ExportReconciler) podExports(ctx context.Context, pod client.Object) []reconcile.Request {
+	list := &discoveryv1.EndpointSliceList{}
+	if err := r.Member.List(ctx, list, client.InNamespace(pod.GetNamespace())); err != nil {
+		// Only a cache read; it fails only if the cache is gone, i.e. while shutting down.
+		logf.FromContext(ctx).Error(err, "Could not list the EndpointSlices of a pod's namespace", "pod", client.ObjectKeyFromObject(pod))
+		return nil
+	}
+	seen := map[string]bool{}
+	var reqs []reconcile.Request
+	for _, s := range list.Items {
+		svc := s.Labels[discoveryv1.LabelServiceName]
+		if svc == "" || seen[svc] || importedSlice(&s) {
+			continue
+		}
+		if slices.ContainsFunc(s.Endpoints, func(ep discoveryv1.Endpoint) bool {
+			return ep.TargetRef != nil && ep.TargetRef.Kind == "Pod" && ep.TargetRef.Name == pod.GetName()
+		}) {
+			seen[svc] = true
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: pod.GetNamespace(), Name: svc}})
+		}
+	}
+	return reqs
 }
 
 // othersExport maps another cluster's record to the export of the same service here, if
@@ -270,6 +320,9 @@ type ImportOptions struct {
 	// EndpointSlices: see ImportReconciler.LocalCluster. Optional; Setup sets it under
 	// GlobalAddresses.
 	LocalEndpoints bool
+	// Secondary imports as a cluster on the secondary network: see ImportReconciler.Secondary.
+	// Optional; Setup sets it under SecondaryAddresses.
+	Secondary bool
 }
 
 // SetupImport adds the import controller to mgr, which runs against the member cluster, along
@@ -339,7 +392,7 @@ func setupImport(mgr manager.Manager, o ImportOptions) (cache.Cache, error) {
 	r := &ImportReconciler{
 		Member: mgr.GetClient(), Hub: hubCluster.GetCache(), HubNamespace: o.HubNamespace,
 		liveness: newLiveness(o.StaleClusterTTL, o.ClusterID, hubCluster.GetCache(), o.HubNamespace),
-		Workers:  o.Workers, expectations: newExpectations(),
+		Workers:  o.Workers, expectations: newExpectations(), Secondary: o.Secondary,
 		propagation: newPropagation(propagationSeconds, time.Now(), time.Now),
 	}
 	if o.LocalEndpoints {

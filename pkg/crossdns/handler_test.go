@@ -3,6 +3,7 @@ package crossdns
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 )
 
 // staticSource is an index whose sync state the test sets.
@@ -515,5 +518,54 @@ func TestReversePrefix(t *testing.T) {
 		if (tc.want == "") != !ok || (ok && got.String() != tc.want) {
 			t.Errorf("reversePrefix(%q) = %v, %v; want %q", tc.name, got, ok, tc.want)
 		}
+	}
+}
+
+// TestSecondaryImport: a ClusterSetIP import of a cluster on the secondary network has no
+// virtual IP; marked so by the import controller, it is answered as a headless import is, with
+// every ready endpoint of every cluster (the pods' net1 addresses). Unmarked and without ips it
+// has no name, as before.
+func TestSecondaryImport(t *testing.T) {
+	key := types.NamespacedName{Namespace: "shop", Name: "web"}
+	si := serviceImport("shop", "web", mcsv1beta1.ClusterSetIP, nil, mcsv1beta1.ServicePort{Name: "http", Port: 8080, Protocol: corev1.ProtocolTCP})
+	eps := []*discoveryv1.EndpointSlice{
+		slice("shop", "web", "east", "web-east", discoveryv1.AddressTypeIPv4,
+			ep{addr: "10.112.0.3"}, ep{addr: "10.112.0.2", ready: ptr.To(true)}, ep{addr: "10.112.0.9", ready: ptr.To(false)}),
+		slice("shop", "web", "west", "web-west", discoveryv1.AddressTypeIPv4, ep{addr: "10.113.0.2"}),
+	}
+	for _, tc := range []struct {
+		name   string
+		marked bool
+		qname  string
+		qtype  uint16
+		want   []string // answers, as text without the header
+		rcode  int
+	}{
+		{"unmarked without ips: no name", false, "web.shop.svc.clusterset.local.", dns.TypeA, nil, dns.RcodeNameError},
+		{"marked: every ready endpoint", true, "web.shop.svc.clusterset.local.", dns.TypeA, []string{"10.112.0.2", "10.112.0.3", "10.113.0.2"}, dns.RcodeSuccess},
+		{"marked: SRV of the named port to each endpoint's name", true, "_http._tcp.web.shop.svc.clusterset.local.", dns.TypeSRV, []string{
+			"0 33 8080 10-112-0-2.east.web.shop.svc.clusterset.local.",
+			"0 33 8080 10-112-0-3.east.web.shop.svc.clusterset.local.",
+			"0 33 8080 10-113-0-2.west.web.shop.svc.clusterset.local.",
+		}, dns.RcodeSuccess},
+		{"marked: an endpoint's own name", true, "10-113-0-2.west.web.shop.svc.clusterset.local.", dns.TypeA, []string{"10.113.0.2"}, dns.RcodeSuccess},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := si.DeepCopy()
+			if tc.marked {
+				s.Annotations = map[string]string{v1alpha1.AddressingAnnotation: string(v1alpha1.AddressingSecondary)}
+			}
+			ix := NewIndex("clusterset.local.", 5)
+			ix.Set(key, s, eps)
+			r := ix.Lookup(tc.qname, tc.qtype)
+			var got []string
+			for _, rr := range r.Answer {
+				got = append(got, strings.TrimPrefix(rr.String(), rr.Header().String()))
+			}
+			slices.Sort(got) // address records come in the slices' order
+			if r.Rcode != tc.rcode || strings.Join(got, ";") != strings.Join(tc.want, ";") {
+				t.Errorf("%s %s: rcode %d, answer %q; want %d, %q", tc.qname, dns.TypeToString[tc.qtype], r.Rcode, got, tc.rcode, tc.want)
+			}
+		})
 	}
 }

@@ -11,6 +11,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 )
 
 // SchemaVersion is the version of the MCS DNS specification (KEP-1645 specification.md §1)
@@ -320,7 +322,7 @@ func buildService(zone string, ttl uint32, key types.NamespacedName, si *mcsv1be
 	name := key.Name + "." + key.Namespace + "." + labelSvc + "." + zone
 	s := &service{ports: map[string]node{}, protos: map[string]bool{}}
 	var targets []target
-	if si.Spec.Type == mcsv1beta1.Headless {
+	if answeredByEndpoints(si) {
 		targets = s.setEndpoints(name, ttl, key, eps)
 	} else { // ClusterSetIP (the default type)
 		targets = s.setClusterSetIPs(name, ttl, si.Spec.IPs)
@@ -332,6 +334,17 @@ func buildService(zone string, ttl uint32, key types.NamespacedName, si *mcsv1be
 	}
 	s.setSRV(name, ttl, si.Spec.Ports, targets)
 	return s
+}
+
+// answeredByEndpoints reports whether the name of si is answered with its ready endpoints
+// (and the names below it with theirs), rather than with its clusterset IPs: a headless
+// import, or a ClusterSetIP import of a cluster on the secondary network. That one has no
+// virtual IP, since its pods reach other clusters only over their net1 interface and a
+// ClusterIP lives on the primary network; Octopus's import controller marks it
+// (v1alpha1.AddressingAnnotation=secondary) and DNS balances instead (docs/architecture.md §6c).
+func answeredByEndpoints(si *mcsv1beta1.ServiceImport) bool {
+	return si.Spec.Type == mcsv1beta1.Headless ||
+		si.Annotations[v1alpha1.AddressingAnnotation] == string(v1alpha1.AddressingSecondary)
 }
 
 // target is a name SRV records point at, with its address records.

@@ -200,7 +200,7 @@ func (k *Kube) refresh(key types.NamespacedName) {
 		si = nil // not found: the lister has nothing else to say
 	}
 	var eps []*discoveryv1.EndpointSlice
-	if si != nil && si.Spec.Type == mcsv1beta1.Headless {
+	if si != nil && answeredByEndpoints(si) {
 		objs, _ := k.slices.GetIndexer().ByIndex(byService, key.String())
 		for _, o := range objs {
 			if s, ok := o.(*discoveryv1.EndpointSlice); ok {
