@@ -329,14 +329,16 @@ func setGatewayLabel(ctx context.Context, t *testing.T, cs kubernetes.Interface,
 }
 
 // upgradeStallBound is how long an established cross-cluster TCP connection may stall while
-// an upgrade rolls the member chart's pods. Issue 16's failover bound is 2 s of data-path
-// interruption (measured for a gateway pod: 0.9–1.2 s after a SIGKILL, 0.2–0.4 s when its pod
-// is deleted, which is what a rolling update does: docs/benchmarks.md, "The member chart on
-// the lab's real nodes"). TCP sees more than the path's interruption: Linux retransmits a
-// segment lost at its start after 0.2, 0.6, 1.4 and 3.0 s (RTO_min 200 ms, doubling), so
-// after a 2 s interruption the first retransmission that crosses leaves 3.0 s after the
-// loss; with one exchange interval (0.1 s) and a busy machine's scheduling on top, 3.5 s.
-const upgradeStallBound = 3500 * time.Millisecond
+// an upgrade rolls the member chart's pods. A rolling update replaces both gateway pods one
+// after the other, so the active role may move twice, each time bounded by the lab's failover
+// bound for a stopped gateway, 3 s of data-path interruption (measureGatewayKill; measured
+// 0.2–0.4 s when a gateway pod is deleted on a quiet machine, docs/benchmarks.md, "The member
+// chart on the lab's real nodes"). TCP sees more than the path's interruption: Linux
+// retransmits a segment lost at its start after 0.2, 0.6, 1.4, 3.0 and 6.2 s (RTO_min 200 ms,
+// doubling), so after an interruption of up to 3 s the first retransmission that crosses may
+// leave 6.2 s after the loss; with one exchange interval (0.1 s) on top, 6.5 s. The stall
+// measured is reported either way (docs/benchmarks.md).
+const upgradeStallBound = 6500 * time.Millisecond
 
 // upgradeMemberChart upgrades cluster1's member chart to the project's image under a new tag
 // (the lab's registry serves it, so every node pulls it) while a TCP connection from cluster1's
