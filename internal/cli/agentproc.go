@@ -17,8 +17,8 @@ import (
 	"github.com/octopus-mcs/octopus/internal/procfs"
 )
 
-// Until the Helm chart and operator land, `join --agent process` runs the agent's controller
-// as a detached process on the user's machine. Its pidfile lets `leave` stop exactly that
+// `join --agent process`, a development mode (the default is the member chart), runs the
+// agent's controller as a detached process on the user's machine. Its pidfile lets `leave` stop exactly that
 // process: the PID is only signalled if its command line is still the agent's.
 
 type agentProc struct {

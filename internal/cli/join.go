@@ -20,12 +20,16 @@ import (
 	"github.com/octopus-mcs/octopus/internal/progress"
 )
 
-// Agent modes of join: how the agent's controller starts.
+// Agent modes of join: how the agent's components start.
 const (
+	// agentCharts installs the member chart (charts/octopus-member): the components as pods.
+	// The default.
+	agentCharts = "charts"
+	// agentProcess runs only the controller, as a detached process on the machine that runs
+	// join: a development mode, for clusters whose nodes cannot run the project's image (the
+	// gateways and route agents are not started).
 	agentProcess = "process"
 	agentNone    = "none"
-	// agentCharts installs the member chart (charts/octopus-member): the components as pods.
-	agentCharts = "charts"
 )
 
 type joinOptions struct {
@@ -49,12 +53,14 @@ cluster's objects), allocates its global and secondary CIDR blocks, stores the c
 the cluster and starts the agent. The pod and service CIDRs are discovered when the cluster
 records them; otherwise pass --pod-cidr and --service-cidr. Running join again resumes.
 
-With --agent charts the components (controller, gateways on the nodes labelled
-octopus.io/gateway=true, route agents, octopus-dns) run in the cluster, installed from the embedded Helm chart
-octopus-member (no network needed; --set changes its values); ` + "`octopus leave`" + ` uninstalls it.
-With --agent process (the default while the lab's stand-in nodes cannot run the chart's pods; a
-development mode) the agent's controller runs as a process on this machine, logging under
-~/.local/state/octopus; ` + "`octopus leave`" + ` stops it.`,
+By default (--agent charts) the components (controller, gateways on the nodes labelled
+octopus.io/gateway=true, route agents, octopus-dns) run in the cluster, installed from the
+embedded Helm chart octopus-member (no network needed; --set changes its values);
+` + "`octopus leave`" + ` uninstalls it, and ` + "`helm upgrade octopus-member`" + ` upgrades it.
+
+--agent process is for development only: the agent's controller runs as a process on this
+machine with your kubeconfig, logging under ~/.local/state/octopus, and dies with the machine;
+no gateway or route agent starts. ` + "`octopus leave`" + ` stops it. --agent none starts nothing.`,
 		Args: cobra.ExactArgs(1),
 		RunE: runE(o),
 	}
@@ -67,7 +73,7 @@ development mode) the agent's controller runs as a process on this machine, logg
 	fs.Int32Var(&o.join.GlobalEgressSize, "global-egress-size", 0,
 		fmt.Sprintf("with --addressing globalnet: how many addresses at the start of the cluster's global CIDR are its egress range, the source of its pods' traffic to other clusters (default %d); fixed until the cluster leaves", globalip.DefaultClusterEgressSize))
 	fs.StringVar(&o.topology, "topology", string(v1alpha1.TopologyMesh), "how the gateway reaches other clusters: mesh (direct tunnels) or hub (only through the hub's gateway, `octopus-agent gateway --hub`)")
-	fs.StringVar(&o.agent, "agent", agentProcess, "how to run the agent: charts (pods installed by the member chart), process (on this machine, for development) or none")
+	fs.StringVar(&o.agent, "agent", agentCharts, "how to run the components: charts (pods installed by the member chart), process (development only: the controller alone, as a process on this machine) or none")
 	o.chart.addFlags(fs)
 	_ = cmd.MarkFlagRequired("cluster-id")
 	return cmd

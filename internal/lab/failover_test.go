@@ -379,21 +379,7 @@ func (f *failoverLab) hubDown(ctx context.Context, t *testing.T) {
 		t.Fatalf("connecting %s -> %s: %v", f.client.name, f.serverEcho, err)
 	}
 	defer conn.Close()
-	roundTrip := func(i int) error {
-		msg := fmt.Sprintf("established %d\n", i)
-		_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
-		if _, err := io.WriteString(conn, msg); err != nil {
-			return err
-		}
-		buf := make([]byte, len(msg))
-		if _, err := io.ReadFull(conn, buf); err != nil {
-			return err
-		}
-		if string(buf) != msg {
-			return fmt.Errorf("echo %q, want %q", buf, msg)
-		}
-		return nil
-	}
+	roundTrip := func(i int) error { return echoRoundTrip(conn, fmt.Sprintf("established %d\n", i), 3*time.Second) }
 	if err := roundTrip(0); err != nil {
 		t.Fatalf("established connection before the outage: %v", err)
 	}
@@ -749,4 +735,114 @@ func (p *udpProbe) longestGap(from, to time.Time) (gap time.Duration, lost, sent
 		prev, lostSincePrev = s, false
 	}
 	return gap, lost, sent
+}
+
+// echoRoundTrip sends msg over an established connection to an echo server and reads it back,
+// within timeout.
+func echoRoundTrip(conn net.Conn, msg string, timeout time.Duration) error {
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	if _, err := io.WriteString(conn, msg); err != nil {
+		return fmt.Errorf("sending %q: %w", msg, err)
+	}
+	buf := make([]byte, len(msg))
+	if _, err := io.ReadFull(conn, buf); err != nil {
+		return fmt.Errorf("reading the echo of %q: %w", msg, err)
+	}
+	if string(buf) != msg {
+		return fmt.Errorf("echo %q, want %q", buf, msg)
+	}
+	return nil
+}
+
+// tcpExchange keeps one TCP connection from a pod's namespace to an echo server busy: a message
+// round-trips every tcpExchangeInterval, each waiting as long as TCP takes to deliver it (up to
+// tcpExchangeStall), and the times the echoes came back are recorded. Unlike udpProbe's
+// independent datagrams, it sees what an application on an established connection sees: a
+// reset ends it, and an interruption of the path shows as a gap stretched by TCP's
+// retransmission backoff.
+type tcpExchange struct {
+	conn net.Conn
+	done chan struct{}
+	wg   sync.WaitGroup
+
+	mu       sync.Mutex
+	answered []time.Time
+	err      error // why the exchange stopped before stop was called
+}
+
+const (
+	tcpExchangeInterval = 100 * time.Millisecond
+	// tcpExchangeStall bounds one round trip: far above any interruption a test accepts, so a
+	// long one is measured as a gap rather than ending the exchange.
+	tcpExchangeStall = 30 * time.Second
+)
+
+func startTCPExchange(t *testing.T, netns string, dst netip.AddrPort) *tcpExchange {
+	t.Helper()
+	conn, err := labnet.DialTCP(netns, dst, 5*time.Second)
+	if err != nil {
+		t.Fatalf("connecting from %s to %s: %v", netns, dst, err)
+	}
+	x := &tcpExchange{conn: conn, done: make(chan struct{})}
+	x.wg.Add(1)
+	go func() {
+		defer x.wg.Done()
+		for i := 0; ; i++ {
+			err := echoRoundTrip(conn, fmt.Sprintf("exchange %d\n", i), tcpExchangeStall)
+			x.mu.Lock()
+			if err != nil {
+				x.err = err
+			} else {
+				x.answered = append(x.answered, time.Now())
+			}
+			x.mu.Unlock()
+			if err != nil {
+				return
+			}
+			select {
+			case <-x.done:
+				return
+			case <-time.After(tcpExchangeInterval):
+			}
+		}
+	}()
+	return x
+}
+
+// stop ends the exchange after its current round trip, leaving the connection open, and
+// returns why it had stopped already (nil if it was still going).
+func (x *tcpExchange) stop() error {
+	select {
+	case <-x.done:
+	default:
+		close(x.done)
+	}
+	x.wg.Wait()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.err
+}
+
+// result returns how many round trips completed and the longest time between two consecutive
+// echoes in [from, to]. It is the longest an application on the connection waited, a
+// tcpExchangeInterval included.
+func (x *tcpExchange) result(from, to time.Time) (gap time.Duration, n int) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var prev time.Time
+	for _, at := range x.answered {
+		if at.Before(from) {
+			prev = at
+			continue
+		}
+		if at.After(to) {
+			break
+		}
+		n++
+		if !prev.IsZero() && at.Sub(prev) > gap {
+			gap = at.Sub(prev)
+		}
+		prev = at
+	}
+	return gap, n
 }

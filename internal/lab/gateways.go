@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -280,6 +281,13 @@ func GatewayPod(ctx context.Context, c kubernetes.Interface, node string) (*core
 // namespace (at its underlay address) and `octopus-agent route-agent` in every node's
 // namespace, supervised like kube-proxy: restarted when they exit, as a DaemonSet would.
 func startGateways(opts Options, env *controlplane.Environment, cp *controlplane.ControlPlane, c labnet.ClusterNet) error {
+	return startGatewaysNamed(opts, env, cp, c, "")
+}
+
+// startGatewaysNamed is startGateways with suffix ("" for none) appended to each process's
+// name, so that a cluster's gateways and route agents can run again after an earlier set
+// was stopped for good (a process name is used once per lab).
+func startGatewaysNamed(opts Options, env *controlplane.Environment, cp *controlplane.ControlPlane, c labnet.ClusterNet, suffix string) error {
 	binary, err := filepath.Abs(opts.AgentBinary)
 	if err != nil {
 		return fmt.Errorf("starting the gateways of %s: %w", cp.Name, err)
@@ -287,7 +295,7 @@ func startGateways(opts Options, env *controlplane.Environment, cp *controlplane
 	for _, n := range c.Nodes {
 		if n.Gateway {
 			err := env.StartProcess(controlplane.ProcessOptions{
-				Name:           GatewayProcessName(n.Name),
+				Name:           GatewayProcessName(n.Name) + suffix,
 				Binary:         binary,
 				Args:           gatewayArgs(opts, cp.Name, cp.Kubeconfig, n.Name, n.UnderlayAddr.Addr().String()),
 				Netns:          n.NetnsPath(),
@@ -298,7 +306,7 @@ func startGateways(opts Options, env *controlplane.Environment, cp *controlplane
 			}
 		}
 		err := env.StartProcess(controlplane.ProcessOptions{
-			Name:           RouteAgentProcessName(n.Name),
+			Name:           RouteAgentProcessName(n.Name) + suffix,
 			Binary:         binary,
 			Args:           []string{"route-agent", "--kubeconfig", cp.Kubeconfig, "--node-name", n.Name},
 			Netns:          n.NetnsPath(),
@@ -309,6 +317,38 @@ func startGateways(opts Options, env *controlplane.Environment, cp *controlplane
 		}
 	}
 	return nil
+}
+
+// StartComponentProcesses runs member cluster's gateways and route agents as the lab's
+// supervised processes in its nodes' namespaces, with the lab's settings, as the lab runs them
+// where the nodes cannot run the member chart: what `octopus join --agent process`, which
+// starts the controller alone, leaves to the user. Each process's name ends in suffix, which
+// must be new to the lab; StopComponentProcesses with the same suffix stops them.
+// BenchmarkFabricJoin's process mode.
+func (l *Lab) StartComponentProcesses(cluster, suffix string) error {
+	c := l.Network.Cluster(cluster)
+	if c == nil {
+		return fmt.Errorf("starting the component processes: no member cluster %q", cluster)
+	}
+	return startGatewaysNamed(l.opts, l.Env, l.Env.Cluster(cluster), *c, suffix)
+}
+
+// StopComponentProcesses stops for good the processes StartComponentProcesses started with
+// suffix, with SIGTERM and up to grace each, so that the gateways hand their Lease over and
+// delete their firewall table as on a clean shutdown.
+func (l *Lab) StopComponentProcesses(cluster, suffix string, grace time.Duration) error {
+	c := l.Network.Cluster(cluster)
+	if c == nil {
+		return fmt.Errorf("stopping the component processes: no member cluster %q", cluster)
+	}
+	var errs []error
+	for _, n := range c.Nodes {
+		if n.Gateway {
+			errs = append(errs, l.Env.StopProcess(GatewayProcessName(n.Name)+suffix, grace))
+		}
+		errs = append(errs, l.Env.StopProcess(RouteAgentProcessName(n.Name)+suffix, grace))
+	}
+	return errors.Join(errs...)
 }
 
 // gatewayArgs are the flags of `octopus-agent gateway` in the lab, for cluster's gateway

@@ -129,6 +129,8 @@ type Lab struct {
 	charts bool
 	// lock says the lab runs (labnet.Lock) until Stop.
 	lock *os.File
+	// opts are the options the lab was brought up with, defaults applied.
+	opts Options
 }
 
 // ClusterName is the name of the i-th member cluster (1-based).
@@ -221,7 +223,7 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	if err != nil {
 		return nil, errors.Join(err, labnet.Teardown(id))
 	}
-	l = &Lab{Env: env, BrokerInfo: filepath.Join(dir, "broker-info"), Network: plan, lock: lock, charts: chartsOnNodes(opts)}
+	l = &Lab{Env: env, BrokerInfo: filepath.Join(dir, "broker-info"), Network: plan, lock: lock, charts: chartsOnNodes(opts), opts: opts}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, l.Stop())

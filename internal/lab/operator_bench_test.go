@@ -60,7 +60,8 @@ const (
 // BenchmarkFabricJoin measures issue 18's comparison on one lab of real nodes (kubelet,
 // containerd) brought up unjoined: the time from `kubectl apply` of a member Fabric to
 // Ready=True and to the first cross-cluster TCP connection, beside the same with `octopus
-// join --agent charts`, median over -rounds rounds (default 5). It prints per-round figures
+// join --agent charts` and, for issue 16's charts vs process mode, with `octopus join --agent
+// process`, median over -rounds rounds (default 5). It prints per-round figures
 // and medians as Markdown to stdout and its progress to stderr.
 //
 //	go test -run '^$' -bench FabricJoin -benchtime 1x -timeout 0 ./internal/lab/ -args -rounds 5   # as root
@@ -68,8 +69,8 @@ const (
 // Set up once: the hub deployed (hub.Deploy, as `octopus hub deploy`; the hub's side is not
 // what is measured), cluster1 joined with `octopus join --agent charts` and left joined as the
 // peer, an echo pod on cluster1's worker and a client pod on cluster2's worker. Each round
-// joins cluster2 both ways, alternating which goes first, so that a change of the machine's
-// load touches both alike:
+// joins cluster2 the three ways, rotating which goes first, so that a change of the machine's
+// load touches all alike:
 //   - operator: the octopus-operator chart installed and its pod holding the leader Lease
 //     (an operator that was installed earlier, as a user has it), the broker-info Secret
 //     present; t0 is `kubectl apply` of the member Fabric; then `kubectl delete fabric` until
@@ -77,11 +78,22 @@ const (
 //   - CLI: the operator chart uninstalled first, because `octopus join` goes through the
 //     operator wherever its Deployment exists (operator.Installed looks at the Deployment
 //     only, so scaling it to 0 would make join wait for a Fabric no one reconciles); t0 is
-//     the start of `octopus join`; then `octopus leave`.
+//     the start of `octopus join`; then `octopus leave`;
+//   - process: the operator chart uninstalled as for the CLI; t0 is the start of `octopus
+//     join --agent process`, which joins and starts the agent's controller as a detached
+//     process on this machine (it reaches the API server as the CLI does) and returns; that
+//     mode starts no gateway or route agent, so the benchmark then starts them as the lab
+//     runs them where nodes cannot run the chart (Lab.StartComponentProcesses: supervised
+//     processes in the nodes' namespaces, the same settings as the chart's values), as a
+//     user of that mode had to; the time to the first request includes theirs. Then the
+//     processes are stopped (SIGTERM: the gateways hand over and clean up) and `octopus
+//     leave` stops the controller and leaves.
 //
 // Both paths install the same member chart with the same values (the gateway nodes are the
 // ones the lab labelled, so the Fabric has no cloudPrepareConfig) and name the pod CIDR (the
-// lab's kube-controller-manager is no pod, so join cannot discover it). For both the
+// lab's kube-controller-manager is no pod, so join cannot discover it); the process mode
+// runs the same binaries with the same flags as processes, and its join deploys octopus-dns
+// itself. For both the
 // benchmark records, from t0, when the cluster is connected by the operator's own Ready
 // criteria, watched by the benchmark (cluster2's Peer on the hub Connected to cluster1, and
 // octopus-dns available), and the first TCP echo from cluster2's pod to cluster1's pod by pod
@@ -130,13 +142,16 @@ measure:
 			}
 		}
 		start := time.Now()
-		round := joinRound{operatorFirst: r%2 == 0}
-		for _, viaOperator := range []bool{round.operatorFirst, !round.operatorFirst} {
+		round := joinRound{first: joinWays[r%len(joinWays)]}
+		for i := range joinWays {
 			var err error
-			if viaOperator {
+			switch way := joinWays[(r+i)%len(joinWays)]; way {
+			case wayOperator:
 				round.operator, err = fj.operatorJoin(ctx, r+1)
-			} else {
+			case wayCharts:
 				round.cli, err = fj.cliJoin(ctx, r+1)
+			case wayProcess:
+				round.process, err = fj.processJoin(ctx, r+1)
 			}
 			if err != nil {
 				// The rounds done so far are still reported.
@@ -146,8 +161,9 @@ measure:
 		}
 		round.took = time.Since(start)
 		rounds = append(rounds, round)
-		fmt.Fprintf(os.Stderr, "round %d done in %.0fs: operator Ready %s, TCP %s; CLI ready %s, TCP %s\n", r+1, round.took.Seconds(),
-			secs(round.operator.ready), secs(round.operator.tcp), secs(round.cli.connected), secs(round.cli.tcp))
+		fmt.Fprintf(os.Stderr, "round %d done in %.0fs: operator Ready %s, TCP %s; CLI ready %s, TCP %s; process ready %s, TCP %s\n", r+1, round.took.Seconds(),
+			secs(round.operator.ready), secs(round.operator.tcp), secs(round.cli.connected), secs(round.cli.tcp),
+			secs(round.process.connected), secs(round.process.tcp))
 	}
 	b.StopTimer()
 	writeFabricJoinReport(os.Stdout, rounds, loadBefore, procfs.LoadAverage())
@@ -155,11 +171,22 @@ measure:
 	b.ReportMetric(median(rounds, func(r joinRound) time.Duration { return r.cli.connected }).Seconds(), "cli-ready-s")
 	b.ReportMetric(median(rounds, func(r joinRound) time.Duration { return r.operator.tcp }).Seconds(), "operator-tcp-s")
 	b.ReportMetric(median(rounds, func(r joinRound) time.Duration { return r.cli.tcp }).Seconds(), "cli-tcp-s")
+	b.ReportMetric(median(rounds, func(r joinRound) time.Duration { return r.process.connected }).Seconds(), "process-ready-s")
+	b.ReportMetric(median(rounds, func(r joinRound) time.Duration { return r.process.tcp }).Seconds(), "process-tcp-s")
 }
+
+// The ways a round joins cluster2.
+const (
+	wayOperator = "operator"
+	wayCharts   = "CLI"
+	wayProcess  = "process"
+)
+
+var joinWays = []string{wayOperator, wayCharts, wayProcess}
 
 // joinTimes are the milestones of one join of cluster2, each from its t0.
 type joinTimes struct {
-	// returned: `octopus join` returned (CLI only).
+	// returned: `octopus join` returned (CLI and process).
 	returned time.Duration
 	// joined, components, ready: the Fabric's Joined, ComponentsReady and Ready turned True
 	// (operator only).
@@ -173,15 +200,17 @@ type joinTimes struct {
 	leave time.Duration
 }
 
-// joinRound is one round: a join through the operator and one with the CLI.
+// joinRound is one round: a join through the operator, one with the CLI (--agent charts) and
+// one with the CLI's process mode.
 type joinRound struct {
-	operatorFirst bool
-	operator, cli joinTimes
-	took          time.Duration
+	first                  string // the way that went first
+	operator, cli, process joinTimes
+	took                   time.Duration
 }
 
 // fabricJoinLab is BenchmarkFabricJoin's lab once set up.
 type fabricJoinLab struct {
+	l          *lab.Lab
 	k          kubectlRunner
 	octopus    string // the CLI
 	cliEnv     []string
@@ -207,6 +236,7 @@ func setUpFabricJoin(ctx context.Context, b *testing.B, l *lab.Lab, binDir, octo
 	dir := b.TempDir()
 	member := l.Env.Cluster(benchMember)
 	fj := &fabricJoinLab{
+		l:       l,
 		k:       kubectlRunner{bin: filepath.Join(binDir, "kubectl"), ctx: ctx},
 		octopus: octopus,
 		// The CLI keeps its state (detached agents, which --agent charts has none of) under
@@ -378,6 +408,63 @@ func (fj *fabricJoinLab) cliJoin(ctx context.Context, round int) (joinTimes, err
 	}
 	jt.leave = time.Since(t1)
 	fmt.Fprintf(os.Stderr, "round %d, CLI: left %.1fs after octopus leave started\n", round, jt.leave.Seconds())
+	return jt, nil
+}
+
+// processJoin is one `octopus join --agent process` with the lab's gateway and route agent
+// processes started after it (what that mode leaves to the user), then their stop and
+// `octopus leave`.
+func (fj *fabricJoinLab) processJoin(ctx context.Context, round int) (joinTimes, error) {
+	var jt joinTimes
+	if err := fj.uninstallOperator(ctx); err != nil {
+		return jt, err
+	}
+	if err := fj.unreachable(); err != nil {
+		return jt, err
+	}
+	fmt.Fprintf(os.Stderr, "round %d, process: octopus join --agent process\n", round)
+	suffix := fmt.Sprintf("-round%d", round)
+	t0 := time.Now()
+	out, err := fj.cli(ctx, "join", fj.brokerInfo, "--cluster-id", benchMember, "--pod-cidr", fj.podCIDR,
+		"--kubeconfig", fj.kubeconfig, "--agent", "process")
+	jt.returned = time.Since(t0)
+	if err != nil {
+		return jt, fmt.Errorf("octopus join --agent process: %w\n%s", err, out)
+	}
+	fmt.Fprintf(os.Stderr, "  %6.1fs octopus join --agent process returned\n", jt.returned.Seconds())
+	if err := fj.l.StartComponentProcesses(benchMember, suffix); err != nil {
+		return jt, err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = fj.l.StopComponentProcesses(benchMember, suffix, 10*time.Second)
+		}
+	}()
+	jctx, cancel := context.WithTimeout(ctx, joinTimeout)
+	defer cancel()
+	err = milestones(jctx, t0, fmt.Sprintf("round %d, process", round), map[string]milestone{
+		"connected": {at: &jt.connected, check: fj.connected},
+		"TCP":       {at: &jt.tcp, tcp: true},
+	}, fj.src, fj.dst)
+	if err != nil {
+		return jt, fmt.Errorf("joining in process mode: %w\noctopus join:\n%s", err, out)
+	}
+
+	// The gateways first: running, they would publish their Peer again after leave removed it.
+	t1 := time.Now()
+	stopped = true
+	if err := fj.l.StopComponentProcesses(benchMember, suffix, 10*time.Second); err != nil {
+		return jt, fmt.Errorf("stopping %s's gateway and route agent processes: %w", benchMember, err)
+	}
+	if out, err := fj.cli(ctx, "leave", "--kubeconfig", fj.kubeconfig); err != nil {
+		return jt, fmt.Errorf("octopus leave: %w\n%s", err, out)
+	}
+	if err := poll(ctx, leaveTimeout, fj.hubForgot); err != nil {
+		return jt, fmt.Errorf("after octopus leave: %w", err)
+	}
+	jt.leave = time.Since(t1)
+	fmt.Fprintf(os.Stderr, "round %d, process: left %.1fs after the processes were stopped and octopus leave started\n", round, jt.leave.Seconds())
 	return jt, nil
 }
 
@@ -644,13 +731,14 @@ func writeFabricJoinReport(w io.Writer, rounds []joinRound, loadBefore, loadAfte
 	fmt.Fprintf(w, "\nBenchmarkFabricJoin: %d round(s); load average before the rounds %s, after %s\n\n", len(rounds), loadBefore, loadAfter)
 	fmt.Fprintln(w, "| round (first) | path | command returned | Joined | ComponentsReady | connected (Peer + DNS) | **Ready** | **first TCP** | leave |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
-	first := map[bool]string{true: "operator", false: "CLI"}
 	for i, r := range rounds {
-		o, c := r.operator, r.cli
-		fmt.Fprintf(w, "| %d (%s) | operator: `kubectl apply` | — | %s | %s | %s | **%s** | **%s** | %s |\n", i+1, first[r.operatorFirst],
+		o, c, p := r.operator, r.cli, r.process
+		fmt.Fprintf(w, "| %d (%s) | operator: `kubectl apply` | — | %s | %s | %s | **%s** | **%s** | %s |\n", i+1, r.first,
 			secs(o.joined), secs(o.components), secs(o.connected), secs(o.ready), secs(o.tcp), secs(o.leave))
-		fmt.Fprintf(w, "| | CLI: `octopus join` | %s | — | — | %s | **%s** | **%s** | %s |\n",
+		fmt.Fprintf(w, "| | CLI: `octopus join` (charts) | %s | — | — | %s | **%s** | **%s** | %s |\n",
 			secs(c.returned), secs(c.connected), secs(c.connected), secs(c.tcp), secs(c.leave))
+		fmt.Fprintf(w, "| | process: `octopus join --agent process` + gateway/route agent processes | %s | — | — | %s | **%s** | **%s** | %s |\n",
+			secs(p.returned), secs(p.connected), secs(p.connected), secs(p.tcp), secs(p.leave))
 	}
 	if len(rounds) == 0 {
 		return
@@ -671,6 +759,12 @@ func writeFabricJoinReport(w io.Writer, rounds []joinRound, loadBefore, loadAfte
 		med(func(r joinRound) time.Duration { return r.cli.connected }),
 		med(func(r joinRound) time.Duration { return r.cli.tcp }),
 		med(func(r joinRound) time.Duration { return r.cli.leave }))
+	fmt.Fprintf(w, "| process | %s | — | — | %s | **%s** | **%s** | %s |\n",
+		med(func(r joinRound) time.Duration { return r.process.returned }),
+		med(func(r joinRound) time.Duration { return r.process.connected }),
+		med(func(r joinRound) time.Duration { return r.process.connected }),
+		med(func(r joinRound) time.Duration { return r.process.tcp }),
+		med(func(r joinRound) time.Duration { return r.process.leave }))
 	ratio := func(op, cli func(joinRound) time.Duration) string {
 		var rs []float64
 		for _, r := range rounds {
@@ -684,7 +778,12 @@ func writeFabricJoinReport(w io.Writer, rounds []joinRound, loadBefore, loadAfte
 		ratio(func(r joinRound) time.Duration { return r.operator.tcp }, func(r joinRound) time.Duration { return r.cli.tcp }),
 		ratio(func(r joinRound) time.Duration { return r.operator.connected }, func(r joinRound) time.Duration { return r.cli.connected }),
 		ratio(func(r joinRound) time.Duration { return r.operator.leave }, func(r joinRound) time.Duration { return r.cli.leave }))
-	fmt.Fprintln(w, "\nThe CLI's Ready is its connected column: the same criteria as the operator's Ready, seen by the benchmark.")
+	fmt.Fprintf(w, "\nRatio charts ÷ process (median of the per-round ratios): first TCP %s, connected (Peer + DNS) %s, command returned %s, leave %s\n",
+		ratio(func(r joinRound) time.Duration { return r.cli.tcp }, func(r joinRound) time.Duration { return r.process.tcp }),
+		ratio(func(r joinRound) time.Duration { return r.cli.connected }, func(r joinRound) time.Duration { return r.process.connected }),
+		ratio(func(r joinRound) time.Duration { return r.cli.returned }, func(r joinRound) time.Duration { return r.process.returned }),
+		ratio(func(r joinRound) time.Duration { return r.cli.leave }, func(r joinRound) time.Duration { return r.process.leave }))
+	fmt.Fprintln(w, "\nThe CLI's and the process mode's Ready is their connected column: the same criteria as the operator's Ready, seen by the benchmark.")
 }
 
 // median is the median of f over the rounds.

@@ -311,3 +311,15 @@ func cleanupRealNodes(labID string) error {
 	}
 	return realnode.RemoveCgroups(labID)
 }
+
+// TagImage makes an image the lab's registry serves to the real nodes (ref, e.g. the project's
+// ghcr.io/octopus-mcs/octopus:<version>) available under tag too, as pushing a new build of
+// it would: a pod that asks for the new tag makes its node pull it from the registry, which
+// fetches no layer the node already has. It is how a test upgrades the components to a "new"
+// image (`helm upgrade` with another image.tag) without building one.
+func (l *Lab) TagImage(ctx context.Context, ref, tag string) error {
+	if l.nodes == nil || l.nodes.registry == nil {
+		return errors.New("tagging an image: the lab has no real nodes, so no registry")
+	}
+	return l.nodes.registry.Tag(ctx, ref, tag)
+}

@@ -98,6 +98,40 @@ func Install(ctx context.Context, cfg *rest.Config, o Options) (int, error) {
 	return revision(rel)
 }
 
+// Upgrade upgrades the existing release of o.Chart to the embedded chart with o.AppVersion,
+// keeping the values it was installed or last upgraded with and merging o.Values over them,
+// as `helm upgrade --reuse-values --set ...` does: a new image is one value (image.tag) away,
+// and the settings a user gave at install stay. A release that is not there is an error:
+// there is nothing to upgrade. It returns the new revision.
+func Upgrade(ctx context.Context, cfg *rest.Config, o Options) (int, error) {
+	if o.Chart == "" || o.Namespace == "" {
+		return 0, errors.New("upgrading a release: the chart and the namespace are required")
+	}
+	c, err := charts.Load(o.Chart, o.AppVersion)
+	if err != nil {
+		return 0, err
+	}
+	ac, err := configuration(cfg, o.Namespace)
+	if err != nil {
+		return 0, err
+	}
+	up := action.NewUpgrade(ac)
+	up.Namespace, up.Timeout, up.ReuseValues = o.Namespace, o.Timeout, true
+	up.WaitStrategy = kube.HookOnlyStrategy
+	if o.Wait {
+		up.WaitStrategy = kube.StatusWatcherStrategy
+	}
+	if up.Timeout == 0 {
+		up.Timeout = DefaultTimeout
+	}
+	up.ServerSideApply = "true"
+	rel, err := up.RunWithContext(ctx, o.Chart, c, o.Values)
+	if err != nil {
+		return 0, fmt.Errorf("upgrading release %s in namespace %s: %w", o.Chart, o.Namespace, err)
+	}
+	return revision(rel)
+}
+
 // Uninstall removes the release of chart from namespace with every object it installed, and
 // waits until they are gone; a release that is not there is no error.
 func Uninstall(ctx context.Context, cfg *rest.Config, chart, namespace string, timeout time.Duration) error {

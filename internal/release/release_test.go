@@ -74,6 +74,22 @@ func TestChartsOnAnAPIServer(t *testing.T) {
 		if cm.Data["OCTOPUS_HEARTBEAT_INTERVAL"] != "5s" {
 			t.Errorf("after the upgrade, octopus-config has %v", cm.Data)
 		}
+		// Upgrade to a new image keeps the values given before (--reuse-values).
+		if rev, err := release.Upgrade(ctx, cfg, release.Options{Chart: charts.Member, Namespace: "octopus-system", AppVersion: "v0.0.0-test",
+			Values: map[string]any{"image": map[string]any{"tag": "v0.0.0-new"}}}); err != nil || rev != 3 {
+			t.Fatalf("upgrading the member chart to a new image: revision %d, %v", rev, err)
+		}
+		mustExist(t, c, dep, "octopus-system", "octopus-controller")
+		if got := dep.Spec.Template.Spec.Containers[0].Image; got != "ghcr.io/octopus-mcs/octopus:v0.0.0-new" {
+			t.Errorf("after the image upgrade the controller runs %s, want ghcr.io/octopus-mcs/octopus:v0.0.0-new", got)
+		}
+		mustExist(t, c, cm, "octopus-system", "octopus-config")
+		if cm.Data["OCTOPUS_HEARTBEAT_INTERVAL"] != "5s" {
+			t.Errorf("the image upgrade dropped the earlier values: octopus-config has %v", cm.Data)
+		}
+		if _, err := release.Upgrade(ctx, cfg, release.Options{Chart: charts.Member, Namespace: "octopus-absent"}); err == nil {
+			t.Error("upgrading a release that is not installed succeeded")
+		}
 
 		// A generous bound: the hub chart's CRDs go only once the API server's finalizer has
 		// cleaned their (no) objects up, which took over 2 min once on a loaded CI machine.

@@ -81,7 +81,8 @@ func showClusters(t *testing.T, u user, kubeconfig string) map[string]cluster.St
 }
 
 // TestUserJourney: deploy the hub twice, join two clusters with the CLI (agents running as
-// processes), see them connected, survive a hub restart, refuse bad input, and leave.
+// processes: --agent process, since these control planes have no nodes for the member chart
+// to run on), see them connected, survive a hub restart, refuse bad input, and leave.
 func TestUserJourney(t *testing.T) {
 	env := testenv.ControlPlanes(t, "hub", "east", "west")
 	u := user{t: t, state: t.TempDir()}
@@ -109,7 +110,8 @@ func TestUserJourney(t *testing.T) {
 	}
 
 	for _, id := range []string{"east", "west"} {
-		out := u.mustOctopus("join", brokerInfo, "--cluster-id", id, "--kubeconfig", kc(id), "--pod-cidr", env.Cluster(id).PodCIDR.String())
+		// No nodes run the member chart's pods here: the development mode runs the controller.
+		out := u.mustOctopus("join", brokerInfo, "--cluster-id", id, "--kubeconfig", kc(id), "--pod-cidr", env.Cluster(id).PodCIDR.String(), "--agent", "process")
 		if !strings.Contains(out, "Agent started") {
 			t.Fatalf("join %s did not start the agent:\n%s", id, out)
 		}

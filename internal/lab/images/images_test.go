@@ -94,7 +94,7 @@ func TestCatalog(t *testing.T) {
 	}
 }
 
-// TestRegistry pushes a tarball's image under both its tags and reads it back as a container
+// TestRegistry pushes a tarball's image under both its tags, tags it once more (Tag) and reads it back as a container
 // runtime would through the mirror path HostsTOML configures.
 func TestRegistry(t *testing.T) {
 	spec := Spec{Refs: []string{"example.org/lab/tool:1", "example.org/lab/tool:latest"}, Files: []File{{Path: "/etc/tool.conf", Data: []byte("a=1\n")}}}
@@ -120,7 +120,13 @@ func TestRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	want, _ := img.Digest()
-	for _, tag := range []string{"1", "latest"} {
+	if err := r.Tag(context.Background(), "example.org/lab/tool:1", "2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Tag(context.Background(), "example.org/lab/tool:9", "10"); err == nil {
+		t.Error("tagging an image the registry does not hold succeeded")
+	}
+	for _, tag := range []string{"1", "latest", "2"} {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+r.Addr+"/v2/example.org/lab/tool/manifests/"+tag, nil)
 		req.Header.Set("Accept", "application/vnd.docker.distribution.manifest.v2+json")
 		resp, err := http.DefaultClient.Do(req)

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // Registry serves images over the OCI distribution API from memory, so that a container
@@ -110,6 +111,44 @@ func (r *Registry) Push(ctx context.Context, tarballPath string) error {
 				return fmt.Errorf("pushing %s to the lab's registry: %w", t, err)
 			}
 		}
+	}
+	return nil
+}
+
+// Tag serves the image the registry holds as ref (registry/repository:tag) under tag too, as
+// `docker tag` and a push would: the manifest is stored again, the blobs are shared. A node
+// that pulls the new tag fetches no layer it already has.
+func (r *Registry) Tag(ctx context.Context, ref, tag string) error {
+	src, err := name.NewTag(ref)
+	if err != nil {
+		return fmt.Errorf("tagging %s: %w", ref, err)
+	}
+	dst, err := name.NewTag(src.Repository.Name() + ":" + tag)
+	if err != nil {
+		return fmt.Errorf("tagging %s as %s: %w", ref, tag, err)
+	}
+	repo := "/v2/" + runtimeHost(src.RegistryStr()) + "/" + src.RepositoryStr() + "/manifests/"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.Addr+repo+src.TagStr(), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", strings.Join([]string{
+		string(types.OCIManifestSchema1), string(types.DockerManifestSchema2), string(types.OCIImageIndex), string(types.DockerManifestList),
+	}, ", "))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("reading the manifest of %s: %w", ref, err)
+	}
+	defer resp.Body.Close()
+	manifest, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("reading the manifest of %s: %w", ref, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("reading the manifest of %s: %s: %s", ref, resp.Status, bytes.TrimSpace(manifest))
+	}
+	if err := r.do(ctx, http.MethodPut, repo+dst.TagStr(), resp.Header.Get("Content-Type"), bytes.NewReader(manifest)); err != nil {
+		return fmt.Errorf("tagging %s as %s: %w", ref, dst, err)
 	}
 	return nil
 }
