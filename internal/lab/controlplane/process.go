@@ -423,4 +423,3 @@ func startInNetns(cmd *exec.Cmd, path string, home *os.File) (stranded bool, err
 	}
 	return false, startErr
 }
-

@@ -56,4 +56,3 @@ var (
 
 // lanBits is the size of a cluster LAN; see LANRange.
 const lanBits = 28
-
