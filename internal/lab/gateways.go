@@ -234,13 +234,15 @@ func (l *Lab) StopGateway(ctx context.Context, node string) error {
 	if err != nil {
 		return err
 	}
-	patch := []byte(`{"metadata":{"labels":{"` + labnet.GatewayLabel + `":null}}}`)
-	if _, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("taking %s off node %s: %w", labnet.GatewayLabel, node, err)
-	}
+	// The pod first: once the label is off, the DaemonSet controller may mark it for deletion
+	// before we look, and GatewayPod skips pods being deleted.
 	pod, err := GatewayPod(ctx, c, node)
 	if err != nil {
 		return err
+	}
+	patch := []byte(`{"metadata":{"labels":{"` + labnet.GatewayLabel + `":null}}}`)
+	if _, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("taking %s off node %s: %w", labnet.GatewayLabel, node, err)
 	}
 	err = c.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	if err != nil && !apierrors.IsNotFound(err) {
