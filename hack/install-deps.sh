@@ -5,12 +5,11 @@ set -euo pipefail
 
 # nftables: the nft tool kube-proxy (nftables mode) drives in every lab node. iproute2: `ip netns`
 # for looking into lab namespaces (the lab itself uses netlink).
-# busybox and socat: the programs of the busybox and alpine/socat images, which lab pods run
-# as host processes (internal/lab/nodeagent).
+# busybox and socat: the programs of the busybox and alpine/socat images the lab builds for its
+# nodes from the host's files (internal/lab/images).
 # dnsutils (dig, nslookup) and dnsperf: the octopus-dns test (cmd/octopus-dns) and the DNS benchmark (hack/bench/dns).
 # netcat-openbsd (nc), curl, wget, dnsutils and iputils-ping: the tools a toolbox image such as
-# nicolaka/netshoot ships, which the lab's toolbox pods run from the host
-# (internal/lab/nodeagent/images.go, toolboxTools).
+# nicolaka/netshoot ships, which the lab's toolbox image is made of (internal/lab/images).
 # iperf3, iputils-ping, wireguard-go and wireguard-tools (wg): the tunnel benchmark
 # (hack/bench/tunnel) measures pod → pod with iperf3 and ping and compares our wireguard driver
 # with Debian's wireguard-go program configured by `wg`.

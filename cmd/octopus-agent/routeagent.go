@@ -22,6 +22,7 @@ type routeAgentOptions struct {
 	resyncInterval time.Duration
 	metricsAddr    string
 	healthAddr     string
+	daemonSet      string
 }
 
 func newRouteAgentCommand() *cobra.Command {
@@ -33,7 +34,9 @@ func newRouteAgentCommand() *cobra.Command {
 clusters' CIDRs, which the active gateway mirrors into the octopus-system/octopus-gateway
 ConfigMap, via the InternalIP of the node holding the octopus-system/octopus-gateway Lease, and
 follows failover. Its routes carry protocol 212 and metric 212; it never touches other routes.
-It needs no hub credential. It runs until SIGTERM or SIGINT and leaves its routes in place.`,
+It needs no hub credential. It runs until SIGTERM or SIGINT and leaves its routes in place for
+the next agent, unless Octopus is being removed: its namespace is terminating or gone, or the
+DaemonSet named by --daemonset is; then it withdraws them first.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.nodeName == "" {
@@ -58,7 +61,7 @@ It needs no hub credential. It runs until SIGTERM or SIGINT and leaves its route
 			}
 			return routeagent.Run(ctrl.SetupSignalHandler(), routeagent.Options{
 				Member: member, NodeName: o.nodeName, ResyncInterval: o.resyncInterval, Log: ctrl.Log.WithName("route-agent"),
-				MetricsListener: metrics, HealthListener: health,
+				MetricsListener: metrics, HealthListener: health, DaemonSet: o.daemonSet,
 			})
 		},
 	}
@@ -69,6 +72,7 @@ It needs no hub credential. It runs until SIGTERM or SIGINT and leaves its route
 		`address of the Prometheus metrics endpoint (/metrics); "0" turns it off`)
 	f.StringVar(&o.healthAddr, "health-probe-bind-address", fmt.Sprintf(":%d", routeagent.DefaultHealthPort),
 		`address of the health probes: /healthz (the process serves) and /readyz (the node's routes were applied, and the last attempt succeeded); "0" turns them off`)
+	f.StringVar(&o.daemonSet, "daemonset", "", "the DaemonSet in octopus-system that runs this agent, if one does: when it is deleted (helm uninstall), the agent withdraws its routes as it stops")
 	f.DurationVar(&o.resyncInterval, "resync-interval", routeagent.DefaultResyncInterval, "how often to re-read the kernel and re-apply the routes without an event")
 	return cmd
 }

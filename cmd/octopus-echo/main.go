@@ -3,7 +3,7 @@
 // with where it runs, so a request shows which cluster, node and pod answered it.
 //
 // Where it runs comes from the environment: CLUSTER_NAME (else OCTOPUS_LAB_CLUSTER, which the
-// lab node agent sets), NODE_NAME, POD_NAME, POD_NAMESPACE and POD_IP, as a manifest sets them
+// lab's NRI plugin sets on its nodes), NODE_NAME, POD_NAME, POD_NAMESPACE and POD_IP, as a manifest sets them
 // with the downward API; POD_NAME defaults to the host name.
 package main
 

@@ -165,8 +165,14 @@ var identities = []identity{
 			{verbs: "list,watch", resource: "nodes"},
 			{verbs: "list,watch", resource: "configmaps", namespace: memberNS, name: "octopus-gateway"},
 			{verbs: "list,watch", group: "coordination.k8s.io", resource: "leases", namespace: memberNS, name: "octopus-gateway"},
+			// Whether Octopus is being removed, read as it stops (internal/routeagent/removal.go).
+			{verbs: "get", resource: "namespaces", name: memberNS},
+			{verbs: "get", group: "apps", resource: "daemonsets", namespace: memberNS, name: "octopus-route-agent"},
 		},
 		refused: []request{
+			{verb: "get", resource: "namespaces", name: otherNS},
+			{verb: "get", group: "apps", resource: "daemonsets", namespace: memberNS, name: "octopus-gateway"},
+			{verb: "delete", group: "apps", resource: "daemonsets", namespace: memberNS, name: "octopus-route-agent"},
 			{verb: "create", resource: "services", namespace: otherNS},
 			{verb: "update", resource: "services", namespace: otherNS, name: probeName},
 			{verb: "create", group: "discovery.k8s.io", resource: "endpointslices", namespace: otherNS},

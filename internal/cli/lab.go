@@ -62,8 +62,6 @@ type labUpOptions struct {
 	overlapping bool
 	// direct is lab.Options.DirectClusters: with overlapping, a mixed cluster set.
 	direct []string
-	// nodeRuntime is lab.Options.NodeRuntime.
-	nodeRuntime string
 	// cni is lab.Options.CNI.
 	cni string
 }
@@ -73,7 +71,7 @@ type labUpOptions struct {
 var labFlags = map[string]string{
 	"Clusters": "--clusters", "NodesPerCluster": "--nodes-per-cluster", "GatewaysPerCluster": "--gateways-per-cluster",
 	"Backends": "--backend", "Topology": "--topology", "HubGateways": "--hub-gateways", "Dir": "--dir",
-	"OverlappingCIDRs": "--overlapping-cidrs", "DirectClusters": "--direct-clusters", "NodeRuntime": "--node-runtime",
+	"OverlappingCIDRs": "--overlapping-cidrs", "DirectClusters": "--direct-clusters",
 	"CNI": "--cni",
 }
 
@@ -90,7 +88,7 @@ func (o *labUpOptions) labOptions() (lab.Options, error) {
 	}
 	opts := lab.Options{Clusters: o.clusters, NodesPerCluster: nodes, GatewaysPerCluster: o.gateways, Backends: backends,
 		OverlappingCIDRs: o.overlapping, DirectClusters: o.direct, Topology: v1alpha1.Topology(o.topology), HubGateways: o.hubGateways, Dir: *o.dir,
-		NodeRuntime: o.nodeRuntime, CNI: o.cni}
+		CNI: o.cni}
 	if err := opts.Validate(); err != nil {
 		return lab.Options{}, inFlagTerms(err, labFlags)
 	}
@@ -131,10 +129,11 @@ func newLabUpCommand(streams IOStreams, dir *string) *cobra.Command {
 kube-controller-manager (and a kube-scheduler per member cluster). Each member cluster gets
 nodes as network namespaces on its own LAN, the first --gateways-per-cluster of them
 gateway-labelled (one active gateway, the others standbys), each registered
-as a Ready Node and running the real kube-proxy in nftables mode; an underlay namespace joins
-the gateways. A node agent runs the pods scheduled to each node, each in a network namespace
-of its own with its containers as host processes (well-known images such as busybox,
-alpine/socat and ghcr.io/octopus-mcs/echo map to host binaries). Only documentation
+a real Kubernetes node (containerd with runc and NRI, a kubelet, a CNI: --cni bridge or
+flannel) running the real kube-proxy in nftables mode; an underlay namespace joins the
+gateways. The nodes run images built on this machine (busybox, alpine/socat, a toolbox,
+CoreDNS, the project's own image with the echo server and octopus-dns) from a registry inside
+the lab, and Octopus's components as the member chart's pods. Only documentation
 addresses (198.51.100.0/24, 203.0.113.0/24) are used outside the clusters. Then it deploys the hub, joins every cluster and runs its
 agent, shows the cluster set and keeps running until interrupted, when it stops everything it
 started. Each gateway node runs the Octopus gateway (--backend wireguard or vxlan) and every
@@ -162,8 +161,7 @@ func (o *labUpOptions) bindFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.direct, "direct-clusters", nil, "with --overlapping-cidrs, these clusters (e.g. cluster3) keep CIDRs of their own and join with direct addressing: a mixed cluster set")
 	fs.StringVar(&o.backend, "backend", string(v1alpha1.BackendWireGuard), "tunnel backend of every cluster's gateway: wireguard or vxlan (unencrypted)")
 	fs.StringVar(&o.topology, "topology", string(v1alpha1.TopologyMesh), "how gateways connect: mesh (direct tunnels between all clusters) or hub (every cluster through the hub's gateway)")
-	fs.StringVar(&o.nodeRuntime, "node-runtime", lab.NodeRuntimeStandin, "what runs the nodes' pods: standin (the lab's node agent, containers as host programs) or kubelet (a real kubelet, containerd, runc and CNI on every node, with images built on this machine)")
-	fs.StringVar(&o.cni, "cni", cni.Bridge, "with --node-runtime kubelet, the nodes' CNI: bridge (the reference bridge and host-local plugins, routes between nodes written by the lab) or flannel (flanneld with its VXLAN backend on every node)")
+	fs.StringVar(&o.cni, "cni", cni.Bridge, "the nodes' CNI: bridge (the reference bridge and host-local plugins, routes between nodes written by the lab) or flannel (flanneld with its VXLAN backend on every node)")
 	fs.IntVar(&o.hubGateways, "hub-gateways", 0, "with --topology hub: the hub's gateway nodes, one active, the others take over when it dies (if not given: 1)")
 }
 
@@ -183,17 +181,14 @@ func (o *labUpOptions) Run(ctx context.Context) error {
 		return fmt.Errorf("%w (run `make k8s-binaries` from the repository)", err)
 	}
 	opts.BinDir, opts.AgentBinary, opts.Progress = binDir, agent, p
-	if opts.NodeRuntime == lab.NodeRuntimeKubelet {
-		if _, opts.ContainerdBinDir, err = controlplane.EnsureNodeRuntime(ctx, root, o.ErrOut); err != nil {
-			return fmt.Errorf("%w (run `make k8s-binaries` from the repository)", err)
-		}
+	if _, opts.ContainerdBinDir, err = controlplane.EnsureNodeRuntime(ctx, root, o.ErrOut); err != nil {
+		return fmt.Errorf("%w (run `make k8s-binaries` from the repository)", err)
 	}
 	if opts.CNI == cni.Flannel {
 		if opts.FlannelBinDir, err = controlplane.EnsureFlannel(ctx, root, o.ErrOut); err != nil {
 			return fmt.Errorf("%w (run hack/flannel.sh from the repository)", err)
 		}
 	}
-	opts.EchoBinary, opts.DNSBinary = siblingBinary("octopus-echo"), siblingBinary("octopus-dns")
 	l, err := lab.Up(ctx, opts)
 	if err != nil {
 		return err
@@ -241,21 +236,6 @@ func (o *labUpOptions) Run(ctx context.Context) error {
 	fmt.Fprintln(o.Out, "\nThe lab is running. Press Ctrl-C to stop it.")
 	<-ctx.Done()
 	return nil
-}
-
-// siblingBinary finds one of Octopus's binaries (octopus-echo, octopus-dns) next to the
-// octopus binary, as `make build` puts them. Without it the lab still runs, and the pods of
-// its image report the binary missing.
-func siblingBinary(name string) string {
-	self, err := os.Executable()
-	if err != nil {
-		return ""
-	}
-	candidate := filepath.Join(filepath.Dir(self), name)
-	if _, err := os.Stat(candidate); err != nil {
-		return ""
-	}
-	return candidate
 }
 
 // waitConnected waits until every member's heartbeat reached the hub.

@@ -23,16 +23,11 @@ func TestLabUpFlags(t *testing.T) {
 		direct          []string
 		topology        v1alpha1.Topology
 		hubGateways     int
-		nodeRuntime     string
 		cni             string
 	}{
 		"defaults":                 {args: nil, nodes: 0, gateways: 1, backend: "wireguard", topology: "mesh"},
-		"real nodes":               {args: []string{"--node-runtime", "kubelet"}, gateways: 1, backend: "wireguard", topology: "mesh", nodeRuntime: "kubelet"},
-		"stand-in nodes":           {args: []string{"--node-runtime", "standin"}, gateways: 1, backend: "wireguard", topology: "mesh", nodeRuntime: "standin"},
-		"unknown node runtime":     {args: []string{"--node-runtime", "docker"}, wantErr: `--node-runtime "docker": want standin`},
-		"flannel":                  {args: []string{"--node-runtime", "kubelet", "--cni", "flannel"}, gateways: 1, backend: "wireguard", topology: "mesh", nodeRuntime: "kubelet", cni: "flannel"},
-		"unknown CNI":              {args: []string{"--node-runtime", "kubelet", "--cni", "calico"}, wantErr: `--cni "calico": want bridge or flannel`},
-		"flannel on the stand-in":  {args: []string{"--node-runtime", "standin", "--cni", "flannel"}, wantErr: "--cni flannel needs --node-runtime kubelet"},
+		"flannel":                  {args: []string{"--cni", "flannel"}, gateways: 1, backend: "wireguard", topology: "mesh", cni: "flannel"},
+		"unknown CNI":              {args: []string{"--cni", "calico"}, wantErr: `--cni "calico": want bridge or flannel`},
 		"vxlan":                    {args: []string{"--backend", "vxlan"}, gateways: 1, backend: "vxlan", topology: "mesh"},
 		"two gateways, default":    {args: []string{"--gateways-per-cluster", "2"}, nodes: 0, gateways: 2, backend: "wireguard", topology: "mesh"},
 		"two gateways, four nodes": {args: []string{"--gateways-per-cluster", "2", "--nodes-per-cluster", "4"}, nodes: 4, gateways: 2, backend: "wireguard", topology: "mesh"},
@@ -73,9 +68,6 @@ func TestLabUpFlags(t *testing.T) {
 			if opts.NodesPerCluster != tc.nodes || opts.GatewaysPerCluster != tc.gateways || opts.Clusters != 2 || opts.Dir != dir ||
 				opts.OverlappingCIDRs != tc.overlapping || !slices.Equal(opts.DirectClusters, tc.direct) || opts.Topology != tc.topology || opts.HubGateways != tc.hubGateways {
 				t.Errorf("options %+v, want %d nodes and %d gateways in 2 clusters", opts, tc.nodes, tc.gateways)
-			}
-			if want := cmp.Or(tc.nodeRuntime, lab.NodeRuntimeStandin); opts.NodeRuntime != want {
-				t.Errorf("node runtime %q, want %q", opts.NodeRuntime, want)
 			}
 			if want := cmp.Or(tc.cni, "bridge"); opts.CNI != want {
 				t.Errorf("CNI %q, want %q", opts.CNI, want)

@@ -128,8 +128,7 @@ func TestMemberChartLab(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := newFailoverLab(ctx, t, lab.Options{
-		BinDir: binDir, AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"], DNSBinary: bins["octopus-dns"],
-		NodeRuntime: lab.NodeRuntimeKubelet, ContainerdBinDir: containerd,
+		BinDir: binDir, AgentBinary: bins["octopus-agent"], ContainerdBinDir: containerd,
 	})
 	kubectl := filepath.Join(binDir, "kubectl")
 

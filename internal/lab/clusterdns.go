@@ -14,8 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
-	"github.com/octopus-mcs/octopus/internal/lab/nodeagent"
+	"github.com/octopus-mcs/octopus/internal/lab/images"
 )
 
 // kubeadmCorefile is kubeadm's default Corefile (v1.37), unchanged: the crossdns issue wires
@@ -53,13 +52,26 @@ const (
 	kubeSystem      = metav1.NamespaceSystem
 )
 
+// ClusterDNSAddr returns the ClusterIP of the kube-dns Service in a cluster with the given
+// service CIDR: its 10th address, as kubeadm chooses.
+func ClusterDNSAddr(serviceCIDR netip.Prefix) (netip.Addr, error) {
+	a := serviceCIDR.Masked().Addr()
+	for range 10 {
+		a = a.Next()
+	}
+	if !a.IsValid() || !serviceCIDR.Contains(a) {
+		return netip.Addr{}, fmt.Errorf("service CIDR %s has no 10th address for cluster DNS", serviceCIDR)
+	}
+	return a, nil
+}
+
 // deployClusterDNS creates in a member cluster what kubeadm deploys for cluster DNS: the
 // coredns ConfigMap, ServiceAccount, ClusterRole and binding, Deployment and the kube-dns
 // Service at the service CIDR's 10th address. Objects that exist are left as they are, so a
 // user's Corefile edit survives. One replica instead of kubeadm's two: the lab shares a
 // small machine and nothing here tests DNS failover.
 func deployClusterDNS(ctx context.Context, cs kubernetes.Interface, serviceCIDR netip.Prefix) error {
-	dnsIP, err := nodeagent.ClusterDNSAddr(serviceCIDR)
+	dnsIP, err := ClusterDNSAddr(serviceCIDR)
 	if err != nil {
 		return err
 	}
@@ -118,7 +130,7 @@ func deployClusterDNS(ctx context.Context, cs kubernetes.Interface, serviceCIDR 
 					DNSPolicy: corev1.DNSDefault,
 					Containers: []corev1.Container{{
 						Name:  coreDNSName,
-						Image: nodeagent.CoreDNSImage + ":" + controlplane.CoreDNSVersion,
+						Image: images.CoreDNSImage,
 						Args:  []string{"-conf", "/etc/coredns/Corefile"},
 						VolumeMounts: []corev1.VolumeMount{
 							{Name: "config-volume", MountPath: "/etc/coredns", ReadOnly: true},

@@ -71,8 +71,8 @@ func crossCluster(t *testing.T, backend, binDir string, bins map[string]string) 
 	defer cancel()
 	l, _ := startLab(ctx, t, lab.Options{
 		Clusters: 2, NodesPerCluster: 2, BinDir: binDir,
-		AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"], DNSBinary: bins["octopus-dns"],
-		Backends: map[string]string{lab.ClusterName(1): backend, lab.ClusterName(2): backend},
+		AgentBinary: bins["octopus-agent"],
+		Backends:    map[string]string{lab.ClusterName(1): backend, lab.ClusterName(2): backend},
 	})
 
 	pods := startEchoPods(ctx, t, l)

@@ -25,8 +25,8 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/lab/images"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
-	"github.com/octopus-mcs/octopus/internal/lab/nodeagent"
 )
 
 // DemoNamespace holds what Demo deploys in both clusters.
@@ -233,7 +233,7 @@ func echoObjects() []client.Object {
 				Template: corev1.PodTemplateSpec{
 					ObjectMeta: metav1.ObjectMeta{Labels: labels},
 					Spec: corev1.PodSpec{Containers: []corev1.Container{{
-						Name: "echo", Image: nodeagent.EchoImage + ":latest",
+						Name: "echo", Image: images.EchoImage,
 						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}, {Name: "tcp", ContainerPort: 9000}},
 						Env: []corev1.EnvVar{
 							fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_NAMESPACE", "metadata.namespace"),

@@ -55,7 +55,7 @@ func TestDiagnose(t *testing.T) {
 	// Processes: the checks cut a gateway off by its pidfile and read its process log
 	// through gather.
 	l, dir := startLab(ctx, t, lab.Options{
-		Clusters: 2, NodesPerCluster: 2, BinDir: binDir, AgentBinary: bins["octopus-agent"], DNSBinary: bins["octopus-dns"],
+		Clusters: 2, NodesPerCluster: 2, BinDir: binDir, AgentBinary: bins["octopus-agent"],
 		ComponentProcesses: true,
 	})
 	d := &diagnoseLab{l: l, dir: dir, octopus: bins["octopus"], hub: l.Env.Cluster(lab.HubName).Kubeconfig}

@@ -32,7 +32,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
-	"github.com/octopus-mcs/octopus/internal/lab/nodeagent"
+	"github.com/octopus-mcs/octopus/internal/lab/realnode"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
@@ -57,7 +57,7 @@ func upLab(ctx context.Context, t *testing.T) labCluster {
 	bins := buildCommands(t, "octopus-agent", "octopus-echo")
 	l, dir := startLab(ctx, t, lab.Options{
 		Clusters: 1, NodesPerCluster: 2, BinDir: binDir,
-		AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"],
+		AgentBinary: bins["octopus-agent"],
 	})
 	kubeconfig := l.Env.Cluster(l.Network.Clusters[0].Name).Kubeconfig
 	return labCluster{lab: l, dir: dir, kubeconfig: kubeconfig, kubectl: filepath.Join(binDir, "kubectl"), cs: clientset(t, kubeconfig)}
@@ -229,7 +229,8 @@ func TestExecAndLogs(t *testing.T) {
 	t.Run("logs", func(t *testing.T) {
 		all := c.run(ctx, t, nil, "", "logs", "toolbox")
 		if problem := tickTockProblem(all.stdout); all.code != 0 || problem != "" {
-			raw, _ := filepath.Glob(filepath.Join(c.dir, "pods", "*", "default_toolbox_*", "sh", "0.log"))
+			// The kubelet's log of the container: /var/log/pods of its node.
+			raw, _ := filepath.Glob(filepath.Join(c.dir, realnode.NodesDir, "*", "logs", "pods", "default_toolbox_*", "sh", "0.log"))
 			head := ""
 			if len(raw) == 1 {
 				head = readFile(raw[0])
@@ -263,10 +264,8 @@ func TestExecAndLogs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The stand-in's pod directory, or a real node's kubelet's (its /var/lib/kubelet).
-		dirs, _ := filepath.Glob(filepath.Join(c.dir, "pods", "*", "default_crasher_*"))
-		kubelets, _ := filepath.Glob(filepath.Join(c.dir, "nodes", "*", "kubelet", "pods", string(crasher.UID)))
-		dirs = append(dirs, kubelets...)
+		// The pod's directory in its node's kubelet directory (the node's /var/lib/kubelet).
+		dirs, _ := filepath.Glob(filepath.Join(c.dir, "nodes", "*", "kubelet", "pods", string(crasher.UID)))
 		if len(dirs) != 1 {
 			t.Fatalf("crasher pod directories: %v, want one", dirs)
 		}
@@ -377,7 +376,7 @@ func testLateConfigMap(ctx context.Context, t *testing.T, c labCluster) {
 // clusterDNS is the kube-dns ClusterIP of a cluster: the 10th address of its service CIDR.
 func clusterDNS(t *testing.T, serviceCIDR netip.Prefix) netip.Addr {
 	t.Helper()
-	a, err := nodeagent.ClusterDNSAddr(serviceCIDR)
+	a, err := lab.ClusterDNSAddr(serviceCIDR)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -497,8 +496,8 @@ func testKubeletAuthz(ctx context.Context, t *testing.T, c labCluster, nodeIP ne
 	for _, tc := range []struct {
 		what  string
 		certs []tls.Certificate
-		// want are the refusals that pass: 0 is a failed TLS handshake (the stand-in asks
-		// for a client certificate), 401 a kubelet's refusal of an anonymous request.
+		// want are the refusals that pass: 401 is a kubelet's refusal of an anonymous
+		// request, 0 a failed TLS handshake (a kubelet that demands a client certificate).
 		want []int
 	}{
 		{"certificate of a user without rights", []tls.Certificate{nobody}, []int{http.StatusForbidden}},

@@ -70,7 +70,7 @@ func TestGatewayFailover(t *testing.T) {
 	bins := buildCommands(t, "octopus-agent", "octopus-echo")
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	f := newFailoverLab(ctx, t, lab.Options{BinDir: binDir, AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"]})
+	f := newFailoverLab(ctx, t, lab.Options{BinDir: binDir, AgentBinary: bins["octopus-agent"]})
 
 	t.Run("underlay cut", func(t *testing.T) { f.underlayCut(ctx, t) })
 	if t.Failed() {

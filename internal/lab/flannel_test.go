@@ -41,8 +41,7 @@ func TestFlannel(t *testing.T) {
 	bins := buildCommands(t, "octopus-agent", "octopus-echo", "octopus-dns")
 	l, dir := startLab(ctx, t, lab.Options{
 		Clusters: 1, NodesPerCluster: 2, BinDir: binDir,
-		AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"], DNSBinary: bins["octopus-dns"],
-		NodeRuntime: lab.NodeRuntimeKubelet, ContainerdBinDir: containerd, CNI: cni.Flannel, FlannelBinDir: flannel,
+		AgentBinary: bins["octopus-agent"], ContainerdBinDir: containerd, CNI: cni.Flannel, FlannelBinDir: flannel,
 	})
 	c := l.Network.Clusters[0]
 	cs := clientset(t, l.Env.Cluster(c.Name).Kubeconfig)

@@ -74,20 +74,21 @@ func GatewayDevice(cluster string) string { return "og-" + cluster }
 const memberChartTimeout = 3 * time.Minute
 
 // chartsOnNodes reports whether the lab installs a joined cluster's components with the member
-// chart (charts/octopus-member) rather than running them as processes: on real nodes, when the
-// nodes can get the project's image, which the lab builds only when the agent binary's
-// directory holds every binary (hasOctopusBinaries; `go build -o bin/ ./cmd/...`).
+// chart (charts/octopus-member) rather than running them as processes: unless
+// ComponentProcesses asks for processes, when the nodes can get the project's image, which the
+// lab builds only when the agent binary's directory holds every binary (hasOctopusBinaries;
+// `go build -o bin/ ./cmd/...`).
 func chartsOnNodes(opts Options) bool {
-	return !opts.ComponentProcesses && opts.NodeRuntime == NodeRuntimeKubelet && hasOctopusBinaries(filepath.Dir(opts.AgentBinary))
+	return !opts.ComponentProcesses && hasOctopusBinaries(filepath.Dir(opts.AgentBinary))
 }
 
 // startComponents runs a joined cluster's controller, gateways and route agents: as the pods of
 // the member chart where chartsOnNodes says so, installed as `octopus join --agent charts`
 // installs it; otherwise as supervised processes in the nodes' namespaces (startAgent,
-// startGateways), since the stand-in's pods cannot run them.
+// startGateways).
 func startComponents(ctx context.Context, opts Options, env *controlplane.Environment, cp *controlplane.ControlPlane, c labnet.ClusterNet) error {
 	if !chartsOnNodes(opts) {
-		if opts.NodeRuntime == NodeRuntimeKubelet && !opts.ComponentProcesses {
+		if !opts.ComponentProcesses {
 			opts.Progress.Step("%s: the components run as processes: %s lacks some of %v, so the nodes have no Octopus image (go build -o DIR/ ./cmd/...)",
 				cp.Name, filepath.Dir(opts.AgentBinary), images.OctopusBinaries)
 		}
@@ -234,13 +235,15 @@ func (l *Lab) StopGateway(ctx context.Context, node string) error {
 	if err != nil {
 		return err
 	}
-	patch := []byte(`{"metadata":{"labels":{"` + labnet.GatewayLabel + `":null}}}`)
-	if _, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("taking %s off node %s: %w", labnet.GatewayLabel, node, err)
-	}
+	// The pod first: once the label is off, the DaemonSet controller may mark it for deletion
+	// before we look, and GatewayPod skips pods being deleted.
 	pod, err := GatewayPod(ctx, c, node)
 	if err != nil {
 		return err
+	}
+	patch := []byte(`{"metadata":{"labels":{"` + labnet.GatewayLabel + `":null}}}`)
+	if _, err := c.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("taking %s off node %s: %w", labnet.GatewayLabel, node, err)
 	}
 	err = c.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -269,12 +272,14 @@ func GatewayPod(ctx context.Context, c kubernetes.Interface, node string) (*core
 	if err != nil {
 		return nil, fmt.Errorf("listing the gateway pods of %s: %w", node, err)
 	}
+	var seen []string
 	for _, p := range pods.Items {
 		if p.DeletionTimestamp == nil {
 			return &p, nil
 		}
+		seen = append(seen, fmt.Sprintf("%s (%s, being deleted since %s)", p.Name, p.Status.Phase, p.DeletionTimestamp.Format(time.RFC3339)))
 	}
-	return nil, fmt.Errorf("node %s runs no gateway pod", node)
+	return nil, fmt.Errorf("node %s runs no gateway pod (pods there: %v)", node, seen)
 }
 
 // startGateways runs, in a joined cluster, `octopus-agent gateway` in each gateway node's

@@ -37,8 +37,8 @@ func hubTopology(t *testing.T, backend, binDir string, bins map[string]string) {
 	defer cancel()
 	l, dir := startLab(ctx, t, lab.Options{
 		Clusters: 2, NodesPerCluster: 2, BinDir: binDir, Topology: v1alpha1.TopologyHub, HubGateways: 2,
-		AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"], DNSBinary: bins["octopus-dns"],
-		Backends: map[string]string{lab.HubName: backend, lab.ClusterName(1): backend, lab.ClusterName(2): backend},
+		AgentBinary: bins["octopus-agent"],
+		Backends:    map[string]string{lab.HubName: backend, lab.ClusterName(1): backend, lab.ClusterName(2): backend},
 	})
 	c1, c2 := l.Network.Clusters[0], l.Network.Clusters[1]
 	isolate(t, c1.Nodes[0].Netns, c2.Nodes[0].UnderlayAddr.Addr().String())

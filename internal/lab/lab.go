@@ -45,7 +45,11 @@ type Options struct {
 	Dir string
 	// BinDir has the control-plane binaries (controlplane.EnsureBinaries). Required.
 	BinDir string
-	// AgentBinary is the octopus-agent executable. Required.
+	// AgentBinary is the octopus-agent executable. Required. When its directory holds every
+	// binary of `make build` (images.OctopusBinaries), the nodes get the project's image and
+	// the echo and octopus-dns images made from it, and the components run as the member
+	// chart's pods; otherwise only as processes (ComponentProcesses), and pods of those
+	// images cannot start.
 	AgentBinary string
 	// ComponentProcesses runs the controller, gateways and route agents as supervised
 	// processes in the nodes' namespaces even where the member chart could run them as pods
@@ -54,10 +58,6 @@ type Options struct {
 	ComponentProcesses bool
 	// HeartbeatInterval of the agents. Optional, default 2s so the demo shows live state.
 	HeartbeatInterval time.Duration
-	// EchoBinary is the octopus-echo executable that containers of image
-	// nodeagent.EchoImage run. Optional: without it such containers report
-	// nodeagent.ReasonBinaryNotFound.
-	EchoBinary string
 	// OverlappingCIDRs gives every member cluster the same pod and service CIDRs and joins
 	// them with globalnet addressing: they reach each other's exported services by global
 	// IPs (docs/architecture.md §6h). Optional.
@@ -66,10 +66,6 @@ type Options struct {
 	// own and join with direct addressing beside the globalnet ones: a mixed cluster set
 	// (docs/architecture.md §6h). Optional.
 	DirectClusters []string
-	// DNSBinary is the octopus-dns executable that the octopus-dns pods join deploys run
-	// (nodeagent.OctopusDNSImage). Optional: without it they report
-	// nodeagent.ReasonBinaryNotFound and clusterset.local names do not resolve.
-	DNSBinary string
 	// NodesPerCluster is the number of nodes of each member cluster, the first
 	// GatewaysPerCluster of them gateways. Optional: 0 means GatewaysPerCluster+1 (one
 	// worker), at least labnet.MinNodesPerCluster; at most labnet.MaxNodesPerCluster.
@@ -89,13 +85,10 @@ type Options struct {
 	// the others standbys that take over when it dies. Optional: 0 means 1 with the hub
 	// topology; at most labnet.MaxHubGateways, and only with the hub topology.
 	HubGateways int
-	// NodeRuntime is what runs the nodes' pods: NodeRuntimeStandin (the default) or
-	// NodeRuntimeKubelet (a real kubelet and containerd on every node). Optional.
-	NodeRuntime string
 	// ContainerdBinDir has containerd, its runc shim and ctr (controlplane.EnsureNodeRuntime);
-	// BinDir must then also have the kubelet. Required with NodeRuntimeKubelet.
+	// BinDir must then also have the kubelet. Required.
 	ContainerdBinDir string
-	// CNI is the CNI setup of real nodes (NodeRuntimeKubelet): cni.Bridge (the default) or
+	// CNI is the CNI setup of the nodes: cni.Bridge (the default) or
 	// cni.Flannel. Optional.
 	CNI string
 	// FlannelBinDir has flanneld and the flannel CNI plugin (controlplane.EnsureFlannel).
@@ -161,8 +154,8 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	if opts.Topology == v1alpha1.TopologyHub && opts.HubGateways == 0 {
 		opts.HubGateways = 1
 	}
-	if opts.NodeRuntime == NodeRuntimeKubelet && opts.ContainerdBinDir == "" {
-		return nil, errors.New("real nodes need the directory of containerd (see controlplane.EnsureNodeRuntime)")
+	if opts.ContainerdBinDir == "" {
+		return nil, errors.New("the nodes need the directory of containerd (see controlplane.EnsureNodeRuntime)")
 	}
 	if err := preflight(); err != nil {
 		return nil, err
@@ -231,11 +224,7 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	}()
 
 	step = time.Now()
-	if opts.NodeRuntime == NodeRuntimeKubelet {
-		p.Step("Starting containerd, a kubelet and kube-proxy on %d nodes per cluster", opts.NodesPerCluster)
-	} else {
-		p.Step("Registering %d nodes per cluster and starting kube-proxy and the pod agent on each", opts.NodesPerCluster)
-	}
+	p.Step("Starting containerd, a kubelet and kube-proxy on %d nodes per cluster", opts.NodesPerCluster)
 	if l.nodes, err = startNodes(ctx, env, plan, opts); err != nil {
 		return l, err
 	}

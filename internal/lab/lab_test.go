@@ -3,7 +3,6 @@ package lab_test
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -31,7 +30,6 @@ import (
 	"github.com/octopus-mcs/octopus/internal/lab/cni"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
-	"github.com/octopus-mcs/octopus/internal/procfs"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
@@ -41,11 +39,9 @@ const (
 	envChildDir   = "OCTOPUS_LAB_TEST_CHILD_DIR"
 	envChildBin   = "OCTOPUS_LAB_TEST_CHILD_BINDIR"
 	envChildAgent = "OCTOPUS_LAB_TEST_CHILD_AGENT"
-	// envNodeRuntime overrides the node runtime of the tests' labs (startLab and the child's).
-	envNodeRuntime = "OCTOPUS_LAB_TEST_NODE_RUNTIME"
-	// envCNI overrides the CNI of the labs of startLab (with real nodes).
+	// envCNI overrides the CNI of the labs of startLab.
 	envCNI = "OCTOPUS_LAB_TEST_CNI"
-	// envChildContainerd names the containerd bin directory of the child's real nodes.
+	// envChildContainerd names the containerd bin directory of the child's nodes.
 	envChildContainerd = "OCTOPUS_LAB_TEST_CHILD_CONTAINERD"
 	// envChildClusters is the number of the child lab's clusters (2 unless set).
 	envChildClusters = "OCTOPUS_LAB_TEST_CHILD_CLUSTERS"
@@ -67,13 +63,13 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// runChild runs a lab with hub + 2 clusters x 2 nodes (envChildClusters clusters when set)
-// on the node runtime of envNodeRuntime, reports it on stdout and waits to be killed.
+// runChild runs a lab with hub + 2 clusters x 2 nodes (envChildClusters clusters when set),
+// reports it on stdout and waits to be killed.
 func runChild(dir string) int {
 	opts := lab.Options{
 		Clusters: 2, NodesPerCluster: 2, Dir: dir,
 		BinDir: os.Getenv(envChildBin), AgentBinary: os.Getenv(envChildAgent),
-		NodeRuntime: os.Getenv(envNodeRuntime), ContainerdBinDir: os.Getenv(envChildContainerd),
+		ContainerdBinDir: os.Getenv(envChildContainerd),
 	}
 	if n, err := strconv.Atoi(os.Getenv(envChildClusters)); err == nil {
 		opts.Clusters = n
@@ -92,81 +88,6 @@ func runChild(dir string) int {
 		return 1
 	}
 	select {} // until SIGKILL
-}
-
-// TestLabUpAndDownAfterKill runs `lab up` (hub + 2 clusters x 2 nodes, on the tests' node
-// runtime) in a child process and checks, on the live lab: every Node is Ready with a pod
-// CIDR and an InternalIP; kube-proxy has programmed its nftables table in every node
-// namespace and puts a new ClusterIP Service into it; the root namespace gained no route
-// outside the lab's ranges. It starts a busybox pod whose shell forks. Then it SIGKILLs the
-// child and checks that Down leaves no process (the pod's included), mount, cgroup,
-// namespace or file behind (checkLabGone).
-func TestLabUpAndDownAfterKill(t *testing.T) {
-	testenv.LabNetwork(t)
-	binDir := testenv.BinDir(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	runtime, containerd := testNodeRuntime(ctx, t)
-	agent := buildAgent(t)
-	dir := filepath.Join(t.TempDir(), "lab")
-	routesBefore, err := labnet.RootRoutes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := hostSnapshot(t)
-
-	report, kill := startLabChild(t, dir, envChildBin+"="+binDir, envChildAgent+"="+agent,
-		envNodeRuntime+"="+runtime, envChildContainerd+"="+containerd)
-	if got := len(report.Network.Clusters); got != 2 {
-		t.Fatalf("network has %d clusters, want 2", got)
-	}
-	for _, c := range report.Network.Clusters {
-		cs := clientset(t, report.Kubeconfigs[c.Name])
-		checkNodes(ctx, t, cs, c)
-		svcIP := createService(ctx, t, cs)
-		for _, n := range c.Nodes {
-			waitNFT(ctx, t, n, svcIP)
-		}
-	}
-	for _, r := range labnet.NewRoutesOutsideLab(routesBefore, mustRoutes(t)) {
-		t.Errorf("the root namespace gained a route outside the lab's ranges: %s", r)
-	}
-
-	// A pod whose shell forks: its sleep children are not children of `lab up`, so Pdeathsig
-	// does not take them along; Down must find them by their namespace.
-	c1 := report.Network.Clusters[0]
-	create(ctx, t, clientset(t, report.Kubeconfigs[c1.Name]), &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "loop"},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "sh", Image: "busybox",
-			Command: []string{"sh", "-c", "while true; do sleep 1; done"}}}},
-	})
-	loop := waitPodReady(ctx, t, clientset(t, report.Kubeconfigs[c1.Name]), "loop")
-	loopNetns := podNetns(t, report.Network.ID, loop)
-	pidsOut, err := exec.Command("ip", "netns", "pids", loopNetns).Output()
-	if err != nil || len(strings.Fields(string(pidsOut))) == 0 {
-		t.Fatalf("no processes in the pod's namespace %s: %v %q", loopNetns, err, pidsOut)
-	}
-	podPids := strings.Fields(string(pidsOut))
-
-	if runtime == lab.NodeRuntimeKubelet {
-		checkRealNodesRunning(t, dir, report.Network.ID)
-	}
-
-	// kill -9 of `lab up`, then `lab down`, twice: the second finds nothing to do.
-	kill()
-	if err := lab.Down(dir); err != nil {
-		t.Fatalf("lab down: %v", err)
-	}
-	if err := lab.Down(dir); err != nil {
-		t.Fatalf("second lab down: %v", err)
-	}
-	checkLabGone(t, dir, report.Network.ID, before)
-	for _, p := range podPids {
-		// A zombie holds nothing; the orphans' new parent reaps them in its own time.
-		if pid, err := strconv.Atoi(p); err == nil && procfs.Alive(pid) {
-			t.Errorf("processes: after lab down, process %d of pod %s is alive", pid, loop.Name)
-		}
-	}
 }
 
 // startLabChild runs the test binary as a child that brings up a lab in dir (runChild, with
@@ -385,18 +306,16 @@ func readFile(path string) string {
 	return string(b)
 }
 
-// startLab brings a lab up in a fresh directory with opts (Dir is set here), fails the test if
-// that fails, and stops and removes it when the test ends. It returns the lab and its
-// directory (logs/, pids/).
+// startLab brings a lab up in a fresh directory with opts (Dir is set here, and
+// ContainerdBinDir unless given), fails the test if that fails, and stops and removes it when
+// the test ends. It returns the lab and its directory (logs/, pids/).
 //
-// With OCTOPUS_LAB_TEST_NODE_RUNTIME=kubelet in the environment the lab has real nodes
-// instead of the stand-in's (lab.NodeRuntimeKubelet): how to find out which tests already
-// pass on real nodes before they become the default. OCTOPUS_LAB_TEST_CNI=flannel gives them
-// flannel instead of the bridge CNI.
+// OCTOPUS_LAB_TEST_CNI=flannel in the environment gives the labs flannel instead of the
+// bridge CNI: how the whole suite is run with each CNI the lab supports.
 func startLab(ctx context.Context, t testing.TB, opts lab.Options) (*lab.Lab, string) {
 	t.Helper()
 	opts.Dir = filepath.Join(t.TempDir(), "lab")
-	opts = withTestNodeRuntime(ctx, t, opts)
+	opts = withTestNodes(ctx, t, opts)
 	begin := time.Now()
 	l, err := lab.Up(ctx, opts)
 	if err != nil {
@@ -440,12 +359,12 @@ func logLabState(t testing.TB, dir string) {
 	}
 }
 
-// withTestNodeRuntime returns opts with the tests' node runtime (testNodeRuntime) unless
-// opts choose one.
-func withTestNodeRuntime(ctx context.Context, t testing.TB, opts lab.Options) lab.Options {
+// withTestNodes returns opts with the directory of containerd (testContainerd) unless opts
+// name one, and the CNI of OCTOPUS_LAB_TEST_CNI unless opts choose one.
+func withTestNodes(ctx context.Context, t testing.TB, opts lab.Options) lab.Options {
 	t.Helper()
-	if opts.NodeRuntime == "" {
-		opts.NodeRuntime, opts.ContainerdBinDir = testNodeRuntime(ctx, t)
+	if opts.ContainerdBinDir == "" {
+		opts.ContainerdBinDir = testContainerd(ctx, t)
 	}
 	if name := os.Getenv(envCNI); name != "" && opts.CNI == "" {
 		opts.CNI = name
@@ -459,23 +378,15 @@ func withTestNodeRuntime(ctx context.Context, t testing.TB, opts lab.Options) la
 	return opts
 }
 
-// testNodeRuntime returns the node runtime of the tests' labs, the lab's default unless
-// OCTOPUS_LAB_TEST_NODE_RUNTIME names another (standin: the stand-in kept while the real
-// nodes replace it), and for real nodes the directory of containerd, built if missing.
-func testNodeRuntime(ctx context.Context, t testing.TB) (runtime, containerdDir string) {
+// testContainerd returns the directory of containerd, its shim and ctr for the tests' labs,
+// building them and the kubelet if missing.
+func testContainerd(ctx context.Context, t testing.TB) string {
 	t.Helper()
-	runtime, err := lab.ValidateNodeRuntime(cmp.Or(os.Getenv(envNodeRuntime), lab.Options{}.WithDefaults().NodeRuntime))
+	_, dir, err := controlplane.EnsureNodeRuntime(ctx, testenv.RepoRoot(t), os.Stderr)
 	if err != nil {
-		t.Fatalf("%s: %v", envNodeRuntime, err)
+		t.Fatalf("building the kubelet and containerd: %v", err)
 	}
-	if runtime != lab.NodeRuntimeKubelet {
-		return runtime, ""
-	}
-	_, containerdDir, err = controlplane.EnsureNodeRuntime(ctx, testenv.RepoRoot(t), os.Stderr)
-	if err != nil {
-		t.Fatalf("node runtime %s: building the kubelet and containerd: %v", runtime, err)
-	}
-	return runtime, containerdDir
+	return dir
 }
 
 // podNetns names the network namespace of a running pod of the lab labID (lab.PodNetns), for

@@ -45,7 +45,7 @@ func TestGlobalnetMixedHubTopology(t *testing.T) {
 		backends[name] = string(v1alpha1.BackendVXLAN)
 	}
 	l, _ := startLab(ctx, t, lab.Options{
-		Clusters: 3, BinDir: binDir, AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"], DNSBinary: bins["octopus-dns"],
+		Clusters: 3, BinDir: binDir, AgentBinary: bins["octopus-agent"],
 		OverlappingCIDRs: true, DirectClusters: []string{c3}, Topology: v1alpha1.TopologyHub, Backends: backends,
 	})
 	if e1, e3 := l.Env.Cluster(c1), l.Env.Cluster(c3); e1.PodCIDR != l.Env.Cluster(c2).PodCIDR || e1.PodCIDR.Overlaps(e3.PodCIDR) {

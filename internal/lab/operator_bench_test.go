@@ -121,8 +121,7 @@ func BenchmarkFabricJoin(b *testing.B) {
 	up := time.Now()
 	l, _ := startLab(ctx, b, lab.Options{
 		Clusters: 2, Unjoined: true,
-		BinDir: binDir, AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"], DNSBinary: bins["octopus-dns"],
-		NodeRuntime: lab.NodeRuntimeKubelet, ContainerdBinDir: containerd,
+		BinDir: binDir, AgentBinary: bins["octopus-agent"], ContainerdBinDir: containerd,
 	})
 	if !l.Charts() {
 		b.Fatal("the lab's nodes have no Octopus image: the charts could not run")

@@ -83,8 +83,7 @@ func TestOperatorLab(t *testing.T) {
 		// Two underlay nodes per member: the operator's generic prepare makes one of them the
 		// gateway, and "gateway move" moves it to the other (workers cannot reach the underlay).
 		Clusters: 2, GatewaysPerCluster: 2, Unjoined: true,
-		BinDir: binDir, AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"], DNSBinary: bins["octopus-dns"],
-		NodeRuntime: lab.NodeRuntimeKubelet, ContainerdBinDir: containerd,
+		BinDir: binDir, AgentBinary: bins["octopus-agent"], ContainerdBinDir: containerd,
 	})
 	if !l.Charts() {
 		t.Fatal("the lab's nodes have no Octopus image: the operator chart could not run")

@@ -46,9 +46,6 @@ func (o Options) WithDefaults() Options {
 	if o.GatewaysPerCluster == 0 {
 		o.GatewaysPerCluster = 1
 	}
-	if o.NodeRuntime == "" {
-		o.NodeRuntime = NodeRuntimeStandin
-	}
 	if o.CNI == "" {
 		o.CNI = cni.Bridge
 	}
@@ -124,14 +121,8 @@ func (o Options) Validate() error {
 	if o.Dir == "" {
 		errs = append(errs, optionError("Dir", "is empty: the lab needs a directory for what it writes"))
 	}
-	if _, err := ValidateNodeRuntime(o.NodeRuntime); err != nil {
-		errs = append(errs, optionError("NodeRuntime", "%q: want %s (the lab's stand-in kubelet) or %s (a real kubelet and containerd on every node)",
-			o.NodeRuntime, NodeRuntimeStandin, NodeRuntimeKubelet))
-	}
 	if _, err := cni.Validate(o.CNI); err != nil {
 		errs = append(errs, optionError("CNI", "%q: want %s", o.CNI, strings.Join(cni.Names, " or ")))
-	} else if runtime, _ := ValidateNodeRuntime(o.NodeRuntime); o.CNI != "" && o.CNI != cni.Bridge && runtime != NodeRuntimeKubelet {
-		errs = append(errs, optionError("CNI", "%s needs {NodeRuntime} %s: the stand-in's pods have no CNI", o.CNI, NodeRuntimeKubelet))
 	}
 	return errors.Join(errs...)
 }

@@ -35,13 +35,9 @@ func TestOptionsValidate(t *testing.T) {
 			},
 			want: []string{`Backends "ipsec": want wireguard or vxlan (given for cluster2, hub)`},
 		},
-		"flannel":     {mutate: func(o *lab.Options) { o.NodeRuntime, o.CNI = lab.NodeRuntimeKubelet, cni.Flannel }},
-		"unknown CNI": {mutate: func(o *lab.Options) { o.NodeRuntime, o.CNI = lab.NodeRuntimeKubelet, "calico" }, want: []string{`CNI "calico": want bridge or flannel`}},
-		"flannel, stand-in": {
-			mutate: func(o *lab.Options) { o.NodeRuntime, o.CNI = lab.NodeRuntimeStandin, cni.Flannel },
-			want:   []string{"CNI flannel needs NodeRuntime kubelet"},
-		},
-		"mixed": {mutate: func(o *lab.Options) { o.Clusters, o.OverlappingCIDRs, o.DirectClusters = 3, true, []string{"cluster3"} }},
+		"flannel":     {mutate: func(o *lab.Options) { o.CNI = cni.Flannel }},
+		"unknown CNI": {mutate: func(o *lab.Options) { o.CNI = "calico" }, want: []string{`CNI "calico": want bridge or flannel`}},
+		"mixed":       {mutate: func(o *lab.Options) { o.Clusters, o.OverlappingCIDRs, o.DirectClusters = 3, true, []string{"cluster3"} }},
 		"direct clusters without overlap": {
 			mutate: func(o *lab.Options) { o.DirectClusters = []string{"cluster2"} },
 			want:   []string{"DirectClusters cluster2: a mixed cluster set needs OverlappingCIDRs"},

@@ -54,8 +54,7 @@ func TestOverlappingCIDRs(t *testing.T) {
 	// Two gateways per cluster, so that cluster3's active one can fail over (globalnetFailover).
 	// Processes: the NAT owner's restart and the failover stop gateways by their pidfiles.
 	l, dir := startLab(ctx, t, lab.Options{
-		Clusters: 3, GatewaysPerCluster: 2, BinDir: binDir, AgentBinary: bins["octopus-agent"], OverlappingCIDRs: true,
-		EchoBinary: bins["octopus-echo"], DNSBinary: bins["octopus-dns"], ComponentProcesses: true,
+		Clusters: 3, GatewaysPerCluster: 2, BinDir: binDir, AgentBinary: bins["octopus-agent"], OverlappingCIDRs: true, ComponentProcesses: true,
 	})
 	if namespaces, links, err := labnet.Leftovers(abandoned); err != nil || len(namespaces)+len(links) > 0 {
 		t.Errorf("after lab up, the abandoned lab %s still has namespaces %v, links %v (%v)", abandoned, namespaces, links, err)

@@ -11,8 +11,7 @@ import (
 )
 
 // PodNetns names the network namespace of a running pod of the lab with the given ID, for
-// `ip netns exec` and labnet.InNamespace, whatever the node runtime. The stand-in's pods have
-// it by construction (labnet.PodNetnsName). A real node's pod namespace is mounted only in
+// `ip netns exec` and labnet.InNamespace. A pod's namespace is mounted only in
 // its node's mount namespace (containerd's state dir), so it is found from a process of the
 // pod (its cgroup names the pod's UID, realnode.PodProcesses) and given the same name
 // (labnet.NameNamespace), which `lab down` deletes with the lab's other namespaces. A pod
@@ -24,10 +23,7 @@ func PodNetns(labID string, pod *corev1.Pod) (string, error) {
 		return "", fmt.Errorf("the network namespace of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	if len(pids) == 0 {
-		if labnet.NamespaceExists(name) {
-			return name, nil // a stand-in pod
-		}
-		return "", fmt.Errorf("the network namespace of pod %s/%s: no process of the pod runs and no namespace %s exists", pod.Namespace, pod.Name, name)
+		return "", fmt.Errorf("the network namespace of pod %s/%s: no process of the pod runs", pod.Namespace, pod.Name)
 	}
 	if err := labnet.NameNamespace(name, "/proc/"+strconv.Itoa(pids[0])+"/ns/net"); err != nil {
 		return "", fmt.Errorf("the network namespace of pod %s/%s: %w", pod.Namespace, pod.Name, err)

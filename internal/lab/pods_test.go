@@ -23,11 +23,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/images"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
-	"github.com/octopus-mcs/octopus/internal/lab/nodeagent"
 	"github.com/octopus-mcs/octopus/internal/lab/realnode"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
@@ -56,9 +54,9 @@ func TestPods(t *testing.T) {
 	defer cancel()
 
 	begin := time.Now()
-	l, err := lab.Up(ctx, withTestNodeRuntime(ctx, t, lab.Options{
+	l, err := lab.Up(ctx, withTestNodes(ctx, t, lab.Options{
 		Clusters: 1, NodesPerCluster: 2, Dir: dir, BinDir: binDir,
-		AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"],
+		AgentBinary: bins["octopus-agent"],
 	}))
 	if err != nil {
 		t.Fatalf("lab up: %v", err)
@@ -325,7 +323,7 @@ func echoContainer() corev1.Container {
 		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
 	}
 	return corev1.Container{
-		Name: "echo", Image: nodeagent.EchoImage + ":latest",
+		Name: "echo", Image: images.EchoImage,
 		Env: []corev1.EnvVar{
 			{Name: "POD_NAME", ValueFrom: field("metadata.name")},
 			{Name: "POD_NAMESPACE", ValueFrom: field("metadata.namespace")},
@@ -487,9 +485,9 @@ func tcpEcho(t *testing.T, netns string, addr netip.AddrPort, msg string) string
 }
 
 // missingBinaryReported reports whether the pod's only container, whose program is missing
-// from its image, does not run and its status names the program: as the stand-in's
-// nodeagent.ReasonBinaryNotFound, or as a real node's container runtime reports it, a start
-// error ("exec: <program>: executable file not found in $PATH") in the last termination.
+// from its image, does not run and its status names the program as the container runtime
+// reports it: a start error ("exec: <program>: executable file not found in $PATH") in the
+// last termination.
 func missingBinaryReported(p *corev1.Pod, program string) bool {
 	if len(p.Status.ContainerStatuses) != 1 {
 		return false
@@ -497,9 +495,6 @@ func missingBinaryReported(p *corev1.Pod, program string) bool {
 	st := p.Status.ContainerStatuses[0]
 	if st.State.Running != nil || st.Ready {
 		return false
-	}
-	if w := st.State.Waiting; w != nil && w.Reason == nodeagent.ReasonBinaryNotFound {
-		return strings.Contains(w.Message, program)
 	}
 	for _, term := range []*corev1.ContainerStateTerminated{st.State.Terminated, st.LastTerminationState.Terminated} {
 		if term != nil && term.Reason == "StartError" && strings.Contains(term.Message, program) {
@@ -509,8 +504,8 @@ func missingBinaryReported(p *corev1.Pod, program string) bool {
 	return false
 }
 
-// podVeths counts the pod veths in the cluster's node namespaces: the stand-in's
-// (owner.LabPodVethPrefix) and those a real node's CNI attached to its bridge.
+// podVeths counts the pod veths in the cluster's node namespaces: those the node's CNI
+// attached to its bridge.
 func podVeths(t *testing.T, c labnet.ClusterNet) int {
 	t.Helper()
 	n := 0
@@ -520,8 +515,7 @@ func podVeths(t *testing.T, c labnet.ClusterNet) int {
 			t.Fatalf("ip -n %s link: %v: %s", node.Netns, err, out)
 		}
 		for _, line := range strings.Split(string(out), "\n") {
-			f := strings.Fields(line)
-			if len(f) > 1 && strings.HasPrefix(f[1], owner.LabPodVethPrefix) || strings.Contains(line, " master "+realnode.BridgeName+" ") {
+			if strings.Contains(line, " master "+realnode.BridgeName+" ") {
 				n++
 			}
 		}
@@ -529,10 +523,10 @@ func podVeths(t *testing.T, c labnet.ClusterNet) int {
 	return n
 }
 
-// podNamespaces counts the network namespaces of the lab's pods on the cluster's nodes: the
-// stand-in's, which have names (labnet.PodNetnsPrefix), and those of real nodes' pods, found
-// by the pods' processes (the lab's cgroups) in namespaces other than their nodes'. A
-// namespace both named and in use counts once.
+// podNamespaces counts the network namespaces of the lab's pods on the cluster's nodes: those
+// lab.PodNetns named (labnet.PodNetnsPrefix) and those found by the pods' processes (the lab's
+// cgroups) in namespaces other than their nodes'. A namespace both named and in use counts
+// once.
 func podNamespaces(t *testing.T, labID string, c labnet.ClusterNet) int {
 	t.Helper()
 	inode := func(path string) uint64 {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -31,16 +32,20 @@ import (
 	"github.com/octopus-mcs/octopus/internal/lab/images"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/lab/realnode"
+	"github.com/octopus-mcs/octopus/internal/procfs"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
-// TestRealNodes brings up, in a child process, a lab whose cluster has two real nodes
-// (kubelet, containerd, runc, bridge CNI) and checks on it what only a real kubelet gives: a
-// privileged hostNetwork DaemonSet on every node, a memory-limited pod OOM-killed and
-// restarted, kubectl exec, logs and port-forward, pod → pod across nodes, an image pulled
-// (busybox:latest) from the lab's registry, and an NRI plugin
-// that sees a sandbox created and changes a container. Then it SIGKILLs `lab up` and checks
-// that `lab down` leaves no process, mount, cgroup, namespace or file behind.
+// TestRealNodes brings up, in a child process as a user runs `octopus lab up`, a lab whose
+// cluster has two real nodes (kubelet, containerd, runc, bridge CNI) and checks on it: every
+// Node Ready with a pod CIDR and an InternalIP; kube-proxy putting a new ClusterIP Service into
+// its nftables table in every node namespace; no route outside the lab's ranges in the root
+// namespace; and what a real kubelet gives: a privileged hostNetwork DaemonSet on every node,
+// a memory-limited pod OOM-killed and restarted, kubectl exec, logs and port-forward, pod →
+// pod across nodes, an image pulled (busybox:latest) from the lab's registry, and an NRI
+// plugin that sees a sandbox created and changes a container. Then it SIGKILLs `lab up` and
+// checks that `lab down`, run twice, leaves no process (a pod's forked children included),
+// mount, cgroup, namespace or file behind.
 func TestRealNodes(t *testing.T) {
 	testenv.LabNetwork(t)
 	binDir := testenv.BinDir(t)
@@ -52,14 +57,22 @@ func TestRealNodes(t *testing.T) {
 	}
 	agent := buildAgent(t)
 	dir := filepath.Join(t.TempDir(), "lab")
+	routesBefore := mustRoutes(t)
 	before := hostSnapshot(t)
 
 	report, kill := startLabChild(t, dir, envChildBin+"="+binDir, envChildAgent+"="+agent, envChildClusters+"=1",
-		envNodeRuntime+"="+lab.NodeRuntimeKubelet, envChildContainerd+"="+containerdDir)
+		envChildContainerd+"="+containerdDir)
 	c := report.Network.Clusters[0]
 	kubeconfig := report.Kubeconfigs[c.Name]
 	cs := clientset(t, kubeconfig)
 	checkNodes(ctx, t, cs, c)
+	svcIP := createService(ctx, t, cs)
+	for _, n := range c.Nodes {
+		waitNFT(ctx, t, n, svcIP)
+	}
+	for _, r := range labnet.NewRoutesOutsideLab(routesBefore, mustRoutes(t)) {
+		t.Errorf("the root namespace gained a route outside the lab's ranges: %s", r)
+	}
 	kubectl := filepath.Join(binDir, "kubectl")
 	node1, node2 := c.Nodes[0].Name, c.Nodes[1].Name
 
@@ -166,14 +179,34 @@ func TestRealNodes(t *testing.T) {
 		checkMemberChart(ctx, t, cs, kubeconfig, []string{node1, node2}, node1)
 	})
 
+	// A pod whose shell forks: its sleep children are not children of `lab up`, so Pdeathsig
+	// does not take them along; Down must find them in the lab's cgroups.
+	create(ctx, t, cs, busyboxPod("loop", node2, "while true; do sleep 1; done"))
+	loop := waitPodReady(ctx, t, cs, "loop")
+	loopNetns := podNetns(t, report.Network.ID, loop)
+	pidsOut, err := exec.Command("ip", "netns", "pids", loopNetns).Output()
+	if err != nil || len(strings.Fields(string(pidsOut))) == 0 {
+		t.Fatalf("no processes in the pod's namespace %s: %v %q", loopNetns, err, pidsOut)
+	}
+	podPids := strings.Fields(string(pidsOut))
+
 	checkRealNodesRunning(t, dir, report.Network.ID)
 
-	// kill -9 of `lab up`, then `lab down`.
+	// kill -9 of `lab up`, then `lab down`, twice: the second finds nothing to do.
 	kill()
 	if err := lab.Down(dir); err != nil {
 		t.Fatalf("lab down: %v", err)
 	}
+	if err := lab.Down(dir); err != nil {
+		t.Fatalf("second lab down: %v", err)
+	}
 	checkLabGone(t, dir, report.Network.ID, before)
+	for _, p := range podPids {
+		// A zombie holds nothing; the orphans' new parent reaps them in its own time.
+		if pid, err := strconv.Atoi(p); err == nil && procfs.Alive(pid) {
+			t.Errorf("processes: after lab down, process %d of pod %s is alive", pid, loop.Name)
+		}
+	}
 }
 
 // checkRealNodesRunning checks that what checkLabGone must find gone is there while a lab

@@ -21,37 +21,13 @@ import (
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/images"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
-	"github.com/octopus-mcs/octopus/internal/lab/nodeagent"
 	"github.com/octopus-mcs/octopus/internal/lab/realnode"
 	"github.com/octopus-mcs/octopus/internal/version"
-)
-
-// Node runtimes (Options.NodeRuntime).
-const (
-	// NodeRuntimeStandin runs pods with the lab's node agent (internal/lab/nodeagent):
-	// containers are host programs chosen from an image table. The default.
-	NodeRuntimeStandin = "standin"
-	// NodeRuntimeKubelet makes every node a real Kubernetes node (internal/lab/realnode):
-	// a kubelet and containerd with runc, a real CNI and images built on this machine.
-	NodeRuntimeKubelet = "kubelet"
 )
 
 // realNodeReadyTimeout bounds the wait for real nodes to register, get their pod CIDR and
 // become Ready.
 const realNodeReadyTimeout = 3 * time.Minute
-
-// ValidateNodeRuntime checks a node runtime (Options.NodeRuntime) and returns it with the
-// default applied.
-func ValidateNodeRuntime(runtime string) (string, error) {
-	switch runtime {
-	case "", NodeRuntimeStandin:
-		return NodeRuntimeStandin, nil
-	case NodeRuntimeKubelet:
-		return runtime, nil
-	}
-	return "", fmt.Errorf("node runtime %q: want %s (the lab's stand-in kubelet) or %s (a real kubelet and containerd on every node)",
-		runtime, NodeRuntimeStandin, NodeRuntimeKubelet)
-}
 
 // labImageSet is what real nodes get their images from: a registry holding every image of the
 // lab's catalog, which every node's containerd uses instead of the registries the images name,
@@ -180,11 +156,11 @@ func hasOctopusBinaries(dir string) bool {
 
 // startRealNodes starts containerd and a kubelet on every node of cluster c, waits until node
 // IPAM has given each its pod CIDR, then writes each node's CNI configuration and its routes
-// to the other nodes' pod CIDRs (labnet.ConfigureNode, as for the stand-in's pods; none with
+// to the other nodes' pod CIDRs (labnet.ConfigureNode; none with
 // cni.Flannel, whose flanneld routes), and waits until every Node is Ready.
 func startRealNodes(ctx context.Context, env *controlplane.Environment, plan labnet.Plan, c labnet.ClusterNet,
 	cp *controlplane.ControlPlane, cs kubernetes.Interface, opts Options, imgs *labImageSet) error {
-	dns, err := nodeagent.ClusterDNSAddr(cp.ServiceCIDR)
+	dns, err := ClusterDNSAddr(cp.ServiceCIDR)
 	if err != nil {
 		return fmt.Errorf("cluster %s: %w", c.Name, err)
 	}
@@ -202,7 +178,7 @@ func startRealNodes(ctx context.Context, env *controlplane.Environment, plan lab
 				KubeBinDir: opts.BinDir, ContainerdBinDir: opts.ContainerdBinDir, Images: imgs.preload,
 				Mirror: imgs.registry.Addr, Registries: imgs.hosts,
 				ClusterDNS: dns, Labels: labels, Log: opts.Log.WithValues("node", n.Name),
-				ContainerEnv: map[string]string{nodeagent.EnvCluster: c.Name},
+				ContainerEnv: map[string]string{realnode.EnvCluster: c.Name},
 				CNI:          opts.CNI, FlannelBinDir: opts.FlannelBinDir,
 			})
 		})
@@ -304,7 +280,7 @@ func pollNodes(ctx context.Context, cs kubernetes.Interface, c labnet.ClusterNet
 
 // cleanupRealNodes kills what real nodes leave running once their kubelet and containerd are
 // gone (the shims and the pods' processes, found by the lab's cgroup) and removes the lab's
-// cgroups. Stand-in labs have none, which makes it a no-op for them.
+// cgroups. A lab that never started its nodes has none, which makes it a no-op.
 func cleanupRealNodes(labID string) error {
 	if err := realnode.KillCgroupProcesses(labID, downKillTimeout); err != nil {
 		return err

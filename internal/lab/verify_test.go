@@ -33,7 +33,7 @@ func TestVerify(t *testing.T) {
 	begin := time.Now()
 	l, _ := startLab(ctx, t, lab.Options{
 		Clusters: 2, NodesPerCluster: 2, BinDir: binDir,
-		AgentBinary: bins["octopus-agent"], EchoBinary: bins["octopus-echo"], DNSBinary: bins["octopus-dns"],
+		AgentBinary: bins["octopus-agent"],
 	})
 	t.Logf("lab up took %.1fs", time.Since(begin).Seconds())
 	c1, c2 := l.Network.Clusters[0].Name, l.Network.Clusters[1].Name

@@ -62,13 +62,17 @@ type Options struct {
 	// HealthListener is where Run answers /healthz and /readyz (ready once the node's routes
 	// were applied, until an Apply fails) until it returns; Run closes it. Optional.
 	HealthListener net.Listener
+	// DaemonSet names the DaemonSet in octopus-system that runs the agent, if one does: its
+	// deletion says the agent stops for good (removal.go). Optional.
+	DaemonSet string
 }
 
 // Run keeps the node's routes to remote clusters pointing at the active gateway until ctx is
 // done. It watches the gateway Lease, the subnets ConfigMap and the Nodes (for the holder's
 // address) and re-applies on every change and every ResyncInterval (a controller-runtime
-// reconciler, kube.SingleKeyController). On return the routes stay: traffic keeps flowing
-// while the agent restarts.
+// reconciler, kube.SingleKeyController). On return the routes stay, so that traffic keeps
+// flowing while the agent restarts, unless Octopus is being removed from the cluster
+// (removal.go), when they are withdrawn.
 func Run(ctx context.Context, o Options) error {
 	if err := registerMetrics(); err != nil {
 		for _, l := range []net.Listener{o.MetricsListener, o.HealthListener} {
@@ -137,6 +141,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("route agent: watching the member cluster: %w", err)
 	}
+	withdrawIfRemoved(o)
 	return nil
 }
 

@@ -4,15 +4,14 @@
 // to every other cluster Connected), the memory of every process the lab runs by kind, and
 // the start-to-Ready latency of pods created one at a time, broken down into what a watch
 // sees on the way (scheduled, pod IP, container running, Ready). Every round is a fresh lab:
-// lab.Up, measurements, Stop and Down. With -node-runtimes standin,kubelet it measures the
-// same for the lab's stand-in nodes and its real nodes (kubelet and containerd) side by side.
+// lab.Up, measurements, Stop and Down. The nodes are real (kubelet and containerd); the
+// stand-in node agent they replaced was measured beside them in docs/benchmarks.md.
 //
 // It needs root and takes the machine-wide lab lock the tests take (only one lab network can
 // exist per machine), so it waits for lab tests that are running. Run it from the repository
 // root; it builds octopus-agent, octopus-echo and octopus-dns into a temporary directory.
 //
 //	sudo go run ./hack/bench/lab -rounds 5 -clusters 2,4 -pods 20
-//	sudo go run ./hack/bench/lab -rounds 3 -clusters 2 -pods 50 -node-runtimes standin,kubelet
 package main
 
 import (
@@ -51,7 +50,6 @@ import (
 
 type config struct {
 	sizes        []int
-	runtimes     []string
 	rounds       int
 	pods         int
 	podClusters  int
@@ -63,7 +61,6 @@ type config struct {
 func main() {
 	var c config
 	sizes := flag.String("clusters", "2,4", "member-cluster counts to bring up (hub + N each), comma-separated")
-	runtimes := flag.String("node-runtimes", lab.NodeRuntimeStandin, "node runtimes to measure, comma-separated: standin, kubelet (real nodes)")
 	flag.IntVar(&c.rounds, "rounds", 5, "fresh labs per cluster count; the summary is the median over rounds")
 	flag.IntVar(&c.pods, "pods", 20, "pods of each kind created one after another per round (0: skip)")
 	flag.IntVar(&c.podClusters, "pods-in", 2, "measure pod latency only in the rounds with this many clusters (0: in all)")
@@ -74,9 +71,6 @@ func main() {
 	logf.SetLogger(logr.Discard())
 	var err error
 	c.sizes, err = parseSizes(*sizes)
-	if err == nil {
-		c.runtimes, err = parseRuntimes(*runtimes)
-	}
 	if err == nil {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		err = run(ctx, c)
@@ -100,33 +94,18 @@ func parseSizes(s string) ([]int, error) {
 	return out, nil
 }
 
-func parseRuntimes(s string) ([]string, error) {
-	var out []string
-	for f := range strings.SplitSeq(s, ",") {
-		r, err := lab.ValidateNodeRuntime(strings.TrimSpace(f))
-		if err != nil {
-			return nil, fmt.Errorf("-node-runtimes: %w", err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-// setup is one lab shape: a node runtime and a member-cluster count.
+// setup is one lab shape: its member-cluster count.
 type setup struct {
-	runtime string
-	n       int
+	n int
 }
 
-func (s setup) String() string { return fmt.Sprintf("hub + %d, %s nodes", s.n, s.runtime) }
+func (s setup) String() string { return fmt.Sprintf("hub + %d", s.n) }
 
 // setups lists every measured shape in the order of the tables.
 func (c config) setups() []setup {
 	var out []setup
-	for _, r := range c.runtimes {
-		for _, n := range c.sizes {
-			out = append(out, setup{runtime: r, n: n})
-		}
+	for _, n := range c.sizes {
+		out = append(out, setup{n: n})
 	}
 	return out
 }
@@ -169,11 +148,9 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return fmt.Errorf("control-plane binaries (run `make k8s-binaries` from the repository root): %w", err)
 	}
-	var containerdBin string
-	if slices.Contains(c.runtimes, lab.NodeRuntimeKubelet) {
-		if _, containerdBin, err = controlplane.EnsureNodeRuntime(ctx, root, os.Stderr); err != nil {
-			return fmt.Errorf("the kubelet and containerd (run `make k8s-binaries` from the repository root): %w", err)
-		}
+	_, containerdBin, err := controlplane.EnsureNodeRuntime(ctx, root, os.Stderr)
+	if err != nil {
+		return fmt.Errorf("the kubelet and containerd (run `make k8s-binaries` from the repository root): %w", err)
 	}
 	unlock, err := lockLab(ctx)
 	if err != nil {
@@ -190,10 +167,7 @@ func run(ctx context.Context, c config) error {
 		for _, s := range c.setups() {
 			res, err := oneRound(ctx, c, s, r, lab.Options{
 				Clusters: s.n, Dir: filepath.Join(tmp, "lab"), BinDir: k8sBin,
-				AgentBinary: filepath.Join(binDir, "octopus-agent"),
-				EchoBinary:  filepath.Join(binDir, "octopus-echo"),
-				DNSBinary:   filepath.Join(binDir, "octopus-dns"),
-				NodeRuntime: s.runtime, ContainerdBinDir: containerdBin,
+				AgentBinary: filepath.Join(binDir, "octopus-agent"), ContainerdBinDir: containerdBin,
 			})
 			if err != nil {
 				return fmt.Errorf("%s, round %d: %w", s, r+1, err)

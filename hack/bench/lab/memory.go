@@ -32,9 +32,9 @@ const (
 	kindRouteAgent = "octopus-agent route-agent"
 	kindPods       = "pod processes"
 	kindOther      = "other"
-	// kindInProcess is the process that called lab.Up: the lab's node agents (pods and node
-	// heartbeats) run as goroutines in it, so its memory is part of the lab's.
-	kindInProcess = "lab.Up caller (in-process node agents)"
+	// kindInProcess is the process that called lab.Up: the lab's image registry and its
+	// nodes' NRI plugin run as goroutines in it, so its memory is part of the lab's.
+	kindInProcess = "lab.Up caller (registry, NRI plugin)"
 )
 
 var kinds = []string{kindEtcd, kindAPIServer, kindKCM, kindScheduler, kindKubeProxy, kindKubelet, kindContainerd, kindShim, kindAgent, kindGateway,

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 
-	"github.com/octopus-mcs/octopus/internal/lab/nodeagent"
+	"github.com/octopus-mcs/octopus/internal/lab/images"
 )
 
 // podKind is one pod shape whose start-to-Ready latency is measured.
@@ -33,7 +33,7 @@ var podKinds = []podKind{
 			ImagePullPolicy: corev1.PullIfNotPresent})
 	}},
 	{name: "octopus-echo, TCP readiness probe", pod: func(name string) *corev1.Pod {
-		return benchPod(name, corev1.Container{Name: "echo", Image: nodeagent.EchoImage, ImagePullPolicy: corev1.PullIfNotPresent,
+		return benchPod(name, corev1.Container{Name: "echo", Image: images.EchoImage, ImagePullPolicy: corev1.PullIfNotPresent,
 			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: echoPort}},
 			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
 				TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(echoPort)}}}})
@@ -155,7 +155,7 @@ func podLatencies(ctx context.Context, cs kubernetes.Interface, ns string, k pod
 		case <-ready:
 		case <-time.After(timeout):
 			p, _ := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-			return nil, fmt.Errorf("pod %s/%s not Ready within %s (status %+v); see the node agent's pod logs in the lab dir", ns, name, timeout, statusOf(p))
+			return nil, fmt.Errorf("pod %s/%s not Ready within %s (status %+v); see the kubelet logs under the lab dir's logs/", ns, name, timeout, statusOf(p))
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}

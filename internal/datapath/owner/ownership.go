@@ -85,11 +85,11 @@ const (
 	// /run/netns and deletes only names that start with that, so two labs on one machine, or a
 	// lab and anything else, never delete each other's namespaces.
 	LabNetnsPrefix = "octo-"
-	// LabPodNetnsInfix follows the lab's namespace prefix in the name of a pod's namespace:
+	// LabPodNetnsInfix follows the lab's namespace prefix in the name under which the lab
+	// mounts a pod's network namespace for tests and `octopus gather` (lab.PodNetns):
 	// "octo-<id>-pod-<pod UID>". The UID, not the pod's name, because a pod deleted and
-	// recreated under the same name must not inherit the old one's namespace; the infix lets
-	// the lab's node agent list exactly the pod namespaces and tell them from node, LAN and
-	// underlay namespaces, which it must never delete.
+	// recreated under the same name must not inherit the old one's name; the infix tells them
+	// from node, LAN and underlay namespaces.
 	LabPodNetnsInfix = "pod-"
 	// LabRootLinkPrefix starts the name of every link the lab puts into the root namespace (the
 	// API link and one uplink per cluster LAN), followed by the lab's ID and "-". Interface
@@ -97,10 +97,6 @@ const (
 	// leaves 5 bytes for the role ("api", "c15"). Links inside the lab's own namespaces need
 	// no prefix: they go away with the namespace.
 	LabRootLinkPrefix = "octo-"
-	// LabPodVethPrefix names the node-namespace end of a pod's veth, "pv" + 8 hex digits of
-	// the pod UID's hash: short enough for IFNAMSIZ and distinct from the node's own eth0 and
-	// ul0, so the node's routes to its pods can be told from everything else in the namespace.
-	LabPodVethPrefix = "pv"
 )
 
 // VXLAN.

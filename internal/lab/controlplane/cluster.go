@@ -28,7 +28,7 @@ const (
 )
 
 // KubeletClientUser is the user (certificate CommonName) kube-apiserver presents to kubelets,
-// --kubelet-client-certificate: the lab's node agent serves exec and logs to it alone.
+// --kubelet-client-certificate: the lab's kubelets serve exec and logs to it.
 const KubeletClientUser = "kube-apiserver-kubelet-client"
 
 // KubeletPort is the kubelet's secure port, where the API server reaches exec, attach and
@@ -110,7 +110,7 @@ func newControlPlane(env *Environment, o ClusterOptions) (*ControlPlane, error) 
 	if err != nil {
 		return nil, err
 	}
-	// The lab's node agent serves exec and logs like a kubelet and checks this certificate.
+	// The kubelets check this certificate when the API server streams exec and logs.
 	kubeletClient, err := ca.issue(clientTemplate(kubeletClientUser, []string{groupSystemMasters}, now))
 	if err != nil {
 		return nil, err
@@ -209,8 +209,8 @@ func (c *ControlPlane) apiServerArgs(port uint16) []string {
 		"--client-ca-file=" + f(fileCACert),
 		"--kubelet-client-certificate=" + f(fileKubeletCert),
 		"--kubelet-client-key=" + f(fileKubeletKey),
-		// The lab's node agent serves a certificate from the cluster CA (IssueKubeletServing),
-		// so the API server verifies the node it streams exec and logs from.
+		// Every kubelet serves a certificate from the cluster CA (IssueKubeletServing), so the
+		// API server verifies the node it streams exec and logs from.
 		"--kubelet-certificate-authority=" + f(fileCACert),
 		// Lab nodes have no DNS name the host could resolve; their InternalIP is on a LAN the
 		// API server's namespace reaches through the lab's uplink.
@@ -313,7 +313,7 @@ func (c *ControlPlane) waitAPIServer(ctx context.Context, r *run) error {
 }
 
 // IssueKubeletServing returns a TLS serving certificate and key (PEM) signed by the cluster CA
-// for the given node addresses, for a node agent that serves a kubelet's API: the API server
+// for the given node addresses, for a kubelet's API (realnode): the API server
 // verifies it with --kubelet-certificate-authority.
 func (c *ControlPlane) IssueKubeletServing(ips []netip.Addr) (certPEM, keyPEM []byte, err error) {
 	kp, err := c.ca.issue(servingTemplate("lab-kubelet", nil, ips, time.Now()))

@@ -343,7 +343,7 @@ func (e *Environment) Stop() error {
 
 func (e *Environment) stop() error {
 	begin := time.Now()
-	// Extra processes (kube-proxy, node agents) are clients of the API servers: stop them
+	// Extra processes (kube-proxy, kubelets) are clients of the API servers: stop them
 	// first so that they don't log connection errors while the servers go away.
 	errs := []error{e.stopExtras()}
 	var controllers, apiservers []*process

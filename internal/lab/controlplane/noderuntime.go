@@ -38,7 +38,8 @@ func ContainerdBinDir() (string, error) {
 // directory of the other Kubernetes binaries (DefaultBinDir, returned as kubeBin) and
 // containerd, containerd-shim-runc-v2 and ctr (returned as containerdBin). It runs the build
 // scripts found from repoRoot for what is missing, serialised with other builders like
-// EnsureBinaries. Stand-in nodes need none of this, so EnsureBinaries does not build it.
+// EnsureBinaries. The tests' control planes without nodes need none of this, so
+// EnsureBinaries does not build it.
 func EnsureNodeRuntime(ctx context.Context, repoRoot string, progress io.Writer) (kubeBin, containerdBin string, err error) {
 	kubeBin, err = DefaultBinDir()
 	if err != nil {

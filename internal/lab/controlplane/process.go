@@ -423,12 +423,3 @@ func startInNetns(cmd *exec.Cmd, path string, home *os.File) (stranded bool, err
 	}
 	return false, startErr
 }
-
-// StartInNetns starts cmd from the environment's spawner thread, inside the network namespace
-// mounted at netns ("" for ours), for callers that supervise children themselves (the lab
-// node agent runs pod containers this way). The thread matters: set
-// cmd.SysProcAttr.Pdeathsig and the child dies with this process, never earlier (see
-// startOnSpawnerThread).
-func StartInNetns(cmd *exec.Cmd, netns string) error {
-	return startOnSpawnerThread(cmd, netns)
-}

@@ -56,18 +56,3 @@ var (
 
 // lanBits is the size of a cluster LAN; see LANRange.
 const lanBits = 28
-
-// Pods. The lab node agent (internal/lab/nodeagent) gives every pod a namespace of its own,
-// joined to its node's namespace by a veth, named with owner.LabPodNetnsInfix and
-// owner.LabPodVethPrefix so that it, Teardown and `lab down` find all of that again.
-const (
-	// podIfName is the pod's end of its veth, named as a pod's interface is in a real cluster.
-	podIfName = "eth0"
-)
-
-// PodGatewayHost is the host number, inside a node's pod CIDR, of the address every
-// node-side pod veth carries (10.i.k.1 for 10.i.k.0/24). Each pod has its own address as a
-// /32 and a default route via this address on its eth0; the node routes each pod's /32 to
-// its veth. No bridge and no proxy ARP are needed, and the address is the one a real
-// cluster's CNI would give the node's bridge, so pod addresses start at host number 2.
-const PodGatewayHost = 1

@@ -2,8 +2,6 @@ package labnet
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -27,127 +25,6 @@ func PodNetnsPrefix(id string) string { return NetnsOwnerPrefix(id) + owner.LabP
 
 // PodNetnsName names the namespace of the pod with the given UID.
 func PodNetnsName(id, uid string) string { return PodNetnsPrefix(id) + uid }
-
-// PodVethName names the node-namespace end of the pod's veth (see owner.LabPodVethPrefix).
-func PodVethName(uid string) string {
-	sum := sha256.Sum256([]byte(uid))
-	return owner.LabPodVethPrefix + hex.EncodeToString(sum[:])[:8]
-}
-
-// PodGateway is the address of the node-side pod veths of a node with the given pod CIDR.
-func PodGateway(podCIDR netip.Prefix) netip.Addr { return nthAddr(podCIDR, PodGatewayHost) }
-
-// PodNet is one pod's network: a namespace with eth0 holding Addr/32, joined to its node's
-// namespace by a veth whose node end holds Gateway/32.
-type PodNet struct {
-	// Netns is the pod's namespace (PodNetnsName).
-	Netns string
-	// NodeNetns is the namespace of the node the pod runs on.
-	NodeNetns string
-	// HostVeth is the node's end of the veth (PodVethName).
-	HostVeth string
-	// Addr is the pod's IP, from its node's pod CIDR.
-	Addr netip.Addr
-	// Gateway is the node's pod gateway address (PodGateway).
-	Gateway netip.Addr
-}
-
-// SetupPod creates the pod's namespace, veth, addresses and routes, or completes them after
-// a partial run:
-//
-//	node ns:  <HostVeth> Gateway/32      route Addr/32 dev <HostVeth>
-//	              |
-//	pod ns:   eth0 Addr/32               routes Gateway/32 dev eth0, default via Gateway
-//
-// The pod reaches everything through its node, which forwards (see ConfigureNode), so the
-// node's routes and kube-proxy's rules apply to pod traffic exactly as on a real node.
-func SetupPod(p PodNet) error {
-	if !p.Addr.Is4() || !p.Gateway.Is4() {
-		return fmt.Errorf("setting up pod network %s: IPv4 address and gateway required, got %s and %s", p.Netns, p.Addr, p.Gateway)
-	}
-	if err := EnsureNamespace(p.Netns); err != nil {
-		return err
-	}
-	pod, err := openNamespace(p.Netns)
-	if err != nil {
-		return err
-	}
-	defer pod.Close()
-	node, err := openNamespace(p.NodeNetns)
-	if err != nil {
-		return err
-	}
-	defer node.Close()
-	if err := pod.setUp("lo"); err != nil {
-		return err
-	}
-	if err := node.ensureVeth(p.HostVeth, podIfName, pod); err != nil {
-		return err
-	}
-	if err := node.replaceAddr(p.HostVeth, netip.PrefixFrom(p.Gateway, 32)); err != nil {
-		return err
-	}
-	if err := node.setUp(p.HostVeth); err != nil {
-		return err
-	}
-	if err := pod.replaceAddr(podIfName, netip.PrefixFrom(p.Addr, 32)); err != nil {
-		return err
-	}
-	if err := pod.setUp(podIfName); err != nil {
-		return err
-	}
-	if err := pod.replaceRoute(podIfName, netip.PrefixFrom(p.Gateway, 32), netip.Addr{}); err != nil {
-		return err
-	}
-	if err := pod.replaceRoute(podIfName, netip.PrefixFrom(netip.IPv4Unspecified(), 0), p.Gateway); err != nil {
-		return err
-	}
-	return node.replaceRoute(p.HostVeth, netip.PrefixFrom(p.Addr, 32), netip.Addr{})
-}
-
-// PodAddr returns the IPv4 address on eth0 of an existing pod namespace, so that a restarted
-// node agent keeps a pod's address. ok is false when the namespace or address does not exist.
-func PodAddr(netnsName string) (addr netip.Addr, ok bool) {
-	if !isMountedNamespace(NetnsPath(netnsName)) {
-		return netip.Addr{}, false
-	}
-	pod, err := openNamespace(netnsName)
-	if err != nil {
-		return netip.Addr{}, false
-	}
-	defer pod.Close()
-	l, err := pod.LinkByName(podIfName)
-	if err != nil {
-		return netip.Addr{}, false
-	}
-	addrs, err := pod.AddrList(l, netlink.FAMILY_V4)
-	if err != nil || len(addrs) == 0 {
-		return netip.Addr{}, false
-	}
-	a, ok := netip.AddrFromSlice(addrs[0].IP.To4())
-	return a, ok
-}
-
-// DeletePod removes a pod's namespace and, should it survive, the node end of its veth (with
-// it the node's route to the pod). Stop the pod's processes first (KillProcessesIn): a
-// namespace stays alive while a process runs in it, and so would its veth. Deleting what
-// does not exist is not an error.
-func DeletePod(p PodNet) error {
-	errs := []error{DeleteNamespace(p.Netns)}
-	if isMountedNamespace(NetnsPath(p.NodeNetns)) {
-		node, err := openNamespace(p.NodeNetns)
-		if err != nil {
-			errs = append(errs, err)
-		} else {
-			errs = append(errs, node.deleteLink(p.HostVeth))
-			node.Close()
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("deleting pod network %s: %w", p.Netns, err)
-	}
-	return nil
-}
 
 // NodeConfig is what a node's namespace needs so that its pods reach the rest of the cluster.
 type NodeConfig struct {
@@ -234,8 +111,8 @@ func applyMasquerade(netnsName string, clusterPodCIDR netip.Prefix) error {
 	script := fmt.Sprintf(`add table ip %[1]s
 flush table ip %[1]s
 add chain ip %[1]s postrouting { type nat hook postrouting priority srcnat + 10; policy accept; }
-add rule ip %[1]s postrouting ip saddr %[2]s ip daddr != %[2]s ip daddr != { %[4]s } oifname != "%[3]s*" masquerade
-`, owner.LabNodeNFTTable, clusterPodCIDR.Masked(), owner.LabPodVethPrefix, prefixList(NonMasqueradeCIDRs))
+add rule ip %[1]s postrouting ip saddr %[2]s ip daddr != %[2]s ip daddr != { %[3]s } masquerade
+`, owner.LabNodeNFTTable, clusterPodCIDR.Masked(), prefixList(NonMasqueradeCIDRs))
 	return inNamespace(netnsName, func() error {
 		// nft inherits the network namespace of the (locked) thread that forks it.
 		cmd := exec.Command("nft", "-f", "-")

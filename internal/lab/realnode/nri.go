@@ -18,9 +18,14 @@ const (
 	envPluginIdx  = "10"
 )
 
+// EnvCluster is set in every lab container (by envPlugin, from the lab's ContainerEnv) to the
+// name of the cluster it runs in: the echo server (cmd/octopus-echo) reports it, so that tests
+// see which cluster answered.
+const EnvCluster = "OCTOPUS_LAB_CLUSTER"
+
 // envPlugin is the lab's NRI plugin on every real node: it adds the node's ContainerEnv to
-// every container, as the stand-in's node agent does (nodeagent.EnvCluster tells the echo
-// server which cluster it runs in), without anything in the pods' manifests. It runs in the
+// every container (EnvCluster tells the echo server which cluster it runs in), without
+// anything in the pods' manifests. It runs in the
 // `lab up` process, connected to the node's NRI socket, for as long as the node's containerd
 // runs.
 type envPlugin struct {

@@ -60,7 +60,7 @@ func TestRealNodesGetNet1(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "lab")
 	l, err := lab.Up(ctx, lab.Options{
 		Clusters: 1, NodesPerCluster: 2, Dir: dir, BinDir: binDir, AgentBinary: bins["octopus-agent"],
-		NodeRuntime: lab.NodeRuntimeKubelet, ContainerdBinDir: containerdDir,
+		ContainerdBinDir: containerdDir,
 	})
 	if err != nil {
 		t.Fatalf("lab up: %v", err)
