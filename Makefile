@@ -56,7 +56,7 @@ lint: $(GOLANGCI_LINT)
 ## test: everything — lint, unit, real control planes, end to end, a short fuzz run. In CI
 ## (CI=true, as root) a skipped test fails the run.
 test: deps tools k8s-binaries build lint
-	CONTROLLER_GEN=$(CONTROLLER_GEN) $(GO) test -count=1 -timeout 60m -json ./... \
+	CONTROLLER_GEN=$(CONTROLLER_GEN) $(GO) test -count=1 -timeout 80m -json ./... \
 	  | $(GO) run ./hack/testreport $(if $(filter true,$(CI)),-fail-on-skip)
 	$(MAKE) fuzz FUZZTIME=20000x
 
