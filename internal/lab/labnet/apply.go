@@ -92,7 +92,7 @@ func applyHubGateway(root, underlay *nsHandle, h HubGatewayNet) error {
 	if err := gw.replaceAddr(nodeLANName, h.Addr); err != nil {
 		return err
 	}
-	if err := gw.replaceRoute(nodeLANName, netip.PrefixFrom(APIAddress, 32), h.UplinkAddr.Addr()); err != nil {
+	if err := gw.replaceRoute(netip.PrefixFrom(APIAddress, 32), h.UplinkAddr.Addr()); err != nil {
 		return err
 	}
 	if err := joinUnderlay(underlay, gw, h.underlayPort, h.UnderlayAddr); err != nil {
@@ -192,13 +192,13 @@ func applyNode(lan, underlay *nsHandle, c ClusterNet, n NodeNet) error {
 	if err := node.setUp(nodeLANName); err != nil {
 		return err
 	}
-	if err := node.replaceRoute(nodeLANName, netip.PrefixFrom(APIAddress, 32), c.UplinkAddr.Addr()); err != nil {
+	if err := node.replaceRoute(netip.PrefixFrom(APIAddress, 32), c.UplinkAddr.Addr()); err != nil {
 		return err
 	}
 	// On-link rather than via the uplink: a packet to a ClusterIP that kube-proxy did not
 	// DNAT (no such Service) then dies unanswered on the LAN instead of reaching the root
 	// namespace, which might forward it off the machine.
-	if err := node.replaceRoute(nodeLANName, c.ServiceCIDR, netip.Addr{}); err != nil {
+	if err := node.replaceRoute(c.ServiceCIDR, netip.Addr{}); err != nil {
 		return err
 	}
 	if !n.Gateway {

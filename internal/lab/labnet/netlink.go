@@ -287,10 +287,10 @@ func (h *nsHandle) replaceAddr(name string, addr netip.Prefix) error {
 	return nil
 }
 
-// replaceRoute installs a route to dst over link, via gw if it is valid, else directly on the
-// link (scope link).
-func (h *nsHandle) replaceRoute(name string, dst netip.Prefix, gw netip.Addr) error {
-	l, err := h.link(name)
+// replaceRoute installs a route to dst over the node's LAN link (every route the lab writes
+// goes there), via gw if it is valid, else directly on the link (scope link).
+func (h *nsHandle) replaceRoute(dst netip.Prefix, gw netip.Addr) error {
+	l, err := h.link(nodeLANName)
 	if err != nil {
 		return err
 	}
@@ -305,7 +305,7 @@ func (h *nsHandle) replaceRoute(name string, dst netip.Prefix, gw netip.Addr) er
 		r.Scope = netlink.SCOPE_LINK
 	}
 	if err := h.RouteReplace(r); err != nil {
-		return fmt.Errorf("adding route %s via %s dev %s in %s: %w", dst, gw, name, h.where(), err)
+		return fmt.Errorf("adding route %s via %s dev %s in %s: %w", dst, gw, nodeLANName, h.where(), err)
 	}
 	return nil
 }

@@ -88,7 +88,7 @@ func configureNode(c NodeConfig) error {
 		}
 	}
 	for dst, gw := range c.PeerRoutes {
-		errs = append(errs, node.replaceRoute(nodeLANName, dst, gw))
+		errs = append(errs, node.replaceRoute(dst, gw))
 	}
 	errs = append(errs, applyMasquerade(c.Netns, c.ClusterPodCIDR))
 	return errors.Join(errs...)
