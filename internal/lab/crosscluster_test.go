@@ -49,19 +49,19 @@ type xpod struct {
 // IP, recovery when the gateway process is killed (with a new key for wireguard), and that a cluster
 // leaving removes every route and tunnel that referred to it.
 func TestCrossCluster(t *testing.T) {
-	forEachBackend(t, crossCluster)
+	forEachBackend(t, crossCluster, "wireguard", "vxlan")
 }
 
 // forEachBackend takes the lab network, builds the binaries a lab with gateways runs, and runs
-// test with each tunnel backend, one lab after the other.
-func forEachBackend(t *testing.T, test func(t *testing.T, backend, binDir string, bins map[string]string)) {
+// test with each of the tunnel backends, one lab after the other.
+func forEachBackend(t *testing.T, test func(t *testing.T, backend, binDir string, bins map[string]string), backends ...string) {
 	testenv.LabNetwork(t)
 	if _, err := exec.LookPath("busybox"); err != nil {
 		t.Fatal("busybox is missing (its ping probes ICMP): run hack/install-deps.sh")
 	}
 	binDir := testenv.BinDir(t)
 	bins := buildCommands(t, "octopus-agent", "octopus-echo", "octopus-dns", "octopus")
-	for _, backend := range []string{"wireguard", "vxlan"} {
+	for _, backend := range backends {
 		t.Run(backend, func(t *testing.T) { test(t, backend, binDir, bins) })
 	}
 }
