@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"helm.sh/helm/v4/pkg/action"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
 	"helm.sh/helm/v4/pkg/kube"
 	ri "helm.sh/helm/v4/pkg/release"
 	rv1 "helm.sh/helm/v4/pkg/release/v1"
@@ -50,24 +51,11 @@ type Options struct {
 // Install installs o.Chart, or upgrades its release if it exists (helm upgrade --install), with
 // server-side apply. It returns the release's revision.
 func Install(ctx context.Context, cfg *rest.Config, o Options) (int, error) {
-	if o.Chart == "" || o.Namespace == "" {
-		return 0, errors.New("installing a chart: the chart and the namespace are required")
-	}
-	c, err := charts.Load(o.Chart, o.AppVersion)
+	c, ac, err := prepare(cfg, o, "installing a chart")
 	if err != nil {
 		return 0, err
 	}
-	ac, err := configuration(cfg, o.Namespace)
-	if err != nil {
-		return 0, err
-	}
-	timeout, wait := o.Timeout, kube.HookOnlyStrategy
-	if timeout == 0 {
-		timeout = DefaultTimeout
-	}
-	if o.Wait {
-		wait = kube.StatusWatcherStrategy
-	}
+	timeout, wait := o.timing()
 	_, err = action.NewHistory(ac).Run(o.Chart)
 	switch {
 	case errors.Is(err, driver.ErrReleaseNotFound):
@@ -104,32 +92,49 @@ func Install(ctx context.Context, cfg *rest.Config, o Options) (int, error) {
 // and the settings a user gave at install stay. A release that is not there is an error:
 // there is nothing to upgrade. It returns the new revision.
 func Upgrade(ctx context.Context, cfg *rest.Config, o Options) (int, error) {
-	if o.Chart == "" || o.Namespace == "" {
-		return 0, errors.New("upgrading a release: the chart and the namespace are required")
-	}
-	c, err := charts.Load(o.Chart, o.AppVersion)
-	if err != nil {
-		return 0, err
-	}
-	ac, err := configuration(cfg, o.Namespace)
+	c, ac, err := prepare(cfg, o, "upgrading a release")
 	if err != nil {
 		return 0, err
 	}
 	up := action.NewUpgrade(ac)
-	up.Namespace, up.Timeout, up.ReuseValues = o.Namespace, o.Timeout, true
-	up.WaitStrategy = kube.HookOnlyStrategy
-	if o.Wait {
-		up.WaitStrategy = kube.StatusWatcherStrategy
-	}
-	if up.Timeout == 0 {
-		up.Timeout = DefaultTimeout
-	}
+	up.Namespace, up.ReuseValues = o.Namespace, true
+	up.Timeout, up.WaitStrategy = o.timing()
 	up.ServerSideApply = "true"
 	rel, err := up.RunWithContext(ctx, o.Chart, c, o.Values)
 	if err != nil {
 		return 0, fmt.Errorf("upgrading release %s in namespace %s: %w", o.Chart, o.Namespace, err)
 	}
 	return revision(rel)
+}
+
+// prepare checks o and loads its chart and a Helm configuration for its namespace; what names
+// the action in the error of a missing field.
+func prepare(cfg *rest.Config, o Options, what string) (*chart.Chart, *action.Configuration, error) {
+	if o.Chart == "" || o.Namespace == "" {
+		return nil, nil, fmt.Errorf("%s: the chart and the namespace are required", what)
+	}
+	c, err := charts.Load(o.Chart, o.AppVersion)
+	if err != nil {
+		return nil, nil, err
+	}
+	ac, err := configuration(cfg, o.Namespace)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, ac, nil
+}
+
+// timing is how long an install or upgrade may take (DefaultTimeout unless o.Timeout says)
+// and what it waits for: its hooks only, or with o.Wait every object ready.
+func (o Options) timing() (time.Duration, kube.WaitStrategy) {
+	timeout, wait := o.Timeout, kube.HookOnlyStrategy
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	if o.Wait {
+		wait = kube.StatusWatcherStrategy
+	}
+	return timeout, wait
 }
 
 // Uninstall removes the release of chart from namespace with every object it installed, and
