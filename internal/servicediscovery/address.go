@@ -109,12 +109,25 @@ func (g GlobalAddresses) Endpoints(ctx context.Context, svc *corev1.Service, typ
 	}
 	// Headless: the pods' own addresses become their global ones; the sets keep their ports.
 	pods := endpointPods(local)
+	return readdressed(ready, func(ep discoveryv1.Endpoint) (string, error) {
+		return global[v1alpha1.GlobalIngressTarget{Kind: v1alpha1.GlobalIngressTargetPod, Name: pods[ep.Addresses[0]], ServiceName: svc.Name}], nil
+	})
+}
+
+// readdressed returns sets with each endpoint's address replaced by the one addr gives it (a
+// pod's global or secondary address), dropping the endpoints it gives none ("") or one of
+// another type than their set's, and the sets left empty; each set's endpoints sorted by
+// their new address. An error of addr is returned as it is.
+func readdressed(sets []EndpointSet, addr func(discoveryv1.Endpoint) (string, error)) ([]EndpointSet, error) {
 	var out []EndpointSet
-	for _, set := range ready {
+	for _, set := range sets {
 		var eps []discoveryv1.Endpoint
 		for _, ep := range set.Endpoints {
-			ip, ok := global[v1alpha1.GlobalIngressTarget{Kind: v1alpha1.GlobalIngressTargetPod, Name: pods[ep.Addresses[0]], ServiceName: svc.Name}]
-			if !ok || addressType(ip) != set.AddressType {
+			ip, err := addr(ep)
+			if err != nil {
+				return nil, err
+			}
+			if ip == "" || addressType(ip) != set.AddressType {
 				continue
 			}
 			ep.Addresses = []string{ip}
@@ -148,31 +161,17 @@ var _ AddressPolicy = SecondaryAddresses{}
 // Endpoints implements AddressPolicy.
 func (p SecondaryAddresses) Endpoints(ctx context.Context, svc *corev1.Service, typ mcsv1beta1.ServiceImportType, local []discoveryv1.EndpointSlice) ([]EndpointSet, error) {
 	pods := endpointPods(local)
-	var out []EndpointSet
-	for _, set := range readyPodEndpoints(local, typ == mcsv1beta1.Headless) {
-		var eps []discoveryv1.Endpoint
-		for _, ep := range set.Endpoints {
-			pod, ok := pods[ep.Addresses[0]]
-			if !ok {
-				continue // not a pod (a hand-made endpoint): it has no secondary address
-			}
-			ip, err := p.secondaryIP(ctx, svc.Namespace, pod)
-			if err != nil {
-				return nil, err
-			}
-			if !ip.IsValid() || addressType(ip.String()) != set.AddressType {
-				continue
-			}
-			ep.Addresses = []string{ip.String()}
-			eps = append(eps, ep)
+	return readdressed(readyPodEndpoints(local, typ == mcsv1beta1.Headless), func(ep discoveryv1.Endpoint) (string, error) {
+		pod, ok := pods[ep.Addresses[0]]
+		if !ok {
+			return "", nil // not a pod (a hand-made endpoint): it has no secondary address
 		}
-		if len(eps) > 0 {
-			slices.SortFunc(eps, func(a, b discoveryv1.Endpoint) int { return compareAddrs(a.Addresses[0], b.Addresses[0]) })
-			set.Endpoints = eps
-			out = append(out, set)
+		ip, err := p.secondaryIP(ctx, svc.Namespace, pod)
+		if err != nil || !ip.IsValid() {
+			return "", err
 		}
-	}
-	return out, nil
+		return ip.String(), nil
+	})
 }
 
 // secondaryIP is the secondary address of pod namespace/name, the zero Addr when it has none
