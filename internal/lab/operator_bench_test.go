@@ -361,10 +361,7 @@ spec:
 // cliJoin is one `octopus join --agent charts`, then `octopus leave`.
 func (fj *fabricJoinLab) cliJoin(ctx context.Context, round int) (joinTimes, error) {
 	var jt joinTimes
-	if err := fj.uninstallOperator(ctx); err != nil {
-		return jt, err
-	}
-	if err := fj.unreachable(); err != nil {
+	if err := fj.withoutOperator(ctx); err != nil {
 		return jt, err
 	}
 	fmt.Fprintf(os.Stderr, "round %d, CLI: octopus join\n", round)
@@ -399,15 +396,32 @@ func (fj *fabricJoinLab) cliJoin(ctx context.Context, round int) (joinTimes, err
 	}
 
 	t1 := time.Now()
-	if out, err := fj.cli(ctx, "leave", "--kubeconfig", fj.kubeconfig); err != nil {
-		return jt, fmt.Errorf("octopus leave: %w\n%s", err, out)
-	}
-	if err := poll(ctx, leaveTimeout, fj.hubForgot); err != nil {
-		return jt, fmt.Errorf("after octopus leave: %w", err)
+	if err := fj.leave(ctx); err != nil {
+		return jt, err
 	}
 	jt.leave = time.Since(t1)
 	fmt.Fprintf(os.Stderr, "round %d, CLI: left %.1fs after octopus leave started\n", round, jt.leave.Seconds())
 	return jt, nil
+}
+
+// withoutOperator is where a CLI round starts: the operator uninstalled and benchMember not
+// reachable from benchPeer.
+func (fj *fabricJoinLab) withoutOperator(ctx context.Context) error {
+	if err := fj.uninstallOperator(ctx); err != nil {
+		return err
+	}
+	return fj.unreachable()
+}
+
+// leave runs `octopus leave` on benchMember and waits until the hub forgot it.
+func (fj *fabricJoinLab) leave(ctx context.Context) error {
+	if out, err := fj.cli(ctx, "leave", "--kubeconfig", fj.kubeconfig); err != nil {
+		return fmt.Errorf("octopus leave: %w\n%s", err, out)
+	}
+	if err := poll(ctx, leaveTimeout, fj.hubForgot); err != nil {
+		return fmt.Errorf("after octopus leave: %w", err)
+	}
+	return nil
 }
 
 // processJoin is one `octopus join --agent process` with the lab's gateway and route agent
@@ -415,10 +429,7 @@ func (fj *fabricJoinLab) cliJoin(ctx context.Context, round int) (joinTimes, err
 // `octopus leave`.
 func (fj *fabricJoinLab) processJoin(ctx context.Context, round int) (joinTimes, error) {
 	var jt joinTimes
-	if err := fj.uninstallOperator(ctx); err != nil {
-		return jt, err
-	}
-	if err := fj.unreachable(); err != nil {
+	if err := fj.withoutOperator(ctx); err != nil {
 		return jt, err
 	}
 	fmt.Fprintf(os.Stderr, "round %d, process: octopus join --agent process\n", round)
@@ -456,11 +467,8 @@ func (fj *fabricJoinLab) processJoin(ctx context.Context, round int) (joinTimes,
 	if err := fj.l.StopComponentProcesses(benchMember, suffix, 10*time.Second); err != nil {
 		return jt, fmt.Errorf("stopping %s's gateway and route agent processes: %w", benchMember, err)
 	}
-	if out, err := fj.cli(ctx, "leave", "--kubeconfig", fj.kubeconfig); err != nil {
-		return jt, fmt.Errorf("octopus leave: %w\n%s", err, out)
-	}
-	if err := poll(ctx, leaveTimeout, fj.hubForgot); err != nil {
-		return jt, fmt.Errorf("after octopus leave: %w", err)
+	if err := fj.leave(ctx); err != nil {
+		return jt, err
 	}
 	jt.leave = time.Since(t1)
 	fmt.Fprintf(os.Stderr, "round %d, process: left %.1fs after the processes were stopped and octopus leave started\n", round, jt.leave.Seconds())
