@@ -27,10 +27,18 @@ type key struct{ pkg, test string }
 func main() {
 	failOnSkip := flag.Bool("fail-on-skip", false, "exit non-zero if any test was skipped")
 	flag.Parse()
-	failed, skipped, err := report(os.Stdin, os.Stdout)
+	failed, skipped, reasons, err := report(os.Stdin, os.Stdout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testreport:", err)
 		os.Exit(2)
+	}
+	if len(reasons) > 0 {
+		// The failures' own messages again, without the logs around them: a long failure
+		// log (a lab's state) must not push another test's reason out of what is read.
+		fmt.Printf("\n%d failed tests, why:\n", len(reasons))
+		for _, r := range reasons {
+			fmt.Println(r)
+		}
 	}
 	if len(skipped) > 0 {
 		fmt.Printf("\n%d skipped tests:\n", len(skipped))
@@ -49,7 +57,7 @@ func main() {
 	fmt.Println("\nPASS")
 }
 
-func report(r io.Reader, w io.Writer) (failed int, skipped []string, err error) {
+func report(r io.Reader, w io.Writer) (failed int, skipped, reasons []string, err error) {
 	output := map[key]*strings.Builder{}
 	failedIn := map[string]int{} // failed tests per package
 	sc := bufio.NewScanner(r)
@@ -76,6 +84,7 @@ func report(r io.Reader, w io.Writer) (failed int, skipped []string, err error) 
 				failed++
 				failedIn[e.Package]++
 				fmt.Fprintf(w, "--- FAIL: %s %s (%.1fs)\n%s", e.Package, e.Test, e.Elapsed, text(output[k]))
+				reasons = append(reasons, fmt.Sprintf("  %s %s%s", e.Package, e.Test, failureReason(output[k])))
 			} else {
 				fmt.Fprintf(w, "FAIL %s (%.1fs)\n", e.Package, e.Elapsed)
 				if failedIn[e.Package] == 0 {
@@ -93,7 +102,33 @@ func report(r io.Reader, w io.Writer) (failed int, skipped []string, err error) 
 		}
 	}
 	sort.Strings(skipped)
-	return failed, skipped, sc.Err()
+	return failed, skipped, reasons, sc.Err()
+}
+
+// reasonLines bounds how many of a failed test's messages its reason repeats, and reasonWidth
+// how much of each.
+const reasonLines, reasonWidth = 4, 400
+
+// failureReason is the first messages a failed test logged (`file.go:N: …` lines), skipping
+// its lab-state dumps, each on a line of its own.
+func failureReason(b *strings.Builder) string {
+	var out strings.Builder
+	n := 0
+	for _, l := range strings.Split(text(b), "\n") {
+		l = strings.TrimSpace(l)
+		file, rest, ok := strings.Cut(l, ": ")
+		if !ok || !strings.Contains(file, ".go:") || strings.HasPrefix(rest, "lab state") {
+			continue
+		}
+		if len(l) > reasonWidth {
+			l = l[:reasonWidth] + "…"
+		}
+		out.WriteString("\n      " + l)
+		if n++; n == reasonLines {
+			break
+		}
+	}
+	return out.String()
 }
 
 func text(b *strings.Builder) string {

@@ -100,7 +100,7 @@ func (c labCluster) run(ctx context.Context, t *testing.T, env []string, stdin s
 // and logs (all, tail, timestamps, follow, previous). It also checks that the kubelet API
 // serves the API server's client certificate only.
 func TestExecAndLogs(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	c := upLab(ctx, t)
 	net := c.lab.Network.Clusters[0]

@@ -255,7 +255,9 @@ func (f *failoverLab) nodeCutOff(ctx context.Context, t *testing.T) {
 	if p := f.peer(ctx, t, f.c1.Name); p.Spec.Hostname != f.standby.Name {
 		t.Fatalf("%s's Peer names %s after the cut-off node came back, want %s", f.c1.Name, p.Spec.Hostname, f.standby.Name)
 	}
-	if gap, lost, _ := probe.longestGap(back, time.Now()); lost > 10 {
+	// A few probes lost at random on a loaded machine are not an interruption; a second
+	// without an answer is.
+	if gap, lost, _ := probe.longestGap(back, time.Now()); gap > time.Second {
 		t.Fatalf("plugging the old gateway node back in interrupted the data path: %d probes lost, longest gap %s", lost, gap)
 	}
 	f.waitHTTP(t, 30*time.Second)

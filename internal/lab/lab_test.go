@@ -348,6 +348,9 @@ func logLabState(t testing.TB, dir string) {
 		if !strings.HasPrefix(name, "processes/") && !strings.HasSuffix(name, "/routes.txt") {
 			return
 		}
+		if strings.HasSuffix(name, "/routes.txt") {
+			data = withoutKernelRoutes(data)
+		}
 		if len(data) > failureLogLimit {
 			data = data[len(data)-failureLogLimit:]
 		}
@@ -357,6 +360,22 @@ func logLabState(t testing.TB, dir string) {
 	if err := (lab.NodeState{Dir: dir}).CollectNodes(ctx, add, skip); err != nil {
 		t.Logf("lab state: %v", err)
 	}
+}
+
+// withoutKernelRoutes drops from an `ip route show table all` listing the routes every
+// namespace has (local, broadcast, multicast and link-local ones), which would bury the
+// routes a failure is about.
+func withoutKernelRoutes(routes []byte) []byte {
+	var out []byte
+	for _, l := range bytes.SplitAfter(routes, []byte("\n")) {
+		f := bytes.Fields(l)
+		if len(f) > 0 && (bytes.Equal(f[0], []byte("local")) || bytes.Equal(f[0], []byte("broadcast")) ||
+			bytes.Equal(f[0], []byte("multicast")) || bytes.HasPrefix(f[0], []byte("fe80:"))) {
+			continue
+		}
+		out = append(out, l...)
+	}
+	return out
 }
 
 // withTestNodes returns opts with the directory of containerd (testContainerd) unless opts

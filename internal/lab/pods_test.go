@@ -50,7 +50,7 @@ func TestPods(t *testing.T) {
 	bins := buildCommands(t, "octopus-agent", "octopus-echo")
 	dir := filepath.Join(t.TempDir(), "lab")
 	routesBefore := mustRoutes(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 
 	begin := time.Now()
