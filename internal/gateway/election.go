@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync/atomic"
 
 	"k8s.io/client-go/kubernetes"
@@ -21,6 +22,29 @@ type election struct {
 	cs kubernetes.Interface
 	// locate finds where the holder answers liveness probes.
 	locate locator
+	// ready is told when this gateway can take the Lease over at once: it watches the Lease
+	// (fast takeover), or it runs an elector (without). Optional.
+	ready *readiness
+}
+
+// readiness is the gateway's /readyz: ready once it takes part in the election well enough to
+// take over at once. A rolling update of the gateways (one node at a time) waits for it before
+// it stops the next old pod, so a restarted gateway is a standby that can take the active
+// role over by the time the active one goes, not a process still starting.
+type readiness struct{ ok atomic.Bool }
+
+func (r *readiness) set() {
+	if r != nil {
+		r.ok.Store(true)
+	}
+}
+
+func (r *readiness) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	if !r.ok.Load() {
+		http.Error(w, "not yet taking part in the gateway election (waiting for the hub credential or the Lease watch)", http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ok\n"))
 }
 
 // elect takes part in the election until ctx ends or this gateway stops being the active one,
@@ -46,7 +70,10 @@ func elect(ctx context.Context, o Options, e election, lead func(context.Context
 	var tk *takeover
 	if o.LivenessPort != 0 {
 		tk = newTakeover(o, e.cs, e.locate, lock, e.leaseNamespace, e.leaseName)
+		tk.watching = e.ready.set
 		go tk.run(leCtx)
+	} else {
+		e.ready.set()
 	}
 	// Each round runs an elector until it leads or a takeover (or a released Lease) kicks
 	// it: client-go retries acquiring only every RetryPeriod plus up to 120 % jitter, while a

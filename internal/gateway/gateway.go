@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"time"
 
@@ -233,6 +234,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("registering the gateway's metrics: %w", err)
 	}
 	m.setActive(false)
+	ready := &readiness{}
 	if o.MetricsListener != nil {
 		srvCtx, stop := context.WithCancel(ctx)
 		// The gateway's controllers (kube.SingleKeyController) record their reconcile errors
@@ -242,7 +244,10 @@ func Run(ctx context.Context, o Options) error {
 			prometheus.Registerer
 			prometheus.Gatherer
 		}{reg, prometheus.Gatherers{reg, metricsserver.Prefixed{Gatherer: ctrlmetrics.Registry, Prefixes: []string{"controller_runtime_", "workqueue_"}}}}
-		wait := metricsserver.Serve(srvCtx, o.MetricsListener, served, o.Log)
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", metricsserver.Handler(served))
+		mux.Handle("/readyz", ready)
+		wait := metricsserver.ServeHTTP(srvCtx, o.MetricsListener, mux, "metrics and readiness", o.Log)
 		defer wait()
 		defer stop()
 	}
@@ -270,7 +275,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.Role == v1alpha1.PeerRoleHub {
 		locate = hubPeerEndpoint(member, at.Namespace)
 	}
-	e := election{lock: rl, cs: cs, locate: locate, leaseNamespace: at.leaseNamespace, leaseName: at.leaseName}
+	e := election{lock: rl, cs: cs, locate: locate, leaseNamespace: at.leaseNamespace, leaseName: at.leaseName, ready: ready}
 	procCtx := ctx
 	return elect(ctx, o, e, func(ctx context.Context) error {
 		o.Log.Info("Became the active gateway", "node", o.NodeName, "cluster", at.ClusterID, "role", o.Role)

@@ -175,6 +175,9 @@ type takeover struct {
 	// now is the clock (tests); dial probes an address.
 	now  func() time.Time
 	dial func(ctx context.Context, addr netip.AddrPort) error
+	// watching, if set, is called once the Lease's watch has synced: from then on a
+	// released or unrenewed Lease is seen at once.
+	watching func()
 
 	mu    sync.Mutex
 	d     detector
@@ -286,6 +289,12 @@ func (t *takeover) run(ctx context.Context) {
 		return
 	}
 	go inf.RunWithContext(ctx)
+	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return
+	}
+	if t.watching != nil {
+		t.watching()
+	}
 	tick := time.NewTicker(t.o.LivenessInterval)
 	defer tick.Stop()
 	for {

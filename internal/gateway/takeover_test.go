@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"strings"
@@ -386,8 +387,19 @@ func TestGatewayTakeover(t *testing.T) {
 		return nil
 	})
 	gw2 := startGateway(t, eastCfg, "east-gw2", "203.0.113.2", timing(l2))
+	// Ready: the active at once, the standby once it watches the Lease (what a rolling
+	// update of the gateway DaemonSet waits for before it stops the next old pod).
+	for _, g := range []*runningGateway{gw1, gw2} {
+		eventually(t, g.node+" to be ready", func() error { return wantReadyz(g, http.StatusOK) })
+	}
+	// A gateway that cannot take part in the election (its cluster has no hub credential:
+	// the hub's own API server stands in for a cluster not joined) is not ready.
+	unjoined := startGateway(t, env.Cluster("hub").RESTConfig(), "east-gw3", "203.0.113.3")
 	// Long enough for gw2 to watch the Lease and probe gw1 many times over.
 	time.Sleep(2 * time.Second)
+	if err := wantReadyz(unjoined, http.StatusServiceUnavailable); err != nil {
+		t.Error(err)
+	}
 	if h := holder(); h != "east-gw1" || gw2.driver() != nil {
 		t.Fatalf("holder %s, gw2 driver %v: the standby took over from a healthy active", h, gw2.driver())
 	}
@@ -538,4 +550,18 @@ func TestHubGatewayTakeover(t *testing.T) {
 		t.Fatalf("holder %s after gw1 stopped, want hub-gw2", h)
 	}
 	gw2.stop(t)
+}
+
+// wantReadyz checks the status of g's /readyz.
+func wantReadyz(g *runningGateway, want int) error {
+	resp, err := http.Get("http://" + g.metricsAddr + "/readyz")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		return fmt.Errorf("%s's /readyz: %s %q, want %d", g.node, resp.Status, body, want)
+	}
+	return nil
 }

@@ -351,6 +351,7 @@ func upgradeMemberChart(ctx context.Context, t *testing.T, f *failoverLab) {
 		_ = x.stop()
 	}()
 	holder := f.waitHolder(ctx, t, f.cs1, "", 5*time.Second)
+	stopWatching := watchHolder(ctx, f.cs1)
 
 	start := time.Now()
 	cfg, err := clientcmd.BuildConfigFromFlags("", f.l.Env.Cluster(f.c1.Name).Kubeconfig)
@@ -399,6 +400,14 @@ func upgradeMemberChart(ctx context.Context, t *testing.T, f *failoverLab) {
 	}
 	gap, n := x.result(start, time.Now())
 	udpGap, lost, sent := probe.longestGap(start, time.Now())
+	// Each move of the active role, and the data path's longest interruption around it: the
+	// rolling update moves it off the active's old pod, and back if the standby's old pod goes
+	// after it.
+	for _, h := range stopWatching()[1:] {
+		g, l, _ := probe.longestGap(h.at.Add(-3*time.Second), h.at.Add(5*time.Second))
+		t.Logf("MEASURED upgrade handover to %q %.1fs after the upgrade began: longest interruption around it %.2fs (%d probes lost)",
+			h.holder, h.at.Sub(start).Seconds(), g.Seconds(), l)
+	}
 	t.Logf("established TCP connection %s (%s) -> %s (%s) through the upgrade: %d round trips, longest stall %.2fs; "+
 		"UDP probes %s -> %s: longest interruption %.2fs, %d of %d lost; Lease %s -> %s",
 		f.server.name, f.c1.Name, f.client.name, f.c2.Name, n, gap.Seconds(),

@@ -513,6 +513,45 @@ func (f *failoverLab) waitHolder(ctx context.Context, t *testing.T, cs kubernete
 	return holder
 }
 
+// handover is a change of the gateway Lease's holder, as a poll saw it.
+type handover struct {
+	at     time.Time
+	holder string
+}
+
+// watchHolder polls the gateway Lease of cs every 100 ms until stop is called, and returns
+// from stop the holder changes it saw (the first entry is the holder at the start).
+func watchHolder(ctx context.Context, cs kubernetes.Interface) (stop func() []handover) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan []handover)
+	go func() {
+		var seen []handover
+		defer func() { done <- seen }()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if l, err := cs.CoordinationV1().Leases(v1alpha1.SystemNamespace).Get(ctx, v1alpha1.GatewayLeaseName, metav1.GetOptions{}); err == nil {
+				h := ""
+				if l.Spec.HolderIdentity != nil {
+					h = *l.Spec.HolderIdentity
+				}
+				if len(seen) == 0 || seen[len(seen)-1].holder != h {
+					seen = append(seen, handover{at: time.Now(), holder: h})
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() []handover {
+		cancel()
+		return <-done
+	}
+}
+
 func (f *failoverLab) peer(ctx context.Context, t *testing.T, name string) *v1alpha1.Peer {
 	t.Helper()
 	p := &v1alpha1.Peer{}

@@ -31,8 +31,13 @@ type Registry interface {
 // the server has stopped.
 func Serve(ctx context.Context, l net.Listener, reg Registry, log logr.Logger) (wait func()) {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("/metrics", Handler(reg))
 	return ServeHTTP(ctx, l, mux, "metrics", log)
+}
+
+// Handler serves reg's metrics, for a component that serves them beside other endpoints.
+func Handler(reg Registry) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 }
 
 // ServeHTTP serves h on l until ctx is done, then closes l; what names the endpoint in the

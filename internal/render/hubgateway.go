@@ -121,6 +121,12 @@ func HubGateway(o HubGatewayOptions) ([]client.Object, error) {
 							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/metrics", Port: intstr.FromString("metrics")}},
 							PeriodSeconds: 10,
 						},
+						// Ready once it can take the active role over at once: the rolling update
+						// (one node at a time) waits for it before it stops the next old pod.
+						ReadinessProbe: &corev1.Probe{
+							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("metrics")}},
+							PeriodSeconds: 1,
+						},
 						Resources: o.Resources,
 						SecurityContext: &corev1.SecurityContext{
 							AllowPrivilegeEscalation: ptr.To(false),
