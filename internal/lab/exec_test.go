@@ -134,7 +134,9 @@ func TestExecAndLogs(t *testing.T) {
 	create(ctx, t, c.cs, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "crasher"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "busybox",
-			Command: []string{"sh", "-c", "echo run at $(date +%s%N); sleep 1; exit 3"}}}},
+			// Each run says a word of its own (busybox's date has no %N, and two runs may
+			// start within a second), and lives long enough to be read while it runs.
+			Command: []string{"sh", "-c", "echo run $(cat /proc/sys/kernel/random/uuid); sleep 4; exit 3"}}}},
 	})
 	svc, err := c.cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "echo"},
@@ -246,12 +248,15 @@ func TestExecAndLogs(t *testing.T) {
 		}
 		testLogsFollow(ctx, t, c)
 		// A crash-looping container's run before the current one.
+		// Read while a run after the second restart is running: between runs (back-off) the
+		// current container is the last one to have exited, which is also --previous's.
 		waitPod(ctx, t, c.cs, "crasher", func(p *corev1.Pod) bool {
-			return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 2
+			return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 2 &&
+				p.Status.ContainerStatuses[0].State.Running != nil
 		})
 		prev := c.run(ctx, t, nil, "", "logs", "--previous", "crasher")
 		cur := c.run(ctx, t, nil, "", "logs", "crasher")
-		if prev.code != 0 || !strings.HasPrefix(prev.stdout, "run at ") || prev.stdout == cur.stdout {
+		if prev.code != 0 || !strings.HasPrefix(prev.stdout, "run ") || prev.stdout == cur.stdout {
 			t.Errorf("kubectl logs --previous: exit %d, stdout %q, stderr %q (current run: %q); want another run's line",
 				prev.code, prev.stdout, prev.stderr, cur.stdout)
 		}

@@ -29,6 +29,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/lab/realnode"
 	"github.com/octopus-mcs/octopus/internal/release"
+	"github.com/octopus-mcs/octopus/internal/render"
 	"github.com/octopus-mcs/octopus/internal/version"
 )
 
@@ -176,11 +177,12 @@ func toAny(args []string) []any {
 // (real nodes with the project's image) rather than as the lab's supervised processes.
 func (l *Lab) Charts() bool { return l.charts }
 
-// KillGateway SIGKILLs the gateway of a member cluster's node, as a crash: its supervisor
-// restarts it, the lab's for a process (GatewayProcessName) and the kubelet for the container
-// of a chart's pod, and the restarted gateway stands by if another took the Lease meanwhile.
+// KillGateway SIGKILLs the gateway of a member cluster's node or of a hub gateway node, as a
+// crash: its supervisor restarts it, the lab's for a process (GatewayProcessName) and the
+// kubelet for the container of a chart's pod, and the restarted gateway stands by if another
+// took the Lease meanwhile.
 func (l *Lab) KillGateway(ctx context.Context, node string) error {
-	if !l.charts {
+	if !l.chartGateway(node) {
 		pidfile := filepath.Join(l.Env.Dir, "pids", GatewayProcessName(node)+".pid")
 		b, err := os.ReadFile(pidfile)
 		if err != nil {
@@ -195,11 +197,7 @@ func (l *Lab) KillGateway(ctx context.Context, node string) error {
 		}
 		return nil
 	}
-	c, err := l.nodeClient(node)
-	if err != nil {
-		return err
-	}
-	pod, err := GatewayPod(ctx, c, node)
+	_, pod, err := l.gatewayPod(ctx, node)
 	if err != nil {
 		return err
 	}
@@ -221,23 +219,19 @@ func (l *Lab) KillGateway(ctx context.Context, node string) error {
 	return fmt.Errorf("gateway pod %s on %s has no octopus-agent process (pids %v)", pod.Name, node, pids)
 }
 
-// StopGateway stops the gateway of a member cluster's node for good, as when the node is no
-// longer a gateway: the lab's supervised process is killed without a restart, or, for the
-// chart's pods, the node loses labnet.GatewayLabel (so the DaemonSet does not bring it back)
-// and its pod is deleted with no grace period. The kubelet still stops that container with
-// SIGTERM first, so a pod's gateway exits cleanly, giving its Lease up, where a process dies
-// at once; KillGateway is the crash.
+// StopGateway stops the gateway of a member cluster's node or of a hub gateway node for good,
+// as when the node is no longer a gateway: the lab's supervised process is killed without a
+// restart, or, for a chart's pods, the node loses labnet.GatewayLabel (so the DaemonSet does
+// not bring it back) and its pod is deleted with no grace period. The kubelet still stops that
+// container with SIGTERM first, so a pod's gateway exits cleanly, giving its Lease up, where a
+// process dies at once; KillGateway is the crash.
 func (l *Lab) StopGateway(ctx context.Context, node string) error {
-	if !l.charts {
+	if !l.chartGateway(node) {
 		return l.Env.StopProcess(GatewayProcessName(node), 0)
 	}
-	c, err := l.nodeClient(node)
-	if err != nil {
-		return err
-	}
 	// The pod first: once the label is off, the DaemonSet controller may mark it for deletion
-	// before we look, and GatewayPod skips pods being deleted.
-	pod, err := GatewayPod(ctx, c, node)
+	// before we look, and gatewayPod skips pods being deleted.
+	c, pod, err := l.gatewayPod(ctx, node)
 	if err != nil {
 		return err
 	}
@@ -252,22 +246,53 @@ func (l *Lab) StopGateway(ctx context.Context, node string) error {
 	return nil
 }
 
-// nodeClient is a client of the member cluster that node belongs to.
-func (l *Lab) nodeClient(node string) (kubernetes.Interface, error) {
+// chartGateway reports whether node's gateway is a chart's pod rather than a process.
+func (l *Lab) chartGateway(node string) bool {
+	for _, h := range l.Network.HubGateways {
+		if h.Name == node {
+			return hubGatewayNodes(l.opts)
+		}
+	}
+	return l.charts
+}
+
+// gatewayPod is the gateway pod on node, a member cluster's or a hub gateway node, that is not
+// being deleted, and a client of its cluster.
+func (l *Lab) gatewayPod(ctx context.Context, node string) (kubernetes.Interface, *corev1.Pod, error) {
+	cluster, namespace, app := "", v1alpha1.SystemNamespace, "octopus-gateway"
+	for _, h := range l.Network.HubGateways {
+		if h.Name == node {
+			cluster, namespace, app = HubName, v1alpha1.DefaultHubNamespace, render.HubGatewayName
+		}
+	}
 	for _, c := range l.Network.Clusters {
 		for _, n := range c.Nodes {
 			if n.Name == node {
-				return kubernetes.NewForConfig(l.Env.Cluster(c.Name).RESTConfig())
+				cluster = c.Name
 			}
 		}
 	}
-	return nil, fmt.Errorf("no member cluster has a node %s", node)
+	if cluster == "" {
+		return nil, nil, fmt.Errorf("the lab has no node %s", node)
+	}
+	c, err := kubernetes.NewForConfig(l.Env.Cluster(cluster).RESTConfig())
+	if err != nil {
+		return nil, nil, err
+	}
+	pod, err := gatewayPodIn(ctx, c, namespace, app, node)
+	return c, pod, err
 }
 
 // GatewayPod is the member chart's gateway pod on node that is not being deleted.
 func GatewayPod(ctx context.Context, c kubernetes.Interface, node string) (*corev1.Pod, error) {
-	pods, err := c.CoreV1().Pods(v1alpha1.SystemNamespace).List(ctx, metav1.ListOptions{
-		LabelSelector: "app.kubernetes.io/name=octopus-gateway", FieldSelector: "spec.nodeName=" + node,
+	return gatewayPodIn(ctx, c, v1alpha1.SystemNamespace, "octopus-gateway", node)
+}
+
+// gatewayPodIn is the pod labelled app.kubernetes.io/name=app in namespace on node that is
+// not being deleted.
+func gatewayPodIn(ctx context.Context, c kubernetes.Interface, namespace, app, node string) (*corev1.Pod, error) {
+	pods, err := c.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/name=" + app, FieldSelector: "spec.nodeName=" + node,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("listing the gateway pods of %s: %w", node, err)
@@ -375,6 +400,48 @@ func gatewaySettings(opts Options, cluster string) []string {
 		"--lease-duration=" + labGatewayLeaseDuration, "--renew-deadline=" + labGatewayRenewDeadline,
 		"--retry-period=" + labGatewayRetryPeriod, "--status-interval=" + labGatewayStatus,
 		"--liveness-interval=" + labGatewayLivenessInterval, "--underlay-probe-interval=" + labUnderlayProbeInterval}
+}
+
+// hubGatewayNodes reports whether the hub's gateways run as the hub chart's pods on real nodes
+// of the hub cluster (one per labnet.HubGatewayNet) rather than as the lab's processes: with
+// the hub topology, wherever the member clusters run the member chart.
+func hubGatewayNodes(opts Options) bool {
+	return opts.HubGateways > 0 && chartsOnNodes(opts)
+}
+
+// installHubChart installs the hub chart with its gateway, as `octopus hub deploy --chart
+// --set gateway.enabled=true,...` does, on the hub's gateway nodes (labelled
+// labnet.GatewayLabel at registration, the chart's default selector), with the lab's gateway
+// settings as the gateway's environment, and waits until its pods are ready.
+func installHubChart(ctx context.Context, opts Options, cp *controlplane.ControlPlane, nets []labnet.HubGatewayNet) error {
+	start := time.Now()
+	p := opts.Progress
+	config := map[string]any{}
+	backend := "wireguard"
+	for _, f := range gatewaySettings(opts, HubName) {
+		name, value, _ := strings.Cut(strings.TrimPrefix(f, "--"), "=")
+		if name == "backend" {
+			backend = value // a value of the chart, which passes it as the flag
+			continue
+		}
+		// OCTOPUS_<FLAG> sets --<flag> of octopus-agent (cmd/octopus-agent/env.go).
+		config["OCTOPUS_"+strings.ToUpper(strings.ReplaceAll(name, "-", "_"))] = value
+	}
+	p.Step("hub: installing chart %s with its gateway on the %d nodes labelled %s=true, and waiting for its pods",
+		charts.Hub, len(nets), labnet.GatewayLabel)
+	_, err := release.Install(ctx, cp.RESTConfig(), release.Options{
+		Chart: charts.Hub, Namespace: v1alpha1.DefaultHubNamespace, AppVersion: version.Version,
+		Values: map[string]any{"gateway": map[string]any{
+			"enabled": true, "backend": backend, "healthCheckIP": HubGatewayHealthCheckIP(), "config": config,
+		}},
+		Wait: true, Timeout: memberChartTimeout,
+	})
+	if err != nil {
+		return fmt.Errorf("installing the hub's gateways (kubectl -n %s get pods on the hub; the kubelet logs under the lab dir's logs/): %w",
+			v1alpha1.DefaultHubNamespace, err)
+	}
+	p.Done(start, "hub: the hub chart's gateway pods are ready")
+	return nil
 }
 
 // startHubGateways runs `octopus-agent gateway --hub` in each hub gateway's namespace

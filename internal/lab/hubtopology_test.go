@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +29,7 @@ import (
 // wireguard never the plaintext), `octopus show connections`, a request to an exported Service by its
 // clusterset.local name, recovery with a new key when the hub's active gateway is killed and
 // restarted, and a fast takeover by the standby hub gateway when the active one dies for good.
+// The hub's gateways are the hub chart's pods on the hub cluster's own real nodes.
 func TestHubTopology(t *testing.T) {
 	forEachBackend(t, hubTopology, "wireguard")
 }
@@ -132,7 +132,9 @@ func hubTopology(t *testing.T, backend, binDir string, bins map[string]string) {
 	}
 	old := hubPeer()
 	killed := time.Now()
-	killProcess(t, filepath.Join(dir, "pids", lab.GatewayProcessName(old.Hostname)+".pid"))
+	if err := l.KillGateway(ctx, old.Hostname); err != nil {
+		t.Fatal(err)
+	}
 	if backend == "wireguard" {
 		waitFor(t, 60*time.Second, "a new key in the hub's Peer", func() error {
 			if k := hubPeer().PublicKey; k == old.PublicKey || k == "" {
@@ -170,7 +172,7 @@ func hubTopology(t *testing.T, backend, binDir string, bins map[string]string) {
 		return nil
 	})
 	stopped := time.Now()
-	if err := l.Env.StopProcess(lab.GatewayProcessName(active.Name), 0); err != nil {
+	if err := l.StopGateway(ctx, active.Name); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 60*time.Second, standby.Name+" to take the hub gateway's Lease over", func() error {

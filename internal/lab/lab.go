@@ -183,8 +183,9 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 			name = ClusterName(i)
 		}
 		pods, services := clusterCIDRs(i, opts.OverlappingCIDRs && !slices.Contains(opts.DirectClusters, name))
-		// Member clusters schedule pods onto their nodes; the hub has no nodes.
-		specs = append(specs, controlplane.ClusterOptions{Name: name, PodCIDR: pods, ServiceCIDR: services, Scheduler: i > 0})
+		// Member clusters schedule pods onto their nodes; the hub has nodes only for the hub
+		// chart's gateways (hubGatewayNodes).
+		specs = append(specs, controlplane.ClusterOptions{Name: name, PodCIDR: pods, ServiceCIDR: services, Scheduler: i > 0 || hubGatewayNodes(opts)})
 		if i > 0 {
 			netSpecs = append(netSpecs, labnet.ClusterSpec{Name: name, Index: i, ServiceCIDR: services,
 				Nodes: opts.NodesPerCluster, Gateways: opts.GatewaysPerCluster})
@@ -243,6 +244,13 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		return l, nil
 	}
 	p.Step("Deploying the hub")
+	if hubGatewayNodes(opts) {
+		// Before Deploy, as `octopus hub deploy --chart` does: Helm adopts no object it did
+		// not make, and Deploy re-applies the chart's objects unchanged.
+		if err := installHubChart(ctx, opts, env.Cluster(HubName), plan.HubGateways); err != nil {
+			return l, err
+		}
+	}
 	info, err := hub.Deploy(ctx, env.Cluster(HubName).RESTConfig(), hub.DeployOptions{Progress: p})
 	if err != nil {
 		return l, err
@@ -250,8 +258,10 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 	if err := info.WriteFile(l.BrokerInfo); err != nil {
 		return l, err
 	}
-	if err := startHubGateways(ctx, opts, env, plan.HubGateways, info.Namespace); err != nil {
-		return l, err
+	if !hubGatewayNodes(opts) {
+		if err := startHubGateways(ctx, opts, env, plan.HubGateways, info.Namespace); err != nil {
+			return l, err
+		}
 	}
 	for i := 1; i <= opts.Clusters; i++ {
 		name := ClusterName(i)

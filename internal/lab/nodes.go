@@ -35,6 +35,16 @@ func startNodes(ctx context.Context, env *controlplane.Environment, plan labnet.
 		agents.stop()
 		return nil, err
 	}
+	if hubGatewayNodes(opts) {
+		cp := env.Cluster(HubName)
+		for _, n := range hubNodes(plan).Nodes {
+			// The hub gateway pods reach the hub's API server at its Service address.
+			if err := env.StartProcess(kubeProxyProcess(cp, n)); err != nil {
+				agents.stop()
+				return nil, fmt.Errorf("starting kube-proxy on node %s: %w", n.Name, err)
+			}
+		}
+	}
 	for _, c := range plan.Clusters {
 		cp := env.Cluster(c.Name)
 		if cp == nil {

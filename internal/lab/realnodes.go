@@ -120,7 +120,8 @@ func startAllRealNodes(ctx context.Context, env *controlplane.Environment, plan 
 	if err != nil {
 		return nil, err
 	}
-	errs := make([]error, len(plan.Clusters)+1)
+	// One for each cluster's nodes, the registry and the hub's nodes.
+	errs := make([]error, len(plan.Clusters)+2)
 	var wg sync.WaitGroup
 	for i, c := range plan.Clusters {
 		wg.Go(func() {
@@ -137,11 +138,43 @@ func startAllRealNodes(ctx context.Context, env *controlplane.Environment, plan 
 			errs[i] = startRealNodes(ctx, env, plan, c, cp, cs, opts, imgs)
 		})
 	}
+	if hubGatewayNodes(opts) {
+		wg.Go(func() {
+			errs[len(plan.Clusters)+1] = startHubNodes(ctx, env, plan, opts, imgs)
+		})
+	}
 	wg.Wait()
 	if err := <-imgs.pushed; err != nil {
 		errs[len(plan.Clusters)] = fmt.Errorf("filling the lab's registry: %w", err)
 	}
 	return imgs.registry, errors.Join(errs...)
+}
+
+// startHubNodes makes the hub's gateway namespaces real nodes of the hub cluster
+// (HubGatewayNet.Node), for the hub chart's gateway DaemonSet. They run no pod of their own
+// network (the gateway is a host-network pod), so they use the bridge whatever Options.CNI.
+func startHubNodes(ctx context.Context, env *controlplane.Environment, plan labnet.Plan, opts Options, imgs *labImageSet) error {
+	cp := env.Cluster(HubName)
+	cs, err := kubernetes.NewForConfig(cp.RESTConfig())
+	if err != nil {
+		return fmt.Errorf("starting the hub's nodes: %w", err)
+	}
+	for _, h := range plan.HubGateways {
+		if err := labnet.RouteServices(h.Netns, cp.ServiceCIDR, h.UplinkAddr.Addr()); err != nil {
+			return fmt.Errorf("hub gateway node %s: %w", h.Name, err)
+		}
+	}
+	opts.CNI, opts.FlannelBinDir = "", ""
+	return startRealNodes(ctx, env, plan, hubNodes(plan), cp, cs, opts, imgs)
+}
+
+// hubNodes are the hub's gateway nodes as a cluster's network.
+func hubNodes(plan labnet.Plan) labnet.ClusterNet {
+	c := labnet.ClusterNet{Name: HubName}
+	for _, h := range plan.HubGateways {
+		c.Nodes = append(c.Nodes, h.Node())
+	}
+	return c
 }
 
 // hasOctopusBinaries reports whether dir holds every binary the project's image needs.
@@ -201,10 +234,11 @@ func startRealNodes(ctx context.Context, env *controlplane.Environment, plan lab
 			return err
 		}
 		// flanneld routes between the nodes over its VXLAN device; with the bridge the lab
-		// routes each node's pod CIDR to the node, as a host-gateway CNI would.
+		// routes each node's pod CIDR to the node, as a host-gateway CNI would. The hub's
+		// nodes run host-network pods only and share no LAN.
 		peers := map[netip.Prefix]netip.Addr{}
 		for _, other := range c.Nodes {
-			if other.Name != n.Name && opts.CNI != cni.Flannel {
+			if other.Name != n.Name && opts.CNI != cni.Flannel && c.Name != HubName {
 				peers[podCIDRs[other.Name]] = other.LANAddr.Addr()
 			}
 		}

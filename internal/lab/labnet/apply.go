@@ -95,6 +95,11 @@ func applyHubGateway(root, underlay *nsHandle, h HubGatewayNet) error {
 	if err := gw.replaceRoute(netip.PrefixFrom(APIAddress, 32), h.UplinkAddr.Addr()); err != nil {
 		return err
 	}
+	// The API server reaches a hub gateway node's kubelet at its InternalIP, the underlay
+	// address (HubGatewayNet.Node), through its uplink.
+	if err := root.replaceRouteOn(h.Uplink, netip.PrefixFrom(h.UnderlayAddr.Addr(), 32), h.Addr.Addr()); err != nil {
+		return err
+	}
 	if err := joinUnderlay(underlay, gw, h.underlayPort, h.UnderlayAddr); err != nil {
 		return err
 	}
@@ -284,7 +289,9 @@ func NewRoutesOutsideLab(before, after []netlink.Route) []netlink.Route {
 	for _, r := range before {
 		old[key(r)] = true
 	}
-	allowed := []netip.Prefix{LANRange}
+	// The LANs' range, and the underlay's for the host routes to the hub gateway nodes
+	// (applyHubGateway); both are documentation ranges the lab owns.
+	allowed := []netip.Prefix{LANRange, UnderlayRange}
 	var bad []netlink.Route
 	for _, r := range after {
 		if old[key(r)] {

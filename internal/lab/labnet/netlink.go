@@ -287,10 +287,15 @@ func (h *nsHandle) replaceAddr(name string, addr netip.Prefix) error {
 	return nil
 }
 
-// replaceRoute installs a route to dst over the node's LAN link (every route the lab writes
-// goes there), via gw if it is valid, else directly on the link (scope link).
+// replaceRoute installs a route to dst over the node's LAN link (where a node's routes go),
+// via gw if it is valid, else directly on the link (scope link).
 func (h *nsHandle) replaceRoute(dst netip.Prefix, gw netip.Addr) error {
-	l, err := h.link(nodeLANName)
+	return h.replaceRouteOn(nodeLANName, dst, gw)
+}
+
+// replaceRouteOn is replaceRoute over the link named dev.
+func (h *nsHandle) replaceRouteOn(dev string, dst netip.Prefix, gw netip.Addr) error {
+	l, err := h.link(dev)
 	if err != nil {
 		return err
 	}
@@ -305,7 +310,7 @@ func (h *nsHandle) replaceRoute(dst netip.Prefix, gw netip.Addr) error {
 		r.Scope = netlink.SCOPE_LINK
 	}
 	if err := h.RouteReplace(r); err != nil {
-		return fmt.Errorf("adding route %s via %s dev %s in %s: %w", dst, gw, nodeLANName, h.where(), err)
+		return fmt.Errorf("adding route %s via %s dev %s in %s: %w", dst, gw, dev, h.where(), err)
 	}
 	return nil
 }

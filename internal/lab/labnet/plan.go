@@ -92,6 +92,13 @@ type HubGatewayNet struct {
 // NetnsPath is where the hub gateway's namespace is mounted.
 func (h HubGatewayNet) NetnsPath() string { return NetnsPath(h.Netns) }
 
+// Node is the hub gateway as a node of the hub cluster. Its InternalIP (LANAddr) is its
+// underlay address, where the clusters tunnel to it: the hub chart's gateway tunnels from its
+// node's address (status.hostIP), and its identity may not read Nodes for anything else.
+func (h HubGatewayNet) Node() NodeNet {
+	return NodeNet{Name: h.Name, Netns: h.Netns, Gateway: true, LANAddr: h.UnderlayAddr, UnderlayAddr: h.UnderlayAddr}
+}
+
 // ClusterNet is one cluster's LAN.
 type ClusterNet struct {
 	Name        string

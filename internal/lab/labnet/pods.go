@@ -38,6 +38,19 @@ type NodeConfig struct {
 	PeerRoutes map[netip.Prefix]netip.Addr
 }
 
+// RouteServices routes a cluster's service CIDR out of the LAN link of the node namespace
+// netns via gw. A cluster's own nodes route it onto their LAN (Apply); a hub gateway node,
+// whose only link to the API servers is its uplink, needs it for host-network pods that reach
+// the API server at its Service address, as in-cluster clients do (kube-proxy translates it).
+func RouteServices(netns string, services netip.Prefix, gw netip.Addr) error {
+	node, err := openNamespace(netns)
+	if err != nil {
+		return err
+	}
+	defer node.Close()
+	return node.replaceRoute(services, gw)
+}
+
 // ConfigureNode turns IP forwarding on in the node's namespace, sets its routes to the other
 // nodes' pod CIDRs to exactly PeerRoutes (deleting routes of ours inside ClusterPodCIDR that
 // are no longer wanted, e.g. of a deleted node) and installs the masquerade table. It is
