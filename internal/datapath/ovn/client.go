@@ -98,8 +98,9 @@ func (c *Client) Apply(ctx context.Context, n Network) (Result, error) {
 				return p.result, nil
 			}
 			if err = c.transact(ctx, n.ClusterID, obs, p); err == nil {
-				c.log.V(1).Info("Applied secondary network", "cluster", n.ClusterID,
-					"created", len(p.create), "updated", len(p.update), "removed", len(p.remove), "failed", len(p.result.Failed))
+				c.log.V(1).Info("Applied secondary network", "cluster", n.ClusterID, "gatewayChassis", n.GatewayChassis,
+					"created", len(p.create), "updated", len(p.update), "gatewayUpdated", p.updateGateway != nil,
+					"removed", len(p.remove), "failed", len(p.result.Failed))
 				return p.result, nil
 			}
 		}
@@ -236,6 +237,11 @@ func (c *Client) transact(ctx context.Context, clusterID string, obs observed, p
 	for i := range p.update {
 		u := &p.update[i]
 		if err := add(c.nb.Where(u).Update(u, &u.Addresses, &u.PortSecurity, &u.ExternalIDs)); err != nil {
+			return err
+		}
+	}
+	if u := p.updateGateway; u != nil {
+		if err := add(c.nb.Where(u).Update(u, &u.Addresses, &u.PortSecurity, &u.ExternalIDs, &u.Options)); err != nil {
 			return err
 		}
 	}
