@@ -123,6 +123,43 @@ func Link(t testing.TB, a, b *Chassis, subnet uint8) {
 	})
 }
 
+// Underlay joins hub and every spoke by an underlay in 192.168.<subnet>.0/24 and makes it
+// their Geneve endpoints, for more than two chassis: the hub (.1) has a veth to each spoke
+// (.2, .3, ...) in its br-phy, whose normal switching joins the spokes to each other too.
+// Link is the two-chassis case; a chassis is in one Link or one Underlay, for its tunnel
+// address (ovn-encap-ip) is the last one set.
+func Underlay(t testing.TB, subnet uint8, hub *Chassis, spokes ...*Chassis) {
+	t.Helper()
+	hubAddr := fmt.Sprintf("192.168.%d.1", subnet)
+	for i, sp := range spokes {
+		hubEnd, spokeEnd := fmt.Sprintf("%s-u%d", hub.prefix, i), sp.prefix+"-ul"
+		hub.ip("link", "add", hubEnd, "netns", hub.Netns, "type", "veth", "peer", "name", spokeEnd, "netns", sp.Netns)
+		t.Cleanup(func() { _ = exec.Command("ip", "-n", hub.Netns, "link", "del", hubEnd).Run() })
+		hub.vsctl("--may-exist", "add-br", underlayBridge, "--", "set", "Bridge", underlayBridge, "datapath_type=netdev",
+			"--", "--may-exist", "add-port", underlayBridge, hubEnd)
+		hub.ip("-n", hub.Netns, "link", "set", hubEnd, "up")
+		sp.underlayAddr(spokeEnd, fmt.Sprintf("192.168.%d.%d", subnet, i+2))
+	}
+	hub.ip("-n", hub.Netns, "addr", "add", hubAddr+"/24", "dev", underlayBridge)
+	hub.ip("-n", hub.Netns, "link", "set", underlayBridge, "up")
+	hub.vsctl("set", "Open_vSwitch", ".", "external_ids:ovn-encap-ip="+hubAddr)
+}
+
+// underlayAddr makes link a port of the chassis's br-phy and addr its tunnel address.
+func (ch *Chassis) underlayAddr(link, addr string) {
+	ch.t.Helper()
+	ch.vsctl("--may-exist", "add-br", underlayBridge, "--", "set", "Bridge", underlayBridge, "datapath_type=netdev",
+		"--", "--may-exist", "add-port", underlayBridge, link)
+	ch.ip("-n", ch.Netns, "link", "set", link, "up")
+	ch.ip("-n", ch.Netns, "addr", "add", addr+"/24", "dev", underlayBridge)
+	ch.ip("-n", ch.Netns, "link", "set", underlayBridge, "up")
+	ch.vsctl("set", "Open_vSwitch", ".", "external_ids:ovn-encap-ip="+addr)
+}
+
+// Name is the chassis's name in the southbound database: its Open_vSwitch
+// external_ids:system-id, what a logical port's requested-chassis names.
+func (ch *Chassis) Name() string { return ch.prefix }
+
 // Node is the chassis as podport sees a node: ovs-vswitchd's namespace, database and
 // integration bridge.
 func (ch *Chassis) Node() podport.Node {

@@ -1,0 +1,507 @@
+package ovn
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
+	"github.com/octopus-mcs/octopus/internal/datapath/podport"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/tunneltest"
+	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
+	"github.com/octopus-mcs/octopus/internal/ovn/ovntest"
+)
+
+// gatewayRowInDB is the gateway port's row as ovn-nbctl reads it: UUID, port security and
+// requested chassis; ok is false when there is no such row.
+func gatewayRowInDB(t *testing.T, nb *ovntest.Server, clusterID string) (uuid string, portSecurity []string, chassis string, ok bool) {
+	t.Helper()
+	ctx := context.Background()
+	out, err := nb.Ctl(ctx, "--bare", "--columns=_uuid", "find", "Logical_Switch_Port", "name="+GatewayPortName(clusterID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uuid = strings.TrimSpace(out); uuid == "" {
+		return "", nil, "", false
+	}
+	for _, r := range readPorts(t, nb) {
+		if r.Name == GatewayPortName(clusterID) {
+			portSecurity = r.PortSecurity
+			if r.ExternalIDs[owner.OVNKeyRole] != owner.OVNRoleGateway || r.ExternalIDs[owner.OVNKeyCluster] != clusterID {
+				t.Errorf("gateway port's external_ids %v", r.ExternalIDs)
+			}
+		}
+	}
+	out, err = nb.Ctl(ctx, "--if-exists", "get", "Logical_Switch_Port", uuid, "options:requested-chassis")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uuid, portSecurity, strings.Trim(strings.TrimSpace(out), `"`), true
+}
+
+// TestGatewayPortFollowsTheActiveGateway drives the gateway's port through its life against
+// the real NB server: made with the first active gateway, moved by an update of the same row
+// (not a new port), gone when there is no active gateway, refused over a foreign port holding
+// its address, and removed by Delete with the pods' ports.
+func TestGatewayPortFollowsTheActiveGateway(t *testing.T) {
+	nb := ovntest.StartNB(t)
+	c := connect(t, nb)
+	n := Network{ClusterID: "east", CIDR: testCIDR, Pods: pods("p", 0, 2), GatewayChassis: "node-a"}
+	res := apply(t, c, n)
+	wantGW := Attachment{Port: "east_gateway", MAC: MACFor(netip.MustParseAddr("10.112.0.1")),
+		IP: netip.MustParsePrefix("10.112.0.1/16"), Gateway: netip.MustParseAddr("10.112.0.1")}
+	if !res.Gateway.Equal(wantGW) || res.GatewayFailed != nil {
+		t.Fatalf("Result.Gateway = %+v (%v), want %+v", res.Gateway, res.GatewayFailed, wantGW)
+	}
+	uuid, ps, chassis, ok := gatewayRowInDB(t, nb, "east")
+	if !ok || chassis != "node-a" || !slices.Equal(ps, []string{"0a:58:0a:70:00:01"}) {
+		t.Fatalf("gateway port: present %v, requested-chassis %q, port_security %q", ok, chassis, ps)
+	}
+	for k, a := range res.Attached {
+		if a.IP.Addr() == wantGW.IP.Addr() {
+			t.Errorf("pod %s got the gateway address", k)
+		}
+	}
+
+	// Failover: the same row, another chassis; the pods' ports are not touched.
+	before := readPorts(t, nb)
+	n.GatewayChassis = "node-b"
+	apply(t, c, n)
+	uuid2, _, chassis, ok := gatewayRowInDB(t, nb, "east")
+	if !ok || uuid2 != uuid || chassis != "node-b" {
+		t.Fatalf("after failover: present %v, uuid %s (was %s), requested-chassis %q", ok, uuid2, uuid, chassis)
+	}
+	after := readPorts(t, nb)
+	if len(after) != len(before) {
+		t.Errorf("failover changed the number of ports: %d, then %d", len(before), len(after))
+	}
+
+	// No active gateway: no port (OVN would otherwise bind it on every gateway node in turn).
+	n.GatewayChassis = ""
+	if res := apply(t, c, n); res.Gateway.Port != "" {
+		t.Errorf("Result.Gateway = %+v without an active gateway", res.Gateway)
+	}
+	if _, _, _, ok := gatewayRowInDB(t, nb, "east"); ok {
+		t.Fatal("the gateway port is left without an active gateway")
+	}
+	checkDB(t, nb, res) // the pods' ports as they were
+
+	// A foreign port holding the gateway address: the gateway port is refused, the pods are not.
+	ctx := context.Background()
+	if _, err := nb.Ctl(ctx, "lsp-add", "octopus-east", "intruder", "--", "lsp-set-addresses", "intruder", "0a:00:00:00:00:09 10.112.0.1"); err != nil {
+		t.Fatal(err)
+	}
+	n.GatewayChassis = "node-a"
+	n.Pods = append(n.Pods, pod("late"))
+	res = apply(t, c, n)
+	if !errors.Is(res.GatewayFailed, hostaddr.ErrInUse) || !strings.Contains(res.GatewayFailed.Error(), "intruder") {
+		t.Errorf("GatewayFailed = %v, want ErrInUse naming the port", res.GatewayFailed)
+	}
+	if _, ok := res.Attached[key("late")]; !ok {
+		t.Errorf("a pod created while the gateway port is refused got no port: %v", res.Failed)
+	}
+	if _, _, _, ok := gatewayRowInDB(t, nb, "east"); ok {
+		t.Fatal("the gateway port was made over a foreign port's address")
+	}
+	if _, err := nb.Ctl(ctx, "lsp-del", "intruder"); err != nil {
+		t.Fatal(err)
+	}
+	if res = apply(t, c, n); res.Gateway.Port == "" {
+		t.Fatalf("no gateway port once its address is free: %v", res.GatewayFailed)
+	}
+
+	// Delete takes the gateway's port with the pods', and the switch.
+	if err := c.Delete(ctx, "east"); err != nil {
+		t.Fatal(err)
+	}
+	if ports := readPorts(t, nb); len(ports) != 0 {
+		t.Fatalf("Delete left %+v", ports)
+	}
+	if _, ok := readSwitches(t, nb)["octopus-east"]; ok {
+		t.Fatal("Delete left the switch")
+	}
+}
+
+// remoteAddr stands for another cluster's secondary network behind the tunnels: an address
+// of its block on each gateway node's loopback. A reply from it tells which gateway node the
+// packet reached.
+var (
+	remoteBlock = netip.MustParsePrefix("10.113.0.0/16")
+	remoteAddr  = netip.MustParseAddr("10.113.0.1")
+)
+
+// gatewayNode is a chassis standing for a gateway node: the gateway interface attached in
+// its namespace, the "remote" address on its loopback, and servers on that address that
+// answer with the node's name.
+type gatewayNode struct {
+	name string
+	ch   *ovntest.Chassis
+}
+
+func startGatewayNode(t *testing.T, name string, ch *ovntest.Chassis, gw Attachment) gatewayNode {
+	t.Helper()
+	g := podport.Gateway{Node: ch.Node(), Port: gw.Port, MAC: gw.MAC, IP: gw.IP, MTU: 1400}
+	for range 2 { // the second finds everything in place
+		if err := podport.AttachGateway(context.Background(), g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{{"link", "set", "lo", "up"}, {"addr", "add", remoteAddr.String() + "/32", "dev", "lo"}} {
+		if out, err := exec.Command("ip", append([]string{"-n", ch.Netns}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	var tcp net.Listener
+	var udp net.PacketConn
+	tunneltest.In(t, ch.Netns, func() {
+		var err error
+		if tcp, err = net.Listen("tcp", netip.AddrPortFrom(remoteAddr, 7000).String()); err != nil {
+			t.Fatal(err)
+		}
+		if udp, err = net.ListenPacket("udp", netip.AddrPortFrom(remoteAddr, 7001).String()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Cleanup(func() { _ = tcp.Close(); _ = udp.Close() })
+	go func() { // TCP: the whole request back, after the node's name
+		for {
+			c, err := tcp.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := io.ReadAll(c)
+				if err == nil {
+					_, _ = c.Write(append([]byte(name+":"), req...))
+				}
+			}()
+		}
+	}()
+	go func() { // UDP: the probe's sequence number back, after the node's name
+		buf := make([]byte, 64)
+		for {
+			n, from, err := udp.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = udp.WriteTo(append([]byte(name+":"), buf[:n]...), from)
+		}
+	}()
+	return gatewayNode{name: name, ch: ch}
+}
+
+// whoAnswersTCP sends 64 KiB over TCP from the pod to the remote address, retrying for up to
+// 20 s, and returns the name of the gateway node that echoed it whole.
+func whoAnswersTCP(t *testing.T, podNetns string) string {
+	t.Helper()
+	payload := strings.Repeat("octopus-", 8192)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var got []byte
+		err := tunneltest.InErr(podNetns, func() error {
+			c, err := net.DialTimeout("tcp", netip.AddrPortFrom(remoteAddr, 7000).String(), 2*time.Second)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			go func() { _, _ = io.WriteString(c, payload); _ = c.(*net.TCPConn).CloseWrite() }()
+			got, err = io.ReadAll(c)
+			return err
+		})
+		if name, rest, ok := strings.Cut(string(got), ":"); err == nil && ok && rest == payload {
+			return name
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pod cannot exchange %d bytes with %s over TCP through the gateway: %v (got %d bytes)", len(payload), remoteAddr, err, len(got))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// reply is one answer to the probe.
+type reply struct {
+	at   time.Time
+	from string
+	seq  uint64
+}
+
+// probe sends a UDP datagram from the pod to the remote address every interval and records
+// who answers, until stopped.
+type probe struct {
+	conn     net.Conn
+	interval time.Duration
+	mu       sync.Mutex
+	sent     map[uint64]time.Time
+	replies  []reply
+	stop     chan struct{}
+	done     sync.WaitGroup
+}
+
+func startProbe(t *testing.T, podNetns string, interval time.Duration) *probe {
+	t.Helper()
+	p := &probe{interval: interval, sent: map[uint64]time.Time{}, stop: make(chan struct{})}
+	tunneltest.In(t, podNetns, func() {
+		var err error
+		if p.conn, err = net.Dial("udp", netip.AddrPortFrom(remoteAddr, 7001).String()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	p.done.Add(2)
+	go func() {
+		defer p.done.Done()
+		buf := make([]byte, 64)
+		for {
+			n, err := p.conn.Read(buf)
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			name, seq, ok := strings.Cut(string(buf[:n]), ":")
+			if err != nil || !ok || len(seq) != 8 {
+				continue // an ICMP error while no gateway answers, or garbage
+			}
+			p.mu.Lock()
+			p.replies = append(p.replies, reply{at: time.Now(), from: name, seq: binary.BigEndian.Uint64([]byte(seq))})
+			p.mu.Unlock()
+		}
+	}()
+	go func() {
+		defer p.done.Done()
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		var seq uint64
+		for {
+			select {
+			case <-p.stop:
+				return
+			case now := <-tick.C:
+				seq++
+				p.mu.Lock()
+				p.sent[seq] = now
+				p.mu.Unlock()
+				_, _ = p.conn.Write(binary.BigEndian.AppendUint64(nil, seq))
+			}
+		}
+	}()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *probe) close() {
+	select {
+	case <-p.stop:
+		return
+	default:
+	}
+	close(p.stop)
+	_ = p.conn.Close()
+	p.done.Wait()
+}
+
+// since returns the replies received at or after from.
+func (p *probe) since(from time.Time) []reply {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []reply
+	for _, r := range p.replies {
+		if !r.at.Before(from) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// waitFor waits until the last `steady` replies all came from node, and returns the time of
+// the first of the replies from node after `from` that were not followed by one from another.
+func (p *probe) waitFor(t *testing.T, node string, from time.Time, steady int) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rs := p.since(from)
+		if len(rs) >= steady && !slices.ContainsFunc(rs[len(rs)-steady:], func(r reply) bool { return r.from != node }) {
+			first := len(rs) - 1
+			for first > 0 && rs[first-1].from == node {
+				first--
+			}
+			return rs[first].at
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after the switch the probe is not answered by %s alone; replies since: %d, last %v", node, len(rs), lastReplies(rs, 5))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// failover is what the probe saw around one switch of the active gateway.
+type failover struct {
+	// outage is the longest time without a reply between the Apply and the first reply of the
+	// new gateway; lost counts the probes sent in that time that got no reply.
+	outage time.Duration
+	lost   int
+	// applyToNew is from the start of Apply to the first reply through the new gateway.
+	applyToNew time.Duration
+	// oldAfter counts replies from the old gateway after the new one first answered.
+	oldAfter int
+}
+
+func (p *probe) measure(applied, firstNew time.Time, oldNode string) failover {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f := failover{applyToNew: firstNew.Sub(applied)}
+	answered := map[uint64]bool{}
+	last := applied
+	for _, r := range p.replies {
+		answered[r.seq] = true
+		if r.at.Before(applied) {
+			continue
+		}
+		if r.from == oldNode && r.at.After(firstNew) {
+			f.oldAfter++
+		}
+		if !r.at.After(firstNew) {
+			f.outage = max(f.outage, r.at.Sub(last))
+			last = r.at
+		}
+	}
+	for seq, at := range p.sent {
+		if !at.Before(applied) && at.Before(firstNew) && !answered[seq] {
+			f.lost++
+		}
+	}
+	return f
+}
+
+func lastReplies(rs []reply, n int) []string {
+	var out []string
+	for _, r := range rs[max(0, len(rs)-n):] {
+		out = append(out, fmt.Sprintf("%s#%d", r.from, r.seq))
+	}
+	return out
+}
+
+// boundChassis is the chassis the southbound database binds port to ("" for none).
+func boundChassis(t *testing.T, sb *ovntest.Server, port string) string {
+	t.Helper()
+	ctx := context.Background()
+	out, err := sb.Ctl(ctx, "--bare", "--columns=chassis", "find", "Port_Binding", "logical_port="+port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uuid := strings.TrimSpace(out)
+	if uuid == "" {
+		return ""
+	}
+	out, err = sb.Ctl(ctx, "--bare", "--columns=name", "list", "Chassis", uuid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(out)
+}
+
+// TestGatewayFailoverMovesTraffic runs the gateway's port through real OVN: three chassis on
+// one Geneve underlay, a pod on one, two gateway nodes with the gateway interface attached on
+// both (podport.AttachGateway) and the other cluster's address behind each. The pod's
+// traffic to the other cluster's block goes through the node whose chassis the port is
+// requested on, over TCP and UDP; moving GatewayChassis (one Apply) moves it to the other
+// node, and a UDP probe every 10 ms measures the interruption. With no active gateway nothing
+// answers; Delete removes the port.
+func TestGatewayFailoverMovesTraffic(t *testing.T) {
+	central := ovntest.StartCentral(t)
+	podNode := ovntest.StartChassis(t, central)
+	chA, chB := ovntest.StartChassis(t, central), ovntest.StartChassis(t, central)
+	ovntest.Underlay(t, 250, podNode, chA, chB)
+	c := connect(t, central.NB)
+
+	n := Network{ClusterID: "east", CIDR: testCIDR, Pods: pods("p", 0, 1), GatewayChassis: chA.Name()}
+	res := apply(t, c, n)
+	gw, att := res.Gateway, res.Attached[key("p0")]
+	podNetns := podNode.NewPod()
+	if err := podport.Attach(context.Background(), podport.Attachment{
+		Sandbox: ovntest.SandboxID(), PodNetns: ovntest.NetnsPath(podNetns), Node: podNode.Node(),
+		Port: att.Port, Interface: "net1", MAC: att.MAC, IP: att.IP, MTU: 1400,
+		Routes: []podport.Route{{Dst: remoteBlock, Via: att.Gateway}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	podNode.WaitPortUp(central.NB, att.Port)
+	nodes := map[string]gatewayNode{}
+	for name, ch := range map[string]*ovntest.Chassis{"A": chA, "B": chB} {
+		nodes[name] = startGatewayNode(t, name, ch, gw)
+	}
+	chA.WaitPortUp(central.NB, gw.Port)
+	if got := boundChassis(t, central.SB, gw.Port); got != chA.Name() {
+		t.Fatalf("the gateway port is bound to chassis %q, want A's %s (B's is %s)", got, chA.Name(), chB.Name())
+	}
+	if who := whoAnswersTCP(t, podNetns); who != "A" {
+		t.Fatalf("the pod's TCP went through gateway node %s, want A", who)
+	}
+
+	p := startProbe(t, podNetns, 10*time.Millisecond)
+	p.waitFor(t, "A", time.Now(), 20)
+	var results []string
+	for i, to := range []string{"B", "A", "B"} {
+		from := map[string]string{"A": "B", "B": "A"}[to]
+		n.GatewayChassis = nodes[to].ch.Name()
+		applied := time.Now()
+		apply(t, c, n)
+		applyDone := time.Since(applied)
+		first := p.waitFor(t, to, applied, 50) // half a second of replies from `to` alone
+		f := p.measure(applied, first, from)
+		if who := whoAnswersTCP(t, podNetns); who != to {
+			t.Errorf("after the switch to %s the pod's TCP went through %s", to, who)
+		}
+		if got := boundChassis(t, central.SB, gw.Port); got != nodes[to].ch.Name() {
+			t.Errorf("after the switch to %s the port is bound to %q", to, got)
+		}
+		if f.outage > 10*time.Second {
+			t.Errorf("switch %d (%s -> %s): %s without a reply", i+1, from, to, f.outage)
+		}
+		results = append(results, fmt.Sprintf("%s->%s: longest gap %s, %d probes lost, Apply %s, Apply to first reply via %s %s, %d replies via %s after that",
+			from, to, f.outage.Round(time.Millisecond), f.lost, applyDone.Round(time.Millisecond), to, f.applyToNew.Round(time.Millisecond), f.oldAfter, from))
+	}
+	for _, r := range results {
+		t.Logf("MEASURED gateway failover (UDP probe every 10 ms, 3 chassis, userspace datapath): %s", r)
+	}
+
+	// No active gateway: the port goes, and nothing answers any more.
+	n.GatewayChassis = ""
+	apply(t, c, n)
+	time.Sleep(time.Second) // for ovn-controller to remove the flows
+	quiet := time.Now()
+	time.Sleep(time.Second)
+	if rs := p.since(quiet); len(rs) > 0 {
+		t.Errorf("without an active gateway, %d replies came through %v", len(rs), lastReplies(rs, 3))
+	}
+	if got := boundChassis(t, central.SB, gw.Port); got != "" {
+		t.Errorf("without an active gateway the port is bound to %s", got)
+	}
+	p.close()
+
+	// The gateway interfaces stay (they are the nodes'); DetachGateway removes them, twice.
+	for _, ch := range []*ovntest.Chassis{chA, chB} {
+		for range 2 {
+			if err := podport.DetachGateway(context.Background(), ch.Node()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out, err := exec.Command("ip", "-n", ch.Netns, "-o", "link").CombinedOutput()
+		if err != nil || strings.Contains(string(out), podport.GatewayLink) {
+			t.Errorf("links after DetachGateway: %v\n%s", err, out)
+		}
+		out, err = exec.Command("ovs-vsctl", "--db="+ch.Node().OVSDB, "list-ports", "br-int").CombinedOutput()
+		if err != nil || strings.Contains(string(out), podport.GatewayBridgePort) {
+			t.Errorf("br-int ports after DetachGateway: %v\n%s", err, out)
+		}
+	}
+}
