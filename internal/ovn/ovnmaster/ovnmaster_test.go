@@ -12,6 +12,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/octopus-mcs/octopus/config/rbac"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
 	"github.com/octopus-mcs/octopus/internal/ovn/ovntest"
 	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
@@ -283,4 +285,134 @@ func TestOvnmaster(t *testing.T) {
 	addrs["d"] = addressOf(t, c, "shop", "d")
 	waitPorts(t, nb, "east_shop_b", "east_shop_c", "east_shop_d", "east_shop_want")
 	stop()
+}
+
+// ovnmasterUser is the identity the ovnmaster's pods will have.
+const ovnmasterUser = "system:serviceaccount:octopus-system:octopus-ovnmaster"
+
+// asOVNMaster binds ovnmasterUser to the RBAC generated from this package's markers
+// (config/rbac/ovnmaster) and returns cfg impersonating it: a request the markers do not
+// allow fails the test that runs the ovnmaster with it.
+func asOVNMaster(t *testing.T, admin client.Client, cfg *rest.Config) *rest.Config {
+	t.Helper()
+	roles, err := rbac.Load(rbac.OVNMaster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "octopus-system", Name: "octopus-ovnmaster"}}
+	objs := []client.Object{roles.ClusterRole, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: roles.ClusterRole.Name},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: roles.ClusterRole.Name}, Subjects: subjects}}
+	for _, r := range roles.Roles {
+		objs = append(objs, r, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: r.Name}, Subjects: subjects})
+	}
+	for _, o := range objs {
+		if err := admin.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := rest.CopyConfig(cfg)
+	out.Impersonate = rest.ImpersonationConfig{UserName: ovnmasterUser}
+	return out
+}
+
+// requestedChassis reads the gateway port's requested chassis with ovn-nbctl; ok is false
+// when there is no gateway port.
+func requestedChassis(ctx context.Context, nb *ovntest.Server) (chassis string, ok bool, err error) {
+	out, err := nb.Ctl(ctx, "--bare", "--columns=options", "find", "Logical_Switch_Port", "name="+ovn.GatewayPortName(clusterID))
+	if err != nil || strings.TrimSpace(out) == "" {
+		return "", false, err
+	}
+	for _, kv := range strings.Fields(out) {
+		if v, found := strings.CutPrefix(kv, "requested-chassis="); found {
+			return v, true, nil
+		}
+	}
+	return "", true, nil
+}
+
+func waitGatewayChassis(t *testing.T, nb *ovntest.Server, want string) {
+	t.Helper()
+	eventually(t, "the gateway port requested on "+want, func(ctx context.Context) string {
+		got, ok, err := requestedChassis(ctx, nb)
+		switch {
+		case err != nil:
+			return err.Error()
+		case want == "" && ok:
+			return "a gateway port requested on " + got + ", want none"
+		case want != "" && got != want:
+			return fmt.Sprintf("gateway port present %v, requested on %q", ok, got)
+		}
+		return ""
+	})
+}
+
+// TestOvnmasterFollowsTheGatewayLease runs the ovnmaster with nothing but its generated RBAC
+// against a real control plane and NB database, while the test plays the gateways' election:
+// no Lease, no gateway port; a holder gets the port requested on its chassis (its node name);
+// a takeover moves it, a renewal does not touch it, a release removes it, and a Lease that
+// appears after a restart of the ovnmaster is followed too.
+func TestOvnmasterFollowsTheGatewayLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
+	env := testenv.ControlPlanes(t, clusterID)
+	admin := testenv.Client(t, env.Cluster(clusterID).RESTConfig())
+	ctx := t.Context()
+	for _, ns := range []string{"shop", "octopus-system"} {
+		if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := asOVNMaster(t, admin, env.Cluster(clusterID).RESTConfig())
+	nb := ovntest.StartNB(t)
+	master(t, cfg, nb)
+
+	createPod(t, admin, "shop", "a")
+	addressOf(t, admin, "shop", "a")
+	waitPorts(t, nb, "east_shop_a")
+	waitGatewayChassis(t, nb, "")
+
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "octopus-system", Name: "octopus-gateway"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-a"), LeaseDurationSeconds: ptr.To(int32(15))},
+	}
+	if err := admin.Create(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	waitGatewayChassis(t, nb, "node-a")
+	if addr := addressOf(t, admin, "shop", "a"); addr == netip.MustParseAddr("10.112.0.1") {
+		t.Errorf("pod a has the gateway's address")
+	}
+
+	// A takeover moves the port; the pod's is not touched.
+	setHolder := func(holder string) {
+		t.Helper()
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(lease), lease); err != nil {
+			t.Fatal(err)
+		}
+		lease.Spec.HolderIdentity = ptr.To(holder)
+		lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+		if err := admin.Update(ctx, lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setHolder("node-b")
+	waitGatewayChassis(t, nb, "node-b")
+	waitPorts(t, nb, "east_gateway", "east_shop_a")
+	setHolder("node-b") // a renewal
+	waitGatewayChassis(t, nb, "node-b")
+
+	// Released (a gateway stopping cleanly): no active gateway, no port.
+	setHolder("")
+	waitGatewayChassis(t, nb, "")
+	waitPorts(t, nb, "east_shop_a")
+	setHolder("node-a")
+	waitGatewayChassis(t, nb, "node-a")
+
+	// Deleted (the cluster left): no port.
+	if err := admin.Delete(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	waitGatewayChassis(t, nb, "")
 }
