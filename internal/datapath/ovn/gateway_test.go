@@ -414,8 +414,8 @@ func boundChassis(t *testing.T, sb *ovntest.Server, port string) string {
 // both (podport.AttachGateway) and the other cluster's address behind each. The pod's
 // traffic to the other cluster's block goes through the node whose chassis the port is
 // requested on, over TCP and UDP; moving GatewayChassis (one Apply) moves it to the other
-// node, and a UDP probe every 10 ms measures the interruption. With no active gateway nothing
-// answers; Delete removes the port.
+// node, and a UDP probe every 10 ms measures the interruption, for takeovers and for a clean
+// handover (the port removed, then made again). With no active gateway nothing answers.
 func TestGatewayFailoverMovesTraffic(t *testing.T) {
 	central := ovntest.StartCentral(t)
 	podNode := ovntest.StartChassis(t, central)
@@ -450,10 +450,22 @@ func TestGatewayFailoverMovesTraffic(t *testing.T) {
 	p := startProbe(t, podNetns, 10*time.Millisecond)
 	p.waitFor(t, "A", time.Now(), 20)
 	var results []string
-	for i, to := range []string{"B", "A", "B"} {
+	// Three takeovers, each one Apply; then a clean handover, where the old gateway releases
+	// the Lease before the new one takes it: the port is removed and made again.
+	for i, step := range []struct {
+		to       string
+		released bool
+	}{{"B", false}, {"A", false}, {"B", false}, {"A", true}} {
+		to := step.to
 		from := map[string]string{"A": "B", "B": "A"}[to]
-		n.GatewayChassis = nodes[to].ch.Name()
+		path := from + "->" + to
 		applied := time.Now()
+		if step.released {
+			n.GatewayChassis = ""
+			apply(t, c, n)
+			path = from + "->(released)->" + to
+		}
+		n.GatewayChassis = nodes[to].ch.Name()
 		apply(t, c, n)
 		applyDone := time.Since(applied)
 		first := p.waitFor(t, to, applied, 50) // half a second of replies from `to` alone
@@ -465,10 +477,10 @@ func TestGatewayFailoverMovesTraffic(t *testing.T) {
 			t.Errorf("after the switch to %s the port is bound to %q", to, got)
 		}
 		if f.outage > 10*time.Second {
-			t.Errorf("switch %d (%s -> %s): %s without a reply", i+1, from, to, f.outage)
+			t.Errorf("switch %d (%s): %s without a reply", i+1, path, f.outage)
 		}
-		results = append(results, fmt.Sprintf("%s->%s: longest gap %s, %d probes lost, Apply %s, Apply to first reply via %s %s, %d replies via %s after that",
-			from, to, f.outage.Round(time.Millisecond), f.lost, applyDone.Round(time.Millisecond), to, f.applyToNew.Round(time.Millisecond), f.oldAfter, from))
+		results = append(results, fmt.Sprintf("%s: longest gap %s, %d probes lost, Apply %s, Apply to first reply via %s %s, %d replies via %s after that",
+			path, f.outage.Round(time.Millisecond), f.lost, applyDone.Round(time.Millisecond), to, f.applyToNew.Round(time.Millisecond), f.oldAfter, from))
 	}
 	for _, r := range results {
 		t.Logf("MEASURED gateway failover (UDP probe every 10 ms, 3 chassis, userspace datapath): %s", r)
