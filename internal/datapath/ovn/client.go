@@ -80,7 +80,7 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 func (c *Client) Close() { c.nb.Close() }
 
 // Apply makes the cluster's switch and ports in the NB database match n, in one transaction,
-// and reports what every pod got. It may be called any number of times with the same n; it
+// and reports what every pod and the gateway got. It may be called any number of times with the same n; it
 // writes nothing when the database already matches. The error is about the network as a
 // whole (invalid input, database unreachable, transaction failed): then nothing was written.
 // A pod that cannot get an address is reported in Result.Failed and does not keep the others

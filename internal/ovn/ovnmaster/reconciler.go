@@ -62,6 +62,10 @@ type Reconciler struct {
 	// Events records why a pod got no address.
 	Events events.EventRecorder
 	Log    logr.Logger
+
+	// gatewayChassis is the chassis the last successful Apply requested the gateway's port
+	// on, to log its moves. Reconcile runs one at a time (one request, one worker).
+	gatewayChassis string
 }
 
 // Reconcile applies the network of every pod and writes each pod's result.
@@ -70,7 +74,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if err := r.Client.List(ctx, &pods); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing pods: %w", err)
 	}
-	chassis, err := r.gatewayChassis(ctx)
+	chassis, err := r.activeGatewayChassis(ctx)
 	if err != nil {
 		// Applying without it would take the gateway's port away from a working gateway.
 		return reconcile.Result{}, err
@@ -134,6 +138,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if len(res.Failed)+len(refused) > 0 {
 		r.Log.V(1).Info("Pods without a secondary address", "failed", len(res.Failed)+len(refused))
 	}
+	if chassis != r.gatewayChassis && res.GatewayFailed == nil {
+		r.Log.Info("Moved the gateway's port on the secondary network to the active gateway's chassis",
+			"port", ovn.GatewayPortName(r.ClusterID), "from", r.gatewayChassis, "to", chassis)
+		r.gatewayChassis = chassis
+	}
 	if res.GatewayFailed != nil {
 		// Returned, so the request is retried (with backoff) until the address is free.
 		errs = append(errs, fmt.Errorf("the gateway's port on the secondary network: %w", res.GatewayFailed))
@@ -141,12 +150,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	return reconcile.Result{}, errors.Join(errs...)
 }
 
-// gatewayChassis is the OVN chassis of the active gateway's node: the holder of the gateway
+// activeGatewayChassis is the OVN chassis of the active gateway's node: the holder of the gateway
 // Lease, whose identity is the gateway's node name (internal/gateway), which is by convention
 // the name of the node's chassis (ovn-controller's Open_vSwitch external_ids:system-id,
 // set by whoever runs ovn-controller on the node). "" when there is no Lease or no holder (a
 // gateway that stopped cleanly released it): no gateway port then, until a gateway holds it.
-func (r *Reconciler) gatewayChassis(ctx context.Context) (string, error) {
+func (r *Reconciler) activeGatewayChassis(ctx context.Context) (string, error) {
 	if r.GatewayLease.Name == "" {
 		return "", nil
 	}
