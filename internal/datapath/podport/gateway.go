@@ -17,10 +17,11 @@ import (
 // node end (LinkName): sandbox IDs are hex digits.
 //
 // A veth rather than an OVS internal port, although the interface stays in ovs-vswitchd's
-// namespace where an internal port could live: on the userspace datapath an internal port is
-// a tap that ovs-vswitchd opens and the kernel deletes when ovs-vswitchd exits, so every
-// restart of ovs-vswitchd would take the gateway address with it until the next Attach. A veth
-// outlives it, and ovs-vswitchd opens it again by name.
+// namespace where an internal port could live: an internal port's device is ovs-vswitchd's,
+// which resets it behind our back (checked on the userspace datapath: its MTU went from 1400
+// back to 1500 when another port was added to the bridge, and deleting the port deletes the
+// device with its address). The veth is ours alone, MAC, MTU and address; ovs-vswitchd only
+// opens its other end by name, as it does a pod's, on the path the pods' ports already prove.
 const (
 	GatewayLink       = "octgw"
 	GatewayBridgePort = "octgw-ovs"
