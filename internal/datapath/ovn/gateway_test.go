@@ -2,22 +2,17 @@ package ovn
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/netip"
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
-	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/tunneltest"
 	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
 	"github.com/octopus-mcs/octopus/internal/ovn/ovntest"
 )
@@ -140,273 +135,17 @@ var (
 	remoteAddr  = netip.MustParseAddr("10.113.0.1")
 )
 
-// gatewayNode is a chassis standing for a gateway node: the gateway interface attached in
-// its namespace, the "remote" address on its loopback, and servers on that address that
-// answer with the node's name.
-type gatewayNode struct {
-	name string
-	ch   *ovntest.Chassis
-}
-
-func startGatewayNode(t *testing.T, name string, ch *ovntest.Chassis, gw Attachment) gatewayNode {
+// startGatewayNode makes ch a gateway node named name: the gateway interface attached
+// (twice: the second finds everything in place) and the other cluster's address behind it.
+func startGatewayNode(t *testing.T, name string, ch *ovntest.Chassis, gw Attachment) {
 	t.Helper()
 	g := podport.Gateway{Node: ch.Node(), Port: gw.Port, MAC: gw.MAC, IP: gw.IP, MTU: 1400}
-	for range 2 { // the second finds everything in place
+	for range 2 {
 		if err := podport.AttachGateway(context.Background(), g); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, args := range [][]string{{"link", "set", "lo", "up"}, {"addr", "add", remoteAddr.String() + "/32", "dev", "lo"}} {
-		if out, err := exec.Command("ip", append([]string{"-n", ch.Netns}, args...)...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %v: %v: %s", args, err, out)
-		}
-	}
-	var tcp net.Listener
-	var udp net.PacketConn
-	tunneltest.In(t, ch.Netns, func() {
-		var err error
-		if tcp, err = net.Listen("tcp", netip.AddrPortFrom(remoteAddr, 7000).String()); err != nil {
-			t.Fatal(err)
-		}
-		if udp, err = net.ListenPacket("udp", netip.AddrPortFrom(remoteAddr, 7001).String()); err != nil {
-			t.Fatal(err)
-		}
-	})
-	t.Cleanup(func() { _ = tcp.Close(); _ = udp.Close() })
-	go func() { // TCP: the whole request back, after the node's name
-		for {
-			c, err := tcp.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				req, err := io.ReadAll(c)
-				if err == nil {
-					_, _ = c.Write(append([]byte(name+":"), req...))
-				}
-			}()
-		}
-	}()
-	go func() { // UDP: the probe's sequence number back, after the node's name
-		buf := make([]byte, 64)
-		for {
-			n, from, err := udp.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = udp.WriteTo(append([]byte(name+":"), buf[:n]...), from)
-		}
-	}()
-	return gatewayNode{name: name, ch: ch}
-}
-
-// whoAnswersTCP sends 64 KiB over TCP from the pod to the remote address, retrying for up to
-// 20 s, and returns the name of the gateway node that echoed it whole.
-func whoAnswersTCP(t *testing.T, podNetns string) string {
-	t.Helper()
-	payload := strings.Repeat("octopus-", 8192)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var got []byte
-		err := tunneltest.InErr(podNetns, func() error {
-			c, err := net.DialTimeout("tcp", netip.AddrPortFrom(remoteAddr, 7000).String(), 2*time.Second)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-			go func() { _, _ = io.WriteString(c, payload); _ = c.(*net.TCPConn).CloseWrite() }()
-			got, err = io.ReadAll(c)
-			return err
-		})
-		if name, rest, ok := strings.Cut(string(got), ":"); err == nil && ok && rest == payload {
-			return name
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the pod cannot exchange %d bytes with %s over TCP through the gateway: %v (got %d bytes)", len(payload), remoteAddr, err, len(got))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// reply is one answer to the probe.
-type reply struct {
-	at   time.Time
-	from string
-	seq  uint64
-}
-
-// probe sends a UDP datagram from the pod to the remote address every interval and records
-// who answers, until stopped.
-type probe struct {
-	conn     net.Conn
-	interval time.Duration
-	mu       sync.Mutex
-	sent     map[uint64]time.Time
-	replies  []reply
-	stop     chan struct{}
-	done     sync.WaitGroup
-}
-
-func startProbe(t *testing.T, podNetns string, interval time.Duration) *probe {
-	t.Helper()
-	p := &probe{interval: interval, sent: map[uint64]time.Time{}, stop: make(chan struct{})}
-	tunneltest.In(t, podNetns, func() {
-		var err error
-		if p.conn, err = net.Dial("udp", netip.AddrPortFrom(remoteAddr, 7001).String()); err != nil {
-			t.Fatal(err)
-		}
-	})
-	p.done.Add(2)
-	go func() {
-		defer p.done.Done()
-		buf := make([]byte, 64)
-		for {
-			n, err := p.conn.Read(buf)
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			name, seq, ok := strings.Cut(string(buf[:n]), ":")
-			if err != nil || !ok || len(seq) != 8 {
-				continue // an ICMP error while no gateway answers, or garbage
-			}
-			p.mu.Lock()
-			p.replies = append(p.replies, reply{at: time.Now(), from: name, seq: binary.BigEndian.Uint64([]byte(seq))})
-			p.mu.Unlock()
-		}
-	}()
-	go func() {
-		defer p.done.Done()
-		tick := time.NewTicker(interval)
-		defer tick.Stop()
-		var seq uint64
-		for {
-			select {
-			case <-p.stop:
-				return
-			case now := <-tick.C:
-				seq++
-				p.mu.Lock()
-				p.sent[seq] = now
-				p.mu.Unlock()
-				_, _ = p.conn.Write(binary.BigEndian.AppendUint64(nil, seq))
-			}
-		}
-	}()
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *probe) close() {
-	select {
-	case <-p.stop:
-		return
-	default:
-	}
-	close(p.stop)
-	_ = p.conn.Close()
-	p.done.Wait()
-}
-
-// since returns the replies received at or after from.
-func (p *probe) since(from time.Time) []reply {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []reply
-	for _, r := range p.replies {
-		if !r.at.Before(from) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// waitFor waits until the last `steady` replies all came from node, and returns the time of
-// the first of the replies from node after `from` that were not followed by one from another.
-func (p *probe) waitFor(t *testing.T, node string, from time.Time, steady int) time.Time {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		rs := p.since(from)
-		if len(rs) >= steady && !slices.ContainsFunc(rs[len(rs)-steady:], func(r reply) bool { return r.from != node }) {
-			first := len(rs) - 1
-			for first > 0 && rs[first-1].from == node {
-				first--
-			}
-			return rs[first].at
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("10 s after the switch the probe is not answered by %s alone; replies since: %d, last %v", node, len(rs), lastReplies(rs, 5))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// failover is what the probe saw around one switch of the active gateway.
-type failover struct {
-	// outage is the longest time without a reply between the Apply and the first reply of the
-	// new gateway; lost counts the probes sent in that time that got no reply.
-	outage time.Duration
-	lost   int
-	// applyToNew is from the start of Apply to the first reply through the new gateway.
-	applyToNew time.Duration
-	// oldAfter counts replies from the old gateway after the new one first answered.
-	oldAfter int
-}
-
-func (p *probe) measure(applied, firstNew time.Time, oldNode string) failover {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	f := failover{applyToNew: firstNew.Sub(applied)}
-	answered := map[uint64]bool{}
-	last := applied
-	for _, r := range p.replies {
-		answered[r.seq] = true
-		if r.at.Before(applied) {
-			continue
-		}
-		if r.from == oldNode && r.at.After(firstNew) {
-			f.oldAfter++
-		}
-		if !r.at.After(firstNew) {
-			f.outage = max(f.outage, r.at.Sub(last))
-			last = r.at
-		}
-	}
-	for seq, at := range p.sent {
-		if !at.Before(applied) && at.Before(firstNew) && !answered[seq] {
-			f.lost++
-		}
-	}
-	return f
-}
-
-func lastReplies(rs []reply, n int) []string {
-	var out []string
-	for _, r := range rs[max(0, len(rs)-n):] {
-		out = append(out, fmt.Sprintf("%s#%d", r.from, r.seq))
-	}
-	return out
-}
-
-// boundChassis is the chassis the southbound database binds port to ("" for none).
-func boundChassis(t *testing.T, sb *ovntest.Server, port string) string {
-	t.Helper()
-	ctx := context.Background()
-	out, err := sb.Ctl(ctx, "--bare", "--columns=chassis", "find", "Port_Binding", "logical_port="+port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	uuid := strings.TrimSpace(out)
-	if uuid == "" {
-		return ""
-	}
-	out, err = sb.Ctl(ctx, "--bare", "--columns=name", "list", "Chassis", uuid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(out)
+	ch.ServeWhoAmI(remoteAddr, name)
 }
 
 // TestGatewayFailoverMovesTraffic runs the gateway's port through real OVN: three chassis on
@@ -435,20 +174,20 @@ func TestGatewayFailoverMovesTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	podNode.WaitPortUp(central.NB, att.Port)
-	nodes := map[string]gatewayNode{}
-	for name, ch := range map[string]*ovntest.Chassis{"A": chA, "B": chB} {
-		nodes[name] = startGatewayNode(t, name, ch, gw)
+	nodes := map[string]*ovntest.Chassis{"A": chA, "B": chB}
+	for name, ch := range nodes {
+		startGatewayNode(t, name, ch, gw)
 	}
 	chA.WaitPortUp(central.NB, gw.Port)
-	if got := boundChassis(t, central.SB, gw.Port); got != chA.Name() {
+	if got := central.BoundChassis(t, gw.Port); got != chA.Name() {
 		t.Fatalf("the gateway port is bound to chassis %q, want A's %s (B's is %s)", got, chA.Name(), chB.Name())
 	}
-	if who := whoAnswersTCP(t, podNetns); who != "A" {
+	if who := ovntest.WhoAnswersTCP(t, podNetns, remoteAddr); who != "A" {
 		t.Fatalf("the pod's TCP went through gateway node %s, want A", who)
 	}
 
-	p := startProbe(t, podNetns, 10*time.Millisecond)
-	p.waitFor(t, "A", time.Now(), 20)
+	p := ovntest.StartProbe(t, podNetns, remoteAddr, 10*time.Millisecond)
+	p.WaitFor(t, "A", time.Now(), 20)
 	var results []string
 	// Three takeovers, each one Apply; then a clean handover, where the old gateway releases
 	// the Lease before the new one takes it: the port is removed and made again.
@@ -465,22 +204,22 @@ func TestGatewayFailoverMovesTraffic(t *testing.T) {
 			apply(t, c, n)
 			path = from + "->(released)->" + to
 		}
-		n.GatewayChassis = nodes[to].ch.Name()
+		n.GatewayChassis = nodes[to].Name()
 		apply(t, c, n)
 		applyDone := time.Since(applied)
-		first := p.waitFor(t, to, applied, 50) // half a second of replies from `to` alone
-		f := p.measure(applied, first, from)
-		if who := whoAnswersTCP(t, podNetns); who != to {
+		first := p.WaitFor(t, to, applied, 50) // half a second of replies from `to` alone
+		f := p.Measure(applied, first, from)
+		if who := ovntest.WhoAnswersTCP(t, podNetns, remoteAddr); who != to {
 			t.Errorf("after the switch to %s the pod's TCP went through %s", to, who)
 		}
-		if got := boundChassis(t, central.SB, gw.Port); got != nodes[to].ch.Name() {
+		if got := central.BoundChassis(t, gw.Port); got != nodes[to].Name() {
 			t.Errorf("after the switch to %s the port is bound to %q", to, got)
 		}
-		if f.outage > 10*time.Second {
-			t.Errorf("switch %d (%s): %s without a reply", i+1, path, f.outage)
+		if f.Outage > 10*time.Second {
+			t.Errorf("switch %d (%s): %s without a reply", i+1, path, f.Outage)
 		}
 		results = append(results, fmt.Sprintf("%s: longest gap %s, %d probes lost, Apply %s, Apply to first reply via %s %s, %d replies via %s after that",
-			path, f.outage.Round(time.Millisecond), f.lost, applyDone.Round(time.Millisecond), to, f.applyToNew.Round(time.Millisecond), f.oldAfter, from))
+			path, f.Outage.Round(time.Millisecond), f.Lost, applyDone.Round(time.Millisecond), to, f.ToNew.Round(time.Millisecond), f.OldAfter, from))
 	}
 	for _, r := range results {
 		t.Logf("MEASURED gateway failover (UDP probe every 10 ms, 3 chassis, userspace datapath): %s", r)
@@ -492,13 +231,13 @@ func TestGatewayFailoverMovesTraffic(t *testing.T) {
 	time.Sleep(time.Second) // for ovn-controller to remove the flows
 	quiet := time.Now()
 	time.Sleep(time.Second)
-	if rs := p.since(quiet); len(rs) > 0 {
-		t.Errorf("without an active gateway, %d replies came through %v", len(rs), lastReplies(rs, 3))
+	if rs := p.Since(quiet); len(rs) > 0 {
+		t.Errorf("without an active gateway, %d replies came through %v", len(rs), ovntest.LastReplies(rs, 3))
 	}
-	if got := boundChassis(t, central.SB, gw.Port); got != "" {
+	if got := central.BoundChassis(t, gw.Port); got != "" {
 		t.Errorf("without an active gateway the port is bound to %s", got)
 	}
-	p.close()
+	p.Close()
 
 	// The gateway interfaces stay (they are the nodes'); DetachGateway removes them, twice.
 	for _, ch := range []*ovntest.Chassis{chA, chB} {
