@@ -31,6 +31,7 @@ type Chassis struct {
 	t      testing.TB
 	dir    string
 	prefix string // of every namespace and link this chassis makes
+	name   string // the chassis's system-id: prefix unless named
 	ovs    *Server
 	pods   int
 }
@@ -51,6 +52,16 @@ func StartChassisIn(t testing.TB, c *Central, netns string) *Chassis {
 	return newChassis(t, c).start(c, netns)
 }
 
+// StartChassisNamed is StartChassisIn with the chassis named name, a lab node's name: the
+// convention of a real deployment (system-id = node name), which the gateway's port relies on
+// (its requested chassis is the gateway Lease's holder, a node name).
+func StartChassisNamed(t testing.TB, c *Central, netns, name string) *Chassis {
+	t.Helper()
+	ch := newChassis(t, c)
+	ch.name = name
+	return ch.start(c, netns)
+}
+
 func newChassis(t testing.TB, c *Central) *Chassis {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -60,6 +71,7 @@ func newChassis(t testing.TB, c *Central) *Chassis {
 	suffix := make([]byte, 3)
 	_, _ = rand.Read(suffix)
 	ch := &Chassis{t: t, prefix: "ovnt" + hex.EncodeToString(suffix)}
+	ch.name = ch.prefix
 	// Each chassis has its own files: its database, control sockets and logs.
 	ch.dir = filepath.Join(c.dir, ch.prefix)
 	if err := os.Mkdir(ch.dir, 0o700); err != nil {
@@ -78,7 +90,7 @@ func (ch *Chassis) start(c *Central, netns string) *Chassis {
 		"--unixctl="+filepath.Join(ch.dir, "vswitchd.ctl"), "--log-file="+filepath.Join(ch.dir, "vswitchd.log"))
 	t.Cleanup(func() { vswitchd.stop(t) })
 	ch.vsctl("set", "Open_vSwitch", ".",
-		"external_ids:system-id="+ch.prefix,
+		"external_ids:system-id="+ch.name,
 		"external_ids:ovn-remote="+c.SB.Endpoint,
 		// Geneve to ourselves until Link gives the chassis an underlay: a lone chassis has
 		// no tunnels to build, but ovn-controller wants an encapsulation to register.
@@ -158,7 +170,7 @@ func (ch *Chassis) underlayAddr(link, addr string) {
 
 // Name is the chassis's name in the southbound database: its Open_vSwitch
 // external_ids:system-id, what a logical port's requested-chassis names.
-func (ch *Chassis) Name() string { return ch.prefix }
+func (ch *Chassis) Name() string { return ch.name }
 
 // Node is the chassis as podport sees a node: ovs-vswitchd's namespace, database and
 // integration bridge.
