@@ -28,6 +28,7 @@ rbac gateway "./internal/gateway;./internal/hubaccess"
 rbac route-agent "./internal/routeagent"
 rbac dns "./cmd/octopus-dns"
 rbac operator "./internal/operator"
+rbac ovnmaster "./internal/ovn/ovnmaster"
 
 # The charts' parts that come from the objects above and from internal/render (internal/chartgen).
 chartdir="charts"

@@ -29,6 +29,9 @@ const (
 	DNS        = "dns"
 	// Operator is the Fabric operator (internal/operator), installed by its own chart.
 	Operator = "operator"
+	// OVNMaster is the secondary network's ovnmaster (internal/ovn/ovnmaster). Not in
+	// Components yet: no chart installs it so far.
+	OVNMaster = "ovnmaster"
 )
 
 // Components lists every component with generated RBAC.

@@ -80,7 +80,7 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 func (c *Client) Close() { c.nb.Close() }
 
 // Apply makes the cluster's switch and ports in the NB database match n, in one transaction,
-// and reports what every pod got. It may be called any number of times with the same n; it
+// and reports what every pod and the gateway got. It may be called any number of times with the same n; it
 // writes nothing when the database already matches. The error is about the network as a
 // whole (invalid input, database unreachable, transaction failed): then nothing was written.
 // A pod that cannot get an address is reported in Result.Failed and does not keep the others
@@ -98,8 +98,9 @@ func (c *Client) Apply(ctx context.Context, n Network) (Result, error) {
 				return p.result, nil
 			}
 			if err = c.transact(ctx, n.ClusterID, obs, p); err == nil {
-				c.log.V(1).Info("Applied secondary network", "cluster", n.ClusterID,
-					"created", len(p.create), "updated", len(p.update), "removed", len(p.remove), "failed", len(p.result.Failed))
+				c.log.V(1).Info("Applied secondary network", "cluster", n.ClusterID, "gatewayChassis", n.GatewayChassis,
+					"created", len(p.create), "updated", len(p.update), "gatewayUpdated", p.updateGateway != nil,
+					"removed", len(p.remove), "failed", len(p.result.Failed))
 				return p.result, nil
 			}
 		}
@@ -236,6 +237,11 @@ func (c *Client) transact(ctx context.Context, clusterID string, obs observed, p
 	for i := range p.update {
 		u := &p.update[i]
 		if err := add(c.nb.Where(u).Update(u, &u.Addresses, &u.PortSecurity, &u.ExternalIDs)); err != nil {
+			return err
+		}
+	}
+	if u := p.updateGateway; u != nil {
+		if err := add(c.nb.Where(u).Update(u, &u.Addresses, &u.PortSecurity, &u.ExternalIDs, &u.Options)); err != nil {
 			return err
 		}
 	}

@@ -1,6 +1,7 @@
 // Package ovn writes the secondary network of one cluster into the OVN northbound database:
-// a logical switch for the cluster's secondary CIDR and a logical switch port, with an
-// address from that block and port security, for every pod. Apply takes the whole desired
+// a logical switch for the cluster's secondary CIDR, a logical switch port, with an address
+// from that block and port security, for every pod, and the port of the cluster's active
+// gateway at the block's first host, bound to the active gateway's chassis. Apply takes the whole desired
 // state and makes the database match it in one transaction; the database is the source of
 // truth for who has which address. The package imports no Kubernetes client: the ovnmaster
 // (internal/ovn) translates pods into a Network.
@@ -27,6 +28,15 @@ type Network struct {
 	CIDR netip.Prefix
 	// Pods are the pods that should have a port, each listed once.
 	Pods []Pod
+	// GatewayChassis is the OVN chassis (Open_vSwitch external_ids:system-id, the node name
+	// by convention) of the node that is the cluster's active gateway. The gateway's port,
+	// GatewayPortName at the block's gateway address, is requested there
+	// (options:requested-chassis): both gateway nodes may have an interface bound to the port,
+	// and OVN binds it only on this one, so moving the active gateway is changing this field.
+	// Empty means no active gateway, and no gateway port: without requested-chassis OVN would
+	// bind the port on every chassis that has its interface, and they would take it from each
+	// other in turn.
+	GatewayChassis string
 }
 
 // Pod is a pod that should have a port on the switch.
@@ -74,6 +84,14 @@ type Result struct {
 	// cannot be met (errors.Is hostaddr.ErrOutsideBlock, ErrReserved, ErrInUse) or an
 	// exhausted block (hostaddr.ErrExhausted). Nothing was written for these pods.
 	Failed map[PodKey]error
+	// Gateway is the gateway's port, when the network has one (GatewayChassis set and the
+	// port written): what a gateway node attaches its interface to. Its IP is the block's
+	// gateway address with the block's prefix length. Zero otherwise.
+	Gateway Attachment
+	// GatewayFailed says why the network has no gateway port although GatewayChassis is set:
+	// a port Octopus did not make holds the gateway address (errors.Is hostaddr.ErrInUse).
+	// Nothing was written for the gateway then; the pods are not affected.
+	GatewayFailed error
 }
 
 // SwitchName is the name of a cluster's logical switch.
@@ -86,6 +104,11 @@ func SwitchName(clusterID string) string { return owner.OVNSwitchNamePrefix + cl
 func PortName(clusterID string, pod PodKey) string {
 	return clusterID + "_" + pod.Namespace + "_" + pod.Name
 }
+
+// GatewayPortName is the name of the gateway's logical switch port: "<cluster>_gateway". A
+// pod's port name has two "_" and this one has one, so no pod's port can take it. The gateway
+// node sets it as its interface's external_ids:iface-id.
+func GatewayPortName(clusterID string) string { return clusterID + "_gateway" }
 
 // MACFor derives a port's MAC address from its IPv4 address: 0a:58 and the four address
 // bytes. Locally administered and unicast (0x0a), unique on the switch because the
@@ -106,6 +129,12 @@ func (n Network) validate() (hostaddr.Block, error) {
 	block, err := hostaddr.NewBlock(n.CIDR)
 	if err != nil {
 		return hostaddr.Block{}, fmt.Errorf("secondary CIDR of cluster %s: %w", n.ClusterID, err)
+	}
+	if strings.ContainsAny(n.GatewayChassis, ", \t\n") || len(n.GatewayChassis) > 253 {
+		// OVN reads a comma-separated requested-chassis as several chassis (a port bound
+		// on all of them during a migration); one chassis is meant here, and node names
+		// are DNS subdomains.
+		return hostaddr.Block{}, fmt.Errorf("gateway chassis %q of cluster %s is not one chassis name", n.GatewayChassis, n.ClusterID)
 	}
 	seen := make(map[PodKey]bool, len(n.Pods))
 	var errs []error

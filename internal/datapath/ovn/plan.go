@@ -2,6 +2,7 @@ package ovn
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -33,11 +34,15 @@ type plan struct {
 	// cluster that no desired pod keeps.
 	create, update []nbdb.LogicalSwitchPort
 	remove         []string
-	result         Result
+	// updateGateway is the gateway's port (UUID set) when its row differs from what Octopus
+	// writes: apart from the pods' updates because it also rewrites options, which holds the
+	// requested chassis (a failover is this one update). A new gateway port is in create.
+	updateGateway *nbdb.LogicalSwitchPort
+	result        Result
 }
 
 func (p *plan) empty() bool {
-	return !p.createSwitch && !p.switchIDsChanged && len(p.create) == 0 && len(p.update) == 0 && len(p.remove) == 0
+	return !p.createSwitch && !p.switchIDsChanged && len(p.create) == 0 && len(p.update) == 0 && len(p.remove) == 0 && p.updateGateway == nil
 }
 
 // makePlan computes the plan for n against obs. It is pure, so every rule of the address
@@ -48,14 +53,29 @@ func (p *plan) empty() bool {
 //     block; otherwise its old port goes and it gets a new one with a new address;
 //   - a new port takes the requested address if the pod asks for one it may have, else the
 //     next free one after the switch's last-allocated address; a pod that can get no
-//     address fails alone, and nothing is written for it.
+//     address fails alone, and nothing is written for it;
+//   - the gateway's port exists while GatewayChassis is set, at the block's gateway address,
+//     requested on that chassis; it is not created over a foreign port holding that address.
 func makePlan(n Network, block hostaddr.Block, obs observed) plan {
 	p := plan{result: Result{Attached: map[PodKey]Attachment{}, Failed: map[PodKey]error{}}}
 	used := map[netip.Addr]bool{}
 	ours := map[PodKey]nbdb.LogicalSwitchPort{}
+	var gateway *nbdb.LogicalSwitchPort // ours, as stored
+	gatewayHolder := ""                 // a foreign port holding the gateway address
 	for _, port := range obs.ports {
 		for _, a := range portAddrs(port) {
 			used[a] = true
+			if a == block.Gateway() && !isOurs(port.ExternalIDs, n.ClusterID) {
+				gatewayHolder = port.Name
+			}
+		}
+		if isOurs(port.ExternalIDs, n.ClusterID) && port.ExternalIDs[owner.OVNKeyRole] == owner.OVNRoleGateway {
+			if gateway != nil || port.Name != GatewayPortName(n.ClusterID) {
+				p.remove = append(p.remove, port.UUID) // a second one, or misnamed
+				continue
+			}
+			gateway = &port
+			continue
 		}
 		if isOurs(port.ExternalIDs, n.ClusterID) {
 			k := PodKey{Namespace: port.ExternalIDs[owner.OVNKeyPodNamespace], Name: port.ExternalIDs[owner.OVNKeyPodName]}
@@ -80,7 +100,9 @@ func makePlan(n Network, block hostaddr.Block, obs observed) plan {
 		k := pod.Key()
 		if old, ok := ours[k]; ok {
 			delete(ours, k)
-			if ip, ok := ourAddr(old); ok && block.Prefix().Contains(ip) && old.ExternalIDs[owner.OVNKeyPodUID] == pod.UID {
+			// block.Check without used: in the block and not reserved (a changed block may
+			// make an old address its gateway's).
+			if ip, ok := ourAddr(old); ok && block.Check(ip, nil) == nil && old.ExternalIDs[owner.OVNKeyPodUID] == pod.UID {
 				want := portRow(n.ClusterID, pod, ip)
 				if !samePort(old, want) {
 					want.UUID = old.UUID
@@ -112,6 +134,7 @@ func makePlan(n Network, block hostaddr.Block, obs observed) plan {
 	for _, gone := range ours {
 		p.remove = append(p.remove, gone.UUID)
 	}
+	p.planGateway(n, block, gateway, gatewayHolder)
 	slices.Sort(p.remove)
 
 	p.switchIDs = map[string]string{owner.OVNKeyOwner: owner.OVNOwnerSecondary, owner.OVNKeyCluster: n.ClusterID, owner.OVNKeyCIDR: block.Prefix().String()}
@@ -121,6 +144,57 @@ func makePlan(n Network, block hostaddr.Block, obs observed) plan {
 	p.createSwitch = obs.sw == nil
 	p.switchIDsChanged = p.createSwitch || !maps.Equal(obs.sw.ExternalIDs, p.switchIDs)
 	return p
+}
+
+// planGateway adds the gateway port's part of the plan: old is our gateway port as stored
+// (nil if there is none), holder the name of a foreign port holding the gateway address.
+func (p *plan) planGateway(n Network, block hostaddr.Block, old *nbdb.LogicalSwitchPort, holder string) {
+	ip := block.Gateway()
+	switch {
+	case n.GatewayChassis == "":
+		if old != nil {
+			p.remove = append(p.remove, old.UUID)
+		}
+		return
+	case old == nil && holder != "":
+		// Ours was never made: the address was someone else's first. (Once ours exists, a
+		// foreign port added with the same address is that writer's mistake, and ours stays.)
+		p.result.GatewayFailed = fmt.Errorf("%w: the gateway address %s of cluster %s is held by logical switch port %s, which Octopus did not make: remove it",
+			hostaddr.ErrInUse, ip, n.ClusterID, holder)
+		return
+	}
+	want := gatewayRow(n.ClusterID, ip, n.GatewayChassis)
+	switch {
+	case old == nil:
+		p.create = append(p.create, want)
+	case !samePort(*old, want) || !maps.Equal(old.Options, want.Options):
+		want.UUID = old.UUID
+		p.updateGateway = &want
+	}
+	p.result.Gateway = Attachment{
+		Port: want.Name, MAC: MACFor(ip), IP: netip.PrefixFrom(ip, block.Prefix().Bits()), Gateway: ip,
+	}
+}
+
+// gatewayRow is the row Octopus writes for the gateway's port, requested on chassis.
+func gatewayRow(clusterID string, ip netip.Addr, chassis string) nbdb.LogicalSwitchPort {
+	mac := MACFor(ip).String()
+	return nbdb.LogicalSwitchPort{
+		Name:      GatewayPortName(clusterID),
+		Addresses: []string{mac + " " + ip.String()},
+		// Port security on the MAC only: the gateway forwards other clusters' packets, whose
+		// source addresses are theirs, and receives packets for them; an address in
+		// port_security would drop both (OVN checks the IP on the way in and on the way
+		// out). The MAC still keeps the gateway node from speaking as a pod.
+		PortSecurity: []string{mac},
+		// One chassis: OVN binds the port there and nowhere else, whichever chassis have an
+		// interface with its iface-id. Moving it is the failover; the MAC and address stay,
+		// so the pods' neighbour entries stay right and no gratuitous ARP is needed.
+		Options: map[string]string{"requested-chassis": chassis},
+		ExternalIDs: map[string]string{
+			owner.OVNKeyOwner: owner.OVNOwnerSecondary, owner.OVNKeyCluster: clusterID, owner.OVNKeyRole: owner.OVNRoleGateway,
+		},
+	}
 }
 
 // portRow is the row Octopus writes for a pod's port with address ip.

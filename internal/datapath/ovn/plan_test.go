@@ -233,6 +233,8 @@ func TestValidate(t *testing.T) {
 		{"pod without UID", Network{ClusterID: "east", CIDR: cidr, Pods: []Pod{{Namespace: "default", Name: "a"}}}},
 		{"pod twice", Network{ClusterID: "east", CIDR: cidr, Pods: []Pod{pod("a"), pod("a")}}},
 		{"underscore in a name", Network{ClusterID: "east", CIDR: cidr, Pods: []Pod{pod("a_b")}}},
+		{"two gateway chassis", Network{ClusterID: "east", CIDR: cidr, GatewayChassis: "node-a,node-b"}},
+		{"a space in the gateway chassis", Network{ClusterID: "east", CIDR: cidr, GatewayChassis: "node a"}},
 	} {
 		if _, err := tc.n.validate(); err == nil {
 			t.Errorf("%s: validate accepted %+v", tc.name, tc.n)
@@ -247,4 +249,115 @@ func portNames(ports []nbdb.LogicalSwitchPort) []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// gatewayPort is the gateway's port as an earlier Apply wrote it for chassis, with a UUID.
+func gatewayPort(chassis string) nbdb.LogicalSwitchPort {
+	row := gatewayRow(testCluster, netip.MustParseAddr("10.1.0.1"), chassis)
+	row.UUID = "uuid-gw"
+	return row
+}
+
+func TestMakePlanGateway(t *testing.T) {
+	atA := gatewayPort("node-a")
+	edited := gatewayPort("node-a")
+	edited.PortSecurity = []string{"0a:58:0a:01:00:01 10.1.0.1"}
+	misnamed := gatewayPort("node-a")
+	misnamed.Name, misnamed.UUID = "gw", "uuid-misnamed"
+	second := gatewayPort("node-a")
+	second.Name, second.UUID = "gateway-2", "uuid-second"
+	holder := nbdb.LogicalSwitchPort{UUID: "uuid-foreign", Name: "router", Addresses: []string{"0a:00:00:00:00:01 10.1.0.1"}}
+	onGateway := existing(pod("a"), "10.1.0.1") // a pod given the gateway address under an older block
+
+	for _, tc := range []struct {
+		name    string
+		chassis string
+		pods    []Pod
+		ports   []nbdb.LogicalSwitchPort
+		create  []string // port names
+		update  string   // requested chassis of the gateway port's update, "" for none
+		remove  []string // UUIDs
+		failed  error
+		// attached: whether Result.Gateway is set
+		attached bool
+	}{
+		{name: "no active gateway, no port", ports: nil},
+		{name: "a new active gateway gets its port", chassis: "node-a", create: []string{"east_gateway"}, attached: true},
+		{name: "an unchanged port plans nothing", chassis: "node-a", ports: []nbdb.LogicalSwitchPort{atA}, attached: true},
+		{name: "failover is one update of the port's options", chassis: "node-b", ports: []nbdb.LogicalSwitchPort{atA}, update: "node-b", attached: true},
+		{name: "no active gateway removes the port", ports: []nbdb.LogicalSwitchPort{atA}, remove: []string{"uuid-gw"}},
+		{name: "an edited port is repaired", chassis: "node-a", ports: []nbdb.LogicalSwitchPort{edited}, update: "node-a", attached: true},
+		{name: "a misnamed gateway port of ours is replaced", chassis: "node-a", ports: []nbdb.LogicalSwitchPort{misnamed},
+			create: []string{"east_gateway"}, remove: []string{"uuid-misnamed"}, attached: true},
+		{name: "a second gateway port of ours is removed", chassis: "node-a", ports: []nbdb.LogicalSwitchPort{atA, second},
+			remove: []string{"uuid-second"}, attached: true},
+		{name: "a foreign port holding the gateway address keeps it", chassis: "node-a", ports: []nbdb.LogicalSwitchPort{holder},
+			failed: hostaddr.ErrInUse},
+		{name: "ours made first stays beside a foreign one", chassis: "node-a", ports: []nbdb.LogicalSwitchPort{atA, holder}, attached: true},
+		{name: "a pod on the gateway address is re-addressed", chassis: "node-a", pods: []Pod{pod("a")}, ports: []nbdb.LogicalSwitchPort{onGateway},
+			create: []string{"east_default_a", "east_gateway"}, remove: []string{"uuid-a"}, attached: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := Network{ClusterID: testCluster, CIDR: netip.MustParsePrefix("10.1.0.0/24"), GatewayChassis: tc.chassis, Pods: tc.pods}
+			block, err := n.validate()
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := makePlan(n, block, observed{sw: sw("10.1.0.2", tc.ports...), ports: tc.ports})
+			if names := portNames(p.create); !slices.Equal(names, tc.create) {
+				t.Errorf("create %v, want %v", names, tc.create)
+			}
+			for _, c := range p.create {
+				if c.Name == "east_gateway" && !sameGatewayRow(c, gatewayRow(testCluster, block.Gateway(), tc.chassis)) {
+					t.Errorf("created gateway port %+v", c)
+				}
+			}
+			switch {
+			case tc.update == "" && p.updateGateway != nil:
+				t.Errorf("gateway port updated to %+v, want no update", *p.updateGateway)
+			case tc.update != "" && (p.updateGateway == nil || p.updateGateway.UUID != "uuid-gw" ||
+				!sameGatewayRow(*p.updateGateway, gatewayRow(testCluster, block.Gateway(), tc.update))):
+				t.Errorf("gateway port update %+v, want the row for %s on uuid-gw", p.updateGateway, tc.update)
+			}
+			if len(p.update) != 0 {
+				t.Errorf("pod ports updated: %v", portNames(p.update))
+			}
+			if !slices.Equal(p.remove, tc.remove) {
+				t.Errorf("remove %v, want %v", p.remove, tc.remove)
+			}
+			if !errors.Is(p.result.GatewayFailed, tc.failed) || (tc.failed == nil) != (p.result.GatewayFailed == nil) {
+				t.Errorf("GatewayFailed = %v, want %v", p.result.GatewayFailed, tc.failed)
+			}
+			want := Attachment{}
+			if tc.attached {
+				want = Attachment{Port: "east_gateway", MAC: MACFor(block.Gateway()), IP: netip.MustParsePrefix("10.1.0.1/24"), Gateway: block.Gateway()}
+			}
+			if !p.result.Gateway.Equal(want) {
+				t.Errorf("Result.Gateway = %+v, want %+v", p.result.Gateway, want)
+			}
+			if pa, ok := p.result.Attached[key("a")]; ok && pa.IP.Addr() == block.Gateway() {
+				t.Errorf("pod a kept the gateway address")
+			}
+			if len(tc.create) == 0 && tc.update == "" && len(tc.remove) == 0 && !p.empty() {
+				t.Errorf("plan is not empty: %+v", p)
+			}
+		})
+	}
+}
+
+// TestGatewayRow pins what OVN is told about the gateway's port: the address of the block's
+// gateway, port security on the MAC alone (forwarded packets carry other clusters' addresses),
+// the one requested chassis, our markers.
+func TestGatewayRow(t *testing.T) {
+	row := gatewayRow("east", netip.MustParseAddr("10.112.0.1"), "node-a")
+	if row.Name != "east_gateway" || !slices.Equal(row.Addresses, []string{"0a:58:0a:70:00:01 10.112.0.1"}) ||
+		!slices.Equal(row.PortSecurity, []string{"0a:58:0a:70:00:01"}) ||
+		!maps.Equal(row.Options, map[string]string{"requested-chassis": "node-a"}) ||
+		!maps.Equal(row.ExternalIDs, map[string]string{owner.OVNKeyOwner: owner.OVNOwnerSecondary, owner.OVNKeyCluster: "east", owner.OVNKeyRole: owner.OVNRoleGateway}) {
+		t.Errorf("gatewayRow = %+v", row)
+	}
+}
+
+func sameGatewayRow(a, b nbdb.LogicalSwitchPort) bool {
+	return samePort(a, b) && maps.Equal(a.Options, b.Options)
 }

@@ -117,7 +117,10 @@ const (
 const (
 	// OVNKeyOwner marks a row as the secondary network's; its value is always OVNOwnerSecondary.
 	// One key with a fixed value, rather than the presence of any octopus.io key, so that a
-	// future OVN writer of Octopus (the gateway's port) owns its rows under another value.
+	// future OVN writer of Octopus (a load balancer for ClusterSet VIPs, if it gets a writer of
+	// its own) owns its rows under another value. The gateway's port is not such a writer: the
+	// same Apply writes it, in the same transaction as the pods' ports, under the same value
+	// and OVNKeyRole.
 	OVNKeyOwner = "octopus.io/owner"
 	// OVNOwnerSecondary is OVNKeyOwner's value on the rows Apply manages.
 	OVNOwnerSecondary = "secondary-network"
@@ -140,6 +143,13 @@ const (
 	OVNKeyPodNamespace = "octopus.io/pod-namespace"
 	OVNKeyPodName      = "octopus.io/pod-name"
 	OVNKeyPodUID       = "octopus.io/pod-uid"
+
+	// OVNKeyRole, on the gateway's port, is OVNRoleGateway: the one port of ours that belongs
+	// to no pod (pods' ports carry no role, they are told by the pod keys). Apply finds the
+	// gateway's port by it, not by its name alone, so that a foreign port of that name is
+	// never taken for ours.
+	OVNKeyRole     = "octopus.io/role"
+	OVNRoleGateway = "gateway"
 
 	// OVNSwitchNamePrefix + the cluster ID is the name of a cluster's logical switch. Names in
 	// the Logical_Switch table are not unique in OVN's schema; Apply finds its switch by

@@ -6,6 +6,9 @@
 // datapath, the only one these machines have, cannot move an internal port into another
 // namespace: its internal ports are tap devices served by ovs-vswitchd's own thread.
 //
+// A gateway node has one more interface on the network, in its own namespace: the gateway's
+// (AttachGateway, gateway.go).
+//
 // The package takes the desired interface and imports no Kubernetes client: the NRI plugin
 // (internal/ovn/nriplugin) reads the pod's address from its annotation.
 package podport

@@ -12,6 +12,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -19,7 +20,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/octopus-mcs/octopus/config/rbac"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
+	"github.com/octopus-mcs/octopus/internal/datapath/podport"
 	"github.com/octopus-mcs/octopus/internal/ovn/ovntest"
 	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
 	"github.com/octopus-mcs/octopus/internal/testenv"
@@ -283,4 +286,222 @@ func TestOvnmaster(t *testing.T) {
 	addrs["d"] = addressOf(t, c, "shop", "d")
 	waitPorts(t, nb, "east_shop_b", "east_shop_c", "east_shop_d", "east_shop_want")
 	stop()
+}
+
+// ovnmasterUser is the identity the ovnmaster's pods will have.
+const ovnmasterUser = "system:serviceaccount:octopus-system:octopus-ovnmaster"
+
+// asOVNMaster binds ovnmasterUser to the RBAC generated from this package's markers
+// (config/rbac/ovnmaster) and returns cfg impersonating it: a request the markers do not
+// allow fails the test that runs the ovnmaster with it.
+func asOVNMaster(t *testing.T, admin client.Client, cfg *rest.Config) *rest.Config {
+	t.Helper()
+	roles, err := rbac.Load(rbac.OVNMaster)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "octopus-system", Name: "octopus-ovnmaster"}}
+	objs := []client.Object{roles.ClusterRole, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: roles.ClusterRole.Name},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: roles.ClusterRole.Name}, Subjects: subjects}}
+	for _, r := range roles.Roles {
+		objs = append(objs, r, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: r.Name}, Subjects: subjects})
+	}
+	for _, o := range objs {
+		if err := admin.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := rest.CopyConfig(cfg)
+	out.Impersonate = rest.ImpersonationConfig{UserName: ovnmasterUser}
+	return out
+}
+
+// requestedChassis reads the gateway port's requested chassis with ovn-nbctl; ok is false
+// when there is no gateway port.
+func requestedChassis(ctx context.Context, nb *ovntest.Server) (chassis string, ok bool, err error) {
+	out, err := nb.Ctl(ctx, "--bare", "--columns=options", "find", "Logical_Switch_Port", "name="+ovn.GatewayPortName(clusterID))
+	if err != nil || strings.TrimSpace(out) == "" {
+		return "", false, err
+	}
+	for _, kv := range strings.Fields(out) {
+		if v, found := strings.CutPrefix(kv, "requested-chassis="); found {
+			return v, true, nil
+		}
+	}
+	return "", true, nil
+}
+
+func waitGatewayChassis(t *testing.T, nb *ovntest.Server, want string) {
+	t.Helper()
+	eventually(t, "the gateway port requested on "+want, func(ctx context.Context) string {
+		got, ok, err := requestedChassis(ctx, nb)
+		switch {
+		case err != nil:
+			return err.Error()
+		case want == "" && ok:
+			return "a gateway port requested on " + got + ", want none"
+		case want != "" && got != want:
+			return fmt.Sprintf("gateway port present %v, requested on %q", ok, got)
+		}
+		return ""
+	})
+}
+
+// TestOvnmasterFollowsTheGatewayLease runs the ovnmaster with nothing but its generated RBAC
+// against a real control plane and NB database, while the test plays the gateways' election:
+// no Lease, no gateway port; a holder gets the port requested on its chassis (its node name);
+// a takeover moves it, a renewal does not touch it, a release removes it, and a Lease that
+// appears after a restart of the ovnmaster is followed too.
+func TestOvnmasterFollowsTheGatewayLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane")
+	}
+	env := testenv.ControlPlanes(t, clusterID)
+	admin := testenv.Client(t, env.Cluster(clusterID).RESTConfig())
+	ctx := t.Context()
+	for _, ns := range []string{"shop", "octopus-system"} {
+		if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := asOVNMaster(t, admin, env.Cluster(clusterID).RESTConfig())
+	nb := ovntest.StartNB(t)
+	master(t, cfg, nb)
+
+	createPod(t, admin, "shop", "a")
+	addressOf(t, admin, "shop", "a")
+	waitPorts(t, nb, "east_shop_a")
+	waitGatewayChassis(t, nb, "")
+
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "octopus-system", Name: "octopus-gateway"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-a"), LeaseDurationSeconds: ptr.To(int32(15))},
+	}
+	if err := admin.Create(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	waitGatewayChassis(t, nb, "node-a")
+	if addr := addressOf(t, admin, "shop", "a"); addr == netip.MustParseAddr("10.112.0.1") {
+		t.Errorf("pod a has the gateway's address")
+	}
+
+	// A takeover moves the port; the pod's is not touched.
+	setHolder := func(holder string) {
+		t.Helper()
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(lease), lease); err != nil {
+			t.Fatal(err)
+		}
+		lease.Spec.HolderIdentity = ptr.To(holder)
+		lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+		if err := admin.Update(ctx, lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setHolder("node-b")
+	waitGatewayChassis(t, nb, "node-b")
+	waitPorts(t, nb, "east_gateway", "east_shop_a")
+	setHolder("node-b") // a renewal
+	waitGatewayChassis(t, nb, "node-b")
+
+	// Released (a gateway stopping cleanly): no active gateway, no port.
+	setHolder("")
+	waitGatewayChassis(t, nb, "")
+	waitPorts(t, nb, "east_shop_a")
+	setHolder("node-a")
+	waitGatewayChassis(t, nb, "node-a")
+
+	// Deleted (the cluster left): no port.
+	if err := admin.Delete(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	waitGatewayChassis(t, nb, "")
+}
+
+// TestGatewayTakeoverMovesTraffic is the gateway's failover from the Lease to the packets,
+// without the lab: the ovnmaster (with its generated RBAC) against a real control plane and
+// real OVN, three chassis, a pod attached on one as the NRI plugin would attach it, the gateway
+// interface attached on the two others. The test plays the gateway election: each takeover is
+// one update of the Lease's holder, and a UDP probe every 10 ms from the pod to the other
+// cluster's address measures how long the traffic stops: the ovnmaster's watch, its Apply and
+// OVN moving the binding.
+func TestGatewayTakeoverMovesTraffic(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane and OVN")
+	}
+	central := ovntest.StartCentral(t)
+	podNode := ovntest.StartChassis(t, central)
+	chA, chB := ovntest.StartChassis(t, central), ovntest.StartChassis(t, central)
+	ovntest.Underlay(t, 249, podNode, chA, chB)
+	env := testenv.ControlPlanes(t, clusterID)
+	admin := testenv.Client(t, env.Cluster(clusterID).RESTConfig())
+	ctx := t.Context()
+	for _, ns := range []string{"shop", "octopus-system"} {
+		if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	master(t, asOVNMaster(t, admin, env.Cluster(clusterID).RESTConfig()), central.NB)
+
+	remote := netip.MustParseAddr("10.113.0.1")
+	createPod(t, admin, "shop", "a")
+	addr := addressOf(t, admin, "shop", "a")
+	gwAddr := netip.MustParseAddr("10.112.0.1") // the block's first host
+	podNetns := podNode.NewPod()
+	if err := podport.Attach(ctx, podport.Attachment{
+		Sandbox: ovntest.SandboxID(), PodNetns: ovntest.NetnsPath(podNetns), Node: podNode.Node(),
+		Port: ovn.PortName(clusterID, ovn.PodKey{Namespace: "shop", Name: "a"}), Interface: "net1",
+		MAC: ovn.MACFor(addr), IP: netip.PrefixFrom(addr, cidr.Bits()), MTU: 1400,
+		Routes: []podport.Route{{Dst: netip.MustParsePrefix("10.113.0.0/16"), Via: gwAddr}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]*ovntest.Chassis{"A": chA, "B": chB}
+	for name, ch := range nodes {
+		if err := podport.AttachGateway(ctx, podport.Gateway{Node: ch.Node(), Port: ovn.GatewayPortName(clusterID),
+			MAC: ovn.MACFor(gwAddr), IP: netip.PrefixFrom(gwAddr, cidr.Bits()), MTU: 1400}); err != nil {
+			t.Fatal(err)
+		}
+		ch.ServeWhoAmI(remote, name)
+	}
+
+	// The Lease names the chassis: the gateway's node name, and the chassis is named after it.
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "octopus-system", Name: "octopus-gateway"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(chA.Name()), LeaseDurationSeconds: ptr.To(int32(15))},
+	}
+	if err := admin.Create(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	if who := ovntest.WhoAnswersTCP(t, podNetns, remote); who != "A" {
+		t.Fatalf("the pod's TCP went through gateway node %s, want A", who)
+	}
+	p := ovntest.StartProbe(t, podNetns, remote, 10*time.Millisecond)
+	p.WaitFor(t, "A", time.Now(), 20)
+	var results []string
+	for _, to := range []string{"B", "A", "B"} {
+		from := map[string]string{"A": "B", "B": "A"}[to]
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(lease), lease); err != nil {
+			t.Fatal(err)
+		}
+		lease.Spec.HolderIdentity = ptr.To(nodes[to].Name())
+		lease.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+		switched := time.Now()
+		if err := admin.Update(ctx, lease); err != nil {
+			t.Fatal(err)
+		}
+		first := p.WaitFor(t, to, switched, 50)
+		f := p.Measure(switched, first, from)
+		if who := ovntest.WhoAnswersTCP(t, podNetns, remote); who != to {
+			t.Errorf("after the takeover by %s the pod's TCP went through %s", to, who)
+		}
+		if f.Outage > 10*time.Second {
+			t.Errorf("takeover by %s: %s without a reply", to, f.Outage)
+		}
+		results = append(results, fmt.Sprintf("%s->%s: longest gap %s, %d probes lost, Lease update to first reply via %s %s, %d replies via %s after that",
+			from, to, f.Outage.Round(time.Millisecond), f.Lost, to, f.ToNew.Round(time.Millisecond), f.OldAfter, from))
+	}
+	for _, r := range results {
+		t.Logf("MEASURED gateway takeover through the ovnmaster (UDP probe every 10 ms, 3 chassis, userspace datapath): %s", r)
+	}
 }

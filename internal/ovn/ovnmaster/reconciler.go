@@ -1,5 +1,6 @@
 // Package ovnmaster is the Kubernetes side of the secondary network: it watches the pods of
-// a member cluster, hands the whole set that should be on the network to the OVN data plane
+// a member cluster and the Lease electing its active gateway, hands the whole set that should
+// be on the network, with the active gateway's chassis, to the OVN data plane
 // (internal/datapath/ovn), and writes what each pod got into its annotations (podnet).
 package ovnmaster
 
@@ -12,7 +13,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -52,9 +55,17 @@ type Reconciler struct {
 	// ClusterID and CIDR are the cluster's ID and secondary block.
 	ClusterID string
 	CIDR      netip.Prefix
+	// GatewayLease is the Lease electing the cluster's active gateway (v1alpha1.GatewayLeaseName
+	// in octopus-system): its holder's chassis gets the gateway's port (GatewayChassis). Zero:
+	// the network has no gateway port.
+	GatewayLease types.NamespacedName
 	// Events records why a pod got no address.
 	Events events.EventRecorder
 	Log    logr.Logger
+
+	// gatewayChassis is the chassis the last successful Apply requested the gateway's port
+	// on, to log its moves. Reconcile runs one at a time (one request, one worker).
+	gatewayChassis string
 }
 
 // Reconcile applies the network of every pod and writes each pod's result.
@@ -63,7 +74,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if err := r.Client.List(ctx, &pods); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing pods: %w", err)
 	}
-	n := ovn.Network{ClusterID: r.ClusterID, CIDR: r.CIDR}
+	chassis, err := r.activeGatewayChassis(ctx)
+	if err != nil {
+		// Applying without it would take the gateway's port away from a working gateway.
+		return reconcile.Result{}, err
+	}
+	n := ovn.Network{ClusterID: r.ClusterID, CIDR: r.CIDR, GatewayChassis: chassis}
 	members := map[ovn.PodKey]*corev1.Pod{}
 	refused := map[ovn.PodKey]error{}
 	var leaving []*corev1.Pod
@@ -122,7 +138,43 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if len(res.Failed)+len(refused) > 0 {
 		r.Log.V(1).Info("Pods without a secondary address", "failed", len(res.Failed)+len(refused))
 	}
+	if chassis != r.gatewayChassis && res.GatewayFailed == nil {
+		r.Log.Info("Moved the gateway's port on the secondary network to the active gateway's chassis",
+			"port", ovn.GatewayPortName(r.ClusterID), "from", r.gatewayChassis, "to", chassis)
+		r.gatewayChassis = chassis
+	}
+	if res.GatewayFailed != nil {
+		// Returned, so the request is retried (with backoff) until the address is free.
+		errs = append(errs, fmt.Errorf("the gateway's port on the secondary network: %w", res.GatewayFailed))
+	}
 	return reconcile.Result{}, errors.Join(errs...)
+}
+
+// activeGatewayChassis is the OVN chassis of the active gateway's node: the holder of the gateway
+// Lease, whose identity is the gateway's node name (internal/gateway), which is by convention
+// the name of the node's chassis (ovn-controller's Open_vSwitch external_ids:system-id,
+// set by whoever runs ovn-controller on the node). "" when there is no Lease or no holder (a
+// gateway that stopped cleanly released it): no gateway port then, until a gateway holds it.
+func (r *Reconciler) activeGatewayChassis(ctx context.Context) (string, error) {
+	if r.GatewayLease.Name == "" {
+		return "", nil
+	}
+	lease := &coordinationv1.Lease{}
+	if err := r.Client.Get(ctx, r.GatewayLease, lease); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", nil
+		}
+		return "", fmt.Errorf("reading the gateway Lease %s: %w", r.GatewayLease, err)
+	}
+	return ChassisOf(lease), nil
+}
+
+// ChassisOf is the chassis a gateway Lease names: its holder.
+func ChassisOf(lease *coordinationv1.Lease) string {
+	if lease.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *lease.Spec.HolderIdentity
 }
 
 // member reports whether the pod belongs on the secondary network.

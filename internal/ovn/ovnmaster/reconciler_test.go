@@ -6,15 +6,21 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
 	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
@@ -25,6 +31,8 @@ import (
 type fakeNB struct {
 	got ovn.Network
 	err error
+	// gatewayErr is reported as Result.GatewayFailed.
+	gatewayErr error
 }
 
 func (f *fakeNB) Apply(_ context.Context, n ovn.Network) (ovn.Result, error) {
@@ -32,7 +40,7 @@ func (f *fakeNB) Apply(_ context.Context, n ovn.Network) (ovn.Result, error) {
 	if f.err != nil {
 		return ovn.Result{}, f.err
 	}
-	res := ovn.Result{Attached: map[ovn.PodKey]ovn.Attachment{}}
+	res := ovn.Result{Attached: map[ovn.PodKey]ovn.Attachment{}, GatewayFailed: f.gatewayErr}
 	for _, p := range n.Pods {
 		ip := netip.MustParseAddr("10.112.0.7")
 		res.Attached[p.Key()] = ovn.Attachment{Port: ovn.PortName("east", p.Key()), MAC: ovn.MACFor(ip), IP: netip.PrefixFrom(ip, 24)}
@@ -117,5 +125,89 @@ func TestReconcileDatabaseDown(t *testing.T) {
 	}
 	if len(rec.Events) != 1 {
 		t.Errorf("%d events, want one for the new pod", len(rec.Events))
+	}
+}
+
+func gatewayLeaseHeldBy(holder *string) *coordinationv1.Lease {
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: gatewayLease.Namespace, Name: gatewayLease.Name},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: holder},
+	}
+}
+
+// TestReconcileGatewayChassis: the gateway Lease's holder, a node name, is the chassis the
+// gateway's port is requested on; no Lease or no holder is no gateway port; a Lease that
+// cannot be read stops the Apply (which would take the port from a working gateway), and a
+// gateway port the data plane refuses fails the request so that it is retried.
+func TestReconcileGatewayChassis(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		lease      *coordinationv1.Lease
+		key        bool // the Reconciler is told the Lease
+		readErr    error
+		gatewayErr error
+		want       string
+		wantErr    string
+		applied    bool
+	}{
+		{name: "held", lease: gatewayLeaseHeldBy(ptr.To("node-a")), key: true, want: "node-a", applied: true},
+		{name: "released", lease: gatewayLeaseHeldBy(ptr.To("")), key: true, applied: true},
+		{name: "never held", lease: gatewayLeaseHeldBy(nil), key: true, applied: true},
+		{name: "no Lease yet", key: true, applied: true},
+		{name: "no Lease configured", lease: gatewayLeaseHeldBy(ptr.To("node-a")), applied: true},
+		{name: "Lease unreadable", key: true, readErr: errors.New("forbidden"), wantErr: "reading the gateway Lease"},
+		{name: "gateway port refused", lease: gatewayLeaseHeldBy(ptr.To("node-a")), key: true, want: "node-a",
+			gatewayErr: errors.New("address in use"), wantErr: "the gateway's port", applied: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := fake.NewClientBuilder().WithObjects(testPod("shop", "plain", nil))
+			if tc.lease != nil {
+				b = b.WithObjects(tc.lease)
+			}
+			if tc.readErr != nil {
+				b = b.WithInterceptorFuncs(interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+					if _, ok := obj.(*coordinationv1.Lease); ok {
+						return tc.readErr
+					}
+					return c.Get(ctx, key, obj, opts...)
+				}})
+			}
+			nb := &fakeNB{gatewayErr: tc.gatewayErr}
+			r := &Reconciler{Client: b.Build(), NB: nb, ClusterID: "east", CIDR: netip.MustParsePrefix("10.112.0.0/24"),
+				Events: events.NewFakeRecorder(10), Log: logr.Discard()}
+			if tc.key {
+				r.GatewayLease = gatewayLease
+			}
+			_, err := r.Reconcile(t.Context(), networkRequest)
+			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("Reconcile = %v, want an error containing %q", err, tc.wantErr)
+			}
+			if applied := nb.got.ClusterID != ""; applied != tc.applied {
+				t.Fatalf("applied = %v, want %v", applied, tc.applied)
+			}
+			if nb.got.GatewayChassis != tc.want {
+				t.Errorf("GatewayChassis = %q, want %q", nb.got.GatewayChassis, tc.want)
+			}
+		})
+	}
+}
+
+func TestHolderChange(t *testing.T) {
+	renewed := gatewayLeaseHeldBy(ptr.To("node-a"))
+	renewed.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	for _, tc := range []struct {
+		name     string
+		old, new *coordinationv1.Lease
+		want     bool
+	}{
+		{"renewed", gatewayLeaseHeldBy(ptr.To("node-a")), renewed, false},
+		{"taken over", gatewayLeaseHeldBy(ptr.To("node-a")), gatewayLeaseHeldBy(ptr.To("node-b")), true},
+		{"released", gatewayLeaseHeldBy(ptr.To("node-a")), gatewayLeaseHeldBy(ptr.To("")), true},
+		{"first held", gatewayLeaseHeldBy(nil), gatewayLeaseHeldBy(ptr.To("node-a")), true},
+		{"empty and nil are the same", gatewayLeaseHeldBy(nil), gatewayLeaseHeldBy(ptr.To("")), false},
+	} {
+		if got := holderChange.Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}); got != tc.want {
+			t.Errorf("%s: holderChange = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

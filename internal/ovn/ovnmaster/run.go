@@ -9,7 +9,10 @@ import (
 	"sync"
 
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -23,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
 	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
 	"github.com/octopus-mcs/octopus/internal/kube"
@@ -88,8 +92,16 @@ func Run(ctx context.Context, o Options) error {
 		o.Log = logr.Discard()
 	}
 	mgr, err := manager.New(o.Member, manager.Options{
-		Scheme:                        kube.Scheme,
-		Cache:                         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Scheme: kube.Scheme,
+		Cache: cache.Options{
+			DefaultTransform: cache.TransformStripManagedFields(),
+			// Of the Leases, only the gateway's: the role may read nothing else (and the
+			// manager's own election Lease is read by its lock, not through this cache).
+			ByObject: map[client.Object]cache.ByObject{&coordinationv1.Lease{}: {
+				Namespaces: map[string]cache.Config{gatewayLease.Namespace: {}},
+				Field:      fields.OneTermEqualSelector("metadata.name", gatewayLease.Name),
+			}},
+		},
 		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress:        o.HealthProbeBindAddress,
 		LeaderElection:                o.LeaderElection,
@@ -107,7 +119,7 @@ func Run(ctx context.Context, o Options) error {
 	nb := &lazyNB{opts: ovn.Options{Endpoint: o.NBEndpoint, Log: o.Log.WithName("nb")}}
 	defer nb.Close()
 	r := &Reconciler{
-		Client: mgr.GetClient(), NB: nb, ClusterID: o.ClusterID, CIDR: o.CIDR,
+		Client: mgr.GetClient(), NB: nb, ClusterID: o.ClusterID, CIDR: o.CIDR, GatewayLease: gatewayLease,
 		Events: mgr.GetEventRecorder("octopus-ovnmaster"), Log: o.Log,
 	}
 	toNetwork := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
@@ -115,6 +127,9 @@ func Run(ctx context.Context, o Options) error {
 	})
 	err = builder.ControllerManagedBy(mgr).Named("ovnmaster").
 		Watches(&corev1.Pod{}, toNetwork, builder.WithPredicates(relevantPodChange)).
+		// A takeover (or a release) moves the gateway's port; renewals, every few seconds,
+		// change nothing and are dropped.
+		Watches(&coordinationv1.Lease{}, toNetwork, builder.WithPredicates(holderChange)).
 		// One worker: there is one request, the whole network. Controller names are checked
 		// process-wide; a process runs one ovnmaster, but tests restart it within theirs.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1, SkipNameValidation: ptr.To(true)}).
@@ -134,6 +149,19 @@ var relevantPodChange = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bo
 		return true
 	}
 	return oldPod.Status.Phase != newPod.Status.Phase || !maps.Equal(oldPod.Annotations, newPod.Annotations)
+}}
+
+// gatewayLease is the Lease electing the cluster's active gateway.
+var gatewayLease = types.NamespacedName{Namespace: v1alpha1.SystemNamespace, Name: v1alpha1.GatewayLeaseName}
+
+// holderChange keeps the Lease updates that change its holder.
+var holderChange = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	oldLease, ok1 := e.ObjectOld.(*coordinationv1.Lease)
+	newLease, ok2 := e.ObjectNew.(*coordinationv1.Lease)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return ChassisOf(oldLease) != ChassisOf(newLease)
 }}
 
 // lazyNB connects to the NB database on first use, and again after a failed connect.

@@ -31,6 +31,7 @@ type Chassis struct {
 	t      testing.TB
 	dir    string
 	prefix string // of every namespace and link this chassis makes
+	name   string // the chassis's system-id: prefix unless named
 	ovs    *Server
 	pods   int
 }
@@ -51,6 +52,16 @@ func StartChassisIn(t testing.TB, c *Central, netns string) *Chassis {
 	return newChassis(t, c).start(c, netns)
 }
 
+// StartChassisNamed is StartChassisIn with the chassis named name, a lab node's name: the
+// convention of a real deployment (system-id = node name), which the gateway's port relies on
+// (its requested chassis is the gateway Lease's holder, a node name).
+func StartChassisNamed(t testing.TB, c *Central, netns, name string) *Chassis {
+	t.Helper()
+	ch := newChassis(t, c)
+	ch.name = name
+	return ch.start(c, netns)
+}
+
 func newChassis(t testing.TB, c *Central) *Chassis {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -60,6 +71,7 @@ func newChassis(t testing.TB, c *Central) *Chassis {
 	suffix := make([]byte, 3)
 	_, _ = rand.Read(suffix)
 	ch := &Chassis{t: t, prefix: "ovnt" + hex.EncodeToString(suffix)}
+	ch.name = ch.prefix
 	// Each chassis has its own files: its database, control sockets and logs.
 	ch.dir = filepath.Join(c.dir, ch.prefix)
 	if err := os.Mkdir(ch.dir, 0o700); err != nil {
@@ -78,7 +90,7 @@ func (ch *Chassis) start(c *Central, netns string) *Chassis {
 		"--unixctl="+filepath.Join(ch.dir, "vswitchd.ctl"), "--log-file="+filepath.Join(ch.dir, "vswitchd.log"))
 	t.Cleanup(func() { vswitchd.stop(t) })
 	ch.vsctl("set", "Open_vSwitch", ".",
-		"external_ids:system-id="+ch.prefix,
+		"external_ids:system-id="+ch.name,
 		"external_ids:ovn-remote="+c.SB.Endpoint,
 		// Geneve to ourselves until Link gives the chassis an underlay: a lone chassis has
 		// no tunnels to build, but ovn-controller wants an encapsulation to register.
@@ -122,6 +134,43 @@ func Link(t testing.TB, a, b *Chassis, subnet uint8) {
 		_ = exec.Command("ip", "-n", a.Netns, "link", "del", ends[0]).Run()
 	})
 }
+
+// Underlay joins hub and every spoke by an underlay in 192.168.<subnet>.0/24 and makes it
+// their Geneve endpoints, for more than two chassis: the hub (.1) has a veth to each spoke
+// (.2, .3, ...) in its br-phy, whose normal switching joins the spokes to each other too.
+// Link is the two-chassis case; a chassis is in one Link or one Underlay, for its tunnel
+// address (ovn-encap-ip) is the last one set.
+func Underlay(t testing.TB, subnet uint8, hub *Chassis, spokes ...*Chassis) {
+	t.Helper()
+	hubAddr := fmt.Sprintf("192.168.%d.1", subnet)
+	for i, sp := range spokes {
+		hubEnd, spokeEnd := fmt.Sprintf("%s-u%d", hub.prefix, i), sp.prefix+"-ul"
+		hub.ip("link", "add", hubEnd, "netns", hub.Netns, "type", "veth", "peer", "name", spokeEnd, "netns", sp.Netns)
+		t.Cleanup(func() { _ = exec.Command("ip", "-n", hub.Netns, "link", "del", hubEnd).Run() })
+		hub.vsctl("--may-exist", "add-br", underlayBridge, "--", "set", "Bridge", underlayBridge, "datapath_type=netdev",
+			"--", "--may-exist", "add-port", underlayBridge, hubEnd)
+		hub.ip("-n", hub.Netns, "link", "set", hubEnd, "up")
+		sp.underlayAddr(spokeEnd, fmt.Sprintf("192.168.%d.%d", subnet, i+2))
+	}
+	hub.ip("-n", hub.Netns, "addr", "add", hubAddr+"/24", "dev", underlayBridge)
+	hub.ip("-n", hub.Netns, "link", "set", underlayBridge, "up")
+	hub.vsctl("set", "Open_vSwitch", ".", "external_ids:ovn-encap-ip="+hubAddr)
+}
+
+// underlayAddr makes link a port of the chassis's br-phy and addr its tunnel address.
+func (ch *Chassis) underlayAddr(link, addr string) {
+	ch.t.Helper()
+	ch.vsctl("--may-exist", "add-br", underlayBridge, "--", "set", "Bridge", underlayBridge, "datapath_type=netdev",
+		"--", "--may-exist", "add-port", underlayBridge, link)
+	ch.ip("-n", ch.Netns, "link", "set", link, "up")
+	ch.ip("-n", ch.Netns, "addr", "add", addr+"/24", "dev", underlayBridge)
+	ch.ip("-n", ch.Netns, "link", "set", underlayBridge, "up")
+	ch.vsctl("set", "Open_vSwitch", ".", "external_ids:ovn-encap-ip="+addr)
+}
+
+// Name is the chassis's name in the southbound database: its Open_vSwitch
+// external_ids:system-id, what a logical port's requested-chassis names.
+func (ch *Chassis) Name() string { return ch.name }
 
 // Node is the chassis as podport sees a node: ovs-vswitchd's namespace, database and
 // integration bridge.

@@ -2,6 +2,9 @@ package ovntest
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -47,4 +50,32 @@ func TestCentralBindsPortsInSouthbound(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestChassisNamedAfterItsNode: a chassis started with a name registers under it in the
+// southbound database, as a lab node's chassis must for the gateway's port to be requested on
+// it by its node name.
+func TestChassisNamedAfterItsNode(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a chassis needs root for its network namespace")
+	}
+	c := StartCentral(t)
+	// A namespace of the test's own, standing for a lab node's (the only chassis here: two
+	// would both register the Geneve endpoint 127.0.0.1 until Link, and OVN refuses that).
+	ns := fmt.Sprintf("ovntest-named-%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	ch := StartChassisNamed(t, c, ns, "node-7")
+	if ch.Name() != "node-7" {
+		t.Fatalf("Name() = %q", ch.Name())
+	}
+	ch.eventually("chassis node-7 in the southbound database", func() error {
+		out, err := c.SB.Ctl(context.Background(), "--bare", "--columns=name", "list", "Chassis")
+		if err == nil && !strings.Contains(out, "node-7") {
+			err = fmt.Errorf("chassis %q", strings.Fields(out))
+		}
+		return err
+	})
 }

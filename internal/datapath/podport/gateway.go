@@ -1,0 +1,228 @@
+package podport
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+)
+
+// The gateway's interface on a gateway node: a veth in the node's own network namespace (the
+// one ovs-vswitchd runs in), GatewayLink carrying the gateway address and GatewayBridgePort a
+// port of br-int bound to the cluster's gateway logical port. "oct" + "gw" cannot be a pod's
+// node end (LinkName): sandbox IDs are hex digits.
+//
+// A veth rather than an OVS internal port, although the interface stays in ovs-vswitchd's
+// namespace where an internal port could live: an internal port's device is ovs-vswitchd's,
+// which resets it behind our back (checked on the userspace datapath: its MTU went from 1400
+// back to 1500 when another port was added to the bridge, and deleting the port deletes the
+// device with its address). The veth is ours alone, MAC, MTU and address; ovs-vswitchd only
+// opens its other end by name, as it does a pod's, on the path the pods' ports already prove.
+const (
+	GatewayLink       = "octgw"
+	GatewayBridgePort = "octgw-ovs"
+)
+
+// externalIDGateway marks the OVS interface of the gateway's port; its value is the logical
+// port. It is not externalIDSandbox, so Sweep, which removes the ports of stopped sandboxes,
+// never takes it.
+const externalIDGateway = "octopus-gateway"
+
+// Gateway is a gateway node's interface on the secondary network.
+type Gateway struct {
+	// Node is where the integration bridge is, and where the interface goes: the gateway's
+	// own namespace (required).
+	Node Node
+	// Port is the gateway's logical switch port (required): ovn-controller binds it to
+	// GatewayBridgePort, on the chassis the port is requested on only.
+	Port string
+	// MAC and IP are the logical port's addresses (required); IP carries the block's prefix
+	// length, which makes the cluster's block on-link through GatewayLink.
+	MAC net.HardwareAddr
+	IP  netip.Prefix
+	// MTU of both ends; 0 leaves the kernel's default.
+	MTU int
+}
+
+func (g Gateway) validate() error {
+	var errs []error
+	if g.Node.Bridge == "" {
+		errs = append(errs, errors.New("no integration bridge"))
+	}
+	if g.Port == "" {
+		errs = append(errs, errors.New("no logical port"))
+	}
+	if len(g.MAC) != 6 {
+		errs = append(errs, fmt.Errorf("MAC %q is not an Ethernet address", g.MAC))
+	}
+	if !g.IP.IsValid() || !g.IP.Addr().Is4() {
+		errs = append(errs, fmt.Errorf("address %v is not an IPv4 prefix", g.IP))
+	}
+	if g.MTU < 0 || g.MTU > 65535 {
+		errs = append(errs, fmt.Errorf("MTU %d out of range", g.MTU))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("gateway interface: %w", err)
+	}
+	return nil
+}
+
+// AttachGateway makes the node's gateway interface as g describes, or corrects the one that
+// is there: the veth (MAC, MTU, up), the address (others on GatewayLink go) and the OVS port
+// with its iface-id. It is meant to be called again and again, on every gateway node, active
+// or standing by: what is already right is left alone, so an Attach on the active gateway
+// does not interrupt its traffic. On error part of it may be done; the next call finishes it,
+// and DetachGateway removes it all.
+func AttachGateway(ctx context.Context, g Gateway) error {
+	if err := g.validate(); err != nil {
+		return err
+	}
+	node, err := handleAt(g.Node.Netns)
+	if err != nil {
+		return err
+	}
+	defer node.close()
+	link, err := ensureGatewayVeth(node, g)
+	if err != nil {
+		return err
+	}
+	// The gateway node's own packets (and, once it routes the other clusters' blocks, every
+	// forwarded one) cross ovs-vswitchd's packet socket in software, like a pod's: see
+	// disableTxChecksum.
+	if err := disableTxChecksum(node.ns, GatewayLink); err != nil {
+		return err
+	}
+	if err := ensureOnlyAddr(node, link, g.IP); err != nil {
+		return err
+	}
+	for _, name := range []string{GatewayLink, GatewayBridgePort} {
+		l, err := node.LinkByName(name)
+		if err != nil {
+			return fmt.Errorf("finding %s: %w", name, err)
+		}
+		if err := node.LinkSetUp(l); err != nil {
+			return fmt.Errorf("setting %s up: %w", name, err)
+		}
+	}
+	// --no-wait: ovn-controller binds the port once ovs-vswitchd has opened it, a moment
+	// later; waiting here would bound nothing but ovs-vsctl's timeout.
+	return vsctl(ctx, g.Node.OVSDB, "--no-wait", "--may-exist", "add-port", g.Node.Bridge, GatewayBridgePort, "--",
+		"set", "Interface", GatewayBridgePort, "external_ids:iface-id="+g.Port, "external_ids:"+externalIDGateway+"="+g.Port)
+}
+
+// ensureGatewayVeth returns GatewayLink, creating the veth if it is missing or is not the
+// pair it should be, and setting its MAC and MTU if they differ.
+func ensureGatewayVeth(node *handle, g Gateway) (netlink.Link, error) {
+	link, err := node.LinkByName(GatewayLink)
+	if err == nil {
+		_, peerErr := node.LinkByName(GatewayBridgePort)
+		if _, isVeth := link.(*netlink.Veth); !isVeth || peerErr != nil {
+			// Not ours as it should be (half of an interrupted Attach, or someone else's
+			// device under our name): start again.
+			if err := node.LinkDel(link); err != nil {
+				return nil, fmt.Errorf("removing the malformed %s: %w", GatewayLink, err)
+			}
+			link = nil
+		}
+	} else if !errors.As(err, new(netlink.LinkNotFoundError)) {
+		return nil, fmt.Errorf("finding %s: %w", GatewayLink, err)
+	}
+	if link == nil {
+		if err := removeLink(node, GatewayBridgePort); err != nil {
+			return nil, err
+		}
+		veth := &netlink.Veth{
+			LinkAttrs: netlink.LinkAttrs{Name: GatewayLink, MTU: g.MTU, HardwareAddr: g.MAC},
+			PeerName:  GatewayBridgePort,
+			PeerMTU:   uint32(g.MTU), //nolint:gosec // validate bounds MTU
+		}
+		if err := node.LinkAdd(veth); err != nil {
+			return nil, fmt.Errorf("creating the veth %s/%s: %w", GatewayLink, GatewayBridgePort, err)
+		}
+		if link, err = node.LinkByName(GatewayLink); err != nil {
+			return nil, fmt.Errorf("finding %s: %w", GatewayLink, err)
+		}
+	}
+	if !bytes.Equal(link.Attrs().HardwareAddr, g.MAC) {
+		// The logical port's security drops frames from any other MAC.
+		if err := node.LinkSetHardwareAddr(link, g.MAC); err != nil {
+			return nil, fmt.Errorf("setting the MAC of %s to %s: %w", GatewayLink, g.MAC, err)
+		}
+	}
+	if g.MTU != 0 {
+		for _, name := range []string{GatewayLink, GatewayBridgePort} {
+			l, err := node.LinkByName(name)
+			if err != nil {
+				return nil, fmt.Errorf("finding %s: %w", name, err)
+			}
+			if l.Attrs().MTU != g.MTU {
+				if err := node.LinkSetMTU(l, g.MTU); err != nil {
+					return nil, fmt.Errorf("setting the MTU of %s to %d: %w", name, g.MTU, err)
+				}
+			}
+		}
+	}
+	return link, nil
+}
+
+// ensureOnlyAddr leaves want as the link's only IPv4 address: an address of an earlier block
+// would keep routing that block into the switch.
+func ensureOnlyAddr(node *handle, link netlink.Link, want netip.Prefix) error {
+	addrs, err := node.AddrList(link, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("listing the addresses of %s: %w", GatewayLink, err)
+	}
+	found := false
+	for _, a := range addrs {
+		ones, _ := a.Mask.Size()
+		ip, ok := netip.AddrFromSlice(a.IP.To4())
+		if ok && netip.PrefixFrom(ip, ones) == want {
+			found = true
+			continue
+		}
+		if err := node.AddrDel(link, &a); err != nil {
+			return fmt.Errorf("removing %s from %s: %w", a.IPNet, GatewayLink, err)
+		}
+	}
+	if found {
+		return nil
+	}
+	if err := node.AddrAdd(link, &netlink.Addr{IPNet: ipNet(want)}); err != nil {
+		return fmt.Errorf("adding %s to %s: %w", want, GatewayLink, err)
+	}
+	return nil
+}
+
+// DetachGateway removes the node's gateway interface: the OVS port and the veth. Detaching
+// what is not there does nothing.
+func DetachGateway(ctx context.Context, n Node) error {
+	if err := vsctl(ctx, n.OVSDB, "--no-wait", "--if-exists", "del-port", n.Bridge, GatewayBridgePort); err != nil {
+		return err
+	}
+	node, err := handleAt(n.Netns)
+	if err != nil {
+		return err
+	}
+	defer node.close()
+	// Deleting one end deletes the pair; both are tried in case only one is left.
+	return errors.Join(removeLink(node, GatewayLink), removeLink(node, GatewayBridgePort))
+}
+
+// removeLink deletes the named link; one that is not there is fine.
+func removeLink(node *handle, name string) error {
+	link, err := node.LinkByName(name)
+	if err != nil {
+		if errors.As(err, new(netlink.LinkNotFoundError)) {
+			return nil
+		}
+		return fmt.Errorf("finding %s: %w", name, err)
+	}
+	if err := node.LinkDel(link); err != nil {
+		return fmt.Errorf("removing %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,166 @@
+package podport_test
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/podport"
+	"github.com/octopus-mcs/octopus/internal/ovn/ovntest"
+)
+
+func TestAttachGatewayRefusesIncompleteInput(t *testing.T) {
+	valid := podport.Gateway{
+		Node: podport.Node{Bridge: "br-int"}, Port: "east_gateway",
+		MAC: net.HardwareAddr{0x0a, 0x58, 10, 112, 0, 1}, IP: netip.MustParsePrefix("10.112.0.1/16"),
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*podport.Gateway)
+		want   string
+	}{
+		{"no bridge", func(g *podport.Gateway) { g.Node.Bridge = "" }, "no integration bridge"},
+		{"no port", func(g *podport.Gateway) { g.Port = "" }, "no logical port"},
+		{"short MAC", func(g *podport.Gateway) { g.MAC = g.MAC[:4] }, "not an Ethernet address"},
+		{"no address", func(g *podport.Gateway) { g.IP = netip.Prefix{} }, "not an IPv4 prefix"},
+		{"IPv6 address", func(g *podport.Gateway) { g.IP = netip.MustParsePrefix("fd00::1/64") }, "not an IPv4 prefix"},
+		{"MTU too large", func(g *podport.Gateway) { g.MTU = 70000 }, "MTU"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := valid
+			tc.change(&g)
+			err := podport.AttachGateway(context.Background(), g)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("AttachGateway = %v, want an error saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestAttachGatewayConverges attaches the gateway interface to a real chassis and then
+// disturbs it the ways a node can (another address, another MAC, the OVS port deleted, half
+// the veth gone, a new block): each AttachGateway puts it right, and one that finds it right
+// leaves the link as it was (same ifindex: the active gateway's traffic is not interrupted).
+func TestAttachGatewayConverges(t *testing.T) {
+	central := ovntest.StartCentral(t)
+	ch := ovntest.StartChassis(t, central)
+	node := ch.Node()
+	g := podport.Gateway{Node: node, Port: "east_gateway", MAC: net.HardwareAddr{0x0a, 0x58, 10, 112, 0, 1},
+		IP: netip.MustParsePrefix("10.112.0.1/16"), MTU: 1400}
+	attach := func() {
+		t.Helper()
+		if err := podport.AttachGateway(context.Background(), g); err != nil {
+			t.Fatal(err)
+		}
+		checkGateway(t, node, g)
+	}
+	attach()
+	index := gatewayIndex(t, node)
+	attach()
+	if gatewayIndex(t, node) != index {
+		t.Error("an AttachGateway that found everything right recreated the link")
+	}
+
+	for _, tc := range []struct {
+		name    string
+		disturb []string // an ip or ovs-vsctl command (the first word says which)
+	}{
+		{"an extra address", []string{"ip", "addr", "add", "10.99.0.1/24", "dev", podport.GatewayLink}},
+		{"the address removed", []string{"ip", "addr", "flush", "dev", podport.GatewayLink}},
+		{"another MAC", []string{"ip", "link", "set", podport.GatewayLink, "address", "02:00:00:00:00:01"}},
+		{"down", []string{"ip", "link", "set", podport.GatewayLink, "down"}},
+		{"another MTU", []string{"ip", "link", "set", podport.GatewayLink, "mtu", "1500"}},
+		{"the OVS port deleted", []string{"ovs-vsctl", "--db=" + node.OVSDB, "del-port", "br-int", podport.GatewayBridgePort}},
+		{"the iface-id changed", []string{"ovs-vsctl", "--db=" + node.OVSDB, "set", "Interface", podport.GatewayBridgePort, "external_ids:iface-id=x"}},
+		{"the veth deleted", []string{"ip", "link", "del", podport.GatewayLink}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := tc.disturb
+			if cmd[0] == "ip" {
+				cmd = append([]string{"ip", "-n", ch.Netns}, cmd[1:]...)
+			}
+			if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
+				t.Fatalf("%v: %v: %s", cmd, err, out)
+			}
+			attach()
+		})
+	}
+
+	// A new block: the old address goes, so the old block is no longer routed into the switch.
+	g.IP, g.MAC = netip.MustParsePrefix("10.114.0.1/16"), net.HardwareAddr{0x0a, 0x58, 10, 114, 0, 1}
+	attach()
+
+	for range 2 {
+		if err := podport.DetachGateway(context.Background(), node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if linkExists(t, node.Netns, podport.GatewayLink) || linkExists(t, node.Netns, podport.GatewayBridgePort) ||
+		strings.Contains(listPorts(t, node), podport.GatewayBridgePort) {
+		t.Error("DetachGateway left the veth or the OVS port")
+	}
+}
+
+// checkGateway reads the gateway interface back: one address, the MAC, the MTU, up, in br-int
+// with the logical port's iface-id.
+func checkGateway(t *testing.T, node podport.Node, g podport.Gateway) {
+	t.Helper()
+	h := netlinkAt(t, node.Netns)
+	link, err := h.LinkByName(podport.GatewayLink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := link.Attrs()
+	if a.HardwareAddr.String() != g.MAC.String() || a.MTU != g.MTU || a.Flags&net.FlagUp == 0 {
+		t.Errorf("%s: MAC %s, MTU %d, flags %v; want %s, %d, up", podport.GatewayLink, a.HardwareAddr, a.MTU, a.Flags, g.MAC, g.MTU)
+	}
+	addrs, err := h.AddrList(link, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ad := range addrs {
+		got = append(got, ad.IPNet.String())
+	}
+	if !slices.Equal(got, []string{g.IP.String()}) {
+		t.Errorf("%s has addresses %v, want only %s", podport.GatewayLink, got, g.IP)
+	}
+	out, err := exec.Command("ovs-vsctl", "--db="+node.OVSDB, "get", "Interface", podport.GatewayBridgePort, "external_ids:iface-id").CombinedOutput()
+	if err != nil || strings.Trim(strings.TrimSpace(string(out)), `"`) != g.Port {
+		t.Errorf("iface-id of %s: %s %v, want %s", podport.GatewayBridgePort, out, err, g.Port)
+	}
+	if !strings.Contains(listPorts(t, node), podport.GatewayBridgePort) {
+		t.Errorf("%s is not a port of br-int", podport.GatewayBridgePort)
+	}
+}
+
+func gatewayIndex(t *testing.T, node podport.Node) int {
+	t.Helper()
+	link, err := netlinkAt(t, node.Netns).LinkByName(podport.GatewayLink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return link.Attrs().Index
+}
+
+func netlinkAt(t *testing.T, nsPath string) *netlink.Handle {
+	t.Helper()
+	ns, err := netns.GetFromPath(nsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ns.Close() })
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return h
+}

@@ -1,0 +1,20 @@
+package ovnmaster
+
+// What the ovnmaster needs of its member cluster, for the Role that hack/generate.sh generates
+// from these markers into config/rbac/ovnmaster (the charts do not install the ovnmaster yet;
+// they will grant exactly this).
+//
+// The pods: watched, and annotated with their address or why they have none (merge patches).
+// The events telling why (events.k8s.io). Its own leader election (LeaderElectionID, in the
+// default --leader-election-namespace): the Lease is created unnamed (a create carries no name
+// to authorize), then read and updated by name. The gateway's election Lease, read and watched
+// by name only (the cache lists it with a metadata.name field selector): its holder is the
+// chassis of the gateway's port. client-go's leader election records "became leader" and
+// "stopped leading" as core events on its Lease, in that namespace.
+//
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",namespace=octopus-system,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=octopus-system,resources=leases,verbs=create
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=octopus-system,resources=leases,resourceNames=octopus-ovnmaster,verbs=get;update
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=octopus-system,resources=leases,resourceNames=octopus-gateway,verbs=get;list;watch
