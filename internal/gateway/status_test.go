@@ -180,7 +180,9 @@ func TestNodeAddresses(t *testing.T) {
 // TestPeersAcceptedReason: the condition names an overlap first, then a cluster on the other
 // network, then any refusal.
 func TestPeersAcceptedReason(t *testing.T) {
-	ref := func(reason string) Refusal { return Refusal{Cluster: "x", Reason: reason, Message: "cluster x: " + reason} }
+	ref := func(reason string) Refusal {
+		return Refusal{Cluster: "x", Reason: reason, Message: "cluster x: " + reason}
+	}
 	tests := []struct {
 		refused []Refusal
 		want    string
