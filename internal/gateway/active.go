@@ -220,13 +220,14 @@ func (a *active) reconcile(ctx context.Context) error {
 		}
 	}
 	// The hub's gateway has no route agents to tell.
-	if applyErr == nil && a.o.Role == v1alpha1.PeerRoleMember && (a.mirrored == nil || !slices.Equal(remote, a.mirrored)) {
-		cm := routeagent.SubnetsConfigMap(remote)
+	routed := routedOnPrimary(a.local, remote)
+	if applyErr == nil && a.o.Role == v1alpha1.PeerRoleMember && (a.mirrored == nil || !slices.Equal(routed, a.mirrored)) {
+		cm := routeagent.SubnetsConfigMap(routed)
 		cm.Labels = kube.ManagedLabels()
 		if err := kube.Apply(ctx, a.member, cm); err != nil {
 			errs = append(errs, fmt.Errorf("mirroring remote subnets for the route agents: %w", err))
 		} else {
-			a.mirrored = remote
+			a.mirrored = routed
 			if a.mirrored == nil {
 				a.mirrored = []netip.Prefix{}
 			}
@@ -236,9 +237,10 @@ func (a *active) reconcile(ctx context.Context) error {
 }
 
 // readLocal refreshes what this gateway advertises: a member's pod and service CIDRs (minus
-// the opted-out ones) and topology, from its Cluster on the hub; for the hub's gateway, which
-// has no cluster behind it, only its health-check address, and the hub topology (the
-// Peer's default, mesh, would misreport it).
+// the opted-out ones), or its global or secondary CIDR, and topology, from its Cluster on the
+// hub, and every member's addressing from theirs; for the hub's gateway, which has no cluster
+// behind it, only its health-check address, and the hub topology (the Peer's default, mesh,
+// would misreport it).
 func (a *active) readLocal(ctx context.Context) error {
 	if a.o.Role == v1alpha1.PeerRoleHub {
 		a.local.Subnets, a.local.Topology = []netip.Prefix{netip.PrefixFrom(a.hcIP, a.hcIP.BitLen())}, v1alpha1.TopologyHub
@@ -252,7 +254,29 @@ func (a *active) readLocal(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.local.Subnets, a.local.Topology, a.local.Private = subnets, c.Spec.Topology, nil
+	clusters := &v1alpha1.ClusterList{}
+	if err := a.cache.List(ctx, clusters); err != nil {
+		return fmt.Errorf("listing Clusters on the hub: %w", err)
+	}
+	a.local.PeerAddressing = map[string]v1alpha1.Addressing{}
+	for _, o := range clusters.Items {
+		a.local.PeerAddressing[o.Spec.ClusterID] = o.Spec.Addressing
+	}
+	a.local.Subnets, a.local.Topology, a.local.Private, a.local.Addressing = subnets, c.Spec.Topology, nil, c.Spec.Addressing
+	block, gatewayAddr, isSecondary, err := secondaryBlock(c)
+	if err != nil {
+		return err
+	}
+	if isSecondary {
+		// Other clusters reach this one's pods at their net1 addresses, in the secondary
+		// block, and probe the gateway port's address, which is this cluster's alone (the
+		// default health-check address, the first host of the pod CIDR, is the same in every
+		// cluster when primary CIDRs overlap). The primary CIDRs stay private, but a Peer's
+		// subnets must not overlap them still: routes to them would shadow our own pods. No
+		// NAT: the tunnel carries the pods' own addresses.
+		a.local.Subnets, a.local.Private, a.hcIP = []netip.Prefix{block}, subnets, gatewayAddr
+		return nil
+	}
 	layout, isGlobalnet, err := globalnetLayout(c)
 	if err != nil || !isGlobalnet {
 		return err

@@ -24,6 +24,9 @@ const (
 	ReasonOverlappingSubnets = "OverlappingSubnets"
 	ReasonBackendMismatch    = "BackendMismatch"
 	ReasonInvalidPeer        = "InvalidPeer"
+	// ReasonAddressingMismatch: one of the two clusters uses secondary addressing and the
+	// other does not, so their pods are on networks that cannot reach each other.
+	ReasonAddressingMismatch = "AddressingMismatch"
 	// ReasonNoHubGateway: the Peer is reached through the hub's gateway (one of the two
 	// clusters uses the hub topology), but the hub has published no gateway Peer.
 	ReasonNoHubGateway = "NoHubGateway"

@@ -19,14 +19,21 @@ type Local struct {
 	// Topology is the cluster's (Cluster.spec.topology); "" means mesh.
 	Topology v1alpha1.Topology
 	Backend  v1alpha1.Backend
+	// Addressing is the cluster's (Cluster.spec.addressing); "" means direct.
+	Addressing v1alpha1.Addressing
 	// Subnets are the CIDRs this cluster advertises (Advertised; a globalnet cluster's
-	// global CIDR).
+	// global CIDR, a secondary cluster's secondary CIDR).
 	Subnets []netip.Prefix
-	// Private are CIDRs of this cluster it does not advertise (a globalnet cluster's own pod
-	// and service CIDRs) that no Peer's subnet may overlap still: routes to them would
-	// shadow this cluster's own pods. Overlapping Peers are refused like overlapping subnets.
-	Private    []netip.Prefix
-	ListenPort uint16
+	// Private are CIDRs of this cluster it does not advertise (a globalnet or secondary
+	// cluster's own pod and service CIDRs) that no Peer's subnet may overlap still: routes to
+	// them would shadow this cluster's own pods. Overlapping Peers are refused like
+	// overlapping subnets.
+	Private []netip.Prefix
+	// PeerAddressing is every member cluster's addressing, by cluster ID, from the Clusters
+	// on the hub (a Peer does not carry it). A Peer whose cluster is missing counts as
+	// direct, the API's default.
+	PeerAddressing map[string]v1alpha1.Addressing
+	ListenPort     uint16
 	// LocalAddr is this gateway's underlay address.
 	LocalAddr netip.Addr
 	MTU       int
@@ -68,8 +75,9 @@ func (d Desired) RemoteSubnets() []netip.Prefix {
 //   - Peers are taken oldest first (then by cluster ID), so that of two Peers that overlap
 //     each other the same one wins on every gateway, and a newcomer cannot displace a
 //     cluster that is already connected;
-//   - a Peer is refused (and reported) when its backend differs from ours, it has no usable
-//     endpoint, a wireguard Peer has no public key, a subnet does not parse, or a subnet
+//   - a Peer is refused (and reported) when its backend differs from ours, one of the two
+//     clusters uses secondary addressing and the other does not (sameNetwork), it has no
+//     usable endpoint, a wireguard Peer has no public key, a subnet does not parse, or a subnet
 //     overlaps ours or an accepted Peer's (direct addressing needs distinct CIDRs);
 //   - topology: a member tunnels to the hub's gateway whenever it has published a Peer, and
 //     directly to another member only when both use the mesh topology; any other member's
@@ -170,6 +178,13 @@ func acceptPeer(local Local, p v1alpha1.Peer, taken map[netip.Prefix]string) (tu
 	if backend != local.Backend {
 		return refuse(ReasonBackendMismatch, "cluster %s uses the %s backend and this cluster %s; run every gateway with the same --backend", id, backend, local.Backend)
 	}
+	if theirs := local.PeerAddressing[id]; !sameNetwork(local, p.Spec.Role, theirs) {
+		return refuse(ReasonAddressingMismatch, "cluster %s is not connected: it uses %s addressing and this cluster (%s) %s; "+
+			"a pod on the secondary network reaches other clusters only over net1, where the other's pods have no address, "+
+			"so no pod of one can talk to a pod of the other; put both on the same network "+
+			"(`octopus leave`, then `octopus join --addressing secondary` on the one that is not, or another addressing on the one that is)",
+			id, addressingName(theirs), local.ClusterID, addressingName(local.Addressing))
+	}
 	ep, err := endpoint(p.Spec.Endpoint)
 	if err != nil {
 		return refuse(ReasonInvalidPeer, "cluster %s: %v", id, err)
@@ -196,10 +211,33 @@ func acceptPeer(local Local, p v1alpha1.Peer, taken map[netip.Prefix]string) (tu
 	}
 	if len(conflicts) > 0 {
 		slices.Sort(conflicts)
-		return refuse(ReasonOverlappingSubnets, "cluster %s is not connected: %s; direct addressing needs distinct CIDRs (globalnet or secondary addressing, in a later release, handle overlaps), or opt the subnet out with --exclude-subnet on one side",
+		return refuse(ReasonOverlappingSubnets, "cluster %s is not connected: %s; direct addressing needs distinct CIDRs (globalnet or secondary addressing handle overlaps), or opt the subnet out with --exclude-subnet on one side",
 			id, strings.Join(conflicts, "; "))
 	}
 	return tp, nil
+}
+
+// sameNetwork tells whether local and a Peer of the given role and addressing carry their
+// pods' traffic on the same network: both on the secondary network (secondary addressing),
+// or both on the primary one (direct or globalnet, which mix). A pod on the secondary network
+// reaches other clusters only over net1, whose routes cover only the secondary blocks: its
+// reply to a primary (or global) address would leave through its primary interface with its
+// net1 address as source, outside the tunnel, and its own primary address is private. So no
+// pod of one cluster could talk to a pod of the other, whichever side starts. The hub's
+// gateway forwards for everyone and has no network of its own.
+func sameNetwork(local Local, role v1alpha1.PeerRole, theirs v1alpha1.Addressing) bool {
+	if local.Role == v1alpha1.PeerRoleHub || role == v1alpha1.PeerRoleHub {
+		return true
+	}
+	return (local.Addressing == v1alpha1.AddressingSecondary) == (theirs == v1alpha1.AddressingSecondary)
+}
+
+// addressingName is the addressing as the user names it; "" is the API's default, direct.
+func addressingName(a v1alpha1.Addressing) v1alpha1.Addressing {
+	if a == "" {
+		return v1alpha1.AddressingDirect
+	}
+	return a
 }
 
 // endpoint picks the address to tunnel to: the public IP when the Peer has one (it is behind

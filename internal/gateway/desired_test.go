@@ -313,3 +313,112 @@ func TestComputeGlobalnet(t *testing.T) {
 		t.Fatalf("remote subnets %v, want %v", got, want)
 	}
 }
+
+// TestComputeSecondary: a secondary cluster advertises its secondary block and keeps its
+// primary CIDRs private. Secondary Peers with the very same primary CIDRs are accepted (only
+// the blocks are compared) unless their blocks overlap; Peers on the primary network (direct,
+// globalnet, or a Peer without a Cluster, which counts as direct) are refused as an
+// addressing mismatch, from both sides, before any overlap; the hub's gateway accepts
+// everyone and everyone accepts it.
+func TestComputeSecondary(t *testing.T) {
+	addressing := map[string]v1alpha1.Addressing{
+		"a": v1alpha1.AddressingSecondary, "b": v1alpha1.AddressingSecondary, "e": v1alpha1.AddressingSecondary,
+		"c": v1alpha1.AddressingDirect, "d": "", "g": v1alpha1.AddressingGlobalnet,
+	}
+	secondaryA := Local{ClusterID: "a", Backend: v1alpha1.BackendWireGuard, Addressing: v1alpha1.AddressingSecondary,
+		Subnets: prefixes("10.112.0.0/16"), Private: prefixes("10.244.0.0/16", "10.96.0.0/12"), PeerAddressing: addressing}
+	directA := Local{ClusterID: "a", Backend: v1alpha1.BackendWireGuard, Addressing: v1alpha1.AddressingDirect,
+		Subnets: prefixes("10.1.0.0/16"), PeerAddressing: addressing}
+	globalA := Local{ClusterID: "a", Backend: v1alpha1.BackendWireGuard, Addressing: v1alpha1.AddressingGlobalnet,
+		Subnets: prefixes("242.1.0.0/16"), Private: prefixes("10.244.0.0/16"), PeerAddressing: addressing}
+	hubLocal := Local{ClusterID: v1alpha1.HubPeerName, Role: v1alpha1.PeerRoleHub, Backend: v1alpha1.BackendWireGuard,
+		Subnets: prefixes("10.0.0.1/32"), PeerAddressing: addressing}
+
+	secondaryB := peer("b", keyB, "203.0.113.17", 4500, "10.113.0.0/16")
+	secondaryE := peer("e", keyC, "203.0.113.65", 4500, "10.113.128.0/17") // overlaps b's block
+	directC := peer("c", keyC, "203.0.113.33", 4500, "10.3.0.0/16")
+	unsetD := peer("d", keyC, "203.0.113.49", 4500, "10.4.0.0/16")     // addressing "" is direct
+	globalG := peer("g", keyC, "203.0.113.81", 4500, "242.2.0.0/16")   // globalnet is the primary network too
+	unknownX := peer("x", keyC, "203.0.113.97", 4500, "10.114.0.0/16") // no Cluster on the hub
+	// A direct cluster whose CIDRs the secondary pool would hold: refused as a mismatch, not
+	// an overlap, since the mismatch is what the user must fix first.
+	directInBlock := peer("c", keyC, "203.0.113.33", 4500, "10.112.0.0/16")
+	hubPeer := peer(v1alpha1.HubPeerName, keyC, "203.0.113.250", 4500, "10.0.0.1/32")
+	hubPeer.Spec.Role = v1alpha1.PeerRoleHub
+	hubB := *secondaryB.DeepCopy()
+	hubB.Spec.Topology = v1alpha1.TopologyHub
+	hubC := *directC.DeepCopy()
+	hubC.Spec.Topology = v1alpha1.TopologyHub
+
+	tests := []struct {
+		name        string
+		local       Local
+		peers       []v1alpha1.Peer
+		wantRemote  []netip.Prefix
+		wantRefused map[string]string
+	}{
+		{name: "secondary accepts secondary", local: secondaryA, peers: []v1alpha1.Peer{secondaryB},
+			wantRemote: prefixes("10.113.0.0/16")},
+		{name: "secondary refuses direct, unset, globalnet and unknown", local: secondaryA, peers: []v1alpha1.Peer{secondaryB, directC, unsetD, globalG, unknownX},
+			wantRemote: prefixes("10.113.0.0/16"),
+			wantRefused: map[string]string{"c": ReasonAddressingMismatch, "d": ReasonAddressingMismatch, "g": ReasonAddressingMismatch,
+				"x": ReasonAddressingMismatch}},
+		{name: "mismatch comes before overlap", local: secondaryA, peers: []v1alpha1.Peer{directInBlock},
+			wantRefused: map[string]string{"c": ReasonAddressingMismatch}},
+		{name: "secondary blocks overlapping: the older wins", local: secondaryA, peers: []v1alpha1.Peer{secondaryB, secondaryE},
+			wantRemote: prefixes("10.113.0.0/16"), wantRefused: map[string]string{"e": ReasonOverlappingSubnets}},
+		{name: "a secondary Peer over our private primary CIDRs is refused", local: secondaryA,
+			peers:       []v1alpha1.Peer{peer("b", keyB, "203.0.113.17", 4500, "10.244.0.0/16")},
+			wantRefused: map[string]string{"b": ReasonOverlappingSubnets}},
+		{name: "direct refuses secondary, accepts direct and globalnet", local: directA, peers: []v1alpha1.Peer{secondaryB, directC, globalG},
+			wantRemote: prefixes("10.3.0.0/16", "242.2.0.0/16"), wantRefused: map[string]string{"b": ReasonAddressingMismatch}},
+		{name: "globalnet refuses secondary", local: globalA, peers: []v1alpha1.Peer{secondaryB, directC},
+			wantRemote: prefixes("10.3.0.0/16"), wantRefused: map[string]string{"b": ReasonAddressingMismatch}},
+		{name: "secondary through the hub: only the secondary member is carried", local: func() Local {
+			l := secondaryA
+			l.Topology = v1alpha1.TopologyHub
+			return l
+		}(), peers: []v1alpha1.Peer{hubPeer, hubB, hubC},
+			wantRemote: prefixes("10.0.0.1/32", "10.113.0.0/16"), wantRefused: map[string]string{"c": ReasonAddressingMismatch}},
+		{name: "the hub's gateway carries both networks", local: hubLocal, peers: []v1alpha1.Peer{hubB, hubC},
+			wantRemote: prefixes("10.3.0.0/16", "10.113.0.0/16")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := Compute(tt.local, tt.peers)
+			if got := d.RemoteSubnets(); !slices.Equal(got, tt.wantRemote) {
+				t.Errorf("remote subnets %v, want %v", got, tt.wantRemote)
+			}
+			if refused := refusedReasons(t, d); !reflect.DeepEqual(refused, tt.wantRefused) {
+				t.Errorf("refused %v, want %v", refused, tt.wantRefused)
+			}
+		})
+	}
+}
+
+// TestComputeAddressingMismatchMessage: the refusal names both addressings and the fix.
+func TestComputeAddressingMismatchMessage(t *testing.T) {
+	local := Local{ClusterID: "a", Backend: v1alpha1.BackendWireGuard, Addressing: v1alpha1.AddressingSecondary,
+		Subnets: prefixes("10.112.0.0/16"), PeerAddressing: map[string]v1alpha1.Addressing{"b": ""}}
+	d := Compute(local, []v1alpha1.Peer{peer("b", keyB, "203.0.113.17", 4500, "10.2.0.0/16")})
+	if len(d.Refused) != 1 {
+		t.Fatalf("refused %v", d.Refused)
+	}
+	for _, want := range []string{"cluster b", "uses direct addressing", "this cluster (a) secondary", "net1", "octopus join --addressing secondary"} {
+		if !strings.Contains(d.Refused[0].Message, want) {
+			t.Errorf("message %q lacks %q", d.Refused[0].Message, want)
+		}
+	}
+}
+
+func TestRoutedOnPrimary(t *testing.T) {
+	remote := prefixes("10.113.0.0/16")
+	if got := routedOnPrimary(Local{Addressing: v1alpha1.AddressingSecondary}, remote); got != nil {
+		t.Errorf("secondary: %v, want nothing", got)
+	}
+	for _, a := range []v1alpha1.Addressing{"", v1alpha1.AddressingDirect, v1alpha1.AddressingGlobalnet} {
+		if got := routedOnPrimary(Local{Addressing: a}, remote); !slices.Equal(got, remote) {
+			t.Errorf("%q: %v, want %v", a, got, remote)
+		}
+	}
+}

@@ -121,11 +121,16 @@ func BuildStatus(conds []metav1.Condition, generation int64, driver string, d De
 		Message: "every other cluster's Peer is accepted"}
 	if len(d.Refused) > 0 {
 		var msgs []string
+		// The condition names the refusal the user most likely has to fix by hand: an
+		// overlap, else a cluster on the other network, else a generic one.
 		reason := ReasonPeersRefused
 		for _, r := range d.Refused {
 			msgs = append(msgs, r.Message)
-			if r.Reason == ReasonOverlappingSubnets {
+			switch {
+			case r.Reason == ReasonOverlappingSubnets:
 				reason = ReasonOverlappingSubnets
+			case r.Reason == ReasonAddressingMismatch && reason == ReasonPeersRefused:
+				reason = ReasonAddressingMismatch
 			}
 		}
 		accepted.Status, accepted.Reason, accepted.Message = metav1.ConditionFalse, reason, strings.Join(msgs, "\n")

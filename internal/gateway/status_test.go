@@ -176,3 +176,26 @@ func TestNodeAddresses(t *testing.T) {
 		})
 	}
 }
+
+// TestPeersAcceptedReason: the condition names an overlap first, then a cluster on the other
+// network, then any refusal.
+func TestPeersAcceptedReason(t *testing.T) {
+	ref := func(reason string) Refusal {
+		return Refusal{Cluster: "x", Reason: reason, Message: "cluster x: " + reason}
+	}
+	tests := []struct {
+		refused []Refusal
+		want    string
+	}{
+		{nil, ReasonAllAccepted},
+		{[]Refusal{ref(ReasonInvalidPeer)}, ReasonPeersRefused},
+		{[]Refusal{ref(ReasonInvalidPeer), ref(ReasonAddressingMismatch)}, ReasonAddressingMismatch},
+		{[]Refusal{ref(ReasonAddressingMismatch), ref(ReasonOverlappingSubnets), ref(ReasonAddressingMismatch)}, ReasonOverlappingSubnets},
+	}
+	for _, tt := range tests {
+		st := BuildStatus(nil, 1, "fake", Desired{Refused: tt.refused}, nil, nil, nil, time.Now())
+		if acc := meta.FindStatusCondition(st.Conditions, ConditionPeersAccepted); acc == nil || acc.Reason != tt.want {
+			t.Errorf("refused %v: PeersAccepted %+v, want reason %s", tt.refused, acc, tt.want)
+		}
+	}
+}
