@@ -404,10 +404,16 @@ func upgradeMemberChart(ctx context.Context, t *testing.T, f *failoverLab) {
 	// Each move of the active role, and the data path's longest interruption around it: the
 	// rolling update moves it off the active's old pod, and back if the standby's old pod goes
 	// after it.
+	released := ""
 	for _, h := range stopWatching()[1:] {
+		if h.holder == "" { // the old pod's gateway gave the Lease up on SIGTERM
+			released = fmt.Sprintf("released %.1fs, ", h.at.Sub(start).Seconds())
+			continue
+		}
 		g, l, _ := probe.longestGap(h.at.Add(-3*time.Second), h.at.Add(5*time.Second))
-		t.Logf("MEASURED upgrade handover to %q %.1fs after the upgrade began: longest interruption around it %.2fs (%d probes lost)",
-			h.holder, h.at.Sub(start).Seconds(), g.Seconds(), l)
+		t.Logf("MEASURED upgrade handover to %s (%staken %.1fs after the upgrade began): longest interruption around it %.2fs (%d probes lost)",
+			h.holder, released, h.at.Sub(start).Seconds(), g.Seconds(), l)
+		released = ""
 	}
 	t.Logf("established TCP connection %s (%s) -> %s (%s) through the upgrade: %d round trips, longest stall %.2fs; "+
 		"UDP probes %s -> %s: longest interruption %.2fs, %d of %d lost; Lease %s -> %s",
