@@ -280,7 +280,7 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		}
 		var secondary map[string]any
 		if opts.SecondaryNetwork {
-			if secondary, err = prepareSecondaryNetwork(ctx, i, *plan.Cluster(name), joined.Cluster.Spec.SecondaryCIDR, info.Secondary.CIDR); err != nil {
+			if secondary, err = prepareSecondaryNetwork(ctx, i, *plan.Cluster(name), joined, info.Secondary.CIDR); err != nil {
 				return l, err
 			}
 		}

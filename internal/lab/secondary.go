@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strings"
 
+	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/lab/realnode"
 )
@@ -28,12 +29,15 @@ const SecondaryUnderlayLink = "ovn-underlay"
 func SecondaryUnderlayPrefix(i int) string { return fmt.Sprintf("192.168.%d.0/24", 200+i) }
 
 // prepareSecondaryNetwork gives every node of cluster c, the i-th (1-based), its
-// SecondaryUnderlayLink, and returns the member chart's secondaryNetwork values for it: on,
-// with the cluster's ID, its secondary CIDR (allocated by the hub at join), routes to the
-// hub's whole secondary pool (its own block, more specific, stays on-link), the userspace
-// datapath over the underlay link, and the paths of the lab's nodes (NRI socket, Open
-// vSwitch directory).
-func prepareSecondaryNetwork(ctx context.Context, i int, c labnet.ClusterNet, cidr, pool string) (map[string]any, error) {
+// SecondaryUnderlayLink, and returns the member chart's secondaryNetwork values for it: join's
+// (cluster.SecondaryNetworkValues: the cluster's ID, the block the hub allocated, routes to
+// the hub's secondary pool) with the userspace datapath over the underlay link and the paths
+// of the lab's nodes (NRI socket, Open vSwitch directory).
+func prepareSecondaryNetwork(ctx context.Context, i int, c labnet.ClusterNet, joined *cluster.Joined, pool string) (map[string]any, error) {
+	values := cluster.SecondaryNetworkValues(joined, pool)
+	if values == nil {
+		return nil, fmt.Errorf("%s did not join with secondary addressing", c.Name)
+	}
 	base := strings.TrimSuffix(SecondaryUnderlayPrefix(i), "0/24")
 	for k, n := range c.Nodes {
 		// The LAN namespace's end, a port of the cluster's bridge; named by the node's index,
@@ -51,14 +55,7 @@ func prepareSecondaryNetwork(ctx context.Context, i int, c labnet.ClusterNet, ci
 			}
 		}
 	}
-	return map[string]any{
-		"enabled":   true,
-		"clusterID": c.Name,
-		"cidr":      cidr,
-		"routes":    []any{pool},
-		"node": map[string]any{
-			"datapath": "netdev", "underlayInterface": SecondaryUnderlayLink, "ovsDir": realnode.OVSRunPath,
-		},
-		"nri": map[string]any{"socket": realnode.NRISocketInNode},
-	}, nil
+	values["node"] = map[string]any{"datapath": "netdev", "underlayInterface": SecondaryUnderlayLink, "ovsDir": realnode.OVSRunPath}
+	values["nri"] = map[string]any{"socket": realnode.NRISocketInNode}
+	return values, nil
 }
