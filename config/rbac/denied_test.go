@@ -205,6 +205,8 @@ var identities = []identity{
 			{verbs: "create,patch", group: "events.k8s.io", resource: "events"},
 			{verbs: "create", group: "coordination.k8s.io", resource: "leases", namespace: memberNS},
 			{verbs: "get,update", group: "coordination.k8s.io", resource: "leases", namespace: memberNS, name: "octopus-ovnmaster"},
+			// The leader election's "became leader" event (client-go's core events), as the controller's.
+			{verbs: "create,patch", resource: "events", namespace: memberNS},
 		},
 		refused: []request{
 			{verb: "update", resource: "pods", namespace: otherNS, name: probeName},
