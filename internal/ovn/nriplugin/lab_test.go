@@ -186,6 +186,11 @@ func TestRealNodesGetNet1(t *testing.T) {
 		// plugin one at a time; on CI's loaded machine (pods took 20 s to start there) that
 		// outlasted 2 minutes, so the release gets longer. What is checked is that nothing
 		// leaks, not how fast the kubelet gets there.
+		t.Cleanup(func() {
+			if t.Failed() {
+				dumpPorts(ctx, t, cs, c.Nodes, ovsdb)
+			}
+		})
 		pollWithin(ctx, t, "every batch pod's ports released", 6*time.Minute, func() string {
 			out, err := nb(ctx, "--bare", "--columns=name", "list", "Logical_Switch_Port")
 			if err != nil {
@@ -408,5 +413,28 @@ func logOVNPods(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
 		if seen[app] != want {
 			t.Errorf("%d pods of %s, want %d", seen[app], app, want)
 		}
+	}
+}
+
+// dumpPorts logs what a failed release check needs to find the leak: each node's pod ports
+// with their sandbox IDs, the NRI plugin pods' restarts, and their log lines about sandboxes
+// (attached at V(1) is not logged; refusals, failed removals and sweeps are).
+func dumpPorts(ctx context.Context, t *testing.T, cs kubernetes.Interface, nodes []labnet.NodeNet, ovsdb func(string) string) {
+	for _, n := range nodes {
+		out, err := exec.Command("ovs-vsctl", "--db="+ovsdb(n.Name), "--columns=name,external_ids", "list", "Interface").CombinedOutput()
+		t.Logf("OVS interfaces of %s (%v):\n%s", n.Name, err, out)
+	}
+	pods, err := cs.CoreV1().Pods("octopus-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=octopus-ovn-nri"})
+	if err != nil {
+		t.Logf("the NRI plugin's pods: %v", err)
+		return
+	}
+	for _, p := range pods.Items {
+		restarts := int32(0)
+		for _, s := range p.Status.ContainerStatuses {
+			restarts += s.RestartCount
+		}
+		logs, err := cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{TailLines: new(int64(200))}).DoRaw(ctx)
+		t.Logf("NRI plugin %s on %s, %d restarts, its log (%v):\n%s", p.Name, p.Spec.NodeName, restarts, err, logs)
 	}
 }
