@@ -89,8 +89,9 @@ clean:
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 .PHONY: image
 ## image: the project's OCI image (every daemon, nft, busybox) as bin/octopus-image-$(VERSION).tar,
+## and the secondary network's (octopus-ovn, Open vSwitch, OVN) as bin/octopus-ovn-image-$(VERSION).tar,
 ## built from this machine's files without a container engine (hack/image); Containerfile
-## builds the same layout with a container engine.
+## builds the project's image's layout with a container engine.
 image:
 	$(GO) run -ldflags "-X github.com/octopus-mcs/octopus/internal/version.Version=$(VERSION)" ./hack/image
 

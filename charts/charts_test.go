@@ -67,6 +67,7 @@ func TestRender(t *testing.T) {
 		{name: "hub-gateway", chart: charts.Hub, values: "hub-gateway.yaml"},
 		{name: "member", chart: charts.Member},
 		{name: "member-custom", chart: charts.Member, values: "member-custom.yaml"},
+		{name: "member-secondary", chart: charts.Member, values: "member-secondary.yaml"},
 		{name: "operator", chart: charts.Operator},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,6 +140,10 @@ func TestValuesAreChecked(t *testing.T) {
 		{name: "hub: port as a string", chart: charts.Hub, values: `gateway: {listenPort: "4500"}`, want: []string{"/gateway/listenPort", "integer"}},
 		{name: "hub: enabled as a string", chart: charts.Hub, values: `gateway: {enabled: "yes"}`, want: []string{"/gateway/enabled", "boolean"}},
 		{name: "hub: gateway without a health-check address", chart: charts.Hub, values: `gateway: {enabled: true}`, want: []string{"/gateway/healthCheckIP"}},
+		{name: "secondary network without a CIDR", chart: charts.Member, values: `secondaryNetwork: {enabled: true, clusterID: east}`, want: []string{"/secondaryNetwork", "cidr"}},
+		{name: "secondary CIDR not a prefix", chart: charts.Member, values: `secondaryNetwork: {enabled: true, clusterID: east, cidr: east}`, want: []string{"/secondaryNetwork/cidr"}},
+		{name: "unknown datapath", chart: charts.Member, values: `secondaryNetwork: {node: {datapath: dpdk}}`, want: []string{"/secondaryNetwork/node/datapath"}},
+		{name: "netdev without an underlay", chart: charts.Member, values: `secondaryNetwork: {enabled: true, clusterID: east, cidr: 10.112.0.0/16, node: {datapath: netdev}}`, want: []string{"underlayInterface"}},
 		{name: "member in another namespace", chart: charts.Member, namespace: "default", want: []string{"octopus-system", "default"}},
 		{name: "operator in another namespace", chart: charts.Operator, namespace: "default", want: []string{"octopus-operator", "default"}},
 	} {

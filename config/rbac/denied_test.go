@@ -93,9 +93,9 @@ type identity struct {
 	refused                   []request
 }
 
-// identities are every Octopus identity with RBAC: the member components, and on the hub a
-// joined cluster's credential, the join identity of broker-info and the hub's gateway. (The
-// ovnmaster, cmd/octopus-ovn, has no RBAC markers and no chart yet.)
+// identities are every Octopus identity with RBAC: the member components (the secondary
+// network's with it), and on the hub a joined cluster's credential, the join identity of
+// broker-info and the hub's gateway.
 //
 // needs is the reviewed statement of what each may do; TestComponentsAreDeniedWhatTheyDoNotNeed
 // checks every other verb on every resource the API server serves is refused, so widening a
@@ -193,6 +193,40 @@ var identities = []identity{
 			{verb: "delete", group: "discovery.k8s.io", resource: "endpointslices", namespace: otherNS, name: probeName},
 			{verb: "update", group: "multicluster.x-k8s.io", resource: "serviceimports", namespace: otherNS, name: probeName},
 			{verb: "create", resource: "configmaps", namespace: memberNS},
+			{verb: "get", resource: "secrets", namespace: memberNS, name: "octopus-hub"},
+		},
+	},
+	{
+		name: rbac.OVNMaster, namespace: memberNS, serviceAccount: "octopus-ovnmaster",
+		needs: []grant{
+			// Every pod on the secondary network: its network-status or error annotation.
+			{verbs: "get,list,watch,patch", resource: "pods"},
+			// Why a pod has no address, in the pod's namespace.
+			{verbs: "create,patch", group: "events.k8s.io", resource: "events"},
+			{verbs: "create", group: "coordination.k8s.io", resource: "leases", namespace: memberNS},
+			{verbs: "get,update", group: "coordination.k8s.io", resource: "leases", namespace: memberNS, name: "octopus-ovnmaster"},
+			// The leader election's "became leader" event (client-go's core events), as the controller's.
+			{verbs: "create,patch", resource: "events", namespace: memberNS},
+		},
+		refused: []request{
+			{verb: "update", resource: "pods", namespace: otherNS, name: probeName},
+			{verb: "delete", resource: "pods", namespace: otherNS, name: probeName},
+			{verb: "create", resource: "pods", namespace: otherNS},
+			{verb: "get", resource: "secrets", namespace: memberNS, name: "octopus-hub"},
+			{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: memberNS, name: "octopus-controller"},
+		},
+	},
+	{
+		name: rbac.OVNNRI, namespace: memberNS, serviceAccount: "octopus-ovn-nri",
+		// It reads one pod per sandbox for its address; the reason a pod cannot start reaches
+		// the pod through containerd and the kubelet, not through the API.
+		needs: []grant{
+			{verbs: "get", resource: "pods"},
+		},
+		refused: []request{
+			{verb: "list", resource: "pods"},
+			{verb: "patch", resource: "pods", namespace: otherNS, name: probeName},
+			{verb: "create", group: "events.k8s.io", resource: "events", namespace: otherNS},
 			{verb: "get", resource: "secrets", namespace: memberNS, name: "octopus-hub"},
 		},
 	},
@@ -391,17 +425,18 @@ func TestComponentsAreDeniedWhatTheyDoNotNeed(t *testing.T) {
 }
 
 // installedRBAC is the ServiceAccounts, roles and bindings the member and hub charts render
-// (the hub's with its gateway on), and octopus-dns's, which join installs (render.DNS).
+// (the member's with the secondary network on, the hub's with its gateway on), and octopus-dns's, which join installs (render.DNS).
 func installedRBAC(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
 	var out []*unstructured.Unstructured
 	hubGateway := map[string]any{"gateway": map[string]any{"enabled": true, "healthCheckIP": "10.100.0.1"}}
+	secondaryNetwork := map[string]any{"secondaryNetwork": map[string]any{"enabled": true, "clusterID": "east", "cidr": "10.112.0.0/16"}}
 	for chart, ns := range map[string]string{charts.Member: memberNS, charts.Hub: hubNS} {
 		c, err := charts.Load(chart, "v0.0.0-test")
 		if err != nil {
 			t.Fatal(err)
 		}
-		var values map[string]any
+		values := secondaryNetwork
 		if chart == charts.Hub {
 			values = hubGateway
 		}

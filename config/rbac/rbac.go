@@ -29,13 +29,14 @@ const (
 	DNS        = "dns"
 	// Operator is the Fabric operator (internal/operator), installed by its own chart.
 	Operator = "operator"
-	// OVNMaster is the secondary network's ovnmaster (internal/ovn/ovnmaster). Not in
-	// Components yet: no chart installs it so far.
+	// OVNMaster and OVNNRI are the secondary network's ovnmaster and NRI plugin
+	// (cmd/octopus-ovn), which the member chart installs with secondaryNetwork.enabled.
 	OVNMaster = "ovnmaster"
+	OVNNRI    = "ovn-nri"
 )
 
 // Components lists every component with generated RBAC.
-var Components = []string{Controller, Gateway, RouteAgent, DNS}
+var Components = []string{Controller, Gateway, RouteAgent, DNS, OVNMaster, OVNNRI}
 
 // Roles is the RBAC one component needs: what it needs cluster-wide, and per namespace.
 type Roles struct {

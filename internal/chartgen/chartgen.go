@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -36,6 +37,11 @@ import (
 // MemberComponents are the components the member chart runs, each with a ServiceAccount
 // octopus-<component> bound to its generated roles.
 var MemberComponents = []string{rbac.Controller, rbac.Gateway, rbac.RouteAgent}
+
+// OVNComponents are the secondary network's components the member chart runs with
+// secondaryNetwork.enabled, each with its ServiceAccount and generated roles like
+// MemberComponents, rendered only when the value is on.
+var OVNComponents = []string{rbac.OVNMaster, rbac.OVNNRI}
 
 // releaseNamespace stands for the hub's namespace in render.Hub's output until it becomes the
 // template expression of the release's namespace: a valid namespace name that nothing else
@@ -75,7 +81,14 @@ func Files() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	ovnRBAC, err := componentRBAC(v1alpha1.SystemNamespace, OVNComponents...)
+	if err != nil {
+		return nil, err
+	}
 	return map[string][]byte{
+		"octopus-member/templates/zz_generated.ovn-rbac.yaml": slices.Concat(
+			[]byte(fmt.Sprintf(header, "config/rbac ("+strings.Join(OVNComponents, ", ")+")")),
+			[]byte("{{- if .Values.secondaryNetwork.enabled }}\n"), ovnRBAC, []byte("{{- end }}\n")),
 		"octopus-operator/templates/zz_generated.rbac.yaml": append([]byte(fmt.Sprintf(header, "config/rbac ("+rbac.Operator+")")), operatorRBAC...),
 		// Helm installs crds/ before the templates and never deletes it: leaving a cluster
 		// keeps the Fabric CRD the operator serves (it carries no managed-by label of Octopus,

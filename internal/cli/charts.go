@@ -24,10 +24,12 @@ func (f *chartFlags) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.wait, "wait", false, "with the chart: wait until its workloads are ready")
 }
 
-// install installs or upgrades chart in namespace, its image tagged with this CLI's version, and
-// prints the release's revision.
-func (f *chartFlags) install(ctx context.Context, s IOStreams, cfg *rest.Config, chart, namespace string) error {
-	values := map[string]any{}
+// install installs or upgrades chart in namespace, its image tagged with this CLI's version,
+// with values (nil: none) under the --set ones, and prints the release's revision.
+func (f *chartFlags) install(ctx context.Context, s IOStreams, cfg *rest.Config, chart, namespace string, values map[string]any) error {
+	if values == nil {
+		values = map[string]any{}
+	}
 	for _, kv := range f.set {
 		if err := strvals.ParseInto(kv, values); err != nil {
 			return fmt.Errorf("--set %s: %w", kv, err)

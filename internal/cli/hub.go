@@ -119,7 +119,7 @@ func (o *hubDeployOptions) Run(ctx context.Context) error {
 		return err
 	}
 	if o.useChart {
-		if err := o.chart.install(ctx, o.IOStreams, cfg, charts.Hub, o.deploy.Namespace); err != nil {
+		if err := o.chart.install(ctx, o.IOStreams, cfg, charts.Hub, o.deploy.Namespace, nil); err != nil {
 			return err
 		}
 	}

@@ -122,7 +122,14 @@ func (o *joinOptions) Run(ctx context.Context) error {
 	fmt.Fprintf(o.Out, "Cluster %s joined the hub at %s (global CIDR %s, secondary CIDR %s).\n",
 		joined.Cluster.Spec.ClusterID, o.join.BrokerInfo.HubURL, joined.Cluster.Spec.GlobalCIDR, joined.Cluster.Spec.SecondaryCIDR)
 	if o.agent == agentCharts {
-		if err := o.chart.install(ctx, o.IOStreams, cfg, charts.Member, v1alpha1.SystemNamespace); err != nil {
+		// With secondary addressing the chart's secondary network is on, for the block the
+		// hub allocated; --set secondaryNetwork.* (the datapath, an underlay interface, the
+		// NRI socket) says the rest.
+		var values map[string]any
+		if sn := cluster.SecondaryNetworkValues(joined, o.join.BrokerInfo.Secondary.CIDR); sn != nil {
+			values = map[string]any{"secondaryNetwork": sn}
+		}
+		if err := o.chart.install(ctx, o.IOStreams, cfg, charts.Member, v1alpha1.SystemNamespace, values); err != nil {
 			return fmt.Errorf("the cluster joined, but installing its components failed (run join again to retry): %w", err)
 		}
 		if err := cluster.ForwardDNS(ctx, cfg, o.join.Progress); err != nil {

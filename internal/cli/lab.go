@@ -64,6 +64,8 @@ type labUpOptions struct {
 	direct []string
 	// cni is lab.Options.CNI.
 	cni string
+	// secondary is lab.Options.SecondaryNetwork.
+	secondary bool
 }
 
 // labFlags names the flag of each lab.Options field that lab up sets, so that the lab's own
@@ -72,7 +74,7 @@ var labFlags = map[string]string{
 	"Clusters": "--clusters", "NodesPerCluster": "--nodes-per-cluster", "GatewaysPerCluster": "--gateways-per-cluster",
 	"Backends": "--backend", "Topology": "--topology", "HubGateways": "--hub-gateways", "Dir": "--dir",
 	"OverlappingCIDRs": "--overlapping-cidrs", "DirectClusters": "--direct-clusters",
-	"CNI": "--cni",
+	"CNI": "--cni", "SecondaryNetwork": "--secondary-network",
 }
 
 // labOptions maps the flags onto lab.Options (without the binaries and the progress reporter,
@@ -88,7 +90,7 @@ func (o *labUpOptions) labOptions() (lab.Options, error) {
 	}
 	opts := lab.Options{Clusters: o.clusters, NodesPerCluster: nodes, GatewaysPerCluster: o.gateways, Backends: backends,
 		OverlappingCIDRs: o.overlapping, DirectClusters: o.direct, Topology: v1alpha1.Topology(o.topology), HubGateways: o.hubGateways, Dir: *o.dir,
-		CNI: o.cni}
+		CNI: o.cni, SecondaryNetwork: o.secondary}
 	if err := opts.Validate(); err != nil {
 		return lab.Options{}, inFlagTerms(err, labFlags)
 	}
@@ -162,6 +164,7 @@ func (o *labUpOptions) bindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.backend, "backend", string(v1alpha1.BackendWireGuard), "tunnel backend of every cluster's gateway: wireguard or vxlan (unencrypted)")
 	fs.StringVar(&o.topology, "topology", string(v1alpha1.TopologyMesh), "how gateways connect: mesh (direct tunnels between all clusters) or hub (every cluster through the hub's gateway)")
 	fs.StringVar(&o.cni, "cni", cni.Bridge, "the nodes' CNI: bridge (the reference bridge and host-local plugins, routes between nodes written by the lab) or flannel (flanneld with its VXLAN backend on every node)")
+	fs.BoolVar(&o.secondary, "secondary-network", false, "join every cluster with secondary addressing: each pod gets net1 on the cluster's OVN switch, with OVN, the ovnmaster and the NRI plugin as the member chart's pods")
 	fs.IntVar(&o.hubGateways, "hub-gateways", 0, "with --topology hub: the hub's gateway nodes, one active, the others take over when it dies (if not given: 1)")
 }
 

@@ -1,9 +1,11 @@
 package image
 
 import (
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -55,6 +57,68 @@ func TestOctopus(t *testing.T) {
 	}
 	if !libnftables {
 		t.Error("the image lacks nft's libnftables")
+	}
+	if _, err := Build(spec); err != nil {
+		t.Errorf("building the image: %v", err)
+	}
+}
+
+// TestOVN: the secondary network's image has octopus-ovn, every OVS and OVN program its pods
+// run with their libraries, the schemas their databases are made from, and a shell; not the
+// agent; and it needs a tag.
+func TestOVN(t *testing.T) {
+	for _, p := range append(slices.Sorted(maps.Keys(OVNPrograms)), "busybox", "ldd") {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Skipf("%s is not installed (hack/install-deps.sh): %v", p, err)
+		}
+	}
+	stand, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(stand)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	for _, b := range append(OVNBinaries, DaemonBinaries...) {
+		if err := os.WriteFile(filepath.Join(bin, b), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := OVN(OVNOptions{BinDir: bin}); err == nil {
+		t.Error("an image without a tag was accepted")
+	}
+	spec, err := OVN(OVNOptions{BinDir: bin, Tags: []string{OVNRepo + ":v9.9.9"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	libs := map[string]bool{}
+	for _, f := range spec.Files {
+		have[f.Path] = true
+		libs[filepath.Base(f.Path)] = true
+	}
+	want := []string{"/usr/local/bin/octopus-ovn", "/bin/sh",
+		"/usr/share/openvswitch/vswitch.ovsschema", "/usr/share/ovn/ovn-nb.ovsschema", "/usr/share/ovn/ovn-sb.ovsschema"}
+	for _, p := range slices.Sorted(maps.Keys(OVNPrograms)) {
+		path, _ := exec.LookPath(p)
+		path, _ = filepath.Abs(path)
+		want = append(want, path)
+	}
+	for _, p := range want {
+		if !have[p] {
+			t.Errorf("the image lacks %s", p)
+		}
+	}
+	for _, b := range DaemonBinaries {
+		if have["/usr/local/bin/"+b] {
+			t.Errorf("the image has %s, which is the project image's", b)
+		}
+	}
+	// OVS's own library: the programs are dynamic, so without their libraries none starts.
+	if !libs["libcrypto.so.3"] {
+		t.Errorf("the image lacks the OVS programs' libraries (libcrypto.so.3)")
 	}
 	if _, err := Build(spec); err != nil {
 		t.Errorf("building the image: %v", err)

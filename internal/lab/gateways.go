@@ -87,8 +87,15 @@ func chartsOnNodes(opts Options) bool {
 // the member chart where chartsOnNodes says so, installed as `octopus join --agent charts`
 // installs it; otherwise as supervised processes in the nodes' namespaces (startAgent,
 // startGateways).
-func startComponents(ctx context.Context, opts Options, env *controlplane.Environment, cp *controlplane.ControlPlane, c labnet.ClusterNet) error {
+//
+// secondary are the chart's secondaryNetwork values (prepareSecondaryNetwork), nil without
+// Options.SecondaryNetwork.
+func startComponents(ctx context.Context, opts Options, env *controlplane.Environment, cp *controlplane.ControlPlane, c labnet.ClusterNet, secondary map[string]any) error {
 	if !chartsOnNodes(opts) {
+		if secondary != nil {
+			return fmt.Errorf("%s: the secondary network runs only as the member chart's pods, and the nodes have no Octopus image: build every binary into %s (go build -o DIR/ ./cmd/...)",
+				cp.Name, filepath.Dir(opts.AgentBinary))
+		}
 		if !opts.ComponentProcesses {
 			opts.Progress.Step("%s: the components run as processes: %s lacks some of %v, so the nodes have no Octopus image (go build -o DIR/ ./cmd/...)",
 				cp.Name, filepath.Dir(opts.AgentBinary), images.OctopusBinaries)
@@ -98,7 +105,7 @@ func startComponents(ctx context.Context, opts Options, env *controlplane.Enviro
 		}
 		return startGateways(opts, env, cp, c)
 	}
-	return installMemberChart(ctx, opts, cp, c)
+	return installMemberChart(ctx, opts, cp, c, secondary)
 }
 
 // installMemberChart annotates cluster c's gateway nodes with their underlay address, where
@@ -106,18 +113,24 @@ func startComponents(ctx context.Context, opts Options, env *controlplane.Enviro
 // addresses are on the cluster's LAN), and installs the member chart with the lab's settings,
 // waiting until its pods are ready. The gateway nodes already carry labnet.GatewayLabel, the
 // chart's gateway node selector, from their registration.
-func installMemberChart(ctx context.Context, opts Options, cp *controlplane.ControlPlane, c labnet.ClusterNet) error {
+func installMemberChart(ctx context.Context, opts Options, cp *controlplane.ControlPlane, c labnet.ClusterNet, secondary map[string]any) error {
 	start := time.Now()
 	p := opts.Progress
 	gateways, err := annotateEndpoints(ctx, cp, c)
 	if err != nil {
 		return err
 	}
-	p.Step("%s: installing chart %s (controller, gateways on the %d nodes labelled %s=true, route agents on all %d, octopus-dns) and waiting for its pods",
-		cp.Name, charts.Member, gateways, labnet.GatewayLabel, len(c.Nodes))
+	also := ""
+	values := chartValues(opts, cp.Name)
+	if secondary != nil {
+		also = ", the secondary network's OVN central, OVN node pods, ovnmaster and NRI plugin"
+		values["secondaryNetwork"] = secondary
+	}
+	p.Step("%s: installing chart %s (controller, gateways on the %d nodes labelled %s=true, route agents on all %d, octopus-dns%s) and waiting for its pods",
+		cp.Name, charts.Member, gateways, labnet.GatewayLabel, len(c.Nodes), also)
 	_, err = release.Install(ctx, cp.RESTConfig(), release.Options{
 		Chart: charts.Member, Namespace: v1alpha1.SystemNamespace, AppVersion: version.Version,
-		Values: chartValues(opts, cp.Name), Wait: true, Timeout: memberChartTimeout,
+		Values: values, Wait: true, Timeout: memberChartTimeout,
 	})
 	if err != nil {
 		return fmt.Errorf("installing the components of %s (kubectl -n %s get pods; the kubelet logs under the lab dir's logs/): %w",

@@ -103,6 +103,13 @@ type Options struct {
 	// use: the hub topology (its hub gateways need the deployed hub), Backends and
 	// ComponentProcesses.
 	Unjoined bool
+	// SecondaryNetwork joins every member cluster with addressing secondary and installs the
+	// member chart with its secondary network (secondaryNetwork.enabled, secondary.go): OVN's
+	// databases and daemons, the ovnmaster and the NRI plugin run as the cluster's pods from
+	// the OVN image, so the agent binary's directory must hold octopus-ovn too. Each node
+	// gets a link of its own for the Geneve tunnels (SecondaryUnderlayLink). Optional; not
+	// with ComponentProcesses or Unjoined.
+	SecondaryNetwork bool
 	// Progress receives one line per step. Optional.
 	Progress *progress.Reporter
 	// Log receives structured logs (node heartbeats, process supervision). Optional.
@@ -271,13 +278,23 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		if opts.OverlappingCIDRs && !slices.Contains(opts.DirectClusters, name) {
 			addressing = v1alpha1.AddressingGlobalnet
 		}
-		if _, err := cluster.Join(ctx, cp.RESTConfig(), cluster.JoinOptions{
+		if opts.SecondaryNetwork {
+			addressing = v1alpha1.AddressingSecondary
+		}
+		joined, err := cluster.Join(ctx, cp.RESTConfig(), cluster.JoinOptions{
 			BrokerInfo: info, ClusterID: name, PodCIDRs: []string{cp.PodCIDR.String()}, Progress: p,
 			Addressing: addressing, Topology: opts.Topology, DNSByChart: chartsOnNodes(opts),
-		}); err != nil {
+		})
+		if err != nil {
 			return l, fmt.Errorf("joining %s: %w", name, err)
 		}
-		if err := startComponents(ctx, opts, env, cp, *plan.Cluster(name)); err != nil {
+		var secondary map[string]any
+		if opts.SecondaryNetwork {
+			if secondary, err = prepareSecondaryNetwork(ctx, i, *plan.Cluster(name), joined, info.Secondary.CIDR); err != nil {
+				return l, err
+			}
+		}
+		if err := startComponents(ctx, opts, env, cp, *plan.Cluster(name), secondary); err != nil {
 			return l, err
 		}
 		l.Members = append(l.Members, name)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/lab/cni"
+	"github.com/octopus-mcs/octopus/internal/lab/images"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 )
 
@@ -116,6 +118,19 @@ func (o Options) Validate() error {
 		}
 		if o.ComponentProcesses {
 			errs = append(errs, optionError("Unjoined", "with {ComponentProcesses}: the lab runs no component; leave {ComponentProcesses} unset"))
+		}
+	}
+	if o.SecondaryNetwork {
+		// The secondary network exists only as the member chart's pods.
+		switch {
+		case o.Unjoined:
+			errs = append(errs, optionError("SecondaryNetwork", "with {Unjoined}: the lab joins no cluster to give a secondary CIDR; leave {SecondaryNetwork} unset"))
+		case o.ComponentProcesses:
+			errs = append(errs, optionError("SecondaryNetwork", "with {ComponentProcesses}: OVN and its components run only as the member chart's pods; leave {ComponentProcesses} unset"))
+		case o.OverlappingCIDRs:
+			errs = append(errs, optionError("SecondaryNetwork", "with {OverlappingCIDRs}: every cluster joins with secondary addressing, not globalnet; leave {OverlappingCIDRs} unset"))
+		case o.AgentBinary != "" && !images.HasOVNBinaries(filepath.Dir(o.AgentBinary)):
+			errs = append(errs, optionError("SecondaryNetwork", "%s has no octopus-ovn for the OVN image: go build -o DIR/ ./cmd/...", filepath.Dir(o.AgentBinary)))
 		}
 	}
 	if o.Dir == "" {

@@ -58,6 +58,15 @@ func TestOptionsValidate(t *testing.T) {
 			},
 			want: []string{"Unjoined with Topology hub: the hub's gateways need the hub", "Unjoined with Backends", "Unjoined with ComponentProcesses"},
 		},
+		"secondary network": {mutate: func(o *lab.Options) { o.SecondaryNetwork = true }},
+		"secondary network with processes": {
+			mutate: func(o *lab.Options) { o.SecondaryNetwork, o.ComponentProcesses = true, true },
+			want:   []string{"SecondaryNetwork with ComponentProcesses: OVN and its components run only as the member chart's pods"},
+		},
+		"secondary network without octopus-ovn": {
+			mutate: func(o *lab.Options) { o.SecondaryNetwork, o.AgentBinary = true, "/nonexistent/octopus-agent" },
+			want:   []string{"SecondaryNetwork /nonexistent has no octopus-ovn"},
+		},
 		"no directory": {mutate: func(o *lab.Options) { o.Dir = "" }, want: []string{"Dir is empty"}},
 		"everything wrong at once": {
 			mutate: func(o *lab.Options) { o.Clusters, o.Topology = 16, "star" },

@@ -115,6 +115,7 @@ func TestChartsOnAnAPIServer(t *testing.T) {
 			{chart: charts.Hub, namespace: "octopus-hub", values: "hub-gateway.yaml"},
 			{chart: charts.Member, namespace: "octopus-system"},
 			{chart: charts.Member, namespace: "octopus-system", values: "member-custom.yaml"},
+			{chart: charts.Member, namespace: "octopus-system", values: "member-secondary.yaml"},
 		} {
 			t.Run(strings.TrimSuffix(tc.chart+" "+tc.values, " "), func(t *testing.T) {
 				dryRun(ctx, t, c, tc.chart, tc.namespace, tc.values)

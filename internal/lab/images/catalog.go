@@ -3,6 +3,8 @@ package images
 import (
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -29,6 +31,9 @@ const (
 	CoreDNSImage = "registry.k8s.io/coredns/coredns:v1.15.0"
 	// OctopusRepo is the repository of the project's own image (image.Octopus).
 	OctopusRepo = image.OctopusRepo
+	// OVNRepo is the repository of the secondary network's image (image.OVN): the member
+	// chart's OVN pods with secondaryNetwork.enabled.
+	OVNRepo = image.OVNRepo
 	// EchoImage is the echo server (cmd/octopus-echo) the demo and tests deploy.
 	EchoImage = "ghcr.io/octopus-mcs/echo:latest"
 	// OctopusDNSImage is octopus-dns (cmd/octopus-dns), which join deploys.
@@ -54,7 +59,8 @@ type CatalogOptions struct {
 	// CoreDNSBinary is the CoreDNS build of hack/coredns.sh. Required.
 	CoreDNSBinary string
 	// OctopusBinDir holds the binaries of `make build` (octopus, octopus-agent, octopus-dns,
-	// octopus-echo). Optional: without it the catalog has no Octopus images.
+	// octopus-echo). Optional: without it the catalog has no Octopus images. Where it also
+	// holds octopus-ovn, the catalog has the secondary network's image (image.OVN).
 	OctopusBinDir string
 	// Version tags the project's images besides latest. Optional.
 	Version string
@@ -62,7 +68,7 @@ type CatalogOptions struct {
 
 // Catalog returns the specs of every image the lab's nodes get: the pause image, busybox,
 // alpine/socat, the toolbox, CoreDNS and, with OctopusBinDir, the project's image with the
-// echo and octopus-dns images. All are made of host files, so the host needs busybox, socat,
+// echo and octopus-dns images, and the OVN image where octopus-ovn is there too. All are made of host files, so the host needs busybox, socat,
 // the toolbox tools and nft (hack/install-deps.sh).
 func Catalog(o CatalogOptions) ([]Spec, error) {
 	busybox, err := image.HostBusybox()
@@ -120,8 +126,26 @@ func Catalog(o CatalogOptions) ([]Spec, error) {
 		return nil, err
 	}
 	files := octopus.Files
-	return append(specs, octopus,
+	specs = append(specs, octopus,
 		Spec{Refs: refs(EchoImage), Files: files, Entrypoint: []string{"octopus-echo"}, Env: env},
 		Spec{Refs: refs(OctopusDNSImage), Files: files, Entrypoint: []string{"octopus-dns"}, Env: env},
-	), nil
+	)
+	if !HasOVNBinaries(o.OctopusBinDir) {
+		return specs, nil
+	}
+	ovn, err := image.OVN(image.OVNOptions{BinDir: o.OctopusBinDir, Tags: refs(OVNRepo + ":latest")})
+	if err != nil {
+		return nil, err
+	}
+	return append(specs, ovn), nil
+}
+
+// HasOVNBinaries reports whether dir holds the binaries of the OVN image (image.OVNBinaries).
+func HasOVNBinaries(dir string) bool {
+	for _, b := range image.OVNBinaries {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return false
+		}
+	}
+	return true
 }

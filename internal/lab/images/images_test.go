@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/octopus-mcs/octopus/internal/image"
 )
 
 // TestCatalog builds the lab's workload images from this machine's files: each has its
@@ -72,7 +74,7 @@ func TestCatalog(t *testing.T) {
 
 	// The project's images, tagged latest and with the version join deploys.
 	bin := t.TempDir()
-	for _, b := range OctopusBinaries {
+	for _, b := range slices.Concat(OctopusBinaries, image.OVNBinaries) {
 		data, err := os.ReadFile(coredns)
 		if err != nil {
 			t.Fatal(err)
@@ -87,7 +89,7 @@ func TestCatalog(t *testing.T) {
 	}
 	refs := Refs(specs)
 	for _, want := range []string{OctopusRepo + ":latest", OctopusRepo + ":v9.9.9", EchoImage, "ghcr.io/octopus-mcs/echo:v9.9.9",
-		OctopusDNSImage, "ghcr.io/octopus-mcs/octopus-dns:v9.9.9"} {
+		OctopusDNSImage, "ghcr.io/octopus-mcs/octopus-dns:v9.9.9", OVNRepo + ":latest", OVNRepo + ":v9.9.9"} {
 		if !slices.Contains(refs, want) {
 			t.Errorf("the catalog has no %s: %v", want, refs)
 		}

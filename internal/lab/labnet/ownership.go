@@ -24,6 +24,9 @@ const (
 const (
 	// bridgeName is the bridge inside a LAN or the underlay namespace.
 	bridgeName = "br0"
+	// LANBridge is bridgeName for those who add ports to a cluster's LAN (the secondary
+	// network's underlay links, internal/lab/secondary.go).
+	LANBridge = bridgeName
 	// lanUplinkName is the LAN namespace's end of the root-namespace uplink, a bridge port.
 	lanUplinkName = "up0"
 	// apiPeerName is the underlay namespace's end of the root API link. It carries no address

@@ -21,6 +21,10 @@ const (
 	containerdRunPath = "/run/containerd"
 	containerLogsPath = "/var/log/containers"
 	podLogsPath       = "/var/log/pods"
+	// ovsRunPath is Open vSwitch's directory (the member chart's secondaryNetwork.node.ovsDir):
+	// the OVN node pod's database and sockets, which the NRI plugin's pod uses too; a node's
+	// own, as on a machine of its own.
+	ovsRunPath = "/run/openvswitch"
 
 	containerdSocket = containerdRunPath + "/containerd.sock"
 	// nriSocket is containerd's NRI socket, where NRI plugins register; outside the node's

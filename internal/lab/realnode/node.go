@@ -95,9 +95,10 @@ func kubeletName(node string) string    { return node + "-kubelet" }
 
 // Directories of a node under Dir.
 const (
-	dirKubelet         = "kubelet" // bind-mounted at kubeletRootPath
-	dirCNIState        = "cni"     // at cniStatePath
-	dirRun             = "run"     // at containerdRunPath
+	dirKubelet         = "kubelet"     // bind-mounted at kubeletRootPath
+	dirCNIState        = "cni"         // at cniStatePath
+	dirRun             = "run"         // at containerdRunPath
+	dirOVS             = "openvswitch" // at ovsRunPath
 	dirContainerLogs   = "logs/containers"
 	dirPodLogs         = "logs/pods"
 	dirContainerdRoot  = "containerd"
@@ -132,7 +133,7 @@ func (n *Node) start(ctx context.Context) error {
 	if err := checkOutsideOverlays(n.Dir); err != nil {
 		return err
 	}
-	for _, d := range []string{dirKubelet, dirCNIState, dirRun, dirContainerLogs, dirPodLogs, dirContainerdRoot, dirCNIConf, dirNRIPlugins, dirNRIConf, dirPKI, dirScratch} {
+	for _, d := range []string{dirKubelet, dirCNIState, dirRun, dirOVS, dirContainerLogs, dirPodLogs, dirContainerdRoot, dirCNIConf, dirNRIPlugins, dirNRIConf, dirPKI, dirScratch} {
 		if err := os.MkdirAll(n.path(d), 0o700); err != nil {
 			return err
 		}
@@ -202,6 +203,22 @@ func (n *Node) NRISocket() string { return NRISocketPath(filepath.Dir(filepath.D
 func NRISocketPath(labDir, node string) string {
 	return filepath.Join(labDir, NodesDir, node, dirRun, filepath.Base(nriSocket))
 }
+
+// OVSDir is the Open vSwitch directory (/run/openvswitch inside the node: the database and
+// sockets of the secondary network's node pod) of the real node named node of the lab in
+// labDir, as seen from outside the node's mount namespace: ovs-vsctl --db=unix:<OVSDir>/db.sock
+// reads the node's switch.
+func OVSDir(labDir, node string) string {
+	return filepath.Join(labDir, NodesDir, node, dirOVS)
+}
+
+// OVSRunPath is Open vSwitch's directory inside a node: the member chart's
+// secondaryNetwork.node.ovsDir on the lab's nodes.
+const OVSRunPath = ovsRunPath
+
+// NRISocketInNode is containerd's NRI socket inside a node: the member chart's
+// secondaryNetwork.nri.socket on the lab's nodes.
+const NRISocketInNode = nriSocket
 
 // checkOutsideOverlays refuses a node directory below a directory that the mount namespace
 // overlays (mountns.Ops does for the mount points the host lacks): inside the namespace its
@@ -289,6 +306,7 @@ func (n *Node) mounts() []mountns.Bind {
 		{Src: n.path(dirKubelet), Target: kubeletRootPath},
 		{Src: n.path(dirCNIState), Target: cniStatePath},
 		{Src: n.path(dirRun), Target: containerdRunPath},
+		{Src: n.path(dirOVS), Target: ovsRunPath},
 		{Src: n.path(dirContainerLogs), Target: containerLogsPath},
 		{Src: n.path(dirPodLogs), Target: podLogsPath},
 	}

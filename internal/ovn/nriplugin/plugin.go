@@ -184,6 +184,9 @@ func (p *Plugin) detach(ctx context.Context, sb *api.PodSandbox) error {
 		return nil
 	}
 	if err := p.interfaces.Detach(ctx, p.cfg.Node, sb.GetId()); err != nil {
+		// containerd logs the error, not the pod: said here too, so that a port left behind
+		// (until the next registration's Synchronize) can be traced in the plugin's log.
+		p.log.Error(err, "Removing a pod's secondary network interface failed", "pod", key(sb), "sandbox", sb.GetId())
 		return fmt.Errorf("removing net1 of pod %s: %w", key(sb), err)
 	}
 	return nil

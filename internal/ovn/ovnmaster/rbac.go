@@ -1,8 +1,8 @@
 package ovnmaster
 
 // What the ovnmaster needs of its member cluster, for the Role that hack/generate.sh generates
-// from these markers into config/rbac/ovnmaster (the charts do not install the ovnmaster yet;
-// they will grant exactly this).
+// from these markers into config/rbac/ovnmaster, which the member chart installs with
+// secondaryNetwork.enabled.
 //
 // The pods: watched, and annotated with their address or why they have none (merge patches).
 // The events telling why (events.k8s.io). Its own leader election (LeaderElectionID, in the

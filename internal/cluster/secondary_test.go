@@ -1,0 +1,29 @@
+package cluster
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+)
+
+// TestSecondaryNetworkValues: a cluster joined with secondary addressing turns the member
+// chart's secondary network on with its own block; any other addressing leaves it off.
+func TestSecondaryNetworkValues(t *testing.T) {
+	joined := func(a v1alpha1.Addressing) *Joined {
+		return &Joined{Cluster: &v1alpha1.Cluster{Spec: v1alpha1.ClusterSpec{ClusterID: "east", Addressing: a, SecondaryCIDR: "10.113.0.0/16"}}}
+	}
+	want := map[string]any{"enabled": true, "clusterID": "east", "cidr": "10.113.0.0/16", "routes": []any{"10.112.0.0/12"}}
+	if diff := cmp.Diff(want, SecondaryNetworkValues(joined(v1alpha1.AddressingSecondary), "10.112.0.0/12")); diff != "" {
+		t.Errorf("secondary addressing (-want +got):\n%s", diff)
+	}
+	for _, a := range []v1alpha1.Addressing{v1alpha1.AddressingDirect, v1alpha1.AddressingGlobalnet} {
+		if got := SecondaryNetworkValues(joined(a), "10.112.0.0/12"); got != nil {
+			t.Errorf("%s addressing: %v, want nil", a, got)
+		}
+	}
+	if got := SecondaryNetworkValues(nil, "10.112.0.0/12"); got != nil {
+		t.Errorf("no cluster: %v, want nil", got)
+	}
+}
