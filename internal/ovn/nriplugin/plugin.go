@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
@@ -93,7 +94,12 @@ type Plugin struct {
 	pods       Pods
 	interfaces Interfaces
 	log        logr.Logger
+	// detaching counts the removals running on their own (detach).
+	detaching sync.WaitGroup
 }
+
+// detachTimeout bounds one removal of a pod's net1, which runs after its call has returned.
+const detachTimeout = 30 * time.Second
 
 // New checks cfg and returns the plugin.
 func New(cfg Config, pods Pods, interfaces Interfaces, log logr.Logger) (*Plugin, error) {
@@ -183,12 +189,22 @@ func (p *Plugin) detach(ctx context.Context, sb *api.PodSandbox) error {
 	if _, ok := podNetns(sb); !ok || podnet.SystemNamespace(sb.GetNamespace()) {
 		return nil
 	}
-	if err := p.interfaces.Detach(ctx, p.cfg.Node, sb.GetId()); err != nil {
-		// containerd logs the error, not the pod: said here too, so that a port left behind
-		// (until the next registration's Synchronize) can be traced in the plugin's log.
-		p.log.Error(err, "Removing a pod's secondary network interface failed", "pod", key(sb), "sandbox", sb.GetId())
-		return fmt.Errorf("removing net1 of pod %s: %w", key(sb), err)
-	}
+	// Answered at once, the removal runs on its own: containerd gives each call NRI's 2 s and,
+	// when a stop overruns it on a loaded node, drops the plugin, so that the stops of that
+	// moment pass without it and their OVS ports stay (docs/architecture.md §6s). Detach is
+	// idempotent, so the stop's and the removal's may overlap.
+	id, pod := sb.GetId(), key(sb)
+	p.detaching.Add(1)
+	go func() {
+		defer p.detaching.Done()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), detachTimeout)
+		defer cancel()
+		if err := p.interfaces.Detach(ctx, p.cfg.Node, id); err != nil {
+			// Logged here: no caller waits for it, and a port left behind (until the next
+			// registration's Synchronize) must be traceable in the plugin's log.
+			p.log.Error(err, "Removing a pod's secondary network interface failed", "pod", pod, "sandbox", id)
+		}
+	}()
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,6 +42,7 @@ func (f *fakePods) Get(context.Context, string, string) (*corev1.Pod, error) {
 }
 
 type fakeInterfaces struct {
+	mu       sync.Mutex // Detach runs in the plugin's goroutines
 	attached []podport.Attachment
 	detached []string
 	kept     map[string]bool
@@ -61,6 +63,8 @@ func (f *fakeInterfaces) Attach(_ context.Context, a podport.Attachment) error {
 }
 
 func (f *fakeInterfaces) Detach(_ context.Context, _ podport.Node, sandbox string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.detached = append(f.detached, sandbox)
 	return f.err
 }
@@ -177,6 +181,7 @@ func TestStopAndRemoveDetachTheSandbox(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	p.detaching.Wait()
 	// Only the pod with a network namespace of its own, outside the system namespaces,
 	// had an interface to remove: twice, once per event.
 	if len(ifaces.detached) != 2 || ifaces.detached[0] != "0123456789abcdef" {
