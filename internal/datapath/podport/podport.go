@@ -231,10 +231,14 @@ func Detach(ctx context.Context, n Node, sandbox string) error {
 	return nil
 }
 
-// Sweep detaches every sandbox this package attached to the node's bridge but keep, and
-// returns their IDs. A plugin that was not running when a sandbox stopped did not detach it:
-// the kernel removed the veth with the pod's namespace, but the OVS port stays, bound to a
-// logical port that may soon be another pod's.
+// Sweep detaches the sandboxes this package attached to the node's bridge that have stopped,
+// and returns their IDs. A stopped sandbox is one whose veth's node end is gone: the kernel
+// removes the veth with the pod's network namespace when the sandbox stops, but not its OVS
+// port, which stays bound to a logical port that may soon be another pod's. Attach makes the
+// node end before the OVS port, so a port without it is never an attachment in progress.
+// When keep is not nil, the sandboxes it does not hold are detached too (the runtime no
+// longer knows them). This is how a stop the plugin missed (it was not running, or its
+// removal failed) never leaks a port for longer than until the next Sweep.
 func Sweep(ctx context.Context, n Node, keep map[string]bool) ([]string, error) {
 	out, err := vsctlOutput(ctx, n.OVSDB, "--format=json", "--columns=external_ids", "list", "Interface")
 	if err != nil {
@@ -244,10 +248,25 @@ func Sweep(ctx context.Context, n Node, keep map[string]bool) ([]string, error) 
 	if err != nil {
 		return nil, err
 	}
+	node, err := handleAt(n.Netns)
+	if err != nil {
+		return nil, err
+	}
+	defer node.close()
 	var removed []string
 	var errs []error
 	for _, sb := range sandboxes {
-		if keep[sb] {
+		// A sandbox unknown to the runtime goes whatever its node end says.
+		stopped := keep != nil && !keep[sb]
+		if !stopped {
+			running, err := hasLink(node, LinkName(sb))
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			stopped = !running
+		}
+		if !stopped {
 			continue
 		}
 		if err := Detach(ctx, n, sb); err != nil {
@@ -257,6 +276,20 @@ func Sweep(ctx context.Context, n Node, keep map[string]bool) ([]string, error) 
 		removed = append(removed, sb)
 	}
 	return removed, errors.Join(errs...)
+}
+
+// hasLink says whether the namespace of node has a link of that name.
+func hasLink(node *handle, name string) (bool, error) {
+	_, err := node.LinkByName(name)
+	var notFound netlink.LinkNotFoundError
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &notFound):
+		return false, nil
+	default:
+		return false, fmt.Errorf("finding %s: %w", name, err)
+	}
 }
 
 // parseSandboxes reads the sandbox IDs of our interfaces from `ovs-vsctl --format=json

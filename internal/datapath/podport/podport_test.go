@@ -189,29 +189,48 @@ func TestFailedAttachLeavesNothing(t *testing.T) {
 	}
 }
 
-// TestSweepRemovesOnlyStaleSandboxes: of two attached sandboxes, Sweep keeping one removes
-// the other's OVS port and veth, and nothing of the kept one or of OVS's own ports.
+// TestSweepRemovesOnlyStaleSandboxes: of three attached sandboxes, one whose pod namespace
+// took its veth away (a stop the plugin missed) is swept by a Sweep that keeps every sandbox
+// the runtime knows, and one the runtime no longer knows by a Sweep given the runtime's list;
+// the running one, and OVS's own ports, stay.
 func TestSweepRemovesOnlyStaleSandboxes(t *testing.T) {
 	central := ovntest.StartCentral(t)
 	ch := ovntest.StartChassis(t, central)
 	if _, err := central.NB.Ctl(context.Background(), "ls-add", "sw"); err != nil {
 		t.Fatal(err)
 	}
-	a := attach(t, ch, central, "east_default_a", "10.112.0.2/16")
-	b := attach(t, ch, central, "east_default_b", "10.112.0.3/16")
+	running := attach(t, ch, central, "east_default_a", "10.112.0.2/16")
+	unknown := attach(t, ch, central, "east_default_b", "10.112.0.3/16")
+	stopped := attach(t, ch, central, "east_default_c", "10.112.0.4/16")
 	node := ch.Node()
-	removed, err := podport.Sweep(context.Background(), node, map[string]bool{a.sandbox: true})
-	if err != nil {
-		t.Fatal(err)
+	// The kernel deletes both ends of a veth with either: as when the pod's namespace goes.
+	if out, err := exec.Command("ip", "-n", stopped.netns, "link", "del", "net1").CombinedOutput(); err != nil {
+		t.Fatalf("removing the stopped pod's net1: %v: %s", err, out)
 	}
-	if len(removed) != 1 || removed[0] != b.sandbox {
-		t.Fatalf("Sweep removed %v, want only %s", removed, b.sandbox)
+
+	for _, step := range []struct {
+		keep map[string]bool
+		want pod
+	}{
+		{keep: nil, want: stopped},
+		{keep: map[string]bool{running.sandbox: true, stopped.sandbox: true}, want: unknown},
+	} {
+		removed, err := podport.Sweep(context.Background(), node, step.keep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(removed) != 1 || removed[0] != step.want.sandbox {
+			t.Fatalf("Sweep(keep %v) removed %v, want only %s", step.keep, removed, step.want.sandbox)
+		}
+		if strings.Contains(listPorts(t, node), podport.LinkName(step.want.sandbox)) {
+			t.Errorf("Sweep(keep %v) left %s's OVS port", step.keep, step.want.sandbox)
+		}
 	}
 	ports := listPorts(t, node)
-	if strings.Contains(ports, podport.LinkName(b.sandbox)) || !strings.Contains(ports, podport.LinkName(a.sandbox)) {
-		t.Errorf("ports after Sweep: %s; want %s's and not %s's", ports, a.sandbox, b.sandbox)
+	if !strings.Contains(ports, podport.LinkName(running.sandbox)) || strings.Count(ports, "oct") != 1 {
+		t.Errorf("ports after the sweeps: %s; want %s's alone", ports, running.sandbox)
 	}
-	if linkExists(t, node.Netns, podport.LinkName(b.sandbox)) || !linkExists(t, node.Netns, podport.LinkName(a.sandbox)) {
+	if linkExists(t, node.Netns, podport.LinkName(unknown.sandbox)) || !linkExists(t, node.Netns, podport.LinkName(running.sandbox)) {
 		t.Error("Sweep removed the wrong veth")
 	}
 }

@@ -155,8 +155,9 @@ func (p *Plugin) RunPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
 }
 
 // Synchronize removes, at every registration, the interfaces of sandboxes that stopped while
-// the plugin was away. The running pods' interfaces are left as they are: a restarted plugin
-// does not disturb them.
+// the plugin was away: those containerd no longer lists, and those it lists stopped (their
+// veth went with the pod's namespace; podport.Sweep). The running pods' interfaces are left as
+// they are: a restarted plugin does not disturb them.
 func (p *Plugin) Synchronize(ctx context.Context, sandboxes []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
 	keep := make(map[string]bool, len(sandboxes))
 	for _, sb := range sandboxes {
@@ -171,6 +172,25 @@ func (p *Plugin) Synchronize(ctx context.Context, sandboxes []*api.PodSandbox, _
 		p.log.Error(err, "Removing the interfaces of sandboxes gone while the plugin was away")
 	}
 	return nil, nil
+}
+
+// DefaultSweepInterval is how often SweepStopped runs in Run. A stopped sandbox's OVS port
+// stays bound to its logical port: should a pod of the same name (a StatefulSet's) start on
+// another node, both chassis would claim that port until the sweep.
+const DefaultSweepInterval = 10 * time.Second
+
+// SweepStopped removes the interfaces of sandboxes that stopped without the plugin removing
+// them: a stop containerd did not send (it drops a plugin whose call overran NRI's timeout,
+// and the stops of that moment pass without it, docs/architecture.md §6s) or a removal that
+// failed. Run calls it every DefaultSweepInterval, between registrations too.
+func (p *Plugin) SweepStopped(ctx context.Context) {
+	removed, err := p.interfaces.Sweep(ctx, p.cfg.Node, nil)
+	if len(removed) > 0 {
+		p.log.Info("Removed the interfaces of stopped sandboxes", "sandboxes", removed)
+	}
+	if err != nil {
+		p.log.Error(err, "Removing the interfaces of stopped sandboxes")
+	}
 }
 
 // StopPodSandbox removes the pod's net1 and its OVS port. The kernel would remove the veth

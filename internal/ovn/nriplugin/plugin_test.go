@@ -46,10 +46,12 @@ type fakeInterfaces struct {
 	attached []podport.Attachment
 	detached []string
 	kept     map[string]bool
+	sweeps   int
 	err      error
 }
 
 func (f *fakeInterfaces) Sweep(_ context.Context, _ podport.Node, keep map[string]bool) ([]string, error) {
+	f.sweeps++
 	f.kept = keep
 	return nil, f.err
 }
@@ -204,6 +206,21 @@ func TestSynchronizeKeepsTheRunningSandboxes(t *testing.T) {
 		if len(ifaces.kept) != 1 || !ifaces.kept[running.Id] {
 			t.Errorf("Sweep kept %v, want only the running sandbox %s", ifaces.kept, running.Id)
 		}
+	}
+}
+
+// TestSweepStoppedAsksForEveryStoppedSandbox: between registrations the plugin has no list of
+// the runtime's sandboxes, so its periodic sweep passes none, and podport.Sweep removes the
+// interfaces whose pod namespace went (a nil keep, not an empty one, which would remove all).
+func TestSweepStoppedAsksForEveryStoppedSandbox(t *testing.T) {
+	ifaces := &fakeInterfaces{kept: map[string]bool{}}
+	p, err := New(testConfig, &fakePods{}, ifaces, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SweepStopped(context.Background())
+	if ifaces.sweeps != 1 || ifaces.kept != nil {
+		t.Fatalf("%d sweeps keeping %v, want one keeping nil", ifaces.sweeps, ifaces.kept)
 	}
 }
 

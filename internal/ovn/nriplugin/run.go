@@ -63,6 +63,16 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("NRI plugin: %w", err)
 	}
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(DefaultSweepInterval):
+				p.SweepStopped(ctx)
+			}
+		}
+	}()
 	for {
 		reg, err := Register(ctx, p, o.Socket, o.PluginIdx, o.Log)
 		if err == nil {
