@@ -388,6 +388,13 @@ func checkUnderlay(t *testing.T, cluster labnet.ClusterNet, src, dst xpod, encry
 			gw = n
 		}
 	}
+	checkUnderlayAt(t, gw, src, dst, encrypted)
+}
+
+// checkUnderlayAt is checkUnderlay on the underlay link of the gateway node gw: the active one
+// of a cluster with standbys.
+func checkUnderlayAt(t *testing.T, gw labnet.NodeNet, src, dst xpod, encrypted bool) {
+	t.Helper()
 	capture := tunneltest.StartCapture(t, gw.Netns, gw.UnderlayLink())
 	payload := bytes.Repeat(underlayCanary, 40)
 	conn, err := labnet.DialTCP(src.netns, netip.AddrPortFrom(dst.ip, echoPort), 5*time.Second)

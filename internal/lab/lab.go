@@ -60,7 +60,8 @@ type Options struct {
 	HeartbeatInterval time.Duration
 	// OverlappingCIDRs gives every member cluster the same pod and service CIDRs and joins
 	// them with globalnet addressing: they reach each other's exported services by global
-	// IPs (docs/architecture.md §6h). Optional.
+	// IPs (docs/architecture.md §6h). With SecondaryNetwork they join with secondary
+	// addressing instead, and reach each other over net1. Optional.
 	OverlappingCIDRs bool
 	// DirectClusters, with OverlappingCIDRs, names member clusters that keep CIDRs of their
 	// own and join with direct addressing beside the globalnet ones: a mixed cluster set

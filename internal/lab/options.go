@@ -127,8 +127,8 @@ func (o Options) Validate() error {
 			errs = append(errs, optionError("SecondaryNetwork", "with {Unjoined}: the lab joins no cluster to give a secondary CIDR; leave {SecondaryNetwork} unset"))
 		case o.ComponentProcesses:
 			errs = append(errs, optionError("SecondaryNetwork", "with {ComponentProcesses}: OVN and its components run only as the member chart's pods; leave {ComponentProcesses} unset"))
-		case o.OverlappingCIDRs:
-			errs = append(errs, optionError("SecondaryNetwork", "with {OverlappingCIDRs}: every cluster joins with secondary addressing, not globalnet; leave {OverlappingCIDRs} unset"))
+		case len(o.DirectClusters) > 0:
+			errs = append(errs, optionError("SecondaryNetwork", "with {DirectClusters}: every cluster joins with secondary addressing; leave {DirectClusters} unset"))
 		case o.AgentBinary != "" && !images.HasOVNBinaries(filepath.Dir(o.AgentBinary)):
 			errs = append(errs, optionError("SecondaryNetwork", "%s has no octopus-ovn for the OVN image: go build -o DIR/ ./cmd/...", filepath.Dir(o.AgentBinary)))
 		}

@@ -63,6 +63,13 @@ func TestOptionsValidate(t *testing.T) {
 			mutate: func(o *lab.Options) { o.SecondaryNetwork, o.ComponentProcesses = true, true },
 			want:   []string{"SecondaryNetwork with ComponentProcesses: OVN and its components run only as the member chart's pods"},
 		},
+		"secondary network, identical CIDRs": {mutate: func(o *lab.Options) { o.SecondaryNetwork, o.OverlappingCIDRs = true, true }},
+		"secondary network, mixed": {
+			mutate: func(o *lab.Options) {
+				o.Clusters, o.SecondaryNetwork, o.OverlappingCIDRs, o.DirectClusters = 3, true, true, []string{"cluster3"}
+			},
+			want: []string{"SecondaryNetwork with DirectClusters: every cluster joins with secondary addressing"},
+		},
 		"secondary network without octopus-ovn": {
 			mutate: func(o *lab.Options) { o.SecondaryNetwork, o.AgentBinary = true, "/nonexistent/octopus-agent" },
 			want:   []string{"SecondaryNetwork /nonexistent has no octopus-ovn"},
