@@ -1,9 +1,16 @@
 package main
 
 import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/podport"
+	"github.com/octopus-mcs/octopus/internal/ovn/ovntest"
 )
 
 // TestGatewayPortFlags: each wrong flag is refused with an error naming it and saying what
@@ -49,5 +56,59 @@ func TestGatewayPortFlags(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGatewayPortNeedsOnlyNetAdmin runs the built octopus-ovn gateway-port on a real chassis
+// with NET_ADMIN as its only capability, as the member chart runs it (root without
+// DAC_OVERRIDE or SYS_ADMIN): it attaches the gateway's interface. A setns into its own
+// namespace (CAP_SYS_ADMIN) would make it fail.
+func TestGatewayPortNeedsOnlyNetAdmin(t *testing.T) {
+	central := ovntest.StartCentral(t)
+	ch := ovntest.StartChassis(t, central)
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("setpriv (util-linux) not found")
+	}
+	bin := filepath.Join(t.TempDir(), "octopus-ovn")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	logFile, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := func() string { b, _ := os.ReadFile(logFile.Name()); return string(b) }
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ch.Netns,
+		"setpriv", "--bounding-set", "-all,+net_admin", "--inh-caps", "-all", "--",
+		bin, "gateway-port", "--cluster-id=east", "--secondary-cidr=10.112.0.0/16",
+		"--ovsdb="+ch.Node().OVSDB, "--interval=200ms", "--health-probe-bind-address=0")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { cancel(); <-exited })
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		addrs, _ := exec.Command("ip", "-n", ch.Netns, "-4", "-o", "addr", "show", "dev", podport.GatewayLink).CombinedOutput()
+		ports, _ := exec.Command("ovs-vsctl", "--db="+ch.Node().OVSDB, "list-ports", "br-int").CombinedOutput()
+		if strings.Contains(string(addrs), "10.112.0.1/16") && strings.Contains(string(ports), podport.GatewayBridgePort) {
+			break
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("gateway-port exited: %v\n%s", err, log())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s with its address and OVS port after 20 s:\n%s", podport.GatewayLink, log())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if strings.Contains(log(), "Failed") {
+		t.Errorf("gateway-port logged a failure:\n%s", log())
 	}
 }
