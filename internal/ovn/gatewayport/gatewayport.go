@@ -134,7 +134,7 @@ func (l *Loop) Ready() error {
 // and leaves the interface in place (package comment).
 func (l *Loop) Run(ctx context.Context) error {
 	l.log.Info("Keeping the gateway's interface on the switch", "port", l.gateway.Port,
-		"address", l.gateway.IP, "mac", l.gateway.MAC.String(), "bridge", l.gateway.Node.Bridge, "interval", l.interval)
+		"address", l.gateway.IP, "mac", l.gateway.MAC.String(), "bridge", l.gateway.Node.Bridge, "interval", l.interval.String())
 	retry := time.Second
 	for {
 		wait := l.interval
@@ -156,21 +156,22 @@ func (l *Loop) Run(ctx context.Context) error {
 // once runs one check and logs what it changed or why it failed.
 func (l *Loop) once(ctx context.Context) error {
 	changed, err := l.reconcile(ctx, l.gateway)
+	if err != nil {
+		if ctx.Err() != nil {
+			// Stopping: the interrupted attempt is not a failure of the node.
+			return err
+		}
+		// What it changed before failing goes with the error, not as an attach.
+		l.log.Error(err, "Failed to attach the gateway's interface; retrying", "port", l.gateway.Port, "changes", changed)
+		l.set(err)
+		return err
+	}
 	if len(changed) > 0 {
 		msg := "Repaired the gateway's interface"
 		if !l.attached {
 			msg = "Attached the gateway's interface"
 		}
 		l.log.Info(msg, "port", l.gateway.Port, "changes", changed)
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			// Stopping: the interrupted attempt is not a failure of the node.
-			return err
-		}
-		l.log.Error(err, "Failed to attach the gateway's interface; retrying", "port", l.gateway.Port)
-		l.set(err)
-		return err
 	}
 	l.set(nil)
 	l.attached = true
@@ -213,8 +214,7 @@ func Run(ctx context.Context, o Options, healthAddr string) error {
 	select {
 	case err := <-served:
 		cancel()
-		<-loopDone
-		return fmt.Errorf("serving the probes on %s: %w", healthAddr, err)
+		return errors.Join(fmt.Errorf("serving the probes on %s: %w", healthAddr, err), <-loopDone)
 	case err := <-loopDone:
 		shutdown, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer stop()

@@ -82,8 +82,8 @@ func TestGatewayDerivesThePortTheOvnmasterWrites(t *testing.T) {
 	}
 }
 
-// TestLoopRetriesAndLogsOnlyChanges runs the loop over a fake reconcile: it fails twice,
-// then attaches, finds everything right, repairs something, then finds everything right. Readiness follows, and the log
+// TestLoopRetriesAndLogsOnlyChanges runs the loop over a fake reconcile: it fails twice (the
+// second time after doing part of it), then attaches, finds everything right, repairs something, then finds everything right. Readiness follows, and the log
 // has a line per failure and per repair and none for the checks that changed nothing.
 func TestLoopRetriesAndLogsOnlyChanges(t *testing.T) {
 	var logs logLines
@@ -100,8 +100,10 @@ func TestLoopRetriesAndLogsOnlyChanges(t *testing.T) {
 		defer mu.Unlock()
 		calls++
 		switch calls {
-		case 1, 2:
-			return nil, fmt.Errorf("ovs-vsctl: database connection failed (%d)", calls)
+		case 1:
+			return nil, errors.New("ovs-vsctl: database connection failed")
+		case 2: // part done: logged with the failure, not as the attach
+			return []string{"created the veth octgw/octgw-ovs"}, errors.New("ovs-vsctl: database connection failed")
 		case 3:
 			return []string{"created the veth octgw/octgw-ovs"}, nil
 		case 5:
@@ -216,8 +218,11 @@ func TestLoopKeepsTheGatewayPortOnRealOVN(t *testing.T) {
 	}{
 		{"the address removed", []string{"ip", "-n", ch.Netns, "addr", "flush", "dev", podport.GatewayLink}, func() error {
 			out, err := exec.Command("ip", "-n", ch.Netns, "-4", "-o", "addr", "show", "dev", podport.GatewayLink).CombinedOutput()
-			if err != nil || !strings.Contains(string(out), "10.112.0.1/16") {
-				return fmt.Errorf("addresses of %s: %v %s", podport.GatewayLink, err, out)
+			if err != nil {
+				return fmt.Errorf("addresses of %s: %w: %s", podport.GatewayLink, err, out)
+			}
+			if !strings.Contains(string(out), "10.112.0.1/16") {
+				return fmt.Errorf("addresses of %s: %s", podport.GatewayLink, out)
 			}
 			return nil
 		}},
@@ -226,8 +231,11 @@ func TestLoopKeepsTheGatewayPortOnRealOVN(t *testing.T) {
 				return fmt.Errorf("bound to %q", got)
 			}
 			out, err := exec.Command("ovs-vsctl", "--db="+ch.Node().OVSDB, "list-ports", "br-int").CombinedOutput()
-			if err != nil || !strings.Contains(string(out), podport.GatewayBridgePort) {
-				return fmt.Errorf("ports of br-int: %v %s", err, out)
+			if err != nil {
+				return fmt.Errorf("ports of br-int: %w: %s", err, out)
+			}
+			if !strings.Contains(string(out), podport.GatewayBridgePort) {
+				return fmt.Errorf("ports of br-int: %s", out)
 			}
 			return nil
 		}},
