@@ -143,6 +143,8 @@ func TestValuesAreChecked(t *testing.T) {
 		{name: "secondary network without a CIDR", chart: charts.Member, values: `secondaryNetwork: {enabled: true, clusterID: east}`, want: []string{"/secondaryNetwork", "cidr"}},
 		{name: "secondary CIDR not a prefix", chart: charts.Member, values: `secondaryNetwork: {enabled: true, clusterID: east, cidr: east}`, want: []string{"/secondaryNetwork/cidr"}},
 		{name: "unknown datapath", chart: charts.Member, values: `secondaryNetwork: {node: {datapath: dpdk}}`, want: []string{"/secondaryNetwork/node/datapath"}},
+		{name: "gateway port interval not a duration", chart: charts.Member, values: `secondaryNetwork: {gatewayPort: {interval: 10}}`, want: []string{"/secondaryNetwork/gatewayPort/interval"}},
+		{name: "gateway port unknown key", chart: charts.Member, values: `secondaryNetwork: {gatewayPort: {nodeSelector: {}}}`, want: []string{"/secondaryNetwork/gatewayPort", "nodeSelector"}},
 		{name: "netdev without an underlay", chart: charts.Member, values: `secondaryNetwork: {enabled: true, clusterID: east, cidr: 10.112.0.0/16, node: {datapath: netdev}}`, want: []string{"underlayInterface"}},
 		{name: "member in another namespace", chart: charts.Member, namespace: "default", want: []string{"octopus-system", "default"}},
 		{name: "operator in another namespace", chart: charts.Operator, namespace: "default", want: []string{"octopus-operator", "default"}},

@@ -25,7 +25,10 @@ Examples:
   octopus-ovn master --cluster-id east --secondary-cidr 10.112.0.0/16 --nb unix:/run/ovn/ovnnb_db.sock
 
   # On every node of east, add net1 to its pods as they start:
-  octopus-ovn nri --cluster-id east --secondary-cidr 10.112.0.0/16 --route 10.112.0.0/12`,
+  octopus-ovn nri --cluster-id east --secondary-cidr 10.112.0.0/16 --route 10.112.0.0/12
+
+  # On every gateway node of east, keep the gateway's interface on the switch:
+  octopus-ovn gateway-port --cluster-id east --secondary-cidr 10.112.0.0/16`,
 		Version:       version.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -39,6 +42,6 @@ Examples:
 	zapFlags := goflag.NewFlagSet("zap", goflag.ContinueOnError)
 	zapOpts.BindFlags(zapFlags)
 	root.PersistentFlags().AddGoFlagSet(zapFlags)
-	root.AddCommand(newMasterCommand(), newNRICommand())
+	root.AddCommand(newMasterCommand(), newNRICommand(), newGatewayPortCommand())
 	return root
 }

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 )
@@ -78,45 +81,100 @@ func (g Gateway) validate() error {
 // does not interrupt its traffic. On error part of it may be done; the next call finishes it,
 // and DetachGateway removes it all.
 func AttachGateway(ctx context.Context, g Gateway) error {
+	_, err := ReconcileGateway(ctx, g)
+	return err
+}
+
+// ReconcileGateway is AttachGateway saying what it changed, one phrase per change ("added
+// 10.112.0.1/16 to octgw"); none when the node was right as it was. For a caller that runs it
+// periodically and logs only what it had to repair. On error, changed holds what was done
+// before it.
+func ReconcileGateway(ctx context.Context, g Gateway) (changed []string, err error) {
 	if err := g.validate(); err != nil {
-		return err
+		return nil, err
 	}
 	node, err := handleAt(g.Node.Netns)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer node.close()
-	link, err := ensureGatewayVeth(node, g)
+	c := &changes{}
+	link, err := ensureGatewayVeth(node, g, c)
 	if err != nil {
-		return err
+		return c.list, err
 	}
 	// The gateway node's own packets (and, once it routes the other clusters' blocks, every
 	// forwarded one) cross ovs-vswitchd's packet socket in software, like a pod's: see
-	// disableTxChecksum.
+	// disableTxChecksum. Idempotent, so not reported.
 	if err := disableTxChecksum(node.ns, GatewayLink); err != nil {
-		return err
+		return c.list, err
 	}
-	if err := ensureOnlyAddr(node, link, g.IP); err != nil {
-		return err
+	if err := ensureOnlyAddr(node, link, g.IP, c); err != nil {
+		return c.list, err
 	}
 	for _, name := range []string{GatewayLink, GatewayBridgePort} {
 		l, err := node.LinkByName(name)
 		if err != nil {
-			return fmt.Errorf("finding %s: %w", name, err)
+			return c.list, fmt.Errorf("finding %s: %w", name, err)
+		}
+		if l.Attrs().Flags&net.FlagUp != 0 {
+			continue
 		}
 		if err := node.LinkSetUp(l); err != nil {
-			return fmt.Errorf("setting %s up: %w", name, err)
+			return c.list, fmt.Errorf("setting %s up: %w", name, err)
+		}
+		c.add("set %s up", name)
+	}
+	return c.list, ensureGatewayOVSPort(ctx, g, c)
+}
+
+// changes collects what a ReconcileGateway did.
+type changes struct{ list []string }
+
+func (c *changes) add(format string, args ...any) {
+	c.list = append(c.list, fmt.Sprintf(format, args...))
+}
+
+// ensureGatewayOVSPort makes GatewayBridgePort a port of the bridge bound to g.Port, reading
+// the database first so that a node already right gets no transaction.
+func ensureGatewayOVSPort(ctx context.Context, g Gateway, c *changes) error {
+	ports, err := vsctlOutput(ctx, g.Node.OVSDB, "list-ports", g.Node.Bridge)
+	if err != nil {
+		return err
+	}
+	if slices.Contains(strings.Fields(string(ports)), GatewayBridgePort) {
+		// A missing key prints a blank line (--if-exists).
+		out, err := vsctlOutput(ctx, g.Node.OVSDB, "--if-exists", "get", "Interface", GatewayBridgePort,
+			"external_ids:iface-id", "external_ids:"+externalIDGateway)
+		if err != nil {
+			return err
+		}
+		values := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+		if len(values) == 2 && unquote(values[0]) == g.Port && unquote(values[1]) == g.Port {
+			return nil
 		}
 	}
 	// --no-wait: ovn-controller binds the port once ovs-vswitchd has opened it, a moment
 	// later; waiting here would bound nothing but ovs-vsctl's timeout.
-	return vsctl(ctx, g.Node.OVSDB, "--no-wait", "--may-exist", "add-port", g.Node.Bridge, GatewayBridgePort, "--",
-		"set", "Interface", GatewayBridgePort, "external_ids:iface-id="+g.Port, "external_ids:"+externalIDGateway+"="+g.Port)
+	if err := vsctl(ctx, g.Node.OVSDB, "--no-wait", "--may-exist", "add-port", g.Node.Bridge, GatewayBridgePort, "--",
+		"set", "Interface", GatewayBridgePort, "external_ids:iface-id="+g.Port, "external_ids:"+externalIDGateway+"="+g.Port); err != nil {
+		return err
+	}
+	c.add("bound %s in %s to the logical port %s", GatewayBridgePort, g.Node.Bridge, g.Port)
+	return nil
+}
+
+// unquote strips the quotes ovs-vsctl puts around a string that needs them.
+func unquote(s string) string {
+	if u, err := strconv.Unquote(strings.TrimSpace(s)); err == nil {
+		return u
+	}
+	return strings.TrimSpace(s)
 }
 
 // ensureGatewayVeth returns GatewayLink, creating the veth if it is missing or is not the
 // pair it should be, and setting its MAC and MTU if they differ.
-func ensureGatewayVeth(node *handle, g Gateway) (netlink.Link, error) {
+func ensureGatewayVeth(node *handle, g Gateway, c *changes) (netlink.Link, error) {
 	link, err := node.LinkByName(GatewayLink)
 	if err == nil {
 		_, peerErr := node.LinkByName(GatewayBridgePort)
@@ -126,6 +184,7 @@ func ensureGatewayVeth(node *handle, g Gateway) (netlink.Link, error) {
 			if err := node.LinkDel(link); err != nil {
 				return nil, fmt.Errorf("removing the malformed %s: %w", GatewayLink, err)
 			}
+			c.add("removed the malformed %s", GatewayLink)
 			link = nil
 		}
 	} else if !errors.As(err, new(netlink.LinkNotFoundError)) {
@@ -143,6 +202,7 @@ func ensureGatewayVeth(node *handle, g Gateway) (netlink.Link, error) {
 		if err := node.LinkAdd(veth); err != nil {
 			return nil, fmt.Errorf("creating the veth %s/%s: %w", GatewayLink, GatewayBridgePort, err)
 		}
+		c.add("created the veth %s/%s", GatewayLink, GatewayBridgePort)
 		if link, err = node.LinkByName(GatewayLink); err != nil {
 			return nil, fmt.Errorf("finding %s: %w", GatewayLink, err)
 		}
@@ -152,6 +212,7 @@ func ensureGatewayVeth(node *handle, g Gateway) (netlink.Link, error) {
 		if err := node.LinkSetHardwareAddr(link, g.MAC); err != nil {
 			return nil, fmt.Errorf("setting the MAC of %s to %s: %w", GatewayLink, g.MAC, err)
 		}
+		c.add("set the MAC of %s to %s", GatewayLink, g.MAC)
 	}
 	if g.MTU != 0 {
 		for _, name := range []string{GatewayLink, GatewayBridgePort} {
@@ -163,6 +224,7 @@ func ensureGatewayVeth(node *handle, g Gateway) (netlink.Link, error) {
 				if err := node.LinkSetMTU(l, g.MTU); err != nil {
 					return nil, fmt.Errorf("setting the MTU of %s to %d: %w", name, g.MTU, err)
 				}
+				c.add("set the MTU of %s to %d", name, g.MTU)
 			}
 		}
 	}
@@ -171,7 +233,7 @@ func ensureGatewayVeth(node *handle, g Gateway) (netlink.Link, error) {
 
 // ensureOnlyAddr leaves want as the link's only IPv4 address: an address of an earlier block
 // would keep routing that block into the switch.
-func ensureOnlyAddr(node *handle, link netlink.Link, want netip.Prefix) error {
+func ensureOnlyAddr(node *handle, link netlink.Link, want netip.Prefix, c *changes) error {
 	addrs, err := node.AddrList(link, netlink.FAMILY_V4)
 	if err != nil {
 		return fmt.Errorf("listing the addresses of %s: %w", GatewayLink, err)
@@ -187,6 +249,7 @@ func ensureOnlyAddr(node *handle, link netlink.Link, want netip.Prefix) error {
 		if err := node.AddrDel(link, &a); err != nil {
 			return fmt.Errorf("removing %s from %s: %w", a.IPNet, GatewayLink, err)
 		}
+		c.add("removed %s from %s", a.IPNet, GatewayLink)
 	}
 	if found {
 		return nil
@@ -194,6 +257,7 @@ func ensureOnlyAddr(node *handle, link netlink.Link, want netip.Prefix) error {
 	if err := node.AddrAdd(link, &netlink.Addr{IPNet: ipNet(want)}); err != nil {
 		return fmt.Errorf("adding %s to %s: %w", want, GatewayLink, err)
 	}
+	c.add("added %s to %s", want, GatewayLink)
 	return nil
 }
 

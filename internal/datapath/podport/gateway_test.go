@@ -54,16 +54,21 @@ func TestAttachGatewayConverges(t *testing.T) {
 	node := ch.Node()
 	g := podport.Gateway{Node: node, Port: "east_gateway", MAC: net.HardwareAddr{0x0a, 0x58, 10, 112, 0, 1},
 		IP: netip.MustParsePrefix("10.112.0.1/16"), MTU: 1400}
-	attach := func() {
+	// attach reconciles and checks the result, and whether it said it changed something.
+	attach := func(wantChanges bool) {
 		t.Helper()
-		if err := podport.AttachGateway(context.Background(), g); err != nil {
+		changed, err := podport.ReconcileGateway(context.Background(), g)
+		if err != nil {
 			t.Fatal(err)
 		}
 		checkGateway(t, node, g)
+		if wantChanges != (len(changed) > 0) {
+			t.Errorf("ReconcileGateway reported changes %q, want some: %v", changed, wantChanges)
+		}
 	}
-	attach()
+	attach(true)
 	index := gatewayIndex(t, node)
-	attach()
+	attach(false)
 	if gatewayIndex(t, node) != index {
 		t.Error("an AttachGateway that found everything right recreated the link")
 	}
@@ -89,13 +94,15 @@ func TestAttachGatewayConverges(t *testing.T) {
 			if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
 				t.Fatalf("%v: %v: %s", cmd, err, out)
 			}
-			attach()
+			attach(true)
+			attach(false)
 		})
 	}
 
 	// A new block: the old address goes, so the old block is no longer routed into the switch.
 	g.IP, g.MAC = netip.MustParsePrefix("10.114.0.1/16"), net.HardwareAddr{0x0a, 0x58, 10, 114, 0, 1}
-	attach()
+	attach(true)
+	attach(false)
 
 	for range 2 {
 		if err := podport.DetachGateway(context.Background(), node); err != nil {

@@ -45,6 +45,14 @@ func socketIn(ns netns.NsHandle) (int, error) {
 		return -1, fmt.Errorf("getting the current network namespace: %w", err)
 	}
 	defer orig.Close()
+	if ns.Equal(orig) {
+		// No setns into one's own namespace: it needs CAP_SYS_ADMIN (see handleAt).
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return -1, fmt.Errorf("opening a socket: %w", err)
+		}
+		return fd, nil
+	}
 	if err := netns.Set(ns); err != nil {
 		return -1, fmt.Errorf("entering the pod's network namespace: %w", err)
 	}

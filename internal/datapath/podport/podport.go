@@ -342,7 +342,14 @@ func handleAt(path string) (*handle, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening network namespace %q: %w", path, err)
 	}
-	h, err := netlink.NewHandleAt(ns)
+	var h *netlink.Handle
+	if path == "" {
+		// The caller's namespace: no setns, which needs CAP_SYS_ADMIN even into one's own
+		// namespace (the gateway node's octopus-ovn gateway-port has NET_ADMIN alone).
+		h, err = netlink.NewHandle()
+	} else {
+		h, err = netlink.NewHandleAt(ns)
+	}
 	if err != nil {
 		_ = ns.Close()
 		return nil, fmt.Errorf("netlink in network namespace %q: %w", path, err)

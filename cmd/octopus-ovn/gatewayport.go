@@ -1,0 +1,105 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/util/validation"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/podport"
+	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
+	"github.com/octopus-mcs/octopus/internal/ovn/gatewayport"
+)
+
+// gatewayPortOptions are the flags of `octopus-ovn gateway-port`.
+type gatewayPortOptions struct {
+	clusterID     string
+	secondaryCIDR string
+	ovsdb         string
+	bridge        string
+	mtu           int
+	interval      time.Duration
+	healthAddr    string
+}
+
+func newGatewayPortCommand() *cobra.Command {
+	o := gatewayPortOptions{}
+	cmd := &cobra.Command{
+		Use:   "gateway-port",
+		Short: "Keep this gateway node's interface on the cluster's OVN logical switch",
+		Long: `gateway-port runs on every gateway node, active or standing by. It gives the node an interface
+on the cluster's logical switch: octgw, with the block's first host (the address the pods route
+the other clusters' blocks to) and its MAC, whose other end octgw-ovs is a port of the OVS
+integration bridge bound to the logical port <cluster>_gateway. It checks it at start and every
+--interval, repairing what drifted and leaving what is right alone, so the active gateway's
+traffic is not interrupted.
+
+The ovnmaster requests the logical port on the chassis of the gateway Lease's holder (the
+chassis is the node's name), and OVN binds it only there: the interface of a standby node
+carries nothing until its node takes over. For the same reason the interface stays when the
+process stops (a rolling update must not cut the active gateway's traffic) and when the node
+stops being a gateway node.
+
+It runs in the network namespace of the node's ovs-vswitchd (the host's).`,
+		Example: `  octopus-ovn gateway-port --cluster-id east --secondary-cidr 10.112.0.0/16 --ovsdb unix:/var/run/openvswitch/db.sock`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts, err := o.options()
+			if err != nil {
+				return err
+			}
+			opts.Log = ctrl.Log.WithName("gateway-port")
+			return gatewayport.Run(ctrl.SetupSignalHandler(), opts, o.healthAddr)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.clusterID, "cluster-id", "", "this cluster's ID (required)")
+	f.StringVar(&o.secondaryCIDR, "secondary-cidr", "", "this cluster's secondary CIDR, allocated by the hub at join (required)")
+	f.StringVar(&o.ovsdb, "ovsdb", "", `the node's Open vSwitch database, in ovs-vsctl's --db syntax; "" is ovs-vsctl's default`)
+	f.StringVar(&o.bridge, "bridge", "br-int", "the OVS integration bridge ovn-controller manages")
+	f.IntVar(&o.mtu, "mtu", 1400, "MTU of the interface: the node's MTU less the Geneve overhead, as the pods' net1")
+	f.DurationVar(&o.interval, "interval", gatewayport.DefaultInterval, "how often the interface is checked and repaired")
+	f.StringVar(&o.healthAddr, "health-probe-bind-address", fmt.Sprintf(":%d", gatewayport.DefaultHealthPort),
+		`address of /healthz and /readyz (ready once the interface is attached); "0" turns them off`)
+	_ = cmd.MarkFlagRequired("cluster-id")
+	_ = cmd.MarkFlagRequired("secondary-cidr")
+	return cmd
+}
+
+// options checks the flags, each error naming its flag and what to pass instead.
+func (o gatewayPortOptions) options() (gatewayport.Options, error) {
+	var errs []error
+	if msgs := validation.IsDNS1123Label(o.clusterID); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("--cluster-id %q is not a cluster ID (%s): pass the ID the cluster joined with (kubectl get clusters on the hub)", o.clusterID, msgs[0]))
+	}
+	cidr, err := netip.ParsePrefix(o.secondaryCIDR)
+	if err == nil {
+		_, err = hostaddr.NewBlock(cidr)
+	}
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--secondary-cidr %q: %w (pass the cluster's secondaryCIDR, e.g. 10.112.0.0/16: kubectl get clusters -o wide on the hub)", o.secondaryCIDR, err))
+	}
+	if o.bridge == "" {
+		errs = append(errs, errors.New(`--bridge is empty: pass the integration bridge ovn-controller manages ("br-int")`))
+	}
+	if o.mtu < 68 || o.mtu > 65535 {
+		errs = append(errs, fmt.Errorf("--mtu %d is out of range: pass the pods' net1 MTU, the nodes' less Geneve's 100 bytes (1400 on a 1500 network)", o.mtu))
+	}
+	if o.interval <= 0 {
+		errs = append(errs, fmt.Errorf("--interval %v must be positive: a repair waits at most this long (e.g. 10s)", o.interval))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return gatewayport.Options{}, err
+	}
+	return gatewayport.Options{
+		Config: gatewayport.Config{
+			ClusterID: o.clusterID, CIDR: cidr, MTU: o.mtu,
+			Node: podport.Node{OVSDB: o.ovsdb, Bridge: o.bridge},
+		},
+		Interval: o.interval,
+	}, nil
+}

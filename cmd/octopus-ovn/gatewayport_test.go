@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/podport"
+	"github.com/octopus-mcs/octopus/internal/ovn/ovntest"
+)
+
+// TestGatewayPortFlags: each wrong flag is refused with an error naming it and saying what
+// to pass instead; valid flags make the loop's options.
+func TestGatewayPortFlags(t *testing.T) {
+	valid := gatewayPortOptions{clusterID: "east", secondaryCIDR: "10.112.0.0/16", bridge: "br-int", mtu: 1400, interval: 10 * time.Second}
+	opts, err := valid.options()
+	if err != nil {
+		t.Fatalf("valid flags refused: %v", err)
+	}
+	if opts.ClusterID != "east" || opts.CIDR.String() != "10.112.0.0/16" || opts.Node.Bridge != "br-int" || opts.MTU != 1400 || opts.Interval != 10*time.Second {
+		t.Errorf("options = %+v", opts)
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*gatewayPortOptions)
+		want   []string // all in the error
+	}{
+		{"no cluster ID", func(o *gatewayPortOptions) { o.clusterID = "" }, []string{"--cluster-id", "kubectl get clusters"}},
+		{"cluster ID not a label", func(o *gatewayPortOptions) { o.clusterID = "East_1" }, []string{`--cluster-id "East_1"`, "RFC 1123"}},
+		{"no CIDR", func(o *gatewayPortOptions) { o.secondaryCIDR = "" }, []string{"--secondary-cidr", "kubectl get clusters -o wide"}},
+		{"CIDR garbled", func(o *gatewayPortOptions) { o.secondaryCIDR = "10.112/16" }, []string{`--secondary-cidr "10.112/16"`}},
+		{"CIDR with host bits", func(o *gatewayPortOptions) { o.secondaryCIDR = "10.112.0.1/16" }, []string{"--secondary-cidr", "did you mean 10.112.0.0/16"}},
+		{"CIDR too small", func(o *gatewayPortOptions) { o.secondaryCIDR = "10.112.0.0/31" }, []string{"--secondary-cidr", "too small"}},
+		{"IPv6 CIDR", func(o *gatewayPortOptions) { o.secondaryCIDR = "fd00::/64" }, []string{"--secondary-cidr", "only IPv4"}},
+		{"no bridge", func(o *gatewayPortOptions) { o.bridge = "" }, []string{"--bridge", "br-int"}},
+		{"MTU too small", func(o *gatewayPortOptions) { o.mtu = 0 }, []string{"--mtu 0", "1400"}},
+		{"MTU too large", func(o *gatewayPortOptions) { o.mtu = 70000 }, []string{"--mtu 70000"}},
+		{"interval zero", func(o *gatewayPortOptions) { o.interval = 0 }, []string{"--interval 0s", "positive"}},
+		{"interval negative", func(o *gatewayPortOptions) { o.interval = -time.Second }, []string{"--interval -1s"}},
+		{"two wrong", func(o *gatewayPortOptions) { o.bridge, o.mtu = "", 0 }, []string{"--bridge", "--mtu"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := valid
+			tc.change(&o)
+			_, err := o.options()
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestGatewayPortNeedsOnlyNetAdmin runs the built octopus-ovn gateway-port on a real chassis
+// with NET_ADMIN as its only capability, as the member chart runs it (root without
+// DAC_OVERRIDE or SYS_ADMIN): it attaches the gateway's interface. A setns into its own
+// namespace (CAP_SYS_ADMIN) would make it fail.
+func TestGatewayPortNeedsOnlyNetAdmin(t *testing.T) {
+	central := ovntest.StartCentral(t)
+	ch := ovntest.StartChassis(t, central)
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("setpriv (util-linux) not found")
+	}
+	bin := filepath.Join(t.TempDir(), "octopus-ovn")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	logFile, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := func() string { b, _ := os.ReadFile(logFile.Name()); return string(b) }
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", ch.Netns,
+		"setpriv", "--bounding-set", "-all,+net_admin", "--inh-caps", "-all", "--",
+		bin, "gateway-port", "--cluster-id=east", "--secondary-cidr=10.112.0.0/16",
+		"--ovsdb="+ch.Node().OVSDB, "--interval=200ms", "--health-probe-bind-address=0")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-exited; err != nil {
+			t.Logf("gateway-port stopped: %v", err) // killed by the test
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		addrs, _ := exec.Command("ip", "-n", ch.Netns, "-4", "-o", "addr", "show", "dev", podport.GatewayLink).CombinedOutput()
+		ports, _ := exec.Command("ovs-vsctl", "--db="+ch.Node().OVSDB, "list-ports", "br-int").CombinedOutput()
+		if strings.Contains(string(addrs), "10.112.0.1/16") && strings.Contains(string(ports), podport.GatewayBridgePort) {
+			break
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("gateway-port exited: %v\n%s", err, log())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s with its address and OVS port after 20 s:\n%s", podport.GatewayLink, log())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if strings.Contains(log(), "Failed") {
+		t.Errorf("gateway-port logged a failure:\n%s", log())
+	}
+}

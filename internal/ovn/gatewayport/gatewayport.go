@@ -1,0 +1,223 @@
+// Package gatewayport keeps a gateway node's interface on its cluster's OVN logical switch
+// (`octopus-ovn gateway-port`): at start and then every interval it calls
+// podport.ReconcileGateway with the interface of the cluster's gateway port, which leaves what
+// is right alone and repairs what drifted, so the active gateway's traffic is never cut by it.
+//
+// It runs on every gateway node, active or standing by, and needs no Kubernetes client: the
+// cluster ID and the block (hence the port's name, address and MAC) are its configuration.
+// Which node is active is the ovnmaster's business: it writes the port with
+// options:requested-chassis = the gateway Lease's holder, and OVN binds the port only on that
+// chassis. The interface on a standby node is therefore harmless, and is what lets a takeover
+// be one update of that row with no wait for an attach.
+//
+// It never detaches, not at stop (a rolling update of its pods must not cut the active
+// gateway's traffic: the interface stays while the pod is replaced) and not when the node is
+// no longer a gateway node (it cannot know without a client; its pod is simply not scheduled
+// there any more, and the interface left behind carries nothing, as OVN binds the port only
+// on the requested chassis). `podport.DetachGateway` removes it by hand.
+package gatewayport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
+	"github.com/octopus-mcs/octopus/internal/datapath/podport"
+	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
+)
+
+// DefaultInterval is how often the interface is checked: a repair (someone flushed its
+// address, OVS lost its port) takes at most this long.
+const DefaultInterval = 10 * time.Second
+
+// DefaultHealthPort is where `octopus-ovn gateway-port` answers /healthz and /readyz unless
+// told otherwise: on the gateway node's address, so distinct from the ports of the other
+// components there (the gateway's 9473/9474, the route agent's 9477/9478).
+const DefaultHealthPort = 9479
+
+// maxRetryDelay bounds the wait after a failure, when it is below the interval.
+const maxRetryDelay = 5 * time.Second
+
+// Config is the interface to keep.
+type Config struct {
+	// ClusterID names the gateway's logical port, "<cluster>_gateway" (required).
+	ClusterID string
+	// CIDR is the cluster's secondary block (required): the interface has its first host,
+	// with the block's length, and the MAC derived from it, as the ovnmaster writes the port.
+	CIDR netip.Prefix
+	// Node is the node's Open vSwitch database and integration bridge, and the namespace
+	// ovs-vswitchd runs in ("" is the caller's: the host's, for a hostNetwork pod).
+	Node podport.Node
+	// MTU of the interface; 0 leaves the kernel's default.
+	MTU int
+}
+
+// Gateway is the interface the configuration describes, or why it describes none.
+func (c Config) Gateway() (podport.Gateway, error) {
+	if msgs := validation.IsDNS1123Label(c.ClusterID); len(msgs) > 0 {
+		return podport.Gateway{}, fmt.Errorf("cluster ID %q: %v", c.ClusterID, msgs)
+	}
+	block, err := hostaddr.NewBlock(c.CIDR)
+	if err != nil {
+		return podport.Gateway{}, fmt.Errorf("secondary CIDR: %w", err)
+	}
+	ip := block.Gateway()
+	return podport.Gateway{
+		Node: c.Node, Port: ovn.GatewayPortName(c.ClusterID),
+		MAC: ovn.MACFor(ip), IP: netip.PrefixFrom(ip, c.CIDR.Bits()), MTU: c.MTU,
+	}, nil
+}
+
+// Options configure a Loop.
+type Options struct {
+	Config
+	// Interval between two checks of the interface (DefaultInterval when zero).
+	Interval time.Duration
+	// Log gets a line for each change made and each failure; nothing while all is right.
+	Log logr.Logger
+}
+
+// Loop keeps the interface as configured until its context ends.
+type Loop struct {
+	gateway  podport.Gateway
+	interval time.Duration
+	log      logr.Logger
+	// reconcile is podport.ReconcileGateway; tests replace it to fail on demand.
+	reconcile func(context.Context, podport.Gateway) ([]string, error)
+	// last is the error of the last attempt (nil after a success); errNotAttached before
+	// the first success.
+	last atomic.Pointer[error]
+	// attached: an attempt succeeded; changes after that are repairs.
+	attached bool
+}
+
+var errNotAttached = errors.New("the gateway's interface was not attached yet")
+
+// New checks the options and returns a Loop for them.
+func New(o Options) (*Loop, error) {
+	g, err := o.Gateway()
+	if err != nil {
+		return nil, err
+	}
+	if o.Interval < 0 {
+		return nil, fmt.Errorf("interval %v is negative", o.Interval)
+	}
+	if o.Interval == 0 {
+		o.Interval = DefaultInterval
+	}
+	l := &Loop{gateway: g, interval: o.Interval, log: o.Log, reconcile: podport.ReconcileGateway}
+	l.set(errNotAttached)
+	return l, nil
+}
+
+func (l *Loop) set(err error) { l.last.Store(&err) }
+
+// Ready is nil once the interface was attached, as long as the last check succeeded.
+func (l *Loop) Ready() error {
+	err := *l.last.Load()
+	if err != nil && !errors.Is(err, errNotAttached) {
+		return fmt.Errorf("the last check of the gateway's interface failed: %w", err)
+	}
+	return err
+}
+
+// Run attaches the interface, then checks it every interval until ctx ends; a failed attempt
+// is retried sooner (1 s, doubling up to 5 s or the interval). It returns nil when ctx ends
+// and leaves the interface in place (package comment).
+func (l *Loop) Run(ctx context.Context) error {
+	l.log.Info("Keeping the gateway's interface on the switch", "port", l.gateway.Port,
+		"address", l.gateway.IP, "mac", l.gateway.MAC.String(), "bridge", l.gateway.Node.Bridge, "interval", l.interval.String())
+	retry := time.Second
+	for {
+		wait := l.interval
+		if err := l.once(ctx); err != nil {
+			wait = min(retry, l.interval, maxRetryDelay)
+			retry *= 2
+		} else {
+			retry = time.Second
+		}
+		select {
+		case <-ctx.Done():
+			// Not detaching is the point: see the package comment.
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// once runs one check and logs what it changed or why it failed.
+func (l *Loop) once(ctx context.Context) error {
+	changed, err := l.reconcile(ctx, l.gateway)
+	if err != nil {
+		if ctx.Err() != nil {
+			// Stopping: the interrupted attempt is not a failure of the node.
+			return err
+		}
+		// What it changed before failing goes with the error, not as an attach.
+		l.log.Error(err, "Failed to attach the gateway's interface; retrying", "port", l.gateway.Port, "changes", changed)
+		l.set(err)
+		return err
+	}
+	if len(changed) > 0 {
+		msg := "Repaired the gateway's interface"
+		if !l.attached {
+			msg = "Attached the gateway's interface"
+		}
+		l.log.Info(msg, "port", l.gateway.Port, "changes", changed)
+	}
+	l.set(nil)
+	l.attached = true
+	return nil
+}
+
+// Handler answers /healthz with 200 while the process serves, and /readyz with 200 once the
+// interface was attached and as long as the last check succeeded, 503 with the reason
+// otherwise.
+func (l *Loop) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := l.Ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// Run keeps the interface as o describes until ctx ends, serving the probes on
+// healthAddr ("" or "0": none).
+func Run(ctx context.Context, o Options, healthAddr string) error {
+	l, err := New(o)
+	if err != nil {
+		return err
+	}
+	if healthAddr == "" || healthAddr == "0" {
+		return l.Run(ctx)
+	}
+	srv := &http.Server{Addr: healthAddr, Handler: l.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.ListenAndServe() }()
+	loopDone := make(chan error, 1)
+	loopCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { loopDone <- l.Run(loopCtx) }()
+	select {
+	case err := <-served:
+		cancel()
+		return errors.Join(fmt.Errorf("serving the probes on %s: %w", healthAddr, err), <-loopDone)
+	case err := <-loopDone:
+		shutdown, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer stop()
+		return errors.Join(err, srv.Shutdown(shutdown))
+	}
+}
