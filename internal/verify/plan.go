@@ -56,8 +56,14 @@ func pairChecks(from, to ClusterAddressing) ([]Check, error) {
 		checks = SecondaryChecks
 	}
 	if fromSecondary != toSecondary {
-		return checks, fmt.Errorf("%w: %s uses %s addressing and %s %s addressing, which cannot reach each other (pods on the secondary network reach only other clusters' net1 addresses, pods on the primary network none of them; the gateways refuse each other's Peers and neither imports the other's services): join both with secondary addressing, or neither",
-			errAddressingMismatch, from.Cluster, addressingName(from.Addressing), to.Cluster, addressingName(to.Addressing))
+		var assumed string
+		for _, c := range []ClusterAddressing{from, to} {
+			if c.Source == SourceAssumed {
+				assumed += fmt.Sprintf(" (%s's addressing is assumed: the hub could not be read, and its probe server is not on the secondary network)", c.Cluster)
+			}
+		}
+		return checks, fmt.Errorf("%w: %s uses %s addressing and %s %s addressing, which cannot reach each other (pods on the secondary network reach only other clusters' net1 addresses, pods on the primary network none of them; the gateways refuse each other's Peers and neither imports the other's services): join both with secondary addressing, or neither%s",
+			errAddressingMismatch, from.Cluster, addressingName(from.Addressing), to.Cluster, addressingName(to.Addressing), assumed)
 	}
 	return checks, nil
 }

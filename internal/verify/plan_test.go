@@ -61,6 +61,11 @@ func TestPairChecks(t *testing.T) {
 			}
 		})
 	}
+	// A mismatch names the addressing that was only assumed.
+	_, err := pairChecks(ClusterAddressing{Cluster: "east", Addressing: secondary, Source: SourceProbe}, ClusterAddressing{Cluster: "west", Addressing: direct, Source: SourceAssumed})
+	if err == nil || !strings.HasSuffix(err.Error(), "or neither (west's addressing is assumed: the hub could not be read, and its probe server is not on the secondary network)") {
+		t.Errorf("pairChecks with an assumed addressing: %v", err)
+	}
 	// Every pair has as many checks, so that a report's size does not depend on addressing.
 	if len(Checks) != len(SecondaryChecks) {
 		t.Errorf("%d checks on the primary network, %d on the secondary", len(Checks), len(SecondaryChecks))
