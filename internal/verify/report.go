@@ -143,12 +143,13 @@ func Render(w io.Writer, r *Report) error {
 	for _, res := range r.Results {
 		result := "FAIL"
 		detail := res.Detail
-		if res.Passed {
+		switch {
+		case res.Passed:
 			result = "PASS"
 			detail += " (" + formatLatency(res.Latency.Duration) + ")"
-		} else if res.Attempts > 0 {
+		case res.Attempts > 0:
 			detail += fmt.Sprintf(" (%d attempts in %s)", res.Attempts, res.Elapsed.Round(100*time.Millisecond))
-		} else {
+		default:
 			detail += " (not attempted)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", res.Check, res.From, res.To, result, oneLine(detail))

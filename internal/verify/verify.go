@@ -211,10 +211,10 @@ func (r *runner) waitReady(ctx context.Context) error {
 	pending, err := workload.Poll(ctx, r.p, r.opts.ReadyTimeout, func(ctx context.Context) (bool, string) {
 		var waiting []string
 		for _, m := range r.members {
-			if pod, why := workload.ReadyPod(ctx, m.Member, r.ns, clientName); pod == nil {
+			if why := r.serverReady(ctx, m); why != "" {
 				waiting = append(waiting, why)
 			}
-			if why := r.serverReady(ctx, m); why != "" {
+			if pod, why := workload.ReadyPod(ctx, m.Member, r.ns, clientName); pod == nil {
 				waiting = append(waiting, why)
 			}
 		}
