@@ -25,6 +25,9 @@ const (
 	// servicePort is the probe Service's HTTP port, the one requests by ClusterSet IP and
 	// by name use.
 	servicePort = 80
+	// servicePortName names the probe Service's port, and so the port of its imported
+	// EndpointSlices.
+	servicePortName = "http"
 
 	// managedByLabel marks everything verify creates, so leftovers of a killed run can be
 	// found with `kubectl get ns -l app.kubernetes.io/managed-by=octopus-verify`.
@@ -80,7 +83,7 @@ func objects(namespace, clusterID, serverImage, clientImage string) []client.Obj
 			Spec: corev1.ServiceSpec{
 				Selector: map[string]string{appLabel: serverName},
 				Ports: []corev1.ServicePort{
-					{Name: "http", Port: servicePort, TargetPort: intstr.FromInt32(httpPort)},
+					{Name: servicePortName, Port: servicePort, TargetPort: intstr.FromInt32(httpPort)},
 				},
 			},
 		},

@@ -9,6 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/workload"
 )
 
@@ -23,13 +24,37 @@ const (
 	// the ClusterSet IP (spec.ips of the ServiceImport in the client's cluster): service
 	// discovery, the importing cluster's kube-proxy and the tunnel.
 	CheckClusterSetIP Check = "clusterset-ip"
+	// CheckSecondaryService replaces CheckClusterSetIP between clusters on the secondary
+	// network, where an import has no ClusterSet IP: the client cluster's ServiceImport of
+	// the other cluster's probe Service is marked octopus.io/addressing: secondary, its
+	// imported EndpointSlices hold exactly the probe server's net1 address, and a request to
+	// that endpoint on its port (the target port) answers: service discovery over net1 and
+	// the tunnel.
+	CheckSecondaryService Check = "secondary-service"
 	// CheckDNS resolves <svc>.<ns>.svc.clusterset.local in the client pod, which must
-	// give the ClusterSet IP, and requests the service by that name.
+	// give the ClusterSet IP (on the secondary network: only the other cluster's probe
+	// server's net1 address), and requests the service by that name (on the secondary
+	// network on the target port, as clients there do).
 	CheckDNS Check = "dns"
 )
 
-// Checks are the checks run for every ordered pair of clusters, in the order reported.
+// Checks are the checks run for every ordered pair of clusters on the primary network
+// (direct or globalnet addressing), in the order reported.
 var Checks = []Check{CheckPodToPod, CheckClusterSetIP, CheckDNS}
+
+// SecondaryChecks are the checks run for every ordered pair of clusters on the secondary
+// network (secondary addressing), in the order reported; as many as Checks. Pod-to-pod there
+// requests the probe server's net1 address.
+var SecondaryChecks = []Check{CheckPodToPod, CheckSecondaryService, CheckDNS}
+
+// ClusterAddressing is a cluster's addressing as verify found it, which decides its checks.
+type ClusterAddressing struct {
+	Cluster    string              `json:"cluster"`
+	Addressing v1alpha1.Addressing `json:"addressing"`
+	// Source says where verify learned it: the hub, or (the hub unreadable) the probe
+	// server's annotations, or nowhere (assumed direct).
+	Source AddressingSource `json:"source"`
+}
 
 // Result is the outcome of one check from one cluster to another.
 type Result struct {
@@ -39,6 +64,9 @@ type Result struct {
 	// Passed is true when an answer came from the probe server of To within the check's
 	// timeout.
 	Passed bool `json:"passed"`
+	// Attempts is zero for a check that could not be tried: the pair's addressing does not
+	// match (Detail starts AddressingMismatch), or what it needs is missing (the other
+	// cluster's probe server has no address, the import never came).
 	// Detail says what answered (on success) or what was seen last (on failure).
 	Detail string `json:"detail"`
 	// Latency is the passing request's total time as the client measured it; zero when
@@ -60,8 +88,11 @@ type Report struct {
 	Namespace string `json:"namespace"`
 	// Clusters are the cluster IDs, in the order given.
 	Clusters []string `json:"clusters"`
+	// Addressing is each cluster's addressing, in the order given; it decides the checks.
+	Addressing []ClusterAddressing `json:"addressing,omitempty"`
 	// Results has one entry per ordered pair of clusters and check, ordered by pair (as the
-	// clusters were given) and then as in Checks.
+	// clusters were given) and then as in Checks (SecondaryChecks for a client cluster on the
+	// secondary network).
 	Results []Result `json:"results"`
 	// Passed is true when every check passed and there was at least one.
 	Passed bool `json:"passed"`
@@ -99,18 +130,27 @@ func (r *Report) Summary() string {
 	return fmt.Sprintf("%d of %d checks failed: %s.", len(failed), len(r.Results), strings.Join(names, ", "))
 }
 
-// Render writes the report as a table (CHECK | FROM | TO | RESULT | DETAIL) and the summary.
+// Render writes each cluster's addressing, the report as a table (CHECK | FROM | TO | RESULT |
+// DETAIL) and the summary.
 func Render(w io.Writer, r *Report) error {
+	if len(r.Addressing) > 0 {
+		if _, err := fmt.Fprintf(w, "Addressing: %s.\n\n", addressingLine(r.Addressing)); err != nil {
+			return err
+		}
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CHECK\tFROM\tTO\tRESULT\tDETAIL")
 	for _, res := range r.Results {
 		result := "FAIL"
 		detail := res.Detail
-		if res.Passed {
+		switch {
+		case res.Passed:
 			result = "PASS"
 			detail += " (" + formatLatency(res.Latency.Duration) + ")"
-		} else {
+		case res.Attempts > 0:
 			detail += fmt.Sprintf(" (%d attempts in %s)", res.Attempts, res.Elapsed.Round(100*time.Millisecond))
+		default:
+			detail += " (not attempted)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", res.Check, res.From, res.To, result, oneLine(detail))
 	}

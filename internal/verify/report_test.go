@@ -2,6 +2,7 @@ package verify
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/netip"
 	"strings"
 	"testing"
@@ -90,6 +91,65 @@ func TestRender(t *testing.T) {
 		if !strings.HasPrefix(l[col:], "PASS") && !strings.HasPrefix(l[col:], "FAIL") {
 			t.Errorf("row %q: RESULT not at column %d", l, col)
 		}
+	}
+}
+
+// TestRenderSecondary: the addressing line heads the table, a secondary pair's service
+// check is secondary-service, and a mismatched pair's checks fail not attempted with the
+// reason, counted in the summary like any failure.
+func TestRenderSecondary(t *testing.T) {
+	mismatch := "AddressingMismatch: east uses secondary addressing and north direct addressing, which cannot reach each other"
+	r := &Report{
+		Clusters: []string{"east", "west", "north"},
+		Addressing: []ClusterAddressing{
+			{Cluster: "east", Addressing: secondary, Source: SourceHub},
+			{Cluster: "west", Addressing: secondary, Source: SourceProbe},
+			{Cluster: "north", Addressing: direct, Source: SourceHub},
+		},
+		Results: []Result{
+			{Check: CheckPodToPod, From: "east", To: "west", Passed: true, Detail: "10.112.1.5:8080: answered by west/probe-server on node west-1", Latency: dur(2 * time.Millisecond), Attempts: 1},
+			{Check: CheckSecondaryService, From: "east", To: "west", Passed: true, Detail: "10.112.1.5:8080 (the endpoint east imported of probe-west): answered by west/probe-server on node west-1", Latency: dur(3 * time.Millisecond), Attempts: 2},
+			{Check: CheckPodToPod, From: "east", To: "north", Detail: mismatch},
+			{Check: CheckPodToPod, From: "west", To: "east", Detail: "pod ns/probe-server has no address on the secondary network: the secondary block 10.112.0.0/16 is exhausted"},
+		},
+	}
+	r.Finish()
+	if r.Passed {
+		t.Error("Passed with failed checks")
+	}
+	var out bytes.Buffer
+	if err := Render(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	norm := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	want := []string{
+		"Addressing: east secondary, west secondary (from its probe server's annotations: the hub could not be read), north direct.",
+		"",
+		"CHECK FROM TO RESULT DETAIL",
+		"pod-to-pod east west PASS 10.112.1.5:8080: answered by west/probe-server on node west-1 (2ms)",
+		"secondary-service east west PASS 10.112.1.5:8080 (the endpoint east imported of probe-west): answered by west/probe-server on node west-1 (3ms)",
+		// Cut at 200 bytes like every detail; the summary and -o json keep it whole.
+		norm("pod-to-pod east north FAIL " + oneLine(mismatch) + " (not attempted)"),
+		"pod-to-pod west east FAIL pod ns/probe-server has no address on the secondary network: the secondary block 10.112.0.0/16 is exhausted (not attempted)",
+		"",
+		"2 of 4 checks failed: pod-to-pod east->north, pod-to-pod west->east.",
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), out.String())
+	}
+	for i := range want {
+		if got := norm(lines[i]); got != want[i] {
+			t.Errorf("line %d = %q, want %q", i, got, want[i])
+		}
+	}
+	// -o json carries the addressing with its source.
+	raw, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), `"addressing":[{"cluster":"east","addressing":"secondary","source":"hub"},{"cluster":"west","addressing":"secondary","source":"probe-server"}`) {
+		t.Errorf("JSON report lacks the addressing: %s", raw)
 	}
 }
 

@@ -1,9 +1,11 @@
 // Package verify checks cross-cluster connectivity between joined clusters the way a
 // workload sees it: it deploys a probe server (behind an exported Service) and a client pod
 // in every cluster, in a namespace of its own, and from each cluster's client requests every
-// other cluster's server by pod IP, by ClusterSet IP and by its clusterset.local name. It uses
-// only standard Kubernetes APIs, the MCS API and the About API's cluster ID, so it runs
-// against any clusters Octopus joined.
+// other cluster's server by pod IP, by ClusterSet IP and by its clusterset.local name. Between
+// clusters on the secondary network it requests the server's net1 address, the endpoint the
+// import holds (there is no ClusterSet IP) and the name, which answers with net1 addresses.
+// It uses only standard Kubernetes APIs, the MCS API, the About API's cluster ID and (for the
+// addressing) the cluster's Cluster on the hub, read with the cluster's own credential.
 package verify
 
 import (
@@ -17,9 +19,16 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
 	"github.com/octopus-mcs/octopus/internal/progress"
 	"github.com/octopus-mcs/octopus/internal/workload"
 )
@@ -58,13 +67,20 @@ const attemptTimeout = 5 * time.Second
 // member is one cluster during a run.
 type member struct {
 	*workload.Member
-	// globalnet is set when the cluster joined with globalnet addressing: other clusters
-	// reach its probe server at its global IP.
-	globalnet bool
+	// addressing decides how other clusters reach this one's probe server, and which checks
+	// its client runs (pairChecks).
+	addressing ClusterAddressing
+	// serverIP is where other clusters' clients reach the probe server (podTarget);
+	// serverErr, when set, says why there is no such address, and every check that needs it
+	// fails at once with it.
 	serverIP  netip.Addr
-	// imports are the ClusterSet IPs of the other clusters' probe services, by cluster id.
+	serverErr error
+	// imports are the ClusterSet IPs of the other clusters' probe services, by cluster id
+	// (clusters on the primary network only).
 	imports map[string]netip.Addr
 }
+
+func (m *member) is(a v1alpha1.Addressing) bool { return m.addressing.Addressing == a }
 
 type runner struct {
 	opts    Options
@@ -111,6 +127,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := r.waitReady(ctx); err != nil {
 		return report, err
 	}
+	for _, m := range r.members {
+		report.Addressing = append(report.Addressing, m.addressing)
+	}
 	r.waitImports(ctx)
 	report.Results = r.checkAll(ctx)
 	report.Finish()
@@ -121,17 +140,36 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	return report, nil
 }
 
-// connect builds the clients and reads each cluster's ID.
+// hubTimeout bounds the read of a cluster's addressing on the hub: an unreachable hub must
+// not hold up a check of a data plane that works without it.
+const hubTimeout = 10 * time.Second
+
+// connect builds the clients and reads each cluster's ID and addressing.
+//
+// The addressing comes from the cluster's Cluster on the hub, read with the cluster's own hub
+// credential (the Secret join left in it): the one record of it, which join wrote and the
+// cluster's agent reads at start to export and import accordingly, so verify checks the
+// cluster as its agent runs it. Nothing in the member cluster records it by itself; what
+// follows from it there comes later or not at all (a ServiceImport is annotated
+// octopus.io/addressing: secondary only once a service is imported, which needs the hub). So
+// when the hub cannot be read, the probe server's annotations tell (waitReady): the
+// ovnmaster, which runs only in a cluster on the secondary network, writes every pod there
+// its network-status entry or the reason it has none; without either the cluster is checked
+// as direct addressing, and the report says it was assumed.
 func (r *runner) connect(ctx context.Context) error {
 	members, err := workload.Connect(ctx, r.opts.Clusters)
 	if err != nil {
 		return err
 	}
 	for _, m := range members {
-		mem := &member{Member: m, imports: map[string]netip.Addr{}}
-		if mem.globalnet, err = workload.Globalnet(ctx, m.Client); err != nil {
-			// The data plane may well work with the hub down: check it as direct addressing.
-			r.p.Step("Could not read the addressing of %s from its Cluster on the hub (%v); checking it as direct addressing", m.ID, err)
+		mem := &member{Member: m, imports: map[string]netip.Addr{}, addressing: ClusterAddressing{Cluster: m.ID, Source: SourceHub}}
+		hctx, cancel := context.WithTimeout(ctx, hubTimeout)
+		mem.addressing.Addressing, err = workload.Addressing(hctx, m.Client)
+		cancel()
+		if err != nil {
+			// The data plane may well work with the hub down.
+			mem.addressing.Addressing, mem.addressing.Source = v1alpha1.AddressingDirect, SourceAssumed
+			r.p.Step("Could not read the addressing of %s from its Cluster on the hub (%v); learning it from its probe server, else checking it as direct addressing", m.ID, err)
 		}
 		r.members = append(r.members, mem)
 	}
@@ -143,7 +181,7 @@ func (r *runner) deploy(ctx context.Context) error {
 	r.p.Step("Deploying probes in namespace %s of %s", r.ns, strings.Join(r.ids(), ", "))
 	for _, m := range r.members {
 		objs := objects(r.ns, m.ID, r.opts.ServerImage, r.opts.ClientImage)
-		if m.globalnet {
+		if m.is(v1alpha1.AddressingGlobalnet) {
 			objs = append(objs, globalnetObjects(r.ns, m.ID)...)
 		}
 		if err := workload.CreateAll(ctx, m.Member, objs, r.opts.ReadyTimeout, "verify", "--namespace"); err != nil {
@@ -173,28 +211,11 @@ func (r *runner) waitReady(ctx context.Context) error {
 	pending, err := workload.Poll(ctx, r.p, r.opts.ReadyTimeout, func(ctx context.Context) (bool, string) {
 		var waiting []string
 		for _, m := range r.members {
-			for _, name := range []string{serverName, clientName} {
-				pod, why := workload.ReadyPod(ctx, m.Member, r.ns, name)
-				if pod == nil {
-					waiting = append(waiting, why)
-					continue
-				}
-				if name == serverName && m.globalnet {
-					if ip, why := workload.GlobalIP(ctx, m.Client, r.ns, workload.PodGlobalIPName(serverName)); ip.IsValid() {
-						m.serverIP = ip
-					} else {
-						waiting = append(waiting, fmt.Sprintf("%s/%s (global IP: %s)", m.ID, name, why))
-					}
-					continue
-				}
-				if name == serverName {
-					ip, err := netip.ParseAddr(pod.Status.PodIP)
-					if err != nil {
-						waiting = append(waiting, fmt.Sprintf("%s/%s (pod IP %q)", m.ID, name, pod.Status.PodIP))
-						continue
-					}
-					m.serverIP = ip
-				}
+			if why := r.serverReady(ctx, m); why != "" {
+				waiting = append(waiting, why)
+			}
+			if pod, why := workload.ReadyPod(ctx, m.Member, r.ns, clientName); pod == nil {
+				waiting = append(waiting, why)
 			}
 		}
 		return len(waiting) == 0, "pods " + strings.Join(waiting, ", ")
@@ -203,15 +224,130 @@ func (r *runner) waitReady(ctx context.Context) error {
 		return fmt.Errorf("waiting for the probe pods: %w; still not ready: %s (see `kubectl -n %s describe pods` in that cluster)", err, pending, r.ns)
 	}
 	r.p.Done(start, "probe pods ready")
+	var lines []ClusterAddressing
+	for _, m := range r.members {
+		lines = append(lines, m.addressing)
+	}
+	r.p.Step("Addressing: %s", addressingLine(lines))
 	return nil
 }
 
-// waitImports records, for each cluster, the ClusterSet IPs of the others' probe services.
-func (r *runner) waitImports(ctx context.Context) {
-	ips := workload.WaitImports(ctx, r.p, r.workloadMembers(), r.ns, serviceName, r.opts.ReadyTimeout, "probe services", "checks")
-	for _, m := range r.members {
-		m.imports = ips[m.ID]
+// serverReady records where other clusters reach m's probe server once it is ready, and
+// returns what it still waits for ("" when done). A ready server in a cluster on the
+// secondary network without a net1 address is not waited for: the ovnmaster writes the
+// address before the pod starts, so it will not come; the checks that need it fail with why.
+func (r *runner) serverReady(ctx context.Context, m *member) string {
+	pod := &corev1.Pod{}
+	if err := m.Client.Get(ctx, client.ObjectKey{Namespace: r.ns, Name: serverName}, pod); err != nil {
+		return fmt.Sprintf("%s/%s (%v)", m.ID, serverName, err)
 	}
+	if m.addressing.Source == SourceAssumed && secondaryFromAnnotations(pod.Annotations) {
+		m.addressing.Addressing, m.addressing.Source = v1alpha1.AddressingSecondary, SourceProbe
+	}
+	if !workload.PodReady(pod) {
+		why := workload.PodState(pod)
+		if e := pod.Annotations[podnet.ErrorAnnotation]; e != "" {
+			// The NRI plugin does not start a pod without its address: this is why.
+			why += "; no address on the secondary network: " + e
+		}
+		return fmt.Sprintf("%s/%s (%s)", m.ID, serverName, why)
+	}
+	var globalIP netip.Addr
+	if m.is(v1alpha1.AddressingGlobalnet) {
+		ip, why := workload.GlobalIP(ctx, m.Client, r.ns, workload.PodGlobalIPName(serverName))
+		if !ip.IsValid() {
+			return fmt.Sprintf("%s/%s (global IP: %s)", m.ID, serverName, why)
+		}
+		globalIP = ip
+	}
+	m.serverIP, m.serverErr = podTarget(m.addressing.Addressing, pod, globalIP)
+	if m.serverErr != nil && !m.is(v1alpha1.AddressingSecondary) {
+		return fmt.Sprintf("%s/%s (%v)", m.ID, serverName, m.serverErr)
+	}
+	return ""
+}
+
+// waitImports waits until each cluster has imported the others' probe services as its
+// addressing has it: with a ClusterSet IP on the primary network (recorded for the checks);
+// on the secondary network marked so, with the other cluster's probe server's net1 address
+// as the endpoint. Pairs that cannot connect, or whose server has no address, are not waited
+// for. A missing import is not an error: only the checks that need it fail.
+func (r *runner) waitImports(ctx context.Context) {
+	type pair struct{ from, to *member }
+	var pairs []pair
+	for _, from := range r.members {
+		for _, to := range r.members {
+			if from == to || to.serverErr != nil {
+				continue
+			}
+			if _, err := pairChecks(from.addressing, to.addressing); err == nil {
+				pairs = append(pairs, pair{from, to})
+			}
+		}
+	}
+	if len(pairs) == 0 {
+		return
+	}
+	start := time.Now()
+	r.p.Step("Waiting for each cluster to import the others' probe services")
+	done := make([]bool, len(pairs))
+	pending, err := workload.Poll(ctx, r.p, r.opts.ReadyTimeout, func(ctx context.Context) (bool, string) {
+		var missing []string
+		for i, p := range pairs {
+			if !done[i] {
+				if done[i] = r.imported(ctx, p.from, p.to) == nil; !done[i] {
+					missing = append(missing, fmt.Sprintf("%s in %s", serviceName(p.to.ID), p.from.ID))
+				}
+			}
+		}
+		return len(missing) == 0, "ServiceImports (with a ClusterSet IP, or on the secondary network with the probe server's net1 address): " + strings.Join(missing, ", ")
+	})
+	if err != nil {
+		r.p.Step("Gave up waiting for %s (%v); the checks that need them will fail", pending, err)
+		return
+	}
+	r.p.Done(start, "every cluster imported the others' probe services")
+}
+
+// imported checks from's import of to's probe Service once, recording its ClusterSet IP on
+// the primary network.
+func (r *runner) imported(ctx context.Context, from, to *member) error {
+	if from.is(v1alpha1.AddressingSecondary) {
+		_, err := r.secondaryEndpoint(ctx, from, to)
+		return err
+	}
+	si := &mcsv1beta1.ServiceImport{}
+	if err := from.Client.Get(ctx, client.ObjectKey{Namespace: r.ns, Name: serviceName(to.ID)}, si); err != nil {
+		return err
+	}
+	if len(si.Spec.IPs) == 0 {
+		return errors.New("no ClusterSet IP yet")
+	}
+	ip, err := netip.ParseAddr(si.Spec.IPs[0])
+	if err != nil {
+		return err
+	}
+	from.imports[to.ID] = ip
+	return nil
+}
+
+// secondaryEndpoint reads from's import of to's probe Service and returns the endpoint a
+// client on the secondary network connects to (secondaryEndpoint, the pure part).
+func (r *runner) secondaryEndpoint(ctx context.Context, from, to *member) (netip.AddrPort, error) {
+	si := &mcsv1beta1.ServiceImport{}
+	if err := from.Client.Get(ctx, client.ObjectKey{Namespace: r.ns, Name: serviceName(to.ID)}, si); err != nil {
+		if apierrors.IsNotFound(err) {
+			return netip.AddrPort{}, fmt.Errorf("%w: %s has no ServiceImport %s/%s (is service discovery running in both clusters? `octopus show services`)",
+				errNotImported, from.ID, r.ns, serviceName(to.ID))
+		}
+		return netip.AddrPort{}, fmt.Errorf("reading ServiceImport %s/%s in %s: %w", r.ns, serviceName(to.ID), from.ID, err)
+	}
+	imported := &discoveryv1.EndpointSliceList{}
+	if err := from.Client.List(ctx, imported, client.InNamespace(r.ns),
+		client.MatchingLabels{mcsv1beta1.LabelServiceName: serviceName(to.ID), mcsv1beta1.LabelSourceCluster: to.ID}); err != nil {
+		return netip.AddrPort{}, fmt.Errorf("listing the imported EndpointSlices of %s/%s in %s: %w", r.ns, serviceName(to.ID), from.ID, err)
+	}
+	return secondaryEndpoint(si, imported.Items, to.ID, to.serverIP)
 }
 
 // checkAll runs the checks of each ordered pair concurrently (a dead link costs one check
@@ -228,13 +364,15 @@ func (r *runner) checkAll(ctx context.Context) []Result {
 	}
 	start := time.Now()
 	r.p.Step("Checking %d pairs of clusters (%s per check at most)", len(pairs), r.opts.CheckTimeout)
-	results := make([]Result, len(pairs)*len(Checks))
+	results := make([][]Result, len(pairs))
 	var wg sync.WaitGroup
 	for i, p := range pairs {
+		checks, mismatch := pairChecks(p.from.addressing, p.to.addressing)
+		results[i] = make([]Result, len(checks))
 		wg.Go(func() {
-			for j, c := range Checks {
-				res := r.check(ctx, c, p.from, p.to)
-				results[i*len(Checks)+j] = res
+			for j, c := range checks {
+				res := r.check(ctx, c, p.from, p.to, mismatch)
+				results[i][j] = res
 				verdict := "passed (" + formatLatency(res.Latency.Duration) + ")"
 				if !res.Passed {
 					verdict = "FAILED: " + oneLine(res.Detail)
@@ -245,15 +383,25 @@ func (r *runner) checkAll(ctx context.Context) []Result {
 	}
 	wg.Wait()
 	r.p.Done(start, "checks done")
-	return results
+	return slices.Concat(results...)
 }
 
 // check retries one check until it passes or CheckTimeout passes. Attempts are not cut
 // short at CheckTimeout (each has its own bound, attemptTimeout), so that a failure reports
 // what the last attempt saw (curl's or dig's reason), not a cancelled exec; a check may
-// thus overrun CheckTimeout by one attempt.
-func (r *runner) check(ctx context.Context, c Check, from, to *member) Result {
+// thus overrun CheckTimeout by one attempt. A check that cannot pass fails at once, not
+// attempted: the pair's addressing does not match (mismatch), or the other cluster's probe
+// server has no address to request or to expect.
+func (r *runner) check(ctx context.Context, c Check, from, to *member, mismatch error) Result {
 	res := Result{Check: c, From: from.ID, To: to.ID}
+	if mismatch != nil {
+		res.Detail = mismatch.Error()
+		return res
+	}
+	if to.serverErr != nil && (c == CheckPodToPod || from.is(v1alpha1.AddressingSecondary)) {
+		res.Detail = to.serverErr.Error()
+		return res
+	}
 	start := time.Now()
 	lastReport := start
 	for {
@@ -285,12 +433,29 @@ var errNotImported = errors.New("not imported")
 // attempt tries a check once; on success it returns the server's answer and what was
 // requested.
 func (r *runner) attempt(ctx context.Context, c Check, from, to *member) (answer, string, error) {
-	var target string
+	var target, what string
 	var port int
-	switch c {
-	case CheckPodToPod:
+	secondary := from.is(v1alpha1.AddressingSecondary)
+	switch {
+	case c == CheckPodToPod:
 		target, port = to.serverIP.String(), httpPort
-	case CheckClusterSetIP, CheckDNS:
+	case c == CheckSecondaryService:
+		ep, err := r.secondaryEndpoint(ctx, from, to)
+		if err != nil {
+			return answer{}, "", err
+		}
+		target, port = ep.Addr().String(), int(ep.Port())
+		what = fmt.Sprintf("%s (the endpoint %s imported of %s)", ep, from.ID, serviceName(to.ID))
+	case c == CheckDNS && secondary:
+		// No ClusterSet IP: the name answers with the exporters' pods, reached on the
+		// target port.
+		name := fmt.Sprintf("%s.%s.svc.clusterset.local", serviceName(to.ID), r.ns)
+		if err := r.resolve(ctx, from, name, to.serverIP, true); err != nil {
+			return answer{}, "", err
+		}
+		target, port = name, httpPort
+		what = fmt.Sprintf("%s (%s):%d", name, to.serverIP, port)
+	case c == CheckClusterSetIP || c == CheckDNS:
 		ip, ok := from.imports[to.ID]
 		if !ok {
 			return answer{}, "", fmt.Errorf("%w: %s has no ServiceImport %s/%s with a ClusterSet IP (is service discovery running in both clusters? `octopus show services`)",
@@ -299,14 +464,11 @@ func (r *runner) attempt(ctx context.Context, c Check, from, to *member) (answer
 		target, port = ip.String(), servicePort
 		if c == CheckDNS {
 			name := fmt.Sprintf("%s.%s.svc.clusterset.local", serviceName(to.ID), r.ns)
-			out, err := r.exec(ctx, from, digArgv(name, attemptTimeout)...)
-			if err != nil {
-				return answer{}, "", fmt.Errorf("resolving %s: %w", name, err)
-			}
-			if got := parseDig(out); !slices.Contains(got, ip) {
-				return answer{}, "", fmt.Errorf("%s resolved to %v, want the ClusterSet IP %s (is the clusterset.local zone forwarded to octopus-dns?)", name, got, ip)
+			if err := r.resolve(ctx, from, name, ip, false); err != nil {
+				return answer{}, "", err
 			}
 			target = name
+			what = fmt.Sprintf("%s (%s):%d", name, ip, port)
 		}
 	default:
 		return answer{}, "", fmt.Errorf("unknown check %q", c)
@@ -322,11 +484,19 @@ func (r *runner) attempt(ctx context.Context, c Check, from, to *member) (answer
 	if err := a.fromServer(to.ID); err != nil {
 		return answer{}, "", fmt.Errorf("requesting %s:%d: %w", target, port, err)
 	}
-	what := fmt.Sprintf("%s:%d", target, port)
-	if c == CheckDNS {
-		what = fmt.Sprintf("%s (%s):%d", target, from.imports[to.ID], port)
+	if what == "" {
+		what = fmt.Sprintf("%s:%d", target, port)
 	}
 	return a, what, nil
+}
+
+// resolve resolves name in from's client pod and checks the answer (checkResolved).
+func (r *runner) resolve(ctx context.Context, from *member, name string, want netip.Addr, secondary bool) error {
+	out, err := r.exec(ctx, from, digArgv(name, attemptTimeout)...)
+	if err != nil {
+		return fmt.Errorf("resolving %s: %w", name, err)
+	}
+	return checkResolved(name, parseDig(out), want, secondary)
 }
 
 func (r *runner) ids() []string {

@@ -26,19 +26,30 @@ func PodGlobalIPName(pod string) string {
 // Globalnet reads, with the cluster's own hub credential, whether the cluster joined with
 // globalnet addressing.
 func Globalnet(ctx context.Context, c client.Reader) (bool, error) {
+	a, err := Addressing(ctx, c)
+	return a == v1alpha1.AddressingGlobalnet, err
+}
+
+// Addressing reads the cluster's addressing from its Cluster on the hub, with the cluster's
+// own hub credential (the Secret join left in the member cluster): what join set, and what
+// the cluster's agent acts on. An empty spec.addressing is direct, its default.
+func Addressing(ctx context.Context, c client.Reader) (v1alpha1.Addressing, error) {
 	cred, err := hubaccess.LoadCredential(ctx, c)
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	hc, err := client.New(cred.RESTConfig(), client.Options{Scheme: kube.Scheme})
 	if err != nil {
-		return false, err
+		return "", err
 	}
 	cl := &v1alpha1.Cluster{}
 	if err := hc.Get(ctx, client.ObjectKey{Namespace: cred.Namespace, Name: cred.ClusterID}, cl); err != nil {
-		return false, err
+		return "", err
 	}
-	return cl.Spec.Addressing == v1alpha1.AddressingGlobalnet, nil
+	if cl.Spec.Addressing == "" {
+		return v1alpha1.AddressingDirect, nil
+	}
+	return cl.Spec.Addressing, nil
 }
 
 // GlobalIP is the address of the GlobalIngressIP name in namespace, or why there is none yet.
