@@ -222,7 +222,9 @@ func (a *active) reconcile(ctx context.Context) error {
 	// The hub's gateway has no route agents to tell.
 	routed := routedOnPrimary(a.local, remote)
 	if applyErr == nil && a.o.Role == v1alpha1.PeerRoleMember && (a.mirrored == nil || !slices.Equal(routed, a.mirrored)) {
-		cm := routeagent.SubnetsConfigMap(routed)
+		// Written after the Apply and the Peer's publication: naming this node as the
+		// gateway moves the route agents here only once it can forward.
+		cm := routeagent.GatewayConfigMap(a.o.NodeName, routed)
 		cm.Labels = kube.ManagedLabels()
 		if err := kube.Apply(ctx, a.member, cm); err != nil {
 			errs = append(errs, fmt.Errorf("mirroring remote subnets for the route agents: %w", err))
