@@ -124,7 +124,12 @@ func TestCleanHandover(t *testing.T) {
 		raDone <- routeagent.Run(raCtx, routeagent.Options{Member: eastCfg, NodeName: "east-worker", Routes: routes, ResyncInterval: time.Hour,
 			Log: testr.New(t).WithValues("routeAgent", "east-worker")})
 	}()
-	t.Cleanup(func() { raCancel(); <-raDone })
+	t.Cleanup(func() {
+		raCancel()
+		if err := <-raDone; err != nil {
+			t.Errorf("route agent: %v", err)
+		}
+	})
 	gw1IP, gw2IP := netip.MustParseAddr("198.51.100.2"), netip.MustParseAddr("198.51.100.3")
 	eventually(t, "west tunnels to gw1 and the worker routes through gw1", func() error {
 		p, err := configPeer(wgw.driver(), "east")
