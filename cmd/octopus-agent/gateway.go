@@ -43,6 +43,7 @@ type gatewayOptions struct {
 	livenessInterval      time.Duration
 	livenessFailures      int
 	takeoverAfter         time.Duration
+	handoverGrace         time.Duration
 	hub                   bool
 	hubNamespace          string
 	openHostFirewall      bool
@@ -69,6 +70,11 @@ the Lease was not renewed for --takeover-after, the standby writes itself into t
 optimistic-concurrency update: a renewal or another standby's takeover in between wins). An
 active gateway that renews, or that answers, is never displaced. --liveness-port 0 turns this
 off: standbys then wait out --lease-duration.
+
+On a clean stop (SIGTERM: a rolling update, a drain) the active gateway releases the Lease at
+once but keeps its tunnels up, forwarding, until the gateway that took the Lease over has
+published the Peer, then one more second, at most --handover-grace; the route agents move to the
+new gateway once it names itself in the ConfigMap, after its tunnels are up.
 
 With --hub it is the hub's gateway instead, for clusters joined with --topology hub: --kubeconfig
 is the hub's (its ServiceAccount octopus-hub-gateway, made by hub deploy, has the rights it
@@ -116,6 +122,8 @@ address through its Node object and the hub has none: a standby waits out --leas
 	f.IntVar(&o.livenessFailures, "liveness-failures", gateway.DefaultLivenessFailures, "consecutive failed probes before a standby may take over")
 	f.DurationVar(&o.takeoverAfter, "takeover-after", 0,
 		"how long the Lease must also go unrenewed before a standby takes over; must exceed --retry-period (default 2 × --retry-period)")
+	f.DurationVar(&o.handoverGrace, "handover-grace", gateway.DefaultHandoverGrace,
+		"on a clean stop (SIGTERM), how long the active gateway may keep its tunnels up until the gateway that took the Lease over has published the Peer (make-before-break); 0 closes them at once")
 	f.DurationVar(&o.underlayProbeInterval, "underlay-probe-interval", gateway.DefaultUnderlayProbeInterval,
 		"how often to measure the underlay path to every remote gateway (tunnel port reachable, path MTU) with UDP probes to its tunnel port; 0 turns it off (this gateway then answers no probes either)")
 	f.DurationVar(&o.statusInterval, "status-interval", gateway.DefaultStatusInterval, "how often to refresh the Peer's status")
@@ -136,6 +144,10 @@ func (o gatewayOptions) complete() (gateway.Options, error) {
 		StatusInterval: o.statusInterval, Log: ctrl.Log.WithName("gateway"),
 		NewProber:    gateway.NewHealthProber(o.healthInterval, o.healthMaxLoss, ctrl.Log.WithName("health")),
 		LivenessPort: o.livenessPort, LivenessInterval: o.livenessInterval, LivenessFailures: o.livenessFailures, TakeoverAfter: o.takeoverAfter,
+		HandoverGrace: o.handoverGrace,
+	}
+	if o.handoverGrace <= 0 {
+		opts.HandoverGrace = -1 // Options' zero means the default
 	}
 	if o.underlayProbeInterval > 0 {
 		opts.NewUnderlayProber = gateway.NewPathProber(o.underlayProbeInterval, ctrl.Log.WithName("underlay"))

@@ -32,8 +32,9 @@ func newRouteAgentCommand() *cobra.Command {
 		Short: "Route remote clusters' CIDRs to the active gateway (every node)",
 		Long: `route-agent runs on every node, in the node's network namespace. It routes the remote
 clusters' CIDRs, which the active gateway mirrors into the octopus-system/octopus-gateway
-ConfigMap, via the InternalIP of the node holding the octopus-system/octopus-gateway Lease, and
-follows failover. Its routes carry protocol 212 and metric 212; it never touches other routes.
+ConfigMap, via the InternalIP of the gateway node that ConfigMap names (the active gateway
+writes its name there once its tunnels are up; without it, the node holding the
+octopus-system/octopus-gateway Lease), and follows failover and handovers. Its routes carry protocol 212 and metric 212; it never touches other routes.
 It needs no hub credential. It runs until SIGTERM or SIGINT and leaves its routes in place for
 the next agent, unless Octopus is being removed: its namespace is terminating or gone, or the
 DaemonSet named by --daemonset is; then it withdraws them first.`,

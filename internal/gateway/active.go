@@ -62,7 +62,8 @@ type active struct {
 
 // run publishes the Peer, keeps the data plane at the desired state and reports status until
 // ctx is done. The driver is closed on return, which tears the tunnels down: the standby that
-// takes over brings them up with its own key.
+// takes over brings them up with its own key. When the process stops (rather than the Lease
+// being lost), the tunnels stay up until a successor has published its Peer (handOver).
 func (a *active) run(ctx context.Context) error {
 	o := a.o
 	// The Node is read only for what the flags leave out: the hub's gateway may run where
@@ -125,6 +126,11 @@ func (a *active) run(ctx context.Context) error {
 	}.Run(ctx)
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("watching Peers and Clusters on the hub: %w", err)
+	}
+	if a.process != nil && a.process.Err() != nil {
+		// A clean stop (SIGTERM: a rolling update, a drain): the Lease is being released;
+		// keep forwarding until the successor has taken over (handover.go).
+		a.handOver()
 	}
 	return nil
 }
@@ -222,7 +228,9 @@ func (a *active) reconcile(ctx context.Context) error {
 	// The hub's gateway has no route agents to tell.
 	routed := routedOnPrimary(a.local, remote)
 	if applyErr == nil && a.o.Role == v1alpha1.PeerRoleMember && (a.mirrored == nil || !slices.Equal(routed, a.mirrored)) {
-		cm := routeagent.SubnetsConfigMap(routed)
+		// Written after the Apply and the Peer's publication: naming this node as the
+		// gateway moves the route agents here (make-before-break, handover.go).
+		cm := routeagent.GatewayConfigMap(a.o.NodeName, routed)
 		cm.Labels = kube.ManagedLabels()
 		if err := kube.Apply(ctx, a.member, cm); err != nil {
 			errs = append(errs, fmt.Errorf("mirroring remote subnets for the route agents: %w", err))

@@ -112,6 +112,10 @@ type Options struct {
 	// it over. It must exceed RetryPeriod, the active's renew cadence. Optional: 2 ×
 	// RetryPeriod.
 	TakeoverAfter time.Duration
+	// HandoverGrace bounds how long a stopping active gateway keeps its tunnels up until a
+	// successor has published the Peer (handover.go). Optional: DefaultHandoverGrace; negative
+	// closes them at once.
+	HandoverGrace time.Duration
 	// NewNAT opens the globalnet NAT of the node (a globalnet cluster's active gateway
 	// translates; every other gateway deletes what an earlier active term left). Optional:
 	// nftables in the process's network namespace (nat.New).
@@ -171,6 +175,9 @@ func (o *Options) setDefaults() error {
 		if *d.v <= 0 {
 			*d.v = d.def
 		}
+	}
+	if o.HandoverGrace == 0 {
+		o.HandoverGrace = DefaultHandoverGrace
 	}
 	if o.LivenessInterval <= 0 {
 		o.LivenessInterval = DefaultLivenessInterval

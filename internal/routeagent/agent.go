@@ -181,8 +181,9 @@ func (r *reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	return reconcile.Result{RequeueAfter: r.o.ResyncInterval}, nil
 }
 
-// desiredFromCache reads the gateway Lease, the holder's Node and the ConfigMap. A missing
-// object means no routes (not joined yet, or left: the namespace is gone).
+// desiredFromCache reads the gateway Lease, the ConfigMap and the active gateway's Node: the
+// one the ConfigMap names, else the Lease holder (contract.go). A missing object means no
+// routes (not joined yet, or left: the namespace is gone).
 func desiredFromCache(ctx context.Context, c client.Reader, self string) ([]route.Route, error) {
 	var errs []error
 	lease := &coordinationv1.Lease{}
@@ -204,6 +205,13 @@ func desiredFromCache(ctx context.Context, c client.Reader, self string) ([]rout
 		var err error
 		subnets, err = ParseSubnets(cm)
 		errs = append(errs, err)
+		// The gateway the ConfigMap names can forward (its tunnels are up): routes move to a
+		// new Lease holder only once it wrote itself here. Before that, during a handover,
+		// the old one still forwards (it keeps its tunnels until the new one published its
+		// Peer), and after a crash the new one could not forward yet anyway.
+		if named := ActiveGateway(cm); named != "" {
+			gw.Node = named
+		}
 	}
 	if gw.Node != "" && gw.Node != self {
 		node := &corev1.Node{}

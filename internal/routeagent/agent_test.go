@@ -272,3 +272,50 @@ func TestRunValidates(t *testing.T) {
 		}
 	}
 }
+
+// TestDesiredFollowsNamedGateway: the routes go to the gateway the ConfigMap names (it wrote
+// itself there once its tunnels were up), not to a newer Lease holder still starting, nor away
+// while the Lease is released during a handover; a ConfigMap without the name (a gateway of an
+// earlier version) leaves the choice to the Lease.
+func TestDesiredFollowsNamedGateway(t *testing.T) {
+	nodes := []client.Object{}
+	for name, ip := range map[string]string{"gw1": "198.51.100.2", "gw2": "198.51.100.3"} {
+		nodes = append(nodes, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}}})
+	}
+	remote := []netip.Prefix{netip.MustParsePrefix("10.2.0.0/16")}
+	via := func(ip string) []route.Route {
+		return []route.Route{{Dst: remote[0], Via: netip.MustParseAddr(ip)}}
+	}
+	for _, tc := range []struct {
+		name, holder, named string
+		want                []route.Route
+	}{
+		{name: "holder named", holder: "gw1", named: "gw1", want: via("198.51.100.2")},
+		{name: "new holder not yet forwarding", holder: "gw2", named: "gw1", want: via("198.51.100.2")},
+		{name: "Lease released during a handover", holder: "", named: "gw1", want: via("198.51.100.2")},
+		{name: "new holder forwarding", holder: "gw2", named: "gw2", want: via("198.51.100.3")},
+		{name: "earlier gateway version: the Lease decides", holder: "gw2", named: "", want: via("198.51.100.3")},
+		{name: "nobody elected, nobody named", holder: "", named: "", want: nil},
+		{name: "this node is the named gateway", holder: "gw1", named: "self", want: nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.GatewayLeaseName, Namespace: v1alpha1.SystemNamespace}}
+			if tc.holder != "" {
+				lease.Spec.HolderIdentity = ptr.To(tc.holder)
+			}
+			cm := SubnetsConfigMap(remote)
+			if tc.named != "" {
+				cm = GatewayConfigMap(tc.named, remote)
+			}
+			c := fakeclient.NewClientBuilder().WithScheme(kube.Scheme).WithObjects(append(slices.Clone(nodes), lease, cm)...).Build()
+			got, err := desiredFromCache(t.Context(), c, "self")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("routes %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -2,12 +2,16 @@
 // cluster alone, which node is the active gateway and which remote CIDRs lie behind it, and
 // has route.Table steer those CIDRs to that node.
 //
-// Nodes get no hub credential. The active gateway is the holder of the gateway's
-// leader-election Lease (v1alpha1.GatewayLeaseName in octopus-system; its holderIdentity is
-// the gateway's node name), reached at that Node's InternalIP; the remote CIDRs are what the
-// active gateway mirrors into the ConfigMap v1alpha1.GatewayConfigMapName from the Peers it
-// accepted on the hub. Both objects live in the member cluster, so the route agents keep
-// working while the hub is down.
+// Nodes get no hub credential. The active gateway is the node the ConfigMap
+// v1alpha1.GatewayConfigMapName names (GatewayKey), reached at that Node's InternalIP: the
+// active gateway writes its node name there only once its tunnels are configured and its Peer
+// is published, so the route agents move to a new gateway when it can forward, not when it
+// took the Lease (make-before-break, docs/architecture.md §6d). A ConfigMap without the key
+// (written by a gateway of an earlier version) leaves the choice to the holder of the
+// gateway's leader-election Lease (v1alpha1.GatewayLeaseName in octopus-system; its
+// holderIdentity is the gateway's node name). The remote CIDRs are what the active gateway
+// mirrors into the same ConfigMap from the Peers it accepted on the hub. Both objects live in
+// the member cluster, so the route agents keep working while the hub is down.
 package routeagent
 
 import (
@@ -25,7 +29,28 @@ import (
 // SubnetsKey holds the remote CIDRs, one per line, sorted.
 const SubnetsKey = "remoteSubnets"
 
-// SubnetsConfigMap renders the ConfigMap the active gateway writes.
+// GatewayKey holds the node name of the active gateway that wrote the ConfigMap, once its
+// tunnels were applied and its Peer published: the node the route agents route through.
+const GatewayKey = "gateway"
+
+// GatewayConfigMap renders the ConfigMap the active gateway on node writes: the remote
+// subnets, and node as the gateway to route through.
+func GatewayConfigMap(node string, subnets []netip.Prefix) *corev1.ConfigMap {
+	cm := SubnetsConfigMap(subnets)
+	cm.Data[GatewayKey] = node
+	return cm
+}
+
+// ActiveGateway is the node the ConfigMap names as the gateway to route through; empty when
+// it names none (a gateway of an earlier version wrote it): the Lease holder is then.
+func ActiveGateway(cm *corev1.ConfigMap) string {
+	if cm == nil {
+		return ""
+	}
+	return strings.TrimSpace(cm.Data[GatewayKey])
+}
+
+// SubnetsConfigMap renders a ConfigMap with the remote subnets alone.
 func SubnetsConfigMap(subnets []netip.Prefix) *corev1.ConfigMap {
 	lines := make([]string, 0, len(subnets))
 	for _, s := range ipam.SortPrefixes(subnets) {
