@@ -160,7 +160,7 @@ func (o *labUpOptions) bindFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.nodes, "nodes-per-cluster", 2, "nodes of each member cluster, the first --gateways-per-cluster of them gateways (if not given: one more than the gateways)")
 	fs.IntVar(&o.gateways, "gateways-per-cluster", 1, "gateway nodes of each member cluster: one active, the others take over when it dies")
 	fs.BoolVar(&o.overlapping, "overlapping-cidrs", false, "give every cluster the same pod and service CIDRs, joined with globalnet addressing (exported services are reached by global IPs)")
-	fs.StringSliceVar(&o.direct, "direct-clusters", nil, "with --overlapping-cidrs, these clusters (e.g. cluster3) keep CIDRs of their own and join with direct addressing: a mixed cluster set")
+	fs.StringSliceVar(&o.direct, "direct-clusters", nil, "with --overlapping-cidrs or --secondary-network, these clusters (e.g. cluster3) keep CIDRs of their own and join with direct addressing: a mixed cluster set")
 	fs.StringVar(&o.backend, "backend", string(v1alpha1.BackendWireGuard), "tunnel backend of every cluster's gateway: wireguard or vxlan (unencrypted)")
 	fs.StringVar(&o.topology, "topology", string(v1alpha1.TopologyMesh), "how gateways connect: mesh (direct tunnels between all clusters) or hub (every cluster through the hub's gateway)")
 	fs.StringVar(&o.cni, "cni", cni.Bridge, "the nodes' CNI: bridge (the reference bridge and host-local plugins, routes between nodes written by the lab) or flannel (flanneld with its VXLAN backend on every node)")

@@ -34,7 +34,7 @@ func TestLabUpFlags(t *testing.T) {
 		"mesh":                     {args: []string{"--topology", "mesh"}, gateways: 1, backend: "wireguard", topology: "mesh"},
 		"overlapping CIDRs":        {args: []string{"--overlapping-cidrs"}, gateways: 1, backend: "wireguard", overlapping: true, topology: "mesh"},
 		"mixed":                    {args: []string{"--overlapping-cidrs", "--direct-clusters", "cluster2"}, gateways: 1, backend: "wireguard", overlapping: true, direct: []string{"cluster2"}, topology: "mesh"},
-		"direct without overlap":   {args: []string{"--direct-clusters", "cluster2"}, wantErr: "--direct-clusters cluster2: a mixed cluster set needs --overlapping-cidrs"},
+		"direct without overlap":   {args: []string{"--direct-clusters", "cluster2"}, wantErr: "--direct-clusters cluster2: a mixed cluster set needs --overlapping-cidrs or --secondary-network"},
 		"hub topology":             {args: []string{"--topology", "hub", "--backend", "vxlan"}, gateways: 1, backend: "vxlan", topology: "hub"},
 		"two hub gateways":         {args: []string{"--topology", "hub", "--hub-gateways", "2"}, gateways: 1, backend: "wireguard", topology: "hub", hubGateways: 2},
 		"hub gateways in a mesh":   {args: []string{"--hub-gateways", "2"}, wantErr: "--hub-gateways 2: want 1 to 3, with --topology hub"},

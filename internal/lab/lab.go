@@ -63,9 +63,11 @@ type Options struct {
 	// IPs (docs/architecture.md §6h). With SecondaryNetwork they join with secondary
 	// addressing instead, and reach each other over net1. Optional.
 	OverlappingCIDRs bool
-	// DirectClusters, with OverlappingCIDRs, names member clusters that keep CIDRs of their
-	// own and join with direct addressing beside the globalnet ones: a mixed cluster set
-	// (docs/architecture.md §6h). Optional.
+	// DirectClusters, with OverlappingCIDRs or SecondaryNetwork, names member clusters that
+	// keep CIDRs of their own and join with direct addressing beside the globalnet or
+	// secondary ones: a mixed cluster set (docs/architecture.md §6h; a secondary cluster
+	// connects only to secondary ones, §6s, so the lab holds two sets side by side, as the
+	// secondary network's throughput benchmark uses). Optional.
 	DirectClusters []string
 	// NodesPerCluster is the number of nodes of each member cluster, the first
 	// GatewaysPerCluster of them gateways. Optional: 0 means GatewaysPerCluster+1 (one
@@ -279,7 +281,8 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 		if opts.OverlappingCIDRs && !slices.Contains(opts.DirectClusters, name) {
 			addressing = v1alpha1.AddressingGlobalnet
 		}
-		if opts.SecondaryNetwork {
+		onSecondary := opts.SecondaryNetwork && !slices.Contains(opts.DirectClusters, name)
+		if onSecondary {
 			addressing = v1alpha1.AddressingSecondary
 		}
 		joined, err := cluster.Join(ctx, cp.RESTConfig(), cluster.JoinOptions{
@@ -290,7 +293,7 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 			return l, fmt.Errorf("joining %s: %w", name, err)
 		}
 		var secondary map[string]any
-		if opts.SecondaryNetwork {
+		if onSecondary {
 			if secondary, err = prepareSecondaryNetwork(ctx, i, *plan.Cluster(name), joined, info.Secondary.CIDR); err != nil {
 				return l, err
 			}

@@ -39,7 +39,7 @@ import (
 )
 
 var (
-	fabricJoinRounds = flag.Int("rounds", 5, "BenchmarkFabricJoin: rounds, each joining cluster2 once through a Fabric and once with `octopus join`")
+	fabricJoinRounds = flag.Int("rounds", 5, "BenchmarkFabricJoin: rounds, each joining cluster2 once through a Fabric and once with `octopus join`; BenchmarkSecondaryThroughput: rounds of throughput measurements")
 	fabricJoinBudget = flag.Duration("budget", 0, "BenchmarkFabricJoin: wall-clock budget from the benchmark's start (lock wait included); "+
 		"no round starts that the last one's duration says would not fit, and the lab is torn down at the latest when it ends (0: none)")
 )

@@ -100,8 +100,8 @@ func (o Options) Validate() error {
 	}
 	for _, name := range o.DirectClusters {
 		switch {
-		case !o.OverlappingCIDRs:
-			errs = append(errs, optionError("DirectClusters", "%s: a mixed cluster set needs {OverlappingCIDRs}; without it every cluster is direct", name))
+		case !o.OverlappingCIDRs && !o.SecondaryNetwork:
+			errs = append(errs, optionError("DirectClusters", "%s: a mixed cluster set needs {OverlappingCIDRs} or {SecondaryNetwork}; without either every cluster is direct", name))
 		case name == ClusterName(1):
 			errs = append(errs, optionError("DirectClusters", "%s: its CIDRs are the ones the globalnet clusters share; name another cluster", name))
 		case !slices.Contains(memberNames(o.Clusters), name):
@@ -127,8 +127,6 @@ func (o Options) Validate() error {
 			errs = append(errs, optionError("SecondaryNetwork", "with {Unjoined}: the lab joins no cluster to give a secondary CIDR; leave {SecondaryNetwork} unset"))
 		case o.ComponentProcesses:
 			errs = append(errs, optionError("SecondaryNetwork", "with {ComponentProcesses}: OVN and its components run only as the member chart's pods; leave {ComponentProcesses} unset"))
-		case len(o.DirectClusters) > 0:
-			errs = append(errs, optionError("SecondaryNetwork", "with {DirectClusters}: every cluster joins with secondary addressing; leave {DirectClusters} unset"))
 		case o.AgentBinary != "" && !images.HasOVNBinaries(filepath.Dir(o.AgentBinary)):
 			errs = append(errs, optionError("SecondaryNetwork", "%s has no octopus-ovn for the OVN image: go build -o DIR/ ./cmd/...", filepath.Dir(o.AgentBinary)))
 		}

@@ -40,7 +40,7 @@ func TestOptionsValidate(t *testing.T) {
 		"mixed":       {mutate: func(o *lab.Options) { o.Clusters, o.OverlappingCIDRs, o.DirectClusters = 3, true, []string{"cluster3"} }},
 		"direct clusters without overlap": {
 			mutate: func(o *lab.Options) { o.DirectClusters = []string{"cluster2"} },
-			want:   []string{"DirectClusters cluster2: a mixed cluster set needs OverlappingCIDRs"},
+			want:   []string{"DirectClusters cluster2: a mixed cluster set needs OverlappingCIDRs or SecondaryNetwork"},
 		},
 		"cluster1 direct": {
 			mutate: func(o *lab.Options) { o.OverlappingCIDRs, o.DirectClusters = true, []string{"cluster1"} },
@@ -64,11 +64,10 @@ func TestOptionsValidate(t *testing.T) {
 			want:   []string{"SecondaryNetwork with ComponentProcesses: OVN and its components run only as the member chart's pods"},
 		},
 		"secondary network, identical CIDRs": {mutate: func(o *lab.Options) { o.SecondaryNetwork, o.OverlappingCIDRs = true, true }},
-		"secondary network, mixed": {
+		"secondary network beside direct clusters": {
 			mutate: func(o *lab.Options) {
-				o.Clusters, o.SecondaryNetwork, o.OverlappingCIDRs, o.DirectClusters = 3, true, true, []string{"cluster3"}
+				o.Clusters, o.SecondaryNetwork, o.OverlappingCIDRs, o.DirectClusters = 4, true, true, []string{"cluster3", "cluster4"}
 			},
-			want: []string{"SecondaryNetwork with DirectClusters: every cluster joins with secondary addressing"},
 		},
 		"secondary network without octopus-ovn": {
 			mutate: func(o *lab.Options) { o.SecondaryNetwork, o.AgentBinary = true, "/nonexistent/octopus-agent" },

@@ -126,7 +126,7 @@ func TestOverlappingCIDRs(t *testing.T) {
 // verifyClusters runs `octopus verify` between the given clusters: pod to pod (a globalnet
 // cluster's probe server by its global IP, from its headless export), by ClusterSet IP and by
 // DNS name, every ordered pair.
-func verifyClusters(ctx context.Context, t *testing.T, l *lab.Lab, octopus string, clusters ...string) {
+func verifyClusters(ctx context.Context, t *testing.T, l *lab.Lab, octopus string, clusters ...string) *verify.Report {
 	start := time.Now()
 	args := []string{"verify", "--check-timeout", "2m", "--ready-timeout", "2m", "-o", "json"}
 	for _, c := range clusters {
@@ -147,6 +147,7 @@ func verifyClusters(ctx context.Context, t *testing.T, l *lab.Lab, octopus strin
 	if want := len(clusters) * (len(clusters) - 1) * len(verify.Checks); runErr != nil || !report.Passed || len(report.Results) != want {
 		t.Fatalf("verify between %v: %v, passed %v, %d results; want %d passing checks", clusters, runErr, report.Passed, len(report.Results), want)
 	}
+	return report
 }
 
 // testGlobalnet runs echo pods in both clusters of an overlapping lab, exports an echo Service

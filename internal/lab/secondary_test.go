@@ -26,6 +26,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/lab/realnode"
 	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
 	"github.com/octopus-mcs/octopus/internal/testenv"
+	"github.com/octopus-mcs/octopus/internal/verify"
 )
 
 // TestSecondaryNetwork runs two clusters with identical pod and service CIDRs joined with
@@ -123,6 +124,25 @@ func TestSecondaryNetwork(t *testing.T) {
 	})
 	t.Run("an exported service resolves to net1 addresses and answers over them", func(t *testing.T) {
 		checkSecondaryService(ctx, t, l, pods, blocks)
+	})
+	t.Run("octopus verify checks pod → pod, the service and DNS over net1", func(t *testing.T) {
+		report := verifyClusters(ctx, t, l, bins["octopus"], c1.Name, c2.Name)
+		for _, a := range report.Addressing {
+			if a.Addressing != v1alpha1.AddressingSecondary || a.Source != verify.SourceHub {
+				t.Errorf("verify took %s for %s's addressing (from %s), want secondary from the hub", a.Addressing, a.Cluster, a.Source)
+			}
+		}
+		for _, r := range report.Results {
+			if !slices.Contains(verify.SecondaryChecks, r.Check) {
+				t.Errorf("verify ran %s between secondary clusters, want only %v", r.Check, verify.SecondaryChecks)
+			}
+			if r.Check == verify.CheckPodToPod || r.Check == verify.CheckSecondaryService {
+				host, _, _ := strings.Cut(r.Detail, ":")
+				if ip, err := netip.ParseAddr(host); err != nil || !blocks[r.To].Contains(ip) {
+					t.Errorf("%s %s -> %s went to %q, want an address of %s's block %s", r.Check, r.From, r.To, host, r.To, blocks[r.To])
+				}
+			}
+		}
 	})
 	nri := newSecondaryPods(ctx, t, l, dir)
 	t.Run("a pod asking for an address outside the block does not start, and says why", func(t *testing.T) {
