@@ -133,8 +133,8 @@ func installMemberChart(ctx context.Context, opts Options, cp *controlplane.Cont
 		Values: values, Wait: true, Timeout: memberChartTimeout,
 	})
 	if err != nil {
-		return fmt.Errorf("installing the components of %s (kubectl -n %s get pods; the kubelet logs under the lab dir's logs/): %w",
-			cp.Name, v1alpha1.SystemNamespace, err)
+		return fmt.Errorf("installing the components of %s (the kubelet logs under the lab dir's logs/): %w%s",
+			cp.Name, err, unreadyPods(ctx, cp, v1alpha1.SystemNamespace))
 	}
 	p.Done(start, "%s: the member chart's pods are ready", cp.Name)
 	return cluster.ForwardDNS(ctx, cp.RESTConfig(), p)

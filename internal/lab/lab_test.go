@@ -319,6 +319,9 @@ func startLab(ctx context.Context, t testing.TB, opts lab.Options) (*lab.Lab, st
 	begin := time.Now()
 	l, err := lab.Up(ctx, opts)
 	if err != nil {
+		// Up stopped what it started; the nodes' processes' logs are still in the directory.
+		logLabState(t, opts.Dir)
+		logNodeCrashes(t, opts.Dir)
 		t.Fatalf("lab up: %v", err)
 	}
 	t.Cleanup(func() {
@@ -359,6 +362,21 @@ func logLabState(t testing.TB, dir string) {
 	skip := func(name string, err error) { t.Logf("lab state, %s: %v", name, err) }
 	if err := (lab.NodeState{Dir: dir}).CollectNodes(ctx, add, skip); err != nil {
 		t.Logf("lab state: %v", err)
+	}
+}
+
+// logNodeCrashes logs, from the lab's logs of containerd and the kubelets, the first panic of
+// each with what follows it: a node runtime that crashed takes a node's pods with it.
+func logNodeCrashes(t testing.TB, dir string) {
+	logs, _ := filepath.Glob(filepath.Join(dir, "logs", "*-node*-*.log"))
+	for _, f := range logs {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if i := bytes.Index(data, []byte("panic:")); i >= 0 {
+			t.Logf("%s crashed:\n%s", filepath.Base(f), data[i:min(len(data), i+failureLogLimit)])
+		}
 	}
 }
 
