@@ -9,6 +9,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -21,6 +22,7 @@ import (
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/bench/load"
 	"github.com/octopus-mcs/octopus/internal/progress"
 	"github.com/octopus-mcs/octopus/internal/workload"
@@ -72,6 +74,10 @@ type member struct {
 	// globalnet is set when the cluster joined with globalnet addressing: its server pod is
 	// reached from other clusters by the global IP of a headless export.
 	globalnet bool
+	// secondary is set when the cluster joined with secondary addressing: its imports have no
+	// ClusterSet IP (DNS answers with the exporting pods' net1 addresses, docs/architecture.md
+	// §6s), so its pod-to-service path across clusters is not measured.
+	secondary bool
 	// nodes are the nodes of the server and client pods, by pod name.
 	nodes map[string]string
 	// clusterSetIPs are the ClusterSet IPs of the other clusters' bench Services here, by
@@ -124,10 +130,12 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	for _, m := range members {
 		mem := &member{Member: m, nodes: map[string]string{}}
-		if mem.globalnet, err = workload.Globalnet(ctx, m.Client); err != nil {
+		addressing, err := workload.Addressing(ctx, m.Client)
+		if err != nil {
 			// The data plane may well work with the hub down: measure it as direct addressing.
 			r.p.Step("Could not read the addressing of %s from its Cluster on the hub (%v); measuring it as direct addressing", m.ID, err)
 		}
+		mem.globalnet, mem.secondary = addressing == v1alpha1.AddressingGlobalnet, addressing == v1alpha1.AddressingSecondary
 		r.members = append(r.members, mem)
 		report.Clusters = append(report.Clusters, m.ID)
 	}
@@ -138,7 +146,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := r.waitReady(ctx); err != nil {
 		return report, err
 	}
-	ips := workload.WaitImports(ctx, r.p, members, r.ns, serviceName, opts.ReadyTimeout, "bench Services", "pod-to-service measurements")
+	// Only the clusters whose imports get a ClusterSet IP are waited for.
+	var withVIPs []*workload.Member
+	for _, m := range r.members {
+		if !m.secondary {
+			withVIPs = append(withVIPs, m.Member)
+		}
+	}
+	ips := workload.WaitImports(ctx, r.p, withVIPs, r.ns, serviceName, opts.ReadyTimeout, "bench Services", "pod-to-service measurements")
 	for _, m := range r.members {
 		m.clusterSetIPs = ips[m.ID]
 	}
@@ -256,6 +271,9 @@ func (r *runner) measure(ctx context.Context, path Path, from, to *member) Measu
 	m := Measurement{From: from.ID, To: to.ID, ClientNode: from.nodes[clientName], ServerNode: to.nodes[serverName]}
 	name := fmt.Sprintf("%s %s %s->%s", r.opts.Kind, path, from.ID, to.ID)
 	ip, err := address(path, from != to, to.server, from.clusterSetIPs[to.ID])
+	if path == PathService && from != to && from.secondary {
+		err = errors.New("not measured: a cluster with secondary addressing has no ClusterSet IP (DNS answers with the exporting pods' net1 addresses); pod-to-pod measures the same path")
+	}
 	if err != nil {
 		m.Error = err.Error()
 		r.p.Step("%s: %s", name, m.Error)

@@ -23,13 +23,6 @@ func PodGlobalIPName(pod string) string {
 	return globalnet.Target{Kind: v1alpha1.GlobalIngressTargetPod, Name: pod}.ObjectName()
 }
 
-// Globalnet reads, with the cluster's own hub credential, whether the cluster joined with
-// globalnet addressing.
-func Globalnet(ctx context.Context, c client.Reader) (bool, error) {
-	a, err := Addressing(ctx, c)
-	return a == v1alpha1.AddressingGlobalnet, err
-}
-
 // Addressing reads the cluster's addressing from its Cluster on the hub, with the cluster's
 // own hub credential (the Secret join left in the member cluster): what join set, and what
 // the cluster's agent acts on. An empty spec.addressing is direct, its default.
