@@ -24,10 +24,10 @@ import (
 	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
 )
 
-// The NRI plugin's side of TestSecondaryNetwork, on the first cluster: what a pod's life on
+// The NRI plugin's side of TestSecondaryNetwork: what a pod's life on
 // the secondary network leaves in the NB database and on the nodes' OVS bridges.
 
-// secondaryPods reads the first cluster's OVN state: its NB database (through the chart's
+// secondaryPods reads a cluster's OVN state: its NB database (through the chart's
 // Service) and each node's OVS database (the node's /run/openvswitch, seen from outside).
 type secondaryPods struct {
 	l       *lab.Lab
@@ -37,8 +37,7 @@ type secondaryPods struct {
 	nb      func(context.Context, ...string) (string, error)
 }
 
-func newSecondaryPods(ctx context.Context, t *testing.T, l *lab.Lab, dir string) *secondaryPods {
-	c := l.Network.Clusters[0]
+func newSecondaryPods(ctx context.Context, t *testing.T, l *lab.Lab, dir string, c labnet.ClusterNet) *secondaryPods {
 	cs := clientset(t, l.Env.Cluster(c.Name).Kubeconfig)
 	return &secondaryPods{l: l, dir: dir, cluster: c, cs: cs, nb: centralNBOf(ctx, t, cs, c.Nodes[len(c.Nodes)-1].Netns)}
 }

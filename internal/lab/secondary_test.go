@@ -69,7 +69,7 @@ func TestSecondaryNetwork(t *testing.T) {
 		t.Fatalf("the hub gave overlapping blocks %s and %s", blocks[c1.Name], blocks[c2.Name])
 	}
 
-	pods := startEchoPodsOnNet1(ctx, t, l, blocks)
+	pods := startEchoPodsOnNet1(ctx, t, l, dir, blocks)
 	t.Run("TCP and ICMP across clusters over net1", func(t *testing.T) {
 		// The first check waits for the gateways to elect, publish, handshake, and for the
 		// ovnmaster to bind the gateway port to the active gateway's chassis.
@@ -144,7 +144,7 @@ func TestSecondaryNetwork(t *testing.T) {
 			}
 		}
 	})
-	nri := newSecondaryPods(ctx, t, l, dir)
+	nri := newSecondaryPods(ctx, t, l, dir, c1)
 	t.Run("a pod asking for an address outside the block does not start, and says why", func(t *testing.T) {
 		nri.checkRefusedAddress(ctx, t)
 	})
@@ -176,11 +176,17 @@ func secondaryBlock(ctx context.Context, t *testing.T, hub client.Client, id str
 // startEchoPodsOnNet1 is startEchoPods with each pod's net1 address, from the ovnmaster's
 // network-status entry, as its address: the one other clusters reach. Each pod's net1 must
 // carry it, inside its cluster's block.
-func startEchoPodsOnNet1(ctx context.Context, t *testing.T, l *lab.Lab, blocks map[string]netip.Prefix) map[string][]xpod {
+func startEchoPodsOnNet1(ctx context.Context, t *testing.T, l *lab.Lab, dir string, blocks map[string]netip.Prefix) map[string][]xpod {
 	t.Helper()
 	pods := startEchoPods(ctx, t, l)
 	seen := map[netip.Addr]string{}
-	for cluster, ps := range pods {
+	for ci, c := range l.Network.Clusters {
+		cluster, ps := c.Name, pods[c.Name]
+		t.Cleanup(func() {
+			if t.Failed() {
+				newSecondaryPods(ctx, t, l, dir, l.Network.Clusters[ci]).dumpPorts(ctx, t)
+			}
+		})
 		cs := clientset(t, l.Env.Cluster(cluster).Kubeconfig)
 		for i, p := range ps {
 			obj, err := cs.CoreV1().Pods("default").Get(ctx, p.name, metav1.GetOptions{})
@@ -199,10 +205,15 @@ func startEchoPodsOnNet1(ctx context.Context, t *testing.T, l *lab.Lab, blocks m
 				t.Fatalf("pods %s and %s both got %s", prev, p.name, ip)
 			}
 			seen[ip] = p.name
-			out, err := exec.Command("ip", "-n", p.netns, "-o", "addr", "show", "dev", podnet.InterfaceName).CombinedOutput()
-			if err != nil || !strings.Contains(string(out), netip.PrefixFrom(ip, blocks[cluster].Bits()).String()) {
-				t.Fatalf("pod %s's net1 does not carry %s: %v: %s", p.name, ip, err, out)
-			}
+			// A pod that started while its node's plugin was away gets net1 once the plugin
+			// registers again (Synchronize).
+			waitFor(t, 30*time.Second, fmt.Sprintf("pod %s's net1 to carry %s", p.name, ip), func() error {
+				out, err := exec.Command("ip", "-n", p.netns, "-o", "addr", "show", "dev", podnet.InterfaceName).CombinedOutput()
+				if err != nil || !strings.Contains(string(out), netip.PrefixFrom(ip, blocks[cluster].Bits()).String()) {
+					return fmt.Errorf("%v: %s", err, out)
+				}
+				return nil
+			})
 			t.Logf("%s/%s on %s: primary %s, net1 %s", cluster, p.name, p.node, p.ip, ip)
 			ps[i].ip = ip
 		}

@@ -240,33 +240,15 @@ func Detach(ctx context.Context, n Node, sandbox string) error {
 // longer knows them). This is how a stop the plugin missed (it was not running, or its
 // removal failed) never leaks a port for longer than until the next Sweep.
 func Sweep(ctx context.Context, n Node, keep map[string]bool) ([]string, error) {
-	out, err := vsctlOutput(ctx, n.OVSDB, "--format=json", "--columns=external_ids", "list", "Interface")
+	sandboxes, running, err := attached(ctx, n)
 	if err != nil {
 		return nil, err
 	}
-	sandboxes, err := parseSandboxes(out)
-	if err != nil {
-		return nil, err
-	}
-	node, err := handleAt(n.Netns)
-	if err != nil {
-		return nil, err
-	}
-	defer node.close()
 	var removed []string
 	var errs []error
 	for _, sb := range sandboxes {
 		// A sandbox unknown to the runtime goes whatever its node end says.
-		stopped := keep != nil && !keep[sb]
-		if !stopped {
-			running, err := hasLink(node, LinkName(sb))
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			stopped = !running
-		}
-		if !stopped {
+		if running[sb] && (keep == nil || keep[sb]) {
 			continue
 		}
 		if err := Detach(ctx, n, sb); err != nil {
@@ -276,6 +258,40 @@ func Sweep(ctx context.Context, n Node, keep map[string]bool) ([]string, error) 
 		removed = append(removed, sb)
 	}
 	return removed, errors.Join(errs...)
+}
+
+// Attached returns the sandboxes whose interface is in place on the node: an OVS port of ours
+// with its veth's node end.
+func Attached(ctx context.Context, n Node) (map[string]bool, error) {
+	_, running, err := attached(ctx, n)
+	return running, err
+}
+
+// attached lists the sandboxes with an OVS port of ours, and of those the ones whose veth's
+// node end is there.
+func attached(ctx context.Context, n Node) ([]string, map[string]bool, error) {
+	out, err := vsctlOutput(ctx, n.OVSDB, "--format=json", "--columns=external_ids", "list", "Interface")
+	if err != nil {
+		return nil, nil, err
+	}
+	sandboxes, err := parseSandboxes(out)
+	if err != nil {
+		return nil, nil, err
+	}
+	node, err := handleAt(n.Netns)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer node.close()
+	running := map[string]bool{}
+	for _, sb := range sandboxes {
+		ok, err := hasLink(node, LinkName(sb))
+		if err != nil {
+			return nil, nil, err
+		}
+		running[sb] = ok
+	}
+	return sandboxes, running, nil
 }
 
 // hasLink says whether the namespace of node has a link of that name.

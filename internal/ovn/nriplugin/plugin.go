@@ -69,6 +69,7 @@ type Interfaces interface {
 	Attach(ctx context.Context, a podport.Attachment) error
 	Detach(ctx context.Context, n podport.Node, sandbox string) error
 	Sweep(ctx context.Context, n podport.Node, keep map[string]bool) ([]string, error)
+	Attached(ctx context.Context, n podport.Node) (map[string]bool, error)
 }
 
 // Podport is Interfaces on the node's kernel and OVS.
@@ -80,6 +81,11 @@ func (Podport) Attach(ctx context.Context, a podport.Attachment) error { return 
 // Detach is podport.Detach.
 func (Podport) Detach(ctx context.Context, n podport.Node, sandbox string) error {
 	return podport.Detach(ctx, n, sandbox)
+}
+
+// Attached is podport.Attached.
+func (Podport) Attached(ctx context.Context, n podport.Node) (map[string]bool, error) {
+	return podport.Attached(ctx, n)
 }
 
 // Sweep is podport.Sweep.
@@ -94,8 +100,9 @@ type Plugin struct {
 	pods       Pods
 	interfaces Interfaces
 	log        logr.Logger
-	// detaching counts the removals running on their own (detach).
-	detaching sync.WaitGroup
+	// detaching counts the removals running on their own (detach), catchingUp the late
+	// attachments after a registration (Synchronize).
+	detaching, catchingUp sync.WaitGroup
 }
 
 // detachTimeout bounds one removal of a pod's net1, which runs after its call has returned.
@@ -130,7 +137,7 @@ func New(cfg Config, pods Pods, interfaces Interfaces, log logr.Logger) (*Plugin
 // RunPodSandbox gives the pod its net1, or fails the sandbox saying why.
 func (p *Plugin) RunPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
 	netnsPath, ok := podNetns(sb)
-	if !ok || podnet.SystemNamespace(sb.GetNamespace()) || podnet.OptedOut(sb.GetAnnotations()) {
+	if !ok || !member(sb) {
 		return nil
 	}
 	start := time.Now()
@@ -154,10 +161,16 @@ func (p *Plugin) RunPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
 	return nil
 }
 
-// Synchronize removes, at every registration, the interfaces of sandboxes that stopped while
-// the plugin was away: those containerd no longer lists, and those it lists stopped (their
-// veth went with the pod's namespace; podport.Sweep). The running pods' interfaces are left as
-// they are: a restarted plugin does not disturb them.
+// Synchronize catches up, at every registration, with what happened while the plugin was
+// away. It removes the interfaces of sandboxes that stopped meanwhile: those containerd no
+// longer lists, and those it lists stopped (their veth went with the pod's namespace;
+// podport.Sweep). And it gives net1 to the running sandboxes on the network that lack it:
+// containerd starts sandboxes without a plugin it is not connected to, which happens while the
+// plugin restarts, before its pod first runs on a node, and for a moment whenever containerd
+// drops it (it does when one of its calls overruns NRI's timeout on a loaded node). Those
+// attachments run after the registration, which has a timeout of its own; until then such a
+// pod runs without net1. The running pods' interfaces are left as they are: a restarted plugin
+// does not disturb them.
 func (p *Plugin) Synchronize(ctx context.Context, sandboxes []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
 	keep := make(map[string]bool, len(sandboxes))
 	for _, sb := range sandboxes {
@@ -171,7 +184,47 @@ func (p *Plugin) Synchronize(ctx context.Context, sandboxes []*api.PodSandbox, _
 		// Not a reason to refuse the registration: new pods would not start.
 		p.log.Error(err, "Removing the interfaces of sandboxes gone while the plugin was away")
 	}
+	attached, err := p.interfaces.Attached(ctx, p.cfg.Node)
+	if err != nil {
+		p.log.Error(err, "Listing the pods' interfaces; pods started while the plugin was away may lack net1")
+		return nil, nil
+	}
+	var missing []*api.PodSandbox
+	for _, sb := range sandboxes {
+		if _, ok := podNetns(sb); ok && !attached[sb.GetId()] && member(sb) {
+			missing = append(missing, sb)
+		}
+	}
+	if len(missing) > 0 {
+		p.catchingUp.Add(1)
+		go func() {
+			defer p.catchingUp.Done()
+			p.catchUp(context.WithoutCancel(ctx), missing)
+		}()
+	}
 	return nil, nil
+}
+
+// catchUp attaches the sandboxes that started while the plugin was away, one after the other
+// as containerd's own calls are; a failure is logged (the pod runs already, there is no call
+// to fail), and the next registration tries again.
+func (p *Plugin) catchUp(ctx context.Context, sandboxes []*api.PodSandbox) {
+	for _, sb := range sandboxes {
+		ctx, cancel := context.WithTimeout(ctx, detachTimeout)
+		err := p.RunPodSandbox(ctx, sb)
+		cancel()
+		if err != nil {
+			p.log.Error(err, "A pod started while the plugin was away still has no net1", "pod", key(sb), "sandbox", sb.GetId())
+			continue
+		}
+		p.log.Info("Gave net1 to a pod started while the plugin was away", "pod", key(sb), "sandbox", sb.GetId())
+	}
+}
+
+// member tells whether a sandbox is for the network as far as its own data says: not in a
+// system namespace, not opted out (RunPodSandbox reads the pod to be sure).
+func member(sb *api.PodSandbox) bool {
+	return !podnet.SystemNamespace(sb.GetNamespace()) && !podnet.OptedOut(sb.GetAnnotations())
 }
 
 // DefaultSweepInterval is how often SweepStopped runs in Run. A stopped sandbox's OVS port

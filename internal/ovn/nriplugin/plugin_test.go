@@ -46,6 +46,7 @@ type fakeInterfaces struct {
 	attached []podport.Attachment
 	detached []string
 	kept     map[string]bool
+	inPlace  map[string]bool // Attached's answer
 	sweeps   int
 	err      error
 }
@@ -57,11 +58,17 @@ func (f *fakeInterfaces) Sweep(_ context.Context, _ podport.Node, keep map[strin
 }
 
 func (f *fakeInterfaces) Attach(_ context.Context, a podport.Attachment) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.err != nil {
 		return f.err
 	}
 	f.attached = append(f.attached, a)
 	return nil
+}
+
+func (f *fakeInterfaces) Attached(context.Context, podport.Node) (map[string]bool, error) {
+	return f.inPlace, f.err
 }
 
 func (f *fakeInterfaces) Detach(_ context.Context, _ podport.Node, sandbox string) error {
@@ -193,12 +200,12 @@ func TestStopAndRemoveDetachTheSandbox(t *testing.T) {
 
 func TestSynchronizeKeepsTheRunningSandboxes(t *testing.T) {
 	for _, sweepErr := range []error{nil, errors.New("ovs-vsctl: database connection failed")} {
-		ifaces := &fakeInterfaces{err: sweepErr}
+		running := sandbox("default", nil, true)
+		ifaces := &fakeInterfaces{err: sweepErr, inPlace: map[string]bool{running.Id: true}}
 		p, err := New(testConfig, &fakePods{}, ifaces, testr.New(t))
 		if err != nil {
 			t.Fatal(err)
 		}
-		running := sandbox("default", nil, true)
 		// A failed sweep does not refuse the registration: new pods must still start.
 		if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{running}, nil); err != nil {
 			t.Fatalf("Synchronize: %v", err)
@@ -206,6 +213,32 @@ func TestSynchronizeKeepsTheRunningSandboxes(t *testing.T) {
 		if len(ifaces.kept) != 1 || !ifaces.kept[running.Id] {
 			t.Errorf("Sweep kept %v, want only the running sandbox %s", ifaces.kept, running.Id)
 		}
+	}
+}
+
+// TestSynchronizeAttachesPodsStartedWhileAway: of the running sandboxes a registration lists,
+// the ones on the network without their interface get it (after Synchronize has returned);
+// those that have it, system pods and opted-out pods are left alone.
+func TestSynchronizeAttachesPodsStartedWhileAway(t *testing.T) {
+	withNet1 := sandbox("default", nil, true)
+	withNet1.Id = "has-net1"
+	without := sandbox("default", nil, true)
+	without.Id = "started-while-away"
+	system := sandbox("kube-system", nil, true)
+	system.Id = "system"
+	optedOut := sandbox("default", map[string]string{podnet.OptOutAnnotation: "false"}, true)
+	optedOut.Id = "opted-out"
+	ifaces := &fakeInterfaces{inPlace: map[string]bool{withNet1.Id: true}}
+	p, err := New(testConfig, &fakePods{versions: []*corev1.Pod{pod(withAddress("10.112.0.5"))}}, ifaces, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Synchronize(context.Background(), []*api.PodSandbox{withNet1, without, system, optedOut}, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.catchingUp.Wait()
+	if len(ifaces.attached) != 1 || ifaces.attached[0].Sandbox != without.Id || ifaces.attached[0].IP.String() != "10.112.0.5/16" {
+		t.Fatalf("attached %+v, want only %s with its address", ifaces.attached, without.Id)
 	}
 }
 
