@@ -181,6 +181,9 @@ func startEchoPodsOnNet1(ctx context.Context, t *testing.T, l *lab.Lab, dir stri
 		cluster, ps := c.Name, pods[c.Name]
 		t.Cleanup(func() {
 			if t.Failed() {
+				// The test's context is over by now.
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
 				newSecondaryPods(ctx, t, l, dir, l.Network.Clusters[ci]).dumpPorts(ctx, t)
 			}
 		})
