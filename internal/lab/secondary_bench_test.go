@@ -82,7 +82,7 @@ func crossClusterThroughput(ctx context.Context, l *lab.Lab, octopus string, pai
 	runErr := cmd.Run()
 	report := &bench.Report{}
 	if err := json.Unmarshal(stdout.Bytes(), report); err != nil {
-		return 0, fmt.Errorf("octopus bench between %s and %s: %v (exit %v): %s", pair[0], pair[1], err, runErr, stderr.String())
+		return 0, fmt.Errorf("octopus bench between %s and %s (exit: %v): %w: %s", pair[0], pair[1], runErr, err, stderr.String())
 	}
 	var sum float64
 	n := 0

@@ -209,8 +209,11 @@ func startEchoPodsOnNet1(ctx context.Context, t *testing.T, l *lab.Lab, dir stri
 			// registers again (Synchronize).
 			waitFor(t, 30*time.Second, fmt.Sprintf("pod %s's net1 to carry %s", p.name, ip), func() error {
 				out, err := exec.Command("ip", "-n", p.netns, "-o", "addr", "show", "dev", podnet.InterfaceName).CombinedOutput()
-				if err != nil || !strings.Contains(string(out), netip.PrefixFrom(ip, blocks[cluster].Bits()).String()) {
-					return fmt.Errorf("%v: %s", err, out)
+				if err != nil {
+					return fmt.Errorf("%w: %s", err, out)
+				}
+				if !strings.Contains(string(out), netip.PrefixFrom(ip, blocks[cluster].Bits()).String()) {
+					return fmt.Errorf("net1: %s", out)
 				}
 				return nil
 			})
