@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -82,7 +83,7 @@ func crossClusterThroughput(ctx context.Context, l *lab.Lab, octopus string, pai
 	runErr := cmd.Run()
 	report := &bench.Report{}
 	if err := json.Unmarshal(stdout.Bytes(), report); err != nil {
-		return 0, fmt.Errorf("octopus bench between %s and %s (exit: %v): %w: %s", pair[0], pair[1], runErr, err, stderr.String())
+		return 0, fmt.Errorf("octopus bench between %s and %s: %w: %s", pair[0], pair[1], errors.Join(err, runErr), stderr.String())
 	}
 	var sum float64
 	n := 0
