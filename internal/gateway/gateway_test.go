@@ -32,6 +32,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/ipam"
 	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/routeagent"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
@@ -189,12 +190,11 @@ func configPeer(d *fakeDriver, id string) (tunnel.Peer, error) {
 	return tunnel.Peer{}, fmt.Errorf("no peer %s in %+v", id, cfg.Peers)
 }
 
-// TestGateway runs real gateways (fake tunnel drivers) against a real hub and two member
-// clusters: peers published and meshed, standby and failover with a fresh key, status with
-// connections, refusal of an overlapping Peer, and teardown when a Peer disappears.
-func TestGateway(t *testing.T) {
-	env := testenv.ControlPlanes(t, "hub", "east", "west")
-	ctx := t.Context()
+// joinEastWest deploys the hub on env's cluster "hub" and joins "east" and "west" to it with
+// direct addressing and pod CIDRs of their own (the cluster set most gateway tests run on), and
+// returns the hub's broker-info.
+func joinEastWest(ctx context.Context, t *testing.T, env *controlplane.Environment) *hub.BrokerInfo {
+	t.Helper()
 	info, err := hub.Deploy(ctx, env.Cluster("hub").RESTConfig(), hub.DeployOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -206,6 +206,16 @@ func TestGateway(t *testing.T) {
 			t.Fatalf("joining %s: %v", name, err)
 		}
 	}
+	return info
+}
+
+// TestGateway runs real gateways (fake tunnel drivers) against a real hub and two member
+// clusters: peers published and meshed, standby and failover with a fresh key, status with
+// connections, refusal of an overlapping Peer, and teardown when a Peer disappears.
+func TestGateway(t *testing.T) {
+	env := testenv.ControlPlanes(t, "hub", "east", "west")
+	ctx := t.Context()
+	info := joinEastWest(ctx, t, env)
 	hubc := newClient(t, env.Cluster("hub").RESTConfig())
 	eastCfg, westCfg := env.Cluster("east").RESTConfig(), env.Cluster("west").RESTConfig()
 	east, west := newClient(t, eastCfg), newClient(t, westCfg)

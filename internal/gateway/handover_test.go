@@ -17,9 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/datapath/route"
-	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/routeagent"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
@@ -96,17 +94,7 @@ func (tl *timeline) String() string {
 func TestCleanHandover(t *testing.T) {
 	env := testenv.ControlPlanes(t, "hub", "east", "west")
 	ctx := t.Context()
-	info, err := hub.Deploy(ctx, env.Cluster("hub").RESTConfig(), hub.DeployOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"east", "west"} {
-		if _, err := cluster.Join(ctx, env.Cluster(name).RESTConfig(), cluster.JoinOptions{
-			BrokerInfo: info, ClusterID: name, PodCIDRs: []string{env.Cluster(name).PodCIDR.String()},
-		}); err != nil {
-			t.Fatalf("joining %s: %v", name, err)
-		}
-	}
+	info := joinEastWest(ctx, t, env)
 	hubc := newClient(t, env.Cluster("hub").RESTConfig())
 	eastCfg, westCfg := env.Cluster("east").RESTConfig(), env.Cluster("west").RESTConfig()
 	east, west := newClient(t, eastCfg), newClient(t, westCfg)
