@@ -29,20 +29,25 @@ import (
 )
 
 // TestSecondaryNetwork runs two clusters with identical pod and service CIDRs joined with
-// secondary addressing (docs/architecture.md §6s): the member chart runs OVN, the ovnmaster
-// and the NRI plugin as the clusters' pods, every pod gets net1 from its cluster's block, and
-// all cross-cluster traffic goes pod → net1 → the OVN switch → the active gateway's port →
-// the WireGuard tunnel → the other cluster's gateway port → its pod's net1. It checks TCP and
-// ICMP between every pair of pods across the clusters both ways with the source's net1
-// address preserved, that the underlay between the gateways carries only WireGuard, that the
-// gateways report each other Connected (their probes reach the blocks' first hosts), that no
-// route agent routes the blocks, that an exported service's clusterset.local name answers
-// with the exporting pods' net1 addresses and is reached over them, the NRI plugin's side
-// (secondary_pods_test.go: a refused address, batches of pods leaving no port behind, start
-// latency with and without net1), that restarts of OVN's NB database, the ovnmaster and the
-// plugin disturb no running pod. (A takeover moving the OVN gateway port is proved against
-// real OVN, ovnmaster.TestGatewayTakeoverMovesTraffic: a lab of two clusters of three nodes
-// with the secondary network did not get its pods ready on this 2-core machine.)
+// secondary addressing (docs/architecture.md §6s): the member chart runs OVN, the ovnmaster,
+// the NRI plugin and the gateway port's keeper as the clusters' pods, every pod gets net1 from
+// its cluster's block, and all cross-cluster traffic goes pod → net1 → the OVN switch → the
+// active gateway's port → the WireGuard tunnel → the other cluster's gateway port → its pod's
+// net1. It checks:
+//   - TCP (the source's net1 address preserved) and ICMP between every pair of pods across the
+//     clusters, both ways;
+//   - that the underlay between the gateways carries only WireGuard;
+//   - that the gateways report each other Connected (their probes reach the blocks' first
+//     hosts) and that no route agent routes the blocks;
+//   - that an exported service's clusterset.local name answers with the exporting pods' net1
+//     addresses and is reached over them, and that octopus verify passes over net1;
+//   - the NRI plugin's side (secondary_pods_test.go): a refused address, batches of pods
+//     leaving no port behind, start latency with and without net1;
+//   - that restarts of OVN's NB database, the ovnmaster and the plugin disturb no running pod.
+//
+// A takeover moving the OVN gateway port is proved against real OVN with the ovnmaster
+// (ovnmaster.TestGatewayTakeoverMovesTraffic): a lab of two clusters of three nodes with the
+// secondary network did not get its pods ready on a 2-core machine.
 func TestSecondaryNetwork(t *testing.T) {
 	testenv.LabNetwork(t)
 	if _, err := exec.LookPath("busybox"); err != nil {
