@@ -136,6 +136,14 @@ func New(cfg Config, pods Pods, interfaces Interfaces, log logr.Logger) (*Plugin
 
 // RunPodSandbox gives the pod its net1, or fails the sandbox saying why.
 func (p *Plugin) RunPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
+	if err := p.attach(ctx, sb); err != nil {
+		return p.refuse(sb, err)
+	}
+	return nil
+}
+
+// attach gives a sandbox on the network its net1; nil for a sandbox that is not on it.
+func (p *Plugin) attach(ctx context.Context, sb *api.PodSandbox) error {
 	netnsPath, ok := podNetns(sb)
 	if !ok || !member(sb) {
 		return nil
@@ -147,14 +155,14 @@ func (p *Plugin) RunPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
 		return nil
 	}
 	if err != nil {
-		return p.refuse(sb, err)
+		return err
 	}
 	a, err := p.attachment(sb, netnsPath, status)
 	if err != nil {
-		return p.refuse(sb, err)
+		return err
 	}
 	if err := p.interfaces.Attach(ctx, a); err != nil {
-		return p.refuse(sb, err)
+		return err
 	}
 	p.log.V(1).Info("Attached the pod to the secondary network", "pod", key(sb), "sandbox", sb.GetId(),
 		"ip", a.IP, "mac", a.MAC.String(), "port", a.Port, "waited", waited, "took", time.Since(start))
@@ -211,7 +219,7 @@ func (p *Plugin) Synchronize(ctx context.Context, sandboxes []*api.PodSandbox, _
 func (p *Plugin) catchUp(ctx context.Context, sandboxes []*api.PodSandbox) {
 	for _, sb := range sandboxes {
 		ctx, cancel := context.WithTimeout(ctx, detachTimeout)
-		err := p.RunPodSandbox(ctx, sb)
+		err := p.attach(ctx, sb)
 		cancel()
 		if err != nil {
 			p.log.Error(err, "A pod started while the plugin was away still has no net1", "pod", key(sb), "sandbox", sb.GetId())
