@@ -67,7 +67,7 @@ func TestGatewayPortNeedsOnlyNetAdmin(t *testing.T) {
 	central := ovntest.StartCentral(t)
 	ch := ovntest.StartChassis(t, central)
 	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Skip("setpriv (util-linux) not found")
+		t.Fatal("setpriv is missing: install util-linux (apt-get install util-linux)")
 	}
 	bin := filepath.Join(t.TempDir(), "octopus-ovn")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {

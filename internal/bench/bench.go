@@ -9,7 +9,6 @@ package bench
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -270,10 +269,7 @@ func (r *runner) measureAll(ctx context.Context) []Row {
 func (r *runner) measure(ctx context.Context, path Path, from, to *member) Measurement {
 	m := Measurement{From: from.ID, To: to.ID, ClientNode: from.nodes[clientName], ServerNode: to.nodes[serverName]}
 	name := fmt.Sprintf("%s %s %s->%s", r.opts.Kind, path, from.ID, to.ID)
-	ip, err := address(path, from != to, to.server, from.clusterSetIPs[to.ID])
-	if path == PathService && from != to && from.secondary {
-		err = errors.New("not measured: a cluster with secondary addressing has no ClusterSet IP (DNS answers with the exporting pods' net1 addresses); pod-to-pod measures the same path")
-	}
+	ip, err := address(path, from != to, from.secondary, to.server, from.clusterSetIPs[to.ID])
 	if err != nil {
 		m.Error = err.Error()
 		r.p.Step("%s: %s", name, m.Error)

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 
@@ -45,11 +46,15 @@ func secondaryAddr(annotations map[string]string) (netip.Addr, error) {
 //     gives it (pod CIDRs may overlap); else its pod IP (direct addressing).
 //   - pod-to-service in the client's own cluster: the Service's cluster IP.
 //   - pod-to-service across clusters: the ClusterSet IP of the client cluster's ServiceImport,
-//     which globalnet makes a global address; the same for every mode.
-func address(path Path, crossCluster bool, srv server, clusterSetIP netip.Addr) (netip.Addr, error) {
+//     which globalnet makes a global address; none from a client cluster with secondary
+//     addressing (fromSecondary), whose imports have none: DNS answers with the exporting
+//     pods' net1 addresses there (docs/architecture.md §6s), which pod-to-pod measures.
+func address(path Path, crossCluster, fromSecondary bool, srv server, clusterSetIP netip.Addr) (netip.Addr, error) {
 	var a netip.Addr
 	var what string
 	switch {
+	case path == PathService && crossCluster && fromSecondary:
+		return netip.Addr{}, errors.New("not measured: a cluster with secondary addressing has no ClusterSet IP (DNS answers with the exporting pods' net1 addresses); pod-to-pod measures the same path")
 	case path == PathPod && !crossCluster:
 		a, what = srv.podIP, "the server pod's IP"
 	case path == PathPod && srv.secondaryIP.IsValid():

@@ -36,7 +36,7 @@ func TestAddress(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := address(tt.path, tt.cross, tt.srv, tt.setIP)
+			got, err := address(tt.path, tt.cross, false, tt.srv, tt.setIP)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("address = %v, %v; want an error with %q", got, err, tt.wantErr)
@@ -47,6 +47,18 @@ func TestAddress(t *testing.T) {
 				t.Fatalf("address = %v, %v; want %s", got, err, tt.want)
 			}
 		})
+	}
+}
+
+// TestAddressFromSecondaryCluster: a client cluster on the secondary network reaches the
+// other clusters' pods by their net1 addresses, and has no ClusterSet IP to measure a service by.
+func TestAddressFromSecondaryCluster(t *testing.T) {
+	srv := server{podIP: netip.MustParseAddr("10.1.0.5"), secondaryIP: netip.MustParseAddr("172.30.1.5")}
+	if got, err := address(PathPod, true, true, srv, netip.Addr{}); err != nil || got.String() != "172.30.1.5" {
+		t.Errorf("pod across clusters = %v, %v; want the net1 address", got, err)
+	}
+	if got, err := address(PathService, true, true, srv, netip.MustParseAddr("10.97.0.3")); err == nil || !strings.Contains(err.Error(), "no ClusterSet IP") {
+		t.Errorf("service across clusters = %v, %v; want an error saying there is no ClusterSet IP", got, err)
 	}
 }
 

@@ -232,23 +232,25 @@ func Detach(ctx context.Context, n Node, sandbox string) error {
 }
 
 // Sweep detaches the sandboxes this package attached to the node's bridge that have stopped,
-// and returns their IDs. A stopped sandbox is one whose veth's node end is gone: the kernel
-// removes the veth with the pod's network namespace when the sandbox stops, but not its OVS
-// port, which stays bound to a logical port that may soon be another pod's. Attach makes the
-// node end before the OVS port, so a port without it is never an attachment in progress.
-// When keep is not nil, the sandboxes it does not hold are detached too (the runtime no
-// longer knows them). This is how a stop the plugin missed (it was not running, or its
-// removal failed) never leaks a port for longer than until the next Sweep.
-func Sweep(ctx context.Context, n Node, keep map[string]bool) ([]string, error) {
+// and returns their IDs and those of the sandboxes whose interface stays in place. A stopped
+// sandbox is one whose veth's node end is gone: the kernel removes the veth with the pod's
+// network namespace when the sandbox stops, but not its OVS port, which stays bound to a
+// logical port that may soon be another pod's. Attach makes the node end before the OVS port,
+// so a port without it is never an attachment in progress. When keep is not nil, the
+// sandboxes it does not hold are detached too (the runtime no longer knows them). This is how
+// a stop the plugin missed (it was not running, or its removal failed) never leaks a port for
+// longer than until the next Sweep.
+func Sweep(ctx context.Context, n Node, keep map[string]bool) (removed []string, attachedNow map[string]bool, err error) {
 	sandboxes, running, err := attached(ctx, n)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var removed []string
+	attachedNow = map[string]bool{}
 	var errs []error
 	for _, sb := range sandboxes {
 		// A sandbox unknown to the runtime goes whatever its node end says.
 		if running[sb] && (keep == nil || keep[sb]) {
+			attachedNow[sb] = true
 			continue
 		}
 		if err := Detach(ctx, n, sb); err != nil {
@@ -257,14 +259,7 @@ func Sweep(ctx context.Context, n Node, keep map[string]bool) ([]string, error) 
 		}
 		removed = append(removed, sb)
 	}
-	return removed, errors.Join(errs...)
-}
-
-// Attached returns the sandboxes whose interface is in place on the node: an OVS port of ours
-// with its veth's node end.
-func Attached(ctx context.Context, n Node) (map[string]bool, error) {
-	_, running, err := attached(ctx, n)
-	return running, err
+	return removed, attachedNow, errors.Join(errs...)
 }
 
 // attached lists the sandboxes with an OVS port of ours, and of those the ones whose veth's

@@ -215,7 +215,7 @@ func TestSweepRemovesOnlyStaleSandboxes(t *testing.T) {
 		{keep: nil, want: stopped},
 		{keep: map[string]bool{running.sandbox: true, stopped.sandbox: true}, want: unknown},
 	} {
-		removed, err := podport.Sweep(context.Background(), node, step.keep)
+		removed, _, err := podport.Sweep(context.Background(), node, step.keep)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -68,8 +68,7 @@ type Pods interface {
 type Interfaces interface {
 	Attach(ctx context.Context, a podport.Attachment) error
 	Detach(ctx context.Context, n podport.Node, sandbox string) error
-	Sweep(ctx context.Context, n podport.Node, keep map[string]bool) ([]string, error)
-	Attached(ctx context.Context, n podport.Node) (map[string]bool, error)
+	Sweep(ctx context.Context, n podport.Node, keep map[string]bool) (removed []string, attached map[string]bool, err error)
 }
 
 // Podport is Interfaces on the node's kernel and OVS.
@@ -83,13 +82,8 @@ func (Podport) Detach(ctx context.Context, n podport.Node, sandbox string) error
 	return podport.Detach(ctx, n, sandbox)
 }
 
-// Attached is podport.Attached.
-func (Podport) Attached(ctx context.Context, n podport.Node) (map[string]bool, error) {
-	return podport.Attached(ctx, n)
-}
-
 // Sweep is podport.Sweep.
-func (Podport) Sweep(ctx context.Context, n podport.Node, keep map[string]bool) ([]string, error) {
+func (Podport) Sweep(ctx context.Context, n podport.Node, keep map[string]bool) ([]string, map[string]bool, error) {
 	return podport.Sweep(ctx, n, keep)
 }
 
@@ -184,7 +178,7 @@ func (p *Plugin) Synchronize(ctx context.Context, sandboxes []*api.PodSandbox, _
 	for _, sb := range sandboxes {
 		keep[sb.GetId()] = true
 	}
-	removed, err := p.interfaces.Sweep(ctx, p.cfg.Node, keep)
+	removed, attached, err := p.interfaces.Sweep(ctx, p.cfg.Node, keep)
 	if len(removed) > 0 {
 		p.log.Info("Removed the interfaces of sandboxes gone while the plugin was away", "sandboxes", removed)
 	}
@@ -192,9 +186,9 @@ func (p *Plugin) Synchronize(ctx context.Context, sandboxes []*api.PodSandbox, _
 		// Not a reason to refuse the registration: new pods would not start.
 		p.log.Error(err, "Removing the interfaces of sandboxes gone while the plugin was away")
 	}
-	attached, err := p.interfaces.Attached(ctx, p.cfg.Node)
-	if err != nil {
-		p.log.Error(err, "Listing the pods' interfaces; pods started while the plugin was away may lack net1")
+	if attached == nil {
+		// The interfaces could not be listed: attaching now could double what is there.
+		p.log.Info("Pods started while the plugin was away may lack net1 until the next registration")
 		return nil, nil
 	}
 	var missing []*api.PodSandbox
@@ -245,7 +239,7 @@ const DefaultSweepInterval = 10 * time.Second
 // and the stops of that moment pass without it, docs/architecture.md §6s) or a removal that
 // failed. Run calls it every DefaultSweepInterval, between registrations too.
 func (p *Plugin) SweepStopped(ctx context.Context) {
-	removed, err := p.interfaces.Sweep(ctx, p.cfg.Node, nil)
+	removed, _, err := p.interfaces.Sweep(ctx, p.cfg.Node, nil)
 	if len(removed) > 0 {
 		p.log.Info("Removed the interfaces of stopped sandboxes", "sandboxes", removed)
 	}

@@ -46,15 +46,15 @@ type fakeInterfaces struct {
 	attached []podport.Attachment
 	detached []string
 	kept     map[string]bool
-	inPlace  map[string]bool // Attached's answer
+	inPlace  map[string]bool // the sandboxes Sweep leaves attached
 	sweeps   int
 	err      error
 }
 
-func (f *fakeInterfaces) Sweep(_ context.Context, _ podport.Node, keep map[string]bool) ([]string, error) {
+func (f *fakeInterfaces) Sweep(_ context.Context, _ podport.Node, keep map[string]bool) ([]string, map[string]bool, error) {
 	f.sweeps++
 	f.kept = keep
-	return nil, f.err
+	return nil, f.inPlace, f.err
 }
 
 func (f *fakeInterfaces) Attach(_ context.Context, a podport.Attachment) error {
@@ -67,9 +67,6 @@ func (f *fakeInterfaces) Attach(_ context.Context, a podport.Attachment) error {
 	return nil
 }
 
-func (f *fakeInterfaces) Attached(context.Context, podport.Node) (map[string]bool, error) {
-	return f.inPlace, f.err
-}
 
 func (f *fakeInterfaces) Detach(_ context.Context, _ podport.Node, sandbox string) error {
 	f.mu.Lock()

@@ -64,11 +64,13 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("NRI plugin: %w", err)
 	}
 	go func() {
+		tick := time.NewTicker(DefaultSweepInterval)
+		defer tick.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(DefaultSweepInterval):
+			case <-tick.C:
 				p.SweepStopped(ctx)
 			}
 		}
