@@ -67,7 +67,6 @@ func (f *fakeInterfaces) Attach(_ context.Context, a podport.Attachment) error {
 	return nil
 }
 
-
 func (f *fakeInterfaces) Detach(_ context.Context, _ podport.Node, sandbox string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
