@@ -190,11 +190,20 @@ func configPeer(d *fakeDriver, id string) (tunnel.Peer, error) {
 	return tunnel.Peer{}, fmt.Errorf("no peer %s in %+v", id, cfg.Peers)
 }
 
-// joinEastWest deploys the hub on env's cluster "hub" and joins "east" and "west" to it with
-// direct addressing and pod CIDRs of their own (the cluster set most gateway tests run on), and
-// returns the hub's broker-info.
-func joinEastWest(ctx context.Context, t *testing.T, env *controlplane.Environment) *hub.BrokerInfo {
+// eastWest is the cluster set most gateway tests run on: a hub, and "east" and "west" joined
+// to it with direct addressing and pod CIDRs of their own, with the Nodes of two gateways in
+// east (east-gw1, east-gw2) and one in west (west-gw1).
+type eastWest struct {
+	env              *controlplane.Environment
+	info             *hub.BrokerInfo
+	hub, east, west  client.Client
+	eastCfg, westCfg *rest.Config
+}
+
+func newEastWest(t *testing.T) eastWest {
 	t.Helper()
+	ctx := t.Context()
+	env := testenv.ControlPlanes(t, "hub", "east", "west")
 	info, err := hub.Deploy(ctx, env.Cluster("hub").RESTConfig(), hub.DeployOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -206,22 +215,22 @@ func joinEastWest(ctx context.Context, t *testing.T, env *controlplane.Environme
 			t.Fatalf("joining %s: %v", name, err)
 		}
 	}
-	return info
+	ew := eastWest{env: env, info: info, hub: newClient(t, env.Cluster("hub").RESTConfig()),
+		eastCfg: env.Cluster("east").RESTConfig(), westCfg: env.Cluster("west").RESTConfig()}
+	ew.east, ew.west = newClient(t, ew.eastCfg), newClient(t, ew.westCfg)
+	addNode(t, ew.east, "east-gw1", "198.51.100.2", "10.101.0.0/24")
+	addNode(t, ew.east, "east-gw2", "198.51.100.3", "10.101.1.0/24")
+	addNode(t, ew.west, "west-gw1", "198.51.100.18", "10.102.0.0/24")
+	return ew
 }
 
 // TestGateway runs real gateways (fake tunnel drivers) against a real hub and two member
 // clusters: peers published and meshed, standby and failover with a fresh key, status with
 // connections, refusal of an overlapping Peer, and teardown when a Peer disappears.
 func TestGateway(t *testing.T) {
-	env := testenv.ControlPlanes(t, "hub", "east", "west")
-	ctx := t.Context()
-	info := joinEastWest(ctx, t, env)
-	hubc := newClient(t, env.Cluster("hub").RESTConfig())
-	eastCfg, westCfg := env.Cluster("east").RESTConfig(), env.Cluster("west").RESTConfig()
-	east, west := newClient(t, eastCfg), newClient(t, westCfg)
-	addNode(t, east, "east-gw1", "198.51.100.2", "10.101.0.0/24")
-	addNode(t, east, "east-gw2", "198.51.100.3", "10.101.1.0/24")
-	addNode(t, west, "west-gw1", "198.51.100.18", "10.102.0.0/24")
+	ew := newEastWest(t)
+	ctx, env, info, hubc := t.Context(), ew.env, ew.info, ew.hub
+	east, eastCfg, westCfg := ew.east, ew.eastCfg, ew.westCfg
 	eastSubnets := []string{env.Cluster("east").PodCIDR.String(), env.Cluster("east").ServiceCIDR.String()}
 	westSubnets := []string{env.Cluster("west").PodCIDR.String(), env.Cluster("west").ServiceCIDR.String()}
 	ns := info.Namespace

@@ -19,7 +19,6 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/datapath/route"
 	"github.com/octopus-mcs/octopus/internal/routeagent"
-	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
 // timedRoutes is a route agent's routes, recording when each set was applied.
@@ -92,16 +91,10 @@ func (tl *timeline) String() string {
 // once its tunnels are applied. Then the last gateway stops with no standby: it does not wait
 // for a successor longer than successorWait.
 func TestCleanHandover(t *testing.T) {
-	env := testenv.ControlPlanes(t, "hub", "east", "west")
-	ctx := t.Context()
-	info := joinEastWest(ctx, t, env)
-	hubc := newClient(t, env.Cluster("hub").RESTConfig())
-	eastCfg, westCfg := env.Cluster("east").RESTConfig(), env.Cluster("west").RESTConfig()
-	east, west := newClient(t, eastCfg), newClient(t, westCfg)
-	addNode(t, east, "east-gw1", "198.51.100.2", "10.101.0.0/24")
-	addNode(t, east, "east-gw2", "198.51.100.3", "10.101.1.0/24")
+	ew := newEastWest(t)
+	ctx, info, hubc := t.Context(), ew.info, ew.hub
+	east, west, eastCfg, westCfg := ew.east, ew.west, ew.eastCfg, ew.westCfg
 	addNode(t, east, "east-worker", "198.51.100.4", "10.101.2.0/24")
-	addNode(t, west, "west-gw1", "198.51.100.18", "10.102.0.0/24")
 	l1, l2, timing := livenessListeners(t)
 	gw1 := startGateway(t, eastCfg, "east-gw1", "203.0.113.1", timing(l1))
 	wgw := startGateway(t, westCfg, "west-gw1", "203.0.113.17")
