@@ -53,7 +53,7 @@ func TestVerifyValidate(t *testing.T) {
 // TestVerifyWithoutProbes runs `octopus verify` and `octopus bench` against real API servers
 // that have no nodes: a cluster that has not joined is refused before anything is created,
 // and when the pods cannot become ready, or the run is interrupted, the namespace is deleted
-// in every cluster. (The checks and measurements themselves are proven in the lab: TestVerify
+// in every cluster. (The checks and measurements themselves are proven in the lab: TestDiagnose
 // and TestCrossCluster/wireguard/bench in internal/lab.)
 func TestVerifyWithoutProbes(t *testing.T) {
 	env := testenv.ControlPlanes(t, "hub", "east", "west", "lone")

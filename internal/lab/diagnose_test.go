@@ -45,12 +45,14 @@ type diagnoseLab struct {
 // forwarding block removed, the hub's API server stopped, the tunnel port dropped on a
 // gateway node's underlay, the underlay's MTU lowered, and a gateway killed for good (last:
 // nothing restarts it). `octopus dashboard`, opened in a headless Chromium before the kill,
-// draws the lab and then follows the kill without a reload (dashboard_test.go).
+// draws the lab and then follows the kill without a reload (dashboard_test.go). `octopus
+// verify` passes every check on the healthy lab and fails exactly the cross-cluster ones once
+// the gateway is killed (verify_test.go): one lab bring-up for both commands.
 func TestDiagnose(t *testing.T) {
 	testenv.LabNetwork(t)
 	binDir := testenv.BinDir(t)
-	bins := buildCommands(t, "octopus-agent", "octopus-dns", "octopus")
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	bins := buildCommands(t, "octopus-agent", "octopus-echo", "octopus-dns", "octopus")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	// Processes: the checks cut a gateway off by its pidfile and read its process log
 	// through gather.
@@ -74,6 +76,8 @@ func TestDiagnose(t *testing.T) {
 		}
 		d.expect(t, r, "hub-access", diagnose.HubName, diagnose.SeverityOK, "the hub's kubeconfig reaches", "")
 	})
+
+	t.Run("verify", func(t *testing.T) { verifyHealthy(ctx, t, l, d.octopus) })
 
 	t.Run("gather", func(t *testing.T) { d.gather(ctx, t) })
 
@@ -228,6 +232,8 @@ func TestDiagnose(t *testing.T) {
 		}
 		dash.gatewayKilled(ctx, t)
 	})
+
+	t.Run("verify after the gateway was killed", func(t *testing.T) { verifyGatewayDown(ctx, t, l, d.octopus) })
 }
 
 // run runs `octopus diagnose all` on both clusters (with extra flags) and returns its report

@@ -23,7 +23,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -33,7 +32,6 @@ import (
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/realnode"
-	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
 // labCluster is a running lab's first member cluster, as the tests of kubectl against it see
@@ -44,23 +42,6 @@ type labCluster struct {
 	kubeconfig string
 	kubectl    string
 	cs         kubernetes.Interface
-}
-
-// upLab brings up hub + 1 cluster x 2 nodes for a test and takes it down afterwards.
-func upLab(ctx context.Context, t *testing.T) labCluster {
-	t.Helper()
-	testenv.LabNetwork(t)
-	if _, err := exec.LookPath("busybox"); err != nil {
-		t.Fatal("busybox is missing: run hack/install-deps.sh (lab pods of its image run it)")
-	}
-	binDir := testenv.BinDir(t)
-	bins := buildCommands(t, "octopus-agent", "octopus-echo")
-	l, dir := startLab(ctx, t, lab.Options{
-		Clusters: 1, NodesPerCluster: 2, BinDir: binDir,
-		AgentBinary: bins["octopus-agent"],
-	})
-	kubeconfig := l.Env.Cluster(l.Network.Clusters[0].Name).Kubeconfig
-	return labCluster{lab: l, dir: dir, kubeconfig: kubeconfig, kubectl: filepath.Join(binDir, "kubectl"), cs: clientset(t, kubeconfig)}
 }
 
 // kubectlResult is one kubectl run.
@@ -93,21 +74,16 @@ func (c labCluster) run(ctx context.Context, t *testing.T, env []string, stdin s
 	return res
 }
 
-// TestExecAndLogs drives lab pods through the real kubectl, which reaches the node agent's
+// testExecAndLogs drives lab pods through the real kubectl, which reaches the node agent's
 // kubelet API through the API server: exec over WebSocket and over SPDY (pod -> pod on the
 // same and the other node, pod -> Service, stdin, stderr, exit codes; no wget -T: Debian's
 // busybox 1.35 wget crashes with it), exec with a terminal,
 // and logs (all, tail, timestamps, follow, previous). It also checks that the kubelet API
-// serves the API server's client certificate only.
-func TestExecAndLogs(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	c := upLab(ctx, t)
+// serves the API server's client certificate only. TestPods runs it on its lab, with its
+// echo pods (echo, by node name) and their Service.
+func testExecAndLogs(ctx context.Context, t *testing.T, c labCluster, echo map[string]*corev1.Pod, svc *corev1.Service) {
 	net := c.lab.Network.Clusters[0]
 	node1, node2 := net.Nodes[0], net.Nodes[1]
-	for _, n := range net.Nodes {
-		create(ctx, t, c.cs, echoPod("echo-"+n.Name, n.Name))
-	}
 	if _, err := c.cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"greeting": "hello"},
 	}, metav1.CreateOptions{}); err != nil {
@@ -138,18 +114,6 @@ func TestExecAndLogs(t *testing.T) {
 			// start within a second), and lives long enough to be read while it runs.
 			Command: []string{"sh", "-c", "echo run $(cat /proc/sys/kernel/random/uuid); sleep 4; exit 3"}}}},
 	})
-	svc, err := c.cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "echo"},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "echo"},
-			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	echo := map[string]*corev1.Pod{}
-	for _, n := range net.Nodes {
-		echo[n.Name] = waitPodReady(ctx, t, c.cs, "echo-"+n.Name)
-	}
 	waitPodReady(ctx, t, c.cs, "toolbox")
 
 	for _, mode := range []struct{ name, env string }{

@@ -23,6 +23,7 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+	"github.com/octopus-mcs/octopus/internal/routeagent"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
@@ -224,6 +225,9 @@ func (f *failoverLab) nodeCutOff(ctx context.Context, t *testing.T) {
 	// (the node cannot reach its API server either).
 	f.waitHolder(ctx, t, f.cs1, f.standby.Name, 60*time.Second)
 	t.Logf("%s took the Lease %.1fs after %s was cut off", f.standby.Name, time.Since(cut).Seconds(), f.active.Name)
+	// Each step of the takeover is timed, so that a slow one says which step was slow: the
+	// new active's Peer on the hub (the remote gateway re-points to it), then the ConfigMap
+	// naming it (the route agents move to it).
 	waitFor(t, 60*time.Second, f.c1.Name+"'s Peer to name "+f.standby.Name, func() error {
 		p := f.peer(ctx, t, f.c1.Name)
 		if p.Spec.Hostname != f.standby.Name || p.Spec.PublicKey == old.Spec.PublicKey {
@@ -231,6 +235,18 @@ func (f *failoverLab) nodeCutOff(ctx context.Context, t *testing.T) {
 		}
 		return nil
 	})
+	t.Logf("%s's Peer named %s %.1fs after the cut", f.c1.Name, f.standby.Name, time.Since(cut).Seconds())
+	waitFor(t, 60*time.Second, f.c1.Name+"'s gateway ConfigMap to name "+f.standby.Name, func() error {
+		cm, err := f.cs1.CoreV1().ConfigMaps(v1alpha1.SystemNamespace).Get(ctx, v1alpha1.GatewayConfigMapName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if got := routeagent.ActiveGateway(cm); got != f.standby.Name {
+			return fmt.Errorf("it names %q", got)
+		}
+		return nil
+	})
+	t.Logf("%s's gateway ConfigMap named %s %.1fs after the cut", f.c1.Name, f.standby.Name, time.Since(cut).Seconds())
 	probe.waitAnsweredAfter(t, cut, 90*time.Second)
 	time.Sleep(2 * time.Second)
 	gap, lost, sent := probe.longestGap(cut.Add(-time.Second), time.Now())

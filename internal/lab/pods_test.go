@@ -37,8 +37,9 @@ import (
 // liveness and startup probes that restart containers (testLivenessAndStartup) and a container
 // whose binary is missing. From the client pod's namespace
 // it checks TCP pod → pod on the same node, on the other node, through the ClusterIP
-// (kube-proxy) and to kubernetes.default; then a Deployment scaled 1 → 3 → 0 gets pods, namespaces and veths and loses
-// them again. Finally Stop leaves no pod namespace or process.
+// (kube-proxy) and to kubernetes.default; kubectl exec and logs through the kubelet API
+// (testExecAndLogs, exec_test.go); then a Deployment scaled 1 → 3 → 0 gets pods, namespaces
+// and veths and loses them again. Finally Stop leaves no pod namespace or process.
 func TestPods(t *testing.T) {
 	testenv.LabNetwork(t)
 	for _, bin := range []string{"busybox", "socat"} {
@@ -50,7 +51,7 @@ func TestPods(t *testing.T) {
 	bins := buildCommands(t, "octopus-agent", "octopus-echo")
 	dir := filepath.Join(t.TempDir(), "lab")
 	routesBefore := mustRoutes(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 
 	begin := time.Now()
@@ -240,6 +241,11 @@ func TestPods(t *testing.T) {
 	if logs := podLogs(ctx, t, cs, "client", false); !strings.Contains(logs, "tick 2") {
 		t.Errorf("busybox loop log %q does not show it looping", logs)
 	}
+
+	t.Run("kubectl exec and logs", func(t *testing.T) {
+		kubectl.lab, kubectl.dir, kubectl.cs = l, dir, cs
+		testExecAndLogs(ctx, t, kubectl, map[string]*corev1.Pod{node1.Name: ready["echo-"+node1.Name], node2.Name: ready["echo-"+node2.Name]}, svc)
+	})
 
 	// A Deployment scaled 1 -> 3 -> 0.
 	if _, err := cs.AppsV1().Deployments("default").Create(ctx, echoDeployment("scale", 1), metav1.CreateOptions{}); err != nil {

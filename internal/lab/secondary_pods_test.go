@@ -108,12 +108,14 @@ func (s *secondaryPods) checkRefusedAddress(ctx context.Context, t *testing.T) {
 
 // secondaryBatch is the number of pods of each side of a round of the start latency
 // measurement, and secondaryRounds the number of rounds, each creating and deleting its pods,
-// through the ovnmaster and the plugin, which must leave no port behind. CI runs 2 × (20 + 20);
+// through the ovnmaster and the plugin, which must leave no port behind. CI runs 2 × (10 + 10)
+// (the second round reuses the addresses the first released; the NB-level churn of 200 pods is
+// TestChurnLeavesNothingBehind's);
 // the measurement, 200 pods in all and latencies over 100 with and 100 without net1, is
 // -secondary-batch 50 (docs/benchmarks.md): some 12 minutes of a loaded 2-core machine. Rounds
 // of a batch each rather than one of 100: the latencies are of a pod start on a busy node, not of
 // a queue of 100 sandboxes on two cores.
-var secondaryBatch = flag.Int("secondary-batch", 20, "TestSecondaryNetwork: pods on each side (with and without net1) of each of its two rounds")
+var secondaryBatch = flag.Int("secondary-batch", 10, "TestSecondaryNetwork: pods on each side (with and without net1) of each of its two rounds")
 
 const secondaryRounds = 2
 

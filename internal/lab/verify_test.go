@@ -15,37 +15,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/octopus-mcs/octopus/internal/lab"
-	"github.com/octopus-mcs/octopus/internal/testenv"
 	"github.com/octopus-mcs/octopus/internal/verify"
 )
 
-// TestVerify runs the built `octopus verify` against a lab of a hub and two clusters: every
-// check passes and the probe namespace is gone afterwards; then cluster1's gateway is
-// stopped for good (the supervisor does not restart it, and with the userspace WireGuard
-// driver its tunnel device dies with it) and verify fails, naming exactly the pod-to-pod,
-// ClusterSet IP and DNS checks between the two clusters, in both directions.
-func TestVerify(t *testing.T) {
-	testenv.LabNetwork(t)
-	binDir := testenv.BinDir(t)
-	bins := buildCommands(t, "octopus-agent", "octopus-echo", "octopus-dns", "octopus")
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	begin := time.Now()
-	l, _ := startLab(ctx, t, lab.Options{
-		Clusters: 2, NodesPerCluster: 2, BinDir: binDir,
-		AgentBinary: bins["octopus-agent"],
-	})
-	t.Logf("lab up took %.1fs", time.Since(begin).Seconds())
+// verifyHealthy runs the built `octopus verify` (binary octopus) against the lab's two
+// clusters: every check passes, answered by the other cluster's probe server, and the probe
+// namespaces are gone afterwards. TestDiagnose runs it on its lab.
+func verifyHealthy(ctx context.Context, t *testing.T, l *lab.Lab, octopus string) {
 	c1, c2 := l.Network.Clusters[0].Name, l.Network.Clusters[1].Name
-
-	run := func(checkTimeout time.Duration) (*verify.Report, error) {
-		t.Helper()
-		return runVerify(ctx, t, l, bins["octopus"], checkTimeout)
-	}
-
-	// Healthy: the first checks also wait out the tunnels' handshake and CoreDNS picking up
-	// the clusterset.local forward (its reload plugin polls every 30 s).
-	report, err := run(3 * time.Minute)
+	// The first checks also wait out the tunnels' handshake and CoreDNS picking up the
+	// clusterset.local forward (its reload plugin polls every 30 s).
+	report, err := runVerify(ctx, t, l, octopus, 3*time.Minute)
 	if err != nil || !report.Passed || len(report.Results) != 6 {
 		t.Fatalf("verify on a healthy lab: %v, passed %v, %d results; want 6 passing checks", err, report.Passed, len(report.Results))
 	}
@@ -57,19 +37,15 @@ func TestVerify(t *testing.T) {
 			t.Errorf("%s: detail %q, latency %s: want an answer from %s's probe server with a latency", r.Name(), r.Detail, r.Latency.Duration, r.To)
 		}
 	}
+}
 
-	// cluster1's gateway stops for good: no tunnel between the clusters any more.
-	var gw string
-	for _, n := range l.Network.Clusters[0].Nodes {
-		if n.Gateway {
-			gw = n.Name
-		}
-	}
-	if err := l.StopGateway(ctx, gw); err != nil {
-		t.Fatalf("stopping the gateway on %s: %v", gw, err)
-	}
-	t.Logf("stopped the gateway of %s on %s", c1, gw)
-	report, err = run(20 * time.Second)
+// verifyGatewayDown runs `octopus verify` once cluster1's gateway is stopped for good (with
+// the userspace WireGuard driver its tunnel device dies with it): verify exits non-zero,
+// naming exactly the pod-to-pod, ClusterSet IP and DNS checks between the two clusters, in
+// both directions, each with the client tool's own reason.
+func verifyGatewayDown(ctx context.Context, t *testing.T, l *lab.Lab, octopus string) {
+	c1, c2 := l.Network.Clusters[0].Name, l.Network.Clusters[1].Name
+	report, err := runVerify(ctx, t, l, octopus, 20*time.Second)
 	var exitErr *exec.ExitError
 	if !errors.As(err, &exitErr) || report.Passed {
 		t.Fatalf("verify with %s's gateway down: %v, passed %v; want a non-zero exit", c1, err, report.Passed)
