@@ -30,6 +30,13 @@ const (
 	// GatewayConfigMapName is the ConfigMap where the active gateway mirrors the remote
 	// clusters' CIDRs for the route agents.
 	GatewayConfigMapName = "octopus-gateway"
+
+	// GatewayConfigMapGatewayKey is the key of that ConfigMap naming the node of the active
+	// gateway that wrote it, once its tunnels were up and its Peer published: the node that
+	// forwards, so the route agents route through it and the ovnmaster puts the gateway's OVN
+	// port on its chassis (a new Lease holder is not forwarding yet: make-before-break). A
+	// gateway of an earlier version wrote no key; readers then fall back to the Lease holder.
+	GatewayConfigMapGatewayKey = "gateway"
 )
 
 // Objects in the hub namespace.

@@ -38,8 +38,9 @@ integration bridge bound to the logical port <cluster>_gateway. It checks it at 
 --interval, repairing what drifted and leaving what is right alone, so the active gateway's
 traffic is not interrupted.
 
-The ovnmaster requests the logical port on the chassis of the gateway Lease's holder (the
-chassis is the node's name), and OVN binds it only there: the interface of a standby node
+The ovnmaster requests the logical port on the chassis of the active gateway's node (the one
+the ConfigMap octopus-gateway names, else the gateway Lease's holder; the chassis is the node's
+name), and OVN binds it only there: the interface of a standby node
 carries nothing until its node takes over. For the same reason the interface stays when the
 process stops (a rolling update must not cut the active gateway's traffic) and when the node
 stops being a gateway node.

@@ -207,8 +207,13 @@ var identities = []identity{
 			{verbs: "get,update", group: "coordination.k8s.io", resource: "leases", namespace: memberNS, name: "octopus-ovnmaster"},
 			// The leader election's "became leader" event (client-go's core events), as the controller's.
 			{verbs: "create,patch", resource: "events", namespace: memberNS},
+			// Which node gets the gateway's port: the one the ConfigMap names, else the Lease holder.
+			{verbs: "get,list,watch", resource: "configmaps", namespace: memberNS, name: "octopus-gateway"},
+			{verbs: "get,list,watch", group: "coordination.k8s.io", resource: "leases", namespace: memberNS, name: "octopus-gateway"},
 		},
 		refused: []request{
+			{verb: "patch", resource: "configmaps", namespace: memberNS, name: "octopus-gateway"},
+			{verb: "get", resource: "configmaps", namespace: memberNS, name: probeName},
 			{verb: "update", resource: "pods", namespace: otherNS, name: probeName},
 			{verb: "delete", resource: "pods", namespace: otherNS, name: probeName},
 			{verb: "create", resource: "pods", namespace: otherNS},

@@ -13,8 +13,8 @@ package gateway
 // Instead the stopping active keeps its device, peers and routes, and so keeps forwarding,
 // until the successor has published the Peer (its key or its node in the Peer's spec), and
 // closes them handoverLinger later, time for the remote gateways to re-point and for the
-// route agents, which move to the gateway the ConfigMap names once it wrote itself there
-// (after its Peer), to follow. It stops waiting when no other gateway took the Lease within
+// route agents and the ovnmaster (the secondary network's gateway port), which move to the
+// gateway the ConfigMap names once it wrote itself there (after its Peer), to follow. It stops waiting when no other gateway took the Lease within
 // successorWait (a cluster with one gateway node, an uninstall), when the successor released
 // it again, and after Options.HandoverGrace in any case. It writes nothing meanwhile: its
 // controller has stopped, so it cannot overwrite the successor's Peer or ConfigMap.
@@ -39,8 +39,9 @@ const (
 	DefaultHandoverGrace = 10 * time.Second
 
 	// handoverLinger is how long the tunnels stay up after the successor's Peer was seen:
-	// the remote gateways re-point and the route agents move when they see it (or the
-	// ConfigMap written right after it), each through a watch and a reconcile of its own.
+	// the remote gateways re-point and the route agents and the ovnmaster move when they see
+	// it (or the ConfigMap written right after it), each through a watch and a reconcile of
+	// its own.
 	handoverLinger = time.Second
 
 	// handoverPoll spaces the reads of the Lease and the Peer while handing over.

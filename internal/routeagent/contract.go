@@ -30,8 +30,9 @@ import (
 const SubnetsKey = "remoteSubnets"
 
 // GatewayKey holds the node name of the active gateway that wrote the ConfigMap, once its
-// tunnels were applied and its Peer published: the node the route agents route through.
-const GatewayKey = "gateway"
+// tunnels were applied and its Peer published: the node the route agents route through. The
+// name is v1alpha1's because the ovnmaster reads it too, without linking this package.
+const GatewayKey = v1alpha1.GatewayConfigMapGatewayKey
 
 // GatewayConfigMap renders the ConfigMap the active gateway on node writes: the remote
 // subnets, and node as the gateway to route through.

@@ -6,8 +6,8 @@
 // It runs on every gateway node, active or standing by, and needs no Kubernetes client: the
 // cluster ID and the block (hence the port's name, address and MAC) are its configuration.
 // Which node is active is the ovnmaster's business: it writes the port with
-// options:requested-chassis = the gateway Lease's holder, and OVN binds the port only on that
-// chassis. The interface on a standby node is therefore harmless, and is what lets a takeover
+// options:requested-chassis = the node the gateway ConfigMap names (else the gateway Lease's
+// holder), and OVN binds the port only on that chassis. The interface on a standby node is therefore harmless, and is what lets a takeover
 // be one update of that row with no wait for an attach.
 //
 // It never detaches, not at stop (a rolling update of its pods must not cut the active

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/config/rbac"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
@@ -348,12 +349,30 @@ func waitGatewayChassis(t *testing.T, nb *ovntest.Server, want string) {
 	})
 }
 
-// TestOvnmasterFollowsTheGatewayLease runs the ovnmaster with nothing but its generated RBAC
-// against a real control plane and NB database, while the test plays the gateways' election:
-// no Lease, no gateway port; a holder gets the port requested on its chassis (its node name);
-// a takeover moves it, a renewal does not touch it, a release removes it, and a Lease that
-// appears after a restart of the ovnmaster is followed too.
-func TestOvnmasterFollowsTheGatewayLease(t *testing.T) {
+// gatewayChassisStays checks, for a few times the ovnmaster's usual reaction time, that the
+// gateway port stays requested on want: a change that must not move it cannot be waited for.
+func gatewayChassisStays(t *testing.T, nb *ovntest.Server, want string) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		got, ok, err := requestedChassis(t.Context(), nb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok || got != want {
+			t.Fatalf("the gateway port moved: present %v, requested on %q, want it to stay on %q", ok, got, want)
+		}
+	}
+}
+
+// TestOvnmasterFollowsTheActiveGateway runs the ovnmaster with nothing but its generated RBAC
+// against a real control plane and NB database, while the test plays the gateways' election
+// and their ConfigMap. Without a ConfigMap (a gateway of an earlier version): no Lease, no
+// gateway port; a holder gets the port requested on its chassis (its node name); a takeover
+// moves it, a renewal does not touch it, a release removes it. Then the ConfigMap: the node
+// it names gets the port whatever the Lease says (a successor that took the Lease but has not
+// named itself does not), naming another node moves it, and a ConfigMap naming none, or none
+// at all, leaves the choice to the Lease again.
+func TestOvnmasterFollowsTheActiveGateway(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a control plane")
 	}
@@ -409,6 +428,50 @@ func TestOvnmasterFollowsTheGatewayLease(t *testing.T) {
 	waitGatewayChassis(t, nb, "")
 	waitPorts(t, nb, "east_shop_a")
 	setHolder("node-a")
+	waitGatewayChassis(t, nb, "node-a")
+
+	// The gateway names itself in the ConfigMap once it forwards; the Lease holder is not
+	// yet forwarding (a handover in progress): the port goes to the named node.
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "octopus-system", Name: "octopus-gateway"},
+		Data:       map[string]string{"remoteSubnets": "10.2.0.0/16", v1alpha1.GatewayConfigMapGatewayKey: "node-c"},
+	}
+	if err := admin.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	waitGatewayChassis(t, nb, "node-c")
+	setHolder("node-b") // a takeover the ConfigMap does not follow yet
+	gatewayChassisStays(t, nb, "node-c")
+	setData := func(change func(map[string]string)) {
+		t.Helper()
+		if err := admin.Get(ctx, client.ObjectKeyFromObject(cm), cm); err != nil {
+			t.Fatal(err)
+		}
+		change(cm.Data)
+		if err := admin.Update(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setData(func(d map[string]string) { d["remoteSubnets"] = "10.2.0.0/16\n10.3.0.0/16" })
+	waitGatewayChassis(t, nb, "node-c")
+	// The successor named itself: the port follows.
+	setData(func(d map[string]string) { d[v1alpha1.GatewayConfigMapGatewayKey] = "node-b" })
+	waitGatewayChassis(t, nb, "node-b")
+	setData(func(d map[string]string) { d[v1alpha1.GatewayConfigMapGatewayKey] = "node-d" })
+	waitGatewayChassis(t, nb, "node-d")
+	// Released while named: the named gateway still forwards, the port stays.
+	setHolder("")
+	gatewayChassisStays(t, nb, "node-d")
+	// Rewritten without the name (a gateway of an earlier version), then deleted: the Lease
+	// decides again.
+	setHolder("node-a")
+	setData(func(d map[string]string) { delete(d, v1alpha1.GatewayConfigMapGatewayKey) })
+	waitGatewayChassis(t, nb, "node-a")
+	setData(func(d map[string]string) { d[v1alpha1.GatewayConfigMapGatewayKey] = "node-c" })
+	waitGatewayChassis(t, nb, "node-c")
+	if err := admin.Delete(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
 	waitGatewayChassis(t, nb, "node-a")
 
 	// Deleted (the cluster left): no port.

@@ -7,10 +7,11 @@ package ovnmaster
 // The pods: watched, and annotated with their address or why they have none (merge patches).
 // The events telling why (events.k8s.io). Its own leader election (LeaderElectionID, in the
 // default --leader-election-namespace): the Lease is created unnamed (a create carries no name
-// to authorize), then read and updated by name. The gateway's election Lease, read and watched
-// by name only (the cache lists it with a metadata.name field selector): its holder is the
-// chassis of the gateway's port. client-go's leader election records "became leader" and
-// "stopped leading" as core events on its Lease, in that namespace.
+// to authorize), then read and updated by name. The gateway's ConfigMap and election Lease,
+// read and watched by name only (the cache lists each with a metadata.name field selector): the
+// node the ConfigMap names, else the Lease's holder, is the chassis of the gateway's port.
+// client-go's leader election records "became leader" and "stopped leading" as core events on
+// its Lease, in that namespace.
 //
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -18,3 +19,4 @@ package ovnmaster
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=octopus-system,resources=leases,verbs=create
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=octopus-system,resources=leases,resourceNames=octopus-ovnmaster,verbs=get;update
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=octopus-system,resources=leases,resourceNames=octopus-gateway,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",namespace=octopus-system,resources=configmaps,resourceNames=octopus-gateway,verbs=get;list;watch

@@ -1,6 +1,7 @@
 // Package ovnmaster is the Kubernetes side of the secondary network: it watches the pods of
-// a member cluster and the Lease electing its active gateway, hands the whole set that should
-// be on the network, with the active gateway's chassis, to the OVN data plane
+// a member cluster and which node its active gateway is (the ConfigMap the gateway names itself
+// in, else the Lease electing it), hands the whole set that should be on the network, with the
+// active gateway's chassis, to the OVN data plane
 // (internal/datapath/ovn), and writes what each pod got into its annotations (podnet).
 package ovnmaster
 
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -21,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
 	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
 )
@@ -55,9 +58,14 @@ type Reconciler struct {
 	// ClusterID and CIDR are the cluster's ID and secondary block.
 	ClusterID string
 	CIDR      netip.Prefix
+	// GatewayConfigMap is the ConfigMap the active gateway names its node in
+	// (v1alpha1.GatewayConfigMapName in octopus-system, key v1alpha1.GatewayConfigMapGatewayKey)
+	// once it forwards: that node's chassis gets the gateway's port (GatewayChassis). Zero: not
+	// consulted, the Lease alone decides.
+	GatewayConfigMap types.NamespacedName
 	// GatewayLease is the Lease electing the cluster's active gateway (v1alpha1.GatewayLeaseName
-	// in octopus-system): its holder's chassis gets the gateway's port (GatewayChassis). Zero:
-	// the network has no gateway port.
+	// in octopus-system): its holder's chassis gets the gateway's port when the ConfigMap names
+	// no node. Zero (and no node named): the network has no gateway port.
 	GatewayLease types.NamespacedName
 	// Events records why a pod got no address.
 	Events events.EventRecorder
@@ -150,12 +158,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	return reconcile.Result{}, errors.Join(errs...)
 }
 
-// activeGatewayChassis is the OVN chassis of the active gateway's node: the holder of the gateway
-// Lease, whose identity is the gateway's node name (internal/gateway), which is by convention
-// the name of the node's chassis (ovn-controller's Open_vSwitch external_ids:system-id,
-// set by whoever runs ovn-controller on the node). "" when there is no Lease or no holder (a
-// gateway that stopped cleanly released it): no gateway port then, until a gateway holds it.
+// activeGatewayChassis is the OVN chassis of the active gateway's node: the node the
+// gateway ConfigMap names, else the holder of the gateway Lease (a gateway of an earlier
+// version wrote no name), else "" (no Lease, or released by a gateway that stopped cleanly): no
+// gateway port then. A node name is by convention the name of its chassis (ovn-controller's
+// Open_vSwitch external_ids:system-id, set by whoever runs ovn-controller on the node).
+//
+// The ConfigMap first, because a new Lease holder does not forward yet: the gateway names
+// itself there only once its tunnels are applied and its Peer published, and on a clean
+// handover the old one keeps forwarding until then (make-before-break, internal/gateway's
+// handover.go). Moving the port at the Lease change would send the pods' traffic to a node
+// whose tunnels are not up. It is the route agents' rule (internal/routeagent/contract.go), so
+// the pods' and the nodes' traffic leave the cluster through the same gateway.
 func (r *Reconciler) activeGatewayChassis(ctx context.Context) (string, error) {
+	if r.GatewayConfigMap.Name != "" {
+		cm := &corev1.ConfigMap{}
+		err := r.Client.Get(ctx, r.GatewayConfigMap, cm)
+		switch {
+		case err == nil:
+			if node := NamedGateway(cm); node != "" {
+				return node, nil
+			}
+		case !apierrors.IsNotFound(err):
+			return "", fmt.Errorf("reading the gateway ConfigMap %s: %w", r.GatewayConfigMap, err)
+		}
+	}
 	if r.GatewayLease.Name == "" {
 		return "", nil
 	}
@@ -167,6 +194,12 @@ func (r *Reconciler) activeGatewayChassis(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("reading the gateway Lease %s: %w", r.GatewayLease, err)
 	}
 	return ChassisOf(lease), nil
+}
+
+// NamedGateway is the node a gateway ConfigMap names as the active gateway; "" when it names
+// none. Trimmed as the route agents trim it (routeagent.ActiveGateway), so both read one node.
+func NamedGateway(cm *corev1.ConfigMap) string {
+	return strings.TrimSpace(cm.Data[v1alpha1.GatewayConfigMapGatewayKey])
 }
 
 // ChassisOf is the chassis a gateway Lease names: its holder.

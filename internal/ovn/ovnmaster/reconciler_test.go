@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
 	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
 )
@@ -135,48 +136,93 @@ func gatewayLeaseHeldBy(holder *string) *coordinationv1.Lease {
 	}
 }
 
-// TestReconcileGatewayChassis: the gateway Lease's holder, a node name, is the chassis the
-// gateway's port is requested on; no Lease or no holder is no gateway port; a Lease that
-// cannot be read stops the Apply (which would take the port from a working gateway), and a
-// gateway port the data plane refuses fails the request so that it is retried.
+func gatewayConfigMapNaming(node *string) *corev1.ConfigMap {
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: gatewayConfigMap.Namespace, Name: gatewayConfigMap.Name},
+		Data:       map[string]string{"remoteSubnets": "10.2.0.0/16"},
+	}
+	if node != nil {
+		cm.Data[v1alpha1.GatewayConfigMapGatewayKey] = *node
+	}
+	return cm
+}
+
+// TestReconcileGatewayChassis: the gateway's port is requested on the chassis of the node the
+// gateway ConfigMap names (the gateway wrote itself there once its tunnels were up), else of
+// the gateway Lease's holder (a gateway of an earlier version names no node); neither is no
+// gateway port. An object that cannot be read stops the Apply (which would take the port from
+// a working gateway), and a gateway port the data plane refuses fails the request so that it
+// is retried.
 func TestReconcileGatewayChassis(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		lease      *coordinationv1.Lease
-		key        bool // the Reconciler is told the Lease
-		readErr    error
+		cm         *corev1.ConfigMap
+		leaseKey   bool  // the Reconciler is told the Lease
+		cmKey      bool  // the Reconciler is told the ConfigMap
+		leaseErr   error // reading the Lease fails with it
+		cmErr      error // reading the ConfigMap fails with it
 		gatewayErr error
 		want       string
 		wantErr    string
 		applied    bool
 	}{
-		{name: "held", lease: gatewayLeaseHeldBy(ptr.To("node-a")), key: true, want: "node-a", applied: true},
-		{name: "released", lease: gatewayLeaseHeldBy(ptr.To("")), key: true, applied: true},
-		{name: "never held", lease: gatewayLeaseHeldBy(nil), key: true, applied: true},
-		{name: "no Lease yet", key: true, applied: true},
+		{name: "held", lease: gatewayLeaseHeldBy(ptr.To("node-a")), leaseKey: true, cmKey: true, want: "node-a", applied: true},
+		{name: "released", lease: gatewayLeaseHeldBy(ptr.To("")), leaseKey: true, cmKey: true, applied: true},
+		{name: "never held", lease: gatewayLeaseHeldBy(nil), leaseKey: true, cmKey: true, applied: true},
+		{name: "no Lease yet", leaseKey: true, cmKey: true, applied: true},
 		{name: "no Lease configured", lease: gatewayLeaseHeldBy(ptr.To("node-a")), applied: true},
-		{name: "Lease unreadable", key: true, readErr: errors.New("forbidden"), wantErr: "reading the gateway Lease"},
-		{name: "gateway port refused", lease: gatewayLeaseHeldBy(ptr.To("node-a")), key: true, want: "node-a",
+		{name: "Lease unreadable", leaseKey: true, cmKey: true, leaseErr: errors.New("forbidden"), wantErr: "reading the gateway Lease"},
+		{name: "gateway port refused", lease: gatewayLeaseHeldBy(ptr.To("node-a")), leaseKey: true, cmKey: true, want: "node-a",
 			gatewayErr: errors.New("address in use"), wantErr: "the gateway's port", applied: true},
+		// The successor took the Lease but has not named itself yet: the port stays with the
+		// gateway that still forwards.
+		{name: "ConfigMap names another node than the Lease", lease: gatewayLeaseHeldBy(ptr.To("node-a")), cm: gatewayConfigMapNaming(ptr.To("node-b")),
+			leaseKey: true, cmKey: true, want: "node-b", applied: true},
+		{name: "ConfigMap names a node, Lease released", lease: gatewayLeaseHeldBy(ptr.To("")), cm: gatewayConfigMapNaming(ptr.To("node-b")),
+			leaseKey: true, cmKey: true, want: "node-b", applied: true},
+		{name: "ConfigMap names a node, no Lease", cm: gatewayConfigMapNaming(ptr.To("node-b")), leaseKey: true, cmKey: true, want: "node-b", applied: true},
+		{name: "ConfigMap name trimmed", lease: gatewayLeaseHeldBy(ptr.To("node-a")), cm: gatewayConfigMapNaming(ptr.To(" node-b\n")),
+			leaseKey: true, cmKey: true, want: "node-b", applied: true},
+		{name: "ConfigMap without the key", lease: gatewayLeaseHeldBy(ptr.To("node-a")), cm: gatewayConfigMapNaming(nil),
+			leaseKey: true, cmKey: true, want: "node-a", applied: true},
+		{name: "ConfigMap with an empty name", lease: gatewayLeaseHeldBy(ptr.To("node-a")), cm: gatewayConfigMapNaming(ptr.To(" ")),
+			leaseKey: true, cmKey: true, want: "node-a", applied: true},
+		{name: "no ConfigMap", lease: gatewayLeaseHeldBy(ptr.To("node-a")), leaseKey: true, cmKey: true, want: "node-a", applied: true},
+		{name: "no ConfigMap configured", lease: gatewayLeaseHeldBy(ptr.To("node-a")), cm: gatewayConfigMapNaming(ptr.To("node-b")),
+			leaseKey: true, want: "node-a", applied: true},
+		{name: "ConfigMap unreadable", lease: gatewayLeaseHeldBy(ptr.To("node-a")), leaseKey: true, cmKey: true,
+			cmErr: errors.New("forbidden"), wantErr: "reading the gateway ConfigMap"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := fake.NewClientBuilder().WithObjects(testPod("shop", "plain", nil))
 			if tc.lease != nil {
 				b = b.WithObjects(tc.lease)
 			}
-			if tc.readErr != nil {
-				b = b.WithInterceptorFuncs(interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-					if _, ok := obj.(*coordinationv1.Lease); ok {
-						return tc.readErr
-					}
-					return c.Get(ctx, key, obj, opts...)
-				}})
+			if tc.cm != nil {
+				b = b.WithObjects(tc.cm)
 			}
+			b = b.WithInterceptorFuncs(interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				switch obj.(type) {
+				case *coordinationv1.Lease:
+					if tc.leaseErr != nil {
+						return tc.leaseErr
+					}
+				case *corev1.ConfigMap:
+					if tc.cmErr != nil {
+						return tc.cmErr
+					}
+				}
+				return c.Get(ctx, key, obj, opts...)
+			}})
 			nb := &fakeNB{gatewayErr: tc.gatewayErr}
 			r := &Reconciler{Client: b.Build(), NB: nb, ClusterID: "east", CIDR: netip.MustParsePrefix("10.112.0.0/24"),
 				Events: events.NewFakeRecorder(10), Log: logr.Discard()}
-			if tc.key {
+			if tc.leaseKey {
 				r.GatewayLease = gatewayLease
+			}
+			if tc.cmKey {
+				r.GatewayConfigMap = gatewayConfigMap
 			}
 			_, err := r.Reconcile(t.Context(), networkRequest)
 			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
@@ -209,5 +255,29 @@ func TestHolderChange(t *testing.T) {
 		if got := holderChange.Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}); got != tc.want {
 			t.Errorf("%s: holderChange = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+func TestNamedGatewayChange(t *testing.T) {
+	subnetsChanged := gatewayConfigMapNaming(ptr.To("node-a"))
+	subnetsChanged.Data["remoteSubnets"] = "10.2.0.0/16\n10.3.0.0/16"
+	for _, tc := range []struct {
+		name     string
+		old, new *corev1.ConfigMap
+		want     bool
+	}{
+		{"remote subnets changed", gatewayConfigMapNaming(ptr.To("node-a")), subnetsChanged, false},
+		{"successor named itself", gatewayConfigMapNaming(ptr.To("node-a")), gatewayConfigMapNaming(ptr.To("node-b")), true},
+		{"first named", gatewayConfigMapNaming(nil), gatewayConfigMapNaming(ptr.To("node-a")), true},
+		{"name removed", gatewayConfigMapNaming(ptr.To("node-a")), gatewayConfigMapNaming(nil), true},
+		{"whitespace only", gatewayConfigMapNaming(ptr.To("node-a")), gatewayConfigMapNaming(ptr.To("node-a\n")), false},
+		{"absent and empty are the same", gatewayConfigMapNaming(nil), gatewayConfigMapNaming(ptr.To("")), false},
+	} {
+		if got := namedGatewayChange.Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}); got != tc.want {
+			t.Errorf("%s: namedGatewayChange = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if !namedGatewayChange.Create(event.CreateEvent{Object: gatewayConfigMapNaming(nil)}) || !namedGatewayChange.Delete(event.DeleteEvent{Object: gatewayConfigMapNaming(ptr.To("node-a"))}) {
+		t.Error("a created or deleted ConfigMap must be reconciled: it may name a gateway, or stop naming one")
 	}
 }

@@ -95,12 +95,12 @@ func Run(ctx context.Context, o Options) error {
 		Scheme: kube.Scheme,
 		Cache: cache.Options{
 			DefaultTransform: cache.TransformStripManagedFields(),
-			// Of the Leases, only the gateway's: the role may read nothing else (and the
-			// manager's own election Lease is read by its lock, not through this cache).
-			ByObject: map[client.Object]cache.ByObject{&coordinationv1.Lease{}: {
-				Namespaces: map[string]cache.Config{gatewayLease.Namespace: {}},
-				Field:      fields.OneTermEqualSelector("metadata.name", gatewayLease.Name),
-			}},
+			// Of the Leases and ConfigMaps, only the gateway's: the role may read nothing else
+			// (and the manager's own election Lease is read by its lock, not through this cache).
+			ByObject: map[client.Object]cache.ByObject{
+				&coordinationv1.Lease{}: byName(gatewayLease),
+				&corev1.ConfigMap{}:     byName(gatewayConfigMap),
+			},
 		},
 		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress:        o.HealthProbeBindAddress,
@@ -119,7 +119,8 @@ func Run(ctx context.Context, o Options) error {
 	nb := &lazyNB{opts: ovn.Options{Endpoint: o.NBEndpoint, Log: o.Log.WithName("nb")}}
 	defer nb.Close()
 	r := &Reconciler{
-		Client: mgr.GetClient(), NB: nb, ClusterID: o.ClusterID, CIDR: o.CIDR, GatewayLease: gatewayLease,
+		Client: mgr.GetClient(), NB: nb, ClusterID: o.ClusterID, CIDR: o.CIDR,
+		GatewayConfigMap: gatewayConfigMap, GatewayLease: gatewayLease,
 		Events: mgr.GetEventRecorder("octopus-ovnmaster"), Log: o.Log,
 	}
 	toNetwork := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
@@ -127,9 +128,12 @@ func Run(ctx context.Context, o Options) error {
 	})
 	err = builder.ControllerManagedBy(mgr).Named("ovnmaster").
 		Watches(&corev1.Pod{}, toNetwork, builder.WithPredicates(relevantPodChange)).
-		// A takeover (or a release) moves the gateway's port; renewals, every few seconds,
-		// change nothing and are dropped.
+		// A takeover (or a release) moves the gateway's port while the ConfigMap names no
+		// node; renewals, every few seconds, change nothing and are dropped.
 		Watches(&coordinationv1.Lease{}, toNetwork, builder.WithPredicates(holderChange)).
+		// A gateway naming itself moves the port; the remote subnets it mirrors there too do
+		// not concern the secondary network and are dropped.
+		Watches(&corev1.ConfigMap{}, toNetwork, builder.WithPredicates(namedGatewayChange)).
 		// One worker: there is one request, the whole network. Controller names are checked
 		// process-wide; a process runs one ovnmaster, but tests restart it within theirs.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1, SkipNameValidation: ptr.To(true)}).
@@ -154,6 +158,18 @@ var relevantPodChange = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bo
 // gatewayLease is the Lease electing the cluster's active gateway.
 var gatewayLease = types.NamespacedName{Namespace: v1alpha1.SystemNamespace, Name: v1alpha1.GatewayLeaseName}
 
+// gatewayConfigMap is where the active gateway names its node once it forwards.
+var gatewayConfigMap = types.NamespacedName{Namespace: v1alpha1.SystemNamespace, Name: v1alpha1.GatewayConfigMapName}
+
+// byName caches the one object named key: the role grants it by name (a list or watch is
+// authorized by name only with a metadata.name field selector).
+func byName(key types.NamespacedName) cache.ByObject {
+	return cache.ByObject{
+		Namespaces: map[string]cache.Config{key.Namespace: {}},
+		Field:      fields.OneTermEqualSelector("metadata.name", key.Name),
+	}
+}
+
 // holderChange keeps the Lease updates that change its holder.
 var holderChange = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 	oldLease, ok1 := e.ObjectOld.(*coordinationv1.Lease)
@@ -162,6 +178,16 @@ var holderChange = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		return true
 	}
 	return ChassisOf(oldLease) != ChassisOf(newLease)
+}}
+
+// namedGatewayChange keeps the ConfigMap updates that change the node it names.
+var namedGatewayChange = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	oldCM, ok1 := e.ObjectOld.(*corev1.ConfigMap)
+	newCM, ok2 := e.ObjectNew.(*corev1.ConfigMap)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return NamedGateway(oldCM) != NamedGateway(newCM)
 }}
 
 // lazyNB connects to the NB database on first use, and again after a failed connect.

@@ -54,7 +54,8 @@ func StartChassisIn(t testing.TB, c *Central, netns string) *Chassis {
 
 // StartChassisNamed is StartChassisIn with the chassis named name, a lab node's name: the
 // convention of a real deployment (system-id = node name), which the gateway's port relies on
-// (its requested chassis is the gateway Lease's holder, a node name).
+// (its requested chassis is the node the gateway ConfigMap names, else the gateway Lease's
+// holder: a node name either way).
 func StartChassisNamed(t testing.TB, c *Central, netns, name string) *Chassis {
 	t.Helper()
 	ch := newChassis(t, c)
