@@ -144,6 +144,7 @@ func TestValuesAreChecked(t *testing.T) {
 		{name: "secondary CIDR not a prefix", chart: charts.Member, values: `secondaryNetwork: {enabled: true, clusterID: east, cidr: east}`, want: []string{"/secondaryNetwork/cidr"}},
 		{name: "unknown datapath", chart: charts.Member, values: `secondaryNetwork: {node: {datapath: dpdk}}`, want: []string{"/secondaryNetwork/node/datapath"}},
 		{name: "gateway port interval not a duration", chart: charts.Member, values: `secondaryNetwork: {gatewayPort: {interval: 10}}`, want: []string{"/secondaryNetwork/gatewayPort/interval"}},
+		{name: "NRI health port out of range", chart: charts.Member, values: `secondaryNetwork: {nri: {healthPort: 70000}}`, want: []string{"/secondaryNetwork/nri/healthPort"}},
 		{name: "gateway port unknown key", chart: charts.Member, values: `secondaryNetwork: {gatewayPort: {nodeSelector: {}}}`, want: []string{"/secondaryNetwork/gatewayPort", "nodeSelector"}},
 		{name: "netdev without an underlay", chart: charts.Member, values: `secondaryNetwork: {enabled: true, clusterID: east, cidr: 10.112.0.0/16, node: {datapath: netdev}}`, want: []string{"underlayInterface"}},
 		{name: "member in another namespace", chart: charts.Member, namespace: "default", want: []string{"octopus-system", "default"}},

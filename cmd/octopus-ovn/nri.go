@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
+	"github.com/octopus-mcs/octopus/internal/metricsserver"
 	"github.com/octopus-mcs/octopus/internal/ovn/nriplugin"
 )
 
@@ -25,6 +27,8 @@ type nriOptions struct {
 	bridge        string
 	mtu           int
 	addressWait   time.Duration
+	metricsAddr   string
+	healthAddr    string
 }
 
 func newNRICommand() *cobra.Command {
@@ -62,12 +66,27 @@ It runs on every node, in the network namespace of the node's ovs-vswitchd (the 
 			if err != nil {
 				return fmt.Errorf("loading the cluster's configuration (outside a cluster, pass --kubeconfig): %w", err)
 			}
+			// Listening before anything else makes a taken port fail the start, not go unnoticed.
+			metrics, err := metricsserver.Listen(o.metricsAddr)
+			if err != nil {
+				return err
+			}
+			var health net.Listener
+			if o.healthAddr != "0" && o.healthAddr != "" {
+				if health, err = net.Listen("tcp", o.healthAddr); err != nil {
+					if metrics != nil {
+						_ = metrics.Close()
+					}
+					return fmt.Errorf("listening for health probes: %w (pick another address with --health-probe-bind-address, or \"0\" to turn the probes off)", err)
+				}
+			}
 			return nriplugin.Run(ctrl.SetupSignalHandler(), nriplugin.Options{
 				Config: nriplugin.Config{
 					ClusterID: o.clusterID, CIDR: cidr, Routes: routes, MTU: o.mtu, AddressWait: o.addressWait,
 					Node: podport.Node{OVSDB: o.ovsdb, Bridge: o.bridge},
 				},
 				Kube: kube, Socket: o.socket, PluginIdx: o.pluginIdx, Log: ctrl.Log.WithName("nri"),
+				MetricsListener: metrics, HealthListener: health,
 			})
 		},
 	}
@@ -82,6 +101,10 @@ It runs on every node, in the network namespace of the node's ovs-vswitchd (the 
 	f.StringVar(&o.bridge, "bridge", "br-int", "the OVS integration bridge ovn-controller manages")
 	f.IntVar(&o.mtu, "mtu", 1400, "MTU of net1: the node's MTU less the Geneve overhead")
 	f.DurationVar(&o.addressWait, "address-wait", nriplugin.DefaultAddressWait, "how long a starting pod waits for its address (below NRI's request timeout)")
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", fmt.Sprintf(":%d", nriplugin.DefaultMetricsPort),
+		`address of the Prometheus metrics endpoint (/metrics: the time RunPodSandbox adds to each pod's start); "0" turns it off`)
+	f.StringVar(&o.healthAddr, "health-probe-bind-address", fmt.Sprintf(":%d", nriplugin.DefaultHealthPort),
+		`address of the health probes: /healthz (the process serves) and /readyz (registered with containerd's NRI); "0" turns them off`)
 	_ = cmd.MarkFlagRequired("cluster-id")
 	_ = cmd.MarkFlagRequired("secondary-cidr")
 	return cmd

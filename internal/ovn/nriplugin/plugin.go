@@ -97,6 +97,12 @@ type Plugin struct {
 	// detaching counts the removals running on their own (detach), catchingUp the late
 	// attachments after a registration (Synchronize).
 	detaching, catchingUp sync.WaitGroup
+	// metrics receive the RunPodSandbox hook's durations: New's own, Run's the process's,
+	// which it serves.
+	metrics *metrics
+	// registration is the plugin's readiness: Run starts each attempt, Synchronize completes
+	// it, Run ends it when the connection to containerd is lost.
+	registration registration
 }
 
 // detachTimeout bounds one removal of a pod's net1, which runs after its call has returned.
@@ -125,42 +131,62 @@ func New(cfg Config, pods Pods, interfaces Interfaces, log logr.Logger) (*Plugin
 	if cfg.AddressWait <= 0 {
 		cfg.AddressWait = DefaultAddressWait
 	}
-	return &Plugin{cfg: cfg, gateway: block.Gateway(), pods: pods, interfaces: interfaces, log: log}, nil
+	return &Plugin{cfg: cfg, gateway: block.Gateway(), pods: pods, interfaces: interfaces, log: log, metrics: newMetrics()}, nil
 }
 
-// RunPodSandbox gives the pod its net1, or fails the sandbox saying why.
+// RunPodSandbox gives the pod its net1, or fails the sandbox saying why. containerd waits for
+// it before it goes on with the pod, so its duration is measured (metrics).
 func (p *Plugin) RunPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
-	if err := p.attach(ctx, sb); err != nil {
-		return p.refuse(sb, err)
+	start := time.Now()
+	s, err := p.attach(ctx, sb)
+	if err != nil {
+		err = p.refuse(sb, err)
 	}
-	return nil
+	if s.member {
+		p.metrics.observe(time.Since(start), s, err)
+	}
+	return err
+}
+
+// steps is how long the parts of an attach took, for RunPodSandbox's metrics.
+type steps struct {
+	// member: the sandbox is on the network, as the pod read from the API server says too.
+	member bool
+	// wait is the address wait's duration, attach the attachment's, when attachTried (the
+	// wait succeeded).
+	wait, attach time.Duration
+	attachTried  bool
 }
 
 // attach gives a sandbox on the network its net1; nil for a sandbox that is not on it.
-func (p *Plugin) attach(ctx context.Context, sb *api.PodSandbox) error {
+func (p *Plugin) attach(ctx context.Context, sb *api.PodSandbox) (steps, error) {
+	var s steps
 	netnsPath, ok := podNetns(sb)
 	if !ok || !member(sb) {
-		return nil
+		return s, nil
 	}
 	start := time.Now()
 	status, err := p.waitAddress(ctx, sb)
-	waited := time.Since(start)
+	s.wait = time.Since(start)
 	if errors.Is(err, errNotMember) {
-		return nil
+		return s, nil
 	}
+	s.member = true
 	if err != nil {
-		return err
+		return s, err
 	}
+	attaching := time.Now()
 	a, err := p.attachment(sb, netnsPath, status)
-	if err != nil {
-		return err
+	if err == nil {
+		err = p.interfaces.Attach(ctx, a)
 	}
-	if err := p.interfaces.Attach(ctx, a); err != nil {
-		return err
+	s.attach, s.attachTried = time.Since(attaching), true
+	if err != nil {
+		return s, err
 	}
 	p.log.V(1).Info("Attached the pod to the secondary network", "pod", key(sb), "sandbox", sb.GetId(),
-		"ip", a.IP, "mac", a.MAC.String(), "port", a.Port, "waited", waited, "took", time.Since(start))
-	return nil
+		"ip", a.IP, "mac", a.MAC.String(), "port", a.Port, "waited", s.wait, "took", time.Since(start))
+	return s, nil
 }
 
 // Synchronize catches up, at every registration, with what happened while the plugin was
@@ -174,6 +200,10 @@ func (p *Plugin) attach(ctx context.Context, sb *api.PodSandbox) error {
 // pod runs without net1. The running pods' interfaces are left as they are: a restarted plugin
 // does not disturb them.
 func (p *Plugin) Synchronize(ctx context.Context, sandboxes []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
+	// containerd sends a plugin the sandboxes' events once its Synchronize returned without an
+	// error, which this one never returns: from then on the plugin is ready (until Run sees
+	// the connection end).
+	defer p.registration.synchronized()
 	keep := make(map[string]bool, len(sandboxes))
 	for _, sb := range sandboxes {
 		keep[sb.GetId()] = true
@@ -213,7 +243,7 @@ func (p *Plugin) Synchronize(ctx context.Context, sandboxes []*api.PodSandbox, _
 func (p *Plugin) catchUp(ctx context.Context, sandboxes []*api.PodSandbox) {
 	for _, sb := range sandboxes {
 		ctx, cancel := context.WithTimeout(ctx, detachTimeout)
-		err := p.attach(ctx, sb)
+		_, err := p.attach(ctx, sb)
 		cancel()
 		if err != nil {
 			p.log.Error(err, "A pod started while the plugin was away still has no net1", "pod", key(sb), "sandbox", sb.GetId())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -14,6 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/octopus-mcs/octopus/internal/metricsserver"
 )
 
 // Plugin registration with containerd's NRI.
@@ -40,6 +44,15 @@ type Options struct {
 	// PluginIdx orders the plugin among the node's; "" means DefaultPluginIdx.
 	PluginIdx string
 	Log       logr.Logger
+	// MetricsListener is where Run serves controller-runtime's registry (the hook's
+	// histograms, the API client's, Go and process) at /metrics until it returns; Run closes
+	// it. Optional: without it there is no metrics endpoint.
+	MetricsListener net.Listener
+	// HealthListener is where Run answers /healthz and /readyz (registered with containerd)
+	// until it returns; Run closes it. Optional.
+	HealthListener net.Listener
+	// Interfaces makes the pods' interfaces; nil means Podport, the node's (tests pass a fake).
+	Interfaces Interfaces
 }
 
 // Run serves NRI until ctx ends, registering again whenever containerd restarts: pods
@@ -55,13 +68,30 @@ func Run(ctx context.Context, o Options) error {
 	if o.PluginIdx == "" {
 		o.PluginIdx = DefaultPluginIdx
 	}
-	cs, err := kubernetes.NewForConfig(o.Kube)
-	if err != nil {
-		return fmt.Errorf("the cluster's client: %w", err)
+	if o.Interfaces == nil {
+		o.Interfaces = Podport{}
 	}
-	p, err := New(o.Config, apiPods{cs}, Podport{}, o.Log)
+	p, err := newForRun(o)
 	if err != nil {
-		return fmt.Errorf("NRI plugin: %w", err)
+		for _, l := range []net.Listener{o.MetricsListener, o.HealthListener} {
+			if l != nil {
+				_ = l.Close()
+			}
+		}
+		return err
+	}
+	if o.HealthListener != nil {
+		srvCtx, stop := context.WithCancel(ctx)
+		// A failure to serve is logged: the kubelet's probes then fail and restart the plugin.
+		wait := metricsserver.ServeHTTP(srvCtx, o.HealthListener, p.HealthHandler(), "health probes (/healthz, /readyz)", o.Log)
+		defer wait()
+		defer stop()
+	}
+	if o.MetricsListener != nil {
+		srvCtx, stop := context.WithCancel(ctx)
+		wait := metricsserver.Serve(srvCtx, o.MetricsListener, ctrlmetrics.Registry, o.Log)
+		defer wait()
+		defer stop()
 	}
 	go func() {
 		tick := time.NewTicker(DefaultSweepInterval)
@@ -76,6 +106,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}()
 	for {
+		p.registration.set(errRegistering)
 		reg, err := Register(ctx, p, o.Socket, o.PluginIdx, o.Log)
 		if err == nil {
 			select {
@@ -86,6 +117,7 @@ func Run(ctx context.Context, o Options) error {
 				err = errors.New("containerd closed the connection")
 			}
 		}
+		p.registration.set(fmt.Errorf("not registered with containerd's NRI: %w", err))
 		o.Log.Error(err, "No NRI connection; registering again", "socket", o.Socket, "in", reconnectDelay)
 		select {
 		case <-ctx.Done():
@@ -93,6 +125,23 @@ func Run(ctx context.Context, o Options) error {
 		case <-time.After(reconnectDelay):
 		}
 	}
+}
+
+// newForRun is Run's plugin, with the process's metrics registered.
+func newForRun(o Options) (*Plugin, error) {
+	if err := registerMetrics(); err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(o.Kube)
+	if err != nil {
+		return nil, fmt.Errorf("the cluster's client: %w", err)
+	}
+	p, err := New(o.Config, apiPods{cs}, o.Interfaces, o.Log)
+	if err != nil {
+		return nil, fmt.Errorf("NRI plugin: %w", err)
+	}
+	p.metrics = processMetrics
+	return p, nil
 }
 
 // Registration is the plugin's connection to containerd.
