@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -418,7 +419,8 @@ func checkUnderlayAt(t *testing.T, gw labnet.NodeNet, src, dst xpod, encrypted b
 }
 
 // scrapeFrom GETs http://addr/metrics from inside the named namespace and returns the
-// octopus_* series as "name{sorted labels}" → value.
+// octopus_* series as "name{sorted labels}" → value; a histogram as its name_count and its
+// cumulative name_bucket series (with their le label).
 func scrapeFrom(netns string, addr netip.AddrPort) (map[string]float64, error) {
 	c := http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		DialContext: func(context.Context, string, string) (net.Conn, error) {
@@ -449,15 +451,27 @@ func scrapeFrom(netns string, addr netip.AddrPort) (map[string]float64, error) {
 			for _, l := range m.GetLabel() {
 				ls = append(ls, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
 			}
-			sort.Strings(ls)
-			key := name
-			if len(ls) > 0 {
-				key += "{" + strings.Join(ls, ",") + "}"
+			if h := m.GetHistogram(); h != nil {
+				out[seriesKey(name+"_count", ls)] = float64(h.GetSampleCount())
+				for _, b := range h.GetBucket() {
+					le := fmt.Sprintf("le=%q", strconv.FormatFloat(b.GetUpperBound(), 'g', -1, 64))
+					out[seriesKey(name+"_bucket", append(slices.Clone(ls), le))] = float64(b.GetCumulativeCount())
+				}
+				continue
 			}
-			out[key] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			out[seriesKey(name, ls)] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
 		}
 	}
 	return out, nil
+}
+
+// seriesKey is a series' key in scrapeFrom's map: name{labels, sorted}.
+func seriesKey(name string, labels []string) string {
+	sort.Strings(labels)
+	if len(labels) == 0 {
+		return name
+	}
+	return name + "{" + strings.Join(labels, ",") + "}"
 }
 
 func kubeClient(t testing.TB, kubeconfig string) client.Client {
