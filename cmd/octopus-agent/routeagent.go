@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"time"
 
@@ -47,22 +46,14 @@ DaemonSet named by --daemonset is; then it withdraws them first.`,
 			if err != nil {
 				return err
 			}
-			metrics, err := metricsserver.Listen(o.metricsAddr)
+			// Listening before anything else makes a taken port fail the start, not go unnoticed.
+			ls, err := metricsserver.ListenBoth(o.metricsAddr, o.healthAddr)
 			if err != nil {
 				return err
 			}
-			var health net.Listener
-			if o.healthAddr != "0" && o.healthAddr != "" {
-				if health, err = net.Listen("tcp", o.healthAddr); err != nil {
-					if metrics != nil {
-						_ = metrics.Close()
-					}
-					return fmt.Errorf("listening for health probes: %w (pick another address with --health-probe-bind-address, or \"0\" to turn the probes off)", err)
-				}
-			}
 			return routeagent.Run(ctrl.SetupSignalHandler(), routeagent.Options{
 				Member: member, NodeName: o.nodeName, ResyncInterval: o.resyncInterval, Log: ctrl.Log.WithName("route-agent"),
-				MetricsListener: metrics, HealthListener: health, DaemonSet: o.daemonSet,
+				MetricsListener: ls.Metrics, HealthListener: ls.Health, DaemonSet: o.daemonSet,
 			})
 		},
 	}

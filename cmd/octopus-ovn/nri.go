@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"time"
 
@@ -67,18 +66,9 @@ It runs on every node, in the network namespace of the node's ovs-vswitchd (the 
 				return fmt.Errorf("loading the cluster's configuration (outside a cluster, pass --kubeconfig): %w", err)
 			}
 			// Listening before anything else makes a taken port fail the start, not go unnoticed.
-			metrics, err := metricsserver.Listen(o.metricsAddr)
+			ls, err := metricsserver.ListenBoth(o.metricsAddr, o.healthAddr)
 			if err != nil {
 				return err
-			}
-			var health net.Listener
-			if o.healthAddr != "0" && o.healthAddr != "" {
-				if health, err = net.Listen("tcp", o.healthAddr); err != nil {
-					if metrics != nil {
-						_ = metrics.Close()
-					}
-					return fmt.Errorf("listening for health probes: %w (pick another address with --health-probe-bind-address, or \"0\" to turn the probes off)", err)
-				}
 			}
 			return nriplugin.Run(ctrl.SetupSignalHandler(), nriplugin.Options{
 				Config: nriplugin.Config{
@@ -86,7 +76,7 @@ It runs on every node, in the network namespace of the node's ovs-vswitchd (the 
 					Node: podport.Node{OVSDB: o.ovsdb, Bridge: o.bridge},
 				},
 				Kube: kube, Socket: o.socket, PluginIdx: o.pluginIdx, Log: ctrl.Log.WithName("nri"),
-				MetricsListener: metrics, HealthListener: health,
+				MetricsListener: ls.Metrics, HealthListener: ls.Health,
 			})
 		},
 	}

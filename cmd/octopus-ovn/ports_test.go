@@ -3,6 +3,7 @@ package main
 import (
 	"testing"
 
+	"github.com/octopus-mcs/octopus/internal/agent"
 	"github.com/octopus-mcs/octopus/internal/gateway"
 	"github.com/octopus-mcs/octopus/internal/ovn/gatewayport"
 	"github.com/octopus-mcs/octopus/internal/ovn/nriplugin"
@@ -11,9 +12,9 @@ import (
 
 // TestNodePortsDiffer: the components that listen in a node's network namespace by default —
 // octopus-ovn's NRI plugin (every node) and gateway port (gateway nodes) beside octopus-agent's
-// route agent (every node) and gateway (gateway nodes) — use distinct ports. Two equal defaults
-// make whichever component starts second fail to listen (cmd/octopus-agent's test covers the
-// agent's among themselves).
+// route agent (every node) and gateway (gateway nodes), and the agent's controller, which may
+// run there too — use distinct ports. Two equal defaults make whichever component starts second
+// fail to listen, at random. One test for both binaries: their ports share the nodes.
 func TestNodePortsDiffer(t *testing.T) {
 	ports := map[string]int{
 		"gateway metrics":     gateway.DefaultMetricsPort,
@@ -23,6 +24,7 @@ func TestNodePortsDiffer(t *testing.T) {
 		"gateway port health": gatewayport.DefaultHealthPort,
 		"NRI plugin metrics":  nriplugin.DefaultMetricsPort,
 		"NRI plugin health":   nriplugin.DefaultHealthPort,
+		"controller metrics":  agent.DefaultMetricsPort,
 	}
 	seen := map[int]string{}
 	for what, port := range ports {

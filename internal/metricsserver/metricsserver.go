@@ -76,6 +76,60 @@ func Listen(addr string) (net.Listener, error) {
 	return l, nil
 }
 
+// Listeners are a node daemon's two endpoints: Prometheus metrics and the kubelet's probes.
+// Either may be nil (turned off).
+type Listeners struct {
+	Metrics, Health net.Listener
+}
+
+// ListenBoth listens on the values of a daemon's --metrics-bind-address and
+// --health-probe-bind-address flags ("0" or "" turn either off), before anything else starts,
+// so that a taken port fails the start instead of going unnoticed. On an error nothing is left
+// listening.
+func ListenBoth(metricsAddr, healthAddr string) (Listeners, error) {
+	metrics, err := Listen(metricsAddr)
+	if err != nil {
+		return Listeners{}, err
+	}
+	ls := Listeners{Metrics: metrics}
+	if healthAddr != "0" && healthAddr != "" {
+		if ls.Health, err = net.Listen("tcp", healthAddr); err != nil {
+			ls.Close()
+			return Listeners{}, fmt.Errorf("listening for health probes: %w (pick another address with --health-probe-bind-address, or \"0\" to turn the probes off)", err)
+		}
+	}
+	return ls, nil
+}
+
+// Close closes the listeners, for a daemon that fails before it serves them.
+func (ls Listeners) Close() {
+	for _, l := range []net.Listener{ls.Metrics, ls.Health} {
+		if l != nil {
+			_ = l.Close()
+		}
+	}
+}
+
+// ServeBoth serves reg's metrics and the health handler on the listeners that are set until
+// ctx is done or the returned stop is called; stop waits until both servers have stopped.
+func (ls Listeners) ServeBoth(ctx context.Context, reg Registry, health http.Handler, log logr.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var waits []func()
+	if ls.Health != nil {
+		// A failure to serve is logged: the kubelet's probes then fail and restart the daemon.
+		waits = append(waits, ServeHTTP(ctx, ls.Health, health, "health probes (/healthz, /readyz)", log))
+	}
+	if ls.Metrics != nil {
+		waits = append(waits, Serve(ctx, ls.Metrics, reg, log))
+	}
+	return func() {
+		cancel()
+		for _, wait := range waits {
+			wait()
+		}
+	}
+}
+
 // Prefixed gathers from Gatherer only the metric families whose names start with one of
 // Prefixes: how a component serves a shared registry's controller metrics beside its own
 // registry without serving the Go and process collectors twice (which fails the scrape).

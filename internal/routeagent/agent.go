@@ -74,28 +74,13 @@ type Options struct {
 // flowing while the agent restarts, unless Octopus is being removed from the cluster
 // (removal.go), when they are withdrawn.
 func Run(ctx context.Context, o Options) error {
+	ls := metricsserver.Listeners{Metrics: o.MetricsListener, Health: o.HealthListener}
 	if err := registerMetrics(); err != nil {
-		for _, l := range []net.Listener{o.MetricsListener, o.HealthListener} {
-			if l != nil {
-				_ = l.Close()
-			}
-		}
+		ls.Close()
 		return err
 	}
 	h := newHealth()
-	if o.HealthListener != nil {
-		srvCtx, stop := context.WithCancel(ctx)
-		// A failure to serve is logged: the kubelet's probes then fail and restart the agent.
-		wait := metricsserver.ServeHTTP(srvCtx, o.HealthListener, h.handler(), "health probes (/healthz, /readyz)", o.Log)
-		defer wait()
-		defer stop()
-	}
-	if o.MetricsListener != nil {
-		srvCtx, stop := context.WithCancel(ctx)
-		wait := metricsserver.Serve(srvCtx, o.MetricsListener, ctrlmetrics.Registry, o.Log)
-		defer wait()
-		defer stop()
-	}
+	defer ls.ServeBoth(ctx, ctrlmetrics.Registry, h.handler(), o.Log)()
 	if o.Member == nil || o.NodeName == "" {
 		return errors.New("route agent: the member configuration and the node name are required")
 	}

@@ -71,28 +71,13 @@ func Run(ctx context.Context, o Options) error {
 	if o.Interfaces == nil {
 		o.Interfaces = Podport{}
 	}
+	ls := metricsserver.Listeners{Metrics: o.MetricsListener, Health: o.HealthListener}
 	p, err := newForRun(o)
 	if err != nil {
-		for _, l := range []net.Listener{o.MetricsListener, o.HealthListener} {
-			if l != nil {
-				_ = l.Close()
-			}
-		}
+		ls.Close()
 		return err
 	}
-	if o.HealthListener != nil {
-		srvCtx, stop := context.WithCancel(ctx)
-		// A failure to serve is logged: the kubelet's probes then fail and restart the plugin.
-		wait := metricsserver.ServeHTTP(srvCtx, o.HealthListener, p.HealthHandler(), "health probes (/healthz, /readyz)", o.Log)
-		defer wait()
-		defer stop()
-	}
-	if o.MetricsListener != nil {
-		srvCtx, stop := context.WithCancel(ctx)
-		wait := metricsserver.Serve(srvCtx, o.MetricsListener, ctrlmetrics.Registry, o.Log)
-		defer wait()
-		defer stop()
-	}
+	defer ls.ServeBoth(ctx, ctrlmetrics.Registry, p.HealthHandler(), o.Log)()
 	go func() {
 		tick := time.NewTicker(DefaultSweepInterval)
 		defer tick.Stop()
