@@ -5,7 +5,6 @@ import (
 	"net/netip"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/octopus-mcs/octopus/internal/ovn/ovnmaster"
@@ -42,10 +41,9 @@ restarted master keeps every one.`,
 			if err != nil {
 				return fmt.Errorf("--secondary-cidr %q: %w (the cluster's secondaryCIDR, e.g. 10.112.0.0/16: see `kubectl get clusters -o wide` on the hub)", o.secondaryCIDR, err)
 			}
-			// An empty path means the in-cluster configuration.
-			member, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+			member, err := memberConfig(o.kubeconfig)
 			if err != nil {
-				return fmt.Errorf("loading the member cluster's configuration (outside a cluster, pass --kubeconfig): %w", err)
+				return err
 			}
 			return ovnmaster.Run(ctrl.SetupSignalHandler(), ovnmaster.Options{
 				Member: member, ClusterID: o.clusterID, CIDR: cidr, NBEndpoint: o.nb,

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
@@ -61,9 +60,9 @@ It runs on every node, in the network namespace of the node's ovs-vswitchd (the 
 				}
 				routes = append(routes, p)
 			}
-			kube, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+			kube, err := memberConfig(o.kubeconfig)
 			if err != nil {
-				return fmt.Errorf("loading the cluster's configuration (outside a cluster, pass --kubeconfig): %w", err)
+				return err
 			}
 			// Listening before anything else makes a taken port fail the start, not go unnoticed.
 			ls, err := metricsserver.ListenBoth(o.metricsAddr, o.healthAddr)
