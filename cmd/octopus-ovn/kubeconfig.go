@@ -14,7 +14,7 @@ import (
 // controller (internal/agent/controller.go says why a limit is kept at all).
 const (
 	kubeAPIQPS   float32 = 50
-	kubeAPIBurst         = 100
+	kubeAPIBurst int     = 100
 )
 
 // memberConfig loads the cluster's client configuration from kubeconfig (empty: the
