@@ -330,11 +330,13 @@ func bucketQuantile(buckets map[float64]float64, q float64) string {
 	if n == 0 {
 		return "none"
 	}
-	for _, le := range slices.Sorted(maps.Keys(buckets)) {
-		if buckets[le] >= q*n {
-			if math.IsInf(le, 1) {
-				return fmt.Sprintf("> %v", time.Duration(slices.Sorted(maps.Keys(buckets))[len(buckets)-2]*float64(time.Second)))
-			}
+	bounds := slices.Sorted(maps.Keys(buckets))
+	for i, le := range bounds {
+		switch {
+		case buckets[le] < q*n:
+		case math.IsInf(le, 1):
+			return fmt.Sprintf("> %v", time.Duration(bounds[i-1]*float64(time.Second)))
+		default:
 			return fmt.Sprintf("≤ %v", time.Duration(le*float64(time.Second)))
 		}
 	}

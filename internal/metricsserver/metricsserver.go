@@ -1,7 +1,8 @@
 // Package metricsserver serves Prometheus metrics at /metrics for the components that do not
 // run a controller-runtime manager (whose own metrics server the agent's controller uses): the
 // gateway and the route agent; and, with ServeHTTP, their other plain HTTP endpoints (the route
-// agent's probes). The ports are documented in docs/architecture.md §6j.
+// agent's probes). HealthHandler and Listeners are the node daemons' probe and metrics
+// endpoints. The ports are documented in docs/architecture.md §6j.
 package metricsserver
 
 import (
@@ -74,6 +75,21 @@ func Listen(addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("listening for metrics: %w (pick another address with --metrics-bind-address, or \"0\" to turn metrics off)", err)
 	}
 	return l, nil
+}
+
+// HealthHandler answers the kubelet's probes: /healthz with 200 while the process serves, and
+// /readyz with 200 while ready returns nil, 503 with its error otherwise.
+func HealthHandler(ready func() error) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
 }
 
 // Listeners are a node daemon's two endpoints: Prometheus metrics and the kubelet's probes.

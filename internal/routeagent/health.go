@@ -2,9 +2,10 @@ package routeagent
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"sync/atomic"
+
+	"github.com/octopus-mcs/octopus/internal/metricsserver"
 )
 
 // DefaultHealthPort is where `octopus-agent route-agent` answers its probes (/healthz,
@@ -37,14 +38,5 @@ func (h *health) ready() error { return *h.applied.Load() }
 // handler answers /healthz with 200 while the process serves, and /readyz with 200 once the
 // routes were applied and 503 with the reason otherwise.
 func (h *health) handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := h.ready(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	return mux
+	return metricsserver.HealthHandler(h.ready)
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
 	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
+	"github.com/octopus-mcs/octopus/internal/metricsserver"
 )
 
 // DefaultInterval is how often the interface is checked: a repair (someone flushed its
@@ -182,16 +183,7 @@ func (l *Loop) once(ctx context.Context) error {
 // interface was attached and as long as the last check succeeded, 503 with the reason
 // otherwise.
 func (l *Loop) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := l.Ready(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	return mux
+	return metricsserver.HealthHandler(l.Ready)
 }
 
 // Run keeps the interface as o describes until ctx ends, serving the probes on

@@ -2,9 +2,10 @@ package nriplugin
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
 	"sync/atomic"
+
+	"github.com/octopus-mcs/octopus/internal/metricsserver"
 )
 
 // DefaultHealthPort is where `octopus-ovn nri` answers /healthz and /readyz unless told
@@ -60,14 +61,5 @@ func (p *Plugin) Ready() error { return p.registration.ready() }
 // HealthHandler answers /healthz with 200 while the process serves, and /readyz with 200 while
 // the plugin is registered with containerd, 503 with the reason otherwise.
 func (p *Plugin) HealthHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := p.Ready(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	return mux
+	return metricsserver.HealthHandler(p.Ready)
 }
