@@ -246,7 +246,8 @@ func (r *hubComponents) Start(ctx context.Context) error {
 	// The hub may be down when the agent starts (docs/architecture.md §6b): what was imported
 	// stays in place meanwhile, since nothing here writes to the member until the hub's caches
 	// have synced.
-	if err := waitForHub(ctx, hubClient, cred); err != nil {
+	hubReturned, err := waitForHub(ctx, hubClient, cred)
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil //nolint:nilerr // shutting down while the hub is unreachable is not a failure
 		}
@@ -261,7 +262,7 @@ func (r *hubComponents) Start(ctx context.Context) error {
 	if err := servicediscovery.Setup(r.mgr, servicediscovery.ExportOptions{
 		Hub: hubCfg, HubNamespace: cred.Namespace, ClusterID: cred.ClusterID, Addresses: addresses,
 		StaleClusterTTL: r.opts.StaleClusterTTL, HubMapper: hubClient.RESTMapper(),
-		ExportWorkers: r.opts.ExportWorkers, ImportWorkers: r.opts.ImportWorkers,
+		ExportWorkers: r.opts.ExportWorkers, ImportWorkers: r.opts.ImportWorkers, HubReturned: hubReturned,
 	}); err != nil {
 		return err
 	}
@@ -331,9 +332,10 @@ const (
 // waitForHub returns once the hub answers a read of this cluster's Cluster object and
 // hubClient's RESTMapper has resolved servicediscovery.HubKinds (the controllers' hub caches
 // share that mapper, so setting them up needs no further request), retrying with backoff
-// while the hub is unreachable and logging when it starts and stops waiting. Only ctx ends it
-// early: an agent that exits because the hub is down would gain nothing by restarting.
-func waitForHub(ctx context.Context, hubClient client.Client, cred hubaccess.Credential) error {
+// while the hub is unreachable and logging when it starts and stops waiting. It returns when
+// the hub answered if it had to wait, zero otherwise. Only ctx ends it early: an agent that
+// exits because the hub is down would gain nothing by restarting.
+func waitForHub(ctx context.Context, hubClient client.Client, cred hubaccess.Credential) (time.Time, error) {
 	log := logf.FromContext(ctx)
 	key := client.ObjectKey{Namespace: cred.Namespace, Name: cred.ClusterID}
 	delay := hubRetryInitial
@@ -348,17 +350,18 @@ func waitForHub(ctx context.Context, hubClient client.Client, cred hubaccess.Cre
 		if err == nil {
 			// The hub answers: a missing Cluster or a refused credential is the heartbeat's to
 			// report, and the controllers' to retry.
-			if attempt > 0 {
-				log.Info("Reached the hub", "hub", cred.Server, "after", time.Since(start).Round(time.Millisecond).String())
+			if attempt == 0 {
+				return time.Time{}, nil
 			}
-			return nil
+			log.Info("Reached the hub", "hub", cred.Server, "after", time.Since(start).Round(time.Millisecond).String())
+			return time.Now(), nil
 		}
 		if attempt == 0 {
 			log.Info("Waiting for the hub to become reachable; imported services stay as they are meanwhile", "hub", cred.Server, "reason", err.Error())
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for the hub %s: %w", cred.Server, context.Cause(ctx))
+			return time.Time{}, fmt.Errorf("waiting for the hub %s: %w", cred.Server, context.Cause(ctx))
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, hubRetryMax)

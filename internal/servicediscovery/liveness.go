@@ -33,10 +33,15 @@ const DefaultStaleClusterTTL = 2 * time.Minute
 //
 // A cluster is withdrawn only while the hub is demonstrably reachable, i.e. while this
 // cluster's own Lease (self) is fresh in the cache: when the hub is down every Lease looks
-// expired, and imports keep their last state then (docs/architecture.md §6b). A withdrawal
-// that became due while the hub was unreachable happens at the next Lease event once it is
-// back. A cluster without a Lease (not heartbeating yet, or gone with `leave`, which withdraws
+// expired, and imports keep their last state then (docs/architecture.md §6b). A cluster without a Lease (not heartbeating yet, or gone with `leave`, which withdraws
 // its records itself) is never withdrawn here.
+//
+// No cluster can renew its Lease while the hub is down, so after an outage every Lease looks
+// expired, for as long as the outage lasted. Expiry therefore counts only from when the hub was
+// last seen back (hubBack): either the agent found it unreachable at start, or a Lease of this
+// cache was renewed more than a lease duration after any other renewal (nobody could renew in
+// between). Without that, an outage longer than lease + TTL would withdraw and then restore
+// every other cluster's endpoints the moment the hub returned, before they renewed.
 type liveness struct {
 	ttl time.Duration
 	// self is this cluster's ID; "" means any fresh Lease proves the hub reachable.
@@ -47,6 +52,10 @@ type liveness struct {
 	now     func() time.Time
 
 	mu sync.Mutex
+	// hubBack is when the hub was last seen to return from an outage; zero if never.
+	hubBack time.Time
+	// latestRenewal is the latest renewal of any Lease seen.
+	latestRenewal time.Time
 	// leases holds the last seen Lease of every cluster, by cluster ID.
 	leases map[string]*coordinationv1.Lease
 	// withdrawn is the set of clusters currently withdrawn.
@@ -56,9 +65,11 @@ type liveness struct {
 	queue workqueue.TypedRateLimitingInterface[reconcile.Request]
 }
 
-func newLiveness(ttl time.Duration, self string, records client.Reader, hubNamespace string) *liveness {
+// newLiveness returns the liveness of the clusters whose Leases are in hubNamespace. hubBack is
+// when the hub answered after being found unreachable at start (zero if it answered at once).
+func newLiveness(ttl time.Duration, self string, records client.Reader, hubNamespace string, hubBack time.Time) *liveness {
 	return &liveness{
-		ttl: ttl, self: self, records: records, ns: hubNamespace, now: time.Now,
+		ttl: ttl, self: self, records: records, ns: hubNamespace, now: time.Now, hubBack: hubBack,
 		leases: map[string]*coordinationv1.Lease{}, withdrawn: map[string]bool{}, timers: map[string]*time.Timer{},
 	}
 }
@@ -102,14 +113,32 @@ func (l *liveness) observe(ctx context.Context, q workqueue.TypedRateLimitingInt
 		delete(l.leases, id)
 		clusterHeartbeat.DeleteLabelValues(id)
 	} else {
-		l.leases[id] = lease
 		if lease.Spec.RenewTime != nil {
+			l.noteRenewalLocked(ctx, id, lease)
 			clusterHeartbeat.WithLabelValues(id).Set(float64(lease.Spec.RenewTime.UnixMicro()) / 1e6)
 		}
+		l.leases[id] = lease
 	}
 	flipped := l.evaluateLocked(ctx)
 	l.mu.Unlock()
 	l.enqueue(ctx, flipped)
+}
+
+// noteRenewalLocked records lease's renewal and, when it is a Lease already seen renewed more
+// than a lease duration after every renewal before it, that the hub is back from an outage.
+// Only Leases already seen count: the first sight of every Lease (the cache's initial list)
+// comes in no particular order, and a long-dead cluster's Lease followed by a live one is no
+// outage.
+func (l *liveness) noteRenewalLocked(ctx context.Context, id string, lease *coordinationv1.Lease) {
+	renewed := lease.Spec.RenewTime.Time
+	if _, seen := l.leases[id]; seen && !l.latestRenewal.IsZero() && renewed.Sub(l.latestRenewal) > leaseDuration(lease) {
+		l.hubBack = l.now()
+		logf.FromContext(ctx).Info("The hub accepted no heartbeat for longer than a Lease lasts; every cluster's expiry counts from now",
+			"cluster", id, "silentFor", renewed.Sub(l.latestRenewal).Round(time.Second).String())
+	}
+	if renewed.After(l.latestRenewal) {
+		l.latestRenewal = renewed
+	}
 }
 
 // evaluateLocked recomputes every cluster's state (a Lease event may be the proof that the hub
@@ -125,6 +154,9 @@ func (l *liveness) evaluateLocked(ctx context.Context) []string {
 			flipped = append(flipped, id)
 		}
 	}
+	// A withdrawal due while the hub was down waits for the TTL after it returned; one made
+	// before stays (only the cluster's renewal restores it).
+	notBefore := l.hubBack.Add(l.ttl)
 	for id, lease := range l.leases {
 		due, ok := withdrawalDue(lease, l.ttl)
 		if t := l.timers[id]; t != nil {
@@ -141,8 +173,11 @@ func (l *liveness) evaluateLocked(ctx context.Context) []string {
 				flipped = append(flipped, id)
 				logf.FromContext(ctx).Info("Restored the endpoints of a cluster whose heartbeat resumed", "cluster", id)
 			}
-			l.timers[id] = time.AfterFunc(due.Sub(now), func() { l.fire(ctx) })
-		case reachable && !l.withdrawn[id]:
+			l.arm(ctx, id, now, latest(due, notBefore))
+		case l.withdrawn[id]:
+		case now.Before(notBefore):
+			l.arm(ctx, id, now, notBefore)
+		case reachable:
 			l.withdrawn[id] = true
 			flipped = append(flipped, id)
 			logf.FromContext(ctx).Info("Withdrew the endpoints of a cluster whose heartbeat Lease expired", "cluster", id,
@@ -150,6 +185,18 @@ func (l *liveness) evaluateLocked(ctx context.Context) []string {
 		}
 	}
 	return flipped
+}
+
+// arm sets id's timer for the instant at.
+func (l *liveness) arm(ctx context.Context, id string, now, at time.Time) {
+	l.timers[id] = time.AfterFunc(at.Sub(now), func() { l.fire(ctx) })
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // fire is a timer's callback: some cluster's withdrawal became due.
@@ -200,9 +247,13 @@ func withdrawalDue(lease *coordinationv1.Lease, ttl time.Duration) (time.Time, b
 	if lease.Spec.RenewTime == nil {
 		return time.Time{}, false
 	}
-	d := 3 * heartbeat.DefaultInterval
+	return lease.Spec.RenewTime.Add(leaseDuration(lease) + ttl), true
+}
+
+// leaseDuration is how long lease lasts after a renewal.
+func leaseDuration(lease *coordinationv1.Lease) time.Duration {
 	if s := lease.Spec.LeaseDurationSeconds; s != nil && *s > 0 {
-		d = time.Duration(*s) * time.Second
+		return time.Duration(*s) * time.Second
 	}
-	return lease.Spec.RenewTime.Add(d + ttl), true
+	return 3 * heartbeat.DefaultInterval
 }

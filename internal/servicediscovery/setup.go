@@ -60,6 +60,8 @@ type ExportOptions struct {
 	// reconciled at once. Optional; DefaultWorkers when zero.
 	ExportWorkers int
 	ImportWorkers int
+	// HubReturned is as in ImportOptions. Optional.
+	HubReturned time.Time
 }
 
 // DefaultWorkers is how many exports, and how many imported services, each controller
@@ -119,7 +121,7 @@ func Setup(mgr manager.Manager, o ExportOptions) error {
 	_, global := o.Addresses.(GlobalAddresses)
 	_, secondary := o.Addresses.(SecondaryAddresses)
 	exports, err := setupImport(mgr, ImportOptions{Hub: o.Hub, HubNamespace: o.HubNamespace, ClusterID: o.ClusterID, StaleClusterTTL: o.StaleClusterTTL, HubMapper: o.HubMapper, Workers: o.ImportWorkers,
-		LocalEndpoints: global, Secondary: secondary})
+		LocalEndpoints: global, Secondary: secondary, HubReturned: o.HubReturned})
 	if err != nil {
 		return err
 	}
@@ -322,7 +324,10 @@ type ImportOptions struct {
 	LocalEndpoints bool
 	// Secondary imports as a cluster on the secondary network: see ImportReconciler.Secondary.
 	// Optional; Setup sets it under SecondaryAddresses.
-	Secondary bool
+	Secondary bool // HubReturned is when the hub answered after being found unreachable at start; zero when
+	// it answered at once. No cluster could renew its heartbeat while the hub was down, so no
+	// endpoints are withdrawn until StaleClusterTTL after it (see liveness). Optional.
+	HubReturned time.Time
 }
 
 // SetupImport adds the import controller to mgr, which runs against the member cluster, along
@@ -391,7 +396,7 @@ func setupImport(mgr manager.Manager, o ImportOptions) (cache.Cache, error) {
 	}
 	r := &ImportReconciler{
 		Member: mgr.GetClient(), Hub: hubCluster.GetCache(), HubNamespace: o.HubNamespace,
-		liveness: newLiveness(o.StaleClusterTTL, o.ClusterID, hubCluster.GetCache(), o.HubNamespace),
+		liveness: newLiveness(o.StaleClusterTTL, o.ClusterID, hubCluster.GetCache(), o.HubNamespace, o.HubReturned),
 		Workers:  o.Workers, expectations: newExpectations(), Secondary: o.Secondary,
 		propagation: newPropagation(propagationSeconds, time.Now(), time.Now),
 	}
