@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,6 +17,7 @@ import (
 // nriOptions are the flags of `octopus-ovn nri`.
 type nriOptions struct {
 	kubeconfig    string
+	nodeName      string
 	clusterID     string
 	secondaryCIDR string
 	routes        []string
@@ -74,7 +76,7 @@ It runs on every node, in the network namespace of the node's ovs-vswitchd (the 
 					ClusterID: o.clusterID, CIDR: cidr, Routes: routes, MTU: o.mtu, AddressWait: o.addressWait,
 					Node: podport.Node{OVSDB: o.ovsdb, Bridge: o.bridge},
 				},
-				Kube: kube, Socket: o.socket, PluginIdx: o.pluginIdx, Log: ctrl.Log.WithName("nri"),
+				Kube: kube, NodeName: o.nodeName, Socket: o.socket, PluginIdx: o.pluginIdx, Log: ctrl.Log.WithName("nri"),
 				MetricsListener: ls.Metrics, HealthListener: ls.Health,
 			})
 		},
@@ -84,6 +86,7 @@ It runs on every node, in the network namespace of the node's ovs-vswitchd (the 
 	f.StringVar(&o.clusterID, "cluster-id", "", "this cluster's ID (required)")
 	f.StringVar(&o.secondaryCIDR, "secondary-cidr", "", "this cluster's secondary CIDR, allocated by the hub at join (required)")
 	f.StringSliceVar(&o.routes, "route", nil, "other clusters' secondary blocks, or the hub's secondary pool, reached through the gateway (repeatable)")
+	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of the node this plugin runs on, whose pods it watches (default $NODE_NAME)")
 	f.StringVar(&o.socket, "nri-socket", nriplugin.DefaultSocket, "containerd's NRI socket")
 	f.StringVar(&o.pluginIdx, "plugin-index", nriplugin.DefaultPluginIdx, "the plugin's place among the node's NRI plugins")
 	f.StringVar(&o.ovsdb, "ovsdb", "", `the node's Open vSwitch database, in ovs-vsctl's --db syntax; "" is ovs-vsctl's default`)

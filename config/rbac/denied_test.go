@@ -223,14 +223,16 @@ var identities = []identity{
 	},
 	{
 		name: rbac.OVNNRI, namespace: memberNS, serviceAccount: "octopus-ovn-nri",
-		// It reads one pod per sandbox for its address; the reason a pod cannot start reaches
-		// the pod through containerd and the kubelet, not through the API.
+		// It watches its node's pods for their addresses (reading one the watch has not seen
+		// yet); the reason a pod cannot start reaches the pod through containerd and the
+		// kubelet, not through the API.
 		needs: []grant{
-			{verbs: "get", resource: "pods"},
+			{verbs: "get,list,watch", resource: "pods"},
 		},
 		refused: []request{
-			{verb: "list", resource: "pods"},
 			{verb: "patch", resource: "pods", namespace: otherNS, name: probeName},
+			{verb: "delete", resource: "pods", namespace: otherNS, name: probeName},
+			{verb: "list", resource: "nodes"},
 			{verb: "create", group: "events.k8s.io", resource: "events", namespace: otherNS},
 			{verb: "get", resource: "secrets", namespace: memberNS, name: "octopus-hub"},
 		},

@@ -38,8 +38,12 @@ import (
 // sandbox with a less helpful message than ours.
 const DefaultAddressWait = 1500 * time.Millisecond
 
-// pollInterval is how often the pod is read again while it waits for its address.
-const pollInterval = 50 * time.Millisecond
+// pollInterval is how often the pod is read again while it waits for its address, unless
+// the Pods are watched (podWatch); watchRecheck is how often then, in case the watch lags.
+const (
+	pollInterval = 50 * time.Millisecond
+	watchRecheck = 500 * time.Millisecond
+)
 
 // Config is what the plugin needs to know of its cluster and node.
 type Config struct {
@@ -62,6 +66,14 @@ type Config struct {
 // Pods reads a pod from the API server.
 type Pods interface {
 	Get(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+}
+
+// podWatch is what Pods backed by a watch (nodePods) also offer: a wakeup at the pod's next
+// change, so that waiting for the address costs no reads.
+type podWatch interface {
+	// Changed returns a channel closed at the pod's next change and a func to call once it is
+	// no longer waited for.
+	Changed(namespace, name string) (<-chan struct{}, func())
 }
 
 // Interfaces makes and removes pods' interfaces; Podport is the real one.
@@ -328,35 +340,56 @@ var errNotMember = errors.New("not on the secondary network")
 func (p *Plugin) waitAddress(ctx context.Context, sb *api.PodSandbox) (podnet.Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.AddressWait)
 	defer cancel()
-	var last error
+	watch, watched := p.pods.(podWatch)
+	recheck := pollInterval
+	if watched {
+		recheck = watchRecheck
+	}
 	for {
-		pod, err := p.pods.Get(ctx, sb.GetNamespace(), sb.GetName())
-		switch {
-		case err != nil:
-			last = fmt.Errorf("reading the pod: %w", err)
-		case string(pod.UID) != sb.GetUid():
-			return podnet.Status{}, fmt.Errorf("the pod named so now has UID %s, not the sandbox's %s", pod.UID, sb.GetUid())
-		case pod.Spec.HostNetwork || podnet.OptedOut(pod.Annotations):
-			return podnet.Status{}, errNotMember
-		default:
-			status, found, err := podnet.Find(pod.Annotations)
-			if err != nil {
-				return podnet.Status{}, err
-			}
-			if found {
-				return status, nil
-			}
-			if reason := pod.Annotations[podnet.ErrorAnnotation]; reason != "" {
-				return podnet.Status{}, errors.New(reason)
-			}
-			last = errors.New("the ovnmaster has not given it an address yet (is octopus-ovn master running?)")
+		var changed <-chan struct{}
+		stop := func() {}
+		if watched {
+			// Before the read, so that a change after it wakes us.
+			changed, stop = watch.Changed(sb.GetNamespace(), sb.GetName())
+		}
+		status, pending, err := p.readAddress(ctx, sb)
+		if pending == nil {
+			stop()
+			return status, err
 		}
 		select {
 		case <-ctx.Done():
-			return podnet.Status{}, fmt.Errorf("no address after %s: %w", p.cfg.AddressWait, last)
-		case <-time.After(pollInterval):
+			stop()
+			return podnet.Status{}, fmt.Errorf("no address after %s: %w", p.cfg.AddressWait, pending)
+		case <-changed:
+		case <-time.After(recheck):
 		}
+		stop()
 	}
+}
+
+// readAddress reads the pod once: its address, or why it cannot have one (err), or why it has
+// none yet (pending, non-nil while it is worth waiting).
+func (p *Plugin) readAddress(ctx context.Context, sb *api.PodSandbox) (_ podnet.Status, pending, err error) {
+	pod, err := p.pods.Get(ctx, sb.GetNamespace(), sb.GetName())
+	switch {
+	case err != nil:
+		return podnet.Status{}, fmt.Errorf("reading the pod: %w", err), nil
+	case string(pod.UID) != sb.GetUid():
+		return podnet.Status{}, nil, fmt.Errorf("the pod named so now has UID %s, not the sandbox's %s", pod.UID, sb.GetUid())
+	case pod.Spec.HostNetwork || podnet.OptedOut(pod.Annotations):
+		return podnet.Status{}, nil, errNotMember
+	}
+	status, found, err := podnet.Find(pod.Annotations)
+	switch {
+	case err != nil:
+		return podnet.Status{}, nil, err
+	case found:
+		return status, nil, nil
+	case pod.Annotations[podnet.ErrorAnnotation] != "":
+		return podnet.Status{}, nil, errors.New(pod.Annotations[podnet.ErrorAnnotation])
+	}
+	return podnet.Status{}, errors.New("the ovnmaster has not given it an address yet (is octopus-ovn master running?)"), nil
 }
 
 // attachment is the interface the pod's network-status entry describes.

@@ -39,6 +39,10 @@ type Options struct {
 	Config
 	// Kube is the client configuration of the cluster the pods are in (required).
 	Kube *rest.Config
+	// NodeName is the node's name: the plugin watches the node's pods and waits for a pod's
+	// address on that watch (nodePods). Optional: without it, it reads the pod from the API
+	// server every pollInterval while it waits.
+	NodeName string
 	// Socket is containerd's NRI socket; "" means DefaultSocket.
 	Socket string
 	// PluginIdx orders the plugin among the node's; "" means DefaultPluginIdx.
@@ -72,7 +76,7 @@ func Run(ctx context.Context, o Options) error {
 		o.Interfaces = Podport{}
 	}
 	ls := metricsserver.Listeners{Metrics: o.MetricsListener, Health: o.HealthListener}
-	p, err := newForRun(o)
+	p, err := newForRun(ctx, o)
 	if err != nil {
 		ls.Close()
 		return err
@@ -112,8 +116,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 }
 
-// newForRun is Run's plugin, with the process's metrics registered.
-func newForRun(o Options) (*Plugin, error) {
+// newForRun is Run's plugin, with the process's metrics registered and, given the node's
+// name, a watch of the node's pods until ctx ends.
+func newForRun(ctx context.Context, o Options) (*Plugin, error) {
 	if err := registerMetrics(); err != nil {
 		return nil, err
 	}
@@ -121,7 +126,13 @@ func newForRun(o Options) (*Plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the cluster's client: %w", err)
 	}
-	p, err := New(o.Config, apiPods{cs}, o.Interfaces, o.Log)
+	var pods Pods = apiPods{cs}
+	if o.NodeName != "" {
+		if pods, err = newNodePods(ctx, cs, o.NodeName); err != nil {
+			return nil, fmt.Errorf("watching the pods of node %s: %w", o.NodeName, err)
+		}
+	}
+	p, err := New(o.Config, pods, o.Interfaces, o.Log)
 	if err != nil {
 		return nil, fmt.Errorf("NRI plugin: %w", err)
 	}

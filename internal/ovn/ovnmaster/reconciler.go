@@ -12,6 +12,7 @@ import (
 	"maps"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -117,32 +118,36 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	applyCtx, cancel := context.WithTimeout(ctx, applyTimeout)
 	res, err := r.NB.Apply(applyCtx, n)
 	cancel()
-	var errs []error
 	if err != nil {
 		// Nothing was written. Pods that have their address keep it (their ports are still
 		// in the database), and pods that were told why they have none keep that reason; new
 		// pods are told why they wait.
 		unavailable := fmt.Errorf("could not write to the OVN northbound database, retrying: %w", err)
+		var writes []func() error
 		for k, pod := range members {
 			if _, has, _ := podnet.Find(pod.Annotations); !has && pod.Annotations[podnet.ErrorAnnotation] == "" {
-				errs = append(errs, r.setPodError(ctx, pod, cmpErr(refused[k], unavailable)))
+				writes = append(writes, func() error { return r.setPodError(ctx, pod, cmpErr(refused[k], unavailable)) })
 			}
 		}
-		return reconcile.Result{}, errors.Join(append(errs, fmt.Errorf("applying the secondary network: %w", err))...)
+		return reconcile.Result{}, errors.Join(concurrently(writes), fmt.Errorf("applying the secondary network: %w", err))
 	}
+	writes := make([]func() error, 0, len(members)+len(leaving))
 	for k, pod := range members {
 		if att, ok := res.Attached[k]; ok {
-			errs = append(errs, r.setPodAddress(ctx, pod, att))
+			writes = append(writes, func() error { return r.setPodAddress(ctx, pod, att) })
 			continue
 		}
-		errs = append(errs, r.setPodError(ctx, pod, cmpErr(refused[k], res.Failed[k])))
+		writes = append(writes, func() error { return r.setPodError(ctx, pod, cmpErr(refused[k], res.Failed[k])) })
 	}
 	for _, pod := range leaving {
-		errs = append(errs, r.patchAnnotations(ctx, pod, func(a map[string]string) error {
-			delete(a, podnet.ErrorAnnotation)
-			return setEntry(a, nil)
-		}))
+		writes = append(writes, func() error {
+			return r.patchAnnotations(ctx, pod, func(a map[string]string) error {
+				delete(a, podnet.ErrorAnnotation)
+				return setEntry(a, nil)
+			})
+		})
 	}
+	errs := []error{concurrently(writes)}
 	if len(res.Failed)+len(refused) > 0 {
 		r.Log.V(1).Info("Pods without a secondary address", "failed", len(res.Failed)+len(refused))
 	}
@@ -225,6 +230,27 @@ func cmpErr(a, b error) error {
 		return a
 	}
 	return b
+}
+
+// patchConcurrency is how many pods' annotations are written at once. One at a time, each new
+// pod of a burst waited one API round trip per pod before it, and so did its sandbox, which
+// waits for the address (internal/ovn/nriplugin). Writes that change nothing send no request.
+const patchConcurrency = 8
+
+// concurrently runs writes, patchConcurrency at a time, and joins their errors.
+func concurrently(writes []func() error) error {
+	errs := make([]error, len(writes))
+	slots := make(chan struct{}, patchConcurrency)
+	var wg sync.WaitGroup
+	for i, write := range writes {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			errs[i] = write()
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // setPodAddress writes the pod's network-status entry and clears any earlier error.

@@ -3,10 +3,12 @@ package ovnmaster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -126,6 +128,44 @@ func TestReconcileDatabaseDown(t *testing.T) {
 	}
 	if len(rec.Events) != 1 {
 		t.Errorf("%d events, want one for the new pod", len(rec.Events))
+	}
+}
+
+// TestReconcileAnnotatesABurstConcurrently: a burst of new pods gets its addresses written a
+// few at a time, not one round trip after another (each pod's sandbox waits for its address),
+// and never more than patchConcurrency at once.
+func TestReconcileAnnotatesABurstConcurrently(t *testing.T) {
+	const burst = 3 * patchConcurrency
+	var pods []client.Object
+	for i := range burst {
+		pods = append(pods, testPod("shop", fmt.Sprintf("web-%d", i), nil))
+	}
+	var inFlight, most atomic.Int32
+	c := fake.NewClientBuilder().WithObjects(pods...).WithInterceptorFuncs(interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			n := inFlight.Add(1)
+			defer inFlight.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			time.Sleep(20 * time.Millisecond) // an API server's round trip
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	}).Build()
+	r := &Reconciler{Client: c, NB: &fakeNB{}, ClusterID: "east", CIDR: netip.MustParsePrefix("10.112.0.0/24"), Events: events.NewFakeRecorder(burst), Log: logr.Discard()}
+	if _, err := r.Reconcile(t.Context(), networkRequest); err != nil {
+		t.Fatal(err)
+	}
+	for i := range burst {
+		p, err := getPod(t.Context(), c, "shop", fmt.Sprintf("web-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, _ := podnet.Find(p.Annotations); !ok {
+			t.Errorf("pod %s has no address: %v", p.Name, p.Annotations)
+		}
+	}
+	if m := most.Load(); m < 2 || m > patchConcurrency {
+		t.Errorf("at most %d patches were in flight at once, want 2 to %d", m, patchConcurrency)
 	}
 }
 
