@@ -376,7 +376,9 @@ func (p *Plugin) readAddress(ctx context.Context, sb *api.PodSandbox) (_ podnet.
 	case err != nil:
 		return podnet.Status{}, fmt.Errorf("reading the pod: %w", err), nil
 	case string(pod.UID) != sb.GetUid():
-		return podnet.Status{}, nil, fmt.Errorf("the pod named so now has UID %s, not the sandbox's %s", pod.UID, sb.GetUid())
+		// Pending, not refused: a watch may still hold the pod of that name that went before
+		// (a StatefulSet's), the sandbox's pod coming with its next event.
+		return podnet.Status{}, fmt.Errorf("the pod named so has UID %s, not the sandbox's %s", pod.UID, sb.GetUid()), nil
 	case pod.Spec.HostNetwork || podnet.OptedOut(pod.Annotations):
 		return podnet.Status{}, nil, errNotMember
 	}

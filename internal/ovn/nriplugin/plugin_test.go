@@ -127,6 +127,8 @@ func TestRunPodSandbox(t *testing.T) {
 			wantErr: "not found"},
 		{name: "another pod of the same name", sandbox: sandbox("default", nil, true),
 			pods: &fakePods{versions: []*corev1.Pod{{ObjectMeta: metav1.ObjectMeta{UID: "uid-2"}}}}, wantErr: "UID uid-2"},
+		{name: "the pod that went before under that name, then the sandbox's (a watch catching up)", sandbox: sandbox("default", nil, true),
+			pods: &fakePods{versions: []*corev1.Pod{{ObjectMeta: metav1.ObjectMeta{UID: "uid-0"}}, addressed}}, attach: true},
 		{name: "address outside the block", sandbox: sandbox("default", nil, true),
 			pods: &fakePods{versions: []*corev1.Pod{pod(withAddress("10.9.0.5"))}}, wantErr: "not in the cluster's secondary block"},
 		{name: "OVS fails", sandbox: sandbox("default", nil, true), pods: &fakePods{versions: []*corev1.Pod{addressed}},
