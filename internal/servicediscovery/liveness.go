@@ -33,8 +33,9 @@ const DefaultStaleClusterTTL = 2 * time.Minute
 //
 // A cluster is withdrawn only while the hub is demonstrably reachable, i.e. while this
 // cluster's own Lease (self) is fresh in the cache: when the hub is down every Lease looks
-// expired, and imports keep their last state then (docs/architecture.md §6b). A cluster without a Lease (not heartbeating yet, or gone with `leave`, which withdraws
-// its records itself) is never withdrawn here.
+// expired, and imports keep their last state then (docs/architecture.md §6b). A cluster
+// without a Lease (not heartbeating yet, or gone with `leave`, which withdraws its records
+// itself) is never withdrawn here.
 //
 // No cluster can renew its Lease while the hub is down, so after an outage every Lease looks
 // expired, for as long as the outage lasted. Expiry therefore counts only from when the hub was
