@@ -161,9 +161,12 @@ func TestDiagnose(t *testing.T) {
 		defer restore()
 		// Both gateways' own probes of the tunnel port name the firewall: cluster1's are
 		// dropped on their way out, cluster2's on their way in (and its answers on their way out).
+		// Each gateway's health check finds the tunnel down on its own schedule: a CI run saw
+		// cluster2's down while cluster1's still said connected, so each is waited for.
 		var r *diagnose.Report
 		for _, from := range []struct{ cluster, to string }{{c1.Name, c2.Name}, {c2.Name, c1.Name}} {
-			r = d.waitFinding(t, 60*time.Second, "gateway", from.cluster, "UDP probes from this gateway to the tunnel port of "+from.to)
+			d.waitFinding(t, 60*time.Second, "gateway", from.cluster, "UDP probes from this gateway to the tunnel port of "+from.to)
+			r = d.waitFinding(t, 60*time.Second, "gateway", from.cluster, "the tunnel to "+from.to+" is down (Error)")
 		}
 		for _, from := range []struct{ cluster, to string }{{c1.Name, c2.Name}, {c2.Name, c1.Name}} {
 			d.expect(t, r, "gateway", from.cluster, diagnose.SeverityError, "the tunnel to "+from.to+" is down (Error)", "check that UDP to the tunnel port passes in both directions")
