@@ -112,6 +112,17 @@ func ReconcileGateway(ctx context.Context, g Gateway) (changed []string, err err
 	if err := ensureOnlyAddr(node, link, g.IP, c); err != nil {
 		return c.list, err
 	}
+	// GatewayBridgePort is the switch's end, like a pod's node end: see keepOffNodeStack. Before
+	// it is up when the veth is new.
+	bridgePort, err := node.LinkByName(GatewayBridgePort)
+	if err != nil {
+		return c.list, fmt.Errorf("finding %s: %w", GatewayBridgePort, err)
+	}
+	if changed, err := keepOffNodeStack(node, bridgePort); err != nil {
+		return c.list, err
+	} else if changed {
+		c.add("kept the node's stack off %s", GatewayBridgePort)
+	}
 	for _, name := range []string{GatewayLink, GatewayBridgePort} {
 		l, err := node.LinkByName(name)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
 	"github.com/octopus-mcs/octopus/internal/ovn/ovntest"
@@ -85,6 +86,8 @@ func TestAttachGatewayConverges(t *testing.T) {
 		{"the OVS port deleted", []string{"ovs-vsctl", "--db=" + node.OVSDB, "del-port", "br-int", podport.GatewayBridgePort}},
 		{"the iface-id changed", []string{"ovs-vsctl", "--db=" + node.OVSDB, "set", "Interface", podport.GatewayBridgePort, "external_ids:iface-id=x"}},
 		{"the veth deleted", []string{"ip", "link", "del", podport.GatewayLink}},
+		{"ARP on the switch's end", []string{"ip", "link", "set", podport.GatewayBridgePort, "arp", "on"}},
+		{"an IPv6 address on the switch's end", []string{"ip", "addr", "add", "fe80::1/64", "dev", podport.GatewayBridgePort}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := tc.disturb
@@ -145,6 +148,27 @@ func checkGateway(t *testing.T, node podport.Node, g podport.Gateway) {
 	}
 	if !strings.Contains(listPorts(t, node), podport.GatewayBridgePort) {
 		t.Errorf("%s is not a port of br-int", podport.GatewayBridgePort)
+	}
+	checkOffNodeStack(t, h, podport.GatewayBridgePort)
+}
+
+// checkOffNodeStack checks that the node's stack takes no part on a switch port's veth end:
+// no ARP, no IPv6 address.
+func checkOffNodeStack(t *testing.T, h *netlink.Handle, name string) {
+	t.Helper()
+	link, err := h.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if link.Attrs().RawFlags&unix.IFF_NOARP == 0 {
+		t.Errorf("%s does ARP: the node's stack answers the switch's ARP requests for its own addresses there", name)
+	}
+	addrs, err := h.AddrList(link, netlink.FAMILY_V6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(addrs) > 0 {
+		t.Errorf("%s has IPv6 addresses %v: the node's stack sends into the switch", name, addrs)
 	}
 }
 

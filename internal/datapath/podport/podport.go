@@ -135,6 +135,9 @@ func Attach(ctx context.Context, a Attachment) (err error) {
 	if err != nil {
 		return fmt.Errorf("finding the veth's node end %s: %w", host, err)
 	}
+	if _, err := keepOffNodeStack(node, hostLink); err != nil {
+		return err
+	}
 	if err := node.LinkSetUp(hostLink); err != nil {
 		return fmt.Errorf("setting %s up: %w", host, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -143,6 +144,56 @@ func TestAttachedPodsTalkTCPAndDetachRemovesAll(t *testing.T) {
 	if linkExists(t, node.Netns, podport.LinkName(a.sandbox)) || linkExists(t, ovntest.NetnsPath(a.netns), "net1") {
 		t.Error("the veth is left after Detach")
 	}
+}
+
+// TestNodeStackStaysOffTheSwitch: a pod asking the switch for an address that the node itself
+// holds gets no answer from the node, whose stack sees the pod's frames on the veth's node end
+// (ovs-vswitchd reads them with a packet socket, which takes nothing from the kernel). It used
+// to answer with the node end's MAC, and a gateway node's pods then sent their traffic into the
+// node's stack around the switch (the node holds the gateway's address).
+func TestNodeStackStaysOffTheSwitch(t *testing.T) {
+	central := ovntest.StartCentral(t)
+	ch := ovntest.StartChassis(t, central)
+	if _, err := central.NB.Ctl(context.Background(), "ls-add", "sw"); err != nil {
+		t.Fatal(err)
+	}
+	a := attach(t, ch, central, "east_default_a", "10.112.0.2/16")
+	nodeAddr := netip.MustParseAddr("10.112.0.99")
+	for _, cmd := range [][]string{
+		{"addr", "add", nodeAddr.String() + "/32", "dev", "lo"},
+		{"link", "set", "lo", "up"},
+	} {
+		if out, err := exec.Command("ip", append([]string{"-n", ch.Netns}, cmd...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", cmd, err, out)
+		}
+	}
+	h := netlinkAt(t, ch.Node().Netns)
+	checkOffNodeStack(t, h, podport.LinkName(a.sandbox))
+	nodeEnd, err := h.LinkByName(podport.LinkName(a.sandbox))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	tunneltest.In(t, a.netns, func() {
+		// The connection attempt makes the pod ask for the address; nothing on the switch has it.
+		if c, err := net.DialTimeout("tcp", netip.AddrPortFrom(nodeAddr, 9).String(), 2*time.Second); err == nil {
+			_ = c.Close()
+			t.Errorf("the pod reached the node's %s over net1", nodeAddr)
+		}
+		link, err := netlink.LinkByName("net1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		neighs, err := netlink.NeighList(link.Attrs().Index, netlink.FAMILY_V4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range neighs {
+			if n.IP.Equal(net.IP(nodeAddr.AsSlice())) && len(n.HardwareAddr) > 0 {
+				t.Errorf("the pod resolved the node's %s to %s (the node end's MAC is %s)", nodeAddr, n.HardwareAddr, nodeEnd.Attrs().HardwareAddr)
+			}
+		}
+	})
 }
 
 // TestPodsOnTwoChassisTalkOverGeneve attaches a pod to each of two chassis joined by an
