@@ -319,7 +319,7 @@ func crossCluster(t *testing.T, backend, binDir string, bins map[string]string) 
 
 // startEchoPods runs an echo pod on every node of every cluster and returns them, Ready, by
 // cluster.
-func startEchoPods(ctx context.Context, t *testing.T, l *lab.Lab) map[string][]xpod {
+func startEchoPods(ctx context.Context, t testing.TB, l *lab.Lab) map[string][]xpod {
 	t.Helper()
 	pods := map[string][]xpod{}
 	for _, c := range l.Network.Clusters {

@@ -63,17 +63,18 @@ func (o Options) Validate() error {
 	if o.Clusters < 1 || o.Clusters > MaxClusters {
 		errs = append(errs, optionError("Clusters", "%d: want 1 to %d", o.Clusters, MaxClusters))
 	}
-	maxGateways := labnet.MaxNodesPerCluster - 1
-	if o.GatewaysPerCluster < 1 || o.GatewaysPerCluster > maxGateways {
-		errs = append(errs, optionError("GatewaysPerCluster", "%d: want 1 to %d", o.GatewaysPerCluster, maxGateways))
+	if o.GatewaysPerCluster < 1 || o.GatewaysPerCluster > labnet.MaxNodesPerCluster {
+		errs = append(errs, optionError("GatewaysPerCluster", "%d: want 1 to %d", o.GatewaysPerCluster, labnet.MaxNodesPerCluster))
 	}
 	switch n := o.NodesPerCluster; {
 	case n == 0:
 	case n > labnet.MaxNodesPerCluster:
 		errs = append(errs, optionError("NodesPerCluster", "%d: want at most %d", n, labnet.MaxNodesPerCluster))
-	case n <= o.GatewaysPerCluster:
-		errs = append(errs, optionError("NodesPerCluster", "%d with {GatewaysPerCluster} %d leaves no worker: give at least %d nodes",
-			n, o.GatewaysPerCluster, o.GatewaysPerCluster+1))
+	case n < labnet.MinNodesPerCluster:
+		errs = append(errs, optionError("NodesPerCluster", "%d: want at least %d (the active gateway's node and another)", n, labnet.MinNodesPerCluster))
+	case n < o.GatewaysPerCluster:
+		errs = append(errs, optionError("NodesPerCluster", "%d is fewer than {GatewaysPerCluster} %d: give at least %d nodes",
+			n, o.GatewaysPerCluster, o.GatewaysPerCluster))
 	}
 	switch o.Topology {
 	case "", v1alpha1.TopologyMesh, v1alpha1.TopologyHub:

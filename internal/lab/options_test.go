@@ -23,8 +23,10 @@ func TestOptionsValidate(t *testing.T) {
 		"hub topology":          {mutate: func(o *lab.Options) { o.Topology, o.HubGateways = v1alpha1.TopologyHub, 3 }},
 		"four nodes":            {mutate: func(o *lab.Options) { o.GatewaysPerCluster, o.NodesPerCluster = 2, 4 }},
 		"no clusters":           {mutate: func(o *lab.Options) { o.Clusters = 0 }, want: []string{"Clusters 0: want 1 to 15"}},
-		"no gateways":           {mutate: func(o *lab.Options) { o.GatewaysPerCluster = 0 }, want: []string{"GatewaysPerCluster 0: want 1 to 12"}},
-		"no worker":             {mutate: func(o *lab.Options) { o.GatewaysPerCluster, o.NodesPerCluster = 2, 2 }, want: []string{"NodesPerCluster 2 with GatewaysPerCluster 2 leaves no worker: give at least 3 nodes"}},
+		"no gateways":           {mutate: func(o *lab.Options) { o.GatewaysPerCluster = 0 }, want: []string{"GatewaysPerCluster 0: want 1 to 13"}},
+		"every node a gateway":  {mutate: func(o *lab.Options) { o.GatewaysPerCluster, o.NodesPerCluster = 2, 2 }},
+		"fewer nodes":           {mutate: func(o *lab.Options) { o.GatewaysPerCluster, o.NodesPerCluster = 3, 2 }, want: []string{"NodesPerCluster 2 is fewer than GatewaysPerCluster 3: give at least 3 nodes"}},
+		"one node":              {mutate: func(o *lab.Options) { o.NodesPerCluster = 1 }, want: []string{"NodesPerCluster 1: want at least 2 (the active gateway's node and another)"}},
 		"too many nodes":        {mutate: func(o *lab.Options) { o.NodesPerCluster = 14 }, want: []string{"NodesPerCluster 14: want at most 13"}},
 		"unknown topology":      {mutate: func(o *lab.Options) { o.Topology = "star" }, want: []string{`Topology "star": want mesh or hub`}},
 		"hub gateways, mesh":    {mutate: func(o *lab.Options) { o.HubGateways = 2 }, want: []string{"HubGateways 2: want 1 to 3, with Topology hub (only the hub topology has hub gateways)"}},
@@ -114,13 +116,13 @@ func TestOptionsValidate(t *testing.T) {
 
 // TestOptionErrorFormat: a caller renames every field an error names, its own and the others.
 func TestOptionErrorFormat(t *testing.T) {
-	err := lab.Options{Clusters: 1, GatewaysPerCluster: 2, NodesPerCluster: 2, Dir: "/tmp/lab"}.Validate()
+	err := lab.Options{Clusters: 1, GatewaysPerCluster: 3, NodesPerCluster: 2, Dir: "/tmp/lab"}.Validate()
 	var oe *lab.OptionError
 	if !errors.As(err, &oe) {
 		t.Fatalf("Validate = %v, want an OptionError", err)
 	}
 	got := oe.Format(func(field string) string { return "<" + field + ">" })
-	if want := "<NodesPerCluster> 2 with <GatewaysPerCluster> 2 leaves no worker: give at least 3 nodes"; got != want {
+	if want := "<NodesPerCluster> 2 is fewer than <GatewaysPerCluster> 3: give at least 3 nodes"; got != want {
 		t.Errorf("Format = %q, want %q", got, want)
 	}
 }

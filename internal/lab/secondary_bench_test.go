@@ -6,15 +6,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"slices"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/octopus-mcs/octopus/internal/bench"
+	"github.com/octopus-mcs/octopus/internal/bench/load"
 	"github.com/octopus-mcs/octopus/internal/image"
 	"github.com/octopus-mcs/octopus/internal/lab"
+	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
 	"github.com/octopus-mcs/octopus/internal/procfs"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
@@ -64,9 +69,14 @@ func BenchmarkSecondaryThroughput(b *testing.B) {
 				got = append(got, bps)
 				fmt.Fprintf(os.Stderr, "%s, round %d: %.0f Mbit/s (load average %s)\n", phase.mode, round, bps/1e6, procfs.LoadAverage())
 			}
-			slices.Sort(got)
-			medians[phase.mode] = got[(len(got)-1)/2]
+			medians[phase.mode] = sortedMedian(got)
 			fmt.Fprintf(os.Stderr, "%s: median of %d rounds %.0f Mbit/s (rounds sorted, Mbit/s: %.0f)\n", phase.mode, len(got), medians[phase.mode]/1e6, scaled(got, 1e-6))
+			if phase.mode == "secondary" {
+				net1, primary := inClusterThroughput(ctx, b, l, bins["octopus-echo"])
+				fmt.Fprintf(os.Stderr, "secondary: in %s, node to node, median of %d rounds: net1 %.0f Mbit/s, primary %.0f Mbit/s, net1 ÷ primary %.2f; across clusters ÷ in-cluster net1 %.2f\n",
+					pair[0], *fabricJoinRounds, net1/1e6, primary/1e6, net1/primary, medians[phase.mode]/net1)
+				b.ReportMetric(net1/primary, "in-cluster-net1/primary")
+			}
 		})
 	}
 	if len(medians) != 2 {
@@ -75,6 +85,53 @@ func BenchmarkSecondaryThroughput(b *testing.B) {
 	r := medians["secondary"] / medians["direct"]
 	fmt.Fprintf(os.Stderr, "secondary ÷ direct pod → pod throughput across clusters, medians of %d rounds: %.2f\n", *fabricJoinRounds, r)
 	b.ReportMetric(r, "secondary/direct")
+}
+
+// inClusterThroughput measures, in the lab's first cluster, pod → pod throughput from the echo
+// pod on the last node to the one on the first node, -rounds times over net1 and over the
+// primary network alternately, and returns the two medians in bits per second. It separates
+// the userspace OVS datapath's share of the secondary network's cost (net1 node to node: the
+// pods' veths, ovs-vswitchd on both nodes and Geneve between them) from the gateways' (the
+// cross-cluster path adds the gateway ports and the WireGuard tunnel). The load generator is
+// the host's octopus-echo run in the client pod's network namespace.
+func inClusterThroughput(ctx context.Context, b *testing.B, l *lab.Lab, echo string) (net1, primary float64) {
+	b.Helper()
+	c := l.Network.Clusters[0]
+	pods := startEchoPods(ctx, b, l)[c.Name]
+	src, dst := pods[len(pods)-1], pods[0]
+	obj, err := clientset(b, l.Env.Cluster(c.Name).Kubeconfig).CoreV1().Pods("default").Get(ctx, dst.name, metav1.GetOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, ok, err := podnet.Find(obj.Annotations)
+	if err != nil || !ok || len(st.IPs) != 1 {
+		b.Fatalf("pod %s has no secondary address: %v %v", dst.name, ok, err)
+	}
+	targets := map[string]string{"net1": st.IPs[0], "primary": dst.ip.String()}
+	got := map[string][]float64{}
+	for round := 1; round <= *fabricJoinRounds; round++ {
+		for _, network := range []string{"net1", "primary"} {
+			out, err := exec.CommandContext(ctx, "ip", "netns", "exec", src.netns, echo, "bench", "throughput",
+				"--target", net.JoinHostPort(targets[network], "9001"), "--streams", "4", "--duration", "5s").Output()
+			result := &load.ThroughputResult{}
+			if err == nil {
+				err = json.Unmarshal(out, result)
+			}
+			if err != nil {
+				b.Fatalf("%s -> %s over %s: %v: %s", src.name, dst.name, network, err, out)
+			}
+			got[network] = append(got[network], result.BitsPerSecond)
+			fmt.Fprintf(os.Stderr, "secondary, in %s, round %d: %s -> %s over %s: %.0f Mbit/s (load average %s)\n",
+				c.Name, round, src.node, dst.node, network, result.BitsPerSecond/1e6, procfs.LoadAverage())
+		}
+	}
+	return sortedMedian(got["net1"]), sortedMedian(got["primary"])
+}
+
+// sortedMedian sorts xs and returns their median.
+func sortedMedian(xs []float64) float64 {
+	slices.Sort(xs)
+	return medianOf(xs)
 }
 
 // scaled is xs, each times f.

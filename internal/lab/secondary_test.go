@@ -43,8 +43,7 @@ import (
 //     addresses and is reached over them, and that octopus verify passes over net1;
 //   - the NRI plugin's side (secondary_pods_test.go): a refused address, batches of pods
 //     leaving no port behind, start latency with and without net1;
-//   - that restarts of OVN's NB database, the ovnmaster and the plugin disturb no running pod.
-//
+//   - that restarts of OVN's NB database, the ovnmaster and the plugin disturb no running pod;
 //   - last, that a takeover moves the gateway port: the active gateway is stopped for good and
 //     the standby, the cluster's other node, carries the traffic (the interruption measured).
 func TestSecondaryNetwork(t *testing.T) {

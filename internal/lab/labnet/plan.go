@@ -19,8 +19,9 @@ const (
 	MaxClusters = 1<<(lanBits-24) - 1
 	// MaxNodesPerCluster: a /28 minus network, broadcast and the root uplink's address.
 	MaxNodesPerCluster = 1<<(32-lanBits) - 3
-	// MinNodesPerCluster: every cluster has a gateway node and at least one worker, so that
-	// traffic between nodes of one cluster is exercised as well as traffic through the gateway.
+	// MinNodesPerCluster: every cluster has a gateway node and at least one other, a worker or
+	// a standby gateway, so that traffic between nodes of one cluster is exercised as well as
+	// traffic through the active gateway from another node.
 	MinNodesPerCluster = 2
 	// MaxHubGateways is how many gateway nodes the hub can have (one active, the others
 	// standing by): underlay addresses after the clusters' 16 each, before the range's end.
@@ -52,9 +53,8 @@ type ClusterSpec struct {
 	// Gateways of them are gateway nodes.
 	Nodes int
 	// Gateways is how many nodes (the first ones) carry GatewayLabel and join the underlay:
-	// one is active, the others stand by for failover. Optional, default 1; at most Nodes-1,
-	// so that a worker is left and traffic through the gateway from a non-gateway node is
-	// exercised.
+	// one is active, the others stand by for failover. Optional, default 1; at most Nodes
+	// (with every node a gateway, the standbys' nodes do a worker's part while they stand by).
 	Gateways int
 }
 
@@ -201,7 +201,7 @@ func NewPlan(id string, clusters []ClusterSpec, hubGateways int) (Plan, error) {
 			errs = append(errs, fmt.Errorf("cluster %s (index %d) given twice", c.Name, c.Index))
 			continue
 		case c.Nodes < MinNodesPerCluster || c.Nodes > MaxNodesPerCluster:
-			errs = append(errs, fmt.Errorf("cluster %s: %d nodes, want %d..%d (a gateway and at least one worker; a LAN is a /%d)",
+			errs = append(errs, fmt.Errorf("cluster %s: %d nodes, want %d..%d (a gateway and at least one other node; a LAN is a /%d)",
 				c.Name, c.Nodes, MinNodesPerCluster, MaxNodesPerCluster, lanBits))
 			continue
 		case !c.ServiceCIDR.IsValid() || !c.ServiceCIDR.Addr().Is4():
@@ -211,9 +211,9 @@ func NewPlan(id string, clusters []ClusterSpec, hubGateways int) (Plan, error) {
 		if c.Gateways == 0 {
 			c.Gateways = 1
 		}
-		if c.Gateways < 1 || c.Gateways >= c.Nodes {
-			errs = append(errs, fmt.Errorf("cluster %s: %d gateway nodes of %d nodes, want 1..%d (at least one worker must remain; add nodes)",
-				c.Name, c.Gateways, c.Nodes, c.Nodes-1))
+		if c.Gateways < 1 || c.Gateways > c.Nodes {
+			errs = append(errs, fmt.Errorf("cluster %s: %d gateway nodes of %d nodes, want 1..%d (add nodes)",
+				c.Name, c.Gateways, c.Nodes, c.Nodes))
 			continue
 		}
 		seenIndex[c.Index], seenName[c.Name] = true, true

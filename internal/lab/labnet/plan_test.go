@@ -168,12 +168,12 @@ func TestPlanRejects(t *testing.T) {
 	}{
 		"bad id":                {"XYZ1", specs(1, 2), "hex", 0},
 		"too many":              {"aaaa", specs(MaxClusters+1, 2), "room for", 0},
-		"one node":              {"aaaa", specs(1, 1), "gateway and at least one worker", 0},
+		"one node":              {"aaaa", specs(1, 1), "gateway and at least one other node", 0},
 		"too many nodes":        {"aaaa", specs(1, MaxNodesPerCluster+1), "want 2..13", 0},
 		"duplicate":             {"aaaa", append(specs(1, 2), specs(1, 2)...), "given twice", 0},
 		"no services":           {"aaaa", []ClusterSpec{{Name: "a", Index: 1, Nodes: 2}}, "service CIDR", 0},
-		"no worker left":        {"aaaa", specsGW(1, 3, 3), "3 gateway nodes of 3 nodes, want 1..2", 0},
-		"negative gateways":     {"aaaa", specsGW(1, 3, -1), "want 1..2", 0},
+		"more gateways":         {"aaaa", specsGW(1, 3, 4), "4 gateway nodes of 3 nodes, want 1..3", 0},
+		"negative gateways":     {"aaaa", specsGW(1, 3, -1), "want 1..3", 0},
 		"bad name":              {"aaaa", []ClusterSpec{{Name: "A_b", Index: 1, Nodes: 2, ServiceCIDR: netip.MustParsePrefix("10.96.0.0/16")}}, "cluster name", 0},
 		"too many hub gateways": {"aaaa", specs(1, 2), "want 0..3", MaxHubGateways + 1},
 	}
