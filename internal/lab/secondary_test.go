@@ -112,18 +112,24 @@ func TestSecondaryNetwork(t *testing.T) {
 				return fmt.Errorf("status %+v", p.Status)
 			})
 		}
-		// The workers reach the other block only through their pods' net1: a node route to
-		// it would take traffic of pods off the secondary network into the tunnel from
-		// primary addresses that the other cluster has too.
+		// The nodes but the active gateway's (the standby's too) reach the other block only
+		// through their pods' net1: a node route to it would take traffic of pods off the
+		// secondary network into the tunnel from primary addresses that the other cluster has
+		// too.
 		for _, c := range l.Network.Clusters {
-			worker := c.Nodes[len(c.Nodes)-1]
-			out, err := exec.Command("ip", "-n", worker.Netns, "route", "show", "match", blocks[other(c.Name, c1.Name, c2.Name)].Addr().String()).CombinedOutput()
-			if err != nil {
-				t.Fatalf("routes of %s: %v: %s", worker.Name, err, out)
-			}
-			for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-				if line != "" && !strings.HasPrefix(line, "default ") {
-					t.Errorf("%s routes the other cluster's block on the primary network: %s", worker.Name, line)
+			active := activeGateway(ctx, t, l, c)
+			for _, n := range c.Nodes {
+				if n.Name == active.Name {
+					continue
+				}
+				out, err := exec.Command("ip", "-n", n.Netns, "route", "show", "match", blocks[other(c.Name, c1.Name, c2.Name)].Addr().String()).CombinedOutput()
+				if err != nil {
+					t.Fatalf("routes of %s: %v: %s", n.Name, err, out)
+				}
+				for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+					if line != "" && !strings.HasPrefix(line, "default ") {
+						t.Errorf("%s, not the active gateway, routes the other cluster's block on the primary network: %s", n.Name, line)
+					}
 				}
 			}
 		}
