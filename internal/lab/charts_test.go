@@ -191,7 +191,7 @@ func TestMemberChartLab(t *testing.T) {
 			}
 			return nil
 		})
-		f.waitHolder(ctx, t, f.cs1, f.standby.Name, time.Minute)
+		waitGatewayHolder(ctx, t, f.cs1, f.standby.Name, time.Minute)
 		probe.waitAnsweredAfter(t, unlabelled, time.Minute)
 		gap, lost, sent := probe.longestGap(unlabelled, time.Now())
 		t.Logf("label taken off %s: its pod went and %s took the gateway over; longest interruption %.2fs (%d of %d probes lost)",
@@ -351,7 +351,7 @@ func upgradeMemberChart(ctx context.Context, t *testing.T, f *failoverLab) {
 		_ = x.conn.Close() // unblocks a round trip in flight
 		_ = x.stop()
 	}()
-	holder := f.waitHolder(ctx, t, f.cs1, "", 5*time.Second)
+	holder := waitGatewayHolder(ctx, t, f.cs1, "", 5*time.Second)
 	stopWatching := watchHolder(ctx, f.cs1)
 
 	start := time.Now()
@@ -418,11 +418,11 @@ func upgradeMemberChart(ctx context.Context, t *testing.T, f *failoverLab) {
 	t.Logf("established TCP connection %s (%s) -> %s (%s) through the upgrade: %d round trips, longest stall %.2fs; "+
 		"UDP probes %s -> %s: longest interruption %.2fs, %d of %d lost; Lease %s -> %s",
 		f.server.name, f.c1.Name, f.client.name, f.c2.Name, n, gap.Seconds(),
-		f.client.name, f.server.name, udpGap.Seconds(), lost, sent, holder, f.waitHolder(ctx, t, f.cs1, "", 5*time.Second))
+		f.client.name, f.server.name, udpGap.Seconds(), lost, sent, holder, waitGatewayHolder(ctx, t, f.cs1, "", 5*time.Second))
 	// New connections go through the new pods too.
 	f.waitHTTP(t, 30*time.Second)
 	// Keep the lab as the next subtests expect: active is the Lease holder.
-	if h := f.waitHolder(ctx, t, f.cs1, "", 5*time.Second); h != f.active.Name {
+	if h := waitGatewayHolder(ctx, t, f.cs1, "", 5*time.Second); h != f.active.Name {
 		f.active, f.standby = f.standby, f.active
 	}
 }

@@ -116,7 +116,7 @@ func newFailoverLab(ctx context.Context, t *testing.T, opts lab.Options) *failov
 	f.serverEcho = netip.AddrPortFrom(f.server.ip, echoPort)
 	f.waitHTTP(t, 90*time.Second)
 
-	holder := f.waitHolder(ctx, t, f.cs1, "", 30*time.Second)
+	holder := waitGatewayHolder(ctx, t, f.cs1, "", 30*time.Second)
 	for _, n := range f.gateways1 {
 		if n.Name == holder {
 			f.active = n
@@ -127,7 +127,7 @@ func newFailoverLab(ctx context.Context, t *testing.T, opts lab.Options) *failov
 	if f.active.Name == "" {
 		t.Fatalf("cluster1's gateway Lease is held by %q, not one of its gateway nodes", holder)
 	}
-	f.activeGateways2 = f.waitHolder(ctx, t, f.cs2, "", 30*time.Second)
+	f.activeGateways2 = waitGatewayHolder(ctx, t, f.cs2, "", 30*time.Second)
 	t.Logf("active gateways: %s in %s, %s in %s; standby in %s: %s", f.active.Name, f.c1.Name, f.activeGateways2, f.c2.Name, f.c1.Name, f.standby.Name)
 	return f
 }
@@ -171,7 +171,7 @@ func (f *failoverLab) underlayCut(ctx context.Context, t *testing.T) {
 	// durations to be sure. When gateways learn to give up the Lease on a dead underlay, this
 	// is where the test must change (and docs/architecture.md §6d with it).
 	time.Sleep(12 * time.Second)
-	if h := f.waitHolder(ctx, t, f.cs1, "", 5*time.Second); h != f.active.Name {
+	if h := waitGatewayHolder(ctx, t, f.cs1, "", 5*time.Second); h != f.active.Name {
 		t.Fatalf("the Lease moved from %s to %s after an underlay cut: failover on underlay loss exists now; update this test and the docs", f.active.Name, h)
 	}
 	t.Logf("Lease still held by %s %.0fs after its underlay was cut: no failover on underlay loss (known gap)", f.active.Name, time.Since(cut).Seconds())
@@ -223,7 +223,7 @@ func (f *failoverLab) nodeCutOff(ctx context.Context, t *testing.T) {
 	}()
 	// The standby's liveness probes to the cut node time out and the Lease goes unrenewed
 	// (the node cannot reach its API server either).
-	f.waitHolder(ctx, t, f.cs1, f.standby.Name, 60*time.Second)
+	waitGatewayHolder(ctx, t, f.cs1, f.standby.Name, 60*time.Second)
 	t.Logf("%s took the Lease %.1fs after %s was cut off", f.standby.Name, time.Since(cut).Seconds(), f.active.Name)
 	// Each step of the takeover is timed, so that a slow one says which step was slow: the
 	// new active's Peer on the hub (the remote gateway re-points to it), then the ConfigMap
@@ -264,7 +264,7 @@ func (f *failoverLab) nodeCutOff(ctx context.Context, t *testing.T) {
 	back := time.Now()
 	restore()
 	time.Sleep(10 * time.Second)
-	if h := f.waitHolder(ctx, t, f.cs1, "", 5*time.Second); h != f.standby.Name {
+	if h := waitGatewayHolder(ctx, t, f.cs1, "", 5*time.Second); h != f.standby.Name {
 		f.logTails(t, 60)
 		t.Fatalf("the Lease went back to %s after its node was plugged in again", h)
 	}
@@ -341,7 +341,7 @@ func (f *failoverLab) measureGatewayKill(ctx context.Context, t *testing.T, what
 		}
 		return nil
 	})
-	if h := f.waitHolder(ctx, t, f.cs1, next.Name, 30*time.Second); h != next.Name {
+	if h := waitGatewayHolder(ctx, t, f.cs1, next.Name, 30*time.Second); h != next.Name {
 		t.Fatalf("Lease holder %q", h)
 	}
 	// The lab's processes share one clock, so the acquireTime the new holder wrote dates the
@@ -403,7 +403,7 @@ func (f *failoverLab) hubDown(ctx context.Context, t *testing.T) {
 	}
 	before := map[string]*v1alpha1.Peer{f.c1.Name: f.peer(ctx, t, f.c1.Name), f.c2.Name: f.peer(ctx, t, f.c2.Name)}
 	pids := f.gatewayPIDs(t)
-	holders := map[string]string{f.c1.Name: f.waitHolder(ctx, t, f.cs1, "", 5*time.Second), f.c2.Name: f.waitHolder(ctx, t, f.cs2, "", 5*time.Second)}
+	holders := map[string]string{f.c1.Name: waitGatewayHolder(ctx, t, f.cs1, "", 5*time.Second), f.c2.Name: waitGatewayHolder(ctx, t, f.cs2, "", 5*time.Second)}
 
 	hub := f.l.Env.Cluster(lab.HubName)
 	down := time.Now()
@@ -442,7 +442,7 @@ func (f *failoverLab) hubDown(ctx context.Context, t *testing.T) {
 	if err := roundTrip(-1); err != nil {
 		gap, lost, sent := probe.longestGap(down, time.Now())
 		t.Logf("probes since the outage began: longest gap %s, %d of %d lost; Lease holders %s, %s", gap, lost, sent,
-			f.waitHolder(ctx, t, f.cs1, "", 5*time.Second), f.waitHolder(ctx, t, f.cs2, "", 5*time.Second))
+			waitGatewayHolder(ctx, t, f.cs1, "", 5*time.Second), waitGatewayHolder(ctx, t, f.cs2, "", 5*time.Second))
 		f.logTails(t, 30)
 		t.Fatalf("established connection after the hub came back: %v", err)
 	}
@@ -464,7 +464,7 @@ func (f *failoverLab) hubDown(ctx context.Context, t *testing.T) {
 		t.Errorf("gateway processes changed across the hub outage (restarted): %v → %v", pids, got)
 	}
 	for name, cs := range map[string]kubernetes.Interface{f.c1.Name: f.cs1, f.c2.Name: f.cs2} {
-		if h := f.waitHolder(ctx, t, cs, "", 5*time.Second); h != holders[name] {
+		if h := waitGatewayHolder(ctx, t, cs, "", 5*time.Second); h != holders[name] {
 			t.Errorf("%s's gateway Lease moved from %s to %s across the hub outage", name, holders[name], h)
 		}
 	}
@@ -508,8 +508,8 @@ func (f *failoverLab) waitHTTP(t *testing.T, timeout time.Duration) {
 	})
 }
 
-// waitHolder waits until the cluster's gateway Lease has a holder (want, if given) and returns it.
-func (f *failoverLab) waitHolder(ctx context.Context, t *testing.T, cs kubernetes.Interface, want string, timeout time.Duration) string {
+// waitGatewayHolder waits until the cluster's gateway Lease has a holder (want, if given) and returns it.
+func waitGatewayHolder(ctx context.Context, t *testing.T, cs kubernetes.Interface, want string, timeout time.Duration) string {
 	t.Helper()
 	var holder string
 	waitFor(t, timeout, "the gateway Lease holder "+want, func() error {

@@ -491,7 +491,6 @@ func exportFromTwoClusters(ctx context.Context, t *testing.T, l *lab.Lab, pods m
 // the tunnel device), or the replies would be refused by the new active gateway.
 func globalnetFailover(ctx context.Context, t *testing.T, l *lab.Lab, c *labnet.ClusterNet, src xpod, ip netip.Addr, local []xpod, remote netip.AddrPort) {
 	cs := clientset(t, l.Env.Cluster(c.Name).Kubeconfig)
-	f := &failoverLab{l: l}
 	active, standby := gatewayRoles(ctx, t, l, c)
 	if ruleset := globalnetRuleset(standby); strings.Contains(ruleset, ip.String()) {
 		t.Fatalf("the standby %s translates %s before the failover (only the active gateway may):\n%s", standby.Name, ip, ruleset)
@@ -504,7 +503,7 @@ func globalnetFailover(ctx context.Context, t *testing.T, l *lab.Lab, c *labnet.
 	if err := l.Env.StopProcess(lab.GatewayProcessName(active.Name), 0); err != nil {
 		t.Fatal(err)
 	}
-	f.waitHolder(ctx, t, cs, standby.Name, 60*time.Second)
+	waitGatewayHolder(ctx, t, cs, standby.Name, 60*time.Second)
 	t.Logf("%s took %s's Lease %.1fs after %s was stopped", standby.Name, c.Name, time.Since(killed).Seconds(), active.Name)
 	waitFor(t, 30*time.Second, "the service's global IP "+ip.String()+" in the NAT of "+standby.Name, func() error {
 		if ruleset := globalnetRuleset(standby); !strings.Contains(ruleset, ip.String()) {
@@ -537,8 +536,7 @@ func globalnetFailover(ctx context.Context, t *testing.T, l *lab.Lab, c *labnet.
 // gatewayRoles returns cluster c's active gateway node (the Lease holder) and its standby.
 func gatewayRoles(ctx context.Context, t *testing.T, l *lab.Lab, c *labnet.ClusterNet) (active, standby labnet.NodeNet) {
 	t.Helper()
-	f := &failoverLab{l: l}
-	holder := f.waitHolder(ctx, t, clientset(t, l.Env.Cluster(c.Name).Kubeconfig), "", 30*time.Second)
+	holder := waitGatewayHolder(ctx, t, clientset(t, l.Env.Cluster(c.Name).Kubeconfig), "", 30*time.Second)
 	for _, n := range c.Nodes {
 		switch {
 		case !n.Gateway:

@@ -119,17 +119,8 @@ func TestSecondaryNetwork(t *testing.T) {
 		for _, c := range l.Network.Clusters {
 			active := activeGateway(ctx, t, l, c)
 			for _, n := range c.Nodes {
-				if n.Name == active.Name {
-					continue
-				}
-				out, err := exec.Command("ip", "-n", n.Netns, "route", "show", "match", blocks[other(c.Name, c1.Name, c2.Name)].Addr().String()).CombinedOutput()
-				if err != nil {
-					t.Fatalf("routes of %s: %v: %s", n.Name, err, out)
-				}
-				for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-					if line != "" && !strings.HasPrefix(line, "default ") {
-						t.Errorf("%s, not the active gateway, routes the other cluster's block on the primary network: %s", n.Name, line)
-					}
+				if n.Name != active.Name {
+					checkNoRouteTo(t, n, blocks[other(c.Name, c1.Name, c2.Name)])
 				}
 			}
 		}
@@ -203,17 +194,7 @@ func checkSecondaryTakeover(ctx context.Context, t *testing.T, l *lab.Lab, pods 
 	if err := l.StopGateway(ctx, active.Name); err != nil {
 		t.Fatal(err)
 	}
-	cs := clientset(t, l.Env.Cluster(c1.Name).Kubeconfig)
-	waitFor(t, time.Minute, "the standby "+standby+" to hold the gateway Lease", func() error {
-		lease, err := cs.CoordinationV1().Leases(v1alpha1.SystemNamespace).Get(ctx, v1alpha1.GatewayLeaseName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if h := lease.Spec.HolderIdentity; h == nil || *h != standby {
-			return fmt.Errorf("held by %v", lease.Spec.HolderIdentity)
-		}
-		return nil
-	})
+	waitGatewayHolder(ctx, t, clientset(t, l.Env.Cluster(c1.Name).Kubeconfig), standby, time.Minute)
 	probe.waitAnsweredAfter(t, stopped, 90*time.Second)
 	// Keep probing a little so the gap is closed by a steady flow, not a lucky packet.
 	time.Sleep(2 * time.Second)
@@ -232,6 +213,21 @@ func checkSecondaryTakeover(ctx context.Context, t *testing.T, l *lab.Lab, pods 
 		for _, dst := range pods[c2.Name] {
 			checkTCP(t, "pod -> pod over net1 after the takeover", src, dst, 30*time.Second)
 			checkTCP(t, "pod -> pod over net1 after the takeover", dst, src, 30*time.Second)
+		}
+	}
+}
+
+// checkNoRouteTo fails unless node, not the active gateway's, routes block by its default
+// route alone.
+func checkNoRouteTo(t *testing.T, node labnet.NodeNet, block netip.Prefix) {
+	t.Helper()
+	out, err := exec.Command("ip", "-n", node.Netns, "route", "show", "match", block.Addr().String()).CombinedOutput()
+	if err != nil {
+		t.Fatalf("routes of %s: %v: %s", node.Name, err, out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if line != "" && !strings.HasPrefix(line, "default ") {
+			t.Errorf("%s, not the active gateway, routes the other cluster's block on the primary network: %s", node.Name, line)
 		}
 	}
 }

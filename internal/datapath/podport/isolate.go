@@ -23,8 +23,9 @@ const addrGenModeNone = 1
 // an IPv6 address, nothing on the switch learns the link's MAC, and frames for other MACs are
 // dropped by the stack at once; the stack sends nothing into the switch either.
 //
-// Idempotent; changed says whether ARP was still on. Called before the link is up, which is when
-// the kernel would give it an IPv6 address, none is there to remove.
+// Idempotent; changed says whether it had to turn ARP off or remove an IPv6 address. Called
+// before a new link is up (when the kernel would give it its address), it has none to remove;
+// a link made up by an earlier version has one, which goes.
 func keepOffNodeStack(node *handle, link netlink.Link) (changed bool, err error) {
 	name := link.Attrs().Name
 	if link.Attrs().RawFlags&unix.IFF_NOARP == 0 {
