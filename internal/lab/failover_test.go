@@ -23,6 +23,7 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+	"github.com/octopus-mcs/octopus/internal/lab/realnode"
 	"github.com/octopus-mcs/octopus/internal/routeagent"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
@@ -470,13 +471,21 @@ func (f *failoverLab) hubDown(ctx context.Context, t *testing.T) {
 	}
 }
 
-// logTails logs the last n lines of every gateway's and route agent's log.
+// logTails logs the last n lines of every gateway's and route agent's log: the lab's process
+// logs or, when the member chart runs them, each run's container log on its node's disk
+// (readable even when the node is cut off and the API server cannot reach its kubelet).
 func (f *failoverLab) logTails(t *testing.T, n int) {
 	t.Helper()
 	for _, c := range f.l.Network.Clusters {
 		for _, node := range c.Nodes {
 			for _, name := range []string{lab.GatewayProcessName(node.Name), lab.RouteAgentProcessName(node.Name)} {
 				logTail(t, f.dir, name, n)
+			}
+			pods := filepath.Join(f.dir, realnode.NodesDir, node.Name, "logs", "pods")
+			runs, _ := filepath.Glob(filepath.Join(pods, v1alpha1.SystemNamespace+"_octopus-*", "*", "*.log"))
+			for _, run := range runs {
+				rel, _ := filepath.Rel(pods, run)
+				fileTail(t, node.Name+" "+rel, run, n)
 			}
 		}
 	}
@@ -485,7 +494,13 @@ func (f *failoverLab) logTails(t *testing.T, n int) {
 // logTail logs the last n lines of the log of the lab's process name, if it has one.
 func logTail(t *testing.T, dir, name string, n int) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "logs", name+".log"))
+	fileTail(t, name, filepath.Join(dir, "logs", name+".log"), n)
+}
+
+// fileTail logs, as name's, the last n lines of the file at path, if there is one.
+func fileTail(t *testing.T, name, path string, n int) {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return
 	}
