@@ -60,8 +60,8 @@ active gateway through the octopus-system/octopus-gateway Lease; the others stan
 one generates a fresh WireGuard key pair, publishes this cluster's Peer on the hub (public key,
 endpoint, subnets, health-check address), tunnels to every other cluster's Peer (mesh), mirrors
 their subnets into the octopus-system/octopus-gateway ConfigMap for the route agents, and reports
-its connections in the Peer's status. It exits with an error when it loses the Lease, so that
-its restart gets a fresh key and stands by.
+its connections in the Peer's status. When it loses the Lease it closes its tunnels and stands
+by again, in the same process; each active term generates a fresh key pair.
 
 Standbys take over from a dead active gateway before the Lease expires: every gateway process
 accepts TCP connections on --liveness-port, and a standby connects to the Lease holder's node

@@ -50,8 +50,8 @@ func (r *readiness) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 // elect takes part in the election until ctx ends or this gateway stops being the active one,
 // with fast takeover when o.LivenessPort is set. lead runs while this gateway holds the Lease;
 // its context ends when the Lease is lost, and when lead returns the Lease is released. elect
-// returns nil when ctx is done, and lead's error, or ErrLostLease, when this gateway stopped
-// being the active one: the process should then exit, so that its restart stands by.
+// returns nil when ctx is done, and lead's error, or errLostLease, when this gateway stopped
+// being the active one (Run then takes part again, standing by).
 func elect(ctx context.Context, o Options, e election, lead func(context.Context) error) error {
 	var activeErr error
 	// activeDone is closed when lead has returned: the elector may return first when it
@@ -118,7 +118,7 @@ func elect(ctx context.Context, o Options, e election, lead func(context.Context
 	if activeErr != nil {
 		return activeErr
 	}
-	return ErrLostLease
+	return errLostLease
 }
 
 // runElector runs one client-go elector on lock until ctx ends or it stops leading.

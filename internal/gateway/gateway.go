@@ -39,9 +39,9 @@ const (
 	retryInterval          = time.Second
 )
 
-// ErrLostLease is returned by Run when another gateway took the Lease: the process should
-// exit and restart, which gives it a fresh key pair and puts it back into the election.
-var ErrLostLease = errors.New("lost the gateway lease to another node")
+// errLostLease is what elect returns when another gateway took the Lease: Run then stands by
+// again (a later active term creates a new driver, with a fresh key pair).
+var errLostLease = errors.New("lost the gateway lease to another node")
 
 // Options configure Run. Durations left zero get the Default* values.
 type Options struct {
@@ -211,8 +211,8 @@ func (o *Options) setDefaults() error {
 // Run waits for the cluster's hub credential, then takes part in the election of the active
 // gateway through the GatewayLeaseName Lease in octopus-system (the hub's gateway: HubGatewayLeaseName in
 // the hub namespace), with fast takeover when LivenessPort is set. While active it runs the gateway
-// (see active). It returns nil when ctx is done, and ErrLostLease (or the active gateway's
-// error) when it stops being the active one.
+// (see active); when another gateway takes the Lease it stands by again. It returns nil when ctx
+// is done, and the active gateway's error when that failed.
 func Run(ctx context.Context, o Options) error {
 	if err := o.setDefaults(); err != nil {
 		for _, l := range []net.Listener{o.MetricsListener, o.LivenessListener} {
@@ -284,12 +284,24 @@ func Run(ctx context.Context, o Options) error {
 	}
 	e := election{lock: rl, cs: cs, locate: locate, leaseNamespace: at.leaseNamespace, leaseName: at.leaseName, ready: ready}
 	procCtx := ctx
-	return elect(ctx, o, e, func(ctx context.Context) error {
+	lead := func(ctx context.Context) error {
 		o.Log.Info("Became the active gateway", "node", o.NodeName, "cluster", at.ClusterID, "role", o.Role)
 		m.setActive(true)
 		defer m.setActive(false)
 		return (&active{o: o, at: at, member: member, metrics: m, process: procCtx}).run(ctx)
-	})
+	}
+	for {
+		err := elect(ctx, o, e, lead)
+		if !errors.Is(err, errLostLease) {
+			return err
+		}
+		// The active term is over: its driver is closed (device, routes and nft table gone).
+		// Standing by again in this process, rather than exiting for a restart, keeps the node
+		// a standby: a pod's restart waits out the kubelet's crash-loop back-off (10 s,
+		// doubling with every lost Lease up to 5 min), during which a failure of the new
+		// active gateway would find no standby here to take over.
+		o.Log.Info("Standing by again after losing the gateway Lease", "node", o.NodeName)
+	}
 }
 
 // hubAccess is where the gateway's Peer lives and where it is elected.

@@ -255,21 +255,45 @@ func waitTakeover(t *testing.T, holder func() string, standby string, since time
 	}
 }
 
-// waitDeposed checks that gw, deposed while cut off, stops with ErrLostLease soon after it
-// reaches its API server again: its next renewal conflicts, and it stops at once instead of
-// after its 15 s RenewDeadline.
-func waitDeposed(t *testing.T, gw *runningGateway) {
+// waitDeposed checks that gw, deposed while cut off, ends its active term (closes its driver)
+// soon after it reaches its API server again: its next renewal conflicts, and it stops at once
+// instead of after its 15 s RenewDeadline. Its Run goes on, standing by.
+func waitDeposed(t *testing.T, gw *runningGateway) *fakeDriver {
 	t.Helper()
 	back := time.Now()
-	select {
-	case <-gw.done:
-		if !errors.Is(gw.err, ErrLostLease) {
-			t.Fatalf("%s: %v, want ErrLostLease", gw.node, gw.err)
+	d := gw.driver()
+	deadline := time.After(8 * time.Second)
+	for !d.isClosed() {
+		select {
+		case <-gw.done:
+			t.Fatalf("%s's Run returned after it was deposed (%v); want it standing by", gw.node, gw.err)
+		case <-deadline:
+			t.Fatalf("%s is still active 8s after it could see that another gateway took over", gw.node)
+		case <-time.After(20 * time.Millisecond):
 		}
-		t.Logf("%s stopped %s after it could reach its API server again", gw.node, time.Since(back).Round(time.Millisecond))
-	case <-time.After(8 * time.Second):
-		t.Fatalf("%s still runs 8s after it could see that another gateway took over", gw.node)
 	}
+	t.Logf("%s ended its active term %s after it could reach its API server again", gw.node, time.Since(back).Round(time.Millisecond))
+	return d
+}
+
+// waitActiveAgain checks that gw, deposed earlier, stood by in the same Run: once the Lease is
+// released it is the active gateway again, with a new driver (a fresh key pair).
+func waitActiveAgain(t *testing.T, gw *runningGateway, holder func() string, deposed *fakeDriver) {
+	t.Helper()
+	eventually(t, gw.node+" to be the active gateway again, in the same Run", func() error {
+		select {
+		case <-gw.done:
+			t.Fatalf("%s's Run returned: %v", gw.node, gw.err)
+		default:
+		}
+		if h := holder(); h != gw.node {
+			return errors.New("the Lease is held by " + h)
+		}
+		if d := gw.driver(); d == deposed || d.isClosed() {
+			return errors.New("no new driver")
+		}
+		return nil
+	})
 }
 
 // TestGatewayTakeover runs two gateways of one member cluster against real API servers: the
@@ -454,18 +478,17 @@ func TestGatewayTakeover(t *testing.T) {
 		t.Errorf("lease transitions %v, want counted", l.Spec.LeaseTransitions)
 	}
 
-	// gw1 comes back: its next renewal conflicts, it sees gw2 and stops at once (not after
-	// its 15 s RenewDeadline), without releasing gw2's Lease.
+	// gw1 comes back: its next renewal conflicts, it sees gw2 and stops being active at once
+	// (not after its 15 s RenewDeadline), without releasing gw2's Lease, and stands by.
 	proxy.setCut(false)
-	waitDeposed(t, gw1)
-	if !gw1.driver().isClosed() {
-		t.Error("gw1's driver was not closed")
-	}
+	deposed := waitDeposed(t, gw1)
 	time.Sleep(time.Second)
 	if h := holder(); h != "east-gw2" {
-		t.Fatalf("holder %s after gw1 stopped, want east-gw2", h)
+		t.Fatalf("holder %s after gw1 was deposed, want east-gw2", h)
 	}
+	// gw2 stops cleanly (releasing the Lease): the standby gw1 takes the active role again.
 	gw2.stop(t)
+	waitActiveAgain(t, gw1, holder, deposed)
 }
 
 // TestHubGatewayTakeover runs two of the hub's gateways, which have no Node to be probed at:
@@ -543,13 +566,15 @@ func TestHubGatewayTakeover(t *testing.T) {
 		}
 		return nil
 	})
-	// gw1, reaching the hub again, finds itself deposed and stops without releasing gw2's Lease.
+	// gw1, reaching the hub again, finds itself deposed and stops being active without
+	// releasing gw2's Lease, then stands by: it takes over when gw2 stops.
 	proxy.setCut(false)
-	waitDeposed(t, gw1)
+	deposed := waitDeposed(t, gw1)
 	if h := holder(); h != "hub-gw2" {
-		t.Fatalf("holder %s after gw1 stopped, want hub-gw2", h)
+		t.Fatalf("holder %s after gw1 was deposed, want hub-gw2", h)
 	}
 	gw2.stop(t)
+	waitActiveAgain(t, gw1, holder, deposed)
 }
 
 // wantReadyz checks the status of g's /readyz.

@@ -204,6 +204,7 @@ func (f *failoverLab) nodeCutOff(ctx context.Context, t *testing.T) {
 	defer probe.stop()
 	probe.waitFlowing(t, 30*time.Second)
 	old := f.peer(ctx, t, f.c1.Name)
+	deposed := f.gatewayLog(ctx, t, f.active.Name)
 
 	cables := f.l.Network.Cables(*f.c1, f.active)
 	cut := time.Now()
@@ -260,11 +261,16 @@ func (f *failoverLab) nodeCutOff(ctx context.Context, t *testing.T) {
 		t.Errorf("cutting off the active gateway node interrupted the data path for %s, want at most 8s", gap)
 	}
 
-	// Plugged back in, the old node's gateway (restarted after it lost the Lease) stands by:
-	// the Lease and the Peer stay with the new active, and traffic keeps flowing.
+	// Plugged back in, the old node's gateway learns that it lost the Lease and stands by, in
+	// the same process: a restarted container would wait out the kubelet's crash-loop
+	// back-off (doubling with every lost Lease), with no standby on its node meanwhile. The
+	// Lease and the Peer stay with the new active, and traffic keeps flowing.
 	back := time.Now()
 	restore()
-	time.Sleep(10 * time.Second)
+	waitFor(t, 30*time.Second, f.active.Name+"'s deposed gateway to stand by again without a restart", func() error {
+		return deposed.standsByAgain(ctx, t)
+	})
+	time.Sleep(5 * time.Second)
 	if h := waitGatewayHolder(ctx, t, f.cs1, "", 5*time.Second); h != f.standby.Name {
 		f.logTails(t, 60)
 		t.Fatalf("the Lease went back to %s after its node was plugged in again", h)
@@ -469,6 +475,59 @@ func (f *failoverLab) hubDown(ctx context.Context, t *testing.T) {
 			t.Errorf("%s's gateway Lease moved from %s to %s across the hub outage", name, holders[name], h)
 		}
 	}
+}
+
+// gatewayRun is one run of a node's gateway: its log (from offset on: a process's log holds
+// its earlier runs too), and for the member chart's pod the container's restart count when the
+// run was found.
+type gatewayRun struct {
+	f        *failoverLab
+	node     string
+	log      string
+	offset   int
+	restarts int32
+}
+
+// gatewayLog finds the current run of cluster1's gateway on node: the lab's process log, or
+// the chart pod's container log on the node's disk (readable while the node is cut off).
+func (f *failoverLab) gatewayLog(ctx context.Context, t *testing.T, node string) gatewayRun {
+	t.Helper()
+	if !f.l.Charts() {
+		log := filepath.Join(f.dir, "logs", lab.GatewayProcessName(node)+".log")
+		b, err := os.ReadFile(log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return gatewayRun{f: f, node: node, log: log, offset: len(b)}
+	}
+	p, err := lab.GatewayPod(ctx, f.cs1, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Status.ContainerStatuses) != 1 {
+		t.Fatalf("gateway pod %s: container statuses %+v, want one", p.Name, p.Status.ContainerStatuses)
+	}
+	restarts := p.Status.ContainerStatuses[0].RestartCount
+	log := filepath.Join(f.dir, realnode.NodesDir, node, "logs", "pods",
+		fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, p.UID), p.Status.ContainerStatuses[0].Name, fmt.Sprintf("%d.log", restarts))
+	return gatewayRun{f: f, node: node, log: log, restarts: restarts}
+}
+
+// standsByAgain reports whether this run, deposed, has said that it stands by again, and has
+// not been restarted (the pod's container, as the API server last heard from the kubelet).
+func (r gatewayRun) standsByAgain(ctx context.Context, t *testing.T) error {
+	t.Helper()
+	if b, err := os.ReadFile(r.log); err != nil || !strings.Contains(string(b[min(r.offset, len(b)):]), "Standing by again after losing the gateway Lease") {
+		return fmt.Errorf("%s does not say that it stands by again (%v)", r.log, err)
+	}
+	if !r.f.l.Charts() {
+		return nil
+	}
+	now := r.f.gatewayLog(ctx, t, r.node)
+	if now.restarts != r.restarts {
+		t.Fatalf("the deposed gateway on %s was restarted (restarts %d, were %d); want it standing by in the same process", r.node, now.restarts, r.restarts)
+	}
+	return nil
 }
 
 // logTails logs the last n lines of every gateway's and route agent's log: the lab's process
