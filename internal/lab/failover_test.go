@@ -517,8 +517,12 @@ func (f *failoverLab) gatewayLog(ctx context.Context, t *testing.T, node string)
 // not been restarted (the pod's container, as the API server last heard from the kubelet).
 func (r gatewayRun) standsByAgain(ctx context.Context, t *testing.T) error {
 	t.Helper()
-	if b, err := os.ReadFile(r.log); err != nil || !strings.Contains(string(b[min(r.offset, len(b)):]), "Standing by again after losing the gateway Lease") {
-		return fmt.Errorf("%s does not say that it stands by again (%v)", r.log, err)
+	b, err := os.ReadFile(r.log)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(string(b[min(r.offset, len(b)):]), "Standing by again after losing the gateway Lease") {
+		return fmt.Errorf("%s does not say that it stands by again", r.log)
 	}
 	if !r.f.l.Charts() {
 		return nil
