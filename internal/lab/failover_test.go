@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -34,6 +35,10 @@ const probeInterval = 10 * time.Millisecond
 // echoPort is octopus-echo's TCP and UDP echo port.
 const echoPort = 9000
 
+// cutOffs repeats the cut-off phase, each time on the node that took over the last time: the
+// deposed gateway's standing by again is what each repetition after the first relies on.
+var cutOffs = flag.Int("cut-offs", 1, "TestGatewayFailover: how many times the active gateway node is cut off and plugged back in")
+
 // failoverLab is the lab of TestGatewayFailover and what the phases share.
 type failoverLab struct {
 	l               *lab.Lab
@@ -58,7 +63,8 @@ type failoverLab struct {
 //     loss yet), and traffic recovers once the link is back;
 //   - the active gateway node's cables (LAN and underlay) are pulled: the standby takes over
 //     (its liveness probes time out, the Lease goes unrenewed) and traffic recovers; plugged
-//     back in, the old node's gateway stands by and nothing moves back;
+//     back in, the old node's gateway stands by, without a restart, and nothing moves back
+//     (-cut-offs N does this N times, alternating between the two gateway nodes);
 //   - the (now) active gateway is killed for good (not restarted): the standby notices (liveness
 //     probes refused, Lease not renewed) and takes the Lease over long before it expires,
 //     publishes a Peer with a new key, cluster2 re-points, cluster1's route agents follow and
@@ -70,7 +76,7 @@ func TestGatewayFailover(t *testing.T) {
 	testenv.LabNetwork(t)
 	binDir := testenv.BinDir(t)
 	bins := buildCommands(t, "octopus-agent", "octopus-echo")
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute+time.Duration(*cutOffs)*time.Minute)
 	defer cancel()
 	f := newFailoverLab(ctx, t, lab.Options{BinDir: binDir, AgentBinary: bins["octopus-agent"]})
 
@@ -78,9 +84,11 @@ func TestGatewayFailover(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	t.Run("gateway node cut off", func(t *testing.T) { f.nodeCutOff(ctx, t) })
-	if t.Failed() {
-		return
+	for range *cutOffs {
+		t.Run("gateway node cut off", func(t *testing.T) { f.nodeCutOff(ctx, t) })
+		if t.Failed() {
+			return
+		}
 	}
 	t.Run("gateway killed", func(t *testing.T) { f.gatewayKilled(ctx, t) })
 	if t.Failed() {
