@@ -36,7 +36,10 @@ on the cluster's logical switch: octgw, with the block's first host (the address
 the other clusters' blocks to) and its MAC, whose other end octgw-ovs is a port of the OVS
 integration bridge bound to the logical port <cluster>_gateway. It checks it at start and every
 --interval, repairing what drifted and leaving what is right alone, so the active gateway's
-traffic is not interrupted.
+traffic is not interrupted. Before each check it writes the nftables table
+octopus-gateway-guard: what the pods send to the node itself through octgw is dropped, but
+replies to the node's own connections and ICMP, so that a service listening on all of the
+node's addresses does not answer the secondary network.
 
 The ovnmaster requests the logical port on the chassis of the active gateway's node (the one
 the ConfigMap octopus-gateway names, else the gateway Lease's holder; the chassis is the node's

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
 	"github.com/octopus-mcs/octopus/internal/ovn/ovntest"
 )
@@ -115,5 +116,10 @@ func TestGatewayPortNeedsOnlyNetAdmin(t *testing.T) {
 	}
 	if strings.Contains(log(), "Failed") {
 		t.Errorf("gateway-port logged a failure:\n%s", log())
+	}
+	// The guard, written before the interface, with NET_ADMIN alone too.
+	if out, err := exec.Command("ip", "netns", "exec", ch.Netns, "nft", "list", "table", "inet", owner.GatewayGuardNFTTable).CombinedOutput(); err != nil ||
+		!strings.Contains(string(out), "drop") {
+		t.Errorf("no guard table in the node's namespace: %v\n%s", err, out)
 	}
 }

@@ -3,6 +3,7 @@ package lab_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -19,7 +20,10 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/tunneltest"
+	"github.com/octopus-mcs/octopus/internal/gateway"
 	"github.com/octopus-mcs/octopus/internal/image"
+	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/lab/realnode"
@@ -88,6 +92,11 @@ func TestSecondaryNetwork(t *testing.T) {
 					checkICMP(t, src, dst)
 				}
 			}
+		}
+	})
+	t.Run("pods reach their gateway node over net1 for ICMP only", func(t *testing.T) {
+		for _, c := range l.Network.Clusters {
+			checkGatewayGuarded(t, pods[c.Name][0], blocks[c.Name])
 		}
 	})
 	t.Run("the underlay between the gateways carries only WireGuard", func(t *testing.T) {
@@ -513,5 +522,29 @@ func centralNBOf(ctx context.Context, t *testing.T, cs kubernetes.Interface, net
 			return "", fmt.Errorf("ovn-nbctl %s: %w: %s", strings.Join(args, " "), err, stderr.String())
 		}
 		return string(out), nil
+	}
+}
+
+// checkGatewayGuarded checks that src, a pod on the secondary network, pings its gateway's
+// address but cannot connect to a service the gateway node runs on all its addresses (the
+// gateway's liveness port): the node's guard drops what the pods send it on octgw.
+func checkGatewayGuarded(t *testing.T, src xpod, block netip.Prefix) {
+	t.Helper()
+	b, err := hostaddr.NewBlock(block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := xpod{cluster: src.cluster, name: "the gateway", ip: b.Gateway()}
+	checkICMP(t, src, gw)
+	to := netip.AddrPortFrom(gw.ip, gateway.DefaultLivenessPort)
+	err = tunneltest.InErr(src.netns, func() error {
+		c, err := net.DialTimeout("tcp4", to.String(), 2*time.Second)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	})
+	if err == nil {
+		t.Errorf("%s (%s) connected over net1 to %s, a service of its gateway node", src.name, src.cluster, to)
 	}
 }

@@ -70,6 +70,11 @@ const (
 	// UDP port in the input hook (internal/datapath/hostfirewall, which says what such an
 	// accept can and cannot do against the host's own firewall). Removed on clean shutdown.
 	HostFirewallNFTTable = "octopus-host-firewall"
+	// GatewayGuardNFTTable is the inet table `octopus-ovn gateway-port` owns on a gateway node
+	// of the secondary network: in the input hook it drops what arrives on the node's interface
+	// on the logical switch (podport.GatewayLink) for the node itself, but replies and ICMP
+	// (internal/datapath/gatewayguard).
+	GatewayGuardNFTTable = "octopus-gateway-guard"
 )
 
 // Links and network namespaces.

@@ -1,7 +1,9 @@
 // Package gatewayport keeps a gateway node's interface on its cluster's OVN logical switch
-// (`octopus-ovn gateway-port`): at start and then every interval it calls
-// podport.ReconcileGateway with the interface of the cluster's gateway port, which leaves what
-// is right alone and repairs what drifted, so the active gateway's traffic is never cut by it.
+// (`octopus-ovn gateway-port`): at start and then every interval it writes the node's
+// gatewayguard table (the pods reach the node through the interface only for replies and ICMP)
+// and calls podport.ReconcileGateway with the interface of the cluster's gateway port, which
+// leaves what is right alone and repairs what drifted, so the active gateway's traffic is
+// never cut by it.
 //
 // It runs on every gateway node, active or standing by, and needs no Kubernetes client: the
 // cluster ID and the block (hence the port's name, address and MAC) are its configuration.
@@ -29,6 +31,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/gatewayguard"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
 	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
@@ -93,6 +96,9 @@ type Loop struct {
 	log      logr.Logger
 	// reconcile is podport.ReconcileGateway; tests replace it to fail on demand.
 	reconcile func(context.Context, podport.Gateway) ([]string, error)
+	// guard writes the node's gatewayguard table for the interface, before every check of
+	// it, so that the interface is never up unguarded and a deleted table comes back.
+	guard func(context.Context) error
 	// last is the error of the last attempt (nil after a success); errNotAttached before
 	// the first success.
 	last atomic.Pointer[error]
@@ -115,6 +121,17 @@ func New(o Options) (*Loop, error) {
 		o.Interval = DefaultInterval
 	}
 	l := &Loop{gateway: g, interval: o.Interval, log: o.Log, reconcile: podport.ReconcileGateway}
+	var guard *gatewayguard.Guard
+	l.guard = func(ctx context.Context) error {
+		if guard == nil {
+			g, err := gatewayguard.New()
+			if err != nil {
+				return err
+			}
+			guard = g
+		}
+		return guard.GuardIn(ctx, o.Node.Netns, podport.GatewayLink)
+	}
 	l.set(errNotAttached)
 	return l, nil
 }
@@ -156,6 +173,13 @@ func (l *Loop) Run(ctx context.Context) error {
 
 // once runs one check and logs what it changed or why it failed.
 func (l *Loop) once(ctx context.Context) error {
+	if err := l.guard(ctx); err != nil {
+		if ctx.Err() == nil {
+			l.log.Error(err, "Failed to guard the gateway node from the secondary network; retrying", "link", podport.GatewayLink)
+		}
+		l.set(err)
+		return err
+	}
 	changed, err := l.reconcile(ctx, l.gateway)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
 	"github.com/octopus-mcs/octopus/internal/ovn/ovntest"
 )
@@ -93,6 +94,7 @@ func TestLoopRetriesAndLogsOnlyChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	l.guard = func(context.Context) error { return nil } // not the host's nftables
 	var mu sync.Mutex
 	calls := 0
 	l.reconcile = func(context.Context, podport.Gateway) ([]string, error) {
@@ -205,6 +207,9 @@ func TestLoopKeepsTheGatewayPortOnRealOVN(t *testing.T) {
 		}
 		return nil
 	})
+	if err := guarded(ch.Netns); err != nil {
+		t.Fatal(err)
+	}
 	index := linkIndex(t, ch)
 	time.Sleep(500 * time.Millisecond) // five checks
 	if linkIndex(t, ch) != index || logs.count("Attached") != 1 || logs.count("Repaired") != 0 || logs.count("Failed") != 0 {
@@ -255,6 +260,14 @@ func TestLoopKeepsTheGatewayPortOnRealOVN(t *testing.T) {
 		})
 	}
 
+	// The guard is written before every check, the same table each time (so without a line).
+	t.Run("the guard table deleted", func(t *testing.T) {
+		if out, err := exec.Command("ip", "netns", "exec", ch.Netns, "nft", "delete", "table", "inet", owner.GatewayGuardNFTTable).CombinedOutput(); err != nil {
+			t.Fatalf("deleting the guard table: %v: %s", err, out)
+		}
+		eventually(t, "the guard table back", func() error { return guarded(ch.Netns) })
+	})
+
 	// Stopping leaves the interface: a rolling update must not cut the active gateway.
 	stop()
 	if err := <-done; err != nil {
@@ -290,4 +303,16 @@ func eventually(t *testing.T, what string, check func() error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// guarded checks that the node's namespace has the gatewayguard table, dropping on octgw.
+func guarded(netnsName string) error {
+	out, err := exec.Command("ip", "netns", "exec", netnsName, "nft", "list", "table", "inet", owner.GatewayGuardNFTTable).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("the guard table: %w: %s", err, out)
+	}
+	if !strings.Contains(string(out), `iifname "`+podport.GatewayLink+`" counter packets`) {
+		return fmt.Errorf("the guard table does not drop on %s:\n%s", podport.GatewayLink, out)
+	}
+	return nil
 }

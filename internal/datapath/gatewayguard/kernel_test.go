@@ -1,0 +1,165 @@
+package gatewayguard
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/tunneltest"
+)
+
+const testPort = 45001
+
+// TestKernelGuard runs the guard against the kernel: a "node" namespace with an interface named
+// octgw to a "pod" namespace and another interface to an "outside" namespace, and a TCP
+// listener on all of the node's addresses (a service such as the kubelet's).
+func TestKernelGuard(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates network namespaces (run the tests as root; CI does)")
+	}
+	id := os.Getpid() % 100000
+	node, pod, outside := fmt.Sprintf("ggn%d", id), fmt.Sprintf("ggp%d", id), fmt.Sprintf("ggo%d", id)
+	for _, ns := range []string{node, pod, outside} {
+		tunneltest.Run(t, "ip", "netns", "add", ns)
+		t.Cleanup(func() {
+			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+				t.Errorf("deleting namespace %s: %v: %s", ns, err, out)
+			}
+		})
+		tunneltest.Run(t, "ip", "-n", ns, "link", "set", "lo", "up")
+	}
+	gatewayAddr, podAddr := netip.MustParseAddr("10.112.0.1"), netip.MustParseAddr("10.112.0.5")
+	nodeOther, outsideAddr := netip.MustParseAddr("10.99.0.1"), netip.MustParseAddr("10.99.0.2")
+	for _, l := range []struct {
+		name, peerNS, peerName string
+		addr, peerAddr         netip.Addr
+		bits                   int
+	}{
+		{"octgw", pod, "net1", gatewayAddr, podAddr, 16},
+		{"eth0", outside, "eth0", nodeOther, outsideAddr, 24},
+	} {
+		tunneltest.Run(t, "ip", "-n", node, "link", "add", l.name, "type", "veth", "peer", "name", l.peerName, "netns", l.peerNS)
+		tunneltest.Run(t, "ip", "-n", node, "addr", "add", fmt.Sprintf("%s/%d", l.addr, l.bits), "dev", l.name)
+		tunneltest.Run(t, "ip", "-n", l.peerNS, "addr", "add", fmt.Sprintf("%s/%d", l.peerAddr, l.bits), "dev", l.peerName)
+		tunneltest.Run(t, "ip", "-n", node, "link", "set", l.name, "up")
+		tunneltest.Run(t, "ip", "-n", l.peerNS, "link", "set", l.peerName, "up")
+	}
+	// As on the secondary network, the pod routes what is not on its link to the gateway.
+	tunneltest.Run(t, "ip", "-n", pod, "route", "add", "default", "via", gatewayAddr.String())
+	listen(t, node)
+	listen(t, pod)
+	to := func(a netip.Addr) netip.AddrPort { return netip.AddrPortFrom(a, testPort) }
+	for _, a := range []netip.Addr{gatewayAddr, nodeOther} {
+		if err := connect(pod, to(a)); err != nil {
+			t.Fatalf("before the guard, a pod cannot reach the node's service at %s either: %v", a, err)
+		}
+	}
+
+	g, ctx := (*Guard)(nil), context.Background()
+	if err := tunneltest.InErr(node, func() (err error) {
+		if g, err = New(); err != nil {
+			return err
+		}
+		return g.Guard(ctx, "octgw")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := connect(pod, to(gatewayAddr)); err == nil {
+		t.Fatal("a pod on octgw still reaches the node's service")
+	}
+	if err := connect(pod, to(nodeOther)); err == nil {
+		t.Fatal("a pod on octgw still reaches the node's service at its other address")
+	}
+	if c := dropped(t, node); c < 2 {
+		t.Fatalf("the drop rule counted %d packets, want the two SYNs at least", c)
+	}
+	if err := tunneltest.Ping(pod, gatewayAddr, 3*time.Second); err != nil {
+		t.Errorf("a pod cannot ping its gateway any more: %v", err)
+	}
+	if err := connect(node, to(podAddr)); err != nil {
+		t.Errorf("the node cannot reach a pod any more (replies dropped): %v", err)
+	}
+	if err := connect(outside, to(nodeOther)); err != nil {
+		t.Errorf("the node's other interface is guarded too: %v", err)
+	}
+	// Idempotent: a second Guard leaves the same ruleset.
+	before := list(t, node)
+	if err := tunneltest.InErr(node, func() error { return g.Guard(ctx, "octgw") }); err != nil {
+		t.Fatal(err)
+	}
+	if after := list(t, node); stripCounters(after) != stripCounters(before) {
+		t.Fatalf("a second Guard changed the table:\n%s\nwas:\n%s", after, before)
+	}
+}
+
+// listen accepts TCP connections on every address of ns at testPort, closing each at once.
+func listen(t *testing.T, ns string) {
+	t.Helper()
+	var l net.Listener
+	tunneltest.In(t, ns, func() {
+		var err error
+		if l, err = net.Listen("tcp4", fmt.Sprintf(":%d", testPort)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+}
+
+// connect opens a TCP connection from ns to dst within a second.
+func connect(ns string, dst netip.AddrPort) error {
+	return tunneltest.InErr(ns, func() error {
+		c, err := net.DialTimeout("tcp4", dst.String(), time.Second)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	})
+}
+
+func list(t *testing.T, ns string) string {
+	t.Helper()
+	return tunneltest.Run(t, "ip", "netns", "exec", ns, "nft", "list", "table", "inet", owner.GatewayGuardNFTTable)
+}
+
+// dropped is the packet count of the drop rule.
+func dropped(t *testing.T, ns string) int {
+	t.Helper()
+	listed := list(t, ns)
+	var n int
+	i := strings.Index(listed, "counter packets ")
+	if i < 0 {
+		t.Fatalf("no counter in:\n%s", listed)
+	}
+	if _, err := fmt.Sscanf(listed[i:], "counter packets %d", &n); err != nil {
+		t.Fatalf("reading the counter: %v\n%s", err, listed)
+	}
+	return n
+}
+
+// stripCounters drops the counters' values, which the probes above change.
+func stripCounters(s string) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		if i := strings.Index(line, "counter packets"); i >= 0 {
+			line = line[:i] + "counter"
+		}
+		out = append(out, line)
+	}
+	return strings.Join(out, "\n")
+}
