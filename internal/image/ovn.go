@@ -24,12 +24,13 @@ var OVNBinaries = []string{"octopus-ovn"}
 // their files), the node's switch (ovs-vswitchd; ovs-vsctl, which the NRI plugin drives and
 // the pods' scripts configure the node with), OVN's daemons (ovn-northd, ovn-controller), the
 // tools probes and people debugging a cluster use (ovs-appctl, ovn-appctl, ovsdb-client,
-// ovn-nbctl, ovn-sbctl), and ip, which moves a node's underlay address onto its OVS bridge.
+// ovn-nbctl, ovn-sbctl), ip, which moves a node's underlay address onto its OVS bridge, and
+// nft, which gateway-port's guard (internal/datapath/gatewayguard) writes its table with.
 var OVNPrograms = map[string]string{
 	"ovsdb-server": "openvswitch-common", "ovsdb-tool": "openvswitch-common", "ovsdb-client": "openvswitch-common",
 	"ovs-appctl": "openvswitch-common", "ovs-vswitchd": "openvswitch-switch", "ovs-vsctl": "openvswitch-switch",
 	"ovn-northd": "ovn-central", "ovn-controller": "ovn-host", "ovn-nbctl": "ovn-common", "ovn-sbctl": "ovn-common",
-	"ovn-appctl": "ovn-common", "ip": "iproute2",
+	"ovn-appctl": "ovn-common", "ip": "iproute2", "nft": "nftables",
 }
 
 // OVNSchemas are the database schemas the OVN image's servers create their files from, by

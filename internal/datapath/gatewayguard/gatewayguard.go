@@ -71,7 +71,9 @@ func (g *Guard) Guard(ctx context.Context, link string) error {
 	})
 	tx.Flush(&knftables.Chain{Name: chainInput})
 	tx.Add(&knftables.Rule{Chain: chainInput, Rule: knftables.Concat(iif, "ct state { established, related } accept")})
-	tx.Add(&knftables.Rule{Chain: chainInput, Rule: knftables.Concat(iif, "meta l4proto { icmp, ipv6-icmp } accept")})
+	// ICMP and ICMPv6 by number: nft resolves protocol names through /etc/protocols, which
+	// the images do not have ("Could not resolve protocol name" in the lab's pods).
+	tx.Add(&knftables.Rule{Chain: chainInput, Rule: knftables.Concat(iif, "meta l4proto { 1, 58 } accept")})
 	tx.Add(&knftables.Rule{Chain: chainInput, Rule: knftables.Concat(iif, "counter drop")})
 	if err := g.nft.Run(ctx, tx); err != nil {
 		return fmt.Errorf("guarding %s in nftables table inet %s: %w", link, owner.GatewayGuardNFTTable, err)

@@ -12,7 +12,7 @@ import (
 const golden = `add table inet octopus-gateway-guard { comment "octopus gateway-port: the secondary network's pods reach the gateway node only for replies and ICMP" ; }
 add chain inet octopus-gateway-guard input { type filter hook input priority -10 ; }
 add rule inet octopus-gateway-guard input iifname "octgw" ct state { established, related } accept
-add rule inet octopus-gateway-guard input iifname "octgw" meta l4proto { icmp, ipv6-icmp } accept
+add rule inet octopus-gateway-guard input iifname "octgw" meta l4proto { 1, 58 } accept
 add rule inet octopus-gateway-guard input iifname "octgw" counter drop
 `
 
