@@ -121,14 +121,16 @@ func New(o Options) (*Loop, error) {
 		o.Interval = DefaultInterval
 	}
 	l := &Loop{gateway: g, interval: o.Interval, log: o.Log, reconcile: podport.ReconcileGateway}
+	// Made at the first check rather than here, so that a missing nft binary is a failed
+	// check that says so (and retries), and New's tests, which replace guard, need none.
 	var guard *gatewayguard.Guard
 	l.guard = func(ctx context.Context) error {
 		if guard == nil {
-			g, err := gatewayguard.New()
+			made, err := gatewayguard.New()
 			if err != nil {
 				return err
 			}
-			guard = g
+			guard = made
 		}
 		return guard.GuardIn(ctx, o.Node.Netns, podport.GatewayLink)
 	}
