@@ -516,8 +516,7 @@ func (f *failoverLab) gatewayLog(ctx context.Context, t *testing.T, node string)
 		t.Fatalf("gateway pod %s: container statuses %+v, want one", p.Name, p.Status.ContainerStatuses)
 	}
 	restarts := p.Status.ContainerStatuses[0].RestartCount
-	log := filepath.Join(f.dir, realnode.NodesDir, node, "logs", "pods",
-		fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, p.UID), p.Status.ContainerStatuses[0].Name, fmt.Sprintf("%d.log", restarts))
+	log := filepath.Join(f.podLogs(node), fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, p.UID), p.Status.ContainerStatuses[0].Name, fmt.Sprintf("%d.log", restarts))
 	return gatewayRun{f: f, node: node, log: log, restarts: restarts}
 }
 
@@ -552,7 +551,7 @@ func (f *failoverLab) logTails(t *testing.T, n int) {
 			for _, name := range []string{lab.GatewayProcessName(node.Name), lab.RouteAgentProcessName(node.Name)} {
 				logTail(t, f.dir, name, n)
 			}
-			pods := filepath.Join(f.dir, realnode.NodesDir, node.Name, "logs", "pods")
+			pods := f.podLogs(node.Name)
 			runs, _ := filepath.Glob(filepath.Join(pods, v1alpha1.SystemNamespace+"_octopus-*", "*", "*.log"))
 			for _, run := range runs {
 				rel, _ := filepath.Rel(pods, run)
@@ -560,6 +559,12 @@ func (f *failoverLab) logTails(t *testing.T, n int) {
 			}
 		}
 	}
+}
+
+// podLogs is the kubelet's directory of pod logs on node's disk: one directory per pod,
+// <namespace>_<name>_<uid>, one per container in it, a <restart count>.log per run.
+func (f *failoverLab) podLogs(node string) string {
+	return filepath.Join(f.dir, realnode.NodesDir, node, "logs", "pods")
 }
 
 // logTail logs the last n lines of the log of the lab's process name, if it has one.
