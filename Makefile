@@ -10,7 +10,7 @@ GOLANGCI_LINT  := $(BIN)/golangci-lint
 PROMTOOL       := $(BIN)/promtool
 HELM           := $(BIN)/helm
 
-.PHONY: all build test fuzz lint generate k8s-binaries deps tools demo clean
+.PHONY: all build test test-fast test-lab fuzz lint generate k8s-binaries deps tools demo clean
 
 all: build
 
@@ -53,12 +53,20 @@ lint: $(GOLANGCI_LINT)
 	$(GO) vet ./...
 	$(GOLANGCI_LINT) run ./...
 
-## test: everything — lint, unit, real control planes, end to end, a short fuzz run. In CI
-## (CI=true, as root) a skipped test fails the run.
+## test: everything — lint, unit, real control planes, end to end, a short fuzz run: the lab
+## tier (./internal/lab/..., one package at a time) beside the fast tier (the rest, then fuzzing,
+## at the lowest CPU priority), with one summary of both (hack/run-tests.sh). In CI (CI=true,
+## as root) a skipped test fails the run.
 test: deps tools k8s-binaries build lint
-	CONTROLLER_GEN=$(CONTROLLER_GEN) $(GO) test -count=1 -timeout 80m -json ./... \
-	  | $(GO) run ./hack/testreport $(if $(filter true,$(CI)),-fail-on-skip)
-	$(MAKE) fuzz FUZZTIME=20000x
+	@hack/run-tests.sh
+
+## test-fast: lint, unit tests, real-control-plane packages and fuzzing, without the labs.
+test-fast: deps tools k8s-binaries build lint
+	@TIERS=fast hack/run-tests.sh
+
+## test-lab: the end-to-end tests on real labs alone.
+test-lab: deps k8s-binaries build
+	@TIERS=lab hack/run-tests.sh
 
 # FUZZTIME is a duration or an execution count (Nx). The test target uses a count: Go 1.26's
 # fuzz coordinator can fail a run that found nothing with "context deadline exceeded" when a

@@ -17,15 +17,58 @@ func TestReportRepeatsReasons(t *testing.T) {
 		`{"Action":"fail","Package":"p","Elapsed":2}`,
 	}, "\n")
 	var out strings.Builder
-	failed, _, reasons, err := report(strings.NewReader(in), &out)
-	if err != nil || failed != 1 {
-		t.Fatalf("report: %d failed, %v; want 1, nil", failed, err)
+	res, err := report(strings.NewReader(in), &out)
+	if err != nil || res.failed != 1 {
+		t.Fatalf("report: %d failed, %v; want 1, nil", res.failed, err)
 	}
+	reasons := res.reasons
 	want := []string{"  p TestA\n      a_test.go:10: lab up took 9s\n      a_test.go:12: gap 9s, want at most 8s"}
 	if len(reasons) != 1 || reasons[0] != want[0] {
 		t.Errorf("reasons %q, want %q", reasons, want)
 	}
 	if !strings.Contains(out.String(), "10.0.0.0/8 dev eth0") {
 		t.Errorf("the full output lost the test's log:\n%s", out.String())
+	}
+}
+
+// TestSummaryTimes lists every package by wall time, the lab package's tests with their
+// subtests, the slowest top-level tests across streams, and fails on a skip when asked to.
+func TestSummaryTimes(t *testing.T) {
+	lab := strings.Join([]string{
+		`{"Action":"pass","Package":"github.com/octopus-mcs/octopus/internal/lab","Test":"TestShared/mesh/read-only","Elapsed":40}`,
+		`{"Action":"pass","Package":"github.com/octopus-mcs/octopus/internal/lab","Test":"TestShared/mesh","Elapsed":300}`,
+		`{"Action":"pass","Package":"github.com/octopus-mcs/octopus/internal/lab","Test":"TestShared","Elapsed":301}`,
+		`{"Action":"pass","Package":"github.com/octopus-mcs/octopus/internal/lab","Elapsed":302}`,
+	}, "\n")
+	fast := strings.Join([]string{
+		`{"Action":"output","Package":"github.com/octopus-mcs/octopus/internal/ipam","Test":"TestRoot","Output":"    ipam_test.go:3: needs root\n"}`,
+		`{"Action":"skip","Package":"github.com/octopus-mcs/octopus/internal/ipam","Test":"TestRoot","Elapsed":0}`,
+		`{"Action":"pass","Package":"github.com/octopus-mcs/octopus/internal/ipam","Test":"TestFast","Elapsed":1.5}`,
+		`{"Action":"pass","Package":"github.com/octopus-mcs/octopus/internal/ipam","Elapsed":2}`,
+	}, "\n")
+	var all result
+	for _, in := range []string{lab, fast} {
+		r, err := report(strings.NewReader(in), &strings.Builder{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		all.add(r)
+	}
+	var out strings.Builder
+	if code := summarize(&out, all, false); code != 0 {
+		t.Errorf("exit %d without -fail-on-skip, want 0", code)
+	}
+	for _, want := range []string{
+		"Wall time per package (2):\n     302.0s  internal/lab\n       2.0s  internal/ipam\n",
+		"      40.0s      read-only\n     300.0s    mesh\n     301.0s  TestShared\n",
+		"Slowest 2 tests:\n     301.0s  internal/lab TestShared\n       1.5s  internal/ipam TestFast\n",
+		"internal/ipam TestRoot: ipam_test.go:3: needs root",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, out.String())
+		}
+	}
+	if code := summarize(&strings.Builder{}, all, true); code != 1 {
+		t.Errorf("exit %d with -fail-on-skip and a skip, want 1", code)
 	}
 }

@@ -25,6 +25,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -142,7 +144,7 @@ func Write(path string, s Spec) error {
 }
 
 // Ensure returns the tarball of s in cacheDir, building it when no tarball of the same inputs
-// (the spec and each source file's size and modification time) is there yet. Rebuilding a
+// (the spec and each source file's content and permission bits, inputKey) is there yet. Rebuilding a
 // binary thus makes a new image, and the tarballs of the image's earlier inputs are deleted:
 // the project's image is rebuilt with every change of its binaries, and tarballs nobody can
 // use again would fill the disk.
@@ -174,26 +176,84 @@ func Ensure(cacheDir string, s Spec) (string, error) {
 	return path, nil
 }
 
-// inputKey hashes what an image is made of without reading the files' content.
+// inputKey hashes what an image is made of: the spec without the host paths of its files,
+// and each host file's content and permission bits. Paths and modification times are left
+// out on purpose: the lab's tests build the project's binaries into a fresh directory per
+// run, and a key on paths made every lab bring-up build a new ~275 MB image that every node
+// then pulled again; binaries built with -trimpath from the same source are the same bytes.
 func inputKey(s Spec) (string, error) {
 	if len(s.Refs) == 0 {
 		return "", errors.New("building an image: no name given")
 	}
 	h := sha256.New()
-	if err := json.NewEncoder(h).Encode(s); err != nil {
+	pathless := s
+	pathless.Files = make([]File, len(s.Files))
+	for i, f := range s.Files {
+		f.Source = ""
+		pathless.Files[i] = f
+	}
+	if err := json.NewEncoder(h).Encode(pathless); err != nil {
 		return "", err
 	}
 	for _, f := range s.Files {
 		if f.Source == "" {
 			continue
 		}
-		fi, err := os.Stat(f.Source)
+		sum, mode, err := contentHashes.of(f.Source)
 		if err != nil {
 			return "", fmt.Errorf("image %s: file %s: %w", s.Refs[0], f.Path, err)
 		}
-		fmt.Fprintf(h, "%s %d %d\n", f.Source, fi.Size(), fi.ModTime().UnixNano())
+		fmt.Fprintf(h, "%s %s %o\n", f.Path, sum, mode)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// contentHashes remembers each host file's content hash for as long as the file's identity,
+// size and modification time stay the same, so that a process bringing up many labs reads
+// each binary once.
+var contentHashes = &hashMemo{sums: map[fileStamp]string{}}
+
+type fileStamp struct {
+	path       string
+	dev, ino   uint64
+	size, time int64
+}
+
+type hashMemo struct {
+	mu   sync.Mutex
+	sums map[fileStamp]string
+}
+
+// of returns the SHA-256 of the content of path (symlinks followed) and its permission bits.
+func (m *hashMemo) of(path string) (string, fs.FileMode, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", 0, err
+	}
+	stamp := fileStamp{path: path, size: fi.Size(), time: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		stamp.dev, stamp.ino = uint64(st.Dev), st.Ino //nolint:unconvert // Dev's type differs between platforms
+	}
+	m.mu.Lock()
+	sum, ok := m.sums[stamp]
+	m.mu.Unlock()
+	if ok {
+		return sum, fi.Mode().Perm(), nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", 0, fmt.Errorf("reading %s: %w", path, err)
+	}
+	sum = hex.EncodeToString(h.Sum(nil))
+	m.mu.Lock()
+	m.sums[stamp] = sum
+	m.mu.Unlock()
+	return sum, fi.Mode().Perm(), nil
 }
 
 // layerTar writes the files, sorted by path with every parent directory before its children,

@@ -201,6 +201,41 @@ func TestEnsure(t *testing.T) {
 	}
 }
 
+// TestEnsureKeysOnContent reuses the tarball for the same files built elsewhere and later, as
+// each lab test run builds the project's binaries into a directory of its own, and makes a
+// new one when only a file's permission bits change.
+func TestEnsureKeysOnContent(t *testing.T) {
+	spec, src := testSpec(t)
+	cache := t.TempDir()
+	path, err := Ensure(cache, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	content, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := filepath.Join(t.TempDir(), "tool-copy")
+	if err := os.WriteFile(elsewhere, content, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(elsewhere, time.Now(), time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	moved := spec
+	moved.Files = slices.Clone(spec.Files)
+	moved.Files[0].Source = elsewhere
+	if again, err := Ensure(cache, moved); err != nil || again != path {
+		t.Errorf("Ensure of the same content at another path and time = %s, %v; want the cached %s", again, err, path)
+	}
+	if err := os.Chmod(elsewhere, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if rebuilt, err := Ensure(cache, moved); err != nil || rebuilt == path {
+		t.Errorf("Ensure after a mode change = %s, %v; want a new tarball", rebuilt, err)
+	}
+}
+
 func TestParseLdd(t *testing.T) {
 	out := `	linux-vdso.so.1 (0x00007ffd)
 	libresolv.so.2 => /lib/x86_64-linux-gnu/libresolv.so.2 (0x00007f74)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -25,7 +24,6 @@ import (
 	"github.com/octopus-mcs/octopus/charts"
 	"github.com/octopus-mcs/octopus/internal/image"
 	"github.com/octopus-mcs/octopus/internal/lab"
-	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/release"
 	"github.com/octopus-mcs/octopus/internal/testenv"
@@ -99,9 +97,8 @@ func checkMemberChart(ctx context.Context, t *testing.T, cs kubernetes.Interface
 	}
 }
 
-// TestMemberChartLab brings up a lab of real nodes (a hub and two clusters, two gateway nodes
-// and a worker each) whose components the lab installs with the member chart, and checks on
-// it what issue 16 asks of the chart-installed components:
+// The checks of the components the member chart installed, run by TestGatewayFailover on its
+// lab of real nodes (a hub and two clusters, two gateway nodes and a worker each):
 //   - pods: in each cluster `kubectl get pods -n octopus-system` shows the controller and
 //     octopus-dns replicas, a gateway on each labelled node only and a route agent on every
 //     node, all Running and Ready (the route agents' readiness says their routes are applied);
@@ -111,114 +108,93 @@ func checkMemberChart(ctx context.Context, t *testing.T, cs kubernetes.Interface
 //     interruption is measured;
 //   - relabel: taking the label off the active gateway's node removes its pod and the gateway
 //     moves to the other labelled node; labelling it again brings a pod back;
-//   - upgrade: an upgrade of cluster1's release to a new image tag (`helm upgrade
-//     --reuse-values --set image.tag=...`) rolls every component pod onto it, and an
+//   - upgrade (upgradeMemberChart): an upgrade of cluster1's release to a new image tag (`helm
+//     upgrade --reuse-values --set image.tag=...`) rolls every component pod onto it, and an
 //     established TCP connection from a cluster1 pod to a cluster2 pod lives through it (its
 //     longest stall measured);
 //   - leave: `octopus leave` of cluster2 uninstalls the chart (octopus-dns included) and leaves
 //     nothing in the cluster or on the hub.
-func TestMemberChartLab(t *testing.T) {
-	testenv.LabNetwork(t)
-	binDir := testenv.BinDir(t)
-	bins := buildCommands(t, "octopus-agent", "octopus-echo", "octopus-dns", "octopus")
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	_, containerd, err := controlplane.EnsureNodeRuntime(ctx, testenv.RepoRoot(t), os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := newFailoverLab(ctx, t, lab.Options{
-		BinDir: binDir, AgentBinary: bins["octopus-agent"], ContainerdBinDir: containerd,
-	})
-	kubectl := filepath.Join(binDir, "kubectl")
 
-	t.Run("pods", func(t *testing.T) {
-		for _, c := range f.l.Network.Clusters {
-			kubeconfig := f.l.Env.Cluster(c.Name).Kubeconfig
-			out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "get", "pods", "-n", v1alpha1.SystemNamespace, "-o", "wide").CombinedOutput()
-			t.Logf("%s: kubectl get pods -n %s -o wide: %v\n%s", c.Name, v1alpha1.SystemNamespace, err, out)
-			cs := clientset(t, kubeconfig)
-			checkChartPods(ctx, t, cs, c)
-			// octopus-dns is the chart's: join left it out, uninstall removes it.
-			dns, err := cs.AppsV1().Deployments(v1alpha1.SystemNamespace).Get(ctx, "octopus-dns", metav1.GetOptions{})
-			if err != nil || dns.Annotations["meta.helm.sh/release-name"] != charts.Member {
-				t.Errorf("%s: the octopus-dns Deployment (%v) is not release %s's", c.Name, err, charts.Member)
-			}
-		}
-	})
-	if t.Failed() {
-		return
+func chartPods(ctx context.Context, t *testing.T, f *failoverLab) {
+	if !f.l.Charts() {
+		t.Fatal("the lab's nodes have no Octopus image: the member chart could not run")
 	}
-	t.Run("verify", func(t *testing.T) {
-		report, err := runVerify(ctx, t, f.l, bins["octopus"], 3*time.Minute)
-		if err != nil || !report.Passed || len(report.Results) != 6 {
-			t.Fatalf("verify: %v, passed %v, %d results; want 6 passing checks", err, report.Passed, len(report.Results))
+	kubectl := filepath.Join(testenv.BinDir(t), "kubectl")
+	for _, c := range f.l.Network.Clusters {
+		kubeconfig := f.l.Env.Cluster(c.Name).Kubeconfig
+		out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "get", "pods", "-n", v1alpha1.SystemNamespace, "-o", "wide").CombinedOutput()
+		t.Logf("%s: kubectl get pods -n %s -o wide: %v\n%s", c.Name, v1alpha1.SystemNamespace, err, out)
+		cs := clientset(t, kubeconfig)
+		checkChartPods(ctx, t, cs, c)
+		// octopus-dns is the chart's: join left it out, uninstall removes it.
+		dns, err := cs.AppsV1().Deployments(v1alpha1.SystemNamespace).Get(ctx, "octopus-dns", metav1.GetOptions{})
+		if err != nil || dns.Annotations["meta.helm.sh/release-name"] != charts.Member {
+			t.Errorf("%s: the octopus-dns Deployment (%v) is not release %s's", c.Name, err, charts.Member)
 		}
-	})
-	if t.Failed() {
-		return
 	}
-	t.Run("gateway container killed", func(t *testing.T) {
-		node := f.active.Name
-		next := f.measureGatewayKill(ctx, t, "SIGKILL of the active gateway pod's process", true, func() {
-			if err := f.l.KillGateway(ctx, node); err != nil {
-				t.Fatal(err)
-			}
-		})
-		// The kubelet restarts the container, which stands by (or, had it come back before
-		// the standby took over, holds the Lease again): the node keeps a gateway.
-		pod := waitGatewayPod(ctx, t, f.cs1, node, func(p *corev1.Pod) bool {
-			return podReady(p) && p.Status.ContainerStatuses[0].RestartCount > 0
-		})
-		t.Logf("the kubelet restarted the gateway container on %s (restarts %d)", node, pod.Status.ContainerStatuses[0].RestartCount)
-		if next.Name != f.active.Name {
-			f.active, f.standby = f.standby, f.active
-		}
-	})
-	if t.Failed() {
-		return
-	}
-	t.Run("relabel", func(t *testing.T) {
-		probe := startUDPProbe(t, f.client.netns, f.serverEcho)
-		defer probe.stop()
-		probe.waitFlowing(t, 30*time.Second)
-		node := f.active.Name
-		unlabelled := time.Now()
-		setGatewayLabel(ctx, t, f.cs1, node, false)
-		waitFor(t, 2*time.Minute, "the gateway pod to leave "+node, func() error {
-			if p, err := lab.GatewayPod(ctx, f.cs1, node); err == nil {
-				return fmt.Errorf("pod %s still there", p.Name)
-			}
-			return nil
-		})
-		waitGatewayHolder(ctx, t, f.cs1, f.standby.Name, time.Minute)
-		probe.waitAnsweredAfter(t, unlabelled, time.Minute)
-		gap, lost, sent := probe.longestGap(unlabelled, time.Now())
-		t.Logf("label taken off %s: its pod went and %s took the gateway over; longest interruption %.2fs (%d of %d probes lost)",
-			node, f.standby.Name, gap.Seconds(), lost, sent)
-		f.waitHTTP(t, 30*time.Second)
+}
 
-		setGatewayLabel(ctx, t, f.cs1, node, true)
-		waitGatewayPod(ctx, t, f.cs1, node, podReady)
-		t.Logf("labelled again: %s runs a gateway pod (standing by)", node)
-		checkChartPods(ctx, t, f.cs1, *f.c1)
-	})
-	if t.Failed() {
-		return
+func chartVerify(ctx context.Context, t *testing.T, f *failoverLab, octopus string) {
+	report, err := runVerify(ctx, t, f.l, octopus, 3*time.Minute)
+	if err != nil || !report.Passed || len(report.Results) != 6 {
+		t.Fatalf("verify: %v, passed %v, %d results; want 6 passing checks", err, report.Passed, len(report.Results))
 	}
-	t.Run("upgrade", func(t *testing.T) { upgradeMemberChart(ctx, t, f) })
-	if t.Failed() {
-		return
-	}
-	t.Run("leave", func(t *testing.T) {
-		start := time.Now()
-		kubeconfig := f.l.Env.Cluster(f.c2.Name).Kubeconfig
-		if out, err := exec.CommandContext(ctx, bins["octopus"], "leave", "--kubeconfig", kubeconfig).CombinedOutput(); err != nil {
-			t.Fatalf("octopus leave: %v\n%s", err, out)
+}
+
+func chartGatewayContainerKilled(ctx context.Context, t *testing.T, f *failoverLab) {
+	node := f.active.Name
+	next := f.measureGatewayKill(ctx, t, "SIGKILL of the active gateway pod's process", true, func() {
+		if err := f.l.KillGateway(ctx, node); err != nil {
+			t.Fatal(err)
 		}
-		t.Logf("octopus leave of %s took %.1fs", f.c2.Name, time.Since(start).Seconds())
-		checkLeftNothing(ctx, t, f.cs2, f.hub, f.c2.Name)
 	})
+	// The kubelet restarts the container, which stands by (or, had it come back before
+	// the standby took over, holds the Lease again): the node keeps a gateway.
+	pod := waitGatewayPod(ctx, t, f.cs1, node, func(p *corev1.Pod) bool {
+		return podReady(p) && p.Status.ContainerStatuses[0].RestartCount > 0
+	})
+	t.Logf("the kubelet restarted the gateway container on %s (restarts %d)", node, pod.Status.ContainerStatuses[0].RestartCount)
+	if next.Name != f.active.Name {
+		f.active, f.standby = f.standby, f.active
+	}
+}
+
+func chartRelabel(ctx context.Context, t *testing.T, f *failoverLab) {
+	probe := startUDPProbe(t, f.client.netns, f.serverEcho)
+	defer probe.stop()
+	probe.waitFlowing(t, 30*time.Second)
+	node := f.active.Name
+	unlabelled := time.Now()
+	setGatewayLabel(ctx, t, f.cs1, node, false)
+	waitFor(t, 2*time.Minute, "the gateway pod to leave "+node, func() error {
+		if p, err := lab.GatewayPod(ctx, f.cs1, node); err == nil {
+			return fmt.Errorf("pod %s still there", p.Name)
+		}
+		return nil
+	})
+	waitGatewayHolder(ctx, t, f.cs1, f.standby.Name, time.Minute)
+	probe.waitAnsweredAfter(t, unlabelled, time.Minute)
+	gap, lost, sent := probe.longestGap(unlabelled, time.Now())
+	t.Logf("label taken off %s: its pod went and %s took the gateway over; longest interruption %.2fs (%d of %d probes lost)",
+		node, f.standby.Name, gap.Seconds(), lost, sent)
+	f.waitHTTP(t, 30*time.Second)
+
+	setGatewayLabel(ctx, t, f.cs1, node, true)
+	waitGatewayPod(ctx, t, f.cs1, node, podReady)
+	t.Logf("labelled again: %s runs a gateway pod (standing by)", node)
+	checkChartPods(ctx, t, f.cs1, *f.c1)
+	// The standby took over: keep the lab as the next checks expect, active the holder.
+	f.active, f.standby = f.standby, f.active
+}
+
+func chartLeave(ctx context.Context, t *testing.T, f *failoverLab, octopus string) {
+	start := time.Now()
+	kubeconfig := f.l.Env.Cluster(f.c2.Name).Kubeconfig
+	if out, err := exec.CommandContext(ctx, octopus, "leave", "--kubeconfig", kubeconfig).CombinedOutput(); err != nil {
+		t.Fatalf("octopus leave: %v\n%s", err, out)
+	}
+	t.Logf("octopus leave of %s took %.1fs", f.c2.Name, time.Since(start).Seconds())
+	checkLeftNothing(ctx, t, f.cs2, f.hub, f.c2.Name)
 }
 
 // checkLeftNothing checks that cluster, after leave, keeps none of the member chart's pods or

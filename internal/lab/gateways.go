@@ -33,20 +33,21 @@ import (
 	"github.com/octopus-mcs/octopus/internal/version"
 )
 
-// Gateway timing in the lab: short, so failover and status show within seconds. A standby
-// probes the active gateway every 100 ms and takes over after 3 failed probes once the Lease
-// went unrenewed for 2 retry periods (1 s; internal/gateway/takeover.go), well before the
-// Lease expires.
-const (
-	labGatewayLeaseDuration    = "6s"
-	labGatewayRenewDeadline    = "4s"
-	labGatewayRetryPeriod      = "500ms"
-	labGatewayStatus           = "2s"
-	labGatewayLivenessInterval = "100ms"
-	// labUnderlayProbeInterval measures the underlay paths often enough for fault tests to
-	// see a change within seconds; a measurement of the lab's underlay takes milliseconds.
-	labUnderlayProbeInterval = "5s"
-)
+// GatewayTimings are the lab's gateway timing: short, so failover and status show within
+// seconds. A standby probes the active gateway every LivenessInterval and takes over after 3
+// failed probes once the Lease went unrenewed for 2 retry periods (1 s;
+// internal/gateway/takeover.go), well before the Lease expires. The tests derive their bounds
+// from these values rather than from what one machine measured.
+var GatewayTimings = struct {
+	LeaseDuration, RenewDeadline, RetryPeriod, StatusInterval, LivenessInterval time.Duration
+	// UnderlayProbeInterval measures the underlay paths often enough for fault tests to see
+	// a change within seconds; a measurement of the lab's underlay takes milliseconds.
+	UnderlayProbeInterval time.Duration
+}{
+	LeaseDuration: 6 * time.Second, RenewDeadline: 4 * time.Second, RetryPeriod: 500 * time.Millisecond,
+	StatusInterval: 2 * time.Second, LivenessInterval: 100 * time.Millisecond,
+	UnderlayProbeInterval: 5 * time.Second,
+}
 
 // GatewayProcessName names the supervised gateway process of a node (its log is
 // <Dir>/logs/<name>.log and its pidfile <Dir>/pids/<name>.pid).
@@ -409,10 +410,11 @@ func gatewaySettings(opts Options, cluster string) []string {
 	if backend == "" {
 		backend = "wireguard"
 	}
+	t := GatewayTimings
 	return []string{"--backend=" + backend, "--device=" + GatewayDevice(cluster),
-		"--lease-duration=" + labGatewayLeaseDuration, "--renew-deadline=" + labGatewayRenewDeadline,
-		"--retry-period=" + labGatewayRetryPeriod, "--status-interval=" + labGatewayStatus,
-		"--liveness-interval=" + labGatewayLivenessInterval, "--underlay-probe-interval=" + labUnderlayProbeInterval}
+		"--lease-duration=" + t.LeaseDuration.String(), "--renew-deadline=" + t.RenewDeadline.String(),
+		"--retry-period=" + t.RetryPeriod.String(), "--status-interval=" + t.StatusInterval.String(),
+		"--liveness-interval=" + t.LivenessInterval.String(), "--underlay-probe-interval=" + t.UnderlayProbeInterval.String()}
 }
 
 // hubGatewayNodes reports whether the hub's gateways run as the hub chart's pods on real nodes

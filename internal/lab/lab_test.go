@@ -60,7 +60,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(envChildDir); dir != "" {
 		os.Exit(runChild(dir))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	cleanupBuiltCommands()
+	os.Exit(code)
 }
 
 // runChild runs a lab with hub + 2 clusters x 2 nodes (envChildClusters clusters when set),
@@ -255,17 +257,6 @@ func clientset(t testing.TB, kubeconfig string) kubernetes.Interface {
 	return cs
 }
 
-// buildAgent builds octopus-agent into a temporary directory.
-func buildAgent(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "github.com/octopus-mcs/octopus/cmd/octopus-agent")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building octopus-agent: %v\n%s", err, out)
-	}
-	return filepath.Join(dir, "octopus-agent")
-}
-
 // processesReferringTo lists live processes with an argument inside dir.
 func processesReferringTo(dir string) []int {
 	entries, _ := os.ReadDir("/proc")
@@ -314,6 +305,15 @@ func readFile(path string) string {
 // bridge CNI: how the whole suite is run with each CNI the lab supports.
 func startLab(ctx context.Context, t testing.TB, opts lab.Options) (*lab.Lab, string) {
 	t.Helper()
+	l, dir, _ := startStoppableLab(ctx, t, opts)
+	return l, dir
+}
+
+// startStoppableLab is startLab that also returns a function stopping and removing the lab
+// before the test ends (runOnSharedLab's rebuild after a failed check); calling it again, or
+// the test's end after it, does nothing more.
+func startStoppableLab(ctx context.Context, t testing.TB, opts lab.Options) (*lab.Lab, string, func()) {
+	t.Helper()
 	opts.Dir = filepath.Join(t.TempDir(), "lab")
 	opts = withTestNodes(ctx, t, opts)
 	begin := time.Now()
@@ -324,7 +324,12 @@ func startLab(ctx context.Context, t testing.TB, opts lab.Options) (*lab.Lab, st
 		logNodeCrashes(t, opts.Dir)
 		t.Fatalf("lab up: %v", err)
 	}
-	t.Cleanup(func() {
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
 		if t.Failed() {
 			logLabState(t, opts.Dir)
 		}
@@ -332,9 +337,10 @@ func startLab(ctx context.Context, t testing.TB, opts lab.Options) (*lab.Lab, st
 		if err := lab.Down(opts.Dir); err != nil {
 			t.Errorf("lab down: %v", err)
 		}
-	})
+	}
+	t.Cleanup(stop)
 	t.Logf("lab up took %.1fs", time.Since(begin).Seconds())
-	return l, opts.Dir
+	return l, opts.Dir, stop
 }
 
 // failureLogLimit bounds each file logLabState logs: the end of a process log, where a failure

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -565,30 +564,4 @@ func podNamespaces(t *testing.T, labID string, c labnet.ClusterNet) int {
 	}
 	delete(seen, 0)
 	return len(seen)
-}
-
-// buildCommands builds the named commands of this module into a temporary directory, and
-// with them every binary of the project's images (images.OctopusBinaries): the lab's real
-// nodes run its pods from those images, which the lab builds from the agent binary's
-// directory.
-func buildCommands(t testing.TB, names ...string) map[string]string {
-	t.Helper()
-	for _, b := range images.OctopusBinaries {
-		if !slices.Contains(names, b) {
-			names = append(names, b)
-		}
-	}
-	dir := t.TempDir()
-	args := []string{"build", "-o", dir + string(filepath.Separator)}
-	for _, n := range names {
-		args = append(args, "github.com/octopus-mcs/octopus/cmd/"+n)
-	}
-	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
-		t.Fatalf("building %v: %v\n%s", names, err, out)
-	}
-	paths := map[string]string{}
-	for _, n := range names {
-		paths[n] = filepath.Join(dir, n)
-	}
-	return paths
 }
