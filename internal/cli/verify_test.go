@@ -54,7 +54,7 @@ func TestVerifyValidate(t *testing.T) {
 // that have no nodes: a cluster that has not joined is refused before anything is created,
 // and when the pods cannot become ready, or the run is interrupted, the namespace is deleted
 // in every cluster. (The checks and measurements themselves are proven in the lab: TestDiagnose
-// and TestCrossCluster/wireguard/bench in internal/lab.)
+// and TestDiagnose/cross-cluster/bench in internal/lab.)
 func TestVerifyWithoutProbes(t *testing.T) {
 	env := testenv.ControlPlanes(t, "hub", "east", "west", "lone")
 	info, err := hub.Deploy(t.Context(), env.Cluster("hub").RESTConfig(), hub.DeployOptions{})

@@ -113,7 +113,8 @@ func checkMemberChart(ctx context.Context, t *testing.T, cs kubernetes.Interface
 //     established TCP connection from a cluster1 pod to a cluster2 pod lives through it (its
 //     longest stall measured);
 //   - leave: `octopus leave` of cluster2 uninstalls the chart (octopus-dns included) and leaves
-//     nothing in the cluster or on the hub.
+//     nothing in the cluster or on the hub, and every route and tunnel that referred to it
+//     goes on both sides (checkLeaveRemovedTunnels).
 
 func chartPods(ctx context.Context, t *testing.T, f *failoverLab) {
 	if !f.l.Charts() {
@@ -195,6 +196,7 @@ func chartLeave(ctx context.Context, t *testing.T, f *failoverLab, octopus strin
 	}
 	t.Logf("octopus leave of %s took %.1fs", f.c2.Name, time.Since(start).Seconds())
 	checkLeftNothing(ctx, t, f.cs2, f.hub, f.c2.Name)
+	checkLeaveRemovedTunnels(ctx, t, f.l, f.hub, f.c1.Name, f.c2.Name)
 }
 
 // checkLeftNothing checks that cluster, after leave, keeps none of the member chart's pods or

@@ -25,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/tunneltest"
 	"github.com/octopus-mcs/octopus/internal/gateway"
@@ -43,18 +42,6 @@ type xpod struct {
 	netns               string
 }
 
-// TestCrossCluster runs a lab of a hub and two clusters meshed over wireguard with gateways
-// and route agents, and an echo pod on the gateway node and on the worker node of each
-// cluster. (vxlan's data path is TestOperatorLab's, which switches a live cluster set to it and
-// back, and TestGlobalnetMixedHubTopology's; a second bring-up here cost CI five minutes.)
-// It checks TCP (with the client's pod address preserved) and ICMP pod → pod across clusters
-// in both directions, pod → an exported Service of the other cluster through its ClusterSet
-// IP, recovery when the gateway process is killed (with a new key for wireguard), and that a cluster
-// leaving removes every route and tunnel that referred to it.
-func TestCrossCluster(t *testing.T) {
-	forEachBackend(t, crossCluster, "wireguard")
-}
-
 // forEachBackend takes the lab network, builds the binaries a lab with gateways runs, and runs
 // test with each of the tunnel backends, one lab after the other.
 func forEachBackend(t *testing.T, test func(t *testing.T, backend, binDir string, bins map[string]string), backends ...string) {
@@ -69,15 +56,18 @@ func forEachBackend(t *testing.T, test func(t *testing.T, backend, binDir string
 	}
 }
 
-func crossCluster(t *testing.T, backend, binDir string, bins map[string]string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
-	defer cancel()
-	l, _ := startLab(ctx, t, lab.Options{
-		Clusters: 2, NodesPerCluster: 2, BinDir: binDir,
-		AgentBinary: bins["octopus-agent"],
-		Backends:    map[string]string{lab.ClusterName(1): backend, lab.ClusterName(2): backend},
-	})
-
+// checkCrossCluster checks, on a lab of a hub and two clusters meshed over wireguard with one
+// gateway and one worker each (TestDiagnose's), TCP (with the client's pod address preserved)
+// and ICMP pod → pod across clusters in both directions from an echo pod on every node, what
+// the gateway's underlay carries, the Peers' statuses, the gateways' and route agents' metrics,
+// `octopus show connections`, pod → an exported Service of the other cluster through its
+// ClusterSet IP and its clusterset.local name, the MCS API as its users' tools see it
+// (testMCSFidelity), `octopus bench`, and recovery when the gateway process is killed and
+// restarted with a new key. (vxlan's data path is TestOperatorLab's, which switches a live
+// cluster set to it and back, and TestGlobalnetMixedHubTopology's; what a cluster's leave
+// removes is TestGatewayFailover's leave check.)
+func checkCrossCluster(ctx context.Context, t *testing.T, l *lab.Lab, binDir string, bins map[string]string) {
+	const backend = "wireguard"
 	pods := startEchoPods(ctx, t, l)
 	c1, c2 := l.Network.Clusters[0].Name, l.Network.Clusters[1].Name
 
@@ -225,13 +215,10 @@ func crossCluster(t *testing.T, backend, binDir string, bins map[string]string) 
 		t.Logf("pod -> ClusterSet IP: %s -> %s: %s", src.name, setIP, got)
 	}
 
-	// The MCS API as users of it rely on it, with their own tools. It needs no second lab and
-	// does not depend on the tunnel backend, so it runs with one.
-	if backend == "wireguard" {
-		testMCSFidelity(ctx, t, l, binDir)
-		// The figures need a tunnel that encrypts, as a user's would, and one lab is enough.
-		t.Run("bench", func(t *testing.T) { testBench(ctx, t, l, bins["octopus"]) })
-	}
+	// The MCS API as users of it rely on it, with their own tools.
+	testMCSFidelity(ctx, t, l, binDir)
+	// The figures need a tunnel that encrypts, as a user's would.
+	t.Run("bench", func(t *testing.T) { testBench(ctx, t, l, bins["octopus"]) })
 
 	// Key rotation: kill cluster1's gateway; its supervisor restarts it with a fresh key,
 	// and traffic recovers without anyone doing anything.
@@ -261,60 +248,6 @@ func crossCluster(t *testing.T, backend, binDir string, bins map[string]string) 
 	}
 	allPairs("after the gateway restart", 60*time.Second)
 	t.Logf("connectivity recovered %.1fs after the gateway was killed", time.Since(killed).Seconds())
-
-	// cluster2 leaves: every route and tunnel that referred to it goes, on both sides.
-	if err := cluster.Leave(ctx, l.Env.Cluster(c2).RESTConfig(), cluster.LeaveOptions{}); err != nil {
-		t.Fatalf("%s leaving: %v", c2, err)
-	}
-	cidrsOf := func(name string) []string {
-		cp := l.Env.Cluster(name)
-		return []string{cp.PodCIDR.Masked().String(), cp.ServiceCIDR.Masked().String()}
-	}
-	for _, side := range []struct{ cluster, gone string }{{c1, c2}, {c2, c1}} {
-		c := l.Network.Cluster(side.cluster)
-		waitFor(t, 60*time.Second, fmt.Sprintf("%s to drop every route to %s", side.cluster, side.gone), func() error {
-			for _, n := range c.Nodes {
-				for _, cidr := range cidrsOf(side.gone) {
-					out, err := exec.Command("ip", "-n", n.Netns, "route", "show", "match", cidr).CombinedOutput()
-					if err != nil {
-						return fmt.Errorf("ip route on %s: %w: %s", n.Name, err, out)
-					}
-					for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-						// A default route or the lab's own 10/8-free routes do not count;
-						// anything naming the left cluster's CIDR, ours or the driver's, does.
-						if strings.HasPrefix(line, cidr) {
-							return fmt.Errorf("node %s still routes %q", n.Name, line)
-						}
-					}
-				}
-				out, _ := exec.Command("ip", "-n", n.Netns, "route", "show", "proto", strconv.Itoa(owner.RouteAgentProtocol)).CombinedOutput()
-				if side.cluster == c2 && strings.TrimSpace(string(out)) != "" {
-					return fmt.Errorf("the left cluster's node %s keeps route-agent routes: %s", n.Name, out)
-				}
-			}
-			return nil
-		})
-	}
-	waitFor(t, 30*time.Second, "cluster1's Peer status to forget cluster2", func() error {
-		p := &v1alpha1.Peer{}
-		if err := hubc.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: c1}, p); err != nil {
-			return err
-		}
-		for _, c := range p.Status.Connections {
-			if c.ClusterID == c2 {
-				return fmt.Errorf("connection %+v", c)
-			}
-		}
-		return nil
-	})
-	// The left cluster's gateway lost its Lease with the namespace and closed its device.
-	waitFor(t, 60*time.Second, "cluster2's tunnel device to go", func() error {
-		gw := l.Network.Clusters[1].Nodes[0]
-		if out, err := exec.Command("ip", "-n", gw.Netns, "link", "show", lab.GatewayDevice(c2)).CombinedOutput(); err == nil {
-			return fmt.Errorf("still there: %s", out)
-		}
-		return nil
-	})
 }
 
 // startEchoPods runs an echo pod on every node of every cluster and returns them, Ready, by
@@ -515,4 +448,60 @@ func waitFor(t testing.TB, timeout time.Duration, what string, f func() error) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// checkLeaveRemovedTunnels checks, after cluster gone left (c1 the other cluster), that every
+// route and tunnel that referred to it went, on both sides: no node of either cluster routes
+// the other's CIDRs, the left cluster's nodes keep no route agent's route, c1's Peer status
+// forgets it, and its gateways lost the Lease with the namespace and closed their devices.
+func checkLeaveRemovedTunnels(ctx context.Context, t *testing.T, l *lab.Lab, hubc client.Client, c1, gone string) {
+	cidrsOf := func(name string) []string {
+		cp := l.Env.Cluster(name)
+		return []string{cp.PodCIDR.Masked().String(), cp.ServiceCIDR.Masked().String()}
+	}
+	for _, side := range []struct{ cluster, gone string }{{c1, gone}, {gone, c1}} {
+		c := l.Network.Cluster(side.cluster)
+		waitFor(t, 60*time.Second, fmt.Sprintf("%s to drop every route to %s", side.cluster, side.gone), func() error {
+			for _, n := range c.Nodes {
+				for _, cidr := range cidrsOf(side.gone) {
+					out, err := exec.Command("ip", "-n", n.Netns, "route", "show", "match", cidr).CombinedOutput()
+					if err != nil {
+						return fmt.Errorf("ip route on %s: %w: %s", n.Name, err, out)
+					}
+					for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+						// A default route or the lab's own 10/8-free routes do not count;
+						// anything naming the left cluster's CIDR, ours or the driver's, does.
+						if strings.HasPrefix(line, cidr) {
+							return fmt.Errorf("node %s still routes %q", n.Name, line)
+						}
+					}
+				}
+				out, _ := exec.Command("ip", "-n", n.Netns, "route", "show", "proto", strconv.Itoa(owner.RouteAgentProtocol)).CombinedOutput()
+				if side.cluster == gone && strings.TrimSpace(string(out)) != "" {
+					return fmt.Errorf("the left cluster's node %s keeps route-agent routes: %s", n.Name, out)
+				}
+			}
+			return nil
+		})
+	}
+	waitFor(t, 30*time.Second, c1+"'s Peer status to forget "+gone, func() error {
+		p := &v1alpha1.Peer{}
+		if err := hubc.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: c1}, p); err != nil {
+			return err
+		}
+		for _, c := range p.Status.Connections {
+			if c.ClusterID == gone {
+				return fmt.Errorf("connection %+v", c)
+			}
+		}
+		return nil
+	})
+	waitFor(t, 60*time.Second, gone+"'s tunnel devices to go", func() error {
+		for _, n := range l.Network.Cluster(gone).Nodes {
+			if out, err := exec.Command("ip", "-n", n.Netns, "link", "show", lab.GatewayDevice(gone)).CombinedOutput(); err == nil {
+				return fmt.Errorf("still on %s: %s", n.Name, out)
+			}
+		}
+		return nil
+	})
 }

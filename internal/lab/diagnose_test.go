@@ -47,12 +47,13 @@ type diagnoseLab struct {
 // nothing restarts it). `octopus dashboard`, opened in a headless Chromium before the kill,
 // draws the lab and then follows the kill without a reload (dashboard_test.go). `octopus
 // verify` passes every check on the healthy lab and fails exactly the cross-cluster ones once
-// the gateway is killed (verify_test.go): one lab bring-up for both commands.
+// the gateway is killed (verify_test.go). Before the dashboard, checkCrossCluster runs its
+// data-path and MCS checks on the same lab: one lab bring-up for all of them.
 func TestDiagnose(t *testing.T) {
 	testenv.LabNetwork(t)
 	binDir := testenv.BinDir(t)
 	bins := buildCommands(t, "octopus-agent", "octopus-echo", "octopus-dns", "octopus")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	// Processes: the checks cut a gateway off by its pidfile and read its process log
 	// through gather.
@@ -215,6 +216,11 @@ func TestDiagnose(t *testing.T) {
 		restored = true
 		d.waitGreen(t, 2*time.Minute)
 	})
+	// Restorable like the faults above: its last step kills the gateway, which its
+	// supervisor restarts with a new key.
+	t.Run("cross-cluster", func(t *testing.T) { checkCrossCluster(ctx, t, l, binDir, bins) })
+	d.waitGreen(t, 2*time.Minute)
+
 	// Opened before the kill, so that the test sees the page follow it.
 	var dash *labDashboard
 	t.Run("dashboard", func(st *testing.T) { dash = d.openDashboard(ctx, t, st) })

@@ -12,40 +12,19 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
-	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/cni"
-	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
+	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/lab/realnode"
-	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
-// TestFlannel brings up a lab of one cluster of two real nodes with `--cni flannel` and checks
+// checkFlannel checks, on cluster c of a lab brought up with `--cni flannel` (TestPods's),
 // that flannel, not the lab, networks the pods: each node's CNI configuration is the flannel
-// plugin's, flanneld has annotated each Node with its VXLAN endpoint, and an echo pod on each
-// node reaches the other's over TCP with its own pod address, routed through flanneld's VXLAN
-// device (the route to the peer pod and the device's packet counter say so).
-func TestFlannel(t *testing.T) {
-	testenv.LabNetwork(t)
-	binDir := testenv.BinDir(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	_, containerd, err := controlplane.EnsureNodeRuntime(ctx, testenv.RepoRoot(t), os.Stderr)
-	if err != nil {
-		t.Fatalf("building the kubelet and containerd: %v", err)
-	}
-	flannel, err := controlplane.EnsureFlannel(ctx, testenv.RepoRoot(t), os.Stderr)
-	if err != nil {
-		t.Fatalf("building flannel: %v", err)
-	}
-	bins := buildCommands(t, "octopus-agent", "octopus-echo", "octopus-dns")
-	l, dir := startLab(ctx, t, lab.Options{
-		Clusters: 1, NodesPerCluster: 2, BinDir: binDir,
-		AgentBinary: bins["octopus-agent"], ContainerdBinDir: containerd, CNI: cni.Flannel, FlannelBinDir: flannel,
-	})
-	c := l.Network.Clusters[0]
-	cs := clientset(t, l.Env.Cluster(c.Name).Kubeconfig)
-
+// plugin's, flanneld has annotated each Node with its VXLAN endpoint, and the echo pods, one
+// on each node, reach each other over TCP with their own pod addresses, routed through
+// flanneld's VXLAN device (the route to the peer pod and the device's packet counter say so).
+func checkFlannel(ctx context.Context, t *testing.T, dir string, c labnet.ClusterNet, cs kubernetes.Interface, pods []xpod) {
 	for _, n := range c.Nodes {
 		b, err := os.ReadFile(filepath.Join(dir, realnode.NodesDir, n.Name, "net.d", cni.ConfigFile))
 		if err != nil {
@@ -68,7 +47,6 @@ func TestFlannel(t *testing.T) {
 		}
 	}
 
-	pods := startEchoPods(ctx, t, l)[c.Name]
 	before := vxlanTxPackets(t, c.Nodes[0].Netns)
 	for _, pair := range [][2]int{{0, 1}, {1, 0}} {
 		src, dst := pods[pair[0]], pods[pair[1]]

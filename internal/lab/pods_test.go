@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -23,6 +24,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/octopus-mcs/octopus/internal/lab"
+	"github.com/octopus-mcs/octopus/internal/lab/cni"
+	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/images"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/lab/realnode"
@@ -39,6 +42,9 @@ import (
 // (kube-proxy) and to kubernetes.default; kubectl exec and logs through the kubelet API
 // (testExecAndLogs, exec_test.go); then a Deployment scaled 1 → 3 → 0 gets pods, namespaces
 // and veths and loses them again. Finally Stop leaves no pod namespace or process.
+//
+// The lab's CNI is flannel (`--cni flannel`), whose own checks (checkFlannel) run on the echo
+// pods: every other lab test runs the lab's bridge CNI, and one bring-up serves both.
 func TestPods(t *testing.T) {
 	testenv.LabNetwork(t)
 	for _, bin := range []string{"busybox", "socat"} {
@@ -52,11 +58,15 @@ func TestPods(t *testing.T) {
 	routesBefore := mustRoutes(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
+	flannel, err := controlplane.EnsureFlannel(ctx, testenv.RepoRoot(t), os.Stderr)
+	if err != nil {
+		t.Fatalf("building flannel: %v", err)
+	}
 
 	begin := time.Now()
 	l, err := lab.Up(ctx, withTestNodes(ctx, t, lab.Options{
 		Clusters: 1, NodesPerCluster: 2, Dir: dir, BinDir: binDir,
-		AgentBinary: bins["octopus-agent"],
+		AgentBinary: bins["octopus-agent"], CNI: cni.Flannel, FlannelBinDir: flannel,
 	}))
 	if err != nil {
 		t.Fatalf("lab up: %v", err)
@@ -143,6 +153,15 @@ func TestPods(t *testing.T) {
 	if got := ready["client"].Spec.NodeName; got != node1.Name {
 		t.Fatalf("client runs on %s, want %s", got, node1.Name)
 	}
+	t.Run("flannel", func(t *testing.T) {
+		var echo []xpod
+		for _, n := range c.Nodes {
+			p := ready["echo-"+n.Name]
+			echo = append(echo, xpod{cluster: c.Name, name: p.Name, node: n.Name,
+				ip: netip.MustParseAddr(p.Status.PodIP), netns: podNetns(t, l.Network.ID, p)})
+		}
+		checkFlannel(ctx, t, dir, c, cs, echo)
+	})
 	missing := waitPod(ctx, t, cs, "missing", func(p *corev1.Pod) bool { return missingBinaryReported(p, "octopus-no-such-binary") })
 	if podReady(missing) {
 		t.Errorf("pod with a missing binary is Ready")
