@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -14,6 +16,24 @@ import (
 // the first column names the package, the second lists exactly the repository packages it
 // imports. Names are module-relative paths with "internal/" left out, as the table says.
 const packageMapHeader = "| package | imports"
+
+// CheckRepositoryPackageMap checks the package map of root/docs/architecture.md against the
+// module in root (CheckPackageMap).
+func CheckRepositoryPackageMap(root string) ([]string, error) {
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "architecture.md"))
+	if err != nil {
+		return nil, err
+	}
+	m, err := ParsePackageMap(doc)
+	if err != nil {
+		return nil, fmt.Errorf("docs/architecture.md: %w", err)
+	}
+	module, pkgs, err := Load(root)
+	if err != nil {
+		return nil, err
+	}
+	return CheckPackageMap(module, pkgs, m), nil
+}
 
 // PackageMap is the package map: each package's short name and the short names of the
 // repository packages it imports, as the document states them.
