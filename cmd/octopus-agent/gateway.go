@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"time"
@@ -15,10 +13,8 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/agent"
 	"github.com/octopus-mcs/octopus/internal/datapath/health"
-	"github.com/octopus-mcs/octopus/internal/datapath/hostfirewall"
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/gateway"
-	"github.com/octopus-mcs/octopus/internal/metricsserver"
 )
 
 // gatewayOptions are the flags of `octopus-agent gateway`.
@@ -89,10 +85,7 @@ address through its Node object and the hub has none: a standby waits out --leas
 			if err != nil {
 				return err
 			}
-			if !o.openHostFirewall {
-				return gateway.Run(ctrl.SetupSignalHandler(), opts)
-			}
-			return runWithHostFirewall(ctrl.SetupSignalHandler(), opts)
+			return agent.RunGateway(ctrl.SetupSignalHandler(), opts, o.openHostFirewall)
 		},
 	}
 	f := cmd.Flags()
@@ -177,39 +170,9 @@ func (o gatewayOptions) complete() (gateway.Options, error) {
 		}
 		opts.ExcludeSubnets = append(opts.ExcludeSubnets, p)
 	}
-	// Listening here, last, makes a taken port fail the start instead of going unnoticed.
-	if opts.MetricsListener, err = metricsserver.Listen(o.metricsAddr); err != nil {
+	// Listening last, once every flag was checked, so that a bad flag leaves no listener open.
+	if err := agent.ListenGateway(&opts, o.metricsAddr); err != nil {
 		return gateway.Options{}, err
 	}
-	if opts.LivenessPort != 0 {
-		if opts.LivenessListener, err = net.Listen("tcp", fmt.Sprintf(":%d", o.livenessPort)); err != nil {
-			if opts.MetricsListener != nil {
-				_ = opts.MetricsListener.Close()
-			}
-			return gateway.Options{}, fmt.Errorf("listening for liveness probes: %w (pick another port with --liveness-port, the same on every gateway node, or 0 to turn fast takeover off)", err)
-		}
-	}
 	return opts, nil
-}
-
-// runWithHostFirewall runs the gateway with its tunnel port accepted in the node's input hook
-// for as long as it runs (the underlay probes use the same port, internal/gateway/underlay.go).
-// The gateway opens it itself because nothing can program another node's firewall through the
-// Kubernetes API; standbys open it too, so a takeover finds the port already open.
-func runWithHostFirewall(ctx context.Context, opts gateway.Options) error {
-	fw, err := hostfirewall.New()
-	if err != nil {
-		return err
-	}
-	if err := fw.Open(ctx, opts.ListenPort); err != nil {
-		return err
-	}
-	opts.Log.Info("Accepted the tunnel port in the host firewall", "table", "inet "+owner.HostFirewallNFTTable, "udpPort", opts.ListenPort)
-	runErr := gateway.Run(ctx, opts)
-	// ctx is done by now on a clean shutdown; the deletion must still run.
-	closeErr := fw.Close(context.WithoutCancel(ctx))
-	if closeErr != nil {
-		opts.Log.Error(closeErr, "Leaving the host firewall table behind")
-	}
-	return errors.Join(runErr, closeErr)
 }

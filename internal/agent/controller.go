@@ -1,5 +1,6 @@
-// Package agent wires the components of the octopus-agent daemon into controller-runtime
-// managers, one function per subcommand, so that cmd/octopus-agent only parses flags.
+// Package agent wires the components of the octopus-agent daemon, so that cmd/octopus-agent
+// only parses flags: the controller into a controller-runtime manager (RunController), and
+// around the gateway's own Run its listeners and the host firewall's lifecycle (gateway.go).
 package agent
 
 import (

@@ -31,6 +31,7 @@ func TestRulesCatchViolations(t *testing.T) {
 		got = append(got, v.String())
 	}
 	const mod = "github.com/octopus-mcs/octopus/"
+	const operator = "the operator links neither the CLI nor the lab nor the CLI's tools: it runs in a cluster: "
 	want := []string{
 		"the API links no package of this repository: api/v1alpha1 imports " + mod + "internal/kube",
 		"the data plane links no Kubernetes library: internal/datapath/tunnel imports k8s.io/client-go/rest",
@@ -40,15 +41,16 @@ func TestRulesCatchViolations(t *testing.T) {
 		"only the CLI, tests and hack/ import the lab: internal/gateway imports " + mod + "internal/lab",
 		"daemons link no provisioning code: cmd/octopus-agent links " + mod + "internal/cluster",
 		"daemons link no provisioning code: cmd/octopus-dns imports " + mod + "config/crd",
-		"the operator links neither the CLI nor the lab: it runs in a cluster: cmd/octopus-operator links " + mod + "internal/cli",
-		"the operator links neither the CLI nor the lab: it runs in a cluster: cmd/octopus-operator links " + mod + "internal/lab",
-		"the operator links neither the CLI nor the lab: it runs in a cluster: internal/operator imports " + mod + "internal/cli",
-		"the operator links neither the CLI nor the lab: it runs in a cluster: internal/operator links " + mod + "internal/lab",
+		"daemons link no provisioning code: cmd/octopus-ovn links " + mod + "internal/render",
+		operator + "cmd/octopus-operator links " + mod + "internal/cli",
+		operator + "cmd/octopus-operator links " + mod + "internal/diagnose",
+		operator + "cmd/octopus-operator links " + mod + "internal/lab",
+		operator + "internal/operator imports " + mod + "internal/cli",
+		operator + "internal/operator imports " + mod + "internal/diagnose",
+		operator + "internal/operator links " + mod + "internal/lab",
 	}
 	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Errorf("violations in the fixture:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+	wantFindings(t, "violations in the fixture", got, nil, want)
 }
 
 func TestMatch(t *testing.T) {
@@ -89,26 +91,60 @@ func TestStaleRuleFails(t *testing.T) {
 // exist, and sections docs/architecture.md has.
 func TestCommentsCiteRepositoryFiles(t *testing.T) {
 	bad, err := CheckCitations("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range bad {
-		t.Error(b)
-	}
+	reportEach(t, bad, err)
 }
 
 func TestCheckCitationsCatchesBadOnes(t *testing.T) {
 	got, err := CheckCitations("testdata/citations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{
+	wantFindings(t, "CheckCitations", got, err, []string{
 		"internal/x/x.go:5 cites DESIGN, a document outside the repository",
 		"internal/x/x.go:5 cites STYLE.md, a document outside the repository",
 		"internal/x/x.go:5 cites docs/architecture.md §9, which has no such section",
 		"internal/x/x.go:6 cites internal/x/gone.go, which does not exist",
+	})
+}
+
+// TestCommandsOnlyWire: every cmd/* only parses flags and wires (cmds.go).
+func TestCommandsOnlyWire(t *testing.T) {
+	bad, err := CheckCommands("../..")
+	reportEach(t, bad, err)
+}
+
+// TestCheckCommandsCatchesWork: testdata/commands/cmd/worker does what a command must not, each
+// mark once; its _test.go file, which may, is left out.
+func TestCheckCommandsCatchesWork(t *testing.T) {
+	got, err := CheckCommands("testdata/commands")
+	wantFindings(t, "CheckCommands", got, err, []string{
+		"cmd/worker/main.go:16: sends on a channel",
+		"cmd/worker/main.go:16: starts a goroutine",
+		"cmd/worker/main.go:16: uses h.ListenAndServe (net/http serves or runs processes: call a package that does)",
+		"cmd/worker/main.go:17: selects on channels",
+		"cmd/worker/main.go:18: receives from a channel",
+		"cmd/worker/main.go:20: sends on a channel",
+		"cmd/worker/main.go:23: long has 42 statements besides flag definitions, more than 40: move its logic into a package",
+	})
+}
+
+// reportEach fails the test once per finding of a check run on this repository, or at once
+// when the check could not run.
+func reportEach(t *testing.T, findings []string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range findings {
+		t.Error(f)
+	}
+}
+
+// wantFindings compares what a check found in a fixture with what was planted there, all of
+// it and in order (the checks sort their findings).
+func wantFindings(t *testing.T, check string, got []string, err error, want []string) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 	if !slices.Equal(got, want) {
-		t.Errorf("CheckCitations:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		t.Errorf("%s:\n%s\nwant:\n%s", check, strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -30,8 +30,21 @@ var (
 	// its own (cmd/octopus-operator) so that the daemons never link it.
 	Operator = []string{"cmd/octopus-operator", "internal/operator"}
 
-	// Daemons are the binaries that run in clusters.
-	Daemons = []string{"cmd/octopus-agent", "cmd/octopus-dns"}
+	// CLIOnly is the provisioning code that only the user's machine runs: the CLI, the lab and
+	// the tools the CLI drives against clusters from outside (diagnose, gather, dashboard and
+	// its browser driver, verify, bench and their pods' scaffolding) or at build time (the
+	// image builder, the charts' generator). The operator runs in a cluster, so the daemon
+	// rule applies to it with this list: it is provisioning code by nature (it deploys hubs
+	// and joins clusters, internal/operator), but nothing of it needs these.
+	CLIOnly = []string{
+		"internal/cli", "internal/lab/...", "internal/testenv", "internal/diagnose", "internal/gather/...",
+		"internal/dashboard/...", "internal/webdriver", "internal/verify", "internal/bench/...", "internal/workload",
+		"internal/image", "internal/chartgen",
+	}
+
+	// Daemons are the binaries that run in clusters besides the operator: the agent's
+	// components, the DNS server, the OVN components and the echo workload of verify and bench.
+	Daemons = []string{"cmd/octopus-agent", "cmd/octopus-dns", "cmd/octopus-ovn", "cmd/octopus-echo"}
 
 	// LabUsers may import the lab: the CLI's lab commands, the lab itself, the test
 	// environment and the tools under hack/ (tests may too; Load leaves test files out).
@@ -72,9 +85,9 @@ var Rules = []Rule{
 		Forbidden: []string{"internal/lab/..."},
 	},
 	{
-		Name:      "the operator links neither the CLI nor the lab: it runs in a cluster",
+		Name:      "the operator links neither the CLI nor the lab nor the CLI's tools: it runs in a cluster",
 		Packages:  Operator,
-		Forbidden: []string{"internal/cli", "internal/lab/...", "internal/testenv"},
+		Forbidden: CLIOnly,
 		Linked:    true,
 	},
 	{

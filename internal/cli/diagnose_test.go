@@ -14,34 +14,14 @@ func TestDiagnoseValidate(t *testing.T) {
 	valid := func() diagnoseOptions {
 		return diagnoseOptions{kubeconfigs: []string{"a"}, output: outputTable, checkTimeout: time.Second, requestTimeout: time.Second}
 	}
-	tests := []struct {
-		name    string
-		modify  func(*diagnoseOptions)
-		wantErr string
-	}{
+	testValidate(t, valid, []validateCase[diagnoseOptions]{
 		{"valid", func(*diagnoseOptions) {}, ""},
 		{"hub only", func(o *diagnoseOptions) { o.kubeconfigs, o.hubKubeconfig = nil, "hub" }, ""},
 		{"nothing", func(o *diagnoseOptions) { o.kubeconfigs = nil }, "nothing to diagnose"},
 		{"twice", func(o *diagnoseOptions) { o.kubeconfigs = []string{"a", "a"} }, "--kubeconfig a is given twice"},
 		{"bad output", func(o *diagnoseOptions) { o.output = "yaml" }, `-o "yaml": want table or json`},
 		{"zero timeout", func(o *diagnoseOptions) { o.checkTimeout = 0 }, "want positive durations"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			o := valid()
-			tt.modify(&o)
-			err := o.Validate()
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Validate: %v", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("Validate: %v, want an error containing %q", err, tt.wantErr)
-			}
-		})
-	}
+	})
 }
 
 // TestDiagnoseCommands: `diagnose` has `all` and one subcommand per check, in the checks'

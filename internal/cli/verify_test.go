@@ -19,11 +19,7 @@ func TestVerifyValidate(t *testing.T) {
 	valid := func() verifyOptions {
 		return verifyOptions{checkTimeout: time.Second, workloadFlags: workloadFlags{kubeconfigs: []string{"a", "b"}, output: outputTable, timeout: time.Minute, readyTimeout: time.Second}}
 	}
-	tests := []struct {
-		name    string
-		modify  func(*verifyOptions)
-		wantErr string
-	}{
+	testValidate(t, valid, []validateCase[verifyOptions]{
 		{"valid", func(*verifyOptions) {}, ""},
 		{"json", func(o *verifyOptions) { o.output = outputJSON }, ""},
 		{"one cluster", func(o *verifyOptions) { o.kubeconfigs = o.kubeconfigs[:1] }, "pass --kubeconfig at least twice (got 1)"},
@@ -31,23 +27,7 @@ func TestVerifyValidate(t *testing.T) {
 		{"bad output", func(o *verifyOptions) { o.output = "yaml" }, `-o "yaml": want table or json`},
 		{"bad namespace", func(o *verifyOptions) { o.namespace = "Not_A_Label" }, `--namespace "Not_A_Label"`},
 		{"zero check timeout", func(o *verifyOptions) { o.checkTimeout = 0 }, "--check-timeout 0s: want a positive duration"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			o := valid()
-			tt.modify(&o)
-			err := o.Validate()
-			if tt.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Validate: %v", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Fatalf("Validate: %v, want an error containing %q", err, tt.wantErr)
-			}
-		})
-	}
+	})
 }
 
 // TestVerifyWithoutProbes runs `octopus verify` and `octopus bench` against real API servers

@@ -1,0 +1,2 @@
+// Package render stands in for the manifest renderer.
+package render
