@@ -38,6 +38,13 @@ func removal(ctx context.Context, c client.Reader, daemonSet string) string {
 		return fmt.Sprintf("namespace %s is gone", v1alpha1.SystemNamespace)
 	case err == nil && ns.DeletionTimestamp != nil:
 		return fmt.Sprintf("namespace %s is being deleted", v1alpha1.SystemNamespace)
+	case apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err):
+		// The agent's own access is gone: `helm uninstall` deletes the chart's
+		// ServiceAccount and RBAC while the DaemonSet's pods are still stopping (their
+		// deletion by the garbage collector comes after), so an agent stopped late can no
+		// longer read what would say so. A restart, a rolling update or a drained node never
+		// take the agent's credential away; an API server that is down answers nothing at all.
+		return fmt.Sprintf("the agent may no longer read namespace %s (its ServiceAccount or RBAC was removed): %v", v1alpha1.SystemNamespace, err)
 	}
 	if daemonSet == "" {
 		return ""

@@ -11,6 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -130,5 +131,53 @@ func routeAgentDaemonSet() *appsv1.DaemonSet {
 				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "a", Image: "octopus"}}},
 			},
 		},
+	}
+}
+
+// TestRemovalWithoutAccess: an agent stopped after `helm uninstall` removed its ServiceAccount
+// (401) or its RBAC (403) withdraws its routes, since a restart never takes its credential
+// away; an API server it cannot reach at all says nothing.
+func TestRemovalWithoutAccess(t *testing.T) {
+	env := testenv.ControlPlanes(t, "member")
+	cfg := env.Cluster("member").RESTConfig()
+	admin, err := client.New(cfg, client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.SystemNamespace}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Create(ctx, routeAgentDaemonSet()); err != nil {
+		t.Fatal(err)
+	}
+	if why := removal(ctx, admin, "octopus-route-agent"); why != "" {
+		t.Fatalf("removal with access and everything in place: %q, want none", why)
+	}
+	unauthenticated := rest.AnonymousClientConfig(cfg)
+	unauthenticated.BearerToken = "a-deleted-service-accounts-token"
+	forbidden := rest.CopyConfig(cfg)
+	forbidden.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:octopus-system:deleted"}
+	unreachable := rest.CopyConfig(cfg)
+	unreachable.Host = "https://127.0.0.1:1"
+	unreachable.Timeout = 2 * time.Second
+	for _, tc := range []struct {
+		name    string
+		cfg     *rest.Config
+		removed bool
+	}{
+		{"unauthorized", unauthenticated, true},
+		{"forbidden", forbidden, true},
+		{"unreachable", unreachable, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := client.New(tc.cfg, client.Options{Scheme: kube.Scheme, Mapper: admin.RESTMapper()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if why := removal(ctx, c, "octopus-route-agent"); (why != "") != tc.removed {
+				t.Errorf("removal = %q, want a reason: %t", why, tc.removed)
+			}
+		})
 	}
 }
