@@ -275,7 +275,7 @@ func TestImport(t *testing.T) {
 	})
 
 	var westBefore imported
-	t.Run("a second exporter: union of ports, its endpoints added, nothing recreated", func(t *testing.T) {
+	t.Run("a second exporter: union of ports, its endpoints added, nothing recreated, the difference a conflict", func(t *testing.T) {
 		var err error
 		if westBefore, err = getImported(t.Context(), west, web); err != nil || westBefore.si == nil || len(westBefore.derived) != 1 {
 			t.Fatalf("west's import before: %+v, %v", westBefore, err)
@@ -291,7 +291,10 @@ func TestImport(t *testing.T) {
 			t.Errorf("west's import or derived Service was replaced: UIDs %s→%s, %s→%s, ips %v→%v",
 				westBefore.si.UID, after.si.UID, westBefore.derived[0].UID, after.derived[0].UID, westBefore.si.Spec.IPs, after.si.Spec.IPs)
 		}
-		waitConflict(t, west, web, "NoConflicts")
+		// east lacks west's metrics port: KEP-1645 exposes the union and reports the
+		// difference, on both exports.
+		waitConflict(t, west, web, string(mcsv1beta1.ServiceExportReasonPortConflict))
+		waitConflict(t, east, web, string(mcsv1beta1.ServiceExportReasonPortConflict))
 	})
 
 	t.Run("a port conflict: the oldest export's port wins; re-resolved when it goes", func(t *testing.T) {
@@ -434,7 +437,21 @@ func TestConflictOnEveryExport(t *testing.T) {
 		// older and younger are what east and west create; resolve brings west in line.
 		older, younger []client.Object
 		resolve        func(ctx context.Context, key types.NamespacedName) error
+		// message holds what the condition's message must contain on both exports.
+		message []string
 	}{{
+		name: "port sets", reason: mcsv1beta1.ServiceExportReasonPortConflict,
+		older: []client.Object{clusterIPService("conf", "portsets",
+			corev1.ServicePort{Name: "tcp", Port: 42, Protocol: corev1.ProtocolTCP}, corev1.ServicePort{Name: "udp", Port: 42, Protocol: corev1.ProtocolUDP}), export("conf", "portsets")},
+		younger: []client.Object{clusterIPService("conf", "portsets",
+			corev1.ServicePort{Name: "tcp", Port: 42, Protocol: corev1.ProtocolTCP}, corev1.ServicePort{Name: "stcp", Port: 142, Protocol: corev1.ProtocolSCTP}), export("conf", "portsets")},
+		resolve: func(ctx context.Context, key types.NamespacedName) error {
+			return update(ctx, west, key, func(svc *corev1.Service) {
+				svc.Spec.Ports = []corev1.ServicePort{{Name: "tcp", Port: 42, Protocol: corev1.ProtocolTCP}, {Name: "udp", Port: 42, Protocol: corev1.ProtocolUDP}}
+			})
+		},
+		message: []string{"cluster east: ports stcp:142/SCTP of cluster west", "cluster west: ports udp:42/UDP of cluster east"},
+	}, {
 		name: "ports", reason: mcsv1beta1.ServiceExportReasonPortConflict,
 		older:   []client.Object{clusterIPService("conf", "ports", corev1.ServicePort{Name: "http", Port: 80}), export("conf", "ports")},
 		younger: []client.Object{clusterIPService("conf", "ports", corev1.ServicePort{Name: "http", Port: 8080}), export("conf", "ports")},
@@ -480,7 +497,12 @@ func TestConflictOnEveryExport(t *testing.T) {
 			changed := time.Now()
 			create(t, west, tc.younger...)
 			for _, c := range []client.Client{east, west} {
-				waitConflictWithin(t, c, key, string(tc.reason), changed, conflictBound)
+				cond := waitConflictWithin(t, c, key, string(tc.reason), changed, conflictBound)
+				for _, m := range tc.message {
+					if !strings.Contains(cond.Message, m) {
+						t.Errorf("Conflict message %q does not contain %q", cond.Message, m)
+					}
+				}
 			}
 			t.Logf("Conflict=%s on both exports %s after the conflicting export", tc.reason, time.Since(changed).Round(time.Millisecond))
 
@@ -498,7 +520,7 @@ func TestConflictOnEveryExport(t *testing.T) {
 }
 
 // waitConflictWithin is waitConflict with a deadline of bound after since.
-func waitConflictWithin(t *testing.T, c client.Client, key types.NamespacedName, reason string, since time.Time, bound time.Duration) {
+func waitConflictWithin(t *testing.T, c client.Client, key types.NamespacedName, reason string, since time.Time, bound time.Duration) metav1.Condition {
 	t.Helper()
 	ctx, cancel := context.WithDeadline(t.Context(), since.Add(bound))
 	defer cancel()
@@ -510,13 +532,14 @@ func waitConflictWithin(t *testing.T, c client.Client, key types.NamespacedName,
 		} else if cond := meta.FindStatusCondition(ex.Status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict)); cond == nil {
 			last = "no Conflict condition"
 		} else if cond.Reason == reason && (cond.Status == metav1.ConditionTrue) == (reason != "NoConflicts") {
-			return
+			return *cond
 		} else {
 			last = fmt.Sprintf("Conflict=%s %s: %s", cond.Status, cond.Reason, cond.Message)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("ServiceExport %s: Conflict %s not within %s; last: %s", key, reason, bound, last)
+	return metav1.Condition{}
 }
 
 // update reads the object key of type T from c, changes it and writes it back.

@@ -89,7 +89,9 @@ func olderFirst(a, b exportRecord) int {
 // resolution"): every property comes from the oldest export, except ports, which are the union
 // of all exports' ports. A port of a younger export conflicts when its name is already taken
 // by a different port (number, protocol or appProtocol), or its number and protocol by a port
-// of another name (a Service cannot hold both); the older one stays. An export whose type
+// of another name (a Service cannot hold both); the older one stays. An export that lacks a
+// port of the union conflicts as well (the KEP: "the union ... is exposed, and the difference
+// is a conflict"). An export whose type
 // differs from the oldest's is left out altogether: a ClusterSetIP import would otherwise
 // balance over pod addresses and a headless one hand out ClusterIPs as pod addresses.
 //
@@ -171,6 +173,30 @@ func merge(records []exportRecord) mergedService {
 		}
 		if len(lost) > 0 {
 			report(mcsv1beta1.ServiceExportReasonPortConflict, "ports %s conflict with older exports; the older ports are imported", strings.Join(lost, ", "))
+		}
+	}
+	// The KEP's port rule has two halves: the union is exposed, and the difference between the
+	// exports' port sets is a conflict too. So every export that lacks a port of the union says
+	// which ones and whose they are. A union port whose name or number the export holds under
+	// another definition is left out here: the lost-port message above already names it.
+	for _, rec := range sorted {
+		if rec.Spec.Type != oldest.Spec.Type {
+			continue
+		}
+		var missing []string
+		for _, u := range out.Spec.Ports {
+			if !slices.ContainsFunc(rec.Spec.Ports, func(p mcsv1beta1.ServicePort) bool {
+				return p.Name == u.Name || (p.Port == u.Port && protocolOrTCP(p.Protocol) == u.Protocol)
+			}) {
+				missing = append(missing, fmt.Sprintf("%s of cluster %s", describePort(u), byName[u.Name].cluster))
+			}
+		}
+		if len(missing) > 0 {
+			out.Conflicts[rec.Cluster] = append(out.Conflicts[rec.Cluster], conflict{
+				Reason: mcsv1beta1.ServiceExportReasonPortConflict,
+				Message: fmt.Sprintf("ports %s are not in this cluster's export; the import exposes the union of all exports' ports",
+					strings.Join(missing, ", ")),
+			})
 		}
 	}
 	slices.Sort(out.Clusters)

@@ -37,6 +37,11 @@ func udp(p mcsv1beta1.ServicePort) mcsv1beta1.ServicePort {
 	return p
 }
 
+func sctp(p mcsv1beta1.ServicePort) mcsv1beta1.ServicePort {
+	p.Protocol = corev1.ProtocolSCTP
+	return p
+}
+
 func affinity(r exportRecord, a corev1.ServiceAffinity, timeout int32) exportRecord {
 	r.Spec.SessionAffinity = a
 	if timeout > 0 {
@@ -69,18 +74,50 @@ func TestMerge(t *testing.T) {
 		ports:    []mcsv1beta1.ServicePort{sport("http", 80)},
 		clusters: []string{"east", "west"},
 	}, {
-		name:     "union of ports, the oldest's first",
+		name:     "union of ports, the oldest's first; the difference conflicts on both",
 		records:  []exportRecord{rec("west", 5, csip, sport("http", 80), sport("metrics", 9090)), rec("east", 0, csip, sport("http", 80), sport("grpc", 9000))},
 		typ:      csip,
 		ports:    []mcsv1beta1.ServicePort{sport("http", 80), sport("grpc", 9000), sport("metrics", 9090)},
 		clusters: []string{"east", "west"},
+		conflicts: map[string][]mcsv1beta1.ServiceExportConditionReason{
+			"east": {mcsv1beta1.ServiceExportReasonPortConflict},
+			"west": {mcsv1beta1.ServiceExportReasonPortConflict},
+		},
 	}, {
-		name:      "same name, other number: the oldest wins",
-		records:   []exportRecord{rec("west", 5, csip, sport("http", 8080), sport("metrics", 9090)), rec("east", 0, csip, sport("http", 80))},
-		typ:       csip,
-		ports:     []mcsv1beta1.ServicePort{sport("http", 80), sport("metrics", 9090)},
-		clusters:  []string{"east", "west"},
-		conflicts: map[string][]mcsv1beta1.ServiceExportConditionReason{"west": {mcsv1beta1.ServiceExportReasonPortConflict}},
+		name:     "the issue's port sets: tcp+udp/42 against tcp/42+sctp/142",
+		records:  []exportRecord{rec("cluster2", 5, csip, sport("tcp", 42), sctp(sport("stcp", 142))), rec("cluster1", 0, csip, sport("tcp", 42), udp(sport("udp", 42)))},
+		typ:      csip,
+		ports:    []mcsv1beta1.ServicePort{sport("tcp", 42), udp(sport("udp", 42)), sctp(sport("stcp", 142))},
+		clusters: []string{"cluster1", "cluster2"},
+		conflicts: map[string][]mcsv1beta1.ServiceExportConditionReason{
+			"cluster1": {mcsv1beta1.ServiceExportReasonPortConflict},
+			"cluster2": {mcsv1beta1.ServiceExportReasonPortConflict},
+		},
+	}, {
+		name:     "a subset conflicts, the superset does not lack anything",
+		records:  []exportRecord{rec("east", 0, csip, sport("http", 80)), rec("west", 5, csip, sport("http", 80), sport("metrics", 9090))},
+		typ:      csip,
+		ports:    []mcsv1beta1.ServicePort{sport("http", 80), sport("metrics", 9090)},
+		clusters: []string{"east", "west"},
+		conflicts: map[string][]mcsv1beta1.ServiceExportConditionReason{
+			"east": {mcsv1beta1.ServiceExportReasonPortConflict},
+		},
+	}, {
+		name:     "same port sets in another order: no conflict",
+		records:  []exportRecord{rec("east", 0, csip, sport("http", 80), udp(sport("dns", 53))), rec("west", 5, csip, udp(sport("dns", 53)), sport("http", 80))},
+		typ:      csip,
+		ports:    []mcsv1beta1.ServicePort{sport("http", 80), udp(sport("dns", 53))},
+		clusters: []string{"east", "west"},
+	}, {
+		name:     "same name, other number: the oldest wins; metrics is missing from east",
+		records:  []exportRecord{rec("west", 5, csip, sport("http", 8080), sport("metrics", 9090)), rec("east", 0, csip, sport("http", 80))},
+		typ:      csip,
+		ports:    []mcsv1beta1.ServicePort{sport("http", 80), sport("metrics", 9090)},
+		clusters: []string{"east", "west"},
+		conflicts: map[string][]mcsv1beta1.ServiceExportConditionReason{
+			"east": {mcsv1beta1.ServiceExportReasonPortConflict},
+			"west": {mcsv1beta1.ServiceExportReasonPortConflict},
+		},
 	}, {
 		name:      "same name, other protocol: the oldest wins",
 		records:   []exportRecord{rec("west", 5, csip, udp(sport("dns", 53))), rec("east", 0, csip, sport("dns", 53))},
@@ -103,11 +140,15 @@ func TestMerge(t *testing.T) {
 		clusters:  []string{"east", "west"},
 		conflicts: map[string][]mcsv1beta1.ServiceExportConditionReason{"west": {mcsv1beta1.ServiceExportReasonPortConflict}},
 	}, {
-		name:     "same number, other protocol: both",
+		name:     "same number, other protocol: both, and each lacks the other's",
 		records:  []exportRecord{rec("east", 0, csip, sport("dns-tcp", 53)), rec("west", 5, csip, udp(sport("dns-udp", 53)))},
 		typ:      csip,
 		ports:    []mcsv1beta1.ServicePort{sport("dns-tcp", 53), udp(sport("dns-udp", 53))},
 		clusters: []string{"east", "west"},
+		conflicts: map[string][]mcsv1beta1.ServiceExportConditionReason{
+			"east": {mcsv1beta1.ServiceExportReasonPortConflict},
+			"west": {mcsv1beta1.ServiceExportReasonPortConflict},
+		},
 	}, {
 		name:     "an empty protocol means TCP",
 		records:  []exportRecord{rec("east", 0, csip, mcsv1beta1.ServicePort{Name: "http", Port: 80}), rec("west", 5, csip, sport("http", 80))},
@@ -275,6 +316,17 @@ func TestConflictCondition(t *testing.T) {
 		name: "a port conflict names the loser, the port and the owner", records: []exportRecord{west, east},
 		status: metav1.ConditionTrue, reason: "PortConflict",
 		msgContain: []string{"cluster west: ports http:8080/TCP (name taken by http:80/TCP of cluster east)"},
+	}, {
+		name: "different port sets: every export names what it lacks and whose it is",
+		records: []exportRecord{
+			rec("cluster1", 0, mcsv1beta1.ClusterSetIP, sport("tcp", 42), udp(sport("udp", 42))),
+			rec("cluster2", 1, mcsv1beta1.ClusterSetIP, sport("tcp", 42), sctp(sport("stcp", 142))),
+		},
+		status: metav1.ConditionTrue, reason: "PortConflict",
+		msgContain: []string{
+			"cluster cluster1: ports stcp:142/SCTP of cluster cluster2 are not in this cluster's export",
+			"cluster cluster2: ports udp:42/UDP of cluster cluster1 are not in this cluster's export",
+		},
 	}, {
 		name: "several losers and kinds: reasons once each, in the losers' order", records: []exportRecord{south, north, west, east},
 		status: metav1.ConditionTrue, reason: "SessionAffinityConflict,TypeConflict,PortConflict",
