@@ -311,6 +311,25 @@ func TestImport(t *testing.T) {
 		for _, m := range []string{"east", "west", "north"} {
 			f.waitImport(t, m, web, wantImport{typ: mcsv1beta1.ClusterSetIP, ports: []string{"http:80/TCP", "metrics:9090/TCP"}, endpoints: both})
 		}
+		// Strict port ownership: west's slices still name a port http (its 8080), but the
+		// import's http is east's 80, so west's endpoints must not receive it; they keep
+		// metrics, which only west exports.
+		eventually(t, "http only on east's imported endpoints", func(ctx context.Context) string {
+			im, err := getImported(ctx, north, web)
+			if err != nil {
+				return err.Error()
+			}
+			ports := map[string][]string{}
+			for _, sl := range im.slices {
+				for _, p := range sl.Ports {
+					ports[sl.Labels[mcsv1beta1.LabelSourceCluster]] = append(ports[sl.Labels[mcsv1beta1.LabelSourceCluster]], ptr.Deref(p.Name, ""))
+				}
+			}
+			if !slices.Contains(ports["east"], "http") || slices.Contains(ports["west"], "http") || !slices.Contains(ports["west"], "metrics") {
+				return fmt.Sprintf("imported slice ports by cluster %v; want http from east only, metrics from west", ports)
+			}
+			return ""
+		})
 		// Both exports say so (KEP-1645: "set on all ServiceExports for the conflicted
 		// service"), the older one too.
 		waitConflict(t, west, web, string(mcsv1beta1.ServiceExportReasonPortConflict))

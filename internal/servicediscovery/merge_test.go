@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -349,5 +350,48 @@ func TestConflictCondition(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOwnedPorts checks strict port ownership: the traffic of an imported port goes only to
+// the clusters whose export has that very port, however the losers' slices name their ports.
+func TestOwnedPorts(t *testing.T) {
+	const csip = mcsv1beta1.ClusterSetIP
+	// cluster1 exports tcp:42 first; cluster2 later exports tcp:4242 (targetPort 42, so its
+	// slices carry a port named tcp numbered 42) and udp:53, which is its alone; cluster3
+	// agrees with cluster1 on tcp.
+	m := merge([]exportRecord{
+		rec("cluster2", 5, csip, sport("tcp", 4242), udp(sport("dns", 53))),
+		rec("cluster1", 0, csip, sport("tcp", 42)),
+		rec("cluster3", 9, csip, sport("tcp", 42)),
+	})
+	if got := fmt.Sprint(m.PortClusters); got != "map[dns:[cluster2] tcp:[cluster1 cluster3]]" {
+		t.Errorf("PortClusters = %s", got)
+	}
+	slicePorts := []discoveryv1.EndpointPort{
+		{Name: ptr.To("tcp"), Port: ptr.To[int32](42), Protocol: ptr.To(corev1.ProtocolTCP)},
+		{Name: ptr.To("dns"), Port: ptr.To[int32](53), Protocol: ptr.To(corev1.ProtocolUDP)},
+	}
+	for _, tc := range []struct {
+		cluster string
+		ports   []discoveryv1.EndpointPort
+		want    []string
+		ok      bool
+	}{
+		{"cluster1", slicePorts[:1], []string{"tcp"}, true},
+		{"cluster3", slicePorts[:1], []string{"tcp"}, true},
+		{"cluster2", slicePorts, []string{"dns"}, true}, // its tcp lost: only dns
+		{"cluster2", slicePorts[:1], nil, false},        // nothing of this slice is its own
+		{"cluster1", nil, nil, true},                    // a slice without ports stays as it is
+		{"cluster9", slicePorts, nil, false},            // not an exporter at all
+	} {
+		got, ok := m.ownedPorts(tc.cluster, tc.ports)
+		var names []string
+		for _, p := range got {
+			names = append(names, *p.Name)
+		}
+		if ok != tc.ok || !slices.Equal(names, tc.want) {
+			t.Errorf("ownedPorts(%s, %d ports) = %v, %v; want %v, %v", tc.cluster, len(tc.ports), names, ok, tc.want, tc.ok)
+		}
 	}
 }
