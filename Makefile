@@ -86,8 +86,19 @@ fuzz:
 	  $(GO) test -run='^$$' -fuzz="^$${t#*:}$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=$(FUZZMINIMIZETIME) "$${t%%:*}" || exit 1; \
 	done
 
-## demo: a hub and two clusters on this machine, joined, with an exported echo service; Ctrl-C cleans up.
-demo: deps k8s-binaries build
+# DEMO_CMDS are the commands `lab up --demo` runs: the CLI and the daemons of the project's
+# image (internal/image.DaemonBinaries). Not octopus-ovn: with it in ./bin the lab would also
+# build the secondary network's image, which the demo does not use.
+DEMO_CMDS := octopus octopus-agent octopus-dns octopus-echo octopus-operator
+## demo: a hub and two clusters on this machine, joined, with an exported echo service; Ctrl-C
+## cleans up. It installs and builds only what the demo runs (no browser, OVN, benchmark tools
+## or flannel); `make test` still installs everything.
+demo:
+	@hack/install-deps.sh demo
+	@hack/k8s-binaries.sh >/dev/null
+	@hack/coredns.sh >/dev/null
+	@hack/containerd.sh >/dev/null
+	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(DEMO_CMDS))
 	$(BIN)/octopus lab up --clusters 2 --demo
 
 clean:

@@ -1,7 +1,19 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Octopus's build, tests and lab need. Idempotent: packages that
 # are present are not touched, and apt is only called when something is missing.
+#
+# Usage: hack/install-deps.sh [all|demo]
+#   all (the default, `make deps` and `make test`): everything below.
+#   demo (`make demo`): only what `octopus lab up --demo` runs: the lab's nodes (nft, runc, the
+#   CNI plugins, util-linux's unshare and mount) and the images made of host files (busybox,
+#   socat, the toolbox's tools). No browser, no OVN, no benchmark tools: on a fresh machine
+#   those were most of the demo's wait.
 set -euo pipefail
+MODE="${1:-all}"
+case "${MODE}" in
+  all | demo) ;;
+  *) echo "usage: $0 [all|demo]" >&2; exit 2 ;;
+esac
 
 # nftables: the nft tool kube-proxy (nftables mode) drives in every lab node. iproute2: `ip netns`
 # for looking into lab namespaces (the lab itself uses netlink).
@@ -18,8 +30,9 @@ set -euo pipefail
 # NB ovsdb-server on a unix socket (internal/ovn/ovntest) and the NB models are generated from
 # the installed NB schema (internal/datapath/ovn/nbdb). The packages' services are not needed:
 # nothing here relies on systemd or on the daemons apt may start.
-PACKAGES=(git make ca-certificates nftables iproute2 busybox socat dnsutils dnsperf util-linux mount
-  iperf3 iputils-ping wireguard-go wireguard-tools netcat-openbsd curl wget runc containernetworking-plugins
+DEMO_PACKAGES=(git make ca-certificates nftables iproute2 busybox socat dnsutils util-linux mount
+  iputils-ping netcat-openbsd curl wget runc containernetworking-plugins)
+PACKAGES=("${DEMO_PACKAGES[@]}" dnsperf iperf3 wireguard-go wireguard-tools
   ovn-central ovn-host openvswitch-switch)
 # chromium and chromium-driver (chromedriver): the `octopus dashboard` tests drive the page in a
 # real headless browser over WebDriver (internal/webdriver; internal/dashboard/browser_test.go,
@@ -29,16 +42,21 @@ PACKAGES=(git make ca-certificates nftables iproute2 busybox socat dnsutils dnsp
 # always matches the browser (a pair left at different builds is installed again, together);
 # the tests need only the WebDriver protocol, stable across builds.
 BROWSER=(chromium chromium-driver)
+if [[ "${MODE}" == demo ]]; then
+  PACKAGES=("${DEMO_PACKAGES[@]}") BROWSER=()
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-browser_versions=$(for p in "${BROWSER[@]}"; do
-  dpkg-query -W -f='${Status} ${Version}\n' "$p" 2>/dev/null || echo "$p missing"
-done | sort -u)
-if [[ $(wc -l <<<"$browser_versions") -ne 1 || $browser_versions != "install ok installed "* ]]; then
-  missing+=("${BROWSER[@]}")
+if ((${#BROWSER[@]})); then
+  browser_versions=$(for p in "${BROWSER[@]}"; do
+    dpkg-query -W -f='${Status} ${Version}\n' "$p" 2>/dev/null || echo "$p missing"
+  done | sort -u)
+  if [[ $(wc -l <<<"$browser_versions") -ne 1 || $browser_versions != "install ok installed "* ]]; then
+    missing+=("${BROWSER[@]}")
+  fi
 fi
 if ((${#missing[@]} == 0)); then
   exit 0

@@ -267,6 +267,9 @@ func (r *hubComponents) Start(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	// The cluster's CoreDNS asks octopus-dns for the PTR records of other clusters' endpoints
+	// only in the reverse zones Octopus's block names; they follow the clusters that come and go.
+	go keepReverseZones(ctx, hubClient, member, cred.Namespace, cred.ClusterID)
 	hb, err := heartbeat.New(heartbeat.Options{
 		Hub:           hubClient,
 		Namespace:     cred.Namespace,

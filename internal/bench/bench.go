@@ -9,6 +9,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -270,6 +271,11 @@ func (r *runner) measure(ctx context.Context, path Path, from, to *member) Measu
 	m := Measurement{From: from.ID, To: to.ID, ClientNode: from.nodes[clientName], ServerNode: to.nodes[serverName]}
 	name := fmt.Sprintf("%s %s %s->%s", r.opts.Kind, path, from.ID, to.ID)
 	ip, err := address(path, from != to, from.secondary, to.server, from.clusterSetIPs[to.ID])
+	if errors.Is(err, ErrNotApplicable) {
+		m.NotApplicable = err.Error()
+		r.p.Step("%s: %s", name, m.NotApplicable)
+		return m
+	}
 	if err != nil {
 		m.Error = err.Error()
 		r.p.Step("%s: %s", name, m.Error)

@@ -58,6 +58,9 @@ type Measurement struct {
 	Runs []float64 `json:"runs,omitempty"`
 	// Error says why the measurement failed.
 	Error string `json:"error,omitempty"`
+	// NotApplicable says why the path does not exist between these clusters (their addressing
+	// mode has no such path); such a measurement is neither made nor failed.
+	NotApplicable string `json:"notApplicable,omitempty"`
 }
 
 // headline is a result's figure the runs are compared by.
@@ -144,6 +147,19 @@ func (r *Report) Failed() []string {
 	return slices.Compact(failed)
 }
 
+// NotApplicable names the measurements of paths the clusters do not have, in report order.
+func (r *Report) NotApplicable() []string {
+	var out []string
+	for _, row := range r.Rows {
+		for _, m := range []Measurement{row.CrossCluster, row.InCluster} {
+			if m.NotApplicable != "" {
+				out = append(out, fmt.Sprintf("%s %s->%s", row.Path, m.From, m.To))
+			}
+		}
+	}
+	return slices.Compact(out)
+}
+
 // Render writes the report as a table, cross-cluster and in-cluster side by side.
 func Render(w io.Writer, r *Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -167,6 +183,9 @@ func Render(w io.Writer, r *Report) error {
 		what += fmt.Sprintf(", median of %d runs", r.Repeat)
 	}
 	_, err := fmt.Fprintf(w, "\n%s: %s. In-cluster is the same client to a server in its own cluster.\n", r.Kind, what)
+	if na := r.NotApplicable(); len(na) > 0 && err == nil {
+		_, err = fmt.Fprintf(w, "Not applicable (the addressing mode has no such path): %s.\n", strings.Join(na, ", "))
+	}
 	if failed := r.Failed(); len(failed) > 0 && err == nil {
 		_, err = fmt.Fprintf(w, "Failed: %s.\n", strings.Join(failed, ", "))
 	}
@@ -175,6 +194,8 @@ func Render(w io.Writer, r *Report) error {
 
 func cell(m Measurement) string {
 	switch {
+	case m.NotApplicable != "":
+		return "not applicable"
 	case m.Error != "":
 		return "error: " + oneLine(m.Error)
 	case m.Throughput != nil:

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"bytes"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -105,6 +107,20 @@ Failed: pod-to-service west->east.
 `,
 		},
 		{
+			"a path the addressing mode does not have: not applicable, not failed",
+			Report{Kind: KindThroughput, Streams: 4, Duration: metav1.Duration{Duration: 10 * time.Second}, Repeat: 1, Rows: []Row{
+				row(PathPod, "east", "west", tput(1.5e9), tput(12e9)),
+				row(PathService, "east", "west", Measurement{NotApplicable: "not applicable: a cluster with secondary addressing has no ClusterSet IP"}, tput(11e9)),
+			}},
+			`PATH            FROM  TO    CROSS-CLUSTER   IN-CLUSTER  CROSS/IN
+pod-to-pod      east  west  1.5 Gbit/s      12 Gbit/s   0.12
+pod-to-service  east  west  not applicable  11 Gbit/s   -
+
+throughput: 4 TCP streams for 10s. In-cluster is the same client to a server in its own cluster.
+Not applicable (the addressing mode has no such path): pod-to-service east->west.
+`,
+		},
+		{
 			"latency",
 			Report{Kind: KindLatency, Size: 64, Duration: metav1.Duration{Duration: 5 * time.Second}, Repeat: 1, Rows: []Row{
 				row(PathPod, "east", "west", lat(410*time.Microsecond, 1200*time.Microsecond, 2300), lat(80*time.Microsecond, 300*time.Microsecond, 11000)),
@@ -124,6 +140,14 @@ latency: 64-byte requests, one at a time over one TCP connection, for 5s. In-clu
 			}
 			if got := buf.String(); got != tt.want {
 				t.Fatalf("got:\n%s\nwant:\n%s", got, tt.want)
+			}
+			// Only real failures fail the run (the CLI exits non-zero on Failed).
+			for _, r := range tt.report.Rows {
+				for _, m := range []Measurement{r.CrossCluster, r.InCluster} {
+					if m.NotApplicable != "" && slices.Contains(tt.report.Failed(), fmt.Sprintf("%s %s->%s", r.Path, m.From, m.To)) {
+						t.Errorf("%s %s->%s is not applicable but counted as failed", r.Path, m.From, m.To)
+					}
+				}
 			}
 		})
 	}

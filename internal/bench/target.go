@@ -35,6 +35,11 @@ func secondaryAddr(annotations map[string]string) (netip.Addr, error) {
 	return netip.Addr{}, nil
 }
 
+// ErrNotApplicable marks a path the clusters' addressing mode does not have, such as
+// pod-to-service across clusters from a cluster with secondary addressing: nothing there can
+// fail, so it is reported as not applicable rather than as a failed measurement.
+var ErrNotApplicable = errors.New("not applicable")
+
 // address is where a client reaches a server over path: the one place that knows how each
 // addressing mode addresses pods and services across clusters, so that every measurement uses
 // the address a workload would.
@@ -54,7 +59,7 @@ func address(path Path, crossCluster, fromSecondary bool, srv server, clusterSet
 	var what string
 	switch {
 	case path == PathService && crossCluster && fromSecondary:
-		return netip.Addr{}, errors.New("not measured: a cluster with secondary addressing has no ClusterSet IP (DNS answers with the exporting pods' net1 addresses); pod-to-pod measures the same path")
+		return netip.Addr{}, fmt.Errorf("%w: a cluster with secondary addressing has no ClusterSet IP (DNS answers with the exporting pods' net1 addresses); pod-to-pod measures the same path", ErrNotApplicable)
 	case path == PathPod && !crossCluster:
 		a, what = srv.podIP, "the server pod's IP"
 	case path == PathPod && srv.secondaryIP.IsValid():

@@ -1,9 +1,14 @@
 package bench
 
 import (
+	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/octopus-mcs/octopus/internal/progress"
+	"github.com/octopus-mcs/octopus/internal/workload"
 )
 
 func TestAddress(t *testing.T) {
@@ -57,8 +62,12 @@ func TestAddressFromSecondaryCluster(t *testing.T) {
 	if got, err := address(PathPod, true, true, srv, netip.Addr{}); err != nil || got.String() != "172.30.1.5" {
 		t.Errorf("pod across clusters = %v, %v; want the net1 address", got, err)
 	}
-	if got, err := address(PathService, true, true, srv, netip.MustParseAddr("10.97.0.3")); err == nil || !strings.Contains(err.Error(), "no ClusterSet IP") {
-		t.Errorf("service across clusters = %v, %v; want an error saying there is no ClusterSet IP", got, err)
+	if got, err := address(PathService, true, true, srv, netip.MustParseAddr("10.97.0.3")); !errors.Is(err, ErrNotApplicable) || !strings.Contains(err.Error(), "no ClusterSet IP") {
+		t.Errorf("service across clusters = %v, %v; want ErrNotApplicable saying there is no ClusterSet IP", got, err)
+	}
+	// A path that exists but has no address is a failure, not "not applicable".
+	if _, err := address(PathService, true, false, srv, netip.Addr{}); err == nil || errors.Is(err, ErrNotApplicable) {
+		t.Errorf("service across clusters without a ClusterSet IP from a direct cluster = %v; want a failure", err)
 	}
 }
 
@@ -81,5 +90,24 @@ func TestSecondaryAddr(t *testing.T) {
 				t.Fatalf("secondaryAddr = %v, %v; want %s (error %v)", got, err, tt.want, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestMeasureNotApplicable: a path the client cluster's addressing does not have is recorded
+// as not applicable, before anything is sent, and does not count as a failed measurement.
+func TestMeasureNotApplicable(t *testing.T) {
+	from := &member{Member: &workload.Member{ID: "east"}, secondary: true, clusterSetIPs: map[string]netip.Addr{}}
+	to := &member{Member: &workload.Member{ID: "west"}, secondary: true, server: server{secondaryIP: netip.MustParseAddr("172.30.1.5")}}
+	r := &runner{opts: Options{Kind: KindThroughput, Repeat: 1}, p: &progress.Reporter{}}
+	m := r.measure(t.Context(), PathService, from, to)
+	if m.NotApplicable == "" || m.Error != "" {
+		t.Fatalf("measure = %+v; want NotApplicable and no Error", m)
+	}
+	report := &Report{Rows: []Row{{Path: PathService, From: "east", To: "west", CrossCluster: m}}}
+	if failed := report.Failed(); len(failed) != 0 {
+		t.Errorf("Failed = %v, want none", failed)
+	}
+	if na := report.NotApplicable(); !slices.Equal(na, []string{"pod-to-service east->west"}) {
+		t.Errorf("NotApplicable = %v", na)
 	}
 }

@@ -1,6 +1,7 @@
 // Package dnsconfig wires a cluster's own DNS to Octopus: it adds to the cluster's CoreDNS
-// configuration a server block that forwards the clusterset.local zone to octopus-dns, and
-// removes exactly that block again. Everything else in the user's Corefile stays untouched,
+// configuration a server block that forwards the clusterset.local zone, and the reverse zones
+// of the other clusters' endpoint addresses, to octopus-dns, and removes exactly that block
+// again. Everything else in the user's Corefile stays untouched,
 // byte for byte.
 package dnsconfig
 
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/coredns/caddy/caddyfile"
@@ -36,6 +38,9 @@ type Corefile struct {
 	// Reload is true when the root zone's server block enables CoreDNS's reload plugin, which
 	// picks up a changed Corefile without a restart.
 	Reload bool
+	// Zones are the zones of the user's server blocks (not Octopus's), normalised as zoneOf
+	// does.
+	Zones []string
 }
 
 // Inspect parses the Corefile and reports what Patch needs to know. It refuses a Corefile
@@ -56,6 +61,7 @@ func Inspect(corefile string) (Corefile, error) {
 			continue // our own block
 		}
 		for _, k := range b.keys {
+			info.Zones = append(info.Zones, zoneOf(k))
 			switch zoneOf(k) {
 			case Zone:
 				return Corefile{}, fmt.Errorf("%w: line %d already has a server block for %s (%s); remove it, or leave it and configure forwarding to octopus-dns yourself", ErrUnparsable, b.line, Zone, k)
@@ -68,8 +74,9 @@ func Inspect(corefile string) (Corefile, error) {
 }
 
 // Patch returns the Corefile with a server block that forwards Zone to the given servers
-// (the octopus-dns Service). When the block is there already it is replaced, so Patch is
-// idempotent; nothing outside the block changes.
+// (the octopus-dns Service). When the block is there already it is replaced, keeping the
+// reverse zones PatchReverse put in it, so Patch is idempotent; nothing outside the block
+// changes.
 func Patch(corefile string, servers []netip.AddrPort) (string, error) {
 	if len(servers) == 0 {
 		return "", errors.New("patching the Corefile: no octopus-dns address to forward to")
@@ -77,24 +84,93 @@ func Patch(corefile string, servers []netip.AddrPort) (string, error) {
 	if _, err := Inspect(corefile); err != nil {
 		return "", err
 	}
+	targets := make([]string, 0, len(servers))
+	for _, s := range servers {
+		targets = append(targets, s.String())
+	}
+	_, reverse := managedContent(corefile)
+	return render(corefile, targets, reverse), nil
+}
+
+// PatchReverse returns the Corefile with Octopus's block forwarding the reverse zones too
+// (to the same servers as Zone), so that the cluster's DNS asks octopus-dns for the PTR records
+// of other clusters' endpoints. Zones a server block of the user's already serves are left
+// out: CoreDNS refuses a zone defined twice, and the user's block must keep its zone. A
+// Corefile without Octopus's block is returned unchanged (changed false): the block is join's
+// to add, and one removed by leave must stay removed.
+func PatchReverse(corefile string, zones []string) (patched string, changed bool, err error) {
+	info, err := Inspect(corefile)
+	if err != nil {
+		return "", false, err
+	}
+	if !info.Managed {
+		return corefile, false, nil
+	}
+	var keep []string
+	for _, z := range zones {
+		z = strings.TrimSuffix(strings.ToLower(z), ".")
+		if !slices.Contains(info.Zones, z) && !slices.Contains(keep, z) {
+			keep = append(keep, z)
+		}
+	}
+	slices.Sort(keep)
+	targets, _ := managedContent(corefile)
+	out := render(corefile, targets, keep)
+	return out, out != corefile, nil
+}
+
+// ReverseZones returns the managed block's reverse zones, sorted; none without a block.
+func ReverseZones(corefile string) []string {
+	_, zones := managedContent(corefile)
+	return zones
+}
+
+// render returns the Corefile without Octopus's block plus a new block forwarding Zone and
+// the reverse zones to targets.
+func render(corefile string, targets, reverse []string) string {
 	original, _ := Unpatch(corefile)
 	marker := beginMarker
 	if original != "" && !strings.HasSuffix(original, "\n") {
 		marker = beginMarkerNewline
 		original += "\n"
 	}
-	targets := make([]string, 0, len(servers))
-	for _, s := range servers {
-		targets = append(targets, s.String())
+	keys := Zone + ":53"
+	for _, z := range reverse {
+		keys += " " + z + ":53"
 	}
 	// No cache: octopus-dns already caches nothing stale (its answers carry a 5 s TTL and
 	// change with the endpoints), and a second cache here would only delay failover.
 	return original + marker + "\n" +
-		Zone + ":53 {\n" +
+		keys + " {\n" +
 		"    errors\n" +
 		"    forward . " + strings.Join(targets, " ") + "\n" +
 		"}\n" +
-		endMarker + "\n", nil
+		endMarker + "\n"
+}
+
+// managedContent reads back what render wrote into the managed block: the forward targets and
+// the reverse zones. The block is Octopus's own text between its markers, so reading it by
+// lines is exact.
+func managedContent(corefile string) (targets, reverse []string) {
+	begin, end, ok, err := managedBlock(corefile)
+	if err != nil || !ok {
+		return nil, nil
+	}
+	for _, line := range strings.Split(corefile[begin:end], "\n") {
+		fields := strings.Fields(line)
+		switch {
+		case len(fields) > 2 && fields[0] == "forward" && fields[1] == ".":
+			targets = fields[2:]
+		case len(fields) > 1 && fields[len(fields)-1] == "{":
+			for _, k := range fields[:len(fields)-1] {
+				if z := zoneOf(k); z != Zone {
+					reverse = append(reverse, z)
+				}
+			}
+		}
+	}
+	slices.Sort(reverse)
+	return targets, reverse
 }
 
 // Unpatch removes Octopus's block and returns the Corefile as it was before Patch, and

@@ -109,6 +109,34 @@ func forward(ctx context.Context, c client.Client, target netip.AddrPort) (Resul
 	return res, nil
 }
 
+// ForwardReverse makes Octopus's block in the cluster's CoreDNS forward exactly zones (reverse
+// zones, see ArpaZones and PatchReverse) besides Zone, and reports whether it changed the
+// Corefile. Without a CoreDNS ConfigMap or without Octopus's block it changes nothing: adding
+// the block is join's, and after leave removed it nothing may bring it back.
+func ForwardReverse(ctx context.Context, c client.Client, zones []string) (bool, error) {
+	changed := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cm, err := coreDNS(ctx, c)
+		if err != nil || cm == nil {
+			return err
+		}
+		var after string
+		after, changed, err = PatchReverse(cm.Data[CorefileKey], zones)
+		if err != nil {
+			return fmt.Errorf("ConfigMap %s key %s: %w", CoreDNSConfigMap, CorefileKey, err)
+		}
+		if !changed {
+			return nil
+		}
+		cm.Data[CorefileKey] = after
+		return c.Update(ctx, cm)
+	})
+	if err != nil {
+		return false, fmt.Errorf("forwarding reverse zones %v in the cluster's CoreDNS to octopus-dns: %w", zones, err)
+	}
+	return changed, nil
+}
+
 // Unwire removes Octopus's block from the cluster's Corefile, restoring it byte for byte, and
 // reports whether there was one.
 func Unwire(ctx context.Context, c client.Client) (bool, error) {

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -85,6 +86,21 @@ func TestWireOnRealConfigMaps(t *testing.T) {
 			if again := getResourceVersion(t, c); again != rv {
 				t.Errorf("a second Wire rewrote the ConfigMap (resourceVersion %s → %s)", rv, again)
 			}
+			// The agent adds the other clusters' reverse zones to the block, and a later Wire
+			// (join run again) keeps them; leave still restores the original below.
+			zones := []string{"1.10.in-addr.arpa", "2.10.in-addr.arpa"}
+			if changed, err := dnsconfig.ForwardReverse(ctx, c, zones); err != nil || !changed {
+				t.Fatalf("ForwardReverse = %v, %v", changed, err)
+			}
+			if _, err := dnsconfig.Wire(ctx, c); err != nil {
+				t.Fatalf("Wire after ForwardReverse: %v", err)
+			}
+			if got := dnsconfig.ReverseZones(getCorefile(t, c)); !slices.Equal(got, zones) {
+				t.Errorf("reverse zones after ForwardReverse and Wire = %v, want %v", got, zones)
+			}
+			if changed, err := dnsconfig.ForwardReverse(ctx, c, zones); err != nil || changed {
+				t.Errorf("ForwardReverse again = %v, %v; want no change", changed, err)
+			}
 			if removed, err := dnsconfig.Unwire(ctx, c); err != nil || !removed {
 				t.Fatalf("Unwire = %v, %v", removed, err)
 			}
@@ -93,6 +109,10 @@ func TestWireOnRealConfigMaps(t *testing.T) {
 			}
 			if removed, err := dnsconfig.Unwire(ctx, c); err != nil || removed {
 				t.Errorf("second Unwire = %v, %v; want nothing to remove", removed, err)
+			}
+			// After leave, the agent's reverse zones must not bring the block back.
+			if changed, err := dnsconfig.ForwardReverse(ctx, c, zones); err != nil || changed || getCorefile(t, c) != original {
+				t.Errorf("ForwardReverse after Unwire = %v, %v; want the original Corefile untouched", changed, err)
 			}
 			if err := c.Delete(ctx, cm); err != nil {
 				t.Fatal(err)

@@ -269,18 +269,50 @@ func (r *Reconciler) reportGateways(ctx context.Context, f *v1alpha1.Fabric, st 
 		set(f, st, v1alpha1.FabricGatewaysConnected, false, "Reconfiguring", "the active gateway %s still runs backend %s; waiting for it to restart with %s", p.Spec.Hostname, p.Spec.Backend, want)
 		return false
 	}
-	var down []string
+	clusters := &v1alpha1.ClusterList{}
+	if err := hc.List(ctx, clusters, ctrl.InNamespace(cred.Namespace)); err != nil {
+		set(f, st, v1alpha1.FabricGatewaysConnected, false, ReasonHubUnreachable, "listing the joined clusters on the hub at %s: %v", cred.Server, err)
+		return false
+	}
+	var others []string
+	for _, cl := range clusters.Items {
+		if cl.Name != id {
+			others = append(others, cl.Name)
+		}
+	}
+	ok, reason, msg := gatewaysVerdict(&p, others)
+	set(f, st, v1alpha1.FabricGatewaysConnected, ok, reason, "%s", msg)
+	return ok
+}
+
+// gatewaysVerdict decides GatewaysConnected from the active gateway's Peer and the other
+// clusters joined to the hub: True only when the gateway reports a Connected connection to
+// every one of them, since that is when traffic flows to each. A gateway connected to no
+// cluster is not connected, even with no connection down: no other cluster has joined, or
+// the gateway has not seen their Peers yet (it reported Connected with 0 clusters before).
+func gatewaysVerdict(p *v1alpha1.Peer, others []string) (ok bool, reason, message string) {
+	byCluster := map[string]v1alpha1.PeerConnection{}
 	for _, c := range p.Status.Connections {
-		if c.State != v1alpha1.ConnectionConnected {
-			down = append(down, fmt.Sprintf("%s (%s: %s)", c.ClusterID, c.State, c.Message))
+		byCluster[c.ClusterID] = c
+	}
+	if len(others) == 0 {
+		return false, "NoOtherClusters", fmt.Sprintf("gateway %s is connected to 0 clusters: no other cluster has joined the hub yet", p.Spec.Hostname)
+	}
+	slices.Sort(others)
+	var down []string
+	for _, id := range others {
+		switch c, seen := byCluster[id]; {
+		case !seen:
+			down = append(down, id+" (no tunnel yet)")
+		case c.State != v1alpha1.ConnectionConnected:
+			down = append(down, fmt.Sprintf("%s (%s: %s)", id, c.State, c.Message))
 		}
 	}
 	if len(down) > 0 {
-		set(f, st, v1alpha1.FabricGatewaysConnected, false, "ConnectionsDown", "gateway %s: not connected to %s", p.Spec.Hostname, strings.Join(down, ", "))
-		return false
+		return false, "ConnectionsDown", fmt.Sprintf("gateway %s: connected to %d of %d other cluster(s), not to %s",
+			p.Spec.Hostname, len(others)-len(down), len(others), strings.Join(down, ", "))
 	}
-	set(f, st, v1alpha1.FabricGatewaysConnected, true, "Connected", "gateway %s (%s) is connected to %d cluster(s)", p.Spec.Hostname, p.Spec.Backend, len(p.Status.Connections))
-	return true
+	return true, "Connected", fmt.Sprintf("gateway %s (%s) is connected to every other cluster (%d)", p.Spec.Hostname, p.Spec.Backend, len(others))
 }
 
 // reportServiceDiscovery reports whether octopus-dns, which join deploys, is available.

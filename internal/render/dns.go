@@ -23,15 +23,17 @@ const DNSImage = "ghcr.io/octopus-mcs/octopus-dns"
 // dnsCorefileKey is the key of octopus-dns's Corefile in its ConfigMap.
 const dnsCorefileKey = "Corefile"
 
-// dnsCorefile is octopus-dns's own configuration: authoritative for the zone only (the
-// cluster's CoreDNS forwards it here), in-cluster credentials, and the ports CoreDNS's images
-// use for health, readiness and metrics, so probes look as users know them.
-const dnsCorefile = dnsconfig.Zone + `:53 {
+// dnsCorefile is octopus-dns's own configuration: authoritative for the zone and for the
+// reverse trees (the cluster's CoreDNS forwards the zone here, and of the reverse trees only
+// the zones of other clusters' endpoint addresses, which the controller keeps in its block:
+// dnsconfig.ForwardReverse), in-cluster credentials, and the ports CoreDNS's images use for
+// health, readiness and metrics, so probes look as users know them.
+const dnsCorefile = dnsconfig.Zone + `:53 in-addr.arpa:53 ip6.arpa:53 {
     errors
     health :8080
     ready :8181
     prometheus :9153
-    crossdns
+    crossdns ` + dnsconfig.Zone + ` in-addr.arpa ip6.arpa
     reload
 }
 `

@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -287,16 +286,14 @@ func Ready(ep discoveryv1.Endpoint) bool {
 	return len(ep.Addresses) > 0 && (ep.Conditions.Ready == nil || *ep.Conditions.Ready)
 }
 
-// hostname is the endpoint's hostname, or else the name of its pod. MCS DNS names pods of a
-// headless service <hostname>.<cluster>.<svc>.<ns>.svc.clusterset.local, and a pod without
-// spec.hostname/subdomain has no hostname in its EndpointSlice; the pod name is unique in the
-// cluster and stable for the pod's life, so it is the natural name (when it is a DNS label).
+// hostname is the endpoint's hostname, and nothing else. The MCS DNS specification follows
+// the cluster's own there: an endpoint without a hostname is named by its address in dashed
+// form (10-1-1-23.<cluster>.<svc>.<ns>.svc.clusterset.local), which the DNS server derives from
+// the address. Publishing the pod's name instead would give those endpoints a name no client
+// that builds it from the address can find.
 func hostname(ep discoveryv1.Endpoint) *string {
 	if ep.Hostname != nil && *ep.Hostname != "" {
 		return ptr.To(*ep.Hostname)
-	}
-	if ep.TargetRef != nil && ep.TargetRef.Kind == "Pod" && len(validation.IsDNS1123Label(ep.TargetRef.Name)) == 0 {
-		return ptr.To(ep.TargetRef.Name)
 	}
 	return nil
 }

@@ -147,7 +147,7 @@ func TestDirectAddresses(t *testing.T) {
 		typ:  mcsv1beta1.ClusterSetIP,
 		want: []EndpointSet{},
 	}, {
-		name: "headless: ready pods only, hostnames kept or taken from the pod, sorted, duplicates dropped",
+		name: "headless: ready pods only, hostnames kept (none from the pod's name), sorted, duplicates dropped",
 		svc:  corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone},
 		typ:  mcsv1beta1.Headless,
 		local: []discoveryv1.EndpointSlice{{
@@ -166,7 +166,7 @@ func TestDirectAddresses(t *testing.T) {
 		want: []EndpointSet{{
 			AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("web", 8080)},
 			Endpoints: []discoveryv1.Endpoint{
-				{Addresses: []string{"10.100.0.9"}, Hostname: ptr.To("web-0"), Conditions: ready},
+				{Addresses: []string{"10.100.0.9"}, Conditions: ready},
 				{Addresses: []string{"10.100.0.10"}, Hostname: ptr.To("web-1"), Conditions: ready},
 			},
 		}},
@@ -179,9 +179,8 @@ func TestDirectAddresses(t *testing.T) {
 			{AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("web", 8080)}, Endpoints: []discoveryv1.Endpoint{podEndpoint("10.100.0.1", "old.pod", nil, "")}},
 		},
 		want: []EndpointSet{
-			// A pod name that is not a DNS label gives no hostname.
 			{AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("web", 8080)}, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.100.0.1"}, Conditions: ready}}},
-			{AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("web", 8081)}, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.100.0.2"}, Hostname: ptr.To("new"), Conditions: ready}}},
+			{AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("web", 8081)}, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.100.0.2"}, Conditions: ready}}},
 		},
 	}, {
 		name: "headless without ready pods: nothing",
@@ -384,14 +383,14 @@ func TestSecondaryAddresses(t *testing.T) {
 		},
 		svc: web, typ: mcsv1beta1.ClusterSetIP, local: webSlices,
 	}, {
-		name: "headless: hostnames (or pod names) kept, IPv6 slices left empty",
+		name: "headless: hostnames kept (none from pod names), IPv6 slices left empty",
 		pods: []client.Object{
 			secondaryPod("db-0", networkStatus(t, "10.112.0.31")),
 			secondaryPod("db-1", networkStatus(t, "10.112.0.30")),
 		},
 		svc: db, typ: mcsv1beta1.Headless, local: dbSlices,
 		want: []EndpointSet{{AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{port("pg", 5432)}, Endpoints: []discoveryv1.Endpoint{
-			{Addresses: []string{"10.112.0.30"}, Hostname: ptr.To("db-1"), Conditions: ready},
+			{Addresses: []string{"10.112.0.30"}, Conditions: ready},
 			{Addresses: []string{"10.112.0.31"}, Hostname: ptr.To("db-0"), Conditions: ready},
 		}}},
 	}, {

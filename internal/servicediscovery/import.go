@@ -191,7 +191,7 @@ func (r *ImportReconciler) importService(ctx context.Context, key types.Namespac
 		}
 	}
 
-	errs = append(errs, r.syncSlices(ctx, si, key, derivedName, m.Clusters, hubSlices))
+	errs = append(errs, r.syncSlices(ctx, si, key, derivedName, &m, hubSlices))
 
 	if !slices.Equal(importClusters(si), m.Clusters) {
 		orig := si.DeepCopy()
@@ -247,9 +247,10 @@ func (r *ImportReconciler) ensureDerived(ctx context.Context, si *mcsv1beta1.Ser
 	return got, nil
 }
 
-// syncSlices makes the imported slices of key equal to the hub's slices of clusters, labelled
-// for the derived Service derivedName ("" for a headless import), and deletes the rest of ours.
-func (r *ImportReconciler) syncSlices(ctx context.Context, si *mcsv1beta1.ServiceImport, key types.NamespacedName, derivedName string, clusters []string, hubSlices []discoveryv1.EndpointSlice) error {
+// syncSlices makes the imported slices of key equal to the hub's slices of m's clusters, with
+// only the ports each cluster owns (mergedService.ownedPorts), labelled for the derived Service
+// derivedName ("" for a headless import), and deletes the rest of ours.
+func (r *ImportReconciler) syncSlices(ctx context.Context, si *mcsv1beta1.ServiceImport, key types.NamespacedName, derivedName string, m *mergedService, hubSlices []discoveryv1.EndpointSlice) error {
 	have, err := r.importedSlices(ctx, key)
 	if err != nil {
 		return err
@@ -257,10 +258,17 @@ func (r *ImportReconciler) syncSlices(ctx context.Context, si *mcsv1beta1.Servic
 	var errs []error
 	for i := range hubSlices {
 		hs := &hubSlices[i]
-		if !slices.Contains(clusters, hs.Labels[mcsv1beta1.LabelSourceCluster]) {
+		cluster := hs.Labels[mcsv1beta1.LabelSourceCluster]
+		if !slices.Contains(m.Clusters, cluster) {
 			continue // a cluster in conflict, or one whose record is already gone
 		}
-		want, err := desiredImportedSlice(si, hs, derivedName)
+		ports, ok := m.ownedPorts(cluster, hs.Ports)
+		if !ok {
+			continue // every port of this slice lost to another cluster's
+		}
+		owned := *hs
+		owned.Ports = ports
+		want, err := desiredImportedSlice(si, &owned, derivedName)
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -275,7 +275,7 @@ func TestImport(t *testing.T) {
 	})
 
 	var westBefore imported
-	t.Run("a second exporter: union of ports, its endpoints added, nothing recreated", func(t *testing.T) {
+	t.Run("a second exporter: union of ports, its endpoints added, nothing recreated, the difference a conflict", func(t *testing.T) {
 		var err error
 		if westBefore, err = getImported(t.Context(), west, web); err != nil || westBefore.si == nil || len(westBefore.derived) != 1 {
 			t.Fatalf("west's import before: %+v, %v", westBefore, err)
@@ -291,7 +291,10 @@ func TestImport(t *testing.T) {
 			t.Errorf("west's import or derived Service was replaced: UIDs %s→%s, %s→%s, ips %v→%v",
 				westBefore.si.UID, after.si.UID, westBefore.derived[0].UID, after.derived[0].UID, westBefore.si.Spec.IPs, after.si.Spec.IPs)
 		}
-		waitConflict(t, west, web, "NoConflicts")
+		// east lacks west's metrics port: KEP-1645 exposes the union and reports the
+		// difference, on both exports.
+		waitConflict(t, west, web, string(mcsv1beta1.ServiceExportReasonPortConflict))
+		waitConflict(t, east, web, string(mcsv1beta1.ServiceExportReasonPortConflict))
 	})
 
 	t.Run("a port conflict: the oldest export's port wins; re-resolved when it goes", func(t *testing.T) {
@@ -308,6 +311,25 @@ func TestImport(t *testing.T) {
 		for _, m := range []string{"east", "west", "north"} {
 			f.waitImport(t, m, web, wantImport{typ: mcsv1beta1.ClusterSetIP, ports: []string{"http:80/TCP", "metrics:9090/TCP"}, endpoints: both})
 		}
+		// Strict port ownership: west's slices still name a port http (its 8080), but the
+		// import's http is east's 80, so west's endpoints must not receive it; they keep
+		// metrics, which only west exports.
+		eventually(t, "http only on east's imported endpoints", func(ctx context.Context) string {
+			im, err := getImported(ctx, north, web)
+			if err != nil {
+				return err.Error()
+			}
+			ports := map[string][]string{}
+			for _, sl := range im.slices {
+				for _, p := range sl.Ports {
+					ports[sl.Labels[mcsv1beta1.LabelSourceCluster]] = append(ports[sl.Labels[mcsv1beta1.LabelSourceCluster]], ptr.Deref(p.Name, ""))
+				}
+			}
+			if !slices.Contains(ports["east"], "http") || slices.Contains(ports["west"], "http") || !slices.Contains(ports["west"], "metrics") {
+				return fmt.Sprintf("imported slice ports by cluster %v; want http from east only, metrics from west", ports)
+			}
+			return ""
+		})
 		// Both exports say so (KEP-1645: "set on all ServiceExports for the conflicted
 		// service"), the older one too.
 		waitConflict(t, west, web, string(mcsv1beta1.ServiceExportReasonPortConflict))
@@ -359,7 +381,9 @@ func TestImport(t *testing.T) {
 				hostnames[ep.Addresses[0]] = ptr.Deref(ep.Hostname, "")
 			}
 		}
-		if hostnames[ip0.String()] != "db-0" || hostnames[ip1.String()] != "db-1" {
+		// db-1 has no hostname: it travels without one, so that DNS names it by its dashed
+		// address as the MCS DNS specification says, not by its pod name.
+		if hostnames[ip0.String()] != "db-0" || hostnames[ip1.String()] != "" {
 			t.Errorf("hostnames of the imported endpoints = %v", hostnames)
 		}
 
@@ -434,7 +458,21 @@ func TestConflictOnEveryExport(t *testing.T) {
 		// older and younger are what east and west create; resolve brings west in line.
 		older, younger []client.Object
 		resolve        func(ctx context.Context, key types.NamespacedName) error
+		// message holds what the condition's message must contain on both exports.
+		message []string
 	}{{
+		name: "port sets", reason: mcsv1beta1.ServiceExportReasonPortConflict,
+		older: []client.Object{clusterIPService("conf", "portsets",
+			corev1.ServicePort{Name: "tcp", Port: 42, Protocol: corev1.ProtocolTCP}, corev1.ServicePort{Name: "udp", Port: 42, Protocol: corev1.ProtocolUDP}), export("conf", "portsets")},
+		younger: []client.Object{clusterIPService("conf", "portsets",
+			corev1.ServicePort{Name: "tcp", Port: 42, Protocol: corev1.ProtocolTCP}, corev1.ServicePort{Name: "stcp", Port: 142, Protocol: corev1.ProtocolSCTP}), export("conf", "portsets")},
+		resolve: func(ctx context.Context, key types.NamespacedName) error {
+			return update(ctx, west, key, func(svc *corev1.Service) {
+				svc.Spec.Ports = []corev1.ServicePort{{Name: "tcp", Port: 42, Protocol: corev1.ProtocolTCP}, {Name: "udp", Port: 42, Protocol: corev1.ProtocolUDP}}
+			})
+		},
+		message: []string{"cluster east: ports stcp:142/SCTP of cluster west", "cluster west: ports udp:42/UDP of cluster east"},
+	}, {
 		name: "ports", reason: mcsv1beta1.ServiceExportReasonPortConflict,
 		older:   []client.Object{clusterIPService("conf", "ports", corev1.ServicePort{Name: "http", Port: 80}), export("conf", "ports")},
 		younger: []client.Object{clusterIPService("conf", "ports", corev1.ServicePort{Name: "http", Port: 8080}), export("conf", "ports")},
@@ -480,7 +518,12 @@ func TestConflictOnEveryExport(t *testing.T) {
 			changed := time.Now()
 			create(t, west, tc.younger...)
 			for _, c := range []client.Client{east, west} {
-				waitConflictWithin(t, c, key, string(tc.reason), changed, conflictBound)
+				cond := waitConflictWithin(t, c, key, string(tc.reason), changed, conflictBound)
+				for _, m := range tc.message {
+					if !strings.Contains(cond.Message, m) {
+						t.Errorf("Conflict message %q does not contain %q", cond.Message, m)
+					}
+				}
 			}
 			t.Logf("Conflict=%s on both exports %s after the conflicting export", tc.reason, time.Since(changed).Round(time.Millisecond))
 
@@ -498,7 +541,7 @@ func TestConflictOnEveryExport(t *testing.T) {
 }
 
 // waitConflictWithin is waitConflict with a deadline of bound after since.
-func waitConflictWithin(t *testing.T, c client.Client, key types.NamespacedName, reason string, since time.Time, bound time.Duration) {
+func waitConflictWithin(t *testing.T, c client.Client, key types.NamespacedName, reason string, since time.Time, bound time.Duration) metav1.Condition {
 	t.Helper()
 	ctx, cancel := context.WithDeadline(t.Context(), since.Add(bound))
 	defer cancel()
@@ -510,13 +553,14 @@ func waitConflictWithin(t *testing.T, c client.Client, key types.NamespacedName,
 		} else if cond := meta.FindStatusCondition(ex.Status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict)); cond == nil {
 			last = "no Conflict condition"
 		} else if cond.Reason == reason && (cond.Status == metav1.ConditionTrue) == (reason != "NoConflicts") {
-			return
+			return *cond
 		} else {
 			last = fmt.Sprintf("Conflict=%s %s: %s", cond.Status, cond.Reason, cond.Message)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("ServiceExport %s: Conflict %s not within %s; last: %s", key, reason, bound, last)
+	return metav1.Condition{}
 }
 
 // update reads the object key of type T from c, changes it and writes it back.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/utils/ptr"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -49,6 +50,9 @@ type mergedService struct {
 	// Conflicts holds, per cluster, where its export lost to an older one; clusters without
 	// conflicts are absent.
 	Conflicts map[string][]conflict
+	// PortClusters holds, per name of an imported port, the clusters whose export has exactly
+	// that port (samePort), sorted: only they may receive its traffic.
+	PortClusters map[string][]string
 }
 
 // parseRecord reads an exportRecord from a record on the hub. A malformed annotation costs
@@ -89,7 +93,9 @@ func olderFirst(a, b exportRecord) int {
 // resolution"): every property comes from the oldest export, except ports, which are the union
 // of all exports' ports. A port of a younger export conflicts when its name is already taken
 // by a different port (number, protocol or appProtocol), or its number and protocol by a port
-// of another name (a Service cannot hold both); the older one stays. An export whose type
+// of another name (a Service cannot hold both); the older one stays. An export that lacks a
+// port of the union conflicts as well (the KEP: "the union ... is exposed, and the difference
+// is a conflict"). An export whose type
 // differs from the oldest's is left out altogether: a ClusterSetIP import would otherwise
 // balance over pod addresses and a headless one hand out ClusterIPs as pod addresses.
 //
@@ -112,9 +118,10 @@ func merge(records []exportRecord) mergedService {
 			InternalTrafficPolicy: oldest.Spec.InternalTrafficPolicy,
 			TrafficDistribution:   oldest.Spec.TrafficDistribution,
 		},
-		Labels:      maps.Clone(oldest.Labels),
-		Annotations: maps.Clone(oldest.Annotations),
-		Conflicts:   map[string][]conflict{},
+		Labels:       maps.Clone(oldest.Labels),
+		Annotations:  maps.Clone(oldest.Annotations),
+		Conflicts:    map[string][]conflict{},
+		PortClusters: map[string][]string{},
 	}
 	// Each port imported so far, with the cluster it came from, by name and by
 	// "<port>/<protocol>".
@@ -159,6 +166,8 @@ func merge(records []exportRecord) mergedService {
 			if have, ok := byName[p.Name]; ok {
 				if !samePort(have.port, p) {
 					lost = append(lost, fmt.Sprintf("%s (name taken by %s of cluster %s)", describePort(p), describePort(have.port), have.cluster))
+				} else if !slices.Contains(out.PortClusters[p.Name], rec.Cluster) {
+					out.PortClusters[p.Name] = append(out.PortClusters[p.Name], rec.Cluster)
 				}
 				continue
 			}
@@ -168,13 +177,60 @@ func merge(records []exportRecord) mergedService {
 			}
 			byName[p.Name], byNumber[number] = owned{p, rec.Cluster}, owned{p, rec.Cluster}
 			out.Spec.Ports = append(out.Spec.Ports, p)
+			out.PortClusters[p.Name] = []string{rec.Cluster}
 		}
 		if len(lost) > 0 {
 			report(mcsv1beta1.ServiceExportReasonPortConflict, "ports %s conflict with older exports; the older ports are imported", strings.Join(lost, ", "))
 		}
 	}
+	// The KEP's port rule has two halves: the union is exposed, and the difference between the
+	// exports' port sets is a conflict too. So every export that lacks a port of the union says
+	// which ones and whose they are. A union port whose name or number the export holds under
+	// another definition is left out here: the lost-port message above already names it.
+	for _, rec := range sorted {
+		if rec.Spec.Type != oldest.Spec.Type {
+			continue
+		}
+		var missing []string
+		for _, u := range out.Spec.Ports {
+			if !slices.ContainsFunc(rec.Spec.Ports, func(p mcsv1beta1.ServicePort) bool {
+				return p.Name == u.Name || (p.Port == u.Port && protocolOrTCP(p.Protocol) == u.Protocol)
+			}) {
+				missing = append(missing, fmt.Sprintf("%s of cluster %s", describePort(u), byName[u.Name].cluster))
+			}
+		}
+		if len(missing) > 0 {
+			out.Conflicts[rec.Cluster] = append(out.Conflicts[rec.Cluster], conflict{
+				Reason: mcsv1beta1.ServiceExportReasonPortConflict,
+				Message: fmt.Sprintf("ports %s are not in this cluster's export; the import exposes the union of all exports' ports",
+					strings.Join(missing, ", ")),
+			})
+		}
+	}
 	slices.Sort(out.Clusters)
+	for _, cs := range out.PortClusters {
+		slices.Sort(cs)
+	}
 	return out
+}
+
+// ownedPorts returns the ports of hub slice hs of cluster that the cluster may receive
+// traffic on: those named as an imported port whose definition the cluster's export agrees
+// with. A port that lost a conflict keeps its name on the exporter's slices (a younger export's
+// tcp:4242 targeting 42 is named tcp like the winning tcp:42), and kube-proxy matches service
+// and slice ports by name, so without this the winner's port would also be sent to the loser's
+// pods, which never exposed it. ok is false when the slice has ports but none of them is the
+// cluster's to serve: then it imports nothing.
+func (m *mergedService) ownedPorts(cluster string, ports []discoveryv1.EndpointPort) (owned []discoveryv1.EndpointPort, ok bool) {
+	if len(ports) == 0 {
+		return ports, true
+	}
+	for _, p := range ports {
+		if slices.Contains(m.PortClusters[ptr.Deref(p.Name, "")], cluster) {
+			owned = append(owned, p)
+		}
+	}
+	return owned, len(owned) > 0
 }
 
 func samePort(a, b mcsv1beta1.ServicePort) bool {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -34,6 +35,11 @@ func sport(name string, number int32) mcsv1beta1.ServicePort {
 
 func udp(p mcsv1beta1.ServicePort) mcsv1beta1.ServicePort {
 	p.Protocol = corev1.ProtocolUDP
+	return p
+}
+
+func sctp(p mcsv1beta1.ServicePort) mcsv1beta1.ServicePort {
+	p.Protocol = corev1.ProtocolSCTP
 	return p
 }
 
@@ -69,18 +75,50 @@ func TestMerge(t *testing.T) {
 		ports:    []mcsv1beta1.ServicePort{sport("http", 80)},
 		clusters: []string{"east", "west"},
 	}, {
-		name:     "union of ports, the oldest's first",
+		name:     "union of ports, the oldest's first; the difference conflicts on both",
 		records:  []exportRecord{rec("west", 5, csip, sport("http", 80), sport("metrics", 9090)), rec("east", 0, csip, sport("http", 80), sport("grpc", 9000))},
 		typ:      csip,
 		ports:    []mcsv1beta1.ServicePort{sport("http", 80), sport("grpc", 9000), sport("metrics", 9090)},
 		clusters: []string{"east", "west"},
+		conflicts: map[string][]mcsv1beta1.ServiceExportConditionReason{
+			"east": {mcsv1beta1.ServiceExportReasonPortConflict},
+			"west": {mcsv1beta1.ServiceExportReasonPortConflict},
+		},
 	}, {
-		name:      "same name, other number: the oldest wins",
-		records:   []exportRecord{rec("west", 5, csip, sport("http", 8080), sport("metrics", 9090)), rec("east", 0, csip, sport("http", 80))},
-		typ:       csip,
-		ports:     []mcsv1beta1.ServicePort{sport("http", 80), sport("metrics", 9090)},
-		clusters:  []string{"east", "west"},
-		conflicts: map[string][]mcsv1beta1.ServiceExportConditionReason{"west": {mcsv1beta1.ServiceExportReasonPortConflict}},
+		name:     "the issue's port sets: tcp+udp/42 against tcp/42+sctp/142",
+		records:  []exportRecord{rec("cluster2", 5, csip, sport("tcp", 42), sctp(sport("stcp", 142))), rec("cluster1", 0, csip, sport("tcp", 42), udp(sport("udp", 42)))},
+		typ:      csip,
+		ports:    []mcsv1beta1.ServicePort{sport("tcp", 42), udp(sport("udp", 42)), sctp(sport("stcp", 142))},
+		clusters: []string{"cluster1", "cluster2"},
+		conflicts: map[string][]mcsv1beta1.ServiceExportConditionReason{
+			"cluster1": {mcsv1beta1.ServiceExportReasonPortConflict},
+			"cluster2": {mcsv1beta1.ServiceExportReasonPortConflict},
+		},
+	}, {
+		name:     "a subset conflicts, the superset does not lack anything",
+		records:  []exportRecord{rec("east", 0, csip, sport("http", 80)), rec("west", 5, csip, sport("http", 80), sport("metrics", 9090))},
+		typ:      csip,
+		ports:    []mcsv1beta1.ServicePort{sport("http", 80), sport("metrics", 9090)},
+		clusters: []string{"east", "west"},
+		conflicts: map[string][]mcsv1beta1.ServiceExportConditionReason{
+			"east": {mcsv1beta1.ServiceExportReasonPortConflict},
+		},
+	}, {
+		name:     "same port sets in another order: no conflict",
+		records:  []exportRecord{rec("east", 0, csip, sport("http", 80), udp(sport("dns", 53))), rec("west", 5, csip, udp(sport("dns", 53)), sport("http", 80))},
+		typ:      csip,
+		ports:    []mcsv1beta1.ServicePort{sport("http", 80), udp(sport("dns", 53))},
+		clusters: []string{"east", "west"},
+	}, {
+		name:     "same name, other number: the oldest wins; metrics is missing from east",
+		records:  []exportRecord{rec("west", 5, csip, sport("http", 8080), sport("metrics", 9090)), rec("east", 0, csip, sport("http", 80))},
+		typ:      csip,
+		ports:    []mcsv1beta1.ServicePort{sport("http", 80), sport("metrics", 9090)},
+		clusters: []string{"east", "west"},
+		conflicts: map[string][]mcsv1beta1.ServiceExportConditionReason{
+			"east": {mcsv1beta1.ServiceExportReasonPortConflict},
+			"west": {mcsv1beta1.ServiceExportReasonPortConflict},
+		},
 	}, {
 		name:      "same name, other protocol: the oldest wins",
 		records:   []exportRecord{rec("west", 5, csip, udp(sport("dns", 53))), rec("east", 0, csip, sport("dns", 53))},
@@ -103,11 +141,15 @@ func TestMerge(t *testing.T) {
 		clusters:  []string{"east", "west"},
 		conflicts: map[string][]mcsv1beta1.ServiceExportConditionReason{"west": {mcsv1beta1.ServiceExportReasonPortConflict}},
 	}, {
-		name:     "same number, other protocol: both",
+		name:     "same number, other protocol: both, and each lacks the other's",
 		records:  []exportRecord{rec("east", 0, csip, sport("dns-tcp", 53)), rec("west", 5, csip, udp(sport("dns-udp", 53)))},
 		typ:      csip,
 		ports:    []mcsv1beta1.ServicePort{sport("dns-tcp", 53), udp(sport("dns-udp", 53))},
 		clusters: []string{"east", "west"},
+		conflicts: map[string][]mcsv1beta1.ServiceExportConditionReason{
+			"east": {mcsv1beta1.ServiceExportReasonPortConflict},
+			"west": {mcsv1beta1.ServiceExportReasonPortConflict},
+		},
 	}, {
 		name:     "an empty protocol means TCP",
 		records:  []exportRecord{rec("east", 0, csip, mcsv1beta1.ServicePort{Name: "http", Port: 80}), rec("west", 5, csip, sport("http", 80))},
@@ -276,6 +318,17 @@ func TestConflictCondition(t *testing.T) {
 		status: metav1.ConditionTrue, reason: "PortConflict",
 		msgContain: []string{"cluster west: ports http:8080/TCP (name taken by http:80/TCP of cluster east)"},
 	}, {
+		name: "different port sets: every export names what it lacks and whose it is",
+		records: []exportRecord{
+			rec("cluster1", 0, mcsv1beta1.ClusterSetIP, sport("tcp", 42), udp(sport("udp", 42))),
+			rec("cluster2", 1, mcsv1beta1.ClusterSetIP, sport("tcp", 42), sctp(sport("stcp", 142))),
+		},
+		status: metav1.ConditionTrue, reason: "PortConflict",
+		msgContain: []string{
+			"cluster cluster1: ports stcp:142/SCTP of cluster cluster2 are not in this cluster's export",
+			"cluster cluster2: ports udp:42/UDP of cluster cluster1 are not in this cluster's export",
+		},
+	}, {
 		name: "several losers and kinds: reasons once each, in the losers' order", records: []exportRecord{south, north, west, east},
 		status: metav1.ConditionTrue, reason: "SessionAffinityConflict,TypeConflict,PortConflict",
 		msgContain: []string{"cluster north: session affinity", "cluster south: type Headless", "cluster west: ports http:8080/TCP"},
@@ -297,5 +350,48 @@ func TestConflictCondition(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOwnedPorts checks strict port ownership: the traffic of an imported port goes only to
+// the clusters whose export has that very port, however the losers' slices name their ports.
+func TestOwnedPorts(t *testing.T) {
+	const csip = mcsv1beta1.ClusterSetIP
+	// cluster1 exports tcp:42 first; cluster2 later exports tcp:4242 (targetPort 42, so its
+	// slices carry a port named tcp numbered 42) and udp:53, which is its alone; cluster3
+	// agrees with cluster1 on tcp.
+	m := merge([]exportRecord{
+		rec("cluster2", 5, csip, sport("tcp", 4242), udp(sport("dns", 53))),
+		rec("cluster1", 0, csip, sport("tcp", 42)),
+		rec("cluster3", 9, csip, sport("tcp", 42)),
+	})
+	if got := fmt.Sprint(m.PortClusters); got != "map[dns:[cluster2] tcp:[cluster1 cluster3]]" {
+		t.Errorf("PortClusters = %s", got)
+	}
+	slicePorts := []discoveryv1.EndpointPort{
+		{Name: ptr.To("tcp"), Port: ptr.To[int32](42), Protocol: ptr.To(corev1.ProtocolTCP)},
+		{Name: ptr.To("dns"), Port: ptr.To[int32](53), Protocol: ptr.To(corev1.ProtocolUDP)},
+	}
+	for _, tc := range []struct {
+		cluster string
+		ports   []discoveryv1.EndpointPort
+		want    []string
+		ok      bool
+	}{
+		{"cluster1", slicePorts[:1], []string{"tcp"}, true},
+		{"cluster3", slicePorts[:1], []string{"tcp"}, true},
+		{"cluster2", slicePorts, []string{"dns"}, true}, // its tcp lost: only dns
+		{"cluster2", slicePorts[:1], nil, false},        // nothing of this slice is its own
+		{"cluster1", nil, nil, true},                    // a slice without ports stays as it is
+		{"cluster9", slicePorts, nil, false},            // not an exporter at all
+	} {
+		got, ok := m.ownedPorts(tc.cluster, tc.ports)
+		var names []string
+		for _, p := range got {
+			names = append(names, *p.Name)
+		}
+		if ok != tc.ok || !slices.Equal(names, tc.want) {
+			t.Errorf("ownedPorts(%s, %d ports) = %v, %v; want %v, %v", tc.cluster, len(tc.ports), names, ok, tc.want, tc.ok)
+		}
 	}
 }

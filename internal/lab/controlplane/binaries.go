@@ -17,6 +17,10 @@ import (
 const (
 	KubernetesVersion = "v1.37.1"
 	EtcdVersion       = "v3.6.5"
+	// BuildRevision names how the script builds them (its BUILD_REV; r2 stamps the version
+	// ldflags), so that a changed build gets a cache directory of its own instead of reusing
+	// binaries built the old way.
+	BuildRevision = "r2"
 )
 
 // buildScript is the script that builds the binaries, relative to the repository root.
@@ -50,7 +54,8 @@ func cacheDir() (string, error) {
 }
 
 // DefaultBinDir returns the directory hack/k8s-binaries.sh builds into, computed from the same
-// environment variables the script reads (OCTOPUS_CACHE, KUBE_VERSION, ETCD_VERSION, HOME).
+// environment variables the script reads (OCTOPUS_CACHE, KUBE_VERSION, ETCD_VERSION, HOME) and
+// its BUILD_REV.
 func DefaultBinDir() (string, error) {
 	cache, err := cacheDir()
 	if err != nil {
@@ -58,7 +63,7 @@ func DefaultBinDir() (string, error) {
 	}
 	kube := envOr("KUBE_VERSION", KubernetesVersion)
 	etcd := envOr("ETCD_VERSION", EtcdVersion)
-	return filepath.Join(cache, fmt.Sprintf("k8s-%s-etcd-%s", kube, etcd), "bin"), nil
+	return filepath.Join(cache, fmt.Sprintf("k8s-%s-etcd-%s-%s", kube, etcd, BuildRevision), "bin"), nil
 }
 
 // EnsureBinaries returns the directory with the control-plane binaries, running

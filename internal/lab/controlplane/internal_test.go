@@ -153,6 +153,9 @@ func TestScriptDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if m := regexp.MustCompile(`(?m)^BUILD_REV="([^"]+)"$`).FindSubmatch(script); m == nil || string(m[1]) != BuildRevision {
+		t.Errorf("BUILD_REV in %s is %q, but the Go constant BuildRevision says %s", buildScript, m, BuildRevision)
+	}
 	for name, want := range map[string]string{"KUBE_VERSION": KubernetesVersion, "ETCD_VERSION": EtcdVersion} {
 		m := regexp.MustCompile(name + `="\$\{` + name + `:-([^}]+)\}"`).FindSubmatch(script)
 		if m == nil {
@@ -173,11 +176,11 @@ func TestDefaultBinDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "/cache/k8s-" + KubernetesVersion + "-etcd-" + EtcdVersion + "/bin"; got != want {
+	if want := "/cache/k8s-" + KubernetesVersion + "-etcd-" + EtcdVersion + "-" + BuildRevision + "/bin"; got != want {
 		t.Errorf("DefaultBinDir = %s, want %s", got, want)
 	}
 	t.Setenv("KUBE_VERSION", "v1.36.3")
-	if got, _ := DefaultBinDir(); got != "/cache/k8s-v1.36.3-etcd-"+EtcdVersion+"/bin" {
+	if got, _ := DefaultBinDir(); got != "/cache/k8s-v1.36.3-etcd-"+EtcdVersion+"-"+BuildRevision+"/bin" {
 		t.Errorf("DefaultBinDir with KUBE_VERSION = %s", got)
 	}
 }
