@@ -218,6 +218,9 @@ func (a *active) reconcile(ctx context.Context) error {
 		for _, r := range d.Refused {
 			a.o.Log.Info("Refused a Peer", "cluster", r.Cluster, "reason", r.Reason, "message", r.Message)
 		}
+		for _, r := range d.Withheld {
+			a.o.Log.Info("Withheld subnets of a Peer", "cluster", r.Cluster, "reason", r.Reason, "message", r.Message)
+		}
 	}
 	remote := d.RemoteSubnets()
 	if a.gnat != nil && applyErr == nil {
@@ -250,6 +253,20 @@ func (a *active) reconcile(ctx context.Context) error {
 // behind it, only its health-check address, and the hub topology (the Peer's default, mesh,
 // would misreport it).
 func (a *active) readLocal(ctx context.Context) error {
+	clusters := &v1alpha1.ClusterList{}
+	if err := a.cache.List(ctx, clusters); err != nil {
+		return fmt.Errorf("listing Clusters on the hub: %w", err)
+	}
+	a.local.PeerAddressing = map[string]v1alpha1.Addressing{}
+	a.local.Allocated = map[string][]netip.Prefix{}
+	for _, o := range clusters.Items {
+		a.local.PeerAddressing[o.Spec.ClusterID] = o.Spec.Addressing
+		// Keyed by the object's name, which the CRD ties to spec.clusterID and the hub's
+		// admission policy to the writer.
+		if o.Name == o.Spec.ClusterID && o.DeletionTimestamp == nil {
+			a.local.Allocated[o.Spec.ClusterID] = Allocation(o.Spec)
+		}
+	}
 	if a.o.Role == v1alpha1.PeerRoleHub {
 		a.local.Subnets, a.local.Topology = []netip.Prefix{netip.PrefixFrom(a.hcIP, a.hcIP.BitLen())}, v1alpha1.TopologyHub
 		return nil
@@ -261,14 +278,6 @@ func (a *active) readLocal(ctx context.Context) error {
 	subnets, err := Advertised(c.Spec, a.o.ExcludeSubnets)
 	if err != nil {
 		return err
-	}
-	clusters := &v1alpha1.ClusterList{}
-	if err := a.cache.List(ctx, clusters); err != nil {
-		return fmt.Errorf("listing Clusters on the hub: %w", err)
-	}
-	a.local.PeerAddressing = map[string]v1alpha1.Addressing{}
-	for _, o := range clusters.Items {
-		a.local.PeerAddressing[o.Spec.ClusterID] = o.Spec.Addressing
 	}
 	a.local.Subnets, a.local.Topology, a.local.Private, a.local.Addressing = subnets, c.Spec.Topology, nil, c.Spec.Addressing
 	block, gatewayAddr, isSecondary, err := secondaryBlock(c)
