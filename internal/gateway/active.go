@@ -8,7 +8,9 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -53,6 +55,9 @@ type active struct {
 	gnat     *globalnetNAT
 	gnatDone chan struct{}
 
+	// silence tracks the clusters' heartbeats; nil with a negative SilentClusterTTL.
+	silence *silence
+
 	mu        sync.Mutex
 	desired   Desired
 	applyErr  error
@@ -91,6 +96,9 @@ func (a *active) run(ctx context.Context) error {
 		}
 	}()
 	a.runCtx = ctx
+	if o.SilentClusterTTL > 0 {
+		a.silence = newSilence(o.SilentClusterTTL)
+	}
 	defer a.stopNAT()
 	o.Log.Info("Tunnel driver ready", "driver", a.driver.Name(), "device", o.Device, "endpoint", netip.AddrPortFrom(endpoint, o.ListenPort).String(), "healthCheckIP", hc.String())
 	if o.NewProber != nil {
@@ -247,11 +255,13 @@ func (a *active) reconcile(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// readLocal refreshes what this gateway advertises: a member's pod and service CIDRs (minus
-// the opted-out ones), or its global or secondary CIDR, and topology, from its Cluster on the
-// hub, and every member's addressing from theirs; for the hub's gateway, which has no cluster
-// behind it, only its health-check address, and the hub topology (the Peer's default, mesh,
-// would misreport it).
+// readLocal refreshes what this gateway knows of the cluster set: every member's addressing
+// and allocation (what its Peer may advertise) from its Cluster on the hub, which clusters
+// are silent from their heartbeat Leases, and what this gateway advertises: a member's pod
+// and service CIDRs (minus the opted-out ones), or its global or secondary CIDR, and
+// topology, from its own Cluster; for the hub's gateway, which has no cluster behind it, only
+// its health-check address, and the hub topology (the Peer's default, mesh, would misreport
+// it).
 func (a *active) readLocal(ctx context.Context) error {
 	clusters := &v1alpha1.ClusterList{}
 	if err := a.cache.List(ctx, clusters); err != nil {
@@ -266,6 +276,15 @@ func (a *active) readLocal(ctx context.Context) error {
 		if o.Name == o.Spec.ClusterID && o.DeletionTimestamp == nil {
 			a.local.Allocated[o.Spec.ClusterID] = Allocation(o.Spec)
 		}
+	}
+	if a.silence != nil {
+		// Read from the cache without a watch of its own: a Lease renewal every few seconds
+		// per cluster must not trigger a reconcile; the resync notices a silence in time.
+		leases := &coordinationv1.LeaseList{}
+		if err := a.cache.List(ctx, leases); err != nil {
+			return fmt.Errorf("listing the heartbeat Leases on the hub: %w", err)
+		}
+		a.local.Silent = a.silence.observe(leases.Items, time.Now())
 	}
 	if a.o.Role == v1alpha1.PeerRoleHub {
 		a.local.Subnets, a.local.Topology = []netip.Prefix{netip.PrefixFrom(a.hcIP, a.hcIP.BitLen())}, v1alpha1.TopologyHub

@@ -43,4 +43,7 @@ const (
 	// ReasonNotRegistered: a member Peer whose cluster has no Cluster on the hub (never
 	// joined, or revoked).
 	ReasonNotRegistered = "NotRegistered"
+	// ReasonSilent: the Peer's cluster stopped heartbeating longer than the silent-cluster
+	// TTL ago.
+	ReasonSilent = "Silent"
 )

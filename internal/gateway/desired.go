@@ -39,7 +39,10 @@ type Local struct {
 	// writes its own subnets, so without this check any member credential could steer
 	// another cluster's pod CIDR, a public prefix or a link-local address into its tunnel.
 	// A member whose Cluster is missing (never joined, or revoked) is allocated nothing.
-	Allocated  map[string][]netip.Prefix
+	Allocated map[string][]netip.Prefix
+	// Silent are the clusters whose heartbeat stopped for longer than the gateway's
+	// SilentClusterTTL (silence.go): their Peers get no tunnel until they heartbeat again.
+	Silent     map[string]bool
 	ListenPort uint16
 	// LocalAddr is this gateway's underlay address.
 	LocalAddr netip.Addr
@@ -146,6 +149,11 @@ func Compute(local Local, peers []v1alpha1.Peer) Desired {
 			// writes it as HubPeerName; any other is not the hub's gateway.
 			d.Refused = append(d.Refused, Refusal{Cluster: id, Reason: ReasonInvalidPeer,
 				Message: fmt.Sprintf("cluster %s: a hub-role Peer must be the hub gateway's, %s", id, v1alpha1.HubPeerName)})
+			continue
+		}
+		if local.Silent[id] && !isHub {
+			d.Refused = append(d.Refused, Refusal{Cluster: id, Reason: ReasonSilent,
+				Message: fmt.Sprintf("cluster %s is not connected: its heartbeat Lease on the hub has not been renewed for longer than the silent-cluster TTL; its tunnel comes back when it heartbeats again", id)})
 			continue
 		}
 		if seen.clusters[id] {
