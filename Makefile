@@ -79,6 +79,7 @@ FUZZMINIMIZETIME ?= 1000x
 FUZZ_TARGETS := ./internal/hub:FuzzDecodeBrokerInfo ./internal/dnsconfig:FuzzPatchRoundTrip ./pkg/crossdns:FuzzServeDNS
 FUZZ_TARGETS += ./internal/ipam/hostaddr:FuzzNext
 FUZZ_TARGETS += ./internal/globalnet/globalip:FuzzAssign
+FUZZ_TARGETS += ./internal/gateway:FuzzCompute
 ## fuzz: fuzz the parsers of untrusted input, each for FUZZTIME.
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

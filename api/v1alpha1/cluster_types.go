@@ -35,6 +35,7 @@ type ClusterSpec struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="clusterID is immutable"
+	// +kubebuilder:validation:XValidation:rule="!(self in ['hub', 'octopus-hub-gateway'])",message="clusterID hub and octopus-hub-gateway are reserved for the hub's own components (ReservedClusterIDs); pick another --cluster-id"
 	ClusterID string `json:"clusterID"`
 
 	// podCIDRs are the cluster's pod address ranges.

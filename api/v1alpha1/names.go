@@ -64,6 +64,12 @@ const (
 	HubPeerName = "hub"
 )
 
+// ReservedClusterIDs are the names of the hub's own objects that a cluster's ID would collide
+// with: HubPeerName (the hub gateway's Peer) and HubGatewayLeaseName (the hub gateway's
+// election Lease and ServiceAccount; a cluster's heartbeat Lease is named after its ID). Join,
+// the CRDs' CEL rules (which repeat them as literals) and the hub's join policy refuse them.
+var ReservedClusterIDs = []string{HubPeerName, HubGatewayLeaseName}
+
 // ClusterServiceAccount is the name of a cluster's ServiceAccount on the hub: its credential.
 func ClusterServiceAccount(clusterID string) string { return ClusterServiceAccountPrefix + clusterID }
 

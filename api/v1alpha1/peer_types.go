@@ -55,6 +55,7 @@ type PeerSpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self != 'octopus-hub-gateway'",message="clusterID octopus-hub-gateway is reserved for the hub's own components (ReservedClusterIDs)"
 	ClusterID string `json:"clusterID"`
 
 	// hostname is the node the gateway runs on.
@@ -221,7 +222,12 @@ type PeerStatus struct {
 
 // Peer is a cluster's active gateway as published on the hub.
 //
+// Its name is its cluster ID, so that the API server keeps one Peer per cluster and no
+// cluster can squat another's name; the ID hub is the hub gateway's, and only it.
+//
 // +kubebuilder:object:root=true
+// +kubebuilder:validation:XValidation:rule="self.metadata.name == self.spec.clusterID",message="metadata.name must equal spec.clusterID: one Peer per cluster, named after it"
+// +kubebuilder:validation:XValidation:rule="(self.spec.clusterID == 'hub') == (has(self.spec.role) && self.spec.role == 'hub')",message="the cluster ID hub is the hub gateway's: a Peer has role hub if and only if its clusterID is hub"
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:categories=octopus
 // +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterID`

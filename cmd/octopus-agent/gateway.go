@@ -33,6 +33,7 @@ type gatewayOptions struct {
 	renewDeadline         time.Duration
 	retryPeriod           time.Duration
 	statusInterval        time.Duration
+	silentClusterTTL      time.Duration
 	healthInterval        time.Duration
 	metricsAddr           string
 	livenessPort          uint16
@@ -120,6 +121,8 @@ address through its Node object and the hub has none: a standby waits out --leas
 	f.DurationVar(&o.underlayProbeInterval, "underlay-probe-interval", gateway.DefaultUnderlayProbeInterval,
 		"how often to measure the underlay path to every remote gateway (tunnel port reachable, path MTU) with UDP probes to its tunnel port; 0 turns it off (this gateway then answers no probes either)")
 	f.DurationVar(&o.statusInterval, "status-interval", gateway.DefaultStatusInterval, "how often to refresh the Peer's status")
+	f.DurationVar(&o.silentClusterTTL, "silent-cluster-ttl", gateway.DefaultSilentClusterTTL,
+		"how long another cluster's heartbeat Lease may go unrenewed (beyond its lease duration) before its tunnel is torn down; it comes back when the cluster heartbeats again; negative keeps it")
 	return cmd
 }
 
@@ -134,7 +137,7 @@ func (o gatewayOptions) complete() (gateway.Options, error) {
 	opts := gateway.Options{
 		Member: member, NodeName: o.nodeName, Backend: v1alpha1.Backend(o.backend), ListenPort: o.listenPort, Device: o.device,
 		MTU: o.mtu, LeaseDuration: o.leaseDuration, RenewDeadline: o.renewDeadline, RetryPeriod: o.retryPeriod,
-		StatusInterval: o.statusInterval, Log: ctrl.Log.WithName("gateway"),
+		StatusInterval: o.statusInterval, SilentClusterTTL: o.silentClusterTTL, Log: ctrl.Log.WithName("gateway"),
 		NewProber:    gateway.NewHealthProber(o.healthInterval, o.healthMaxLoss, ctrl.Log.WithName("health")),
 		LivenessPort: o.livenessPort, LivenessInterval: o.livenessInterval, LivenessFailures: o.livenessFailures, TakeoverAfter: o.takeoverAfter,
 		HandoverGrace: o.handoverGrace,

@@ -193,6 +193,41 @@ func TestSchemaValidation(t *testing.T) {
 			p.Spec.Subnets = []string{"10.1.0.0/33"}
 			return p
 		}, "spec.subnets[0]"},
+		{"Peer named after another cluster", func() client.Object {
+			p := validPeer()
+			p.Name = "west"
+			return p
+		}, "metadata.name must equal spec.clusterID"},
+		{"Peer with the cluster ID of the hub gateway's Lease", func() client.Object {
+			p := validPeer()
+			p.Name, p.Spec.ClusterID = v1alpha1.HubGatewayLeaseName, v1alpha1.HubGatewayLeaseName
+			return p
+		}, "clusterID octopus-hub-gateway is reserved"},
+		{"member Peer with the hub gateway's cluster ID", func() client.Object {
+			p := validPeer()
+			p.Name, p.Spec.ClusterID = v1alpha1.HubPeerName, v1alpha1.HubPeerName
+			return p
+		}, "the cluster ID hub is the hub gateway's"},
+		{"hub-role Peer of a member cluster ID", func() client.Object {
+			p := validPeer()
+			p.Spec.Role = v1alpha1.PeerRoleHub
+			return p
+		}, "the cluster ID hub is the hub gateway's"},
+		{"the hub gateway's Peer", func() client.Object {
+			p := validPeer()
+			p.Name, p.Spec.ClusterID, p.Spec.Role = v1alpha1.HubPeerName, v1alpha1.HubPeerName, v1alpha1.PeerRoleHub
+			return p
+		}, ""},
+		{"Cluster with the hub gateway's ID", func() client.Object {
+			c := validCluster()
+			c.Name, c.Spec.ClusterID = v1alpha1.HubPeerName, v1alpha1.HubPeerName
+			return c
+		}, "clusterID hub and octopus-hub-gateway are reserved"},
+		{"Cluster with the ID of the hub gateway's Lease", func() client.Object {
+			c := validCluster()
+			c.Name, c.Spec.ClusterID = v1alpha1.HubGatewayLeaseName, v1alpha1.HubGatewayLeaseName
+			return c
+		}, "clusterID hub and octopus-hub-gateway are reserved"},
 		{"Fabric with both roles", func() client.Object {
 			f := validFabric()
 			f.Spec.HubConfig = &v1alpha1.HubConfig{}

@@ -32,9 +32,10 @@ func newHubRevokeCommand(streams IOStreams) *cobra.Command {
 		Use:   "revoke CLUSTER-ID",
 		Short: "End one cluster's access to the hub",
 		Long: `Deletes the cluster's ServiceAccount and RoleBinding on the hub, which invalidates every
-token of that cluster at once and touches no other cluster. What the cluster published stays
-until its heartbeat goes stale. Needs the hub's admin kubeconfig. The cluster can join again
-with broker-info; rotate broker-info to keep it out.`,
+token of that cluster at once, and everything it published (its Cluster, Peer, heartbeat Lease,
+service records and slices), so that every gateway drops its tunnel and routes and every
+cluster its imports within seconds. Touches no other cluster. Needs the hub's admin kubeconfig.
+The cluster can join again with broker-info; rotate broker-info to keep it out.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, _, err := hubKube.client()

@@ -136,8 +136,23 @@ func TestRevokeOneCluster(t *testing.T) {
 	f := newFabric(t, "east", "west")
 	east, west := f.join(t, "east"), f.join(t, "west")
 	ns := f.info.Namespace
+	for _, id := range []string{"east", "west"} {
+		if err := f.as(t, map[string]*Joined{"east": east, "west": west}[id]).Create(t.Context(), testPeer(ns, id)); err != nil {
+			t.Fatalf("%s publishing its Peer: %v", id, err)
+		}
+	}
 	if err := hub.Revoke(t.Context(), f.hub, ns, "west"); err != nil {
 		t.Fatal(err)
+	}
+	// What west published is gone, so that no gateway keeps a tunnel or route to it (a
+	// gateway refuses a Peer without a Cluster); east's stays.
+	for _, obj := range []client.Object{&v1alpha1.Cluster{}, &v1alpha1.Peer{}} {
+		if err := f.hub.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "west"}, obj); !apierrors.IsNotFound(err) {
+			t.Errorf("west's %T after revocation: err = %v, want NotFound", obj, err)
+		}
+		if err := f.hub.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "east"}, obj); err != nil {
+			t.Errorf("east's %T after west's revocation: %v", obj, err)
+		}
 	}
 	asWest := f.as(t, west)
 	waitFor(t, "the hub to refuse west's credential", func() bool {

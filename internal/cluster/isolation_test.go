@@ -8,14 +8,17 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/render"
 )
@@ -107,10 +110,29 @@ func TestClusterCredentialIsConfinedToOwnObjects(t *testing.T) {
 			return asEast.Create(t.Context(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "north", Labels: map[string]string{v1alpha1.ClusterLabel: "east"}}})
 		}},
 		{"publish a Peer for another cluster under its own label", policyDenied, func() error {
-			p := testPeer(ns, "east-forged")
+			p := testPeer(ns, "north")
 			p.Labels[v1alpha1.ClusterLabel] = "east"
-			p.Spec.ClusterID = "west"
 			return asEast.Create(t.Context(), p)
+		}},
+		{"publish an EndpointSlice under another cluster's source-cluster", policyDenied, func() error {
+			return asEast.Create(t.Context(), &discoveryv1.EndpointSlice{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "forged-slice", Labels: map[string]string{
+					v1alpha1.ClusterLabel: "east", mcsv1beta1.LabelSourceCluster: "west", mcsv1beta1.LabelServiceName: "api", v1alpha1.ServiceNamespaceLabel: "web"}},
+				AddressType: discoveryv1.AddressTypeIPv4,
+			})
+		}},
+		{"publish an EndpointSlice without a source-cluster", policyDenied, func() error {
+			return asEast.Create(t.Context(), &discoveryv1.EndpointSlice{
+				ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: "anonymous-slice", Labels: map[string]string{v1alpha1.ClusterLabel: "east"}},
+				AddressType: discoveryv1.AddressTypeIPv4,
+			})
+		}},
+		{"publish a service record under another cluster's source-cluster", policyDenied, func() error {
+			return asEast.Create(t.Context(), &mcsv1beta1.ServiceImport{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "forged-record", Labels: map[string]string{
+					v1alpha1.ClusterLabel: "east", mcsv1beta1.LabelSourceCluster: "west", mcsv1beta1.LabelServiceName: "api", v1alpha1.ServiceNamespaceLabel: "web"}},
+				Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, Ports: []mcsv1beta1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}},
+			})
 		}},
 		{"read the join token", rbacDenied, func() error {
 			return asEast.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: render.JoinTokenSecret}, &corev1.Secret{})
@@ -218,7 +240,7 @@ func TestJoinCredentialIsConfinedToEnrolment(t *testing.T) {
 		{"list the ServiceAccounts of the hub", rbacDenied, func() error {
 			return asJoin.List(t.Context(), &corev1.ServiceAccountList{}, client.InNamespace(ns))
 		}},
-		{"delete an enrolled cluster's ServiceAccount", rbacDenied, func() error {
+		{"delete an enrolled cluster's ServiceAccount", joinDenied, func() error {
 			return asJoin.Delete(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: eastSA}})
 		}},
 		// The flow this model replaced: a Secret from which kube-controller-manager would
@@ -232,6 +254,8 @@ func TestJoinCredentialIsConfinedToEnrolment(t *testing.T) {
 		{"bind the cluster Role to another cluster's account", joinDenied, create(binding("cluster-x", eastSA))},
 		{"create a ServiceAccount that is not a cluster's", joinDenied, create(&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sneaky"}})},
 		{"create a cluster ServiceAccount labelled as another", joinDenied, create(&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cluster-x", Labels: map[string]string{v1alpha1.ClusterLabel: "east"}}})},
+		{"enrol the cluster ID of the hub gateway's election Lease", joinDenied, create(&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: v1alpha1.ClusterServiceAccount(v1alpha1.HubGatewayLeaseName),
+			Labels: map[string]string{v1alpha1.ClusterLabel: v1alpha1.HubGatewayLeaseName}}})},
 		{"enrol the cluster ID reserved for the hub's gateway", joinDenied, create(&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: v1alpha1.ClusterServiceAccount(v1alpha1.HubPeerName),
 			Labels: map[string]string{v1alpha1.ClusterLabel: v1alpha1.HubPeerName}}})},
 	}
@@ -290,4 +314,48 @@ func TestJoinCredentialIsConfinedToEnrolment(t *testing.T) {
 func requestToken(t testing.TB, c client.Client, namespace, sa string, ttl time.Duration) error {
 	t.Helper()
 	return c.SubResource("token").Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: sa}}, render.ClusterTokenRequest(ttl))
+}
+
+// TestRejoinDoesNotAdoptPrecreatedAccount: after a revoke, a broker-info holder pre-creates
+// the revoked cluster's account with the cluster's member-uid (which broker-info can read) and
+// takes its first token. When the cluster joins again, the account is replaced, not adopted:
+// the attacker's token is worthless and the cluster's new credential works.
+func TestRejoinDoesNotAdoptPrecreatedAccount(t *testing.T) {
+	f := newFabric(t, "east")
+	east := f.join(t, "east")
+	ns := f.info.Namespace
+	asJoin := newClient(t, &rest.Config{Host: f.info.HubURL, BearerToken: f.info.JoinToken, TLSClientConfig: rest.TLSClientConfig{CAData: f.info.CAData}})
+	victim := &corev1.ServiceAccount{}
+	if err := asJoin.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: v1alpha1.ClusterServiceAccount("east")}, victim); err != nil {
+		t.Fatal(err)
+	}
+	uid := victim.Annotations[render.MemberUIDAnnotation]
+	if err := hub.Revoke(t.Context(), f.hub, ns, "east"); err != nil {
+		t.Fatal(err)
+	}
+	var stolen string
+	waitFor(t, "the attacker to pre-create east's account and take its first token", func() bool {
+		sa := render.ClusterServiceAccount(ns, "east", uid)
+		if err := asJoin.Create(t.Context(), sa); err != nil && !apierrors.IsAlreadyExists(err) {
+			return false
+		}
+		tr := render.ClusterTokenRequest(render.ClusterTokenLifetime)
+		if err := asJoin.SubResource("token").Create(t.Context(), sa, tr); err != nil {
+			return false
+		}
+		stolen = tr.Status.Token
+		return true
+	})
+	again := f.join(t, "east")
+	if again.Credential.Token == east.Credential.Token {
+		t.Fatal("re-joining returned the revoked token")
+	}
+	if err := f.as(t, again).List(t.Context(), &v1alpha1.ClusterList{}, client.InNamespace(ns)); err != nil {
+		t.Errorf("east after re-joining: %v", err)
+	}
+	asAttacker := newClient(t, &rest.Config{Host: f.info.HubURL, BearerToken: stolen, TLSClientConfig: rest.TLSClientConfig{CAData: f.info.CAData}})
+	waitFor(t, "the hub to refuse the attacker's token of the replaced account", func() bool {
+		err := asAttacker.List(t.Context(), &v1alpha1.ClusterList{}, client.InNamespace(ns))
+		return apierrors.IsUnauthorized(err)
+	})
 }

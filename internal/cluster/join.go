@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,8 +81,8 @@ func ValidateClusterID(id string) error {
 	if errs := validation.IsDNS1123Label(id); len(errs) > 0 {
 		return fmt.Errorf("cluster ID %q is not valid: %s", id, strings.Join(errs, "; "))
 	}
-	if id == v1alpha1.HubPeerName {
-		return fmt.Errorf("cluster ID %q is reserved for the hub's gateway; pick another --cluster-id", id)
+	if slices.Contains(v1alpha1.ReservedClusterIDs, id) {
+		return fmt.Errorf("cluster ID %q is reserved for the hub's own components; pick another --cluster-id", id)
 	}
 	return nil
 }
@@ -441,12 +442,30 @@ func enrol(ctx context.Context, jc client.Client, mc client.Reader, cred *hubacc
 		if err = jc.Get(ctx, client.ObjectKeyFromObject(sa), sa); err != nil {
 			return false, fmt.Errorf("reading ServiceAccount %s on the hub: %w", sa.Name, err)
 		}
+		// An account that is not bound yet may have been made by anyone holding broker-info
+		// (after a revoke, say), with this cluster's member-uid, which broker-info can read,
+		// and that someone may hold a token of it: never adopt it. The join policy lets the
+		// join identity delete only unbound accounts; the new one has a new UID, which no
+		// earlier token names. A bound account is refused here and resumed below.
+		derr := jc.Delete(ctx, sa, client.Preconditions{UID: &sa.UID})
+		switch {
+		case derr == nil || apierrors.IsNotFound(derr):
+			sa = render.ClusterServiceAccount(namespace, id, memberUID)
+			if err := jc.Create(ctx, sa); err != nil {
+				return false, fmt.Errorf("re-creating ServiceAccount %s on the hub (replacing one that was not bound): %w", sa.Name, err)
+			}
+			created = true
+		case !apierrors.IsForbidden(derr):
+			return false, fmt.Errorf("replacing ServiceAccount %s on the hub: %w", sa.Name, derr)
+		}
+	} else if err != nil {
+		return false, fmt.Errorf("creating ServiceAccount %s on the hub: %w", sa.Name, err)
+	}
+	if !created {
 		if sa.Annotations[render.MemberUIDAnnotation] != memberUID {
 			return false, fmt.Errorf("%w: cluster ID %q is already used by another cluster (joined %s); choose another --cluster-id, or run `octopus leave` in the cluster that holds it",
 				ErrDuplicateClusterID, id, sa.CreationTimestamp.Format(time.RFC3339))
 		}
-	} else if err != nil {
-		return false, fmt.Errorf("creating ServiceAccount %s on the hub: %w", sa.Name, err)
 	}
 	token, err := firstToken(ctx, jc, sa, created)
 	switch {

@@ -8,7 +8,9 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -53,6 +55,9 @@ type active struct {
 	gnat     *globalnetNAT
 	gnatDone chan struct{}
 
+	// silence tracks the clusters' heartbeats; nil with a negative SilentClusterTTL.
+	silence *silence
+
 	mu        sync.Mutex
 	desired   Desired
 	applyErr  error
@@ -91,6 +96,9 @@ func (a *active) run(ctx context.Context) error {
 		}
 	}()
 	a.runCtx = ctx
+	if o.SilentClusterTTL > 0 {
+		a.silence = newSilence(o.SilentClusterTTL)
+	}
 	defer a.stopNAT()
 	o.Log.Info("Tunnel driver ready", "driver", a.driver.Name(), "device", o.Device, "endpoint", netip.AddrPortFrom(endpoint, o.ListenPort).String(), "healthCheckIP", hc.String())
 	if o.NewProber != nil {
@@ -218,6 +226,9 @@ func (a *active) reconcile(ctx context.Context) error {
 		for _, r := range d.Refused {
 			a.o.Log.Info("Refused a Peer", "cluster", r.Cluster, "reason", r.Reason, "message", r.Message)
 		}
+		for _, r := range d.Withheld {
+			a.o.Log.Info("Withheld subnets of a Peer", "cluster", r.Cluster, "reason", r.Reason, "message", r.Message)
+		}
 	}
 	remote := d.RemoteSubnets()
 	if a.gnat != nil && applyErr == nil {
@@ -244,12 +255,37 @@ func (a *active) reconcile(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// readLocal refreshes what this gateway advertises: a member's pod and service CIDRs (minus
-// the opted-out ones), or its global or secondary CIDR, and topology, from its Cluster on the
-// hub, and every member's addressing from theirs; for the hub's gateway, which has no cluster
-// behind it, only its health-check address, and the hub topology (the Peer's default, mesh,
-// would misreport it).
+// readLocal refreshes what this gateway knows of the cluster set: every member's addressing
+// and allocation (what its Peer may advertise) from its Cluster on the hub, which clusters
+// are silent from their heartbeat Leases, and what this gateway advertises: a member's pod
+// and service CIDRs (minus the opted-out ones), or its global or secondary CIDR, and
+// topology, from its own Cluster; for the hub's gateway, which has no cluster behind it, only
+// its health-check address, and the hub topology (the Peer's default, mesh, would misreport
+// it).
 func (a *active) readLocal(ctx context.Context) error {
+	clusters := &v1alpha1.ClusterList{}
+	if err := a.cache.List(ctx, clusters); err != nil {
+		return fmt.Errorf("listing Clusters on the hub: %w", err)
+	}
+	a.local.PeerAddressing = map[string]v1alpha1.Addressing{}
+	a.local.Allocated = map[string][]netip.Prefix{}
+	for _, o := range clusters.Items {
+		a.local.PeerAddressing[o.Spec.ClusterID] = o.Spec.Addressing
+		// Keyed by the object's name, which the CRD ties to spec.clusterID and the hub's
+		// admission policy to the writer.
+		if o.Name == o.Spec.ClusterID && o.DeletionTimestamp == nil {
+			a.local.Allocated[o.Spec.ClusterID] = Allocation(o.Spec)
+		}
+	}
+	if a.silence != nil {
+		// Read from the cache without a watch of its own: a Lease renewal every few seconds
+		// per cluster must not trigger a reconcile; the resync notices a silence in time.
+		leases := &coordinationv1.LeaseList{}
+		if err := a.cache.List(ctx, leases); err != nil {
+			return fmt.Errorf("listing the heartbeat Leases on the hub: %w", err)
+		}
+		a.local.Silent = a.silence.observe(leases.Items, time.Now())
+	}
 	if a.o.Role == v1alpha1.PeerRoleHub {
 		a.local.Subnets, a.local.Topology = []netip.Prefix{netip.PrefixFrom(a.hcIP, a.hcIP.BitLen())}, v1alpha1.TopologyHub
 		return nil
@@ -261,14 +297,6 @@ func (a *active) readLocal(ctx context.Context) error {
 	subnets, err := Advertised(c.Spec, a.o.ExcludeSubnets)
 	if err != nil {
 		return err
-	}
-	clusters := &v1alpha1.ClusterList{}
-	if err := a.cache.List(ctx, clusters); err != nil {
-		return fmt.Errorf("listing Clusters on the hub: %w", err)
-	}
-	a.local.PeerAddressing = map[string]v1alpha1.Addressing{}
-	for _, o := range clusters.Items {
-		a.local.PeerAddressing[o.Spec.ClusterID] = o.Spec.Addressing
 	}
 	a.local.Subnets, a.local.Topology, a.local.Private, a.local.Addressing = subnets, c.Spec.Topology, nil, c.Spec.Addressing
 	block, gatewayAddr, isSecondary, err := secondaryBlock(c)

@@ -14,6 +14,9 @@ const (
 	ConditionReady = "Ready"
 	// ConditionPeersAccepted is False while some remote Peers are refused (see the message).
 	ConditionPeersAccepted = "PeersAccepted"
+	// ConditionSubnetsAccepted is False while subnets of accepted Peers are left out because
+	// they lie outside what the hub allocated to their cluster (the message names them).
+	ConditionSubnetsAccepted = "SubnetsAccepted"
 )
 
 // Reasons of the conditions and of refused connections.
@@ -31,4 +34,16 @@ const (
 	// clusters uses the hub topology), but the hub has published no gateway Peer.
 	ReasonNoHubGateway = "NoHubGateway"
 	ReasonPeersRefused = "PeersRefused"
+	// ReasonDuplicatePeer: a second Peer with a cluster ID, public key or vxlan endpoint
+	// address that an older Peer already has.
+	ReasonDuplicatePeer = "DuplicatePeer"
+	// ReasonSubnetsNotAllocated: a Peer advertises subnets outside its cluster's allocation.
+	ReasonSubnetsNotAllocated = "SubnetsNotAllocated"
+	ReasonAllSubnetsAccepted  = "AllAccepted"
+	// ReasonNotRegistered: a member Peer whose cluster has no Cluster on the hub (never
+	// joined, or revoked).
+	ReasonNotRegistered = "NotRegistered"
+	// ReasonSilent: the Peer's cluster stopped heartbeating longer than the silent-cluster
+	// TTL ago.
+	ReasonSilent = "Silent"
 )

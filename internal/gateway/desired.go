@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/base64"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -33,7 +34,16 @@ type Local struct {
 	// on the hub (a Peer does not carry it). A Peer whose cluster is missing counts as
 	// direct, the API's default.
 	PeerAddressing map[string]v1alpha1.Addressing
-	ListenPort     uint16
+	// Allocated is what the hub recorded for every member cluster, by cluster ID
+	// (Allocation of its Cluster): the only prefixes a member's Peer may advertise. A Peer
+	// writes its own subnets, so without this check any member credential could steer
+	// another cluster's pod CIDR, a public prefix or a link-local address into its tunnel.
+	// A member whose Cluster is missing (never joined, or revoked) is allocated nothing.
+	Allocated map[string][]netip.Prefix
+	// Silent are the clusters whose heartbeat stopped for longer than the gateway's
+	// SilentClusterTTL (silence.go): their Peers get no tunnel until they heartbeat again.
+	Silent     map[string]bool
+	ListenPort uint16
 	// LocalAddr is this gateway's underlay address.
 	LocalAddr netip.Addr
 	MTU       int
@@ -57,6 +67,10 @@ type Desired struct {
 	Via     map[string]string
 	Targets map[string]netip.Addr
 	Refused []Refusal
+	// Withheld are single subnets of otherwise accepted Peers that were left out (not
+	// allocated to the sender, or not routable through its tunnel), one Refusal per Peer
+	// naming them; the rest of the Peer is used.
+	Withheld []Refusal
 }
 
 // RemoteSubnets lists every accepted peer's subnets, sorted: what the route agents route
@@ -79,6 +93,16 @@ func (d Desired) RemoteSubnets() []netip.Prefix {
 //     clusters uses secondary addressing and the other does not (sameNetwork), it has no
 //     usable endpoint, a wireguard Peer has no public key, a subnet does not parse, or a subnet
 //     overlaps ours or an accepted Peer's (direct addressing needs distinct CIDRs);
+//   - one bad Peer never fails the tunnel configuration as a whole: a second Peer of an
+//     accepted cluster ID, public key or (vxlan) endpoint address, a key that is not a
+//     WireGuard key, or (vxlan) an endpoint of the other family or port is refused alone,
+//     so that what reaches the driver always passes its validation;
+//   - advertised = allocated: a member Peer's subnet outside its cluster's allocation
+//     (Local.Allocated) and a hub gateway's subnet other than its health-check address are
+//     withheld (Desired.Withheld), the rest of the Peer is used; a member Peer without a
+//     Cluster on the hub (not joined, or revoked) is refused; a health-check address
+//     outside the Peer's accepted subnets is not probed (the probe would leave outside the
+//     tunnel);
 //   - topology: a member tunnels to the hub's gateway whenever it has published a Peer, and
 //     directly to another member only when both use the mesh topology; any other member's
 //     subnets are added to the hub tunnel (the hub forwards), or, with no hub gateway, the
@@ -107,6 +131,7 @@ func Compute(local Local, peers []v1alpha1.Peer) Desired {
 	for _, s := range slices.Concat(local.Subnets, local.Private) {
 		taken[s] = local.ClusterID
 	}
+	seen := seenPeers{clusters: map[string]bool{}, keys: map[string]string{}, addrs: map[netip.Addr]string{}}
 	hubAt := -1 // index of the hub gateway's tunnel in d.Tunnel.Peers
 	for _, p := range sorted {
 		id := p.Spec.ClusterID
@@ -119,7 +144,28 @@ func Compute(local Local, peers []v1alpha1.Peer) Desired {
 				Message: fmt.Sprintf("cluster %s: a second hub gateway Peer; only %s's is used", id, d.Tunnel.Peers[hubAt].Cluster)})
 			continue
 		}
-		tp, ref := acceptPeer(local, p, taken)
+		if isHub && id != v1alpha1.HubPeerName {
+			// Only the hub gateway's identity may write a hub-role Peer (admission), and it
+			// writes it as HubPeerName; any other is not the hub's gateway.
+			d.Refused = append(d.Refused, Refusal{Cluster: id, Reason: ReasonInvalidPeer,
+				Message: fmt.Sprintf("cluster %s: a hub-role Peer must be the hub gateway's, %s", id, v1alpha1.HubPeerName)})
+			continue
+		}
+		if local.Silent[id] && !isHub {
+			d.Refused = append(d.Refused, Refusal{Cluster: id, Reason: ReasonSilent,
+				Message: fmt.Sprintf("cluster %s is not connected: its heartbeat Lease on the hub has not been renewed for longer than the silent-cluster TTL; its tunnel comes back when it heartbeats again", id)})
+			continue
+		}
+		if seen.clusters[id] {
+			// The driver takes one tunnel per cluster; the older Peer keeps it.
+			d.Refused = append(d.Refused, Refusal{Cluster: id, Reason: ReasonDuplicatePeer,
+				Message: fmt.Sprintf("cluster %s: Peer %s is a second Peer of this cluster ID; the older one is used (a Peer's name must equal its clusterID)", id, p.Name)})
+			continue
+		}
+		tp, withheld, ref := acceptPeer(local, p, taken, seen)
+		if withheld != nil {
+			d.Withheld = append(d.Withheld, *withheld)
+		}
 		if ref == nil && !isHub && !direct(local, p) && hubAt < 0 {
 			ref = &Refusal{Cluster: id, Reason: ReasonNoHubGateway, Message: fmt.Sprintf(
 				"cluster %s is not connected: %s uses the hub topology, so traffic goes through the hub's gateway, and the hub runs none; "+
@@ -129,10 +175,11 @@ func Compute(local Local, peers []v1alpha1.Peer) Desired {
 			d.Refused = append(d.Refused, *ref)
 			continue
 		}
+		seen.add(local, tp)
 		for _, s := range tp.Subnets {
 			taken[s] = id
 		}
-		if hc, err := netip.ParseAddr(p.Spec.HealthCheckIP); err == nil {
+		if hc, err := netip.ParseAddr(p.Spec.HealthCheckIP); err == nil && containsAddr(tp.Subnets, hc) {
 			d.Targets[id] = hc
 		}
 		if !isHub && !direct(local, p) {
@@ -166,10 +213,30 @@ func hubSide(local Local, p v1alpha1.Peer) string {
 	return "cluster " + p.Spec.ClusterID
 }
 
-func acceptPeer(local Local, p v1alpha1.Peer, taken map[netip.Prefix]string) (tunnel.Peer, *Refusal) {
+// seenPeers is what the Peers accepted so far hold that the driver needs unique.
+type seenPeers struct {
+	clusters map[string]bool
+	// keys and addrs map a WireGuard public key and a vxlan endpoint address to the cluster
+	// that has it.
+	keys  map[string]string
+	addrs map[netip.Addr]string
+}
+
+func (s seenPeers) add(local Local, tp tunnel.Peer) {
+	s.clusters[tp.Cluster] = true
+	if local.Backend == v1alpha1.BackendVXLAN {
+		s.addrs[tp.Endpoint.Addr().Unmap()] = tp.Cluster
+	} else {
+		s.keys[tp.PublicKey] = tp.Cluster
+	}
+}
+
+// acceptPeer turns one Peer into its tunnel, or refuses it. withheld names the subnets left
+// out of an accepted Peer.
+func acceptPeer(local Local, p v1alpha1.Peer, taken map[netip.Prefix]string, seen seenPeers) (tp tunnel.Peer, withheld, refusal *Refusal) {
 	id := p.Spec.ClusterID
-	refuse := func(reason, format string, args ...any) (tunnel.Peer, *Refusal) {
-		return tunnel.Peer{}, &Refusal{Cluster: id, Reason: reason, Message: fmt.Sprintf(format, args...)}
+	refuse := func(reason, format string, args ...any) (tunnel.Peer, *Refusal, *Refusal) {
+		return tunnel.Peer{}, nil, &Refusal{Cluster: id, Reason: reason, Message: fmt.Sprintf(format, args...)}
 	}
 	backend := p.Spec.Backend
 	if backend == "" {
@@ -189,18 +256,62 @@ func acceptPeer(local Local, p v1alpha1.Peer, taken map[netip.Prefix]string) (tu
 	if err != nil {
 		return refuse(ReasonInvalidPeer, "cluster %s: %v", id, err)
 	}
-	if backend == v1alpha1.BackendWireGuard && p.Spec.PublicKey == "" {
-		return refuse(ReasonInvalidPeer, "cluster %s publishes no WireGuard public key; its gateway may still be starting", id)
+	if backend == v1alpha1.BackendWireGuard {
+		if p.Spec.PublicKey == "" {
+			return refuse(ReasonInvalidPeer, "cluster %s publishes no WireGuard public key; its gateway may still be starting", id)
+		}
+		if raw, err := base64.StdEncoding.DecodeString(p.Spec.PublicKey); err != nil || len(raw) != 32 {
+			return refuse(ReasonInvalidPeer, "cluster %s: public key %q is not a base64 WireGuard key (32 bytes)", id, p.Spec.PublicKey)
+		}
+		if o, ok := seen.keys[p.Spec.PublicKey]; ok {
+			// WireGuard tells peers apart by key: two peers with one key are one peer.
+			return refuse(ReasonDuplicatePeer, "cluster %s publishes the public key of cluster %s; the older Peer keeps it", id, o)
+		}
+	} else {
+		// One vxlan device has one destination port and tells peers apart by address.
+		switch la := local.LocalAddr.Unmap(); {
+		case la.IsValid() && ep.Addr().Unmap().Is4() != la.Is4():
+			return refuse(ReasonInvalidPeer, "cluster %s: endpoint %s and this gateway's address %s are of different IP families", id, ep.Addr(), la)
+		case ep.Port() != local.ListenPort:
+			return refuse(ReasonInvalidPeer, "cluster %s listens on port %d, this gateway on %d: vxlan needs the same tunnel port on every cluster", id, ep.Port(), local.ListenPort)
+		}
+		if o, ok := seen.addrs[ep.Addr().Unmap()]; ok {
+			return refuse(ReasonDuplicatePeer, "cluster %s publishes the endpoint address %s of cluster %s; the older Peer keeps it", id, ep.Addr(), o)
+		}
 	}
-	tp := tunnel.Peer{Cluster: id, PublicKey: p.Spec.PublicKey, Endpoint: ep}
+	tp = tunnel.Peer{Cluster: id, PublicKey: p.Spec.PublicKey, Endpoint: ep}
+	subnets := make([]netip.Prefix, 0, len(p.Spec.Subnets))
 	for _, s := range p.Spec.Subnets {
 		prefix, err := netip.ParsePrefix(s)
 		if err != nil {
 			return refuse(ReasonInvalidPeer, "cluster %s: subnet %q is not a CIDR", id, s)
 		}
-		tp.Subnets = append(tp.Subnets, prefix.Masked())
+		subnets = append(subnets, prefix.Masked())
+	}
+	allowed, allocation := allowedSubnets(local, p)
+	if allowed == nil && p.Spec.Role != v1alpha1.PeerRoleHub {
+		// No Cluster: the cluster never joined, or was revoked. Its gateway gets no tunnel,
+		// not only no routes.
+		return refuse(ReasonNotRegistered, "cluster %s is not connected: the hub has no Cluster %s (not joined, or revoked); its Peer is ignored", id, id)
+	}
+	var out []string
+	for _, prefix := range subnets {
+		switch {
+		case !within(prefix, allowed):
+			out = append(out, prefix.String())
+		case backend == v1alpha1.BackendVXLAN && prefix.Addr().Is4() != ep.Addr().Unmap().Is4():
+			// vxlan routes a subnet via the endpoint address, which must be of its family.
+			out = append(out, prefix.String()+" (not of its endpoint's IP family)")
+		case !slices.Contains(tp.Subnets, prefix):
+			tp.Subnets = append(tp.Subnets, prefix)
+		}
 	}
 	tp.Subnets = ipam.SortPrefixes(tp.Subnets)
+	if len(out) > 0 {
+		withheld = &Refusal{Cluster: id, Reason: ReasonSubnetsNotAllocated, Message: fmt.Sprintf(
+			"cluster %s advertises %s outside %s; not routed (fix the subnets its gateway publishes, or its Cluster on the hub)",
+			id, strings.Join(out, ", "), allocation)}
+	}
 	var conflicts []string
 	for _, s := range tp.Subnets {
 		for t, owner := range taken {
@@ -214,7 +325,57 @@ func acceptPeer(local Local, p v1alpha1.Peer, taken map[netip.Prefix]string) (tu
 		return refuse(ReasonOverlappingSubnets, "cluster %s is not connected: %s; direct addressing needs distinct CIDRs (globalnet or secondary addressing handle overlaps), or opt the subnet out with --exclude-subnet on one side",
 			id, strings.Join(conflicts, "; "))
 	}
-	return tp, nil
+	return tp, withheld, nil
+}
+
+// allowedSubnets is what Peer p may advertise and how to name it in a refusal: the hub
+// gateway only its health-check address (it has no cluster behind it; it forwards between
+// members), a member its cluster's allocation.
+func allowedSubnets(local Local, p v1alpha1.Peer) ([]netip.Prefix, string) {
+	if p.Spec.Role == v1alpha1.PeerRoleHub {
+		hc, err := netip.ParseAddr(p.Spec.HealthCheckIP)
+		if err != nil {
+			return nil, "the hub gateway's health-check address (it publishes none)"
+		}
+		return []netip.Prefix{netip.PrefixFrom(hc, hc.BitLen())}, "the hub gateway's health-check address " + hc.String()
+	}
+	alloc := local.Allocated[p.Spec.ClusterID]
+	if len(alloc) == 0 {
+		return nil, "any allocation: the hub has no Cluster " + p.Spec.ClusterID + " (not joined, or revoked)"
+	}
+	names := make([]string, len(alloc))
+	for i, a := range alloc {
+		names[i] = a.String()
+	}
+	return alloc, "what the hub allocated to it (" + strings.Join(names, ", ") + ")"
+}
+
+// within tells whether p lies inside one of the prefixes of in.
+func within(p netip.Prefix, in []netip.Prefix) bool {
+	for _, a := range in {
+		if a.Bits() <= p.Bits() && a.Contains(p.Addr()) {
+			return true
+		}
+	}
+	return false
+}
+
+// containsAddr tells whether a lies in one of the prefixes.
+func containsAddr(in []netip.Prefix, a netip.Addr) bool {
+	return slices.ContainsFunc(in, func(p netip.Prefix) bool { return p.Contains(a) })
+}
+
+// Allocation is what a member cluster may advertise, from its Cluster on the hub: its pod and
+// service CIDRs as registered, and the global and secondary blocks the hub allocated to it.
+// Unparsable entries (which the CRD's validation refuses) are skipped: they allow nothing.
+func Allocation(c v1alpha1.ClusterSpec) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range slices.Concat(c.PodCIDRs, c.ServiceCIDRs, []string{c.GlobalCIDR, c.SecondaryCIDR}) {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+		}
+	}
+	return ipam.SortPrefixes(out)
 }
 
 // sameNetwork tells whether local and a Peer of the given role and addressing carry their

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/base64"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -19,12 +20,34 @@ const (
 	keyC = "Y2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2M="
 )
 
+// keyOf is a distinct WireGuard public key per cluster ID: the driver takes each key once.
+func keyOf(id string) string {
+	return base64.StdEncoding.EncodeToString([]byte(strings.Repeat(id, 32)[:32]))
+}
+
 func peer(id, key, ip string, port int32, subnets ...string) v1alpha1.Peer {
 	return v1alpha1.Peer{
 		ObjectMeta: metav1.ObjectMeta{Name: id},
 		Spec: v1alpha1.PeerSpec{ClusterID: id, Hostname: id + "-node1", Backend: v1alpha1.BackendWireGuard, PublicKey: key,
 			Endpoint: v1alpha1.PeerEndpoint{PrivateIP: ip, Port: port}, Subnets: subnets, HealthCheckIP: "10.0.0.1"},
 	}
+}
+
+// computeHonest is Compute in a fleet whose clusters advertise what the hub allocated to
+// them: unless the test sets Local.Allocated, each Peer's cluster is allocated exactly its
+// subnets. The tests of the allocation check itself call Compute.
+func computeHonest(local Local, peers []v1alpha1.Peer) Desired {
+	if local.Allocated == nil {
+		local.Allocated = map[string][]netip.Prefix{}
+		for _, p := range peers {
+			for _, s := range p.Spec.Subnets {
+				if prefix, err := netip.ParsePrefix(s); err == nil {
+					local.Allocated[p.Spec.ClusterID] = append(local.Allocated[p.Spec.ClusterID], prefix.Masked())
+				}
+			}
+		}
+	}
+	return Compute(local, peers)
 }
 
 func prefixes(ss ...string) []netip.Prefix {
@@ -99,7 +122,7 @@ func TestCompute(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			in := slices.Clone(tt.peers)
-			d := Compute(local, tt.peers)
+			d := computeHonest(local, tt.peers)
 			if !reflect.DeepEqual(tt.peers, in) {
 				t.Fatal("Compute changed its input")
 			}
@@ -136,7 +159,7 @@ func refusedReasons(t *testing.T, d Desired) map[string]string {
 
 func TestComputeOverlapMessage(t *testing.T) {
 	local := Local{ClusterID: "a", Backend: v1alpha1.BackendWireGuard, Subnets: prefixes("10.1.0.0/16")}
-	d := Compute(local, []v1alpha1.Peer{peer("b", keyB, "203.0.113.17", 4500, "10.1.0.0/16")})
+	d := computeHonest(local, []v1alpha1.Peer{peer("b", keyB, "203.0.113.17", 4500, "10.1.0.0/16")})
 	if len(d.Refused) != 1 {
 		t.Fatalf("refused %v", d.Refused)
 	}
@@ -205,7 +228,7 @@ func TestComputeTopology(t *testing.T) {
 		return Local{ClusterID: "a", Topology: topo, Backend: v1alpha1.BackendWireGuard, Subnets: prefixes("10.1.0.0/16")}
 	}
 	hubLocal := Local{ClusterID: v1alpha1.HubPeerName, Role: v1alpha1.PeerRoleHub, Backend: v1alpha1.BackendWireGuard, Subnets: prefixes("10.0.0.1/32")}
-	memberAPeer := member("a", keyB, "203.0.113.1", "10.1.0.0/16", "10.1.0.1", v1alpha1.TopologyHub)
+	memberAPeer := member("a", keyOf("a"), "203.0.113.1", "10.1.0.0/16", "10.1.0.1", v1alpha1.TopologyHub)
 	addr := netip.MustParseAddr
 
 	tests := []struct {
@@ -230,7 +253,8 @@ func TestComputeTopology(t *testing.T) {
 		{name: "empty topology is mesh",
 			local: memberA(""), peers: []v1alpha1.Peer{peer("b", keyB, "203.0.113.17", 4500, "10.2.0.0/16")},
 			wantPeers: []tunnel.Peer{tp(meshB, "10.2.0.0/16")}, wantVia: map[string]string{},
-			wantTargets: map[string]netip.Addr{"b": addr("10.0.0.1")}},
+			// The peer's health-check address (10.0.0.1) is outside its subnets: not probed.
+			wantTargets: map[string]netip.Addr{}},
 		{name: "hub gateway: a tunnel to every member, whatever its topology",
 			local: hubLocal, peers: []v1alpha1.Peer{hubPeer, hubC, meshB, memberAPeer},
 			wantPeers:   []tunnel.Peer{tp(memberAPeer, "10.1.0.0/16"), tp(meshB, "10.2.0.0/16"), tp(hubC, "10.3.0.0/16")},
@@ -264,7 +288,7 @@ func TestComputeTopology(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := Compute(tt.local, tt.peers)
+			d := computeHonest(tt.local, tt.peers)
 			if !reflect.DeepEqual(d.Tunnel.Peers, tt.wantPeers) {
 				t.Errorf("tunnel peers\n got %+v\nwant %+v", d.Tunnel.Peers, tt.wantPeers)
 			}
@@ -283,7 +307,7 @@ func TestComputeTopology(t *testing.T) {
 
 func TestComputeNoHubGatewayMessage(t *testing.T) {
 	local := Local{ClusterID: "a", Topology: v1alpha1.TopologyHub, Backend: v1alpha1.BackendWireGuard, Subnets: prefixes("10.1.0.0/16")}
-	d := Compute(local, []v1alpha1.Peer{peer("b", keyB, "203.0.113.17", 4500, "10.2.0.0/16")})
+	d := computeHonest(local, []v1alpha1.Peer{peer("b", keyB, "203.0.113.17", 4500, "10.2.0.0/16")})
 	if len(d.Refused) != 1 {
 		t.Fatalf("refused %v", d.Refused)
 	}
@@ -303,9 +327,9 @@ func TestComputeGlobalnet(t *testing.T) {
 		Private: prefixes("10.244.0.0/16", "10.96.0.0/12"), ListenPort: 4500, LocalAddr: netip.MustParseAddr("203.0.113.1")}
 	globalB := peer("b", keyB, "203.0.113.17", 4500, "242.2.0.0/16")
 	directC := peer("c", keyC, "203.0.113.33", 4500, "10.244.0.0/16")
-	directD := peer("d", keyC, "203.0.113.49", 4500, "10.3.0.0/16")
-	globalE := peer("e", keyB, "203.0.113.65", 4500, "242.1.0.0/16")
-	d := Compute(local, []v1alpha1.Peer{globalB, directC, directD, globalE})
+	directD := peer("d", keyOf("d"), "203.0.113.49", 4500, "10.3.0.0/16")
+	globalE := peer("e", keyOf("e"), "203.0.113.65", 4500, "242.1.0.0/16")
+	d := computeHonest(local, []v1alpha1.Peer{globalB, directC, directD, globalE})
 	if got, want := refusedReasons(t, d), map[string]string{"c": ReasonOverlappingSubnets, "e": ReasonOverlappingSubnets}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("refused %v, want %v", got, want)
 	}
@@ -335,15 +359,15 @@ func TestComputeSecondary(t *testing.T) {
 		Subnets: prefixes("10.0.0.1/32"), PeerAddressing: addressing}
 
 	secondaryB := peer("b", keyB, "203.0.113.17", 4500, "10.113.0.0/16")
-	secondaryE := peer("e", keyC, "203.0.113.65", 4500, "10.113.128.0/17") // overlaps b's block
+	secondaryE := peer("e", keyOf("e"), "203.0.113.65", 4500, "10.113.128.0/17") // overlaps b's block
 	directC := peer("c", keyC, "203.0.113.33", 4500, "10.3.0.0/16")
-	unsetD := peer("d", keyC, "203.0.113.49", 4500, "10.4.0.0/16")     // addressing "" is direct
-	globalG := peer("g", keyC, "203.0.113.81", 4500, "242.2.0.0/16")   // globalnet is the primary network too
-	unknownX := peer("x", keyC, "203.0.113.97", 4500, "10.114.0.0/16") // no Cluster on the hub
+	unsetD := peer("d", keyOf("d"), "203.0.113.49", 4500, "10.4.0.0/16")     // addressing "" is direct
+	globalG := peer("g", keyOf("g"), "203.0.113.81", 4500, "242.2.0.0/16")   // globalnet is the primary network too
+	unknownX := peer("x", keyOf("x"), "203.0.113.97", 4500, "10.114.0.0/16") // no Cluster on the hub
 	// A direct cluster whose CIDRs the secondary pool would hold: refused as a mismatch, not
 	// an overlap, since the mismatch is what the user must fix first.
 	directInBlock := peer("c", keyC, "203.0.113.33", 4500, "10.112.0.0/16")
-	hubPeer := peer(v1alpha1.HubPeerName, keyC, "203.0.113.250", 4500, "10.0.0.1/32")
+	hubPeer := peer(v1alpha1.HubPeerName, keyOf("h"), "203.0.113.250", 4500, "10.0.0.1/32")
 	hubPeer.Spec.Role = v1alpha1.PeerRoleHub
 	hubB := *secondaryB.DeepCopy()
 	hubB.Spec.Topology = v1alpha1.TopologyHub
@@ -385,7 +409,7 @@ func TestComputeSecondary(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := Compute(tt.local, tt.peers)
+			d := computeHonest(tt.local, tt.peers)
 			if got := d.RemoteSubnets(); !slices.Equal(got, tt.wantRemote) {
 				t.Errorf("remote subnets %v, want %v", got, tt.wantRemote)
 			}
@@ -400,7 +424,7 @@ func TestComputeSecondary(t *testing.T) {
 func TestComputeAddressingMismatchMessage(t *testing.T) {
 	local := Local{ClusterID: "a", Backend: v1alpha1.BackendWireGuard, Addressing: v1alpha1.AddressingSecondary,
 		Subnets: prefixes("10.112.0.0/16"), PeerAddressing: map[string]v1alpha1.Addressing{"b": ""}}
-	d := Compute(local, []v1alpha1.Peer{peer("b", keyB, "203.0.113.17", 4500, "10.2.0.0/16")})
+	d := computeHonest(local, []v1alpha1.Peer{peer("b", keyB, "203.0.113.17", 4500, "10.2.0.0/16")})
 	if len(d.Refused) != 1 {
 		t.Fatalf("refused %v", d.Refused)
 	}

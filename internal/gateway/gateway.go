@@ -80,6 +80,10 @@ type Options struct {
 	StatusInterval time.Duration
 	// ResyncInterval re-applies the tunnel configuration without an event.
 	ResyncInterval time.Duration
+	// SilentClusterTTL is how long a cluster's heartbeat Lease may go unrenewed (beyond its
+	// lease duration) before this gateway tears its tunnel down (silence.go). Optional:
+	// DefaultSilentClusterTTL; a negative value keeps silent clusters' tunnels.
+	SilentClusterTTL time.Duration
 	// NewDriver creates the tunnel driver on becoming active. Optional: drivers.New.
 	NewDriver func(backend string, o tunnel.Options) (tunnel.Driver, error)
 	// NewProber creates the health prober on becoming active. Optional: without it the
@@ -175,6 +179,9 @@ func (o *Options) setDefaults() error {
 		if *d.v <= 0 {
 			*d.v = d.def
 		}
+	}
+	if o.SilentClusterTTL == 0 {
+		o.SilentClusterTTL = DefaultSilentClusterTTL
 	}
 	if o.HandoverGrace == 0 {
 		o.HandoverGrace = DefaultHandoverGrace

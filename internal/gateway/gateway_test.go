@@ -349,7 +349,19 @@ func TestGateway(t *testing.T) {
 		return wantSeries(t, gw2.metricsAddr, map[string]float64{`octopus_gateway_active`: 0}, []string{`cluster=`, `octopus_gateway_peers`})
 	})
 
-	// A Peer overlapping east is refused with a condition; the tunnel to west stays.
+	// A Peer overlapping east is refused with a condition; the tunnel to west stays. Its
+	// cluster is registered with the overlapping CIDR (join would refuse it; an admin can
+	// write it), so that it is the overlap that refuses it.
+	registerCluster := func(id, podCIDR, serviceCIDR string) *v1alpha1.Cluster {
+		t.Helper()
+		c := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: ns, Labels: map[string]string{v1alpha1.ClusterLabel: id}},
+			Spec: v1alpha1.ClusterSpec{ClusterID: id, PodCIDRs: []string{podCIDR}, ServiceCIDRs: []string{serviceCIDR}}}
+		if err := hubc.Create(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	badCluster := registerCluster("bad", "10.101.128.0/17", "10.201.0.0/16")
 	bad := &v1alpha1.Peer{
 		ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: ns, Labels: map[string]string{v1alpha1.ClusterLabel: "bad"}},
 		Spec: v1alpha1.PeerSpec{ClusterID: "bad", Hostname: "x", Backend: v1alpha1.BackendWireGuard, PublicKey: newFakeDriver().PublicKey(),
@@ -382,6 +394,70 @@ func TestGateway(t *testing.T) {
 		}, nil)
 	})
 	if err := hubc.Delete(ctx, bad); err != nil {
+		t.Fatal(err)
+	}
+	if err := hubc.Delete(ctx, badCluster); err != nil {
+		t.Fatal(err)
+	}
+
+	// Advertised = allocated: a rogue cluster's Peer advertising west's pod CIDR and the
+	// metadata address beside its own CIDR gets a tunnel for its own CIDR only; the refused
+	// prefixes are named in east's condition and never reach east's route agents; west keeps
+	// its subnets. Once its Cluster is gone (revoked), the rogue loses its tunnel.
+	rogueCluster := registerCluster("rogue", "10.150.0.0/16", "10.151.0.0/16")
+	westPod := env.Cluster("west").PodCIDR.String()
+	rogue := &v1alpha1.Peer{
+		ObjectMeta: metav1.ObjectMeta{Name: "rogue", Namespace: ns, Labels: map[string]string{v1alpha1.ClusterLabel: "rogue"}},
+		Spec: v1alpha1.PeerSpec{ClusterID: "rogue", Hostname: "x", Backend: v1alpha1.BackendWireGuard, PublicKey: newFakeDriver().PublicKey(),
+			Endpoint: v1alpha1.PeerEndpoint{PrivateIP: "203.0.113.60", Port: 4500}, Subnets: []string{"10.150.0.0/16", westPod, "169.254.169.254/32"}},
+	}
+	if err := hubc.Create(ctx, rogue); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the rogue's unallocated prefixes are withheld and named", func() error {
+		p, err := getPeer("east")
+		if err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(p.Status.Conditions, ConditionSubnetsAccepted)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != ReasonSubnetsNotAllocated ||
+			!strings.Contains(c.Message, westPod) || !strings.Contains(c.Message, "169.254.169.254/32") || !strings.Contains(c.Message, "cluster rogue") {
+			return fmt.Errorf("condition %+v", c)
+		}
+		rp, err := configPeer(gw1.driver(), "rogue")
+		if err != nil {
+			return err
+		}
+		if fmt.Sprint(rp.Subnets) != "[10.150.0.0/16]" {
+			return fmt.Errorf("the rogue's tunnel carries %v", rp.Subnets)
+		}
+		wp, err := configPeer(gw1.driver(), "west")
+		if err == nil && fmt.Sprint(wp.Subnets) != fmt.Sprint(sortedStrings(westSubnets)) {
+			err = fmt.Errorf("west's tunnel carries %v", wp.Subnets)
+		}
+		return err
+	})
+	eventually(t, "east's route agents get the rogue's own CIDR only", func() error {
+		cm := &corev1.ConfigMap{}
+		if err := east.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: v1alpha1.GatewayConfigMapName}, cm); err != nil {
+			return err
+		}
+		if got, want := cm.Data[routeagent.SubnetsKey], strings.Join(sortedStrings(append([]string{"10.150.0.0/16"}, westSubnets...)), "\n"); got != want {
+			return fmt.Errorf("subnets %q, want %q", got, want)
+		}
+		return nil
+	})
+	if err := hubc.Delete(ctx, rogueCluster); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the revoked rogue loses its tunnel", func() error {
+		if _, err := configPeer(gw1.driver(), "rogue"); err == nil {
+			return errors.New("east still tunnels to the rogue, whose Cluster is gone")
+		}
+		_, err := configPeer(gw1.driver(), "west")
+		return err
+	})
+	if err := hubc.Delete(ctx, rogue); err != nil {
 		t.Fatal(err)
 	}
 

@@ -104,6 +104,12 @@ func BuildStatus(conds []metav1.Condition, generation int64, driver string, d De
 		st.Connections = append(st.Connections, c)
 	}
 	for _, r := range d.Refused {
+		// A second Peer of a connected cluster ID (DuplicatePeer) is reported in the
+		// condition only: connections are keyed by cluster ID, and a status with two would be
+		// refused by the API server as a whole.
+		if slices.ContainsFunc(st.Connections, func(c v1alpha1.PeerConnection) bool { return c.ClusterID == r.Cluster }) {
+			continue
+		}
 		st.Connections = append(st.Connections, v1alpha1.PeerConnection{ClusterID: r.Cluster, State: v1alpha1.ConnectionError, Message: r.Message})
 	}
 	slices.SortFunc(st.Connections, func(a, b v1alpha1.PeerConnection) int { return strings.Compare(a.ClusterID, b.ClusterID) })
@@ -136,6 +142,16 @@ func BuildStatus(conds []metav1.Condition, generation int64, driver string, d De
 		accepted.Status, accepted.Reason, accepted.Message = metav1.ConditionFalse, reason, strings.Join(msgs, "\n")
 	}
 	meta.SetStatusCondition(&st.Conditions, accepted)
+	subnets := metav1.Condition{Type: ConditionSubnetsAccepted, Status: metav1.ConditionTrue, Reason: ReasonAllSubnetsAccepted, ObservedGeneration: generation,
+		Message: "every accepted Peer's subnets lie inside its cluster's allocation"}
+	if len(d.Withheld) > 0 {
+		var msgs []string
+		for _, r := range d.Withheld {
+			msgs = append(msgs, r.Message)
+		}
+		subnets.Status, subnets.Reason, subnets.Message = metav1.ConditionFalse, ReasonSubnetsNotAllocated, strings.Join(msgs, "\n")
+	}
+	meta.SetStatusCondition(&st.Conditions, subnets)
 	return st
 }
 

@@ -59,7 +59,9 @@ func joinRole(namespace string) *rbacv1.Role {
 	return &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: JoinRoleName, Namespace: namespace, Labels: kube.ManagedLabels()},
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"get", "create"}},
+			// delete: join replaces an account that is not bound yet rather than adopt it
+			// (joinPolicy refuses deleting a bound one).
+			{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"get", "create", "delete"}},
 			{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}},
 			{APIGroups: []string{"rbac.authorization.k8s.io"}, Resources: []string{"rolebindings"}, Verbs: []string{"get", "create"}},
 			// Binding a role needs either all its permissions or "bind" on it.

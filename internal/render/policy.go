@@ -2,6 +2,8 @@ package render
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -33,6 +35,9 @@ type identityRule struct {
 var identityRules = []identityRule{
 	{group: "octopus.io", resource: "clusters", field: "object.metadata.name"},
 	{group: "octopus.io", resource: "peers", field: "object.spec.clusterID"},
+	// The CRD ties a Peer's name to its clusterID; this holds even where the CRD is older:
+	// a cluster must not squat the Peer name of one that has not joined yet.
+	{group: "octopus.io", resource: "peers", field: "object.metadata.name"},
 	{group: "coordination.k8s.io", resource: "leases", field: "object.metadata.name"},
 }
 
@@ -83,6 +88,14 @@ func ownershipPolicy(namespace string) (*admissionregistrationv1.ValidatingAdmis
 			Reason:            ptr.To(metav1.StatusReasonForbidden),
 		})
 	}
+	// The importers attribute a service's records and slices to the cluster their MCS
+	// source-cluster label names: a cluster may publish them only under its own name.
+	sourceCluster := "multicluster.kubernetes.io/source-cluster"
+	validations = append(validations, admissionregistrationv1.Validation{
+		Expression:        fmt.Sprintf(`request.operation == 'DELETE' || !((request.resource.group == "discovery.k8s.io" && request.resource.resource == "endpointslices") || (request.resource.group == "multicluster.x-k8s.io" && request.resource.resource == "serviceimports")) || (has(object.metadata.labels) && %[1]q in object.metadata.labels && object.metadata.labels[%[1]q] == variables.clusterID)`, sourceCluster),
+		MessageExpression: fmt.Sprintf("'cluster ' + variables.clusterID + ' may only publish EndpointSlices and ServiceImports labelled %s=' + variables.clusterID", sourceCluster),
+		Reason:            ptr.To(metav1.StatusReasonForbidden),
+	})
 	// Renewal: a cluster may request tokens only of its own ServiceAccount (not of another
 	// cluster's, the join identity's or the hub gateway's), no longer-lived than a fresh one.
 	validations = append(validations, admissionregistrationv1.Validation{
@@ -120,25 +133,38 @@ func ownershipPolicy(namespace string) (*admissionregistrationv1.ValidatingAdmis
 // such as itself, or request a token of an enrolled cluster and act as that cluster.
 func joinPolicy(namespace string) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	p := v1alpha1.ClusterServiceAccountPrefix
+	var quoted []string
+	for _, id := range v1alpha1.ReservedClusterIDs {
+		quoted = append(quoted, strconv.Quote(v1alpha1.ClusterServiceAccount(id)))
+	}
+	reservedAccounts := "[" + strings.Join(quoted, ", ") + "]"
 	// A ServiceAccount counts as bound (its cluster enrolled) once it may list Clusters, which
 	// only its RoleBinding grants. The authorizer answers from the API server's RBAC cache,
 	// the same one that authorizes the cluster's own requests.
 	bound := fmt.Sprintf(`authorizer.serviceAccount(%[1]q, request.name).group("octopus.io").resource("clusters").namespace(%[1]q).check("list").allowed()`, namespace)
 	validations := []admissionregistrationv1.Validation{
 		{
-			Expression: fmt.Sprintf(`request.resource.resource != "serviceaccounts" || %[3]s != "" || (object.metadata.name.startsWith(%[1]q) && has(object.metadata.labels) && %[2]q in object.metadata.labels && object.metadata.labels[%[2]q] == object.metadata.name.substring(size(%[1]q)))`, p, v1alpha1.ClusterLabel, subResource),
+			Expression: fmt.Sprintf(`request.resource.resource != "serviceaccounts" || %[3]s != "" || request.operation == 'DELETE' || (object.metadata.name.startsWith(%[1]q) && has(object.metadata.labels) && %[2]q in object.metadata.labels && object.metadata.labels[%[2]q] == object.metadata.name.substring(size(%[1]q)))`, p, v1alpha1.ClusterLabel, subResource),
 			Message:    fmt.Sprintf("the join identity may only create ServiceAccounts named %s<id> labelled %s=<id>", p, v1alpha1.ClusterLabel),
 		},
 		{
-			// The hub gateway's Peer is labelled with this ID: a cluster holding it could
-			// rewrite that Peer.
-			Expression: fmt.Sprintf(`request.resource.resource != "serviceaccounts" || %s != "" || object.metadata.name != %q`, subResource, p+v1alpha1.HubPeerName),
-			Message:    fmt.Sprintf("the join identity may only create ServiceAccounts for cluster IDs other than %s, which is reserved for the hub's gateway", v1alpha1.HubPeerName),
+			// The hub gateway's Peer is labelled hub, and a cluster's heartbeat Lease is named
+			// after its ID, as is the hub gateway's election Lease: a cluster holding one of
+			// these IDs could rewrite that Peer or take that Lease.
+			Expression: fmt.Sprintf(`request.resource.resource != "serviceaccounts" || %s != "" || request.operation == 'DELETE' || !(object.metadata.name in %s)`, subResource, reservedAccounts),
+			Message:    fmt.Sprintf("the join identity may only create ServiceAccounts for cluster IDs other than %s, which are reserved for the hub's own components", strings.Join(v1alpha1.ReservedClusterIDs, " and ")),
 		},
 		{
-			Expression: fmt.Sprintf(`!(%s) || (request.name.startsWith(%q) && request.name != %q && %s)`, tokenRequest, p, p+v1alpha1.HubPeerName, tokenShape()),
+			Expression: fmt.Sprintf(`!(%s) || (request.name.startsWith(%q) && !(request.name in %s) && %s)`, tokenRequest, p, reservedAccounts, tokenShape()),
 			Message: fmt.Sprintf("the join identity may only request tokens of a cluster's ServiceAccount %s<id>, lasting at most %ds",
 				p, int64(ClusterTokenLifetime/time.Second)),
+		},
+		{
+			// Join replaces a cluster account that is not bound yet instead of adopting it
+			// (someone else holding broker-info may have made it and hold its token); a bound
+			// one is a cluster's credential and stays.
+			Expression:        fmt.Sprintf(`request.operation != 'DELETE' || (request.resource.resource == "serviceaccounts" && %s == "" && request.name.startsWith(%q) && !(%s))`, subResource, p, bound),
+			MessageExpression: `"the join identity may only delete cluster ServiceAccounts that are not bound yet: " + request.name + " is already enrolled (to replace its credential, revoke it on the hub first)"`,
 		},
 		{
 			// The core of the model: broker-info enrols a cluster and obtains that cluster's

@@ -344,16 +344,25 @@ func (r *ImportReconciler) fromHub(ctx context.Context, key types.NamespacedName
 	if err := r.Hub.List(ctx, hubSlices, client.InNamespace(r.HubNamespace), idx); err != nil {
 		return nil, nil, fmt.Errorf("listing the hub's EndpointSlices of %s: %w", key, err)
 	}
-	// Records without a source cluster cannot be attributed; the ownership policy makes them
-	// impossible, but a slice must never be imported under the wrong cluster.
+	// Records without a source cluster cannot be attributed, and one whose source cluster is
+	// not its writer (the ownership label the hub's admission policy checks) claims another
+	// cluster's service; the policy makes both impossible, but a slice must never be imported
+	// under the wrong cluster.
 	recs := slices.DeleteFunc(records.Items, func(rec mcsv1beta1.ServiceImport) bool {
-		return rec.Labels[mcsv1beta1.LabelSourceCluster] == "" || r.withdrawn(rec.Labels[mcsv1beta1.LabelSourceCluster])
+		return !attributed(rec.Labels) || r.withdrawn(rec.Labels[mcsv1beta1.LabelSourceCluster])
 	})
 	// A withdrawn cluster's slices go with its records: it no longer counts as an exporter.
 	sls := slices.DeleteFunc(hubSlices.Items, func(s discoveryv1.EndpointSlice) bool {
-		return r.withdrawn(s.Labels[mcsv1beta1.LabelSourceCluster])
+		return !attributed(s.Labels) || r.withdrawn(s.Labels[mcsv1beta1.LabelSourceCluster])
 	})
 	return recs, sls, nil
+}
+
+// attributed tells whether a hub record or slice with these labels names a source cluster
+// and was written by it: the source-cluster label equals the writer's ownership label.
+func attributed(labels map[string]string) bool {
+	src := labels[mcsv1beta1.LabelSourceCluster]
+	return src != "" && src == labels[v1alpha1.ClusterLabel]
 }
 
 // virtualIP reports whether the import of m gets a virtual IP (a derived Service, whose

@@ -278,6 +278,13 @@ func (d *Driver) Close() error {
 	return errors.Join(kernel.DeleteLink(d.device), d.nft.Delete(context.Background()))
 }
 
+// Validate tells whether Apply would accept cfg. The gateway's tests use it to prove that no
+// list of Peers makes the whole configuration fail.
+func Validate(cfg tunnel.Config) error {
+	_, _, err := validate(cfg)
+	return err
+}
+
 // validate checks cfg and returns the routes (peer subnet → the peer's underlay address) and
 // the peers' underlay addresses.
 func validate(cfg tunnel.Config) ([]route.Route, []netip.Addr, error) {

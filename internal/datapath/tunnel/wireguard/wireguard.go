@@ -234,6 +234,17 @@ func (d *Driver) Close() error {
 	return errors.Join(errs...)
 }
 
+// Validate tells whether Apply would accept cfg: what validate checks, and that every peer's
+// public key is a WireGuard key used by no other peer (renderIpcSet's checks). The gateway's
+// tests use it to prove that no list of Peers makes the whole configuration fail.
+func Validate(cfg tunnel.Config) error {
+	if _, _, err := validate(cfg); err != nil {
+		return err
+	}
+	_, err := renderIpcSet(deviceState{}, cfg.ListenPort, cfg.Peers)
+	return err
+}
+
 // validate checks cfg and returns the routes (each peer subnet straight into the device) and
 // the peers' endpoint addresses.
 func validate(cfg tunnel.Config) ([]route.Route, []netip.Addr, error) {
