@@ -62,7 +62,7 @@ func forEachBackend(t *testing.T, test func(t *testing.T, backend, binDir string
 // the gateway's underlay carries, the Peers' statuses, the gateways' and route agents' metrics,
 // `octopus show connections`, pod → an exported Service of the other cluster through its
 // ClusterSet IP and its clusterset.local name, the MCS API as its users' tools see it
-// (testMCSFidelity), `octopus bench`, and recovery when the gateway process is killed and
+// (testMCSFidelity, testMCSToTheLetter), `octopus bench`, and recovery when the gateway process is killed and
 // restarted with a new key. (vxlan's data path is TestOperatorLab's, which switches a live
 // cluster set to it and back, and TestGlobalnetMixedHubTopology's; what a cluster's leave
 // removes is TestGatewayFailover's leave check.)
@@ -217,6 +217,7 @@ func checkCrossCluster(ctx context.Context, t *testing.T, l *lab.Lab, binDir str
 
 	// The MCS API as users of it rely on it, with their own tools.
 	testMCSFidelity(ctx, t, l, binDir)
+	testMCSToTheLetter(ctx, t, l)
 	// The figures need a tunnel that encrypts, as a user's would.
 	t.Run("bench", func(t *testing.T) { testBench(ctx, t, l, bins["octopus"]) })
 

@@ -25,16 +25,10 @@ import (
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
-// TestMCSToTheLetter checks, on one lab of two clusters, what MCS users and Kubernetes tools
-// expect to the letter (issue 29), with the clients a user runs: dig and nc/curl from a
-// toolbox pod, kubectl.
-func TestMCSToTheLetter(t *testing.T) {
-	testenv.LabNetwork(t)
-	binDir := testenv.BinDir(t)
-	bins := buildCommands(t, "octopus-agent", "octopus-echo", "octopus-dns", "octopus")
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	l, _ := startLab(ctx, t, lab.Options{Clusters: 2, NodesPerCluster: 2, BinDir: binDir, AgentBinary: bins["octopus-agent"]})
+// testMCSToTheLetter checks, on a lab of two clusters (TestDiagnose's, through
+// checkCrossCluster), what MCS users and Kubernetes tools expect to the letter (issue 29), with
+// the clients a user runs: dig and nc/curl from a toolbox pod, kubectl.
+func testMCSToTheLetter(ctx context.Context, t *testing.T, l *lab.Lab) {
 	t.Run("versions", func(t *testing.T) { checkVersions(ctx, t, l) })
 	t.Run("port-set conflict", func(t *testing.T) { checkPortSetConflict(ctx, t, l) })
 	t.Run("headless dashed names", func(t *testing.T) { checkHeadlessDashedNames(ctx, t, l) })
