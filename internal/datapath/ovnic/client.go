@@ -85,7 +85,10 @@ func connect(ctx context.Context, m model.ClientDBModel, endpoints string, log l
 	}
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 100*time.Millisecond, 2*time.Second, 0
-	opts := []client.Option{client.WithReconnect(5*time.Second, bo), client.WithLogger(&log)}
+	// Leader only: a raft follower cut off from its cluster keeps serving the rows it had, and
+	// the overlap check must read what the cluster agreed on. A standalone server counts as
+	// its own leader.
+	opts := []client.Option{client.WithReconnect(5*time.Second, bo), client.WithLogger(&log), client.WithLeaderOnly(true)}
 	for _, e := range strings.Split(endpoints, ",") {
 		opts = append(opts, client.WithEndpoint(strings.TrimSpace(e)))
 	}
@@ -114,9 +117,11 @@ func (c *Client) Close() {
 }
 
 // Apply makes the AZ's NB database match az in one transaction. It may be called any number of
-// times with the same az and writes nothing when the database already matches. On error nothing
-// was written: invalid input, ErrNotReady (retry later), an *OverlapError (errors.As; a prefix
-// another AZ advertises), a foreign row in the way, or the database unreachable.
+// times with the same az and writes nothing when the database already matches. The errors:
+// invalid input, ErrNotReady, an *OverlapError (errors.As; a prefix another AZ advertises), a
+// foreign row in the way, or the database unreachable. Then nothing was written, with one
+// exception: while the transit switch is missing, NB_Global's name and options are written
+// alone before ErrNotReady, since ovn-ic copies the switch only once the AZ has its name.
 func (c *Client) Apply(ctx context.Context, az AZ) error {
 	if err := az.validate(); err != nil {
 		return fmt.Errorf("interconnection of AZ %s: %w", az.Name, err)

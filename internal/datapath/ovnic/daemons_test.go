@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -114,6 +115,12 @@ func (db icDB) run(t *testing.T, args ...string) string {
 	return string(out)
 }
 
+// convergeTimeout bounds every wait for the daemons: a raft election, ovn-ic reconnecting to a
+// new leader (its backoff reaches 8 s), a route learned. Idle they take milliseconds to a few
+// seconds; on a shared two-core machine under a load of 25 a failover took 17 s, so the bound is
+// generous and only a real failure reaches it (the waits poll, so it costs nothing otherwise).
+const convergeTimeout = 60 * time.Second
+
 // eventually polls f every 20 ms until it returns nil or timeout passes: idle-fast, no fixed
 // sleeps.
 func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
@@ -185,8 +192,11 @@ func (z *zone) nbctl(t *testing.T, args ...string) string {
 // transit switch not copied by ovn-ic yet).
 func (z *zone) apply(t *testing.T, az AZ) {
 	t.Helper()
-	eventually(t, 20*time.Second, "Apply of AZ "+az.Name, func() error {
-		err := z.client.Apply(context.Background(), az)
+	eventually(t, convergeTimeout, "Apply of AZ "+az.Name, func() error {
+		// Bounded, so that a client stuck on a dead server fails the test instead of hanging it.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err := z.client.Apply(ctx, az)
 		if err != nil && !errors.Is(err, ErrNotReady) {
 			t.Fatalf("Apply(%s): %v", az.Name, err)
 		}
@@ -215,7 +225,7 @@ func (z *zone) routes(t *testing.T) map[string]string {
 
 func (z *zone) waitRoute(t *testing.T, prefix, want string) {
 	t.Helper()
-	eventually(t, 20*time.Second, "AZ "+z.name+" route "+prefix+" = "+want, func() error {
+	eventually(t, convergeTimeout, "AZ "+z.name+" route "+prefix+" = "+want, func() error {
 		if got := z.routes(t)[prefix]; got != want {
 			return errors.New("routes: " + strings.TrimSpace(z.nbctl(t, "lr-route-list", RouterName(z.name))))
 		}
@@ -224,3 +234,81 @@ func (z *zone) waitRoute(t *testing.T, prefix, want string) {
 }
 
 func regexpMatch(s, pattern string) bool { return regexp.MustCompile(pattern).MatchString(s) }
+
+// icCluster is one interconnection database as a 3-member raft cluster, the hub's HA setup,
+// each member an ovsdb-server on unix sockets (raft between members too).
+type icCluster struct {
+	icDB
+	dbName  string
+	members []*daemon
+	ctls    []string // each member's unixctl socket
+}
+
+// startICCluster creates the cluster on member 1 and joins members 2 and 3 to it, starts all
+// three and returns once the cluster has a leader; endpoint lists every member.
+func startICCluster(t *testing.T, dir, name, schema, dbName, ctl string) *icCluster {
+	t.Helper()
+	if _, err := os.Stat(schema); err != nil {
+		t.Skipf("OVN IC schema %s not installed (Debian's ovn-ic-db; run hack/install-deps.sh): %v", schema, err)
+	}
+	c := &icCluster{dbName: dbName}
+	var remotes []string
+	raft := func(i int) string { return fmt.Sprintf("unix:%s/%s%d.raft", dir, name, i) }
+	for i := 1; i <= 3; i++ {
+		db := filepath.Join(dir, fmt.Sprintf("%s%d.db", name, i))
+		args := []string{"create-cluster", db, schema, raft(i)}
+		if i > 1 {
+			args = []string{"join-cluster", db, dbName, raft(i), raft(1)}
+		}
+		if out, err := exec.Command("ovsdb-tool", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ovsdb-tool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		sock := filepath.Join(dir, fmt.Sprintf("%s%d.sock", name, i))
+		ctlSock := filepath.Join(dir, fmt.Sprintf("%s%d.ctl", name, i))
+		c.members = append(c.members, startDaemon(t, dir, "ovsdb-server", db, "--remote=punix:"+sock,
+			"--unixctl="+ctlSock, "--log-file="+filepath.Join(dir, fmt.Sprintf("%s%d.log", name, i))))
+		c.ctls = append(c.ctls, ctlSock)
+		remotes = append(remotes, "unix:"+sock)
+	}
+	c.icDB = icDB{endpoint: strings.Join(remotes, ","), ctl: ctl}
+	eventually(t, convergeTimeout, name+" raft cluster to elect a leader with all members", func() error {
+		if c.leader(t) < 0 {
+			return errors.New("no leader")
+		}
+		return nil
+	})
+	return c
+}
+
+// leader is the index of the member that reports itself leader, -1 if none does.
+func (c *icCluster) leader(t *testing.T) int {
+	t.Helper()
+	for i, ctl := range c.ctls {
+		if c.members[i] == nil {
+			continue
+		}
+		out, err := exec.Command("ovs-appctl", "-t", ctl, "cluster/status", c.dbName).CombinedOutput()
+		if err == nil && strings.Contains(string(out), "Role: leader") {
+			return i
+		}
+	}
+	return -1
+}
+
+// killLeader stops the leader by its PID and returns once another member leads.
+func (c *icCluster) killLeader(t *testing.T) {
+	t.Helper()
+	i := c.leader(t)
+	if i < 0 {
+		t.Fatalf("%s has no leader to kill", c.dbName)
+	}
+	_ = c.members[i].cmd.Process.Kill()
+	<-c.members[i].done
+	c.members[i] = nil
+	eventually(t, convergeTimeout, c.dbName+" to elect a new leader", func() error {
+		if c.leader(t) < 0 {
+			return errors.New("no leader")
+		}
+		return nil
+	})
+}

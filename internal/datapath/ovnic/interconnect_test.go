@@ -152,3 +152,48 @@ func TestInterconnectRealDaemons(t *testing.T) {
 	t.Logf("daemons up in %s; first routes learned %s after Apply; opt-out removed → learned in %s; whole test %s",
 		started.Round(time.Millisecond), learned.Round(time.Millisecond), optIn.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 }
+
+// TestInterconnectSurvivesICLeaderLoss runs the IC NB and IC SB as 3-member raft clusters (the
+// hub's HA setup) and kills both leaders: ovn-ic in each AZ and our client move to the new
+// leaders, a subnet added afterwards is learned by the other AZ, and the routes learned before
+// stay.
+func TestInterconnectSurvivesICLeaderLoss(t *testing.T) {
+	start := time.Now()
+	dir := scratch(t)
+	icnb := startICCluster(t, dir, "icnb", icNBSchema, "OVN_IC_Northbound", "ovn-ic-nbctl")
+	icsb := startICCluster(t, dir, "icsb", icSBSchema, "OVN_IC_Southbound", "ovn-ic-sbctl")
+	icnb.run(t, "ts-add", "ts1")
+	a := startZone(t, "az-a", icnb.icDB, icsb.icDB)
+	b := startZone(t, "az-b", icnb.icDB, icsb.icDB)
+	a.nbctl(t, "ls-add", "octopus-az-a", "--", "ls-add", "az-a-new")
+	b.nbctl(t, "ls-add", "octopus-az-b")
+	azA := AZ{
+		Name: "az-a", TransitSwitch: "ts1", TransitAddress: netip.MustParsePrefix("169.254.100.1/24"), AutoRoutes: true,
+		Subnets: []Subnet{{Switch: "octopus-az-a", Address: netip.MustParsePrefix("10.1.0.254/24")}},
+	}
+	azB := AZ{
+		Name: "az-b", TransitSwitch: "ts1", TransitAddress: netip.MustParsePrefix("169.254.100.2/24"), AutoRoutes: true,
+		Subnets: []Subnet{{Switch: "octopus-az-b", Address: netip.MustParsePrefix("10.2.0.254/24")}},
+	}
+	a.apply(t, azA)
+	b.apply(t, azB)
+	b.waitRoute(t, "10.1.0.0/24", "169.254.100.1 learned")
+	a.waitRoute(t, "10.2.0.0/24", "169.254.100.2 learned")
+	up := time.Since(start)
+
+	failStart := time.Now()
+	icnb.killLeader(t)
+	icsb.killLeader(t)
+	elected := time.Since(failStart)
+
+	azA.Subnets = append(azA.Subnets, Subnet{Switch: "az-a-new", Address: netip.MustParsePrefix("10.1.2.254/24")})
+	a.apply(t, azA)
+	applied := time.Since(failStart)
+	b.waitRoute(t, "10.1.2.0/24", "169.254.100.1 learned")
+	relearned := time.Since(failStart)
+	if got := a.routes(t)["10.2.0.0/24"]; got != "169.254.100.2 learned" {
+		t.Fatalf("AZ a lost the route learned before the failover: %q", got)
+	}
+	t.Logf("raft clusters and AZs up, first routes learned in %s; new leaders after %s; Apply done %s and new subnet learned %s after the kill; whole test %s",
+		up.Round(time.Millisecond), elected.Round(time.Millisecond), applied.Round(time.Millisecond), relearned.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+}

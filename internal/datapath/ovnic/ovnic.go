@@ -102,9 +102,10 @@ type Route struct {
 	NextHop netip.Addr
 }
 
-// ErrNotReady: what Apply builds on is not in the AZ's NB database yet: the NB_Global row
-// (ovn-northd creates it) or the transit switch (ovn-ic copies it from the IC NB once the AZ is
-// registered). Nothing was written; retry later.
+// ErrNotReady says that what Apply builds on is not in the AZ's NB database yet: the NB_Global
+// row (ovn-northd creates it), a subnet switch, or the transit switch (ovn-ic copies it from the
+// IC NB once the AZ is registered). Retry later; only the AZ's name and options may have been
+// written meanwhile (see Apply).
 var ErrNotReady = errors.New("not ready")
 
 // OverlapError is a prefix this AZ would advertise that overlaps one another AZ already
