@@ -161,3 +161,27 @@ const (
 	// external_ids and uses the name only to refuse creating a second switch of that name.
 	OVNSwitchNamePrefix = "octopus-"
 )
+
+// OVN interconnection (internal/datapath/ovnic). Its rows in an AZ's NB database carry
+// OVNKeyOwner = OVNOwnerInterconnect and OVNKeyCluster = the AZ (the cluster ID), so that its
+// Apply and the secondary network's never take each other's rows, also where the
+// interconnection's router port sits on the secondary network's switch.
+const (
+	// OVNOwnerInterconnect is OVNKeyOwner's value on the interconnection's router, router ports,
+	// switch ports (on the AZ's switches and on the transit switch) and manual static routes.
+	// Routes ovn-ic learns carry ovn-ic's own external_ids:ic-learned-route and not this, so
+	// Apply never deletes a learned route (ovn-ic owns them and withdraws them itself).
+	OVNOwnerInterconnect = "interconnect"
+	// OVNInterconnectNamePrefix + the AZ starts the name of every row the interconnection
+	// names: router "octopus-ic-<az>", its ports "octopus-ic-<az>-<switch>". Router port and
+	// switch port names are unique in the whole NB database, and a transit switch's port names
+	// in every AZ (ovn-ic copies them as remote ports), hence the AZ in each.
+	OVNInterconnectNamePrefix = "octopus-ic-"
+	// OVNInterconnectOptions are the NB_Global options keys the interconnection owns whole: it
+	// sets them to what its desired state says and removes them when that says nothing, and
+	// leaves every other key alone. They are what ovn-ic (23.03) reads to advertise and learn.
+	// ic-route-blacklist is 23.03's name (later OVN renamed it ic-route-denylist).
+	OVNInterconnectOptionAdvertise = "ic-route-adv"
+	OVNInterconnectOptionLearn     = "ic-route-learn"
+	OVNInterconnectOptionDenylist  = "ic-route-blacklist"
+)
