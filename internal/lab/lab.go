@@ -21,7 +21,6 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/cluster"
-	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
@@ -420,7 +419,7 @@ func clearAbandonedLabs(id string, p *progress.Reporter) error {
 			return err
 		}
 		if !abandoned {
-			return fmt.Errorf("another lab is running on this machine (links %s%s-*: %s); stop it first with `octopus lab down` for its directory", owner.LabRootLinkPrefix, other, reason)
+			return fmt.Errorf("another lab is running on this machine (links %s*: %s); stop it first with `octopus lab down` for its directory", labnet.RootLinkOwnerPrefix(other), reason)
 		}
 		step := time.Now()
 		p.Step("Removing the network of lab %s, left behind by a run that was killed (nothing runs in it)", other)

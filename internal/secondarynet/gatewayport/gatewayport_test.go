@@ -17,9 +17,9 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
-	"github.com/octopus-mcs/octopus/internal/ovn/ovntest"
 )
 
 // logLines is a logr sink keeping every line, to check what the loop logs.

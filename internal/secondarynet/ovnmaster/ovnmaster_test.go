@@ -23,8 +23,8 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/config/rbac"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
-	"github.com/octopus-mcs/octopus/internal/ovn/ovntest"
 	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
