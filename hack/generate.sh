@@ -29,8 +29,8 @@ rbac route-agent "./internal/routeagent"
 rbac dns "./cmd/octopus-dns"
 rbac operator "./internal/operator"
 # The secondary network's (cmd/octopus-ovn), which the member chart installs with secondaryNetwork.enabled.
-rbac ovnmaster "./internal/ovn/ovnmaster"
-rbac ovn-nri "./internal/ovn/nriplugin"
+rbac ovnmaster "./internal/secondarynet/ovnmaster"
+rbac ovn-nri "./internal/secondarynet/nriplugin"
 
 # The charts' parts that come from the objects above and from internal/render (internal/chartgen).
 chartdir="charts"

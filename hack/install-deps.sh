@@ -27,7 +27,7 @@ esac
 # with Debian's wireguard-go program configured by `wg`.
 # ovn-central (ovsdb-server with the NB/SB schemas, ovn-northd), ovn-host (ovn-controller) and
 # openvswitch-switch (ovs-vswitchd, ovs-vsctl): the secondary network. Its tests start their own
-# NB ovsdb-server on a unix socket (internal/ovn/ovntest) and the NB models are generated from
+# NB ovsdb-server on a unix socket (internal/datapath/ovn/ovntest) and the NB models are generated from
 # the installed NB schema (internal/datapath/ovn/nbdb). The packages' services are not needed:
 # nothing here relies on systemd or on the daemons apt may start.
 DEMO_PACKAGES=(git make ca-certificates nftables iproute2 busybox socat dnsutils util-linux mount

@@ -4,7 +4,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -63,7 +62,7 @@ func TestControllerHeartbeatsAsProcess(t *testing.T) {
 	agent := startAgent(t, bin, "controller", "--kubeconfig", memberCP.Kubeconfig,
 		"--heartbeat-interval", "200ms", "--lease-duration", "2s", "--zap-log-level", "debug",
 		"--metrics-bind-address", metricsAddr)
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, "the agent waiting for its hub credential", func() error {
 		if !strings.Contains(agent.output(), "Waiting for the hub credential") {
 			return errors.New("the agent has not logged that it waits for the hub credential")
 		}
@@ -73,7 +72,7 @@ func TestControllerHeartbeatsAsProcess(t *testing.T) {
 	create(t, memberAdmin, cred.Secret())
 
 	var first time.Time
-	eventually(t, time.Minute, func() error {
+	testenv.Eventually(t, time.Minute, "the heartbeat Lease renewed", func() error {
 		l := &coordinationv1.Lease{}
 		if err := hubAdmin.Get(t.Context(), client.ObjectKey{Namespace: hubNamespace, Name: v1alpha1.HeartbeatLeaseName(clusterID)}, l); err != nil {
 			return err
@@ -89,12 +88,12 @@ func TestControllerHeartbeatsAsProcess(t *testing.T) {
 		}
 		return nil
 	})
-	eventually(t, 30*time.Second, func() error { return clusterCondition(t, hubAdmin, metav1.ConditionTrue, v1alpha1.ReasonHeartbeating) })
+	testenv.Eventually(t, 30*time.Second, "the Cluster heartbeating", func() error { return clusterCondition(t, hubAdmin, metav1.ConditionTrue, v1alpha1.ReasonHeartbeating) })
 
 	// The controller serves controller-runtime's registry: its reconcile metrics, per
 	// controller, and Octopus's (the heartbeat's here; this hub grants too little for the
 	// import side's hub cache to sync).
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, "the metrics served", func() error {
 		resp, err := http.Get("http://" + metricsAddr + "/metrics")
 		if err != nil {
 			return err
@@ -213,7 +212,7 @@ func installHub(t *testing.T, c client.Client) {
 		create(t, c, d)
 	}
 	for _, d := range crds {
-		eventually(t, 30*time.Second, func() error {
+		testenv.Eventually(t, 30*time.Second, "CRD "+d.Name+" established", func() error {
 			got := &apiextensionsv1.CustomResourceDefinition{}
 			if err := c.Get(t.Context(), client.ObjectKeyFromObject(d), got); err != nil {
 				return err
@@ -226,7 +225,7 @@ func installHub(t *testing.T, c client.Client) {
 			return fmt.Errorf("CRD %s is not established yet", d.Name)
 		})
 	}
-	eventually(t, 30*time.Second, func() error {
+	testenv.Eventually(t, 30*time.Second, "the Cluster created", func() error {
 		return c.Create(t.Context(), &v1alpha1.Cluster{
 			ObjectMeta: metav1.ObjectMeta{Namespace: hubNamespace, Name: clusterID, Labels: map[string]string{v1alpha1.ClusterLabel: clusterID}},
 			Spec:       v1alpha1.ClusterSpec{ClusterID: clusterID, PodCIDRs: []string{"10.1.0.0/16"}, ServiceCIDRs: []string{"10.96.0.0/16"}},
@@ -261,7 +260,7 @@ func clusterToken(t *testing.T, c client.Client) string {
 	}
 	create(t, c, secret)
 	var token string
-	eventually(t, time.Minute, func() error {
+	testenv.Eventually(t, time.Minute, "the token Secret filled", func() error {
 		if err := c.Get(t.Context(), client.ObjectKeyFromObject(secret), secret); err != nil {
 			return err
 		}
@@ -290,22 +289,5 @@ func create(t *testing.T, c client.Client, obj client.Object) {
 	t.Helper()
 	if err := c.Create(t.Context(), obj); err != nil {
 		t.Fatalf("creating %T %s: %v", obj, client.ObjectKeyFromObject(obj), err)
-	}
-}
-
-func eventually(t *testing.T, timeout time.Duration, f func() error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), timeout)
-	defer cancel()
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("after %s: %v", timeout, err)
-		case <-time.After(100 * time.Millisecond):
-		}
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
 	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
-	"github.com/octopus-mcs/octopus/internal/ovn/gatewayport"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/gatewayport"
 )
 
 // gatewayPortOptions are the flags of `octopus-ovn gateway-port`.

@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/octopus-mcs/octopus/internal/ovn/ovnmaster"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/ovnmaster"
 )
 
 // masterOptions are the flags of `octopus-ovn master`.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
 	"github.com/octopus-mcs/octopus/internal/metricsserver"
-	"github.com/octopus-mcs/octopus/internal/ovn/nriplugin"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/nriplugin"
 )
 
 // nriOptions are the flags of `octopus-ovn nri`.

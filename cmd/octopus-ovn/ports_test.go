@@ -5,9 +5,9 @@ import (
 
 	"github.com/octopus-mcs/octopus/internal/agent"
 	"github.com/octopus-mcs/octopus/internal/gateway"
-	"github.com/octopus-mcs/octopus/internal/ovn/gatewayport"
-	"github.com/octopus-mcs/octopus/internal/ovn/nriplugin"
 	"github.com/octopus-mcs/octopus/internal/routeagent"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/gatewayport"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/nriplugin"
 )
 
 // TestNodePortsDiffer: the components that listen in a node's network namespace by default —

@@ -86,7 +86,7 @@ func TestComponentsRunWithTheirRoles(t *testing.T) {
 			return routeagent.Run(ctx, routeagent.Options{Member: cfg, NodeName: "worker1", Routes: routes, Log: logs.Logger()})
 		})
 		want := []route.Route{{Dst: netip.MustParsePrefix("10.2.0.0/16"), Via: netip.MustParseAddr("192.0.2.11")}}
-		eventually(t, "the route agent routes the remote subnet via the active gateway", func() error {
+		testenv.Eventually(t, time.Minute, "the route agent routes the remote subnet via the active gateway", func() error {
 			if got := routes.get(); !slices.Equal(got, want) {
 				return fmt.Errorf("routes %v, want %v", got, want)
 			}
@@ -113,7 +113,7 @@ func TestComponentsRunWithTheirRoles(t *testing.T) {
 				Log:           logs.Logger(),
 			})
 		})
-		eventually(t, "the gateway holds its Lease, publishes its Peer and mirrors the subnets", func() error {
+		testenv.Eventually(t, time.Minute, "the gateway holds its Lease, publishes its Peer and mirrors the subnets", func() error {
 			l := &coordinationv1.Lease{}
 			if err := east.Get(t.Context(), client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: v1alpha1.GatewayLeaseName}, l); err != nil {
 				return err
@@ -143,7 +143,7 @@ func TestComponentsRunWithTheirRoles(t *testing.T) {
 			})
 		})
 		createExport(t, east)
-		eventually(t, "the controller heartbeats, exports the service and imports it back", func() error {
+		testenv.Eventually(t, time.Minute, "the controller heartbeats, exports the service and imports it back", func() error {
 			cl := &v1alpha1.Cluster{}
 			if err := hubAdmin.Get(t.Context(), client.ObjectKey{Namespace: info.Namespace, Name: "east"}, cl); err != nil {
 				return err
@@ -229,7 +229,7 @@ func asComponent(t *testing.T, admin client.Client, cfg *rest.Config, component 
 	out.BearerToken = tr.Status.Token
 	// The RBAC authorizer's cache of the new bindings may trail them by a moment.
 	c := testenv.Client(t, out)
-	eventually(t, "the API server knows the new bindings", func() error {
+	testenv.Eventually(t, time.Minute, "the API server knows the new bindings", func() error {
 		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &probe}}
 		if err := c.Create(ctx, review); err != nil {
 			return err
@@ -287,18 +287,3 @@ func (fakeDriver) PublicKey() string {
 func (fakeDriver) Apply(context.Context, tunnel.Config) error { return nil }
 func (fakeDriver) Stats() ([]tunnel.PeerStats, error)         { return nil, nil }
 func (fakeDriver) Close() error                               { return nil }
-
-func eventually(t *testing.T, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -507,7 +508,7 @@ func tokenFor(t *testing.T, admin client.Client, adminCfg *rest.Config, id ident
 	}
 	first := id.needs[0]
 	probe := request{verb: strings.Split(first.verbs, ",")[0], group: first.group, resource: first.resource, namespace: first.namespace, name: first.name}
-	eventually(t, "the API server knows the bindings of "+id.name, func() error {
+	testenv.Eventually(t, time.Minute, "the API server knows the bindings of "+id.name, func() error {
 		ok, err := accessReview(t.Context(), cs, probe)
 		if err == nil && !ok {
 			err = fmt.Errorf("%s not allowed yet", probe)

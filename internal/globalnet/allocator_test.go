@@ -2,6 +2,7 @@ package globalnet_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -16,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -212,19 +212,19 @@ func parseOr(s string) netip.Addr {
 	return a
 }
 
+// eventually is testenv.Eventually for checks that say what is still wrong ("" when nothing
+// is), with a context that ends a little after the timeout: a check that hangs still ends, and
+// the last one before the timeout still reports what is wrong rather than the context's end.
 func eventually(t *testing.T, what string, check func(ctx context.Context) string) {
 	t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		msg := check(ctx)
-		if ctx.Err() == nil {
-			last = msg
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute+10*time.Second)
+	defer cancel()
+	testenv.Eventually(t, time.Minute, what, func() error {
+		if msg := check(ctx); msg != "" {
+			return errors.New(msg)
 		}
-		return msg == "", nil
+		return nil
 	})
-	if err != nil {
-		t.Fatalf("%s: %s", what, last)
-	}
 }
 
 // TestAllocator runs the allocator against a real API server through the life of exports: a

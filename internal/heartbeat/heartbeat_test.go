@@ -404,7 +404,7 @@ func hbInstallHub(t *testing.T, c client.Client) {
 		}
 	}
 	for _, d := range crds {
-		hbEventually(t, 30*time.Second, func() error {
+		testenv.Eventually(t, 30*time.Second, "CRD "+d.Name+" established", func() error {
 			got := &apiextensionsv1.CustomResourceDefinition{}
 			if err := c.Get(ctx, client.ObjectKeyFromObject(d), got); err != nil {
 				return err
@@ -418,7 +418,7 @@ func hbInstallHub(t *testing.T, c client.Client) {
 		})
 	}
 	// The first create after the CRDs are established may still miss the new kind in discovery.
-	hbEventually(t, 30*time.Second, func() error { return c.Create(ctx, hbCluster()) })
+	testenv.Eventually(t, 30*time.Second, "the Cluster created", func() error { return c.Create(ctx, hbCluster()) })
 }
 
 // hbWaitControllerManager waits until kube-controller-manager runs its controllers, shown by
@@ -426,7 +426,7 @@ func hbInstallHub(t *testing.T, c client.Client) {
 // them and exits if the API server goes away, which the environment reports as a failure.
 func hbWaitControllerManager(t *testing.T, c client.Client) {
 	t.Helper()
-	hbEventually(t, time.Minute, func() error {
+	testenv.Eventually(t, time.Minute, "the controller manager's default ServiceAccount", func() error {
 		return c.Get(t.Context(), client.ObjectKey{Namespace: hbNamespace, Name: "default"}, &corev1.ServiceAccount{})
 	})
 }
@@ -497,7 +497,7 @@ func hbAssertCondition(t *testing.T, cl *v1alpha1.Cluster, status metav1.Conditi
 
 func hbWaitCondition(t *testing.T, c client.Client, status metav1.ConditionStatus, reason string, timeout time.Duration) {
 	t.Helper()
-	hbEventually(t, timeout, func() error {
+	testenv.Eventually(t, timeout, "condition "+reason, func() error {
 		cl := &v1alpha1.Cluster{}
 		if err := c.Get(t.Context(), client.ObjectKey{Namespace: hbNamespace, Name: hbClusterID}, cl); err != nil {
 			return err
@@ -509,7 +509,7 @@ func hbWaitCondition(t *testing.T, c client.Client, status metav1.ConditionStatu
 func hbWaitLease(t *testing.T, c client.Client, timeout time.Duration, check func(*coordinationv1.Lease) error) *coordinationv1.Lease {
 	t.Helper()
 	var l *coordinationv1.Lease
-	hbEventually(t, timeout, func() error {
+	testenv.Eventually(t, timeout, "the Lease renewed", func() error {
 		l = &coordinationv1.Lease{}
 		if err := c.Get(t.Context(), client.ObjectKey{Namespace: hbNamespace, Name: hbClusterID}, l); err != nil {
 			return err
@@ -527,20 +527,4 @@ func hbWaitRenewedAfter(t *testing.T, c client.Client, after time.Time, timeout 
 		}
 		return nil
 	})
-}
-
-// hbEventually polls f until it returns nil, failing the test with f's last error at timeout.
-func hbEventually(t *testing.T, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", timeout, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

@@ -65,23 +65,41 @@ func (l *Lab) Demo(ctx context.Context) (*DemoReport, error) {
 		return nil, fmt.Errorf("the demo needs two member clusters, the lab has %d", len(l.Members))
 	}
 	exporter, importer := l.Members[0], l.Members[1]
-	ec, err := client.New(l.Env.Cluster(exporter).RESTConfig(), client.Options{Scheme: kube.Scheme})
+	ec, ic, err := l.deployDemo(ctx, exporter, importer)
 	if err != nil {
 		return nil, err
 	}
-	ic, err := client.New(l.Env.Cluster(importer).RESTConfig(), client.Options{Scheme: kube.Scheme})
+	report := &DemoReport{}
+	if err := waitForDemo(ctx, ec, ic, exporter, importer, report); err != nil {
+		return report, err
+	}
+	return report, l.probeDemo(ctx, ec, exporter, importer, report)
+}
+
+// deployDemo applies the echo server (and its export) in exporter and the toolbox pod in
+// importer, and returns clients of both clusters.
+func (l *Lab) deployDemo(ctx context.Context, exporter, importer string) (ec, ic client.Client, err error) {
+	ec, err = client.New(l.Env.Cluster(exporter).RESTConfig(), client.Options{Scheme: kube.Scheme})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	ic, err = client.New(l.Env.Cluster(importer).RESTConfig(), client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		return nil, nil, err
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DemoNamespace}}
 	if err := kube.Apply(ctx, ec, append([]client.Object{ns}, echoObjects()...)...); err != nil {
-		return nil, fmt.Errorf("deploying the echo server in %s: %w", exporter, err)
+		return nil, nil, fmt.Errorf("deploying the echo server in %s: %w", exporter, err)
 	}
 	if err := kube.Apply(ctx, ic, ns, toolboxPod()); err != nil {
-		return nil, fmt.Errorf("starting the toolbox in %s: %w", importer, err)
+		return nil, nil, fmt.Errorf("starting the toolbox in %s: %w", importer, err)
 	}
+	return ec, ic, nil
+}
 
-	report := &DemoReport{}
+// waitForDemo waits, through the API servers, until the echo server and the toolbox are ready
+// and importer has imported the echo service, filling in what the report says of them.
+func waitForDemo(ctx context.Context, ec, ic client.Client, exporter, importer string, report *DemoReport) error {
 	steps := []struct {
 		what string
 		done func(context.Context) (bool, error)
@@ -121,52 +139,60 @@ func (l *Lab) Demo(ctx context.Context) (*DemoReport, error) {
 	}
 	for _, s := range steps {
 		if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, s.done); err != nil {
-			return report, fmt.Errorf("waiting for %s: %w (`octopus lab status` and the logs under the lab dir show why)", s.what, err)
+			return fmt.Errorf("waiting for %s: %w (`octopus lab status` and the logs under the lab dir show why)", s.what, err)
 		}
 	}
+	return nil
+}
 
+// probeDemo checks the data path, each check retried until it converges: the echo Service
+// inside exporter, its clusterset.local name from the toolbox in importer, and a request by
+// that name across the clusters.
+func (l *Lab) probeDemo(ctx context.Context, ec client.Client, exporter, importer string, report *DemoReport) error {
 	svc := &corev1.Service{}
 	if err := ec.Get(ctx, client.ObjectKey{Namespace: DemoNamespace, Name: "echo"}, svc); err != nil {
-		return report, err
+		return err
 	}
 	report.EchoClusterIP = svc.Spec.ClusterIP
 	report.DNSName = "echo." + DemoNamespace + ".svc.clusterset.local"
-	var lastErr error
-	retry := func(what string, f func() (bool, error)) error {
-		// Each of these converges by itself within seconds to a minute: kube-proxy programs
-		// new endpoints, CoreDNS's reload plugin re-reads the Corefile join patched (every
-		// 30 s), octopus-dns and the tunnels come up.
-		err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(context.Context) (bool, error) {
-			done, err := f()
-			lastErr = err
-			return done, nil
-		})
-		if err != nil {
-			return fmt.Errorf("waiting for %s: %w (last: %w)", what, err, lastErr)
-		}
-		return nil
-	}
-	err = retry("the echo Service to answer inside "+exporter, func() (bool, error) {
+	err := retryDemo(ctx, "the echo Service to answer inside "+exporter, func() (bool, error) {
+		var err error
 		report.EchoReply, err = l.httpGetFromNode(exporter, svc.Spec.ClusterIP, 80)
 		return err == nil, err
 	})
 	if err != nil {
-		return report, err
+		return err
 	}
-	err = retry(report.DNSName+" to resolve in "+importer, func() (bool, error) {
+	err = retryDemo(ctx, report.DNSName+" to resolve in "+importer, func() (bool, error) {
 		out, err := l.execInPod(ctx, importer, DemoNamespace, "toolbox", "dig", "+short", "+time=2", "+tries=1", report.DNSName)
 		report.DNSAnswer = strings.TrimSpace(out)
 		return err == nil && slices.Contains(report.ImportIPs, report.DNSAnswer), err
 	})
 	if err != nil {
-		return report, err
+		return err
 	}
-	err = retry("a reply from "+report.DNSName+" across the clusters", func() (bool, error) {
+	return retryDemo(ctx, "a reply from "+report.DNSName+" across the clusters", func() (bool, error) {
 		out, err := l.execInPod(ctx, importer, DemoNamespace, "toolbox", "busybox", "wget", "-qO-", "http://"+report.DNSName+"/")
 		report.CrossClusterReply = strings.TrimSpace(out)
 		return err == nil && report.CrossClusterReply != "", err
 	})
-	return report, err
+}
+
+// retryDemo calls f every second until it reports done, for up to three minutes; on timeout
+// the error names what it waited for and f's last error. Each of the demo's probes converges
+// by itself within seconds to a minute: kube-proxy programs new endpoints, CoreDNS's reload
+// plugin re-reads the Corefile join patched (every 30 s), octopus-dns and the tunnels come up.
+func retryDemo(ctx context.Context, what string, f func() (bool, error)) error {
+	var lastErr error
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(context.Context) (bool, error) {
+		done, err := f()
+		lastErr = err
+		return done, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %s: %w (last: %w)", what, err, lastErr)
+	}
+	return nil
 }
 
 // execInPod runs argv in the pod's first container through the API server's exec

@@ -21,7 +21,6 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/cluster"
-	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
@@ -155,18 +154,9 @@ func clusterCIDRs(i int, overlapping bool) (pods, services netip.Prefix) {
 // agent (with Options.Unjoined it stops after the nodes). It needs root. It first removes
 // what an earlier lab in the same Dir left (see Down). On error it stops whatever it started.
 func Up(ctx context.Context, opts Options) (l *Lab, err error) {
-	opts = opts.WithDefaults()
-	if err := opts.Validate(); err != nil {
-		return nil, fmt.Errorf("lab options: %w", err)
-	}
-	if opts.NodesPerCluster == 0 {
-		opts.NodesPerCluster = max(labnet.MinNodesPerCluster, opts.GatewaysPerCluster+1)
-	}
-	if opts.Topology == v1alpha1.TopologyHub && opts.HubGateways == 0 {
-		opts.HubGateways = 1
-	}
-	if opts.ContainerdBinDir == "" {
-		return nil, errors.New("the nodes need the directory of containerd (see controlplane.EnsureNodeRuntime)")
+	opts, err = upOptions(opts)
+	if err != nil {
+		return nil, err
 	}
 	if err := preflight(); err != nil {
 		return nil, err
@@ -186,6 +176,73 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 			_ = lock.Close()
 		}
 	}()
+	specs, netSpecs := clusterSpecs(opts)
+	plan, err := labnet.NewPlan(id, netSpecs, opts.HubGateways)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if err := createNetwork(dir, plan, p); err != nil {
+		return nil, err
+	}
+
+	p.Step("Starting etcd and %d control planes in %s", len(specs), dir)
+	env, err := controlplane.Start(ctx, controlplane.Options{
+		BinDir: opts.BinDir, Dir: dir, BindAddress: labnet.APIAddress, Log: opts.Log, Progress: progressOut(p),
+	}, specs...)
+	if err != nil {
+		return nil, errors.Join(err, labnet.Teardown(id))
+	}
+	l = &Lab{Env: env, BrokerInfo: filepath.Join(dir, "broker-info"), Network: plan, lock: lock, charts: chartsOnNodes(opts), opts: opts}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, l.Stop())
+		}
+	}()
+
+	step := time.Now()
+	p.Step("Starting containerd, a kubelet and kube-proxy on %d nodes per cluster", opts.NodesPerCluster)
+	if l.nodes, err = startNodes(ctx, env, plan, opts); err != nil {
+		return l, err
+	}
+	p.Done(step, "%d nodes registered", opts.Clusters*opts.NodesPerCluster)
+
+	if opts.Unjoined {
+		if err := l.finishUnjoined(ctx); err != nil {
+			return l, err
+		}
+		p.Done(start, "Lab up: hub and %d clusters, none joined (Unjoined)", opts.Clusters)
+		return l, nil
+	}
+	if err := l.deployHubAndJoin(ctx); err != nil {
+		return l, err
+	}
+	p.Done(start, "Lab up: hub and %d clusters joined", opts.Clusters)
+	return l, nil
+}
+
+// upOptions is Up's options with the defaults filled in, the sizes that follow from other
+// options derived, and checked.
+func upOptions(opts Options) (Options, error) {
+	opts = opts.WithDefaults()
+	if err := opts.Validate(); err != nil {
+		return opts, fmt.Errorf("lab options: %w", err)
+	}
+	if opts.NodesPerCluster == 0 {
+		opts.NodesPerCluster = max(labnet.MinNodesPerCluster, opts.GatewaysPerCluster+1)
+	}
+	if opts.Topology == v1alpha1.TopologyHub && opts.HubGateways == 0 {
+		opts.HubGateways = 1
+	}
+	if opts.ContainerdBinDir == "" {
+		return opts, errors.New("the nodes need the directory of containerd (see controlplane.EnsureNodeRuntime)")
+	}
+	return opts, nil
+}
+
+// clusterSpecs is what the control planes (the hub first, then every member) and the lab
+// network (members only) are made from.
+func clusterSpecs(opts Options) ([]controlplane.ClusterOptions, []labnet.ClusterSpec) {
 	specs := make([]controlplane.ClusterOptions, 0, opts.Clusters+1)
 	var netSpecs []labnet.ClusterSpec
 	for i := 0; i <= opts.Clusters; i++ {
@@ -202,86 +259,72 @@ func Up(ctx context.Context, opts Options) (l *Lab, err error) {
 				Nodes: opts.NodesPerCluster, Gateways: opts.GatewaysPerCluster})
 		}
 	}
-	plan, err := labnet.NewPlan(id, netSpecs, opts.HubGateways)
-	if err != nil {
-		return nil, err
-	}
-	start := time.Now()
-	if err := clearAbandonedLabs(id, p); err != nil {
-		return nil, err
+	return specs, netSpecs
+}
+
+// createNetwork removes what abandoned labs and an earlier lab in dir left, then creates the
+// plan's network; if that fails half-way, it removes what it made.
+func createNetwork(dir string, plan labnet.Plan, p *progress.Reporter) error {
+	if err := clearAbandonedLabs(plan.ID, p); err != nil {
+		return err
 	}
 	p.Step("Removing what an earlier lab in %s left behind", dir)
 	if err := Down(dir); err != nil {
-		return nil, err
+		return err
 	}
 	step := time.Now()
-	p.Step("Creating the lab network: %d namespaces (lab ID %s)", len(plan.Namespaces()), id)
+	p.Step("Creating the lab network: %d namespaces (lab ID %s)", len(plan.Namespaces()), plan.ID)
 	if err := labnet.Apply(plan); err != nil {
-		return nil, errors.Join(err, labnet.Teardown(id))
+		return errors.Join(err, labnet.Teardown(plan.ID))
 	}
 	p.Done(step, "API servers listen on %s; cluster LANs in %s; underlay %s", labnet.APIAddress, labnet.LANRange, labnet.UnderlayRange)
+	return nil
+}
 
-	p.Step("Starting etcd and %d control planes in %s", len(specs), dir)
-	env, err := controlplane.Start(ctx, controlplane.Options{
-		BinDir: opts.BinDir, Dir: dir, BindAddress: labnet.APIAddress, Log: opts.Log, Progress: progressOut(p),
-	}, specs...)
-	if err != nil {
-		return nil, errors.Join(err, labnet.Teardown(id))
-	}
-	l = &Lab{Env: env, BrokerInfo: filepath.Join(dir, "broker-info"), Network: plan, lock: lock, charts: chartsOnNodes(opts), opts: opts}
-	defer func() {
-		if err != nil {
-			err = errors.Join(err, l.Stop())
+// finishUnjoined finishes a lab whose clusters someone else joins later (Options.Unjoined):
+// no broker-info, but the Nodes carry their underlay addresses, since whoever joins runs the
+// gateways from the Nodes alone and that address is a fact of the lab's network, not of a join.
+func (l *Lab) finishUnjoined(ctx context.Context) error {
+	l.BrokerInfo = ""
+	for _, c := range l.Network.Clusters {
+		if _, err := annotateEndpoints(ctx, l.Env.Cluster(c.Name), c); err != nil {
+			return err
 		}
-	}()
-
-	step = time.Now()
-	p.Step("Starting containerd, a kubelet and kube-proxy on %d nodes per cluster", opts.NodesPerCluster)
-	if l.nodes, err = startNodes(ctx, env, plan, opts); err != nil {
-		return l, err
 	}
-	p.Done(step, "%d nodes registered", opts.Clusters*opts.NodesPerCluster)
+	return nil
+}
 
-	if opts.Unjoined {
-		// Whoever joins the clusters later runs their gateways from the Nodes alone: the
-		// underlay address is a fact of the lab's network, not of a join.
-		l.BrokerInfo = ""
-		for _, c := range plan.Clusters {
-			if _, err := annotateEndpoints(ctx, env.Cluster(c.Name), c); err != nil {
-				return l, err
-			}
-		}
-		p.Done(start, "Lab up: hub and %d clusters, none joined (Unjoined)", opts.Clusters)
-		return l, nil
-	}
-	p.Step("Deploying the hub")
+// deployHubAndJoin deploys the hub (with its gateways, as the chart or as processes), writes
+// broker-info and joins every member cluster.
+func (l *Lab) deployHubAndJoin(ctx context.Context) error {
+	opts, env, plan := l.opts, l.Env, l.Network
+	opts.Progress.Step("Deploying the hub")
 	if hubGatewayNodes(opts) {
 		// Before Deploy, as `octopus hub deploy --chart` does: Helm adopts no object it did
 		// not make, and Deploy re-applies the chart's objects unchanged.
 		if err := installHubChart(ctx, opts, env.Cluster(HubName), plan.HubGateways); err != nil {
-			return l, err
+			return err
 		}
 	}
-	info, err := hub.Deploy(ctx, env.Cluster(HubName).RESTConfig(), hub.DeployOptions{Progress: p})
+	info, err := hub.Deploy(ctx, env.Cluster(HubName).RESTConfig(), hub.DeployOptions{Progress: opts.Progress})
 	if err != nil {
-		return l, err
+		return err
 	}
 	if err := info.WriteFile(l.BrokerInfo); err != nil {
-		return l, err
+		return err
 	}
 	if !hubGatewayNodes(opts) {
 		if err := startHubGateways(ctx, opts, env, plan.HubGateways, info.Namespace); err != nil {
-			return l, err
+			return err
 		}
 	}
 	if err := joinAll(ctx, opts, env, plan, info); err != nil {
-		return l, err
+		return err
 	}
 	for i := 1; i <= opts.Clusters; i++ {
 		l.Members = append(l.Members, ClusterName(i))
 	}
-	p.Done(start, "Lab up: hub and %d clusters joined", opts.Clusters)
-	return l, nil
+	return nil
 }
 
 // joinAll joins every member cluster to the hub and starts its components, all clusters at
@@ -420,7 +463,7 @@ func clearAbandonedLabs(id string, p *progress.Reporter) error {
 			return err
 		}
 		if !abandoned {
-			return fmt.Errorf("another lab is running on this machine (links %s%s-*: %s); stop it first with `octopus lab down` for its directory", owner.LabRootLinkPrefix, other, reason)
+			return fmt.Errorf("another lab is running on this machine (links %s*: %s); stop it first with `octopus lab down` for its directory", labnet.RootLinkOwnerPrefix(other), reason)
 		}
 		step := time.Now()
 		p.Step("Removing the network of lab %s, left behind by a run that was killed (nothing runs in it)", other)

@@ -233,7 +233,7 @@ func TestPods(t *testing.T) {
 		t.Errorf("pod -> ClusterIP %s: answers from %v, want both echo pods: %v", svcAddr, answered, err)
 	}
 	// Pods reach the API servers through kubernetes.default: the node masquerades them
-	// (owner.LabNodeNFTTable), so the root namespace answers the node's LAN address on the
+	// (labnet's nodeNFTTable), so the root namespace answers the node's LAN address on the
 	// uplink instead of a pod address along its default route, off the machine.
 	kube, err := cs.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
 	if err != nil {

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -119,5 +120,18 @@ func TestControlPlanes(t *testing.T) {
 			conn.Close()
 			t.Errorf("%s: API server at %s still accepts connections", cp.Name, cp.URL)
 		}
+	}
+}
+
+func TestEventuallyReturnsOnceTheCheckHolds(t *testing.T) {
+	calls := 0
+	Eventually(t, 5*time.Second, "the third call", func() error {
+		if calls++; calls < 3 {
+			return fmt.Errorf("call %d", calls)
+		}
+		return nil
+	})
+	if calls != 3 {
+		t.Fatalf("calls = %d, want 3", calls)
 	}
 }

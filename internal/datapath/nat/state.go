@@ -95,133 +95,201 @@ var errIPv6 = errors.New("IPv6 is not supported by globalnet yet")
 // normalize checks s and returns a copy in canonical order (so that equal states give equal
 // transactions) with RemoteCIDRs merged. Every error names the offending value.
 func normalize(s State) (State, error) {
-	var errs []error
-	v4 := func(what string, a netip.Addr) {
-		switch {
-		case !a.IsValid():
-			errs = append(errs, fmt.Errorf("%s: no address", what))
-		case !a.Is4():
-			errs = append(errs, fmt.Errorf("%s %s: %w", what, a, errIPv6))
-		}
+	c := &checker{claimed: map[netip.Addr]string{}}
+	out := State{
+		GlobalCIDRs: c.globalCIDRs(s.GlobalCIDRs),
+		RemoteCIDRs: c.remoteCIDRs(s.RemoteCIDRs),
 	}
-	out := State{}
-	for _, p := range s.GlobalCIDRs {
-		v4("global CIDR", p.Addr())
-		out.GlobalCIDRs = append(out.GlobalCIDRs, p.Masked())
-	}
-	if len(out.GlobalCIDRs) > 1 {
-		errs = append(errs, fmt.Errorf("global CIDRs %v: at most one per IP family", out.GlobalCIDRs))
-	}
-	inGlobal := func(what string, a netip.Addr) {
-		v4(what, a)
-		if a.IsValid() && !slices.ContainsFunc(out.GlobalCIDRs, func(p netip.Prefix) bool { return p.Contains(a) }) {
-			errs = append(errs, fmt.Errorf("%s %s is outside the cluster's global CIDRs %v", what, a, out.GlobalCIDRs))
-		}
-	}
-	for _, p := range s.RemoteCIDRs {
-		v4("remote CIDR", p.Addr())
-		if g, hit := ipam.FirstOverlap(p, out.GlobalCIDRs); hit {
-			errs = append(errs, fmt.Errorf("remote CIDR %s overlaps the cluster's global CIDR %s", p, g))
-		}
-	}
-	out.RemoteCIDRs = mergePrefixes(s.RemoteCIDRs)
-	// An interface name is at most 15 bytes (IFNAMSIZ), and quoted in the rule.
-	if d := s.TunnelDevice; len(d) > 15 || strings.ContainsAny(d, "\"\\ \t\n") {
-		errs = append(errs, fmt.Errorf("tunnel device %q: not an interface name", d))
-	}
+	c.tunnelDevice(s.TunnelDevice)
 	out.TunnelDevice = s.TunnelDevice
-	for _, r := range s.ClusterEgress {
-		if err := r.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("cluster egress: %w", err))
-			continue
-		}
-		inGlobal("cluster egress range start", r.First)
-		inGlobal("cluster egress range end", r.Last)
-		out.ClusterEgress = append(out.ClusterEgress, r)
-	}
-	if len(out.ClusterEgress) > 1 {
-		errs = append(errs, fmt.Errorf("cluster egress ranges %v: at most one per IP family", out.ClusterEgress))
-	}
-	seenSrc := map[netip.Addr]bool{}
-	for _, e := range s.PodEgress {
-		v4("egress pod", e.Pod)
-		if err := e.Range.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("egress of pod %s: %w", e.Pod, err))
-			continue
-		}
-		inGlobal("egress range start of pod "+e.Pod.String()+":", e.Range.First)
-		inGlobal("egress range end of pod "+e.Pod.String()+":", e.Range.Last)
-		if seenSrc[e.Pod] {
-			errs = append(errs, fmt.Errorf("pod %s has two egress ranges", e.Pod))
-		}
-		seenSrc[e.Pod] = true
-		out.PodEgress = append(out.PodEgress, e)
-	}
-	slices.SortFunc(out.PodEgress, func(a, b PodEgress) int { return a.Pod.Compare(b.Pod) })
-
-	// One global IP leads to one thing: a service, or a pod.
-	owner := map[netip.Addr]string{}
-	claim := func(ip netip.Addr, what string) {
-		if prev, dup := owner[ip]; dup {
-			errs = append(errs, fmt.Errorf("global IP %s is given to both %s and %s", ip, prev, what))
-		}
-		owner[ip] = what
-	}
-	for _, svc := range s.Services {
-		what := cmp.Or(svc.Name, "a service")
-		inGlobal("ingress address of "+what, svc.GlobalIP)
-		claim(svc.GlobalIP, what)
-		c := Service{Name: svc.Name, GlobalIP: svc.GlobalIP}
-		type portKey struct {
-			proto Protocol
-			port  uint16
-		}
-		seenPort := map[portKey]bool{}
-		for _, p := range svc.Ports {
-			switch p.Protocol {
-			case TCP, UDP, SCTP:
-			default:
-				errs = append(errs, fmt.Errorf("%s port %d: protocol %q is not one of tcp, udp, sctp", what, p.Port, p.Protocol))
-			}
-			if p.Port == 0 {
-				errs = append(errs, fmt.Errorf("%s: port 0", what))
-			}
-			key := portKey{p.Protocol, p.Port}
-			if seenPort[key] {
-				errs = append(errs, fmt.Errorf("%s has port %d/%s twice", what, p.Port, p.Protocol))
-			}
-			seenPort[key] = true
-			eps := slices.Clone(p.Endpoints)
-			for _, ep := range eps {
-				v4(fmt.Sprintf("endpoint of %s port %d/%s", what, p.Port, p.Protocol), ep.Addr())
-				if ep.Port() == 0 {
-					errs = append(errs, fmt.Errorf("endpoint %s of %s: port 0", ep, what))
-				}
-			}
-			// Sorted and deduplicated, so that an endpoint's index, and so the element that
-			// holds it, stays the same while the set does.
-			slices.SortFunc(eps, netip.AddrPort.Compare)
-			eps = slices.Compact(eps)
-			c.Ports = append(c.Ports, Port{Protocol: p.Protocol, Port: p.Port, Endpoints: eps})
-		}
-		slices.SortFunc(c.Ports, func(a, b Port) int {
-			return cmp.Or(cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Port, b.Port))
-		})
-		out.Services = append(out.Services, c)
-	}
-	slices.SortFunc(out.Services, func(a, b Service) int { return a.GlobalIP.Compare(b.GlobalIP) })
-	for _, p := range s.Pods {
-		what := cmp.Or(p.Name, "pod "+p.Pod.String())
-		inGlobal("ingress address of "+what, p.GlobalIP)
-		v4(what, p.Pod)
-		claim(p.GlobalIP, what)
-		out.Pods = append(out.Pods, p)
-	}
-	slices.SortFunc(out.Pods, func(a, b PodIngress) int { return a.GlobalIP.Compare(b.GlobalIP) })
-	if err := errors.Join(errs...); err != nil {
+	out.ClusterEgress = c.clusterEgress(s.ClusterEgress)
+	out.PodEgress = c.podEgress(s.PodEgress)
+	out.Services = c.services(s.Services)
+	out.Pods = c.pods(s.Pods)
+	if err := errors.Join(c.errs...); err != nil {
 		return State{}, fmt.Errorf("invalid NAT state: %w", err)
 	}
 	return out, nil
+}
+
+// checker collects what is wrong with a State, field by field in normalize's order, so that
+// one error lists every problem.
+type checker struct {
+	errs []error
+	// global are the State's global CIDRs, once globalCIDRs has read them.
+	global []netip.Prefix
+	// claimed says what each global IP is given to so far: one global IP leads to one thing,
+	// a service or a pod.
+	claimed map[netip.Addr]string
+}
+
+func (c *checker) fail(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf(format, args...))
+}
+
+// v4 checks that a is an IPv4 address.
+func (c *checker) v4(what string, a netip.Addr) {
+	switch {
+	case !a.IsValid():
+		c.fail("%s: no address", what)
+	case !a.Is4():
+		c.fail("%s %s: %w", what, a, errIPv6)
+	}
+}
+
+// inGlobal checks that a is an IPv4 address inside the cluster's global CIDRs.
+func (c *checker) inGlobal(what string, a netip.Addr) {
+	c.v4(what, a)
+	if a.IsValid() && !slices.ContainsFunc(c.global, func(p netip.Prefix) bool { return p.Contains(a) }) {
+		c.fail("%s %s is outside the cluster's global CIDRs %v", what, a, c.global)
+	}
+}
+
+// claim gives ip to what, unless something else has it already.
+func (c *checker) claim(ip netip.Addr, what string) {
+	if prev, dup := c.claimed[ip]; dup {
+		c.fail("global IP %s is given to both %s and %s", ip, prev, what)
+	}
+	c.claimed[ip] = what
+}
+
+func (c *checker) globalCIDRs(in []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range in {
+		c.v4("global CIDR", p.Addr())
+		out = append(out, p.Masked())
+	}
+	if len(out) > 1 {
+		c.fail("global CIDRs %v: at most one per IP family", out)
+	}
+	c.global = out
+	return out
+}
+
+func (c *checker) remoteCIDRs(in []netip.Prefix) []netip.Prefix {
+	for _, p := range in {
+		c.v4("remote CIDR", p.Addr())
+		if g, hit := ipam.FirstOverlap(p, c.global); hit {
+			c.fail("remote CIDR %s overlaps the cluster's global CIDR %s", p, g)
+		}
+	}
+	return mergePrefixes(in)
+}
+
+func (c *checker) tunnelDevice(d string) {
+	// An interface name is at most 15 bytes (IFNAMSIZ), and quoted in the rule.
+	if len(d) > 15 || strings.ContainsAny(d, "\"\\ \t\n") {
+		c.fail("tunnel device %q: not an interface name", d)
+	}
+}
+
+func (c *checker) clusterEgress(in []ipam.Range) []ipam.Range {
+	var out []ipam.Range
+	for _, r := range in {
+		if err := r.Validate(); err != nil {
+			c.fail("cluster egress: %w", err)
+			continue
+		}
+		c.inGlobal("cluster egress range start", r.First)
+		c.inGlobal("cluster egress range end", r.Last)
+		out = append(out, r)
+	}
+	if len(out) > 1 {
+		c.fail("cluster egress ranges %v: at most one per IP family", out)
+	}
+	return out
+}
+
+func (c *checker) podEgress(in []PodEgress) []PodEgress {
+	var out []PodEgress
+	seenSrc := map[netip.Addr]bool{}
+	for _, e := range in {
+		c.v4("egress pod", e.Pod)
+		if err := e.Range.Validate(); err != nil {
+			c.fail("egress of pod %s: %w", e.Pod, err)
+			continue
+		}
+		c.inGlobal("egress range start of pod "+e.Pod.String()+":", e.Range.First)
+		c.inGlobal("egress range end of pod "+e.Pod.String()+":", e.Range.Last)
+		if seenSrc[e.Pod] {
+			c.fail("pod %s has two egress ranges", e.Pod)
+		}
+		seenSrc[e.Pod] = true
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b PodEgress) int { return a.Pod.Compare(b.Pod) })
+	return out
+}
+
+func (c *checker) services(in []Service) []Service {
+	var out []Service
+	for _, svc := range in {
+		out = append(out, c.service(svc))
+	}
+	slices.SortFunc(out, func(a, b Service) int { return a.GlobalIP.Compare(b.GlobalIP) })
+	return out
+}
+
+// service checks one service and returns it with its ports, and each port's endpoints, in
+// canonical order.
+func (c *checker) service(svc Service) Service {
+	what := cmp.Or(svc.Name, "a service")
+	c.inGlobal("ingress address of "+what, svc.GlobalIP)
+	c.claim(svc.GlobalIP, what)
+	out := Service{Name: svc.Name, GlobalIP: svc.GlobalIP}
+	type portKey struct {
+		proto Protocol
+		port  uint16
+	}
+	seenPort := map[portKey]bool{}
+	for _, p := range svc.Ports {
+		switch p.Protocol {
+		case TCP, UDP, SCTP:
+		default:
+			c.fail("%s port %d: protocol %q is not one of tcp, udp, sctp", what, p.Port, p.Protocol)
+		}
+		if p.Port == 0 {
+			c.fail("%s: port 0", what)
+		}
+		key := portKey{p.Protocol, p.Port}
+		if seenPort[key] {
+			c.fail("%s has port %d/%s twice", what, p.Port, p.Protocol)
+		}
+		seenPort[key] = true
+		out.Ports = append(out.Ports, Port{Protocol: p.Protocol, Port: p.Port, Endpoints: c.endpoints(what, p)})
+	}
+	slices.SortFunc(out.Ports, func(a, b Port) int {
+		return cmp.Or(cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Port, b.Port))
+	})
+	return out
+}
+
+// endpoints checks the endpoints of port p of the service what and returns them sorted and
+// deduplicated, so that an endpoint's index, and so the element that holds it, stays the same
+// while the set does.
+func (c *checker) endpoints(what string, p Port) []netip.AddrPort {
+	eps := slices.Clone(p.Endpoints)
+	for _, ep := range eps {
+		c.v4(fmt.Sprintf("endpoint of %s port %d/%s", what, p.Port, p.Protocol), ep.Addr())
+		if ep.Port() == 0 {
+			c.fail("endpoint %s of %s: port 0", ep, what)
+		}
+	}
+	slices.SortFunc(eps, netip.AddrPort.Compare)
+	return slices.Compact(eps)
+}
+
+func (c *checker) pods(in []PodIngress) []PodIngress {
+	var out []PodIngress
+	for _, p := range in {
+		what := cmp.Or(p.Name, "pod "+p.Pod.String())
+		c.inGlobal("ingress address of "+what, p.GlobalIP)
+		c.v4(what, p.Pod)
+		c.claim(p.GlobalIP, what)
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b PodIngress) int { return a.GlobalIP.Compare(b.GlobalIP) })
+	return out
 }
 
 // mergePrefixes returns the prefixes sorted with every one that lies inside another dropped:

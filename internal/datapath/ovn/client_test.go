@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
-	"github.com/octopus-mcs/octopus/internal/ovn/ovntest"
 )
 
 var testCIDR = netip.MustParsePrefix("10.112.0.0/16")

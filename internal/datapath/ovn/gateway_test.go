@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
 	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
-	"github.com/octopus-mcs/octopus/internal/ovn/ovntest"
 )
 
 // gatewayRowInDB is the gateway port's row as ovn-nbctl reads it: UUID, port security and

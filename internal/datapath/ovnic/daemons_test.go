@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/octopus-mcs/octopus/internal/ovn/ovntest"
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
 )
 
 // The interconnection databases' schemas (Debian's ovn-ic-db).

@@ -1,27 +1,29 @@
-// Package owner holds every marker by which Octopus's data plane, and the lab that runs it,
-// find their own state in the kernel and in OVN's northbound database again: route protocols
-// and metrics, routing tables, nftables tables, link aliases and name prefixes, the VXLAN
-// identifiers, the external_ids keys of OVN rows. Each writer lists,
+// Package owner holds every marker by which Octopus's data plane finds its own state in the
+// kernel and in OVN's northbound database again: route protocols and metrics, routing
+// tables, nftables tables, link aliases and name prefixes, the VXLAN identifiers, the
+// external_ids keys of OVN rows. Each writer lists,
 // replaces and deletes only what carries its marker, so it never touches what it did not make
 // and finds what it made after a restart by reading the kernel. Keeping all of them in this
 // one file is what makes them distinct: a new writer (globalnet's NAT, the OVN network) picks
 // its markers here, next to every value already taken. None of them uses ip rules or fwmarks
 // yet; the first one that does puts its rule priorities and mark bits here too.
 //
-// The package imports nothing, so every data-plane package and the lab can share it.
+// The lab keeps markers of its own (internal/lab/labnet/ownership.go): route protocol 211,
+// the nftables table "octopus-lab", names starting "octo-". They are taken: a new writer here
+// picks other values, and labnet checks at compile time that its route protocol differs from
+// the ones here.
+//
+// The package imports nothing, so every data-plane package can share it.
 package owner
 
 // Routes. A route is identified in the kernel by (table, destination, TOS, metric) and
 // carries the protocol (rtm_protocol) of whoever made it, which `ip route show proto N` filters
-// on. 211-213 are unused by the kernel (0-4) and by the routing daemons listed in
-// /etc/iproute2/rt_protos (up to 192, plus 254 and 255), and differ from each other, so the
-// lab, the route agent and the tunnel drivers never take each other's routes, also where they
-// share a network namespace (a gateway node runs both a tunnel driver and a route agent).
+// on. 212 and 213 are unused by the kernel (0-4) and by the routing daemons listed in
+// /etc/iproute2/rt_protos (up to 192, plus 254 and 255), and differ from each other and from
+// the lab's 211 (internal/lab/labnet/ownership.go), so the lab, the route agent and the
+// tunnel drivers never take each other's routes, also where they share a network namespace
+// (a gateway node runs both a tunnel driver and a route agent).
 const (
-	// LabRouteProtocol marks every route the lab adds, so that it tells its own routes from
-	// the kernel's connected routes and anyone else's.
-	LabRouteProtocol = 211
-
 	// RouteAgentProtocol marks the route agent's routes: remote clusters' CIDRs via the
 	// active gateway node, on every node.
 	RouteAgentProtocol = 212
@@ -54,12 +56,6 @@ const (
 	// TCP MSS clamp and, for vxlan, the per-peer byte counters. One table per device, because
 	// devices are unique per machine and Close must remove exactly its own.
 	TunnelNFTTablePrefix = "octopus-tunnel-"
-	// LabNodeNFTTable is the table the lab owns in every node namespace (next to kube-proxy's
-	// own "kube-proxy" table). It masquerades pod traffic leaving the cluster's pod range to
-	// the node's address: without it a pod reaching the API servers (through
-	// kubernetes.default) or the root end of its LAN's uplink would make the root namespace
-	// answer a 10.x source address along its default route, that is off the machine.
-	LabNodeNFTTable = "octopus-lab"
 	// GlobalnetNFTTable is the one inet table globalnet's NAT owns on the active gateway node
 	// (internal/datapath/nat): ingress DNAT of global addresses, egress SNAT to them. One table
 	// for both IP families, so that the whole translation changes in one transaction, and one
@@ -77,31 +73,13 @@ const (
 	GatewayGuardNFTTable = "octopus-gateway-guard"
 )
 
-// Links and network namespaces.
+// Links.
 const (
 	// TunnelLinkAlias is set on every link a tunnel driver creates (`ip link show` prints
 	// it), so that an existing link of that name left by a crashed process is recognised as
 	// ours and replaced, while a foreign link is refused rather than deleted. The device name
 	// itself is configured (unique per machine), so it cannot be the marker.
 	TunnelLinkAlias = "octopus-tunnel"
-
-	// LabNetnsPrefix starts the name of every network namespace the lab creates (files under
-	// /run/netns, as `ip netns` uses), followed by the lab's ID and "-". Teardown lists
-	// /run/netns and deletes only names that start with that, so two labs on one machine, or a
-	// lab and anything else, never delete each other's namespaces.
-	LabNetnsPrefix = "octo-"
-	// LabPodNetnsInfix follows the lab's namespace prefix in the name under which the lab
-	// mounts a pod's network namespace for tests and `octopus gather` (lab.PodNetns):
-	// "octo-<id>-pod-<pod UID>". The UID, not the pod's name, because a pod deleted and
-	// recreated under the same name must not inherit the old one's name; the infix tells them
-	// from node, LAN and underlay namespaces.
-	LabPodNetnsInfix = "pod-"
-	// LabRootLinkPrefix starts the name of every link the lab puts into the root namespace (the
-	// API link and one uplink per cluster LAN), followed by the lab's ID and "-". Interface
-	// names have at most 15 bytes, so the prefix is short: "octo-" + a 4-character ID + "-"
-	// leaves 5 bytes for the role ("api", "c15"). Links inside the lab's own namespaces need
-	// no prefix: they go away with the namespace.
-	LabRootLinkPrefix = "octo-"
 )
 
 // VXLAN.

@@ -13,8 +13,8 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
-	"github.com/octopus-mcs/octopus/internal/ovn/ovntest"
 )
 
 func TestAttachGatewayRefusesIncompleteInput(t *testing.T) {

@@ -10,7 +10,7 @@
 // (AttachGateway, gateway.go).
 //
 // The package takes the desired interface and imports no Kubernetes client: the NRI plugin
-// (internal/ovn/nriplugin) reads the pod's address from its annotation.
+// (internal/secondarynet/nriplugin) reads the pod's address from its annotation.
 package podport
 
 import (

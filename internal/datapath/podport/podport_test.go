@@ -12,9 +12,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/tunneltest"
-	"github.com/octopus-mcs/octopus/internal/ovn/ovntest"
 )
 
 func TestLinkName(t *testing.T) {

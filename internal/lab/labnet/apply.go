@@ -9,8 +9,6 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netlink"
-
-	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 )
 
 // Apply creates the plan's namespaces and links, or completes them after a partial run: every
@@ -320,14 +318,14 @@ func OtherLabs(id string) ([]string, error) {
 		return nil, err
 	}
 	defer root.Close()
-	links, err := root.linksWithPrefix(owner.LabRootLinkPrefix)
+	links, err := root.linksWithPrefix(rootLinkPrefix)
 	if err != nil {
 		return nil, err
 	}
 	seen := map[string]bool{}
 	var ids []string
 	for _, l := range links {
-		rest := l[len(owner.LabRootLinkPrefix):]
+		rest := l[len(rootLinkPrefix):]
 		if len(rest) <= idLen || rest[idLen] != '-' || rest[:idLen] == id || seen[rest[:idLen]] {
 			continue
 		}

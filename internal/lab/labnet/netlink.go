@@ -13,8 +13,6 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
-
-	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 )
 
 // onLockedThread runs f on a goroutine locked to its own OS thread, for operations that switch
@@ -303,7 +301,7 @@ func (h *nsHandle) replaceRouteOn(dev string, dst netip.Prefix, gw netip.Addr) e
 	if err != nil {
 		return fmt.Errorf("parsing %s: %w", dst, err)
 	}
-	r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipnet, Protocol: owner.LabRouteProtocol}
+	r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipnet, Protocol: routeProtocol}
 	if gw.IsValid() {
 		r.Gw = gw.AsSlice()
 	} else {

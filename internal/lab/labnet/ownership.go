@@ -3,17 +3,66 @@
 // clusters, and one link that lets node namespaces reach the API servers in the root
 // namespace. It talks netlink directly (github.com/vishvananda/netlink) instead of running ip.
 //
-// Everything it creates is named from the prefixes in internal/datapath/owner plus a lab ID,
-// so Teardown finds all of it again, also after a crash, and never touches anything else.
+// Everything it creates carries one of the markers below (a name prefix plus a lab ID, a
+// route protocol, an nftables table), so Teardown finds all of it again, also after a crash,
+// and never touches anything else.
 package labnet
 
-import "net/netip"
+import (
+	"net/netip"
 
-// Limits of the names the lab gives its objects: an ownership prefix of
-// internal/datapath/owner, then the lab's ID (see LabID), so that two labs on one machine, or
-// a lab and anything else, never delete each other's objects.
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
+)
+
+// The lab's markers: how it finds its own state in the kernel again. They are the lab's
+// alone; the data plane's markers are in internal/datapath/owner/ownership.go, and where the
+// two share a namespace (a node runs the lab's routes next to a route agent's and a tunnel
+// driver's) they must differ, which the constants after this block check at compile time.
 const (
-	// idLen is the number of hex digits of a lab ID; see owner.LabRootLinkPrefix for why it
+	// routeProtocol marks every route the lab adds, so that it tells its own routes from
+	// the kernel's connected routes and anyone else's. 211 is unused by the kernel (0-4) and
+	// by the routing daemons listed in /etc/iproute2/rt_protos (up to 192, plus 254 and 255),
+	// and differs from the data plane's owner.RouteAgentProtocol and owner.TunnelRouteProtocol.
+	routeProtocol = 211
+
+	// nodeNFTTable is the table the lab owns in every node namespace (next to kube-proxy's
+	// own "kube-proxy" table). It masquerades pod traffic leaving the cluster's pod range to
+	// the node's address: without it a pod reaching the API servers (through
+	// kubernetes.default) or the root end of its LAN's uplink would make the root namespace
+	// answer a 10.x source address along its default route, that is off the machine.
+	nodeNFTTable = "octopus-lab"
+
+	// netnsPrefix starts the name of every network namespace the lab creates (files under
+	// /run/netns, as `ip netns` uses), followed by the lab's ID and "-". Teardown lists
+	// /run/netns and deletes only names that start with that, so two labs on one machine, or a
+	// lab and anything else, never delete each other's namespaces.
+	netnsPrefix = "octo-"
+	// podNetnsInfix follows the lab's namespace prefix in the name under which the lab
+	// mounts a pod's network namespace for tests and `octopus gather` (lab.PodNetns):
+	// "octo-<id>-pod-<pod UID>". The UID, not the pod's name, because a pod deleted and
+	// recreated under the same name must not inherit the old one's name; the infix tells them
+	// from node, LAN and underlay namespaces.
+	podNetnsInfix = "pod-"
+	// rootLinkPrefix starts the name of every link the lab puts into the root namespace (the
+	// API link and one uplink per cluster LAN), followed by the lab's ID and "-". Interface
+	// names have at most 15 bytes, so the prefix is short: "octo-" + a 4-character ID + "-"
+	// leaves 5 bytes for the role ("api", "c15"). Links inside the lab's own namespaces need
+	// no prefix: they go away with the namespace.
+	rootLinkPrefix = "octo-"
+)
+
+// The lab's route protocol differs from the data plane's: a constant division by zero does
+// not compile, so making them equal fails the build.
+const (
+	_ = 1 / (routeProtocol - owner.RouteAgentProtocol)
+	_ = 1 / (routeProtocol - owner.TunnelRouteProtocol)
+)
+
+// Limits of the names the lab gives its objects: an ownership prefix above, then the lab's
+// ID (see LabID), so that two labs on one machine, or a lab and anything else, never delete
+// each other's objects.
+const (
+	// idLen is the number of hex digits of a lab ID; see rootLinkPrefix for why it
 	// is short.
 	idLen = 4
 	// maxIfNameLen is IFNAMSIZ-1, the longest interface name the kernel accepts.

@@ -9,8 +9,6 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
-
-	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 )
 
 // Limits of the address plan.
@@ -166,10 +164,10 @@ func NetnsPath(name string) string { return netnsDir + "/" + name }
 const netnsDir = "/run/netns"
 
 // NetnsOwnerPrefix is the prefix of every namespace of the lab with the given ID.
-func NetnsOwnerPrefix(id string) string { return owner.LabNetnsPrefix + id + "-" }
+func NetnsOwnerPrefix(id string) string { return netnsPrefix + id + "-" }
 
 // RootLinkOwnerPrefix is the prefix of every root-namespace link of the lab with the given ID.
-func RootLinkOwnerPrefix(id string) string { return owner.LabRootLinkPrefix + id + "-" }
+func RootLinkOwnerPrefix(id string) string { return rootLinkPrefix + id + "-" }
 
 // NewPlan computes names and addresses, with hubGateways gateway nodes for the hub (the hub
 // topology; 0 without it). It is pure, so the address plan is unit-tested.

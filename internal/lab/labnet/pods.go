@@ -16,12 +16,11 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/procfs"
 )
 
 // PodNetnsPrefix is the prefix of every pod namespace of the lab with the given ID.
-func PodNetnsPrefix(id string) string { return NetnsOwnerPrefix(id) + owner.LabPodNetnsInfix }
+func PodNetnsPrefix(id string) string { return NetnsOwnerPrefix(id) + podNetnsInfix }
 
 // PodNetnsName names the namespace of the pod with the given UID.
 func PodNetnsName(id, uid string) string { return PodNetnsPrefix(id) + uid }
@@ -31,7 +30,7 @@ type NodeConfig struct {
 	// Netns is the node's namespace.
 	Netns string
 	// ClusterPodCIDR is the whole cluster's pod range: traffic leaving it is masqueraded
-	// (see owner.LabNodeNFTTable), and routes inside it are the ones ConfigureNode owns.
+	// (see nodeNFTTable), and routes inside it are the ones ConfigureNode owns.
 	ClusterPodCIDR netip.Prefix
 	// PeerRoutes maps every other node's pod CIDR to that node's LAN address: pods on other
 	// nodes are reached straight over the cluster LAN, as with a host-gateway CNI.
@@ -86,7 +85,7 @@ func configureNode(c NodeConfig) error {
 	}
 	var errs []error
 	for _, r := range routes {
-		if r.Protocol != owner.LabRouteProtocol || r.Dst == nil {
+		if r.Protocol != routeProtocol || r.Dst == nil {
 			continue
 		}
 		dst, err := netip.ParsePrefix(r.Dst.String())
@@ -118,20 +117,20 @@ func configureNode(c NodeConfig) error {
 // masqueraded.
 var NonMasqueradeCIDRs = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("242.0.0.0/8")}
 
-// applyMasquerade (re)writes owner.LabNodeNFTTable in the node namespace in one nft
+// applyMasquerade (re)writes nodeNFTTable in the node namespace in one nft
 // transaction: add then flush makes it idempotent and replaces whatever an earlier run left.
 func applyMasquerade(netnsName string, clusterPodCIDR netip.Prefix) error {
 	script := fmt.Sprintf(`add table ip %[1]s
 flush table ip %[1]s
 add chain ip %[1]s postrouting { type nat hook postrouting priority srcnat + 10; policy accept; }
 add rule ip %[1]s postrouting ip saddr %[2]s ip daddr != %[2]s ip daddr != { %[3]s } masquerade
-`, owner.LabNodeNFTTable, clusterPodCIDR.Masked(), prefixList(NonMasqueradeCIDRs))
+`, nodeNFTTable, clusterPodCIDR.Masked(), prefixList(NonMasqueradeCIDRs))
 	return inNamespace(netnsName, func() error {
 		// nft inherits the network namespace of the (locked) thread that forks it.
 		cmd := exec.Command("nft", "-f", "-")
 		cmd.Stdin = strings.NewReader(script)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("installing nftables table %s: %w: %s", owner.LabNodeNFTTable, err, bytes.TrimSpace(out))
+			return fmt.Errorf("installing nftables table %s: %w: %s", nodeNFTTable, err, bytes.TrimSpace(out))
 		}
 		return nil
 	})

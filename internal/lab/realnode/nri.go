@@ -8,7 +8,8 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
-	"github.com/go-logr/logr"
+
+	"github.com/octopus-mcs/octopus/internal/nrilog"
 )
 
 // envPluginName and envPluginIdx register the lab's own NRI plugin (envPlugin); plugins of
@@ -50,7 +51,7 @@ func (n *Node) startEnvPlugin(ctx context.Context, env map[string]string) error 
 	s, err := stub.New(envPlugin{env: env},
 		stub.WithPluginName(envPluginName), stub.WithPluginIdx(envPluginIdx), stub.WithSocketPath(n.NRISocket()),
 		stub.WithFailurePolicy(&api.FailurePolicy{FailRequest: true, KeepConnected: true}),
-		stub.WithLogger(nriLogger{n.opts.Log.WithName("nri")}))
+		stub.WithLogger(nrilog.New(n.opts.Log.WithName("nri"))))
 	if err != nil {
 		return fmt.Errorf("the lab's NRI plugin: %w", err)
 	}
@@ -60,23 +61,4 @@ func (n *Node) startEnvPlugin(ctx context.Context, env map[string]string) error 
 		return fmt.Errorf("registering the lab's NRI plugin at %s: %w", n.NRISocket(), err)
 	}
 	return nil
-}
-
-// nriLogger sends the NRI stub's logs to the node's logr.Logger.
-type nriLogger struct{ log logr.Logger }
-
-func (l nriLogger) Debugf(_ context.Context, format string, args ...any) {
-	l.log.V(1).Info(fmt.Sprintf(format, args...))
-}
-
-func (l nriLogger) Infof(_ context.Context, format string, args ...any) {
-	l.log.V(1).Info(fmt.Sprintf(format, args...))
-}
-
-func (l nriLogger) Warnf(_ context.Context, format string, args ...any) {
-	l.log.Info(fmt.Sprintf(format, args...))
-}
-
-func (l nriLogger) Errorf(_ context.Context, format string, args ...any) {
-	l.log.Error(nil, fmt.Sprintf(format, args...))
 }

@@ -18,6 +18,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/octopus-mcs/octopus/internal/metricsserver"
+	"github.com/octopus-mcs/octopus/internal/nrilog"
 )
 
 // Plugin registration with containerd's NRI.
@@ -163,7 +164,7 @@ func Register(ctx context.Context, p *Plugin, socket, idx string, log logr.Logge
 		// slow request does not unregister the plugin.
 		stub.WithFailurePolicy(&api.FailurePolicy{FailRequest: true, KeepConnected: true}),
 		stub.WithOnClose(func() { once.Do(func() { close(r.done) }) }),
-		stub.WithLogger(logger{log: log.WithName("nri")}))
+		stub.WithLogger(nrilog.New(log.WithName("nri"))))
 	if err != nil {
 		return nil, fmt.Errorf("creating the NRI plugin: %w", err)
 	}
@@ -185,23 +186,4 @@ type apiPods struct{ cs kubernetes.Interface }
 
 func (a apiPods) Get(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
 	return a.cs.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
-}
-
-// logger sends the NRI stub's logs to a logr.Logger.
-type logger struct{ log logr.Logger }
-
-func (l logger) Debugf(_ context.Context, format string, args ...any) {
-	l.log.V(1).Info(fmt.Sprintf(format, args...))
-}
-
-func (l logger) Infof(_ context.Context, format string, args ...any) {
-	l.log.V(1).Info(fmt.Sprintf(format, args...))
-}
-
-func (l logger) Warnf(_ context.Context, format string, args ...any) {
-	l.log.Info(fmt.Sprintf(format, args...))
-}
-
-func (l logger) Errorf(_ context.Context, format string, args ...any) {
-	l.log.Error(nil, fmt.Sprintf(format, args...))
 }

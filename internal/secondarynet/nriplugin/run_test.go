@@ -3,6 +3,7 @@ package nriplugin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +17,8 @@ import (
 	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/go-logr/logr/testr"
 	"k8s.io/client-go/rest"
+
+	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
 // fakeAPIServer serves the one pod the tests' sandboxes are for, with its address.
@@ -133,17 +136,12 @@ func get(t *testing.T, url string) (int, string) {
 // waitFor waits until url answers status with a body containing substr.
 func waitFor(t *testing.T, url string, status int, substr string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		code, body := get(t, url)
-		if code == status && strings.Contains(body, substr) {
-			return
+	testenv.Eventually(t, 10*time.Second, "GET "+url, func() error {
+		if code, body := get(t, url); code != status || !strings.Contains(body, substr) {
+			return fmt.Errorf("%d %q, want %d with %q", code, body, status, substr)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s = %d %q, want %d with %q", url, code, body, status, substr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestRunIsReadyWhileRegistered: Run's /readyz answers 503 while nothing serves the NRI socket

@@ -2,6 +2,7 @@ package ovnmaster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -15,7 +16,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,8 +23,8 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/config/rbac"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
-	"github.com/octopus-mcs/octopus/internal/ovn/ovntest"
 	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
@@ -60,19 +60,19 @@ func master(t *testing.T, cfg *rest.Config, nb *ovntest.Server) (stop func()) {
 	return stop
 }
 
+// eventually is testenv.Eventually for checks that say what is still wrong ("" when nothing
+// is), with a context that ends a little after the timeout: a check that hangs still ends, and
+// the last one before the timeout still reports what is wrong rather than the context's end.
 func eventually(t *testing.T, what string, check func(ctx context.Context) string) {
 	t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		msg := check(ctx)
-		if ctx.Err() == nil {
-			last = msg
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second+10*time.Second)
+	defer cancel()
+	testenv.Eventually(t, 30*time.Second, what, func() error {
+		if msg := check(ctx); msg != "" {
+			return errors.New(msg)
 		}
-		return msg == "", nil
+		return nil
 	})
-	if err != nil {
-		t.Fatalf("%s: %v; last: %s", what, err, last)
-	}
 }
 
 type podOpt func(*corev1.Pod)

@@ -234,7 +234,7 @@ func cmpErr(a, b error) error {
 
 // patchConcurrency is how many pods' annotations are written at once. One at a time, each new
 // pod of a burst waited one API round trip per pod before it, and so did its sandbox, which
-// waits for the address (internal/ovn/nriplugin). Writes that change nothing send no request.
+// waits for the address (internal/secondarynet/nriplugin). Writes that change nothing send no request.
 const patchConcurrency = 8
 
 // concurrently runs writes, patchConcurrency at a time, and joins their errors.

@@ -17,9 +17,10 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
-	"github.com/octopus-mcs/octopus/internal/ovn/ovntest"
+	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
 // logLines is a logr sink keeping every line, to check what the loop logs.
@@ -200,8 +201,8 @@ func TestLoopKeepsTheGatewayPortOnRealOVN(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- l.Run(loopCtx) }()
 
-	eventually(t, "ready", func() error { return l.Ready() })
-	eventually(t, "the port bound to the chassis", func() error {
+	testenv.Eventually(t, 15*time.Second, "ready", func() error { return l.Ready() })
+	testenv.Eventually(t, 15*time.Second, "the port bound to the chassis", func() error {
 		if got := central.BoundChassis(t, "east_gateway"); got != ch.Name() {
 			return fmt.Errorf("bound to %q", got)
 		}
@@ -250,8 +251,8 @@ func TestLoopKeepsTheGatewayPortOnRealOVN(t *testing.T) {
 			if out, err := exec.Command(tc.disturb[0], tc.disturb[1:]...).CombinedOutput(); err != nil {
 				t.Fatalf("%v: %v: %s", tc.disturb, err, out)
 			}
-			eventually(t, "repaired", tc.check)
-			eventually(t, "the repair logged", func() error {
+			testenv.Eventually(t, 15*time.Second, "repaired", tc.check)
+			testenv.Eventually(t, 15*time.Second, "the repair logged", func() error {
 				if logs.count("Repaired") == before {
 					return errors.New("no line")
 				}
@@ -265,7 +266,7 @@ func TestLoopKeepsTheGatewayPortOnRealOVN(t *testing.T) {
 		if out, err := exec.Command("ip", "netns", "exec", ch.Netns, "nft", "delete", "table", "inet", owner.GatewayGuardNFTTable).CombinedOutput(); err != nil {
 			t.Fatalf("deleting the guard table: %v: %s", err, out)
 		}
-		eventually(t, "the guard table back", func() error { return guarded(ch.Netns) })
+		testenv.Eventually(t, 15*time.Second, "the guard table back", func() error { return guarded(ch.Netns) })
 	})
 
 	// Stopping leaves the interface: a rolling update must not cut the active gateway.
@@ -288,21 +289,6 @@ func linkIndex(t *testing.T, ch *ovntest.Chassis) string {
 		t.Fatalf("%s: %v %s", podport.GatewayLink, err, out)
 	}
 	return strings.SplitN(string(out), ":", 2)[0]
-}
-
-func eventually(t *testing.T, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // guarded checks that the node's namespace has the gatewayguard table, dropping on octgw.
