@@ -131,7 +131,7 @@ func checkCompute(t *testing.T, local Local, peers []v1alpha1.Peer) {
 			ok := false
 			for _, o := range owners {
 				allowed := local.Allocated[o]
-				if o == tp.Cluster && o == v1alpha1.HubPeerName {
+				if tp.Cluster == v1alpha1.HubPeerName && o == tp.Cluster {
 					allowed = append(slices.Clone(allowed), hubHC...)
 				}
 				ok = ok || insideAny(s, allowed)

@@ -50,7 +50,8 @@ func TestControlPlanes(t *testing.T) {
 			// hack/k8s-binaries.sh stamps the version Kubernetes' own build would: tools
 			// that gate on the server version (kubectl's skew warning, Helm's kubeVersion)
 			// must see the release, not v0.0.0-master+$Format:%H$.
-			if v.GitVersion != controlplane.KubernetesVersion || v.Major != "1" || !strings.HasPrefix(controlplane.KubernetesVersion, "v1."+v.Minor+".") {
+			wantPrefix := "v1." + v.Minor + "."
+			if v.GitVersion != controlplane.KubernetesVersion || v.Major != "1" || !strings.HasPrefix(v.GitVersion, wantPrefix) {
 				t.Errorf("%s: server version %s (major %q, minor %q), want %s", name, v.GitVersion, v.Major, v.Minor, controlplane.KubernetesVersion)
 			}
 			// The kubeconfig file must work on its own and be private.
