@@ -259,7 +259,7 @@ func startEchoPods(ctx context.Context, t testing.TB, l *lab.Lab) map[string][]x
 	for _, c := range l.Network.Clusters {
 		cs := clientset(t, l.Env.Cluster(c.Name).Kubeconfig)
 		for _, n := range c.Nodes {
-			create(ctx, t, cs, echoPod("echo-"+n.Name, n.Name))
+			create(ctx, t, cs, echoPod("echo-"+n.Name, n.Name, c.Name))
 		}
 		for _, n := range c.Nodes {
 			p := waitPodReady(ctx, t, cs, "echo-"+n.Name)

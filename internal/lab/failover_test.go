@@ -722,7 +722,7 @@ func (f *failoverLab) gatewayPIDs(t *testing.T) map[string]string {
 
 func startEchoPod(ctx context.Context, t testing.TB, cs kubernetes.Interface, l *lab.Lab, cluster, node string) xpod {
 	t.Helper()
-	create(ctx, t, cs, echoPod("echo-"+node, node))
+	create(ctx, t, cs, echoPod("echo-"+node, node, cluster))
 	p := waitPodReady(ctx, t, cs, "echo-"+node)
 	return xpod{cluster: cluster, name: p.Name, node: node, ip: netip.MustParseAddr(p.Status.PodIP),
 		netns: podNetns(t, l.Network.ID, p)}

@@ -182,7 +182,7 @@ func (c *mcsCluster) checkSRV(ctx context.Context, t *testing.T, host string, po
 
 // mcsEchoPod is the echo pod of service svc in cluster.
 func mcsEchoPod(svc, cluster string) *corev1.Pod {
-	c := echoContainer()
+	c := echoContainer(cluster)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "mcs-" + svc + "-" + cluster, Labels: map[string]string{"app": "mcs-" + svc}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{c}},

@@ -230,7 +230,7 @@ func testGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, dir string, gl
 			{Name: "http", Protocol: corev1.ProtocolTCP, Port: 8080},
 		}},
 	}
-	deployment := echoDeployment("hecho", 3)
+	deployment := echoDeployment("hecho", 3, c2)
 	deployment.Namespace = "default"
 	for _, o := range []client.Object{deployment, headless, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: "hecho", Namespace: "default"}}} {
 		if err := mc2.Create(ctx, o); err != nil {
@@ -580,7 +580,7 @@ func globalnetEgressRanges(ctx context.Context, t *testing.T, l *lab.Lab, ip net
 	worker := c1.Nodes[len(c1.Nodes)-1].Name
 	pods := map[string]*corev1.Pod{}
 	for _, name := range []string{"plain", "probe"} {
-		p := echoPod(name, worker)
+		p := echoPod(name, worker, c1.Name)
 		p.Namespace = ns
 		if name == "probe" {
 			p.Labels = map[string]string{"app": "egress-probe"}

@@ -88,7 +88,7 @@ func TestPods(t *testing.T) {
 
 	// Workloads.
 	for _, n := range c.Nodes {
-		create(ctx, t, cs, echoPod("echo-"+n.Name, n.Name))
+		create(ctx, t, cs, echoPod("echo-"+n.Name, n.Name, c.Name))
 	}
 	create(ctx, t, cs, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "client"},
@@ -266,7 +266,7 @@ func TestPods(t *testing.T) {
 	})
 
 	// A Deployment scaled 1 -> 3 -> 0.
-	if _, err := cs.AppsV1().Deployments("default").Create(ctx, echoDeployment("scale", 1), metav1.CreateOptions{}); err != nil {
+	if _, err := cs.AppsV1().Deployments("default").Create(ctx, echoDeployment("scale", 1, c.Name), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, replicas := range []int32{1, 3, 0} {
@@ -332,23 +332,27 @@ func TestPods(t *testing.T) {
 	}
 }
 
-func echoPod(name, node string) *corev1.Pod {
+func echoPod(name, node, cluster string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "echo"}},
 		Spec: corev1.PodSpec{
 			NodeSelector: map[string]string{corev1.LabelHostname: node},
-			Containers:   []corev1.Container{echoContainer()},
+			Containers:   []corev1.Container{echoContainer(cluster)},
 		},
 	}
 }
 
-func echoContainer() corev1.Container {
+// echoContainer is the echo server of cluster. Its cluster name comes from the pod spec: the
+// lab's NRI plugin also sets it (realnode.EnvCluster), but a plugin that containerd dropped
+// under load left pods answering "cluster=" (TestOverlappingCIDRs failed on it in a loaded run).
+func echoContainer(cluster string) corev1.Container {
 	field := func(path string) *corev1.EnvVarSource {
 		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
 	}
 	return corev1.Container{
 		Name: "echo", Image: images.EchoImage,
 		Env: []corev1.EnvVar{
+			{Name: "CLUSTER_NAME", Value: cluster},
 			{Name: "POD_NAME", ValueFrom: field("metadata.name")},
 			{Name: "POD_NAMESPACE", ValueFrom: field("metadata.namespace")},
 			{Name: "NODE_NAME", ValueFrom: field("spec.nodeName")},
@@ -360,7 +364,7 @@ func echoContainer() corev1.Container {
 	}
 }
 
-func echoDeployment(name string, replicas int32) *appsv1.Deployment {
+func echoDeployment(name string, replicas int32, cluster string) *appsv1.Deployment {
 	labels := map[string]string{"app": name}
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -369,7 +373,7 @@ func echoDeployment(name string, replicas int32) *appsv1.Deployment {
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{echoContainer()}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{echoContainer(cluster)}},
 			},
 		},
 	}

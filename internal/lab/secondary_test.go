@@ -450,7 +450,7 @@ func checkSecondaryRestarts(ctx context.Context, t *testing.T, l *lab.Lab, pods 
 		checkTCP(t, "pod -> pod over net1 after the restarts", src, p, time.Minute)
 	}
 	worker := c1.Nodes[len(c1.Nodes)-1].Name
-	fresh := echoPod("echo-after-restarts", worker)
+	fresh := echoPod("echo-after-restarts", worker, c1.Name)
 	create(ctx, t, cs, fresh)
 	p := waitPodReady(ctx, t, cs, fresh.Name)
 	st, ok, err := podnet.Find(p.Annotations)
