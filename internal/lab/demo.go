@@ -88,7 +88,7 @@ func (l *Lab) deployDemo(ctx context.Context, exporter, importer string) (ec, ic
 		return nil, nil, err
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DemoNamespace}}
-	if err := kube.Apply(ctx, ec, append([]client.Object{ns}, echoObjects()...)...); err != nil {
+	if err := kube.Apply(ctx, ec, append([]client.Object{ns}, echoObjects(exporter)...)...); err != nil {
 		return nil, nil, fmt.Errorf("deploying the echo server in %s: %w", exporter, err)
 	}
 	if err := kube.Apply(ctx, ic, ns, toolboxPod()); err != nil {
@@ -248,7 +248,10 @@ func (l *Lab) httpGetFromNode(cluster, ip string, port uint16) (string, error) {
 	return strings.TrimSpace(reply), nil
 }
 
-func echoObjects() []client.Object {
+// echoObjects are the demo's echo server in cluster, which answers with its cluster's name: set
+// here rather than left to the lab's NRI plugin (realnode.EnvCluster), which containerd may
+// have dropped under load.
+func echoObjects(cluster string) []client.Object {
 	labels := map[string]string{"app": "echo"}
 	return []client.Object{
 		&appsv1.Deployment{
@@ -262,6 +265,7 @@ func echoObjects() []client.Object {
 						Name: "echo", Image: images.EchoImage,
 						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}, {Name: "tcp", ContainerPort: 9000}},
 						Env: []corev1.EnvVar{
+							{Name: "CLUSTER_NAME", Value: cluster},
 							fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_NAMESPACE", "metadata.namespace"),
 							fieldEnv("NODE_NAME", "spec.nodeName"), fieldEnv("POD_IP", "status.podIP"),
 						},
