@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -161,13 +162,16 @@ func TestServiceDiscovery(t *testing.T) {
 		runPod(t, east, "db-1", "", ip1)
 		waitAnswer(t, "udp", udp, "db.shop.svc.clusterset.local.", dns.TypeA, is(positive("A "+ip0.String(), "A "+ip1.String())))
 		waitAnswer(t, "udp", udp, "db-0.east.db.shop.svc.clusterset.local.", dns.TypeA, is(positive("A "+ip0.String())))
+		// An endpoint without a hostname is named by its address in dashed form, as the
+		// cluster DNS specification says (the MCS one follows it), not by its pod.
+		dashed1 := strings.ReplaceAll(ip1.String(), ".", "-")
 		srv := positive(
 			"SRV 0 50 5432 db-0.east.db.shop.svc.clusterset.local.",
-			// The export side names an endpoint without a hostname by its pod (§2.1).
-			"SRV 0 50 5432 db-1.east.db.shop.svc.clusterset.local.")
+			"SRV 0 50 5432 "+dashed1+".east.db.shop.svc.clusterset.local.")
 		srv.nExtra = 2
 		waitAnswer(t, "tcp", tcp, "_pg._tcp.db.shop.svc.clusterset.local.", dns.TypeSRV, is(srv))
-		waitAnswer(t, "udp", udp, "db-1.east.db.shop.svc.clusterset.local.", dns.TypeA, is(positive("A "+ip1.String())))
+		waitAnswer(t, "udp", udp, dashed1+".east.db.shop.svc.clusterset.local.", dns.TypeA, is(positive("A "+ip1.String())))
+		waitAnswer(t, "udp", udp, "db-1.east.db.shop.svc.clusterset.local.", dns.TypeA, is(nxdomain))
 		waitAnswer(t, "udp", udp, "east.db.shop.svc.clusterset.local.", dns.TypeA, is(nodata))
 	})
 
