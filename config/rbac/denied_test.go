@@ -266,7 +266,11 @@ var identities = []identity{
 	{
 		name: "hub-join", namespace: hubNS, serviceAccount: render.JoinServiceAccount,
 		needs: []grant{
-			{verbs: "get,create", resource: "serviceaccounts", namespace: hubNS},
+			// delete: join replaces an unbound account instead of adopting one someone may
+			// have pre-created (and taken a token for); the hub's admission policy lets the
+			// join identity delete only accounts that no RoleBinding binds yet
+			// (TestRejoinDoesNotAdoptPrecreatedAccount).
+			{verbs: "get,create,delete", resource: "serviceaccounts", namespace: hubNS},
 			{verbs: "create", resource: "serviceaccounts/token", namespace: hubNS},
 			{verbs: "get,create", group: "rbac.authorization.k8s.io", resource: "rolebindings", namespace: hubNS},
 			{verbs: "bind", group: "rbac.authorization.k8s.io", resource: "roles", namespace: hubNS, name: v1alpha1.ClusterCredentialRole},
@@ -275,7 +279,6 @@ var identities = []identity{
 		refused: []request{
 			{verb: "get", resource: "secrets", namespace: hubNS, name: render.JoinTokenSecret},
 			{verb: "list", resource: "serviceaccounts", namespace: hubNS},
-			{verb: "delete", resource: "serviceaccounts", namespace: hubNS, name: v1alpha1.ClusterServiceAccount(testCluster)},
 			{verb: "update", group: "rbac.authorization.k8s.io", resource: "rolebindings", namespace: hubNS, name: v1alpha1.ClusterServiceAccount(testCluster)},
 			{verb: "create", group: "octopus.io", resource: "peers", namespace: hubNS},
 		},

@@ -330,6 +330,11 @@ func TestRejoinDoesNotAdoptPrecreatedAccount(t *testing.T) {
 		t.Fatal(err)
 	}
 	uid := victim.Annotations[render.MemberUIDAnnotation]
+	// The join identity may delete only accounts no RoleBinding binds yet: an enrolled
+	// cluster's credential is not broker-info's to replace.
+	if err := asJoin.Delete(t.Context(), victim); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "already enrolled") {
+		t.Fatalf("the join identity deleting enrolled east's ServiceAccount: %v, want it refused by the hub's policy", err)
+	}
 	if err := hub.Revoke(t.Context(), f.hub, ns, "east"); err != nil {
 		t.Fatal(err)
 	}
