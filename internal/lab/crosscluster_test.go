@@ -436,19 +436,11 @@ func killProcess(t *testing.T, pidfile string) {
 	}
 }
 
+// waitFor is the lab tests' poller: testenv's, every 500 ms, since each of their checks execs
+// `ip` in namespaces or reads API servers that the lab's own components keep busy.
 func waitFor(t testing.TB, timeout time.Duration, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	testenv.EventuallyEvery(t, 500*time.Millisecond, timeout, "waiting for "+what, f)
 }
 
 // checkLeaveRemovedTunnels checks, after cluster gone left (c1 the other cluster), that every

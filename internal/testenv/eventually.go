@@ -16,6 +16,14 @@ const pollInterval = 100 * time.Millisecond
 // (a context bounded by timeout, if it makes calls that could hang).
 func Eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
 	t.Helper()
+	EventuallyEvery(t, pollInterval, timeout, what, f)
+}
+
+// EventuallyEvery is Eventually polling every interval: slower where each call is costly (the
+// lab's checks exec `ip` in namespaces and read several API servers), faster where a test
+// measures how soon something happens.
+func EventuallyEvery(t testing.TB, interval, timeout time.Duration, what string, f func() error) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		err := f()
@@ -28,7 +36,7 @@ func Eventually(t testing.TB, timeout time.Duration, what string, f func() error
 		select {
 		case <-t.Context().Done():
 			t.Fatalf("%s: the test ended while waiting: %v", what, err)
-		case <-time.After(pollInterval):
+		case <-time.After(interval):
 		}
 	}
 }

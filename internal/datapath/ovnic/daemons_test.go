@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
+	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
 // The interconnection databases' schemas (Debian's ovn-ic-db).
@@ -121,21 +122,11 @@ func (db icDB) run(t *testing.T, args ...string) string {
 // generous and only a real failure reaches it (the waits poll, so it costs nothing otherwise).
 const convergeTimeout = 60 * time.Second
 
-// eventually polls f every 20 ms until it returns nil or timeout passes: idle-fast, no fixed
-// sleeps.
+// eventually polls f every 20 ms until it returns nil or timeout passes: idle-fast, and the
+// test reports how soon routes were learned.
 func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.EventuallyEvery(t, 20*time.Millisecond, timeout, "waiting for "+what, f)
 }
 
 // zone is one AZ: its central (NB, SB, ovn-northd), its ovn-ic and our client.
