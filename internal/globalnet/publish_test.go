@@ -84,7 +84,9 @@ func TestPublishesGlobalAddresses(t *testing.T) {
 	}
 	want := map[string][]string{
 		"web": {records["svc-web"] + " - dns:53/UDP,http:80/TCP"},
-		"db":  {records["pod-db-0"] + " db-0 dns:5353/UDP,http:8080/TCP", records["pod-db-1"] + " db-1 dns:5353/UDP,http:8080/TCP"},
+		// The db pods' endpoints have no hostname, so none is published: DNS names them by
+		// their (global) address in dashed form, as the cluster DNS specification says.
+		"db": {records["pod-db-0"] + " - dns:5353/UDP,http:8080/TCP", records["pod-db-1"] + " - dns:5353/UDP,http:8080/TCP"},
 	}
 	slices.Sort(want["db"])
 	for service, w := range want {
