@@ -457,10 +457,10 @@ func checkLeaveRemovedTunnels(ctx context.Context, t *testing.T, l *lab.Lab, hub
 		wait := waitFor
 		if side.cluster == gone {
 			// KNOWN GAP: on the lab of two gateway nodes per cluster, a route agent of the
-			// left cluster sometimes keeps its routes after `octopus leave` (seen on the
-			// standby gateway node in 2 of 3 runs; helm uninstall takes the agent's RBAC
-			// before its pod stops, and TestRemovalWithoutAccess covers that case, so
-			// something else is at work). The remaining cluster must drop every route to
+			// left cluster often keeps its routes after `octopus leave` (3 of 4 runs, each
+			// time on a gateway node other than the active one, routing via the active;
+			// helm uninstall takes the agent's RBAC before its pod stops, which
+			// TestRemovalWithoutAccess covers, so something else is at work). The remaining cluster must drop every route to
 			// the left one; what the left one keeps is reported until the cause is found.
 			wait = logIfNot
 		}
