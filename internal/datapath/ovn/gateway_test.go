@@ -111,8 +111,15 @@ func TestGatewayPortFollowsTheActiveGateway(t *testing.T) {
 	if _, err := nb.Ctl(ctx, "lsp-del", "intruder"); err != nil {
 		t.Fatal(err)
 	}
-	if res = apply(t, c, n); res.Gateway.Port == "" {
-		t.Fatalf("no gateway port once its address is free: %v", res.GatewayFailed)
+	// The client sees the deletion through its cache of the NB database, which follows
+	// ovn-nbctl's transaction a moment later: apply until it has.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if res = apply(t, c, n); res.Gateway.Port != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no gateway port once its address is free: %v", res.GatewayFailed)
+		}
 	}
 
 	// Delete takes the gateway's port with the pods', and the switch.
