@@ -513,16 +513,7 @@ func checkLeaveRemovedTunnels(ctx context.Context, t *testing.T, l *lab.Lab, hub
 // for a known gap whose check must stay visible in every run until it is fixed.
 func logIfNot(t testing.TB, timeout time.Duration, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Logf("KNOWN GAP: %s: not within %s: %v", what, timeout, err)
-			return
-		}
-		time.Sleep(500 * time.Millisecond)
+	if err := testenv.Poll(t, 500*time.Millisecond, timeout, f); err != nil {
+		t.Logf("KNOWN GAP: %s: %v", what, err)
 	}
 }

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -24,18 +25,27 @@ func Eventually(t testing.TB, timeout time.Duration, what string, f func() error
 // measures how soon something happens.
 func EventuallyEvery(t testing.TB, interval, timeout time.Duration, what string, f func() error) {
 	t.Helper()
+	if err := Poll(t, interval, timeout, f); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// Poll calls f every interval until it returns nil, and returns nil then; or, once timeout
+// passed or the test's context ended, f's last error, saying which. For a check whose
+// failure the caller reports its own way (EventuallyEvery fails the test).
+func Poll(t testing.TB, interval, timeout time.Duration, f func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := f()
 		if err == nil {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, timeout, err)
+			return fmt.Errorf("not within %s: %w", timeout, err)
 		}
 		select {
 		case <-t.Context().Done():
-			t.Fatalf("%s: the test ended while waiting: %v", what, err)
+			return fmt.Errorf("the test ended while waiting: %w", err)
 		case <-time.After(interval):
 		}
 	}
