@@ -15,6 +15,8 @@
 # takes about as long as the lab tier alone.
 #
 # TIERS selects the tiers ("lab fast" by default); CI=true makes a skipped test fail the run.
+# LAB_SLOT names a file whose flock the lab tier waits for and holds: lab runs from several
+# checkouts on one machine then queue instead of failing with "another lab is running".
 # Each tier's `go test -json` stream is kept in $TEST_OUT (a temporary directory by default).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -40,7 +42,14 @@ mapfile -t lab < <(git grep -l 'testenv.LabNetwork(' -- '*_test.go' | xargs -n1 
 lab+=(./internal/lab/...)
 if [[ " $TIERS " == *" lab "* ]]; then
   echo "==> lab tier: go test -p 1 of ${lab[*]} (progress below as each package ends)"
-  ( $GO test -count=1 -p 1 -timeout 60m -json "${lab[@]}" 2>&1 | tee "$out/lab.json" | live lab ) &
+  (
+    if [[ -n ${LAB_SLOT:-} ]]; then
+      exec 9>"$LAB_SLOT"
+      echo "[lab] waiting for the lab slot $LAB_SLOT"
+      flock 9
+      echo "[lab] holding the lab slot"
+    fi
+    $GO test -count=1 -p 1 -timeout 60m -json "${lab[@]}" 2>&1 | tee "$out/lab.json" | live lab ) &
   pids+=($!) streams+=("$out/lab.json")
 fi
 if [[ " $TIERS " == *" fast "* ]]; then
