@@ -1,6 +1,7 @@
 package lab_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net/netip"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -189,6 +191,9 @@ func chartRelabel(ctx context.Context, t *testing.T, f *failoverLab) {
 }
 
 func chartLeave(ctx context.Context, t *testing.T, f *failoverLab, octopus string) {
+	// What the left cluster's route agents log on their way out, shown if one keeps its
+	// routes (the known gap in checkLeaveRemovedTunnels): their pods and logs go with them.
+	logs := followPodLogs(ctx, t, f.cs2, v1alpha1.SystemNamespace, "app.kubernetes.io/name=octopus-route-agent")
 	start := time.Now()
 	kubeconfig := f.l.Env.Cluster(f.c2.Name).Kubeconfig
 	if out, err := exec.CommandContext(ctx, octopus, "leave", "--kubeconfig", kubeconfig).CombinedOutput(); err != nil {
@@ -196,7 +201,53 @@ func chartLeave(ctx context.Context, t *testing.T, f *failoverLab, octopus strin
 	}
 	t.Logf("octopus leave of %s took %.1fs", f.c2.Name, time.Since(start).Seconds())
 	checkLeftNothing(ctx, t, f.cs2, f.hub, f.c2.Name)
-	checkLeaveRemovedTunnels(ctx, t, f.l, f.hub, f.c1.Name, f.c2.Name)
+	if !checkLeaveRemovedTunnels(ctx, t, f.l, f.hub, f.c1.Name, f.c2.Name) {
+		for pod, lines := range logs() {
+			t.Logf("route agent %s logged, up to its end:\n%s", pod, lines)
+		}
+	}
+}
+
+// followPodLogs follows the logs of the pods selected in namespace from now on, and returns
+// what reports each pod's lines so far (its node in the key) — for logs that would be lost
+// with pods a check is about to delete.
+func followPodLogs(ctx context.Context, t *testing.T, cs kubernetes.Interface, namespace, selector string) func() map[string]string {
+	t.Helper()
+	pods, err := cs.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	logs := map[string]*strings.Builder{}
+	fctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	for _, p := range pods.Items {
+		key := p.Name + " on " + p.Spec.NodeName
+		logs[key] = &strings.Builder{}
+		go func() {
+			since := metav1.Now()
+			r, err := cs.CoreV1().Pods(namespace).GetLogs(p.Name, &corev1.PodLogOptions{Follow: true, SinceTime: &since}).Stream(fctx)
+			if err != nil {
+				return
+			}
+			defer r.Close()
+			sc := bufio.NewScanner(r)
+			for sc.Scan() {
+				mu.Lock()
+				fmt.Fprintln(logs[key], sc.Text())
+				mu.Unlock()
+			}
+		}()
+	}
+	return func() map[string]string {
+		mu.Lock()
+		defer mu.Unlock()
+		out := map[string]string{}
+		for k, b := range logs {
+			out[k] = b.String()
+		}
+		return out
+	}
 }
 
 // checkLeftNothing checks that cluster, after leave, keeps none of the member chart's pods or
