@@ -19,8 +19,8 @@ import (
 	"github.com/octopus-mcs/octopus/internal/bench/load"
 	"github.com/octopus-mcs/octopus/internal/image"
 	"github.com/octopus-mcs/octopus/internal/lab"
-	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
 	"github.com/octopus-mcs/octopus/internal/procfs"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/podnet"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 

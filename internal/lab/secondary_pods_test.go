@@ -25,8 +25,8 @@ import (
 	"github.com/octopus-mcs/octopus/internal/lab/images"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/lab/realnode"
-	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
 	"github.com/octopus-mcs/octopus/internal/secondarynet/nriplugin"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/podnet"
 )
 
 // The NRI plugin's side of TestSecondaryNetwork: what a pod's life on

@@ -27,7 +27,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/lab/realnode"
-	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/podnet"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 	"github.com/octopus-mcs/octopus/internal/verify"
 )

@@ -20,7 +20,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/podnet"
 )
 
 // EndpointSet is what an exported service offers other clusters for one address type and one
@@ -144,7 +144,7 @@ func readdressed(sets []EndpointSet, addr func(discoveryv1.Endpoint) (string, er
 // SecondaryAddresses is the policy of secondary addressing, where other clusters reach this
 // one's pods only over the OVN secondary network: each pod's second interface, net1, has an
 // address of the cluster's secondary CIDR, which the ovnmaster reports in the pod's
-// network-status annotation (internal/ovn/podnet). Both types offer each ready pod by that
+// network-status annotation (internal/secondarynet/podnet). Both types offer each ready pod by that
 // address, with the target ports and (for headless services) the hostname DirectAddresses gives
 // it: a ClusterSetIP import is then balanced by the importing side over every cluster's pods
 // (docs/architecture.md §6s: by DNS, there being no virtual IP on the secondary network). A pod

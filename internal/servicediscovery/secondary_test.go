@@ -17,7 +17,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/agent"
-	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/podnet"
 )
 
 // setSecondaryAddress plays the ovnmaster for pod shop/name of c: it writes the pod's secondary

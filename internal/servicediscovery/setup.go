@@ -35,7 +35,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/kube"
-	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/podnet"
 )
 
 // ExportOptions configures SetupExport.

@@ -18,7 +18,7 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/hub"
-	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/podnet"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 	"github.com/octopus-mcs/octopus/internal/verify"
 )

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/octopus-mcs/octopus/internal/ovn/podnet"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/podnet"
 )
 
 // observation is a histogram series' count and sum.
