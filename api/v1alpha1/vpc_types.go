@@ -250,8 +250,8 @@ type VpcNatTunnelList struct {
 	Items           []VpcNatTunnel `json:"items"`
 }
 
-// VpcDnsForwardSpec names the VPC whose DNS forwards clusterset.local.
-type VpcDnsForwardSpec struct {
+// VpcDNSForwardSpec names the VPC whose DNS forwards clusterset.local.
+type VpcDNSForwardSpec struct {
 	// vpc is the Vpc's name.
 	// +required
 	// +kubebuilder:validation:MinLength=1
@@ -260,8 +260,8 @@ type VpcDnsForwardSpec struct {
 	Vpc string `json:"vpc"`
 }
 
-// VpcDnsForwardStatus is whether the forward is in place.
-type VpcDnsForwardStatus struct {
+// VpcDNSForwardStatus is whether the forward is in place.
+type VpcDNSForwardStatus struct {
 	// conditions: Ready.
 	// +optional
 	// +listType=map
@@ -278,27 +278,27 @@ type VpcDnsForwardStatus struct {
 // +kubebuilder:printcolumn:name="Vpc",type=string,JSONPath=`.spec.vpc`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
-type VpcDnsForward struct {
+type VpcDnsForward struct { //nolint:revive // the prototype's name, kept for its users
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	// +required
-	Spec VpcDnsForwardSpec `json:"spec"`
+	Spec VpcDNSForwardSpec `json:"spec"`
 	// +optional
-	Status VpcDnsForwardStatus `json:"status,omitempty"`
+	Status VpcDNSForwardStatus `json:"status,omitempty"`
 }
 
 // VpcDnsForwardList is a list of VpcDnsForwards.
 //
 // +kubebuilder:object:root=true
-type VpcDnsForwardList struct {
+type VpcDnsForwardList struct { //nolint:revive // the prototype's name, kept for its users
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []VpcDnsForward `json:"items"`
 }
 
-// GatewayExIpSpec is what another cluster needs to reach a VPC gateway.
-type GatewayExIpSpec struct {
+// GatewayExIPSpec is what another cluster needs to reach a VPC gateway.
+type GatewayExIPSpec struct {
 	// externalip is the VPC gateway's external address, where tunnels from other clusters end.
 	// +required
 	// +kubebuilder:validation:MaxLength=45
@@ -326,7 +326,7 @@ type GatewayExIp struct { //nolint:revive // the prototype's name, kept for its 
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	// +required
-	Spec GatewayExIpSpec `json:"spec"`
+	Spec GatewayExIPSpec `json:"spec"`
 }
 
 // GatewayExIpList is a list of GatewayExIps.

@@ -44,10 +44,10 @@ func validVpcNatTunnel() *v1alpha1.VpcNatTunnel {
 	}
 }
 
-func validGatewayExIp() *v1alpha1.GatewayExIp {
+func validGatewayExIP() *v1alpha1.GatewayExIp {
 	return &v1alpha1.GatewayExIp{
 		ObjectMeta: metav1.ObjectMeta{Name: "red-cluster1", Namespace: ns},
-		Spec:       v1alpha1.GatewayExIpSpec{ExternalIP: "192.0.2.10", GlobalnetCIDR: "242.1.0.0/16"},
+		Spec:       v1alpha1.GatewayExIPSpec{ExternalIP: "192.0.2.10", GlobalnetCIDR: "242.1.0.0/16"},
 	}
 }
 
@@ -78,9 +78,9 @@ func TestVpcSchemaValidation(t *testing.T) {
 		{"valid Vpc", func() client.Object { return validVpc() }, ""},
 		{"valid VpcNatTunnel", func() client.Object { return validVpcNatTunnel() }, ""},
 		{"valid VpcDnsForward", func() client.Object {
-			return &v1alpha1.VpcDnsForward{ObjectMeta: metav1.ObjectMeta{Name: "red"}, Spec: v1alpha1.VpcDnsForwardSpec{Vpc: "red"}}
+			return &v1alpha1.VpcDnsForward{ObjectMeta: metav1.ObjectMeta{Name: "red"}, Spec: v1alpha1.VpcDNSForwardSpec{Vpc: "red"}}
 		}, ""},
-		{"valid GatewayExIp", func() client.Object { return validGatewayExIp() }, ""},
+		{"valid GatewayExIp", func() client.Object { return validGatewayExIP() }, ""},
 		{"a VPC with the cluster network's CIDR", withSubnets(sub("a", "10.112.0.0/16")), ""},
 
 		{"Vpc name not a label", func() client.Object {
@@ -130,12 +130,12 @@ func TestVpcSchemaValidation(t *testing.T) {
 			return tun
 		}, "spec.natGwDp"},
 		{"GatewayExIp external IP not an IP", func() client.Object {
-			g := validGatewayExIp()
+			g := validGatewayExIP()
 			g.Spec.ExternalIP = "gw.example.com"
 			return g
 		}, "spec.externalip: Invalid value: \"gw.example.com\": must be an IP address"},
 		{"GatewayExIp global CIDR not a CIDR", func() client.Object {
-			g := validGatewayExIp()
+			g := validGatewayExIP()
 			g.Spec.GlobalnetCIDR = "242.1.0.0"
 			return g
 		}, "spec.globalnetcidr: Invalid value: \"242.1.0.0\": must be a CIDR"},

@@ -67,7 +67,7 @@ type VpcResult struct {
 	Failed map[PodKey]error
 }
 
-// ErrUnknownSubnet: a pod names a subnet its VPC does not have.
+// ErrUnknownSubnet means a pod names a subnet its VPC does not have.
 var ErrUnknownSubnet = errors.New("no such subnet")
 
 // VpcRouterName is the name of a VPC's logical router.
