@@ -229,7 +229,35 @@ func TestVpcsAreIsolatedWithIdenticalSubnets(t *testing.T) {
 	if err := c.DeleteVpc(context.Background(), "east", "red"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.DeleteVpc(context.Background(), "east", "blue"); err != nil {
+	// Rows someone else put on blue's router and switch survive its deletion, and keep them.
+	ctx := context.Background()
+	if _, err := central.NB.Ctl(ctx, "lsp-add", "octopus-east.blue.a", "intruder", "--",
+		"lrp-add", "octopus-east.blue", "intruder-lrp", "0a:00:00:00:00:09", "192.0.2.1/24"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		obs, err := c.observeVpc(ctx, "east", "blue")
+		if err == nil && len(obs.lrps) == 3 && len(obs.subnets["a"].ports) == 5 { // the cache has them (router, r1, r2, b3, intruder)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the client never saw the foreign rows: %+v, %v", obs, err)
+		}
+	}
+	if err := c.DeleteVpc(ctx, "east", "blue"); err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"Logical_Router_Port", "Logical_Switch_Port"} {
+		if rows := vpcRows(t, central.NB, "blue")[table]; len(rows) != 0 {
+			t.Errorf("DeleteVpc left %s rows %v", table, rows)
+		}
+	}
+	for _, args := range [][]string{{"lsp-list", "octopus-east.blue.a"}, {"lrp-list", "octopus-east.blue"}} {
+		if out, err := central.NB.Ctl(ctx, args...); err != nil || !strings.Contains(out, "intruder") || len(strings.Fields(out)) != 2 {
+			t.Errorf("%v after DeleteVpc: %q, %v; want the foreign port alone", args, out, err)
+		}
+	}
+	if _, err := central.NB.Ctl(ctx, "ls-del", "octopus-east.blue.a", "--", "lr-del", "octopus-east.blue"); err != nil {
 		t.Fatal(err)
 	}
 	out, err := central.NB.Ctl(context.Background(), "--bare", "--columns=name", "list", "Logical_Router")

@@ -56,8 +56,8 @@ func (c *Client) ApplyVpc(ctx context.Context, v Vpc) (VpcResult, error) {
 }
 
 // DeleteVpc removes every row of the VPC: its router and router ports, its subnet switches
-// and every port of ours on them. A port someone else put on a subnet switch is left, and
-// then so is its switch. Nothing of the cluster's network or of another VPC is touched.
+// and every port of ours on them. A port someone else put on a subnet switch or on the router
+// is left, and then so is that switch or router. Nothing of the cluster's network or of another VPC is touched.
 func (c *Client) DeleteVpc(ctx context.Context, clusterID, vpc string) error {
 	if err := validateVpcName(clusterID, vpc); err != nil {
 		return err
@@ -68,14 +68,26 @@ func (c *Client) DeleteVpc(ctx context.Context, clusterID, vpc string) error {
 	}
 	var ops []ovsdb.Operation
 	if obs.router != nil {
-		if ops, err = c.nb.Where(obs.router).Delete(); err != nil {
-			return err
-		}
+		var ours []string
 		for _, lrp := range obs.lrps {
-			if !ownsVpc(lrp.ExternalIDs, clusterID, vpc) {
-				continue // taken out of the database with the router all the same (not a root table)
+			if ownsVpc(lrp.ExternalIDs, clusterID, vpc) {
+				ours = append(ours, lrp.UUID)
 			}
-			del, err := c.nb.Where(&nbdb.LogicalRouterPort{UUID: lrp.UUID}).Delete()
+		}
+		if len(ours) == len(obs.lrps) {
+			if ops, err = c.nb.Where(obs.router).Delete(); err != nil {
+				return err
+			}
+		} else if len(ours) > 0 {
+			// A port someone else put on the router keeps it (deleting the router would take
+			// that port with it: router ports live only while a router holds them).
+			lr := obs.router
+			if ops, err = c.nb.Where(lr).Mutate(lr, model.Mutation{Field: &lr.Ports, Mutator: ovsdb.MutateOperationDelete, Value: ours}); err != nil {
+				return err
+			}
+		}
+		for _, u := range ours {
+			del, err := c.nb.Where(&nbdb.LogicalRouterPort{UUID: u}).Delete()
 			if err != nil {
 				return err
 			}
@@ -103,7 +115,7 @@ func (c *Client) DeleteVpc(ctx context.Context, clusterID, vpc string) error {
 func (c *Client) removeSubnetOps(o observed) ([]ovsdb.Operation, error) {
 	var ours []string
 	for _, p := range o.ports {
-		if p.ExternalIDs[owner.OVNKeyOwner] == owner.OVNOwnerVPC && p.ExternalIDs[owner.OVNKeyVPC] == o.sw.ExternalIDs[owner.OVNKeyVPC] {
+		if ownsVpc(p.ExternalIDs, o.sw.ExternalIDs[owner.OVNKeyCluster], o.sw.ExternalIDs[owner.OVNKeyVPC]) {
 			ours = append(ours, p.UUID)
 		}
 	}
