@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -89,6 +90,11 @@ func (r *Reconciler) reconcileMember(ctx context.Context, f *v1alpha1.Fabric, st
 		return false, nil
 	}
 	ok = r.reportGateways(ctx, f, st, id)
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.FabricGatewaysConnected); c != nil && c.Reason == ReasonNoOtherClusters {
+		// Alone, the cluster is ready, but the next cluster to join changes that: check again
+		// at the retry interval (no watch covers the hub), not the resync's.
+		ok = false
+	}
 	return r.reportServiceDiscovery(ctx, f, st) && ok, nil
 }
 
@@ -240,6 +246,17 @@ func (r *Reconciler) deployComponents(ctx context.Context, f *v1alpha1.Fabric, s
 		return false
 	}
 	st.ComponentsRevision = int32(rev) //nolint:gosec // Helm revisions are small counters
+	// Helm returns once the objects are written; the components are ready once every pod the
+	// change replaces has been replaced (Ready stays False while the gateways restart).
+	waiting, err := r.rollingOut(ctx)
+	if err != nil {
+		set(f, st, v1alpha1.FabricComponentsReady, false, "RolloutUnknown", "%v", err)
+		return false
+	}
+	if waiting != "" {
+		set(f, st, v1alpha1.FabricComponentsReady, false, ReasonRollingOut, "%s (release %s revision %d)", waiting, charts.Member, rev)
+		return false
+	}
 	set(f, st, v1alpha1.FabricComponentsReady, true, "Deployed", "release %s in namespace %s is at revision %d with the joinConfig's values",
 		charts.Member, v1alpha1.SystemNamespace, rev)
 	return true
@@ -285,18 +302,24 @@ func (r *Reconciler) reportGateways(ctx context.Context, f *v1alpha1.Fabric, st 
 	return ok
 }
 
+// ReasonNoOtherClusters is GatewaysConnected=True for a cluster joined alone: its gateway is
+// active and published, and there is nothing to connect to (docs/operator-and-charts.md).
+const ReasonNoOtherClusters = "NoOtherClusters"
+
 // gatewaysVerdict decides GatewaysConnected from the active gateway's Peer and the other
 // clusters joined to the hub: True only when the gateway reports a Connected connection to
-// every one of them, since that is when traffic flows to each. A gateway connected to no
-// cluster is not connected, even with no connection down: no other cluster has joined, or
-// the gateway has not seen their Peers yet (it reported Connected with 0 clusters before).
+// every one of them, since that is when traffic flows to each. Once another cluster has
+// joined, a gateway connected to none of them is not connected (it reported Connected with 0
+// clusters before). A cluster joined alone is True with reason NoOtherClusters: everything
+// it can do is done, and a condition that stays False until a second cluster exists would be
+// a red light nobody can fix from this cluster; the reason and message say it is alone.
 func gatewaysVerdict(p *v1alpha1.Peer, others []string) (ok bool, reason, message string) {
 	byCluster := map[string]v1alpha1.PeerConnection{}
 	for _, c := range p.Status.Connections {
 		byCluster[c.ClusterID] = c
 	}
 	if len(others) == 0 {
-		return false, "NoOtherClusters", fmt.Sprintf("gateway %s is connected to 0 clusters: no other cluster has joined the hub yet", p.Spec.Hostname)
+		return true, ReasonNoOtherClusters, fmt.Sprintf("gateway %s (%s) is active; no other cluster has joined the hub yet, so there is nothing to connect to", p.Spec.Hostname, p.Spec.Backend)
 	}
 	slices.Sort(others)
 	var down []string
