@@ -86,10 +86,12 @@ func (r *Reconciler) reconcileMember(ctx context.Context, f *v1alpha1.Fabric, st
 		}
 		st.AppliedHash = want
 	}
-	if !r.deployComponents(ctx, f, st) {
+	deployed, rolledOut := r.deployComponents(ctx, f, st)
+	if !deployed {
 		return false, nil
 	}
-	ok = r.reportGateways(ctx, f, st, id)
+	// Reported during a rollout too: the gateways' state is what a user watches then.
+	ok = r.reportGateways(ctx, f, st, id) && rolledOut
 	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.FabricGatewaysConnected); c != nil && c.Reason == ReasonNoOtherClusters {
 		// Alone, the cluster is ready, but the next cluster to join changes that: check again
 		// at the retry interval (no watch covers the hub), not the resync's.
@@ -214,17 +216,18 @@ func (r *Reconciler) hubClient(ctx context.Context) (ctrl.Client, hubaccess.Cred
 
 // deployComponents installs or upgrades the member chart when its release's values differ
 // from the joinConfig's: a changed backend, health interval, gateway selector or excluded
-// subnet is a Helm upgrade of the running components, never a re-join.
-func (r *Reconciler) deployComponents(ctx context.Context, f *v1alpha1.Fabric, st *v1alpha1.FabricStatus) bool {
+// subnet is a Helm upgrade of the running components, never a re-join. deployed is whether
+// the release is at the joinConfig's values, rolledOut whether every pod runs them too.
+func (r *Reconciler) deployComponents(ctx context.Context, f *v1alpha1.Fabric, st *v1alpha1.FabricStatus) (deployed, rolledOut bool) {
 	values, err := MemberValues(f.Spec.JoinConfig, f.Spec.CloudPrepareConfig)
 	if err != nil {
 		set(f, st, v1alpha1.FabricComponentsReady, false, "InvalidValues", "%v", err)
-		return false
+		return false, false
 	}
 	cur, err := release.Current(r.Config, charts.Member, v1alpha1.SystemNamespace)
 	if err != nil {
 		set(f, st, v1alpha1.FabricComponentsReady, false, "ReleaseUnreadable", "%v", err)
-		return false
+		return false, false
 	}
 	rev := 0
 	if cur != nil && sameValues(cur.Values, values) {
@@ -235,7 +238,7 @@ func (r *Reconciler) deployComponents(ctx context.Context, f *v1alpha1.Fabric, s
 		})
 		if err != nil {
 			set(f, st, v1alpha1.FabricComponentsReady, false, "InstallFailed", "%v", err)
-			return false
+			return false, false
 		}
 		logFrom(ctx).Info("Member chart deployed", "revision", rev)
 	}
@@ -243,7 +246,7 @@ func (r *Reconciler) deployComponents(ctx context.Context, f *v1alpha1.Fabric, s
 	// only when the Corefile lacks it, so an unchanged Fabric still costs no write.
 	if err := cluster.ForwardDNS(ctx, r.Config, nil); err != nil {
 		set(f, st, v1alpha1.FabricComponentsReady, false, "DNSForwardFailed", "%v", err)
-		return false
+		return false, false
 	}
 	st.ComponentsRevision = int32(rev) //nolint:gosec // Helm revisions are small counters
 	// Helm returns once the objects are written; the components are ready once every pod the
@@ -251,15 +254,15 @@ func (r *Reconciler) deployComponents(ctx context.Context, f *v1alpha1.Fabric, s
 	waiting, err := r.rollingOut(ctx)
 	if err != nil {
 		set(f, st, v1alpha1.FabricComponentsReady, false, "RolloutUnknown", "%v", err)
-		return false
+		return true, false
 	}
 	if waiting != "" {
 		set(f, st, v1alpha1.FabricComponentsReady, false, ReasonRollingOut, "%s (release %s revision %d)", waiting, charts.Member, rev)
-		return false
+		return true, false
 	}
 	set(f, st, v1alpha1.FabricComponentsReady, true, "Deployed", "release %s in namespace %s is at revision %d with the joinConfig's values",
 		charts.Member, v1alpha1.SystemNamespace, rev)
-	return true
+	return true, true
 }
 
 // reportGateways reads this cluster's Peer on the hub: the active gateway publishes it with its
