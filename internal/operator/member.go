@@ -289,6 +289,17 @@ func (r *Reconciler) reportGateways(ctx context.Context, f *v1alpha1.Fabric, st 
 		set(f, st, v1alpha1.FabricGatewaysConnected, false, "Reconfiguring", "the active gateway %s still runs backend %s; waiting for it to restart with %s", p.Spec.Hostname, p.Spec.Backend, want)
 		return false
 	}
+	// After a gateway moved or restarted, the Peer is the old gateway's until the new one
+	// takes over: its connections say nothing of the pods that run now.
+	if on, err := r.gatewayPodNodes(ctx); err != nil {
+		set(f, st, v1alpha1.FabricGatewaysConnected, false, "GatewayPodsUnknown", "%v", err)
+		return false
+	} else if !slices.Contains(on, p.Spec.Hostname) {
+		set(f, st, v1alpha1.FabricGatewaysConnected, false, "Reconfiguring",
+			"the cluster's Peer was published by the gateway on node %s, which runs no gateway pod now (gateway pods on %v); waiting for one of them to take over",
+			p.Spec.Hostname, on)
+		return false
+	}
 	clusters := &v1alpha1.ClusterList{}
 	if err := hc.List(ctx, clusters, ctrl.InNamespace(cred.Namespace)); err != nil {
 		set(f, st, v1alpha1.FabricGatewaysConnected, false, ReasonHubUnreachable, "listing the joined clusters on the hub at %s: %v", cred.Server, err)
@@ -308,6 +319,25 @@ func (r *Reconciler) reportGateways(ctx context.Context, f *v1alpha1.Fabric, st 
 // ReasonNoOtherClusters is GatewaysConnected=True for a cluster joined alone: its gateway is
 // active and published, and there is nothing to connect to (docs/operator-and-charts.md).
 const ReasonNoOtherClusters = "NoOtherClusters"
+
+// gatewayPodLabel selects the member chart's gateway pods (charts/octopus-member gateway.yaml).
+const gatewayPodLabel = "app.kubernetes.io/name"
+
+// gatewayPodNodes are the nodes running a gateway pod that is not being deleted, sorted.
+func (r *Reconciler) gatewayPodNodes(ctx context.Context) ([]string, error) {
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, ctrl.InNamespace(v1alpha1.SystemNamespace), ctrl.MatchingLabels{gatewayPodLabel: "octopus-gateway"}); err != nil {
+		return nil, fmt.Errorf("listing the gateway pods in %s: %w", v1alpha1.SystemNamespace, err)
+	}
+	var out []string
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Spec.NodeName != "" && p.Status.Phase == corev1.PodRunning {
+			out = append(out, p.Spec.NodeName)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
 
 // gatewaysVerdict decides GatewaysConnected from the active gateway's Peer and the other
 // clusters joined to the hub: True only when the gateway reports a Connected connection to
