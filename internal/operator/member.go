@@ -40,7 +40,10 @@ const (
 
 // What join applies in the member cluster, and the member chart's release.
 //
-// +kubebuilder:rbac:groups="",resources=configmaps;services;nodes,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;update;patch;delete
+// Nodes are only read (CIDR discovery, the Node watch) and labelled (cloud.go): never created,
+// replaced or deleted.
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=apps,resources=deployments;daemonsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=servicecidrs,verbs=list
