@@ -48,7 +48,10 @@ const hubOperatorProcess = "operator-hub"
 //     with the hub's kubeconfig, and its Fabric CRD is applied from the chart's crds/;
 //   - hub Fabric: BrokerReady and the broker-info Secret named in status.brokerInfoSecret;
 //   - member Fabrics (joinConfig and cloudPrepareConfig generic, gateways 1 of each member's
-//     two underlay nodes): Ready=True, each condition transition logged;
+//     two underlay nodes): the first alone reaches Ready=True NoOtherClusters (issue 29: a lone
+//     cluster is ready, and says it is alone); then the second is applied and both reach
+//     Ready=True, GatewaysConnected never True while the Fabric's Peer is not Connected to the
+//     other member; each condition transition logged;
 //   - generic prepare: the lab's nodes carry the gateway label from registration, and the
 //     provider leaves a node that is a gateway already as it is (it marks only nodes it
 //     labels, internal/operator/cloud.go), so the test takes the label off every node first:
@@ -63,8 +66,10 @@ const hubOperatorProcess = "operator-hub"
 //     Ready=False, both ProviderUnavailable; back to generic, it is Ready again;
 //   - live changes (operator_live_test.go), each one `kubectl patch fabric` under UDP probes
 //     from a pod of cluster2 to a pod of cluster1: backend wireguard → vxlan → wireguard, the
-//     health interval, the gateway moved to the other underlay node by selector; each takes
-//     effect without re-create or re-join and traffic recovers;
+//     health interval, the gateway moved to the other underlay node by
+//     joinConfig.gatewayNodeSelector alone; each takes effect without re-create or re-join,
+//     Ready is never True while a gateway pod of the old template remains, and traffic flows
+//     from the moment every Fabric says Ready;
 //   - delete: cluster2's Fabric deleted, nothing of cluster2 remains on the hub or in it.
 func TestOperatorLab(t *testing.T) {
 	testenv.LabNetwork(t)
