@@ -181,6 +181,13 @@ type JoinConfig struct {
 	// +optional
 	// +kubebuilder:validation:MaxProperties=16
 	GatewayNodeSelector map[string]string `json:"gatewayNodeSelector,omitempty"`
+	// silentClusterTTL is how long another cluster's heartbeat may go unrenewed, beyond its
+	// lease duration, before this cluster's gateways tear its tunnel down (the gateway's
+	// --silent-cluster-ttl, member chart value config.OCTOPUS_SILENT_CLUSTER_TTL). Optional:
+	// 5m.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('30s') && duration(self) <= duration('24h')",message="joinConfig.silentClusterTTL must be between 30s and 24h: a shorter one tears tunnels down when a heartbeat is merely late (a slow or restarting hub)"
+	SilentClusterTTL *metav1.Duration `json:"silentClusterTTL,omitempty"`
 	// excludedSubnets are CIDRs of this cluster not to advertise to the other clusters.
 	// +optional
 	// +listType=set

@@ -667,6 +667,11 @@ func (in *JoinConfig) DeepCopyInto(out *JoinConfig) {
 			(*out)[key] = val
 		}
 	}
+	if in.SilentClusterTTL != nil {
+		in, out := &in.SilentClusterTTL, &out.SilentClusterTTL
+		*out = new(v1.Duration)
+		**out = **in
+	}
 	if in.ExcludedSubnets != nil {
 		in, out := &in.ExcludedSubnets, &out.ExcludedSubnets
 		*out = make([]string, len(*in))

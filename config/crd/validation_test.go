@@ -268,6 +268,21 @@ func TestSchemaValidation(t *testing.T) {
 			f.Spec.JoinConfig.HealthCheck = &v1alpha1.HealthCheck{Interval: metav1.Duration{Duration: time.Second}, MaxPacketLoss: -1}
 			return f
 		}, "joinConfig.healthCheck.maxPacketLoss must be between 1 and 60 probes in a row"},
+		{"Fabric with a silent-cluster TTL too short", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.SilentClusterTTL = &metav1.Duration{Duration: 5 * time.Second}
+			return f
+		}, "joinConfig.silentClusterTTL must be between 30s and 24h"},
+		{"Fabric with a negative silent-cluster TTL", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.SilentClusterTTL = &metav1.Duration{Duration: -time.Minute}
+			return f
+		}, "joinConfig.silentClusterTTL must be between 30s and 24h"},
+		{"Fabric with a silent-cluster TTL of 2m", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.SilentClusterTTL = &metav1.Duration{Duration: 2 * time.Minute}
+			return f
+		}, ""},
 		{"Fabric hub with an http URL", func() client.Object {
 			f := validFabric()
 			f.Spec.JoinConfig = nil

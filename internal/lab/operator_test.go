@@ -48,7 +48,10 @@ const hubOperatorProcess = "operator-hub"
 //     with the hub's kubeconfig, and its Fabric CRD is applied from the chart's crds/;
 //   - hub Fabric: BrokerReady and the broker-info Secret named in status.brokerInfoSecret;
 //   - member Fabrics (joinConfig and cloudPrepareConfig generic, gateways 1 of each member's
-//     two underlay nodes): Ready=True, each condition transition logged;
+//     two underlay nodes): the first alone reaches Ready=True NoOtherClusters (issue 29: a lone
+//     cluster is ready, and says it is alone); then the second is applied and both reach
+//     Ready=True, GatewaysConnected never True while the Fabric's Peer is not Connected to the
+//     other member; each condition transition logged;
 //   - generic prepare: the lab's nodes carry the gateway label from registration, and the
 //     provider leaves a node that is a gateway already as it is (it marks only nodes it
 //     labels, internal/operator/cloud.go), so the test takes the label off every node first:
@@ -63,8 +66,10 @@ const hubOperatorProcess = "operator-hub"
 //     Ready=False, both ProviderUnavailable; back to generic, it is Ready again;
 //   - live changes (operator_live_test.go), each one `kubectl patch fabric` under UDP probes
 //     from a pod of cluster2 to a pod of cluster1: backend wireguard → vxlan → wireguard, the
-//     health interval, the gateway moved to the other underlay node by selector; each takes
-//     effect without re-create or re-join and traffic recovers;
+//     health interval, the gateway moved to the other underlay node by
+//     joinConfig.gatewayNodeSelector alone; each takes effect without re-create or re-join,
+//     Ready is never True while a gateway pod of the old template remains, and traffic flows
+//     from the moment every Fabric says Ready;
 //   - delete: cluster2's Fabric deleted, nothing of cluster2 remains on the hub or in it.
 func TestOperatorLab(t *testing.T) {
 	testenv.LabNetwork(t)
@@ -167,7 +172,7 @@ func TestOperatorLab(t *testing.T) {
 			t.Fatalf("Secret %s has no key %s", secretRef, v1alpha1.BrokerInfoKey)
 		}
 		start := time.Now()
-		for _, c := range members {
+		apply := func(c labnet.ClusterNet) {
 			kubeconfig := fabrics[c.Name]
 			// The Secret goes where joinConfig.brokerInfoSecretRef looks by default.
 			k.run(t, kubeconfig, fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata: {name: %s, namespace: %s}\ndata:\n  %s: %s\n",
@@ -189,9 +194,46 @@ spec:
     gateways: %d
 `, c.Name, name, l.Env.Cluster(c.Name).PodCIDR.String(), operatorLabGateways), "apply", "-f", "-")
 		}
-		w := newFabricWatch(t, start, fabrics)
+		// The first member joins alone: nothing to connect to is Ready, and says so
+		// (GatewaysConnected and Ready True, reason NoOtherClusters), not a red light.
+		first, rest := members[0], members[1:]
+		apply(first)
+		w := newFabricWatch(t, start, map[string]string{first.Name: fabrics[first.Name]})
+		alone := w.until(t, 8*time.Minute, first.Name+"'s Fabric Ready alone", func(f *v1alpha1.Fabric) bool {
+			return conditionIs(f, v1alpha1.FabricReady, metav1.ConditionTrue, operator.ReasonNoOtherClusters) &&
+				conditionIs(f, v1alpha1.FabricGatewaysConnected, metav1.ConditionTrue, operator.ReasonNoOtherClusters)
+		})[first.Name]
+		t.Logf("%s: Ready alone %.1fs after it was applied: %s", first.Name, time.Since(start).Seconds(),
+			meta.FindStatusCondition(alone.Status.Conditions, v1alpha1.FabricReady).Message)
+		for _, c := range rest {
+			apply(c)
+		}
+		// Then the others: from the moment a second cluster is on the hub (plus the operator's
+		// retry interval, which is when a lone cluster looks again), no Fabric may say its
+		// gateways are connected while its Peer is not connected to every other member.
+		hubc := kubeClient(t, hubKubeconfig)
+		live := &operatorLive{ctx: ctx, hub: hubc, members: members}
+		var othersSince time.Time
+		w = newFabricWatch(t, start, fabrics)
 		joined = w.until(t, 8*time.Minute, "every member Fabric Ready", func(f *v1alpha1.Fabric) bool {
-			return conditionIs(f, v1alpha1.FabricReady, metav1.ConditionTrue, "") && f.Status.ObservedGeneration == f.Generation
+			if othersSince.IsZero() {
+				cls := &v1alpha1.ClusterList{}
+				if err := hubc.List(ctx, cls, client.InNamespace(v1alpha1.DefaultHubNamespace)); err == nil && len(cls.Items) > 1 {
+					othersSince = time.Now()
+					t.Logf("%6.1fs: %d clusters on the hub", time.Since(start).Seconds(), len(cls.Items))
+				}
+			}
+			if c := meta.FindStatusCondition(f.Status.Conditions, v1alpha1.FabricGatewaysConnected); c != nil && c.Status == metav1.ConditionTrue &&
+				!othersSince.IsZero() && time.Since(othersSince) > operator.DefaultRetryInterval+5*time.Second {
+				p, err := live.peer(f.Spec.JoinConfig.ClusterID)
+				if err == nil {
+					err = live.connected(p)
+				}
+				if err != nil {
+					t.Errorf("%s: GatewaysConnected=True %s (%s) while %v", f.Spec.JoinConfig.ClusterID, c.Reason, c.Message, err)
+				}
+			}
+			return conditionIs(f, v1alpha1.FabricReady, metav1.ConditionTrue, "Ready") && f.Status.ObservedGeneration == f.Generation
 		})
 		t.Logf("both member Fabrics Ready %.1fs after they were applied", time.Since(start).Seconds())
 		for _, c := range members {

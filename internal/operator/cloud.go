@@ -26,8 +26,13 @@ var ErrProviderUnavailable = errors.New("provider unavailable")
 
 // Provider prepares a cluster's gateway nodes: it chooses them, makes them gateway nodes
 // (v1alpha1.GatewayNodeLabel) and reports each with the endpoint other clusters reach.
+//
+// eligible, when not empty, is joinConfig.gatewayNodeSelector: the gateway DaemonSet runs only
+// on nodes it selects, so only those may be prepared. A node it no longer selects loses the
+// preparation, which is how moving the gateway by joinConfig.gatewayNodeSelector alone moves
+// the label and status.gatewayNodes with the pods.
 type Provider interface {
-	Prepare(ctx context.Context, cfg *v1alpha1.CloudPrepareConfig) ([]v1alpha1.GatewayNode, error)
+	Prepare(ctx context.Context, cfg *v1alpha1.CloudPrepareConfig, eligible map[string]string) ([]v1alpha1.GatewayNode, error)
 	// Unprepare undoes Prepare when the Fabric is deleted.
 	Unprepare(ctx context.Context) error
 }
@@ -46,7 +51,7 @@ func Providers(c ctrl.Client) map[v1alpha1.CloudProvider]Provider {
 
 type unavailable v1alpha1.CloudProvider
 
-func (u unavailable) Prepare(context.Context, *v1alpha1.CloudPrepareConfig) ([]v1alpha1.GatewayNode, error) {
+func (u unavailable) Prepare(context.Context, *v1alpha1.CloudPrepareConfig, map[string]string) ([]v1alpha1.GatewayNode, error) {
 	return nil, fmt.Errorf("%w: preparing %s infrastructure (firewall rules for the tunnel port, gateway instances) needs the %s API, which this build of the operator does not implement; "+
 		"prepare the gateway nodes yourself (label them %s=true, allow UDP 4500 to them) and remove cloudPrepareConfig, or use provider generic",
 		ErrProviderUnavailable, string(u), strings.ToUpper(string(u)), v1alpha1.GatewayNodeLabel)
@@ -66,12 +71,12 @@ type Generic struct {
 // Prepare labels the chosen nodes and unlabels the nodes it labelled before that are no longer
 // chosen. By count, nodes that are gateways already come first, then by name, so that a
 // reconcile does not move the gateway.
-func (g *Generic) Prepare(ctx context.Context, cfg *v1alpha1.CloudPrepareConfig) ([]v1alpha1.GatewayNode, error) {
+func (g *Generic) Prepare(ctx context.Context, cfg *v1alpha1.CloudPrepareConfig, eligible map[string]string) ([]v1alpha1.GatewayNode, error) {
 	nodes := &corev1.NodeList{}
 	if err := g.Client.List(ctx, nodes); err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	chosen, err := choose(nodes.Items, cfg)
+	chosen, err := choose(nodes.Items, cfg, eligible)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +141,15 @@ func (g *Generic) label(ctx context.Context, n *corev1.Node, gateway bool) error
 	return nil
 }
 
-func choose(nodes []corev1.Node, cfg *v1alpha1.CloudPrepareConfig) ([]string, error) {
+// choose picks the gateway nodes among those eligible selects (all when empty): the ones
+// cfg's selector selects, else cfg's count of them.
+func choose(nodes []corev1.Node, cfg *v1alpha1.CloudPrepareConfig, eligible map[string]string) ([]string, error) {
+	var within string
+	if len(eligible) > 0 {
+		sel := labels.SelectorFromSet(eligible)
+		within = " of the nodes joinConfig.gatewayNodeSelector " + sel.String() + " selects"
+		nodes = slices.DeleteFunc(slices.Clone(nodes), func(n corev1.Node) bool { return !sel.Matches(labels.Set(n.Labels)) })
+	}
 	if len(cfg.GatewayNodeSelector) > 0 {
 		sel := labels.SelectorFromSet(cfg.GatewayNodeSelector)
 		var out []string
@@ -146,7 +159,7 @@ func choose(nodes []corev1.Node, cfg *v1alpha1.CloudPrepareConfig) ([]string, er
 			}
 		}
 		if len(out) == 0 {
-			return nil, fmt.Errorf("cloudPrepareConfig.gatewayNodeSelector %s selects no node", sel)
+			return nil, fmt.Errorf("cloudPrepareConfig.gatewayNodeSelector %s selects no node%s", sel, within)
 		}
 		return out, nil
 	}
@@ -166,7 +179,7 @@ func choose(nodes []corev1.Node, cfg *v1alpha1.CloudPrepareConfig) ([]string, er
 		return strings.Compare(a.Name, b.Name)
 	})
 	if len(candidates) < count {
-		return nil, fmt.Errorf("cloudPrepareConfig.gateways is %d, but only %d schedulable node(s) exist", count, len(candidates))
+		return nil, fmt.Errorf("cloudPrepareConfig.gateways is %d, but only %d schedulable node(s) exist%s", count, len(candidates), within)
 	}
 	out := make([]string, count)
 	for i := range out {
@@ -193,7 +206,11 @@ func (r *Reconciler) reconcileCloud(ctx context.Context, f *v1alpha1.Fabric, st 
 		set(f, st, v1alpha1.FabricCloudPrepared, false, ReasonProviderUnavailable, "cloudPrepareConfig.provider %q is unknown", cfg.Provider)
 		return false
 	}
-	nodes, err := p.Prepare(ctx, cfg)
+	var eligible map[string]string
+	if jc := f.Spec.JoinConfig; jc != nil {
+		eligible = jc.GatewayNodeSelector
+	}
+	nodes, err := p.Prepare(ctx, cfg, eligible)
 	switch {
 	case errors.Is(err, ErrProviderUnavailable):
 		set(f, st, v1alpha1.FabricCloudPrepared, false, ReasonProviderUnavailable, "%v", err)

@@ -8,7 +8,8 @@ import (
 )
 
 // TestGatewaysVerdict: GatewaysConnected is True only while the active gateway is connected to
-// every other joined cluster; connected to 0 clusters it is False.
+// every other joined cluster; connected to 0 of them it is False; alone on the hub it is True
+// with reason NoOtherClusters.
 func TestGatewaysVerdict(t *testing.T) {
 	peer := func(conns ...v1alpha1.PeerConnection) *v1alpha1.Peer {
 		p := &v1alpha1.Peer{Spec: v1alpha1.PeerSpec{Hostname: "gw-1", Backend: "wireguard"}}
@@ -27,7 +28,9 @@ func TestGatewaysVerdict(t *testing.T) {
 		reason  string
 		message string
 	}{
-		{"no other cluster joined: connected to 0 clusters is not connected", peer(), nil, false, "NoOtherClusters", "connected to 0 clusters"},
+		// Alone on the hub: nothing to connect to is not a fault (docs/operator-and-charts.md).
+		{"no other cluster joined: ready, and says it is alone", peer(), nil, true, "NoOtherClusters", "no other cluster has joined the hub yet"},
+		{"another cluster joined, connected to 0 clusters", peer(), []string{"west"}, false, "ConnectionsDown", "connected to 0 of 1"},
 		{"another cluster joined, its Peer not seen yet", peer(), []string{"west"}, false, "ConnectionsDown", "not to west (no tunnel yet)"},
 		{"the tunnel still connecting", peer(connecting), []string{"west"}, false, "ConnectionsDown", "west (Connecting: no handshake yet)"},
 		{"one of two connected", peer(up("west")), []string{"west", "north"}, false, "ConnectionsDown", "connected to 1 of 2 other cluster(s), not to north"},

@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -39,7 +40,10 @@ const (
 
 // What join applies in the member cluster, and the member chart's release.
 //
-// +kubebuilder:rbac:groups="",resources=configmaps;services;nodes,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;update;patch;delete
+// Nodes are only read (CIDR discovery, the Node watch) and labelled (cloud.go): never created,
+// replaced or deleted.
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=apps,resources=deployments;daemonsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=servicecidrs,verbs=list
@@ -85,10 +89,17 @@ func (r *Reconciler) reconcileMember(ctx context.Context, f *v1alpha1.Fabric, st
 		}
 		st.AppliedHash = want
 	}
-	if !r.deployComponents(ctx, f, st) {
+	deployed, rolledOut := r.deployComponents(ctx, f, st)
+	if !deployed {
 		return false, nil
 	}
-	ok = r.reportGateways(ctx, f, st, id)
+	// Reported during a rollout too: the gateways' state is what a user watches then.
+	ok = r.reportGateways(ctx, f, st, id) && rolledOut
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.FabricGatewaysConnected); c != nil && c.Reason == ReasonNoOtherClusters {
+		// Alone, the cluster is ready, but the next cluster to join changes that: check again
+		// at the retry interval (no watch covers the hub), not the resync's.
+		ok = false
+	}
 	return r.reportServiceDiscovery(ctx, f, st) && ok, nil
 }
 
@@ -208,17 +219,18 @@ func (r *Reconciler) hubClient(ctx context.Context) (ctrl.Client, hubaccess.Cred
 
 // deployComponents installs or upgrades the member chart when its release's values differ
 // from the joinConfig's: a changed backend, health interval, gateway selector or excluded
-// subnet is a Helm upgrade of the running components, never a re-join.
-func (r *Reconciler) deployComponents(ctx context.Context, f *v1alpha1.Fabric, st *v1alpha1.FabricStatus) bool {
+// subnet is a Helm upgrade of the running components, never a re-join. deployed is whether
+// the release is at the joinConfig's values, rolledOut whether every pod runs them too.
+func (r *Reconciler) deployComponents(ctx context.Context, f *v1alpha1.Fabric, st *v1alpha1.FabricStatus) (deployed, rolledOut bool) {
 	values, err := MemberValues(f.Spec.JoinConfig, f.Spec.CloudPrepareConfig)
 	if err != nil {
 		set(f, st, v1alpha1.FabricComponentsReady, false, "InvalidValues", "%v", err)
-		return false
+		return false, false
 	}
 	cur, err := release.Current(r.Config, charts.Member, v1alpha1.SystemNamespace)
 	if err != nil {
 		set(f, st, v1alpha1.FabricComponentsReady, false, "ReleaseUnreadable", "%v", err)
-		return false
+		return false, false
 	}
 	rev := 0
 	if cur != nil && sameValues(cur.Values, values) {
@@ -229,7 +241,7 @@ func (r *Reconciler) deployComponents(ctx context.Context, f *v1alpha1.Fabric, s
 		})
 		if err != nil {
 			set(f, st, v1alpha1.FabricComponentsReady, false, "InstallFailed", "%v", err)
-			return false
+			return false, false
 		}
 		logFrom(ctx).Info("Member chart deployed", "revision", rev)
 	}
@@ -237,12 +249,23 @@ func (r *Reconciler) deployComponents(ctx context.Context, f *v1alpha1.Fabric, s
 	// only when the Corefile lacks it, so an unchanged Fabric still costs no write.
 	if err := cluster.ForwardDNS(ctx, r.Config, nil); err != nil {
 		set(f, st, v1alpha1.FabricComponentsReady, false, "DNSForwardFailed", "%v", err)
-		return false
+		return false, false
 	}
 	st.ComponentsRevision = int32(rev) //nolint:gosec // Helm revisions are small counters
+	// Helm returns once the objects are written; the components are ready once every pod the
+	// change replaces has been replaced (Ready stays False while the gateways restart).
+	waiting, err := r.rollingOut(ctx)
+	if err != nil {
+		set(f, st, v1alpha1.FabricComponentsReady, false, "RolloutUnknown", "%v", err)
+		return true, false
+	}
+	if waiting != "" {
+		set(f, st, v1alpha1.FabricComponentsReady, false, ReasonRollingOut, "%s (release %s revision %d)", waiting, charts.Member, rev)
+		return true, false
+	}
 	set(f, st, v1alpha1.FabricComponentsReady, true, "Deployed", "release %s in namespace %s is at revision %d with the joinConfig's values",
 		charts.Member, v1alpha1.SystemNamespace, rev)
-	return true
+	return true, true
 }
 
 // reportGateways reads this cluster's Peer on the hub: the active gateway publishes it with its
@@ -269,6 +292,17 @@ func (r *Reconciler) reportGateways(ctx context.Context, f *v1alpha1.Fabric, st 
 		set(f, st, v1alpha1.FabricGatewaysConnected, false, "Reconfiguring", "the active gateway %s still runs backend %s; waiting for it to restart with %s", p.Spec.Hostname, p.Spec.Backend, want)
 		return false
 	}
+	// After a gateway moved or restarted, the Peer is the old gateway's until the new one
+	// takes over: its connections say nothing of the pods that run now.
+	if on, err := r.gatewayPodNodes(ctx); err != nil {
+		set(f, st, v1alpha1.FabricGatewaysConnected, false, "GatewayPodsUnknown", "%v", err)
+		return false
+	} else if !slices.Contains(on, p.Spec.Hostname) {
+		set(f, st, v1alpha1.FabricGatewaysConnected, false, "Reconfiguring",
+			"the cluster's Peer was published by the gateway on node %s, which runs no gateway pod now (gateway pods on %v); waiting for one of them to take over",
+			p.Spec.Hostname, on)
+		return false
+	}
 	clusters := &v1alpha1.ClusterList{}
 	if err := hc.List(ctx, clusters, ctrl.InNamespace(cred.Namespace)); err != nil {
 		set(f, st, v1alpha1.FabricGatewaysConnected, false, ReasonHubUnreachable, "listing the joined clusters on the hub at %s: %v", cred.Server, err)
@@ -285,18 +319,43 @@ func (r *Reconciler) reportGateways(ctx context.Context, f *v1alpha1.Fabric, st 
 	return ok
 }
 
+// ReasonNoOtherClusters is GatewaysConnected=True for a cluster joined alone: its gateway is
+// active and published, and there is nothing to connect to (docs/operator-and-charts.md).
+const ReasonNoOtherClusters = "NoOtherClusters"
+
+// gatewayPodLabel selects the member chart's gateway pods (charts/octopus-member gateway.yaml).
+const gatewayPodLabel = "app.kubernetes.io/name"
+
+// gatewayPodNodes are the nodes running a gateway pod that is not being deleted, sorted.
+func (r *Reconciler) gatewayPodNodes(ctx context.Context) ([]string, error) {
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, ctrl.InNamespace(v1alpha1.SystemNamespace), ctrl.MatchingLabels{gatewayPodLabel: "octopus-gateway"}); err != nil {
+		return nil, fmt.Errorf("listing the gateway pods in %s: %w", v1alpha1.SystemNamespace, err)
+	}
+	var out []string
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Spec.NodeName != "" && p.Status.Phase == corev1.PodRunning {
+			out = append(out, p.Spec.NodeName)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
 // gatewaysVerdict decides GatewaysConnected from the active gateway's Peer and the other
 // clusters joined to the hub: True only when the gateway reports a Connected connection to
-// every one of them, since that is when traffic flows to each. A gateway connected to no
-// cluster is not connected, even with no connection down: no other cluster has joined, or
-// the gateway has not seen their Peers yet (it reported Connected with 0 clusters before).
+// every one of them, since that is when traffic flows to each. Once another cluster has
+// joined, a gateway connected to none of them is not connected (it reported Connected with 0
+// clusters before). A cluster joined alone is True with reason NoOtherClusters: everything
+// it can do is done, and a condition that stays False until a second cluster exists would be
+// a red light nobody can fix from this cluster; the reason and message say it is alone.
 func gatewaysVerdict(p *v1alpha1.Peer, others []string) (ok bool, reason, message string) {
 	byCluster := map[string]v1alpha1.PeerConnection{}
 	for _, c := range p.Status.Connections {
 		byCluster[c.ClusterID] = c
 	}
 	if len(others) == 0 {
-		return false, "NoOtherClusters", fmt.Sprintf("gateway %s is connected to 0 clusters: no other cluster has joined the hub yet", p.Spec.Hostname)
+		return true, ReasonNoOtherClusters, fmt.Sprintf("gateway %s (%s) is active; no other cluster has joined the hub yet, so there is nothing to connect to", p.Spec.Hostname, p.Spec.Backend)
 	}
 	slices.Sort(others)
 	var down []string

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -256,6 +257,17 @@ func TestFabricHubAndMember(t *testing.T) {
 	m.r = m.reconciler(t)
 
 	// Joined with the cluster ID defaulted from kube-system's UID, the chart installed.
+	// The chart is installed, but this control plane has no node to run a pod on: the
+	// Deployments never roll out, and ComponentsReady says which one it waits for.
+	m.reconcileUntil(t, "Joined and the components rolling out", func(f *v1alpha1.Fabric) bool {
+		c := condition(f, v1alpha1.FabricComponentsReady)
+		return isTrue(v1alpha1.FabricJoined)(f) && c.Reason == operator.ReasonRollingOut &&
+			strings.Contains(c.Message, "deployment octopus-controller 0/2 available") &&
+			condition(f, v1alpha1.FabricReady).Status == metav1.ConditionFalse
+	})
+	// With nothing to run, the Deployment controller reports them rolled out (the DaemonSets
+	// have no node either): the components are ready.
+	scaleToZero(t, m.admin)
 	mf := m.reconcileUntil(t, "Joined and ComponentsReady", func(f *v1alpha1.Fabric) bool {
 		return isTrue(v1alpha1.FabricJoined)(f) && isTrue(v1alpha1.FabricComponentsReady)(f)
 	})
@@ -412,6 +424,21 @@ func TestFabricHubAndMember(t *testing.T) {
 			t.Fatalf("broker-info Secret after delete: err = %v, want gone", err)
 		}
 	})
+}
+
+// scaleToZero scales the member chart's Deployments to 0 replicas.
+func scaleToZero(t *testing.T, c client.Client) {
+	t.Helper()
+	ds := &appsv1.DeploymentList{}
+	if err := c.List(t.Context(), ds, client.InNamespace(v1alpha1.SystemNamespace)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range ds.Items {
+		d := &ds.Items[i]
+		if err := c.Patch(t.Context(), d, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":0}}`))); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func current(t *testing.T, cfg *rest.Config) *release.Deployed {

@@ -205,6 +205,10 @@ func setReady(f *v1alpha1.Fabric, st *v1alpha1.FabricStatus) {
 			return
 		}
 	}
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.FabricGatewaysConnected); c != nil && c.Reason == ReasonNoOtherClusters {
+		set(f, st, v1alpha1.FabricReady, true, ReasonNoOtherClusters, "every phase is ready; %s", c.Message)
+		return
+	}
 	set(f, st, v1alpha1.FabricReady, true, "Ready", "every phase is ready")
 }
 

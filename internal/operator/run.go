@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -80,6 +81,7 @@ func Run(ctx context.Context, o RunOptions) error {
 	fabric := func(context.Context, ctrl.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: ctrl.ObjectKey{Name: v1alpha1.FabricName}}}
 	}
+	components := predicate.NewPredicateFuncs(func(o ctrl.Object) bool { return o.GetNamespace() == v1alpha1.SystemNamespace })
 	err = builder.ControllerManagedBy(mgr).
 		Named(ControllerName).
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(o.SeveralInProcess)}).
@@ -87,6 +89,10 @@ func Run(ctx context.Context, o RunOptions) error {
 		// (the API server bumps a custom resource's generation when it sets deletionTimestamp).
 		For(&v1alpha1.Fabric{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(fabric), builder.WithPredicates(predicate.LabelChangedPredicate{})).
+		// The member chart's workloads: their rollouts decide ComponentsReady, which then
+		// follows each step of a rollout instead of the next retry.
+		Watches(&appsv1.DaemonSet{}, handler.EnqueueRequestsFromMapFunc(fabric), builder.WithPredicates(components)).
+		Watches(&appsv1.Deployment{}, handler.EnqueueRequestsFromMapFunc(fabric), builder.WithPredicates(components)).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("setting up the Fabric controller: %w", err)

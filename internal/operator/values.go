@@ -40,6 +40,9 @@ func MemberValues(jc *v1alpha1.JoinConfig, cp *v1alpha1.CloudPrepareConfig) (map
 	if hc := jc.HealthCheck; hc != nil && hc.MaxPacketLoss > 0 {
 		config["OCTOPUS_HEALTH_MAX_LOSS"] = strconv.Itoa(int(hc.MaxPacketLoss))
 	}
+	if ttl := jc.SilentClusterTTL; ttl != nil {
+		config["OCTOPUS_SILENT_CLUSTER_TTL"] = ttl.Duration.String()
+	}
 	maps.Copy(config, gatewayConfig(cp))
 	if len(jc.ExcludedSubnets) > 0 {
 		config["OCTOPUS_EXCLUDE_SUBNET"] = strings.Join(jc.ExcludedSubnets, ",")
