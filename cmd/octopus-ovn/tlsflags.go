@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/tls"
 	"fmt"
-	"net"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -39,10 +38,11 @@ func (f *tlsFlags) clientConfig(endpoint string) (*tls.Config, error) {
 	if f.privateKey == "" || f.cert == "" || f.ca == "" {
 		return nil, fmt.Errorf("--%s=%s: give --%s-private-key, --%s-certificate and --%s-ca-cert (the database refuses clients without a certificate)", f.db, endpoint, f.db, f.db, f.db)
 	}
-	host, _, err := net.SplitHostPort(hostPort)
-	if err != nil {
-		return nil, fmt.Errorf("--%s=%s: %w", f.db, endpoint, err)
+	i := strings.LastIndex(hostPort, ":")
+	if i <= 0 {
+		return nil, fmt.Errorf("--%s=%s: want ssl:HOST:PORT", f.db, endpoint)
 	}
+	host := strings.Trim(hostPort[:i], "[]")
 	cfg, err := pki.ClientConfig(f.cert, f.privateKey, f.ca, host)
 	if err != nil {
 		return nil, fmt.Errorf("--%s-certificate: %w", f.db, err)
