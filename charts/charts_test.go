@@ -16,7 +16,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/charts"
 	"github.com/octopus-mcs/octopus/config/monitoring"
-	"github.com/octopus-mcs/octopus/internal/chartgen"
+	"github.com/octopus-mcs/octopus/internal/manifests/chartgen"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden renders in testdata/")
@@ -24,7 +24,7 @@ var update = flag.Bool("update", false, "rewrite the golden renders in testdata/
 // namespaces are where each chart is installed.
 var namespaces = map[string]string{charts.Hub: "octopus-hub", charts.Member: "octopus-system", charts.Operator: "octopus-operator"}
 
-// TestGeneratedFilesAreCurrent fails when internal/render or config/rbac changed and the charts
+// TestGeneratedFilesAreCurrent fails when internal/manifests/render or config/rbac changed and the charts
 // were not regenerated (make generate), so the charts never install other objects than join.
 func TestGeneratedFilesAreCurrent(t *testing.T) {
 	files, err := chartgen.Files()

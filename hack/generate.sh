@@ -32,7 +32,7 @@ rbac operator "./internal/operator"
 rbac ovnmaster "./internal/secondarynet/ovnmaster"
 rbac ovn-nri "./internal/secondarynet/nriplugin"
 
-# The charts' parts that come from the objects above and from internal/render (internal/chartgen).
+# The charts' parts that come from the objects above and from internal/manifests/render (internal/manifests/chartgen).
 chartdir="charts"
 [[ -n "${OUT}" ]] && chartdir="${OUT}/${chartdir}"
 go run ./hack/charts "${chartdir}"

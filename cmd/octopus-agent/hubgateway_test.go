@@ -8,7 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/render"
+	"github.com/octopus-mcs/octopus/internal/manifests/render"
 )
 
 // TestHubGatewayPodArgs: the arguments the hub chart's gateway pod runs with (render.HubGateway,

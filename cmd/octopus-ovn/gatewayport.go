@@ -12,7 +12,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
 	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
-	"github.com/octopus-mcs/octopus/internal/secondarynet/gatewayport"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/gatewayuplink"
 )
 
 // gatewayPortOptions are the flags of `octopus-ovn gateway-port`.
@@ -57,7 +57,7 @@ It runs in the network namespace of the node's ovs-vswitchd (the host's).`,
 				return err
 			}
 			opts.Log = ctrl.Log.WithName("gateway-port")
-			return gatewayport.Run(ctrl.SetupSignalHandler(), opts, o.healthAddr)
+			return gatewayuplink.Run(ctrl.SetupSignalHandler(), opts, o.healthAddr)
 		},
 	}
 	f := cmd.Flags()
@@ -66,8 +66,8 @@ It runs in the network namespace of the node's ovs-vswitchd (the host's).`,
 	f.StringVar(&o.ovsdb, "ovsdb", "", `the node's Open vSwitch database, in ovs-vsctl's --db syntax; "" is ovs-vsctl's default`)
 	f.StringVar(&o.bridge, "bridge", "br-int", "the OVS integration bridge ovn-controller manages")
 	f.IntVar(&o.mtu, "mtu", 1400, "MTU of the interface: the node's MTU less the Geneve overhead, as the pods' net1")
-	f.DurationVar(&o.interval, "interval", gatewayport.DefaultInterval, "how often the interface is checked and repaired")
-	f.StringVar(&o.healthAddr, "health-probe-bind-address", fmt.Sprintf(":%d", gatewayport.DefaultHealthPort),
+	f.DurationVar(&o.interval, "interval", gatewayuplink.DefaultInterval, "how often the interface is checked and repaired")
+	f.StringVar(&o.healthAddr, "health-probe-bind-address", fmt.Sprintf(":%d", gatewayuplink.DefaultHealthPort),
 		`address of /healthz and /readyz (ready once the interface is attached); "0" turns them off`)
 	_ = cmd.MarkFlagRequired("cluster-id")
 	_ = cmd.MarkFlagRequired("secondary-cidr")
@@ -75,7 +75,7 @@ It runs in the network namespace of the node's ovs-vswitchd (the host's).`,
 }
 
 // options checks the flags, each error naming its flag and what to pass instead.
-func (o gatewayPortOptions) options() (gatewayport.Options, error) {
+func (o gatewayPortOptions) options() (gatewayuplink.Options, error) {
 	var errs []error
 	if msgs := validation.IsDNS1123Label(o.clusterID); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("--cluster-id %q is not a cluster ID (%s): pass the ID the cluster joined with (kubectl get clusters on the hub)", o.clusterID, msgs[0]))
@@ -97,10 +97,10 @@ func (o gatewayPortOptions) options() (gatewayport.Options, error) {
 		errs = append(errs, fmt.Errorf("--interval %v must be positive: a repair waits at most this long (e.g. 10s)", o.interval))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return gatewayport.Options{}, err
+		return gatewayuplink.Options{}, err
 	}
-	return gatewayport.Options{
-		Config: gatewayport.Config{
+	return gatewayuplink.Options{
+		Config: gatewayuplink.Config{
 			ClusterID: o.clusterID, CIDR: cidr, MTU: o.mtu,
 			Node: podport.Node{OVSDB: o.ovsdb, Bridge: o.bridge},
 		},

@@ -6,7 +6,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/agent"
 	"github.com/octopus-mcs/octopus/internal/gateway"
 	"github.com/octopus-mcs/octopus/internal/routeagent"
-	"github.com/octopus-mcs/octopus/internal/secondarynet/gatewayport"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/gatewayuplink"
 	"github.com/octopus-mcs/octopus/internal/secondarynet/nriplugin"
 )
 
@@ -21,7 +21,7 @@ func TestNodePortsDiffer(t *testing.T) {
 		"gateway liveness":    gateway.DefaultLivenessPort,
 		"route agent metrics": routeagent.DefaultMetricsPort,
 		"route agent health":  routeagent.DefaultHealthPort,
-		"gateway port health": gatewayport.DefaultHealthPort,
+		"gateway port health": gatewayuplink.DefaultHealthPort,
 		"NRI plugin metrics":  nriplugin.DefaultMetricsPort,
 		"NRI plugin health":   nriplugin.DefaultHealthPort,
 		"controller metrics":  agent.DefaultMetricsPort,

@@ -34,7 +34,7 @@ import (
 	"github.com/octopus-mcs/octopus/charts"
 	"github.com/octopus-mcs/octopus/config/rbac"
 	"github.com/octopus-mcs/octopus/internal/kube"
-	"github.com/octopus-mcs/octopus/internal/render"
+	"github.com/octopus-mcs/octopus/internal/manifests/render"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
@@ -241,7 +241,7 @@ var identities = []identity{
 	{
 		name: "hub-cluster", namespace: hubNS, serviceAccount: v1alpha1.ClusterServiceAccount(testCluster),
 		// RBAC gives every cluster the same verbs in the hub namespace; the ownership
-		// admission policy (internal/render/policy.go) narrows them to the cluster's own
+		// admission policy (internal/manifests/render/policy.go) narrows them to the cluster's own
 		// objects, tested in internal/cluster.
 		needs: []grant{
 			{verbs: "get,list,watch,create,update,patch,delete", group: "octopus.io", resource: "clusters", namespace: hubNS},

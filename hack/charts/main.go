@@ -1,4 +1,4 @@
-// Command charts writes the generated files of the charts (internal/chartgen) under the
+// Command charts writes the generated files of the charts (internal/manifests/chartgen) under the
 // directory given as its argument (charts/ by default); hack/generate.sh runs it.
 package main
 
@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/octopus-mcs/octopus/internal/chartgen"
+	"github.com/octopus-mcs/octopus/internal/manifests/chartgen"
 )
 
 func main() {

@@ -41,7 +41,7 @@ func TestRulesCatchViolations(t *testing.T) {
 		"only the CLI, tests and hack/ import the lab: internal/gateway imports " + mod + "internal/lab",
 		"daemons link no provisioning code: cmd/octopus-agent links " + mod + "internal/cluster",
 		"daemons link no provisioning code: cmd/octopus-dns imports " + mod + "config/crd",
-		"daemons link no provisioning code: cmd/octopus-ovn links " + mod + "internal/render",
+		"daemons link no provisioning code: cmd/octopus-ovn links " + mod + "internal/manifests/render",
 		operator + "cmd/octopus-operator links " + mod + "internal/cli",
 		operator + "cmd/octopus-operator links " + mod + "internal/diagnose",
 		operator + "cmd/octopus-operator links " + mod + "internal/lab",

@@ -23,9 +23,9 @@ var (
 	// adds the Corefile block with it, and the agent keeps the block's reverse zones in step
 	// with the clusters that come and go, internal/agent/reversedns.go.)
 	Provisioning = []string{
-		"config/crd", "config/rbac", "internal/hub", "internal/cluster", "internal/render",
+		"config/crd", "config/rbac", "internal/hub", "internal/cluster", "internal/manifests/...",
 		"internal/cli", "internal/lab/...", "internal/diagnose", "internal/gather/...",
-		"charts", "internal/chartgen", "internal/release", "internal/image", "internal/operator",
+		"charts", "internal/image", "internal/operator",
 	}
 
 	// Operator is the Fabric operator: provisioning code that runs in a cluster, in a binary of
@@ -41,7 +41,7 @@ var (
 	CLIOnly = []string{
 		"internal/cli", "internal/lab/...", "internal/testenv", "internal/diagnose", "internal/gather/...",
 		"internal/dashboard/...", "internal/webdriver", "internal/verify", "internal/bench/...", "internal/workload",
-		"internal/image", "internal/chartgen",
+		"internal/image", "internal/manifests/chartgen",
 	}
 
 	// Daemons are the binaries that run in clusters besides the operator: the agent's

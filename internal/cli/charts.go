@@ -9,7 +9,7 @@ import (
 	"helm.sh/helm/v4/pkg/strvals"
 	"k8s.io/client-go/rest"
 
-	"github.com/octopus-mcs/octopus/internal/release"
+	"github.com/octopus-mcs/octopus/internal/manifests/release"
 	"github.com/octopus-mcs/octopus/internal/version"
 )
 

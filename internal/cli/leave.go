@@ -10,8 +10,8 @@ import (
 	"github.com/octopus-mcs/octopus/charts"
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/hubaccess"
+	"github.com/octopus-mcs/octopus/internal/manifests/release"
 	"github.com/octopus-mcs/octopus/internal/progress"
-	"github.com/octopus-mcs/octopus/internal/release"
 )
 
 type leaveOptions struct {

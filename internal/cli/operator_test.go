@@ -13,8 +13,8 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/charts"
 	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/manifests/release"
 	"github.com/octopus-mcs/octopus/internal/operator"
-	"github.com/octopus-mcs/octopus/internal/release"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/dnsconfig"
-	"github.com/octopus-mcs/octopus/internal/render"
+	"github.com/octopus-mcs/octopus/internal/manifests/render"
 )
 
 // TestJoinAndLeaveWireClusterDNS: join deploys octopus-dns behind its Service and makes the

@@ -20,7 +20,7 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/hubaccess"
-	"github.com/octopus-mcs/octopus/internal/render"
+	"github.com/octopus-mcs/octopus/internal/manifests/render"
 )
 
 // policyDenied is the message of the ownership policy; rbacDenied that of RBAC. Each case says

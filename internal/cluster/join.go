@@ -1,6 +1,6 @@
 // Package cluster is a member cluster's side of the cluster set as the CLI sees it: joining the
 // hub and leaving it, discovering its CIDRs, claiming its address blocks, and the clusters'
-// status for `octopus show clusters`. Join applies what internal/render renders; the running
+// status for `octopus show clusters`. Join applies what internal/manifests/render renders; the running
 // components (internal/heartbeat, internal/hubaccess) never link this package.
 package cluster
 
@@ -31,8 +31,8 @@ import (
 	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/ipam"
 	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/manifests/render"
 	"github.com/octopus-mcs/octopus/internal/progress"
-	"github.com/octopus-mcs/octopus/internal/render"
 	"github.com/octopus-mcs/octopus/internal/version"
 )
 

@@ -24,8 +24,8 @@ import (
 	"github.com/octopus-mcs/octopus/internal/dnsconfig"
 	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/manifests/render"
 	"github.com/octopus-mcs/octopus/internal/progress"
-	"github.com/octopus-mcs/octopus/internal/render"
 )
 
 // LeaveOptions configure Leave.

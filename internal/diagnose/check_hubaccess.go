@@ -23,7 +23,7 @@ var hubAccessCheck = check{
 }
 
 // checkCredential reads the cluster's hub credential and makes one request with it: the
-// read of its own Cluster, which every credential may make (internal/render/hubrbac.go).
+// read of its own Cluster, which every credential may make (internal/manifests/render/hubrbac.go).
 func checkCredential(ctx context.Context, e *env, m *member) []Finding {
 	cred, err := m.cred.get(ctx)
 	switch {
@@ -119,5 +119,5 @@ func hubProblem(err error, server, rejoin string) Finding {
 		"the hub's API server at %s does not answer from this machine (%v): tunnels, routes and DNS keep working on their last state, but nothing new propagates (joins, exports, Peers of failed-over gateways) and heartbeats go unrecorded", host, err)
 }
 
-// clusterRole is the hub Role every cluster credential is bound to (internal/render/hubrbac.go).
+// clusterRole is the hub Role every cluster credential is bound to (internal/manifests/render/hubrbac.go).
 const clusterRole = "octopus-cluster"

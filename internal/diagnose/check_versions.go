@@ -13,7 +13,7 @@ import (
 // Kubernetes minor versions Octopus depends on.
 const (
 	// hubMinMinor: the hub's isolation between clusters is a ValidatingAdmissionPolicy
-	// (internal/render/policy.go), served as admissionregistration.k8s.io/v1 since 1.30.
+	// (internal/manifests/render/policy.go), served as admissionregistration.k8s.io/v1 since 1.30.
 	hubMinMinor = 30
 	// memberMinMinor: join discovers a cluster's service CIDRs from networking.k8s.io/v1
 	// ServiceCIDR objects (internal/cluster/discover.go), served since 1.33; older clusters

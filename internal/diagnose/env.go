@@ -61,7 +61,7 @@ func (m *member) rejoin() string {
 
 // hubView is the hub as the run reaches it: through the hub's own kubeconfig when given,
 // otherwise through the clusters' credentials (which can read Clusters, Peers and Leases in
-// the hub namespace, see internal/render/hubrbac.go).
+// the hub namespace, see internal/manifests/render/hubrbac.go).
 type hubView struct {
 	// admin is the hub's own kubeconfig; nil without Options.Hub.
 	admin *rest.Config

@@ -176,7 +176,7 @@ func coreDNS(ctx context.Context, c client.Reader) (*corev1.ConfigMap, error) {
 }
 
 // Service renders the octopus-dns Service, which the cluster's CoreDNS forwards Zone to. It is
-// here rather than with the rest of octopus-dns (internal/render) because Wire needs its
+// here rather than with the rest of octopus-dns (internal/manifests/render) because Wire needs its
 // address before octopus-dns runs.
 func Service() *corev1.Service {
 	return &corev1.Service{

@@ -1,5 +1,5 @@
 // Package hub turns a Kubernetes API server into the Octopus hub and describes how clusters
-// reach it: Deploy applies the hub's objects (rendered by internal/render) and returns the
+// reach it: Deploy applies the hub's objects (rendered by internal/manifests/render) and returns the
 // broker-info that lets clusters join. It is provisioning code: the daemons never link it.
 package hub
 
@@ -20,8 +20,8 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/manifests/render"
 	"github.com/octopus-mcs/octopus/internal/progress"
-	"github.com/octopus-mcs/octopus/internal/render"
 )
 
 // DeployOptions configure Deploy.

@@ -25,7 +25,7 @@ var OVNBinaries = []string{"octopus-ovn"}
 // the pods' scripts configure the node with), OVN's daemons (ovn-northd, ovn-controller), the
 // tools probes and people debugging a cluster use (ovs-appctl, ovn-appctl, ovsdb-client,
 // ovn-nbctl, ovn-sbctl), ip, which moves a node's underlay address onto its OVS bridge, and
-// nft, which gateway-port's guard (internal/datapath/gatewayguard) writes its table with.
+// nft, which gateway-port's guard (internal/datapath/podfence) writes its table with.
 var OVNPrograms = map[string]string{
 	"ovsdb-server": "openvswitch-common", "ovsdb-tool": "openvswitch-common", "ovsdb-client": "openvswitch-common",
 	"ovs-appctl": "openvswitch-common", "ovs-vswitchd": "openvswitch-switch", "ovs-vsctl": "openvswitch-switch",

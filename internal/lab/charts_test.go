@@ -27,7 +27,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/image"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
-	"github.com/octopus-mcs/octopus/internal/release"
+	"github.com/octopus-mcs/octopus/internal/manifests/release"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 	"github.com/octopus-mcs/octopus/internal/version"
 )

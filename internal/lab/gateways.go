@@ -28,8 +28,8 @@ import (
 	"github.com/octopus-mcs/octopus/internal/lab/images"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/lab/realnode"
-	"github.com/octopus-mcs/octopus/internal/release"
-	"github.com/octopus-mcs/octopus/internal/render"
+	"github.com/octopus-mcs/octopus/internal/manifests/release"
+	"github.com/octopus-mcs/octopus/internal/manifests/render"
 	"github.com/octopus-mcs/octopus/internal/version"
 )
 

@@ -31,9 +31,9 @@ import (
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+	"github.com/octopus-mcs/octopus/internal/manifests/release"
 	"github.com/octopus-mcs/octopus/internal/operator"
 	"github.com/octopus-mcs/octopus/internal/procfs"
-	"github.com/octopus-mcs/octopus/internal/release"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 	"github.com/octopus-mcs/octopus/internal/version"
 )

@@ -23,7 +23,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/kube"
-	"github.com/octopus-mcs/octopus/internal/release"
+	"github.com/octopus-mcs/octopus/internal/manifests/release"
 )
 
 // Condition reasons a user acts on.

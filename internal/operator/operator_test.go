@@ -30,8 +30,8 @@ import (
 	"github.com/octopus-mcs/octopus/config/crd"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/manifests/release"
 	"github.com/octopus-mcs/octopus/internal/operator"
-	"github.com/octopus-mcs/octopus/internal/release"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 

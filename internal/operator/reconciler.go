@@ -1,7 +1,7 @@
 // Package operator reconciles the Fabric: the cluster's one custom resource that makes it the
 // hub (spec.hubConfig) or joins it to a hub (spec.joinConfig), and prepares its gateway nodes
 // (spec.cloudPrepareConfig). It drives the same libraries as the CLI — internal/hub (hub
-// deploy), internal/cluster (join, leave) and internal/release (the member chart) — so the
+// deploy), internal/cluster (join, leave) and internal/manifests/release (the member chart) — so the
 // operator and `octopus join` apply the same rendered manifests. It is provisioning code: only
 // cmd/octopus-operator links it, never the daemons (internal/archtest).
 package operator

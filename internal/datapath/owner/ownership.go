@@ -69,7 +69,7 @@ const (
 	// GatewayGuardNFTTable is the inet table `octopus-ovn gateway-port` owns on a gateway node
 	// of the secondary network: in the input hook it drops what arrives on the node's interface
 	// on the logical switch (podport.GatewayLink) for the node itself, but replies and ICMP
-	// (internal/datapath/gatewayguard).
+	// (internal/datapath/podfence).
 	GatewayGuardNFTTable = "octopus-gateway-guard"
 )
 

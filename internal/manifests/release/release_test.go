@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/octopus-mcs/octopus/charts"
-	"github.com/octopus-mcs/octopus/internal/release"
+	"github.com/octopus-mcs/octopus/internal/manifests/release"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 

@@ -1,6 +1,6 @@
-// Package gatewayport keeps a gateway node's interface on its cluster's OVN logical switch
+// Package gatewayuplink keeps a gateway node's interface on its cluster's OVN logical switch
 // (`octopus-ovn gateway-port`): at start and then every interval it writes the node's
-// gatewayguard table (the pods reach the node through the interface only for replies and ICMP)
+// podfence table (the pods reach the node through the interface only for replies and ICMP)
 // and calls podport.ReconcileGateway with the interface of the cluster's gateway port, which
 // leaves what is right alone and repairs what drifted, so the active gateway's traffic is
 // never cut by it.
@@ -17,7 +17,7 @@
 // no longer a gateway node (it cannot know without a client; its pod is simply not scheduled
 // there any more, and the interface left behind carries nothing, as OVN binds the port only
 // on the requested chassis). `podport.DetachGateway` removes it by hand.
-package gatewayport
+package gatewayuplink
 
 import (
 	"context"
@@ -31,8 +31,8 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/octopus-mcs/octopus/internal/datapath/gatewayguard"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
+	"github.com/octopus-mcs/octopus/internal/datapath/podfence"
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
 	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
 	"github.com/octopus-mcs/octopus/internal/metricsserver"
@@ -96,7 +96,7 @@ type Loop struct {
 	log      logr.Logger
 	// reconcile is podport.ReconcileGateway; tests replace it to fail on demand.
 	reconcile func(context.Context, podport.Gateway) ([]string, error)
-	// guard writes the node's gatewayguard table for the interface, before every check of
+	// guard writes the node's podfence table for the interface, before every check of
 	// it, so that the interface is never up unguarded and a deleted table comes back.
 	guard func(context.Context) error
 	// last is the error of the last attempt (nil after a success); errNotAttached before
@@ -123,10 +123,10 @@ func New(o Options) (*Loop, error) {
 	l := &Loop{gateway: g, interval: o.Interval, log: o.Log, reconcile: podport.ReconcileGateway}
 	// Made at the first check rather than here, so that a missing nft binary is a failed
 	// check that says so (and retries), and New's tests, which replace guard, need none.
-	var guard *gatewayguard.Guard
+	var guard *podfence.Guard
 	l.guard = func(ctx context.Context) error {
 		if guard == nil {
-			made, err := gatewayguard.New()
+			made, err := podfence.New()
 			if err != nil {
 				return err
 			}

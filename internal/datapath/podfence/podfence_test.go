@@ -1,4 +1,4 @@
-package gatewayguard
+package podfence
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-// Package gatewayguard keeps the pods of the secondary network off their gateway node's own
+// Package podfence keeps the pods of the secondary network off their gateway node's own
 // services. A gateway node has an interface on the cluster's logical switch (podport.GatewayLink,
 // with the block's first host) so that it can forward the pods' traffic to and from the other
 // clusters; but the node's stack also accepts, on that interface, whatever a pod sends to an
@@ -16,7 +16,7 @@
 // when the process stops, as the interface does (gateway-port's pods are replaced in a rolling
 // update). It imports no Kubernetes package: `octopus-ovn gateway-port` applies it for its own
 // node.
-package gatewayguard
+package podfence
 
 import (
 	"context"

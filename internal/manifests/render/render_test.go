@@ -34,10 +34,10 @@ func golden(t *testing.T, name string, objs []client.Object) {
 	}
 	want, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatalf("%v (run `go test ./internal/render -update` to write it)", err)
+		t.Fatalf("%v (run `go test ./internal/manifests/render -update` to write it)", err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Errorf("the rendered objects differ from %s; if the change is intended, run `go test ./internal/render -update` and review the diff.\ngot:\n%s", path, got)
+		t.Errorf("the rendered objects differ from %s; if the change is intended, run `go test ./internal/manifests/render -update` and review the diff.\ngot:\n%s", path, got)
 	}
 }
 

@@ -1,4 +1,4 @@
-package gatewayport
+package gatewayuplink
 
 import (
 	"context"
@@ -291,7 +291,7 @@ func linkIndex(t *testing.T, ch *ovntest.Chassis) string {
 	return strings.SplitN(string(out), ":", 2)[0]
 }
 
-// guarded checks that the node's namespace has the gatewayguard table, dropping on octgw.
+// guarded checks that the node's namespace has the podfence table, dropping on octgw.
 func guarded(netnsName string) error {
 	out, err := exec.Command("ip", "netns", "exec", netnsName, "nft", "list", "table", "inet", owner.GatewayGuardNFTTable).CombinedOutput()
 	if err != nil {
