@@ -16,6 +16,7 @@ type masterOptions struct {
 	clusterID              string
 	secondaryCIDR          string
 	nb                     string
+	nbTLS                  tlsFlags
 	leaderElect            bool
 	leaderElectionNS       string
 	healthProbeBindAddress string
@@ -41,12 +42,16 @@ restarted master keeps every one.`,
 			if err != nil {
 				return fmt.Errorf("--secondary-cidr %q: %w (the cluster's secondaryCIDR, e.g. 10.112.0.0/16: see `kubectl get clusters -o wide` on the hub)", o.secondaryCIDR, err)
 			}
+			nbTLS, err := o.nbTLS.clientConfig(o.nb)
+			if err != nil {
+				return err
+			}
 			member, err := memberConfig(o.kubeconfig)
 			if err != nil {
 				return err
 			}
 			return ovnmaster.Run(ctrl.SetupSignalHandler(), ovnmaster.Options{
-				Member: member, ClusterID: o.clusterID, CIDR: cidr, NBEndpoint: o.nb,
+				Member: member, ClusterID: o.clusterID, CIDR: cidr, NBEndpoint: o.nb, NBTLS: nbTLS,
 				LeaderElection: o.leaderElect, LeaderElectionNamespace: o.leaderElectionNS,
 				HealthProbeBindAddress: o.healthProbeBindAddress, MetricsBindAddress: o.metricsBindAddress,
 				Log: ctrl.Log.WithName("ovnmaster"),
@@ -57,7 +62,8 @@ restarted master keeps every one.`,
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the member cluster; empty means in-cluster configuration")
 	f.StringVar(&o.clusterID, "cluster-id", "", "this cluster's ID (required)")
 	f.StringVar(&o.secondaryCIDR, "secondary-cidr", "", "this cluster's secondary CIDR, allocated by the hub at join (required)")
-	f.StringVar(&o.nb, "nb", "unix:/run/ovn/ovnnb_db.sock", "the OVN northbound database: unix:PATH or tcp:HOST:PORT")
+	f.StringVar(&o.nb, "nb", "unix:/run/ovn/ovnnb_db.sock", "the OVN northbound database: unix:PATH, ssl:HOST:PORT (with --nb-private-key, --nb-certificate, --nb-ca-cert) or tcp:HOST:PORT")
+	o.nbTLS.register(f, "nb")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "elect one active replica through the "+ovnmaster.LeaderElectionID+" Lease")
 	f.StringVar(&o.leaderElectionNS, "leader-election-namespace", "octopus-system", "namespace of the leader-election Lease")
 	f.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", "0", `address of the /healthz and /readyz endpoints, e.g. ":8081"; "0" turns them off`)

@@ -128,6 +128,10 @@ func (o *joinOptions) Run(ctx context.Context) error {
 		var values map[string]any
 		if sn := cluster.SecondaryNetworkValues(joined, o.join.BrokerInfo.Secondary.CIDR); sn != nil {
 			values = map[string]any{"secondaryNetwork": sn}
+			// The OVN databases take only clients with a certificate of the cluster's CA.
+			if err := cluster.EnsureOVNCertificates(ctx, cfg, v1alpha1.SystemNamespace, o.join.Progress); err != nil {
+				return fmt.Errorf("the cluster joined, but issuing the OVN certificates failed (run join again to retry): %w", err)
+			}
 		}
 		if err := o.chart.install(ctx, o.IOStreams, cfg, charts.Member, v1alpha1.SystemNamespace, values); err != nil {
 			return fmt.Errorf("the cluster joined, but installing its components failed (run join again to retry): %w", err)

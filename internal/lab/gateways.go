@@ -126,6 +126,9 @@ func installMemberChart(ctx context.Context, opts Options, cp *controlplane.Cont
 	if secondary != nil {
 		also = ", the secondary network's OVN central, OVN node pods, ovnmaster and NRI plugin"
 		values["secondaryNetwork"] = secondary
+		if err := cluster.EnsureOVNCertificates(ctx, cp.RESTConfig(), v1alpha1.SystemNamespace, p); err != nil {
+			return fmt.Errorf("%s: %w", cp.Name, err)
+		}
 	}
 	p.Step("%s: installing chart %s (controller, gateways on the %d nodes labelled %s=true, route agents on all %d, octopus-dns%s) and waiting for its pods",
 		cp.Name, charts.Member, gateways, labnet.GatewayLabel, len(c.Nodes), also)

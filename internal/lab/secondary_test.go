@@ -156,6 +156,7 @@ func TestSecondaryNetwork(t *testing.T) {
 			}
 		}
 	})
+	t.Run("a pod without a client certificate can neither read nor write the OVN databases", func(t *testing.T) { checkOVNDatabasesRefuseStrangers(ctx, t, l, pods[c1.Name][0]) })
 	nri := newSecondaryPods(ctx, t, l, dir, c1)
 	t.Run("a pod asking for an address outside the block does not start, and says why", func(t *testing.T) {
 		nri.checkRefusedAddress(ctx, t)
@@ -505,16 +506,16 @@ func other(name, a, b string) string {
 
 // centralNBOf returns a reader of the NB database of the member chart's OVN central pod:
 // ovn-nbctl against its Service, from the node namespace netns, where kube-proxy serves
-// ClusterIPs.
+// ClusterIPs, with a client certificate of the cluster's CA (nbctlDB).
 func centralNBOf(ctx context.Context, t *testing.T, cs kubernetes.Interface, netns string) func(context.Context, ...string) (string, error) {
 	t.Helper()
 	svc, err := cs.CoreV1().Services(v1alpha1.SystemNamespace).Get(ctx, "octopus-ovn-central", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the OVN central Service of the member chart: %v", err)
 	}
-	db := fmt.Sprintf("--db=tcp:%s:6641", svc.Spec.ClusterIP)
+	db := nbctlDB(ctx, t, cs, svc.Spec.ClusterIP)
 	return func(ctx context.Context, args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", netns, "ovn-nbctl", db, "--timeout=10"}, args...)...)
+		cmd := exec.CommandContext(ctx, "ip", slices.Concat([]string{"netns", "exec", netns, "ovn-nbctl", "--timeout=10"}, db, args)...)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()

@@ -2,10 +2,12 @@ package ovn
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -25,8 +27,14 @@ type Client struct {
 
 // Options configure Connect.
 type Options struct {
-	// Endpoint is the NB database in OVSDB's syntax: "unix:/path", "tcp:host:port" (required).
+	// Endpoint is the NB database in OVSDB's syntax: "unix:/path", "tcp:host:port" or
+	// "ssl:host:port" (required).
 	Endpoint string
+	// TLS is the client's TLS configuration, required with an "ssl:" endpoint and refused
+	// with any other: it must carry the client's certificate (GetClientCertificate or
+	// Certificates) and the CA that signed the server's, since the databases refuse anonymous
+	// clients (docs/secondary-network.md, "TLS of the OVN databases").
+	TLS *tls.Config
 	// Log receives the client's messages (optional).
 	Log logr.Logger
 }
@@ -56,12 +64,20 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("NB database model: %w", err)
 	}
+	if err := checkTLS(opts); err != nil {
+		return nil, err
+	}
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
-	nb, err := client.NewOVSDBClient(dbModel,
+	clientOpts := []client.Option{
 		client.WithEndpoint(opts.Endpoint),
 		client.WithReconnect(10*time.Second, bo),
-		client.WithLogger(&log))
+		client.WithLogger(&log),
+	}
+	if opts.TLS != nil {
+		clientOpts = append(clientOpts, client.WithTLSConfig(opts.TLS))
+	}
+	nb, err := client.NewOVSDBClient(dbModel, clientOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("OVN NB client for %s: %w", opts.Endpoint, err)
 	}
@@ -78,6 +94,21 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 		return nil, fmt.Errorf("reading the OVN NB database at %s: %w", opts.Endpoint, err)
 	}
 	return &Client{nb: nb, log: log}, nil
+}
+
+// checkTLS refuses an "ssl:" endpoint without a client certificate, and a TLS configuration
+// that an endpoint of another kind would silently ignore.
+func checkTLS(opts Options) error {
+	ssl := strings.HasPrefix(opts.Endpoint, "ssl:")
+	switch {
+	case ssl && opts.TLS == nil:
+		return fmt.Errorf("OVN NB endpoint %s: ssl needs a TLS configuration with the client's certificate and the CA", opts.Endpoint)
+	case ssl && opts.TLS.GetClientCertificate == nil && len(opts.TLS.Certificates) == 0:
+		return fmt.Errorf("OVN NB endpoint %s: the TLS configuration has no client certificate, which the database requires", opts.Endpoint)
+	case !ssl && opts.TLS != nil:
+		return fmt.Errorf("OVN NB endpoint %s: a TLS configuration was given, but the endpoint is not ssl:HOST:PORT", opts.Endpoint)
+	}
+	return nil
 }
 
 // Close disconnects from the database.

@@ -2,6 +2,7 @@ package ovnmaster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"maps"
@@ -49,8 +50,12 @@ type Options struct {
 	// ClusterID and CIDR are the cluster's ID and its secondary block (required).
 	ClusterID string
 	CIDR      netip.Prefix
-	// NBEndpoint is the OVN NB database, "unix:/path" or "tcp:host:port" (required).
+	// NBEndpoint is the OVN NB database, "unix:/path", "tcp:host:port" or "ssl:host:port"
+	// (required).
 	NBEndpoint string
+	// NBTLS is the client's TLS configuration with its certificate, required with "ssl:"
+	// (ovn.Options.TLS).
+	NBTLS *tls.Config
 	// LeaderElection makes replicas elect one active ovnmaster through the LeaderElectionID
 	// Lease in LeaderElectionNamespace.
 	LeaderElection          bool
@@ -116,7 +121,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := kube.AddPingProbes(mgr, o.HealthProbeBindAddress); err != nil {
 		return err
 	}
-	nb := &lazyNB{opts: ovn.Options{Endpoint: o.NBEndpoint, Log: o.Log.WithName("nb")}}
+	nb := &lazyNB{opts: ovn.Options{Endpoint: o.NBEndpoint, TLS: o.NBTLS, Log: o.Log.WithName("nb")}}
 	defer nb.Close()
 	r := &Reconciler{
 		Client: mgr.GetClient(), NB: nb, ClusterID: o.ClusterID, CIDR: o.CIDR,

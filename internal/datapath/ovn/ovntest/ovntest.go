@@ -36,6 +36,10 @@ type Server struct {
 	Socket string
 	// Endpoint is Socket in OVSDB's remote syntax ("unix:PATH"), what clients connect to.
 	Endpoint string
+	// SSLEndpoint is "ssl:127.0.0.1:PORT" for a server started with TLS (StartNBTLS), where
+	// it demands a client certificate from TLS.CA; "" otherwise. Endpoint stays open to the
+	// test's own readers (Ctl).
+	SSLEndpoint string
 
 	t      testing.TB
 	name   string // "nb" or "sb": names the files in dir
@@ -43,7 +47,14 @@ type Server struct {
 	netns  string // "" for the test's own
 	db     string
 	ctlCmd string // ovn-nbctl or ovn-sbctl
+	tls    *TLSFiles
 	proc   *process
+}
+
+// TLSFiles are the PEM files of a server's TLS: its key and certificate, and the CA
+// certificate(s) its clients' certificates must be signed by.
+type TLSFiles struct {
+	Key, Cert, CA string
 }
 
 // process is a foreground OVS/OVN program started by a test.
@@ -129,18 +140,35 @@ func StartCentral(t testing.TB) *Central {
 	return c
 }
 
+// StartNBTLS is StartNB with the server also listening on SSLEndpoint with tls: there, as
+// the member chart's databases do, it accepts only clients with a certificate signed by
+// tls.CA (ovsdb-server's SSL always asks for the peer's certificate and refuses a client
+// without one).
+func StartNBTLS(t testing.TB, tls TLSFiles) *Server {
+	t.Helper()
+	return startServerTLS(t, scratchDir(t), "", "nb", NBSchema, "ovn-nbctl", &tls)
+}
+
 func startServer(t testing.TB, dir, netns, name, schema, ctl string) *Server {
+	t.Helper()
+	return startServerTLS(t, dir, netns, name, schema, ctl, nil)
+}
+
+func startServerTLS(t testing.TB, dir, netns, name, schema, ctl string, tls *TLSFiles) *Server {
 	t.Helper()
 	need(t, "ovsdb-server", "ovsdb-tool")
 	if _, err := os.Stat(schema); err != nil {
 		t.Skipf("OVN schema %s not installed (run hack/install-deps.sh): %v", schema, err)
 	}
 	s := &Server{
-		t: t, name: name, dir: dir, netns: netns, ctlCmd: ctl,
+		t: t, name: name, dir: dir, netns: netns, ctlCmd: ctl, tls: tls,
 		db:     filepath.Join(dir, name+".db"),
 		Socket: filepath.Join(dir, name+".sock"),
 	}
 	s.Endpoint = "unix:" + s.Socket
+	if tls != nil {
+		s.SSLEndpoint = "ssl:127.0.0.1:" + freePort(t)
+	}
 	if out, err := command(dir, "ovsdb-tool", "create", s.db, schema).CombinedOutput(); err != nil {
 		t.Fatalf("ovsdb-tool create %s: %v\n%s", s.db, err, out)
 	}
@@ -156,13 +184,23 @@ func (s *Server) Start() {
 	if s.proc != nil {
 		s.t.Fatalf("ovsdb-server %s is already running", s.name)
 	}
-	s.proc = start(s.t, s.dir, s.netns, "ovsdb-server", s.db,
-		"--remote=punix:"+s.Socket,
-		"--unixctl="+filepath.Join(s.dir, s.name+".ctl"),
-		"--log-file="+filepath.Join(s.dir, s.name+".log"))
+	args := []string{s.db,
+		"--remote=punix:" + s.Socket,
+		"--unixctl=" + filepath.Join(s.dir, s.name+".ctl"),
+		"--log-file=" + filepath.Join(s.dir, s.name+".log")}
+	if s.tls != nil {
+		port := strings.TrimPrefix(s.SSLEndpoint, "ssl:127.0.0.1:")
+		args = append(args, "--remote=pssl:"+port+":127.0.0.1",
+			"--private-key="+s.tls.Key, "--certificate="+s.tls.Cert, "--ca-cert="+s.tls.CA)
+	}
+	s.proc = start(s.t, s.dir, s.netns, "ovsdb-server", args...)
 	deadline := time.Now().Add(startTimeout)
 	for {
 		c, err := net.Dial("unix", s.Socket)
+		if err == nil && s.tls != nil {
+			_ = c.Close()
+			c, err = net.Dial("tcp", strings.TrimPrefix(s.SSLEndpoint, "ssl:"))
+		}
 		if err == nil {
 			_ = c.Close()
 			return
@@ -201,6 +239,19 @@ func (s *Server) Ctl(ctx context.Context, args ...string) (string, error) {
 		return "", fmt.Errorf("%s %s: %w: %s", s.ctlCmd, strings.Join(args, " "), err, stderr.String())
 	}
 	return string(out), nil
+}
+
+// freePort is a TCP port of 127.0.0.1 free a moment ago: ovsdb-server's pssl:0 would pick
+// one, but then no one can ask it which.
+func freePort(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port
 }
 
 // command prepares an OVS/OVN program whose run, log and database directories are dir.
