@@ -16,10 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
+	"github.com/octopus-mcs/octopus/internal/browser"
 	"github.com/octopus-mcs/octopus/internal/dashboard"
 	"github.com/octopus-mcs/octopus/internal/dashboard/dashboardtest"
 	"github.com/octopus-mcs/octopus/internal/heartbeat"
-	"github.com/octopus-mcs/octopus/internal/browser"
 )
 
 // dashboardService is the service TestDiagnose's dashboard subtest exports from cluster1.
