@@ -11,8 +11,8 @@ package icconfig
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"maps"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -146,9 +146,11 @@ func (c Config) CheckAZName(clusterID string) error {
 	return nil
 }
 
-// ICNB and ICSB are the IC databases' endpoints in OVSDB's syntax, "tcp:host:port", comma
-// separated for a raft cluster: what ovn-ic's --ic-nb-db and --ic-sb-db take.
+// ICNB is the IC NB database's endpoint in OVSDB's syntax, "tcp:host:port", comma separated
+// for a raft cluster: what ovn-ic's --ic-nb-db takes.
 func (c Config) ICNB() string { return endpoints(c.DBHosts, c.NBPort) }
+
+// ICSB is the IC SB database's endpoint, as ICNB: what ovn-ic's --ic-sb-db takes.
 func (c Config) ICSB() string { return endpoints(c.DBHosts, c.SBPort) }
 
 func endpoints(hosts []string, port int) string {
