@@ -43,6 +43,7 @@ type Server struct {
 	netns  string // "" for the test's own
 	db     string
 	ctlCmd string // ovn-nbctl or ovn-sbctl
+	tcp    string // "" or an extra "ptcp:PORT:ADDR" remote
 	proc   *process
 }
 
@@ -131,12 +132,18 @@ func StartCentral(t testing.TB) *Central {
 
 func startServer(t testing.TB, dir, netns, name, schema, ctl string) *Server {
 	t.Helper()
+	return startServerIn(t, dir, netns, name, schema, ctl, "")
+}
+
+// startServerIn is startServer with tcp, "" or an extra "ptcp:PORT:ADDR" remote.
+func startServerIn(t testing.TB, dir, netns, name, schema, ctl, tcp string) *Server {
+	t.Helper()
 	need(t, "ovsdb-server", "ovsdb-tool")
 	if _, err := os.Stat(schema); err != nil {
 		t.Skipf("OVN schema %s not installed (run hack/install-deps.sh): %v", schema, err)
 	}
 	s := &Server{
-		t: t, name: name, dir: dir, netns: netns, ctlCmd: ctl,
+		t: t, name: name, dir: dir, netns: netns, ctlCmd: ctl, tcp: tcp,
 		db:     filepath.Join(dir, name+".db"),
 		Socket: filepath.Join(dir, name+".sock"),
 	}
@@ -156,10 +163,13 @@ func (s *Server) Start() {
 	if s.proc != nil {
 		s.t.Fatalf("ovsdb-server %s is already running", s.name)
 	}
-	s.proc = start(s.t, s.dir, s.netns, "ovsdb-server", s.db,
-		"--remote=punix:"+s.Socket,
-		"--unixctl="+filepath.Join(s.dir, s.name+".ctl"),
-		"--log-file="+filepath.Join(s.dir, s.name+".log"))
+	args := []string{s.db, "--remote=punix:" + s.Socket,
+		"--unixctl=" + filepath.Join(s.dir, s.name+".ctl"),
+		"--log-file=" + filepath.Join(s.dir, s.name+".log")}
+	if s.tcp != "" {
+		args = append(args, "--remote="+s.tcp)
+	}
+	s.proc = start(s.t, s.dir, s.netns, "ovsdb-server", args...)
 	deadline := time.Now().Add(startTimeout)
 	for {
 		c, err := net.Dial("unix", s.Socket)
