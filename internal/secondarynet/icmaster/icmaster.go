@@ -12,7 +12,8 @@
 // What it did is written where the user wrote: the ConfigMap's StatusAnnotation holds the last
 // outcome, and refusals (a bad key, a foreign az-name, a prefix another AZ already advertises)
 // are also Warning events on it. Every change of the ConfigMap is applied live: ovnic.Apply
-// moves chassis, options and routes in place.
+// moves chassis, options and routes in place, and enable-ic turned off makes the AZ leave
+// (ovnic.Leave: out of its NB and the IC SB, so that the others drop its routes).
 package icmaster
 
 import (
@@ -59,9 +60,10 @@ const (
 	applyTimeout    = 15 * time.Second
 )
 
-// Applier applies an AZ; *ovnic.Client is one, connected to one IC SB.
+// Applier applies an AZ, or takes it out; *ovnic.Client is one, connected to one IC SB.
 type Applier interface {
 	Apply(ctx context.Context, az ovnic.AZ) error
+	Leave(ctx context.Context, az string) error
 }
 
 // Connector connects an Applier to the AZ's NB and the given IC SB endpoint.
@@ -129,8 +131,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		return reconcile.Result{}, r.report(ctx, &cm, corev1.EventTypeWarning, ReasonInvalid, "Refused: "+err.Error())
 	}
 	if !cfg.Enabled {
-		// Withdrawing an AZ that was enabled is not done yet (issue 32): it stays as it was.
-		return reconcile.Result{}, r.report(ctx, &cm, corev1.EventTypeNormal, ReasonApplied, "Not interconnected: "+icconfig.KeyEnable+" is not \"true\"")
+		return r.leave(ctx, &cm, cfg)
 	}
 	az, err := Desired(cfg, r.ClusterID, r.CIDR, r.Pool, cm.Annotations[OptOutAnnotation] == "true")
 	if err != nil {
@@ -156,6 +157,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		return reconcile.Result{}, fmt.Errorf("applying AZ %s: %w", az.Name, err)
 	}
 	return reconcile.Result{}, r.report(ctx, &cm, corev1.EventTypeNormal, ReasonApplied, summary(az))
+}
+
+// leave takes the AZ out of the interconnection when enable-ic is not "true": its rows out of
+// its NB, and it out of the IC SB that ic-db-host names (no host: there is nothing to leave).
+func (r *Reconciler) leave(ctx context.Context, cm *corev1.ConfigMap, cfg icconfig.Config) (reconcile.Result, error) {
+	const status = "Not interconnected: " + icconfig.KeyEnable + " is not \"true\""
+	if len(cfg.DBHosts) == 0 {
+		return reconcile.Result{}, r.report(ctx, cm, corev1.EventTypeNormal, ReasonApplied, status)
+	}
+	applier, err := r.connect(ctx, cfg.ICSB())
+	if err != nil {
+		_ = r.report(ctx, cm, corev1.EventTypeWarning, ReasonInvalid, "Not left: "+err.Error())
+		return reconcile.Result{}, err
+	}
+	leaveCtx, cancel := context.WithTimeout(ctx, applyTimeout)
+	err = applier.Leave(leaveCtx, r.ClusterID)
+	cancel()
+	if err != nil {
+		_ = r.report(ctx, cm, corev1.EventTypeWarning, ReasonInvalid, "Not left: "+err.Error())
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{}, r.report(ctx, cm, corev1.EventTypeNormal, ReasonApplied, status+"; AZ "+r.ClusterID+" left the interconnection")
 }
 
 func summary(az ovnic.AZ) string {

@@ -139,6 +139,22 @@ func TestInterconnectFromConfigMap(t *testing.T) {
 		east.waitStatus(t, `unknown key "gw-node"`)
 		west.waitRoute(t, "10.112.0.0/24", "169.254.100.1")
 	})
+
+	t.Run("enable-ic off: the AZ leaves and the other drops its routes", func(t *testing.T) {
+		off := config("east-gw3,east-gw1")
+		off["enable-ic"] = "false"
+		start := time.Now()
+		east.writeConfig(t, off, nil)
+		west.waitRoute(t, "10.112.0.0/24", "")
+		t.Logf("MEASURED: enable-ic off -> west dropped east's block in %s", time.Since(start).Round(time.Millisecond))
+		east.waitStatus(t, "AZ east left the interconnection")
+		if azs, err := ic.SB.Ctl(t.Context(), "--bare", "--columns=name", "list", "Availability_Zone"); err != nil || strings.TrimSpace(azs) != "west" {
+			t.Errorf("IC SB availability zones: %q, %v; want west alone", azs, err)
+		}
+		if out, err := east.central.NB.Ctl(t.Context(), "lr-list"); err != nil || strings.Contains(out, ovnic.RouterName("east")) {
+			t.Errorf("east's NB routers after leaving: %q, %v; want no interconnection router", out, err)
+		}
+	})
 }
 
 func eventually(t *testing.T, what string, f func() error) {
