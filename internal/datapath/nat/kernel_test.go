@@ -626,3 +626,158 @@ func TestKernelEgressOnlyThroughTunnel(t *testing.T) {
 		t.Fatalf("through the tunnel device: %+v, %v; want an answer to an address of %s", a, err, egressA)
 	}
 }
+
+// The IPv6 side of the real-kernel topology: the same two clusters, dual-stack, whose IPv6 pod
+// CIDRs are the same too (documentation prefix 2001:db8::/32, like every IPv6 address of the lab).
+var (
+	globalA6 = netip.MustParsePrefix("2001:db8:242:1::/64")
+	globalB6 = netip.MustParsePrefix("2001:db8:242:2::/64")
+	egressA6 = rng("2001:db8:242:1::", "2001:db8:242:1::7")
+
+	client6  = netip.MustParseAddr("2001:db8:244:1::10")
+	server16 = netip.MustParseAddr("2001:db8:244:1::20")
+	server26 = netip.MustParseAddr("2001:db8:244:1::21")
+	echoIP6  = netip.MustParseAddr("2001:db8:242:2::16") // demo/echo: tcp 80 → both servers :8080
+	podIP6   = netip.MustParseAddr("2001:db8:242:2::17") // demo/echo-1 → server26
+)
+
+// addIPv6 gives the topology its IPv6 half: pod CIDR 2001:db8:244:1::/64 in both clusters, the
+// gateways' link, routes to each other's global prefix and a default route, like the IPv4 half.
+func addIPv6(t testing.TB, topo *topology) {
+	t.Helper()
+	for _, c := range []struct{ pod, gw string }{{topo.client, topo.gwa}, {topo.server, topo.gwb}} {
+		tunneltest.Run(t, "ip", "netns", "exec", c.gw, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
+		tunneltest.Run(t, "ip", "-n", c.gw, "addr", "add", "2001:db8:244:1::1/64", "dev", "pods", "nodad")
+		tunneltest.Run(t, "ip", "-n", c.pod, "-6", "route", "add", "default", "via", "2001:db8:244:1::1", "dev", "eth0", "onlink")
+	}
+	tunneltest.Run(t, "ip", "-n", topo.client, "addr", "add", client6.String()+"/64", "dev", "eth0", "nodad")
+	for _, a := range []netip.Addr{server16, server26} {
+		tunneltest.Run(t, "ip", "-n", topo.server, "addr", "add", a.String()+"/64", "dev", "eth0", "nodad")
+	}
+	for _, g := range []struct{ ns, addr, peer, remote string }{
+		{topo.gwa, "2001:db8:ffff::1/126", "2001:db8:ffff::2", globalB6.String()},
+		{topo.gwb, "2001:db8:ffff::2/126", "2001:db8:ffff::1", globalA6.String()},
+	} {
+		tunneltest.Run(t, "ip", "-n", g.ns, "addr", "add", g.addr, "dev", "wan", "nodad")
+		tunneltest.Run(t, "ip", "-n", g.ns, "-6", "route", "add", g.remote, "via", g.peer)
+		tunneltest.Run(t, "ip", "-n", g.ns, "-6", "route", "add", "default", "dev", "uplink")
+	}
+}
+
+// serve6 starts TCP listeners on server16:8080, server26:8080 and server26:9000 and a UDP one
+// on server16:5353 in the server namespace, answering like serve's.
+func serve6(t testing.TB, ns string) {
+	t.Helper()
+	for _, a := range []netip.AddrPort{netip.AddrPortFrom(server16, 8080), netip.AddrPortFrom(server26, 8080), netip.AddrPortFrom(server26, 9000)} {
+		var ln net.Listener
+		tunneltest.In(t, ns, func() {
+			var err error
+			if ln, err = net.Listen("tcp", a.String()); err != nil {
+				t.Fatal(err)
+			}
+		})
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				fmt.Fprintf(c, "%s %s\n", c.LocalAddr(), c.RemoteAddr())
+				c.Close()
+			}
+		}()
+	}
+	var pc net.PacketConn
+	tunneltest.In(t, ns, func() {
+		var err error
+		if pc, err = net.ListenPacket("udp", netip.AddrPortFrom(server16, 5353).String()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo(fmt.Appendf(nil, "%s %s\n", pc.LocalAddr(), from), from)
+		}
+	}()
+}
+
+// TestKernelTranslatesDualStack: two dual-stack clusters whose pod CIDRs are the same in both
+// families, each gateway with one table holding both families' translations. Over IPv6 a
+// service's global address reaches both endpoints over TCP and one over UDP, a headless pod's
+// global address reaches the pod on any port, each server sees cluster A's IPv6 egress
+// address, and what nothing translates is refused; over IPv4 the same table keeps working.
+func TestKernelTranslatesDualStack(t *testing.T) {
+	topo := newTopology(t)
+	addIPv6(t, topo)
+	serve(t, topo.server)
+	serve6(t, topo.server)
+	a := stateA()
+	a.GlobalCIDRs = append(a.GlobalCIDRs, globalA6)
+	a.RemoteCIDRs = append(a.RemoteCIDRs, globalB6)
+	a.ClusterEgress = append(a.ClusterEgress, egressA6)
+	apply(t, topo.gwa, newNAT(t, topo.gwa), a)
+	b := stateB()
+	b.GlobalCIDRs = append(b.GlobalCIDRs, globalB6)
+	b.RemoteCIDRs = append(b.RemoteCIDRs, globalA6)
+	b.Services = append(b.Services, Service{Name: "demo/echo", GlobalIP: echoIP6, Ports: []Port{
+		{Protocol: TCP, Port: 80, Endpoints: []netip.AddrPort{netip.AddrPortFrom(server16, 8080), netip.AddrPortFrom(server26, 8080)}},
+		{Protocol: UDP, Port: 53, Endpoints: []netip.AddrPort{netip.AddrPortFrom(server16, 5353)}},
+	}})
+	b.Pods = append(b.Pods, PodIngress{Name: "demo/echo-1", GlobalIP: podIP6, Pod: server26})
+	apply(t, topo.gwb, newNAT(t, topo.gwb), b)
+
+	seen := map[netip.Addr]bool{}
+	for i := 0; i < 40 && len(seen) < 2; i++ {
+		got, err := ask(t, topo.client, "tcp", netip.Addr{}, netip.AddrPortFrom(echoIP6, 80))
+		if err != nil {
+			t.Fatalf("TCP to [%s]:80: %v", echoIP6, err)
+		}
+		if got.server.Port() != 8080 || !egressA6.Contains(got.peer.Addr()) {
+			t.Fatalf("TCP to [%s]:80 answered by %s, which saw %s; want port 8080 and a source in %s", echoIP6, got.server, got.peer, egressA6)
+		}
+		seen[got.server.Addr()] = true
+	}
+	if !seen[server16] || !seen[server26] {
+		t.Fatalf("40 connections to [%s]:80 reached only %v; want both endpoints", echoIP6, seen)
+	}
+	for _, tt := range []struct {
+		network    string
+		to, server netip.AddrPort
+		egress     ipam.Range
+	}{
+		{"udp", netip.AddrPortFrom(echoIP6, 53), netip.AddrPortFrom(server16, 5353), egressA6},
+		{"tcp", netip.AddrPortFrom(podIP6, 9000), netip.AddrPortFrom(server26, 9000), egressA6},
+		{"tcp", netip.AddrPortFrom(podIP, 9000), netip.AddrPortFrom(server2, 9000), egressA}, // IPv4, same table
+	} {
+		got, err := ask(t, topo.client, tt.network, netip.Addr{}, tt.to)
+		if err != nil {
+			t.Fatalf("%s to %s: %v", tt.network, tt.to, err)
+		}
+		if got.server != tt.server || !tt.egress.Contains(got.peer.Addr()) {
+			t.Errorf("%s to %s answered by %s seeing %s; want %s seeing a source in %s", tt.network, tt.to, got.server, got.peer, tt.server, tt.egress)
+		}
+	}
+	for _, to := range []netip.AddrPort{
+		netip.AddrPortFrom(echoIP6, 81), // a port the service does not export
+		netip.AddrPortFrom(netip.MustParseAddr("2001:db8:242:2::99"), 80),
+	} {
+		if _, err := dial(t, topo.client, "tcp", netip.Addr{}, to); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("TCP to %s: %v; want connection refused", to, err)
+		}
+	}
+	// Without its IPv6 global CIDR, the cluster's table drops the IPv6 family whole.
+	apply(t, topo.gwb, newNAT(t, topo.gwb), b.only(ipv4))
+	if _, err := ask(t, topo.client, "tcp", netip.Addr{}, netip.AddrPortFrom(echoIP6, 80)); err == nil {
+		t.Error("TCP to the IPv6 service still answered after its family was removed")
+	}
+	if _, err := ask(t, topo.client, "tcp", netip.Addr{}, netip.AddrPortFrom(podIP, 9000)); err != nil {
+		t.Errorf("IPv4 after the IPv6 family was removed: %v", err)
+	}
+}

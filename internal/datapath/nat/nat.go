@@ -1,6 +1,7 @@
 // Package nat is globalnet's data plane: on the active gateway it translates other clusters'
 // traffic to this cluster's global ingress addresses into its pods (DNAT), and this cluster's
-// traffic to other clusters into its global egress addresses (SNAT). Everything lives in one
+// traffic to other clusters into its global egress addresses (SNAT), in each IP family the
+// cluster has a global CIDR of (the sets, maps and chains below end in -v4 or -v6). Everything lives in one
 // nftables table, owner.GlobalnetNFTTable, which Apply rewrites from a desired State in one
 // transaction. It imports no Kubernetes package: the caller turns API objects into a State.
 //
@@ -29,6 +30,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -84,7 +86,13 @@ type family struct {
 	proto    string // payload protocol and NAT family keyword
 }
 
-var ipv4 = family{suffix: "v4", addrType: "ipv4_addr", proto: "ip"}
+var (
+	ipv4 = family{suffix: "v4", addrType: "ipv4_addr", proto: "ip"}
+	ipv6 = family{suffix: "v6", addrType: "ipv6_addr", proto: "ip6"}
+)
+
+// has reports whether a is of the family.
+func (f family) has(a netip.Addr) bool { return a.Is4() == (f == ipv4) }
 
 func (f family) name(base string) string { return base + "-" + f.suffix }
 
@@ -107,6 +115,8 @@ type NAT struct {
 	// every element. Otherwise Apply sends only the difference, so one new export costs a few
 	// elements however many there are.
 	applied map[string]map[string]*knftables.Element
+	// appliedMaps names the maps among applied's containers (the others are sets).
+	appliedMaps map[string]bool
 	// lastFull is when the last full rewrite succeeded.
 	lastFull time.Time
 	// lbChains are the load-balancing chains in the kernel after the last successful Apply.
@@ -203,8 +213,10 @@ func (n *NAT) Apply(ctx context.Context, s State) error {
 		}
 	} else {
 		diffElements(tx, n.applied, want.elements)
+		// A family the cluster no longer has (its global CIDR gone) leaves sets and maps
+		// that no rule names any more.
+		stale = n.goneContainers(want)
 	}
-	stale.remove(tx)
 	orphaned := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(lbChains)) {
 		switch {
@@ -212,14 +224,22 @@ func (n *NAT) Apply(ctx context.Context, s State) error {
 		case n.orphaned[name]:
 			tx.Delete(&knftables.Chain{Name: name})
 		default:
+			// Emptied now, deleted by the next Apply: its rules name the endpoint maps,
+			// which go in this transaction when their IP family does.
+			tx.Flush(&knftables.Chain{Name: name})
 			orphaned[name] = true
 		}
 	}
+	stale.remove(tx)
 	if err := n.nft.Run(ctx, tx); err != nil {
 		n.applied = nil
 		return fmt.Errorf("writing nftables table %s: %w", owner.GlobalnetNFTTable, err)
 	}
 	n.applied = want.elements
+	n.appliedMaps = map[string]bool{}
+	for _, m := range want.maps {
+		n.appliedMaps[m.Name] = true
+	}
 	n.orphaned = orphaned
 	n.lbChains = maps.Clone(want.lbChains)
 	maps.Copy(n.lbChains, orphaned)
@@ -254,6 +274,22 @@ func (s staleObjects) remove(tx *knftables.Transaction) {
 	for _, name := range s.chains {
 		tx.Delete(&knftables.Chain{Name: name})
 	}
+}
+
+// goneContainers are the sets and maps the last Apply wrote that want no longer has.
+func (n *NAT) goneContainers(want *ruleset) staleObjects {
+	var gone staleObjects
+	for _, name := range slices.Sorted(maps.Keys(n.applied)) {
+		if _, ok := want.elements[name]; ok {
+			continue
+		}
+		if n.appliedMaps[name] {
+			gone.maps = append(gone.maps, name)
+		} else {
+			gone.sets = append(gone.sets, name)
+		}
+	}
+	return gone
 }
 
 // listKernel reads the table's chains, sets and maps from the kernel: the load-balancing chains
@@ -320,6 +356,9 @@ func (n *NAT) Delete(ctx context.Context) error {
 // element is deleted and added again: the kernel refuses to add a map key that exists.
 func diffElements(tx *knftables.Transaction, applied, want map[string]map[string]*knftables.Element) {
 	for _, name := range slices.Sorted(maps.Keys(applied)) {
+		if _, kept := want[name]; !kept {
+			continue // the whole set or map goes (goneContainers)
+		}
 		for _, key := range slices.Sorted(maps.Keys(applied[name])) {
 			if w, ok := want[name][key]; !ok || !sameValue(w, applied[name][key]) {
 				tx.Delete(applied[name][key])
@@ -363,10 +402,27 @@ func (t *ruleset) add(e *knftables.Element) {
 	t.elements[name][strings.Join(e.Key, " . ")] = e
 }
 
-// build computes the table for s (normalized).
+// build computes the table for s (normalized): the sets, maps and rules of each IP family the
+// cluster has a global CIDR of, side by side in the inet table's chains. A cluster without any
+// global CIDR gets the IPv4 family's, empty: the table exists and translates nothing.
 func build(s State) *ruleset {
 	t := &ruleset{lbChains: map[string]bool{}, elements: map[string]map[string]*knftables.Element{}}
-	f := ipv4 // normalize admits IPv4 only; IPv6 is a second family value here
+	built := false
+	for _, f := range []family{ipv4, ipv6} {
+		if slices.ContainsFunc(s.GlobalCIDRs, func(p netip.Prefix) bool { return f.has(p.Addr()) }) {
+			t.buildFamily(f, s.only(f))
+			built = true
+		}
+	}
+	if !built {
+		t.buildFamily(ipv4, State{})
+	}
+	return t
+}
+
+// buildFamily adds the sets, maps, rules and elements of family f for s, which holds only
+// addresses of f.
+func (t *ruleset) buildFamily(f family, s State) {
 	set := func(base string) string {
 		name := f.name(base)
 		t.sets = append(t.sets, &knftables.Set{Name: name, Type: f.addrType, Flags: []knftables.SetFlag{knftables.IntervalFlag}})
@@ -449,7 +505,6 @@ func build(s State) *ruleset {
 		t.add(&knftables.Element{Map: ingressPods, Key: []string{p.GlobalIP.String()}, Value: []string{p.Pod.String()},
 			Comment: comment(p.Name)})
 	}
-	return t
 }
 
 func comment(name string) *string {

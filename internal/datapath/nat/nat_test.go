@@ -62,6 +62,33 @@ func fullState() State {
 	}
 }
 
+// IPv6 global addresses, from the documentation prefix 2001:db8::/32 like every IPv6 address of
+// the lab.
+var (
+	globalCIDR6 = netip.MustParsePrefix("2001:db8:242:1::/64")
+	webIP6      = netip.MustParseAddr("2001:db8:242:1::16")
+	kafkaIP6    = netip.MustParseAddr("2001:db8:242:1::18")
+)
+
+// dualStackState is fullState with the same services, egress and headless pod in IPv6 beside
+// the IPv4 ones: a dual-stack cluster whose pod CIDRs overlap another's in both families.
+func dualStackState() State {
+	s := fullState()
+	s.GlobalCIDRs = append(s.GlobalCIDRs, globalCIDR6)
+	s.RemoteCIDRs = append(s.RemoteCIDRs, netip.MustParsePrefix("2001:db8:242:2::/64"), netip.MustParsePrefix("2001:db8:10:5::/64"))
+	s.ClusterEgress = append(s.ClusterEgress, rng("2001:db8:242:1::", "2001:db8:242:1::7"))
+	s.PodEgress = append(s.PodEgress, PodEgress{Pod: netip.MustParseAddr("2001:db8:244:1::7"), Range: rng("2001:db8:242:1::8", "2001:db8:242:1::9")})
+	s.Services = append(s.Services, Service{Name: "demo/web", GlobalIP: webIP6, Ports: []Port{
+		{Protocol: UDP, Port: 53, Endpoints: eps("[2001:db8:244:1::5]:5353")},
+		{Protocol: TCP, Port: 80, Endpoints: eps("[2001:db8:244:2::6]:8080", "[2001:db8:244:1::5]:8080")},
+	}})
+	s.Pods = append(s.Pods, PodIngress{Name: "demo/kafka-0", GlobalIP: kafkaIP6, Pod: netip.MustParseAddr("2001:db8:244:2::5")})
+	return s
+}
+
+// ipv6OnlyState is dualStackState without its IPv4 part.
+func ipv6OnlyState() State { return dualStackState().only(ipv6) }
+
 func newFake() (*knftables.Fake, *NAT) {
 	fake := knftables.NewFake(knftables.InetFamily, owner.GlobalnetNFTTable)
 	return fake, NewWith(fake, Options{})
@@ -75,6 +102,8 @@ func TestApplyGolden(t *testing.T) {
 	}{
 		{"empty.golden", State{}},
 		{"full.golden", fullState()},
+		{"dualstack.golden", dualStackState()},
+		{"ipv6.golden", ipv6OnlyState()},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -118,6 +147,11 @@ func TestApplyTransitions(t *testing.T) {
 	s.ClusterEgress = []ipam.Range{rng("242.1.0.0", "242.1.0.15")}
 	s.RemoteCIDRs = s.RemoteCIDRs[:1]
 	states["moved"] = s
+	states["dual-stack"] = dualStackState()
+	states["ipv6 only"] = ipv6OnlyState()
+	s = dualStackState()
+	s.Services = s.Services[:2] // the IPv6 web service gone
+	states["dual-stack without web6"] = s
 	names := slices.Sorted(func(yield func(string) bool) {
 		for k := range states {
 			if !yield(k) {
@@ -175,7 +209,17 @@ func TestInvalidStateIsRefusedBeforeTheKernel(t *testing.T) {
 		modify func(*State)
 		want   string
 	}{
-		{"ipv6 service", func(s *State) { s.Services[0].GlobalIP = netip.MustParseAddr("fd00::1") }, "IPv6 is not supported"},
+		{"ipv6 service, ipv4 endpoints", func(s *State) { s.Services[0].GlobalIP = webIP6; s.GlobalCIDRs = append(s.GlobalCIDRs, globalCIDR6) },
+			"ingress address and endpoint of demo/web port 80/tcp: 2001:db8:242:1::16 and 10.244.1.5 are of different IP families"},
+		{"ipv6 service without an ipv6 global CIDR", func(s *State) { s.Services[0].GlobalIP = webIP6 }, "2001:db8:242:1::16 is outside the cluster's global CIDRs"},
+		{"two ipv6 global CIDRs", func(s *State) {
+			s.GlobalCIDRs = append(s.GlobalCIDRs, globalCIDR6, netip.MustParsePrefix("2001:db8:242:9::/64"))
+		}, "at most one per IP family"},
+		{"ipv4-mapped address", func(s *State) { s.Pods[0].Pod = netip.MustParseAddr("::ffff:10.244.2.5") }, "an IPv4-mapped IPv6 address; give it as 10.244.2.5"},
+		{"ipv6 pod behind an ipv4 ingress address", func(s *State) { s.Pods[0].Pod = netip.MustParseAddr("2001:db8:244:2::5") },
+			"ingress address and address of demo/kafka-0: 242.1.0.18 and 2001:db8:244:2::5 are of different IP families"},
+		{"ipv6 pod with an ipv4 egress range", func(s *State) { s.PodEgress[0].Pod = netip.MustParseAddr("2001:db8:244:1::7") },
+			"egress range of pod 2001:db8:244:1::7: 2001:db8:244:1::7 and 242.1.0.8 are of different IP families"},
 		{"outside global CIDR", func(s *State) { s.Services[0].GlobalIP = netip.MustParseAddr("242.9.0.1") }, "242.9.0.1 is outside the cluster's global CIDRs"},
 		{"one IP twice", func(s *State) { s.Pods[0].GlobalIP = webIP }, "global IP 242.1.0.16 is given to both demo/web and demo/kafka-0"},
 		{"remote overlaps own", func(s *State) { s.RemoteCIDRs = append(s.RemoteCIDRs, netip.MustParsePrefix("242.0.0.0/8")) }, "remote CIDR 242.0.0.0/8 overlaps the cluster's global CIDR 242.1.0.0/16"},

@@ -88,9 +88,34 @@ type PodIngress struct {
 	Pod      netip.Addr
 }
 
-// errIPv6 is returned for IPv6 addresses: the tables are laid out per IP family (see family in
-// nat.go), but only IPv4 is built and tested.
-var errIPv6 = errors.New("IPv6 is not supported by globalnet yet")
+// only returns the part of s (normalized) that is of family f.
+func (s State) only(f family) State {
+	prefixes := func(ps []netip.Prefix) []netip.Prefix {
+		return slices.DeleteFunc(slices.Clone(ps), func(p netip.Prefix) bool { return !f.has(p.Addr()) })
+	}
+	out := State{GlobalCIDRs: prefixes(s.GlobalCIDRs), RemoteCIDRs: prefixes(s.RemoteCIDRs), TunnelDevice: s.TunnelDevice}
+	for _, r := range s.ClusterEgress {
+		if f.has(r.First) {
+			out.ClusterEgress = append(out.ClusterEgress, r)
+		}
+	}
+	for _, e := range s.PodEgress {
+		if f.has(e.Pod) {
+			out.PodEgress = append(out.PodEgress, e)
+		}
+	}
+	for _, svc := range s.Services {
+		if f.has(svc.GlobalIP) {
+			out.Services = append(out.Services, svc)
+		}
+	}
+	for _, p := range s.Pods {
+		if f.has(p.GlobalIP) {
+			out.Pods = append(out.Pods, p)
+		}
+	}
+	return out
+}
 
 // normalize checks s and returns a copy in canonical order (so that equal states give equal
 // transactions) with RemoteCIDRs merged. Every error names the offending value.
@@ -127,19 +152,37 @@ func (c *checker) fail(format string, args ...any) {
 	c.errs = append(c.errs, fmt.Errorf(format, args...))
 }
 
-// v4 checks that a is an IPv4 address.
-func (c *checker) v4(what string, a netip.Addr) {
+// addr checks that a is an address in its plain form: an IPv4-mapped IPv6 address would be
+// put in the IPv6 family's sets, where no IPv4 packet is ever looked up.
+func (c *checker) addr(what string, a netip.Addr) {
 	switch {
 	case !a.IsValid():
 		c.fail("%s: no address", what)
-	case !a.Is4():
-		c.fail("%s %s: %w", what, a, errIPv6)
+	case a.Is4In6():
+		c.fail("%s %s: an IPv4-mapped IPv6 address; give it as %s", what, a, a.Unmap())
 	}
 }
 
-// inGlobal checks that a is an IPv4 address inside the cluster's global CIDRs.
+// sameFamily checks that b, which a leads to or comes from, is of a's IP family: a
+// translation never changes the family (NAT46 is not what globalnet does).
+func (c *checker) sameFamily(what string, a, b netip.Addr) {
+	if a.IsValid() && b.IsValid() && a.Is4() != b.Is4() {
+		c.fail("%s: %s and %s are of different IP families", what, a, b)
+	}
+}
+
+// onePerFamily checks that addrs, the first addresses of what, hold at most one per IP family.
+func (c *checker) onePerFamily(what string, addrs []netip.Addr, all any) {
+	if v4 := slices.IndexFunc(addrs, netip.Addr.Is4); v4 >= 0 && slices.ContainsFunc(addrs[v4+1:], netip.Addr.Is4) {
+		c.fail("%s %v: at most one per IP family", what, all)
+	} else if v6 := slices.IndexFunc(addrs, netip.Addr.Is6); v6 >= 0 && slices.ContainsFunc(addrs[v6+1:], netip.Addr.Is6) {
+		c.fail("%s %v: at most one per IP family", what, all)
+	}
+}
+
+// inGlobal checks that a is an address inside the cluster's global CIDR of its family.
 func (c *checker) inGlobal(what string, a netip.Addr) {
-	c.v4(what, a)
+	c.addr(what, a)
 	if a.IsValid() && !slices.ContainsFunc(c.global, func(p netip.Prefix) bool { return p.Contains(a) }) {
 		c.fail("%s %s is outside the cluster's global CIDRs %v", what, a, c.global)
 	}
@@ -155,20 +198,22 @@ func (c *checker) claim(ip netip.Addr, what string) {
 
 func (c *checker) globalCIDRs(in []netip.Prefix) []netip.Prefix {
 	var out []netip.Prefix
+	var firsts []netip.Addr
 	for _, p := range in {
-		c.v4("global CIDR", p.Addr())
+		c.addr("global CIDR", p.Addr())
 		out = append(out, p.Masked())
+		firsts = append(firsts, p.Addr())
 	}
-	if len(out) > 1 {
-		c.fail("global CIDRs %v: at most one per IP family", out)
-	}
+	c.onePerFamily("global CIDRs", firsts, out)
+	// IPv4 first, so that equal states give equal transactions whatever the order given.
+	slices.SortFunc(out, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	c.global = out
 	return out
 }
 
 func (c *checker) remoteCIDRs(in []netip.Prefix) []netip.Prefix {
 	for _, p := range in {
-		c.v4("remote CIDR", p.Addr())
+		c.addr("remote CIDR", p.Addr())
 		if g, hit := ipam.FirstOverlap(p, c.global); hit {
 			c.fail("remote CIDR %s overlaps the cluster's global CIDR %s", p, g)
 		}
@@ -185,6 +230,7 @@ func (c *checker) tunnelDevice(d string) {
 
 func (c *checker) clusterEgress(in []ipam.Range) []ipam.Range {
 	var out []ipam.Range
+	var firsts []netip.Addr
 	for _, r := range in {
 		if err := r.Validate(); err != nil {
 			c.fail("cluster egress: %w", err)
@@ -193,10 +239,10 @@ func (c *checker) clusterEgress(in []ipam.Range) []ipam.Range {
 		c.inGlobal("cluster egress range start", r.First)
 		c.inGlobal("cluster egress range end", r.Last)
 		out = append(out, r)
+		firsts = append(firsts, r.First)
 	}
-	if len(out) > 1 {
-		c.fail("cluster egress ranges %v: at most one per IP family", out)
-	}
+	c.onePerFamily("cluster egress ranges", firsts, out)
+	slices.SortFunc(out, func(a, b ipam.Range) int { return a.First.Compare(b.First) })
 	return out
 }
 
@@ -204,11 +250,12 @@ func (c *checker) podEgress(in []PodEgress) []PodEgress {
 	var out []PodEgress
 	seenSrc := map[netip.Addr]bool{}
 	for _, e := range in {
-		c.v4("egress pod", e.Pod)
+		c.addr("egress pod", e.Pod)
 		if err := e.Range.Validate(); err != nil {
 			c.fail("egress of pod %s: %w", e.Pod, err)
 			continue
 		}
+		c.sameFamily("egress range of pod "+e.Pod.String(), e.Pod, e.Range.First)
 		c.inGlobal("egress range start of pod "+e.Pod.String()+":", e.Range.First)
 		c.inGlobal("egress range end of pod "+e.Pod.String()+":", e.Range.Last)
 		if seenSrc[e.Pod] {
@@ -256,7 +303,7 @@ func (c *checker) service(svc Service) Service {
 			c.fail("%s has port %d/%s twice", what, p.Port, p.Protocol)
 		}
 		seenPort[key] = true
-		out.Ports = append(out.Ports, Port{Protocol: p.Protocol, Port: p.Port, Endpoints: c.endpoints(what, p)})
+		out.Ports = append(out.Ports, Port{Protocol: p.Protocol, Port: p.Port, Endpoints: c.endpoints(what, svc.GlobalIP, p)})
 	}
 	slices.SortFunc(out.Ports, func(a, b Port) int {
 		return cmp.Or(cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Port, b.Port))
@@ -267,10 +314,11 @@ func (c *checker) service(svc Service) Service {
 // endpoints checks the endpoints of port p of the service what and returns them sorted and
 // deduplicated, so that an endpoint's index, and so the element that holds it, stays the same
 // while the set does.
-func (c *checker) endpoints(what string, p Port) []netip.AddrPort {
+func (c *checker) endpoints(what string, global netip.Addr, p Port) []netip.AddrPort {
 	eps := slices.Clone(p.Endpoints)
 	for _, ep := range eps {
-		c.v4(fmt.Sprintf("endpoint of %s port %d/%s", what, p.Port, p.Protocol), ep.Addr())
+		c.addr(fmt.Sprintf("endpoint of %s port %d/%s", what, p.Port, p.Protocol), ep.Addr())
+		c.sameFamily(fmt.Sprintf("ingress address and endpoint of %s port %d/%s", what, p.Port, p.Protocol), global, ep.Addr())
 		if ep.Port() == 0 {
 			c.fail("endpoint %s of %s: port 0", ep, what)
 		}
@@ -284,7 +332,8 @@ func (c *checker) pods(in []PodIngress) []PodIngress {
 	for _, p := range in {
 		what := cmp.Or(p.Name, "pod "+p.Pod.String())
 		c.inGlobal("ingress address of "+what, p.GlobalIP)
-		c.v4(what, p.Pod)
+		c.addr(what, p.Pod)
+		c.sameFamily("ingress address and address of "+what, p.GlobalIP, p.Pod)
 		c.claim(p.GlobalIP, what)
 		out = append(out, p)
 	}
