@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
@@ -45,14 +47,16 @@ func TestInterconnectFromConfigMap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts control planes and OVN daemons")
 	}
-	env := testenv.ControlPlanes(t, "east", "west")
+	env := testenv.ControlPlanes(t, "east", "west", "south")
 	ic := ovntest.StartInterconnection(t)
 	if out, err := ic.NB.Ctl(t.Context(), "ts-add", icconfig.TransitSwitch); err != nil {
 		t.Fatalf("making the transit switch: %v %s", err, out)
 	}
 	zones := map[string]*az{}
-	for i, id := range []string{"east", "west"} {
-		z := &az{id: id, block: netip.MustParsePrefix(fmt.Sprintf("10.112.%d.0/24", i)), central: ovntest.StartCentral(t)}
+	// south is given east's block, as a hub would never do: the overlap check's case.
+	blocks := map[string]string{"east": "10.112.0.0/24", "west": "10.112.1.0/24", "south": "10.112.0.0/24"}
+	for _, id := range []string{"east", "west", "south"} {
+		z := &az{id: id, block: netip.MustParsePrefix(blocks[id]), central: ovntest.StartCentral(t)}
 		z.central.StartOVNIC(t, ic)
 		// The secondary network's switch, the ovnmaster's job.
 		if _, err := z.central.NB.Ctl(t.Context(), "ls-add", ovn.SwitchName(id)); err != nil {
@@ -80,7 +84,7 @@ func TestInterconnectFromConfigMap(t *testing.T) {
 		})
 		zones[id] = z
 	}
-	east, west := zones["east"], zones["west"]
+	east, west, south := zones["east"], zones["west"], zones["south"]
 	config := func(gw string) map[string]string {
 		return map[string]string{
 			"enable-ic": "true", "ic-db-host": "127.0.0.1", "ic-nb-port": fmt.Sprint(ic.NBPort),
@@ -140,6 +144,20 @@ func TestInterconnectFromConfigMap(t *testing.T) {
 		west.waitRoute(t, "10.112.0.0/24", "169.254.100.1")
 	})
 
+	t.Run("a second AZ advertising a learned prefix is refused, naming both", func(t *testing.T) {
+		south.writeConfig(t, config("south-gw1"), nil)
+		south.waitStatus(t, "prefix 10.112.0.0/24 of AZ south overlaps 10.112.0.0/24, which AZ east already advertises")
+		west.waitRoute(t, "10.112.0.0/24", "169.254.100.1")
+		if out, err := south.central.NB.Ctl(t.Context(), "lr-list"); err != nil || strings.Contains(out, ovnic.RouterName("south")) {
+			t.Errorf("south's NB routers after the refusal: %q, %v; want none of ours", out, err)
+		}
+		// South leaves, or its 30-s re-check would take the prefix once east leaves below.
+		off := config("south-gw1")
+		off["enable-ic"] = "false"
+		south.writeConfig(t, off, nil)
+		south.waitStatus(t, "AZ south left the interconnection")
+	})
+
 	t.Run("enable-ic off: the AZ leaves and the other drops its routes", func(t *testing.T) {
 		off := config("east-gw3,east-gw1")
 		off["enable-ic"] = "false"
@@ -148,8 +166,8 @@ func TestInterconnectFromConfigMap(t *testing.T) {
 		west.waitRoute(t, "10.112.0.0/24", "")
 		t.Logf("MEASURED: enable-ic off -> west dropped east's block in %s", time.Since(start).Round(time.Millisecond))
 		east.waitStatus(t, "AZ east left the interconnection")
-		if azs, err := ic.SB.Ctl(t.Context(), "--bare", "--columns=name", "list", "Availability_Zone"); err != nil || strings.TrimSpace(azs) != "west" {
-			t.Errorf("IC SB availability zones: %q, %v; want west alone", azs, err)
+		if azs, err := ic.SB.Ctl(t.Context(), "--bare", "--columns=name", "list", "Availability_Zone"); err != nil || strings.Contains(azs, "east") {
+			t.Errorf("IC SB availability zones: %q, %v; want no east", azs, err)
 		}
 		if out, err := east.central.NB.Ctl(t.Context(), "lr-list"); err != nil || strings.Contains(out, ovnic.RouterName("east")) {
 			t.Errorf("east's NB routers after leaving: %q, %v; want no interconnection router", out, err)
@@ -167,25 +185,25 @@ func eventually(t *testing.T, what string, f func() error) {
 func (z *az) writeConfig(t *testing.T, data, annotations map[string]string) {
 	t.Helper()
 	key := types.NamespacedName{Namespace: icconfig.ConfigMapNamespace, Name: icconfig.ConfigMapName}
-	var cm corev1.ConfigMap
-	err := z.kube.Get(t.Context(), key, &cm)
+	// The icmaster annotates the ConfigMap concurrently: retry on its newer version.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cm corev1.ConfigMap
+		if err := z.kube.Get(t.Context(), key, &cm); err != nil {
+			cm = corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Annotations: annotations}, Data: data}
+			return z.kube.Create(t.Context(), &cm)
+		}
+		cm.Data = data
+		status := cm.Annotations[StatusAnnotation]
+		cm.Annotations = maps.Clone(annotations)
+		if status != "" {
+			if cm.Annotations == nil {
+				cm.Annotations = map[string]string{}
+			}
+			cm.Annotations[StatusAnnotation] = status
+		}
+		return z.kube.Update(t.Context(), &cm)
+	})
 	if err != nil {
-		cm = corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name, Annotations: annotations}, Data: data}
-		if err := z.kube.Create(t.Context(), &cm); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	cm.Data = data
-	status := cm.Annotations[StatusAnnotation]
-	cm.Annotations = annotations
-	if status != "" {
-		if cm.Annotations == nil {
-			cm.Annotations = map[string]string{}
-		}
-		cm.Annotations[StatusAnnotation] = status
-	}
-	if err := z.kube.Update(t.Context(), &cm); err != nil {
 		t.Fatal(err)
 	}
 }
