@@ -36,6 +36,14 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&GlobalIngressIPList{},
 		&GlobalEgressIP{},
 		&GlobalEgressIPList{},
+		&Vpc{},
+		&VpcList{},
+		&VpcNatTunnel{},
+		&VpcNatTunnelList{},
+		&VpcDnsForward{},
+		&VpcDnsForwardList{},
+		&GatewayExIp{},
+		&GatewayExIpList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -37,7 +37,9 @@ func Hub() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 // be shared with other tools, are in MCS instead.
 func Member() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	return load("bases/octopus.io_fabrics.yaml", "bases/octopus.io_globalingressips.yaml",
-		"bases/octopus.io_globalegressips.yaml", "bases/about.k8s.io_clusterproperties.yaml")
+		"bases/octopus.io_globalegressips.yaml", "bases/about.k8s.io_clusterproperties.yaml",
+		"bases/octopus.io_vpcs.yaml", "bases/octopus.io_vpcnattunnels.yaml", "bases/octopus.io_vpcdnsforwards.yaml",
+		"bases/octopus.io_gatewayexips.yaml")
 }
 
 // MCS returns the Multi-Cluster Services CRDs (ServiceExport, ServiceImport) of

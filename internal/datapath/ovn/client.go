@@ -50,6 +50,8 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	dbModel, err := model.NewClientDBModel(nbdb.Schema().Name, map[string]model.Model{
 		nbdb.LogicalSwitchTable:     &nbdb.LogicalSwitch{},
 		nbdb.LogicalSwitchPortTable: &nbdb.LogicalSwitchPort{},
+		nbdb.LogicalRouterTable:     &nbdb.LogicalRouter{}, // VPCs' (vpc.go)
+		nbdb.LogicalRouterPortTable: &nbdb.LogicalRouterPort{},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("NB database model: %w", err)
@@ -69,6 +71,8 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	if _, err := nb.Monitor(ctx, nb.NewMonitor(
 		client.WithTable(&nbdb.LogicalSwitch{}),
 		client.WithTable(&nbdb.LogicalSwitchPort{}),
+		client.WithTable(&nbdb.LogicalRouter{}),
+		client.WithTable(&nbdb.LogicalRouterPort{}),
 	)); err != nil {
 		nb.Close()
 		return nil, fmt.Errorf("reading the OVN NB database at %s: %w", opts.Endpoint, err)
@@ -187,10 +191,21 @@ func (c *Client) observe(ctx context.Context, clusterID string) (observed, error
 	return obs, nil
 }
 
-// transact writes p in one transaction, guarded so that it aborts if the switch's ports
-// changed since obs was read (or, for a new switch, if a switch of that name appeared):
-// two writers planning on the same state can never hand out one address twice.
+// transact writes the cluster's plan p in one transaction, guarded (segmentOps).
 func (c *Client) transact(ctx context.Context, clusterID string, obs observed, p plan) error {
+	ops, err := c.segmentOps("", SwitchName(clusterID), obs, p)
+	if err != nil {
+		return err
+	}
+	return c.run(ctx, ops)
+}
+
+// segmentOps are the operations that write one segment's plan p, for a transaction that may
+// hold other segments' too: prefix keeps the named UUIDs of its new rows apart from theirs.
+// They are guarded so that the transaction aborts if the switch's ports changed since obs was
+// read (or, for a new switch, if a switch named switchName appeared): two writers planning on
+// the same state can never hand out one address twice.
+func (c *Client) segmentOps(prefix, switchName string, obs observed, p plan) ([]ovsdb.Operation, error) {
 	var ops []ovsdb.Operation
 	add := func(o []ovsdb.Operation, err error) error {
 		ops = append(ops, o...)
@@ -198,10 +213,10 @@ func (c *Client) transact(ctx context.Context, clusterID string, obs observed, p
 	}
 	newPorts := make([]string, len(p.create))
 	for i := range p.create {
-		newPorts[i] = "port" + strconv.Itoa(i)
+		newPorts[i] = prefix + "port" + strconv.Itoa(i)
 		p.create[i].UUID = newPorts[i]
 		if err := add(c.nb.Create(&p.create[i])); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	zero := 0
@@ -209,49 +224,48 @@ func (c *Client) transact(ctx context.Context, clusterID string, obs observed, p
 		// "No switch of this name": OVSDB's wait cannot compare with an empty row set, so
 		// it waits for the switches of this name, projected to their name, to differ from
 		// exactly one; that fails only if one exists.
-		name := SwitchName(clusterID)
-		guard := &nbdb.LogicalSwitch{Name: name}
-		if err := add(c.nb.WhereAll(guard, model.Condition{Field: &guard.Name, Function: ovsdb.ConditionEqual, Value: name}).
+		guard := &nbdb.LogicalSwitch{Name: switchName}
+		if err := add(c.nb.WhereAll(guard, model.Condition{Field: &guard.Name, Function: ovsdb.ConditionEqual, Value: switchName}).
 			Wait(ovsdb.WaitConditionNotEqual, &zero, guard, &guard.Name)); err != nil {
-			return err
+			return nil, err
 		}
-		sw := &nbdb.LogicalSwitch{UUID: "switch", Name: name, Ports: newPorts, ExternalIDs: p.switchIDs}
+		sw := &nbdb.LogicalSwitch{UUID: prefix + "switch", Name: switchName, Ports: newPorts, ExternalIDs: p.switchIDs}
 		if err := add(c.nb.Create(sw)); err != nil {
-			return err
+			return nil, err
 		}
-		return c.run(ctx, ops)
+		return ops, nil
 	}
 
 	guard := &nbdb.LogicalSwitch{UUID: obs.sw.UUID, Ports: obs.sw.Ports}
 	if err := add(c.nb.Where(guard).Wait(ovsdb.WaitConditionEqual, &zero, guard, &guard.Ports)); err != nil {
-		return err
+		return nil, err
 	}
 	if len(newPorts) > 0 {
 		if err := add(c.nb.Where(obs.sw).Mutate(obs.sw, model.Mutation{Field: &obs.sw.Ports, Mutator: ovsdb.MutateOperationInsert, Value: newPorts})); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if err := add(c.removePorts(obs.sw, p.remove)); err != nil {
-		return err
+		return nil, err
 	}
 	for i := range p.update {
 		u := &p.update[i]
 		if err := add(c.nb.Where(u).Update(u, &u.Addresses, &u.PortSecurity, &u.ExternalIDs)); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if u := p.updateGateway; u != nil {
-		if err := add(c.nb.Where(u).Update(u, &u.Addresses, &u.PortSecurity, &u.ExternalIDs, &u.Options)); err != nil {
-			return err
+		if err := add(c.nb.Where(u).Update(u, &u.Addresses, &u.PortSecurity, &u.ExternalIDs, &u.Options, &u.Type)); err != nil {
+			return nil, err
 		}
 	}
 	if p.switchIDsChanged {
 		sw := &nbdb.LogicalSwitch{UUID: obs.sw.UUID, ExternalIDs: p.switchIDs}
 		if err := add(c.nb.Where(sw).Update(sw, &sw.ExternalIDs)); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return c.run(ctx, ops)
+	return ops, nil
 }
 
 // removePorts takes the ports off the switch and deletes their rows.

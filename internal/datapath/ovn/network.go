@@ -136,9 +136,14 @@ func (n Network) validate() (hostaddr.Block, error) {
 		// are DNS subdomains.
 		return hostaddr.Block{}, fmt.Errorf("gateway chassis %q of cluster %s is not one chassis name", n.GatewayChassis, n.ClusterID)
 	}
-	seen := make(map[PodKey]bool, len(n.Pods))
+	return block, validatePods(n.Pods)
+}
+
+// validatePods checks that every pod can name a port and is listed once.
+func validatePods(pods []Pod) error {
+	seen := make(map[PodKey]bool, len(pods))
 	var errs []error
-	for _, p := range n.Pods {
+	for _, p := range pods {
 		k := p.Key()
 		switch {
 		case !dns1123Label.MatchString(p.Namespace):
@@ -152,5 +157,5 @@ func (n Network) validate() (hostaddr.Block, error) {
 		}
 		seen[k] = true
 	}
-	return block, errors.Join(errs...)
+	return errors.Join(errs...)
 }

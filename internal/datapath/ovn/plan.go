@@ -13,15 +13,15 @@ import (
 	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
 )
 
-// observed is what the NB database holds for one cluster: its switch (nil if there is none
+// observed is what the NB database holds for one segment: its switch (nil if there is none
 // yet) and every port on it, Octopus's and anyone else's.
 type observed struct {
 	sw    *nbdb.LogicalSwitch
 	ports []nbdb.LogicalSwitchPort
 }
 
-// plan is the difference between a Network and what the database holds: the rows to
-// create, rewrite and remove, and what each pod gets.
+// plan is the difference between a segment's desired pods and what the database holds: the
+// rows to create, rewrite and remove, and what each pod gets.
 type plan struct {
 	// createSwitch: the cluster has no switch yet.
 	createSwitch bool
@@ -57,6 +57,20 @@ func (p *plan) empty() bool {
 //   - the gateway's port exists while GatewayChassis is set, at the block's gateway address,
 //     requested on that chassis; it is not created over a foreign port holding that address.
 func makePlan(n Network, block hostaddr.Block, obs observed) plan {
+	seg := clusterSegment(n.ClusterID)
+	var gw *nbdb.LogicalSwitchPort
+	if n.GatewayChassis != "" {
+		row := gatewayRow(n.ClusterID, block.Gateway(), n.GatewayChassis)
+		gw = &row
+	}
+	return planSegment(seg, n.Pods, gw, block, obs)
+}
+
+// planSegment is makePlan for any segment: the cluster's switch or a VPC's subnet. gw is the
+// row of the segment's one port that belongs to no pod and sits at the block's gateway
+// address (the cluster gateway's port, a VPC router's port), nil for none; any other port of
+// ours carrying OVNKeyRole is removed.
+func planSegment(seg segment, pods []Pod, gw *nbdb.LogicalSwitchPort, block hostaddr.Block, obs observed) plan {
 	p := plan{result: Result{Attached: map[PodKey]Attachment{}, Failed: map[PodKey]error{}}}
 	used := map[netip.Addr]bool{}
 	ours := map[PodKey]nbdb.LogicalSwitchPort{}
@@ -65,21 +79,21 @@ func makePlan(n Network, block hostaddr.Block, obs observed) plan {
 	for _, port := range obs.ports {
 		for _, a := range portAddrs(port) {
 			used[a] = true
-			if a == block.Gateway() && !isOurs(port.ExternalIDs, n.ClusterID) {
+			if a == block.Gateway() && !seg.owns(port.ExternalIDs) {
 				gatewayHolder = port.Name
 			}
 		}
-		if isOurs(port.ExternalIDs, n.ClusterID) && port.ExternalIDs[owner.OVNKeyRole] == owner.OVNRoleGateway {
-			if gateway != nil || port.Name != GatewayPortName(n.ClusterID) {
+		if seg.owns(port.ExternalIDs) && port.ExternalIDs[owner.OVNKeyRole] != "" {
+			if gateway != nil || gw == nil || port.Name != gw.Name || port.ExternalIDs[owner.OVNKeyRole] != gw.ExternalIDs[owner.OVNKeyRole] {
 				p.remove = append(p.remove, port.UUID) // a second one, or misnamed
 				continue
 			}
 			gateway = &port
 			continue
 		}
-		if isOurs(port.ExternalIDs, n.ClusterID) {
+		if seg.owns(port.ExternalIDs) {
 			k := PodKey{Namespace: port.ExternalIDs[owner.OVNKeyPodNamespace], Name: port.ExternalIDs[owner.OVNKeyPodName]}
-			if _, dup := ours[k]; dup || port.Name != PortName(n.ClusterID, k) {
+			if _, dup := ours[k]; dup || port.Name != seg.portName(k) {
 				// Not a row Apply would have written: remove it rather than guess.
 				p.remove = append(p.remove, port.UUID)
 				continue
@@ -93,22 +107,22 @@ func makePlan(n Network, block hostaddr.Block, obs observed) plan {
 		cursor, _ = netip.ParseAddr(obs.sw.ExternalIDs[owner.OVNKeyLastAllocated])
 	}
 	lastAllocated := cursor
-	pods := slices.SortedFunc(slices.Values(n.Pods), func(a, b Pod) int {
+	sorted := slices.SortedFunc(slices.Values(pods), func(a, b Pod) int {
 		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 	})
-	for _, pod := range pods {
+	for _, pod := range sorted {
 		k := pod.Key()
 		if old, ok := ours[k]; ok {
 			delete(ours, k)
 			// block.Check without used: in the block and not reserved (a changed block may
 			// make an old address its gateway's).
 			if ip, ok := ourAddr(old); ok && block.Check(ip, nil) == nil && old.ExternalIDs[owner.OVNKeyPodUID] == pod.UID {
-				want := portRow(n.ClusterID, pod, ip)
+				want := seg.portRow(pod, ip)
 				if !samePort(old, want) {
 					want.UUID = old.UUID
 					p.update = append(p.update, want)
 				}
-				p.result.Attached[k] = attachment(n.ClusterID, block, k, ip)
+				p.result.Attached[k] = seg.attachment(block, k, ip)
 				continue
 			}
 			p.remove = append(p.remove, old.UUID)
@@ -128,16 +142,17 @@ func makePlan(n Network, block hostaddr.Block, obs observed) plan {
 		if !pod.RequestedIP.IsValid() {
 			lastAllocated = ip
 		}
-		p.create = append(p.create, portRow(n.ClusterID, pod, ip))
-		p.result.Attached[k] = attachment(n.ClusterID, block, k, ip)
+		p.create = append(p.create, seg.portRow(pod, ip))
+		p.result.Attached[k] = seg.attachment(block, k, ip)
 	}
 	for _, gone := range ours {
 		p.remove = append(p.remove, gone.UUID)
 	}
-	p.planGateway(n, block, gateway, gatewayHolder)
+	p.planGateway(seg, gw, block, gateway, gatewayHolder)
 	slices.Sort(p.remove)
 
-	p.switchIDs = map[string]string{owner.OVNKeyOwner: owner.OVNOwnerSecondary, owner.OVNKeyCluster: n.ClusterID, owner.OVNKeyCIDR: block.Prefix().String()}
+	p.switchIDs = seg.ids()
+	p.switchIDs[owner.OVNKeyCIDR] = block.Prefix().String()
 	if lastAllocated.IsValid() {
 		p.switchIDs[owner.OVNKeyLastAllocated] = lastAllocated.String()
 	}
@@ -146,12 +161,13 @@ func makePlan(n Network, block hostaddr.Block, obs observed) plan {
 	return p
 }
 
-// planGateway adds the gateway port's part of the plan: old is our gateway port as stored
-// (nil if there is none), holder the name of a foreign port holding the gateway address.
-func (p *plan) planGateway(n Network, block hostaddr.Block, old *nbdb.LogicalSwitchPort, holder string) {
+// planGateway adds the gateway port's part of the plan: want is the desired row (nil for
+// none), old is our gateway port as stored (nil if there is none), holder the name of a
+// foreign port holding the gateway address.
+func (p *plan) planGateway(seg segment, want *nbdb.LogicalSwitchPort, block hostaddr.Block, old *nbdb.LogicalSwitchPort, holder string) {
 	ip := block.Gateway()
 	switch {
-	case n.GatewayChassis == "":
+	case want == nil:
 		if old != nil {
 			p.remove = append(p.remove, old.UUID)
 		}
@@ -159,17 +175,17 @@ func (p *plan) planGateway(n Network, block hostaddr.Block, old *nbdb.LogicalSwi
 	case old == nil && holder != "":
 		// Ours was never made: the address was someone else's first. (Once ours exists, a
 		// foreign port added with the same address is that writer's mistake, and ours stays.)
-		p.result.GatewayFailed = fmt.Errorf("%w: the gateway address %s of cluster %s is held by logical switch port %s, which Octopus did not make: remove it",
-			hostaddr.ErrInUse, ip, n.ClusterID, holder)
+		p.result.GatewayFailed = fmt.Errorf("%w: the gateway address %s of %s is held by logical switch port %s, which Octopus did not make: remove it",
+			hostaddr.ErrInUse, ip, seg, holder)
 		return
 	}
-	want := gatewayRow(n.ClusterID, ip, n.GatewayChassis)
 	switch {
 	case old == nil:
-		p.create = append(p.create, want)
-	case !samePort(*old, want) || !maps.Equal(old.Options, want.Options):
-		want.UUID = old.UUID
-		p.updateGateway = &want
+		p.create = append(p.create, *want)
+	case !samePort(*old, *want) || !maps.Equal(old.Options, want.Options) || old.Type != want.Type:
+		u := *want
+		u.UUID = old.UUID
+		p.updateGateway = &u
 	}
 	p.result.Gateway = Attachment{
 		Port: want.Name, MAC: MACFor(ip), IP: netip.PrefixFrom(ip, block.Prefix().Bits()), Gateway: ip,
@@ -197,19 +213,23 @@ func gatewayRow(clusterID string, ip netip.Addr, chassis string) nbdb.LogicalSwi
 	}
 }
 
-// portRow is the row Octopus writes for a pod's port with address ip.
+// portRow is the row Octopus writes for a pod's port on the cluster's switch with address ip.
 func portRow(clusterID string, pod Pod, ip netip.Addr) nbdb.LogicalSwitchPort {
+	return clusterSegment(clusterID).portRow(pod, ip)
+}
+
+// portRow is the row Octopus writes for a pod's port on the segment's switch with address ip.
+func (seg segment) portRow(pod Pod, ip netip.Addr) nbdb.LogicalSwitchPort {
 	addr := MACFor(ip).String() + " " + ip.String()
+	ids := seg.ids()
+	ids[owner.OVNKeyPodNamespace], ids[owner.OVNKeyPodName], ids[owner.OVNKeyPodUID] = pod.Namespace, pod.Name, pod.UID
 	return nbdb.LogicalSwitchPort{
-		Name:      PortName(clusterID, pod.Key()),
+		Name:      seg.portName(pod.Key()),
 		Addresses: []string{addr},
 		// Port security: OVN drops what the pod sends from any other MAC or IP, so a pod cannot
 		// take another's address on the shared switch.
 		PortSecurity: []string{addr},
-		ExternalIDs: map[string]string{
-			owner.OVNKeyOwner: owner.OVNOwnerSecondary, owner.OVNKeyCluster: clusterID,
-			owner.OVNKeyPodNamespace: pod.Namespace, owner.OVNKeyPodName: pod.Name, owner.OVNKeyPodUID: pod.UID,
-		},
+		ExternalIDs:  ids,
 	}
 }
 
@@ -218,9 +238,9 @@ func samePort(a, b nbdb.LogicalSwitchPort) bool {
 		slices.Equal(a.PortSecurity, b.PortSecurity) && maps.Equal(a.ExternalIDs, b.ExternalIDs)
 }
 
-func attachment(clusterID string, block hostaddr.Block, k PodKey, ip netip.Addr) Attachment {
+func (seg segment) attachment(block hostaddr.Block, k PodKey, ip netip.Addr) Attachment {
 	return Attachment{
-		Port:    PortName(clusterID, k),
+		Port:    seg.portName(k),
 		MAC:     MACFor(ip),
 		IP:      netip.PrefixFrom(ip, block.Prefix().Bits()),
 		Gateway: block.Gateway(),

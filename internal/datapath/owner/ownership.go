@@ -140,6 +140,24 @@ const (
 	OVNSwitchNamePrefix = "octopus-"
 )
 
+// OVN rows of VPCs (internal/datapath/ovn, ApplyVpc): a VPC's router, router ports, subnet
+// switches and their ports carry OVNKeyOwner = OVNOwnerVPC, OVNKeyCluster and OVNKeyVPC, and
+// each subnet's rows OVNKeySubnet too. Another owner value than the cluster network's, so
+// that the cluster network's Apply and Delete, which take every row of OVNOwnerSecondary and
+// their cluster, never take a VPC's, and the other way round; the VPC key scopes ApplyVpc
+// and DeleteVpc to one VPC.
+const (
+	OVNOwnerVPC = "vpc"
+	// OVNKeyVPC is the VPC's name (a Vpc object's, an RFC 1123 label).
+	OVNKeyVPC = "octopus.io/vpc"
+	// OVNKeySubnet is the subnet's name within its VPC, on its switch, its router port and
+	// every port on the switch.
+	OVNKeySubnet = "octopus.io/subnet"
+	// OVNRoleRouter is OVNKeyRole's value on a subnet switch's port that joins the VPC's
+	// router (type router): it belongs to no pod.
+	OVNRoleRouter = "router"
+)
+
 // OVN interconnection (internal/datapath/ovnic). Its rows in an AZ's NB database carry
 // OVNKeyOwner = OVNOwnerInterconnect and OVNKeyCluster = the AZ (the cluster ID), so that its
 // Apply and the secondary network's never take each other's rows, also where the
