@@ -28,7 +28,10 @@ Examples:
   octopus-ovn nri --cluster-id east --secondary-cidr 10.112.0.0/16 --route 10.112.0.0/12
 
   # On every gateway node of east, keep the gateway's interface on the switch:
-  octopus-ovn gateway-port --cluster-id east --secondary-cidr 10.112.0.0/16`,
+  octopus-ovn gateway-port --cluster-id east --secondary-cidr 10.112.0.0/16
+
+  # Make east an OVN-IC availability zone as its ovn-ic-config says:
+  octopus-ovn ic --cluster-id east --secondary-cidr 10.112.0.0/24 --secondary-pool 10.112.0.0/12`,
 		Version:       version.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -42,6 +45,6 @@ Examples:
 	zapFlags := goflag.NewFlagSet("zap", goflag.ContinueOnError)
 	zapOpts.BindFlags(zapFlags)
 	root.PersistentFlags().AddGoFlagSet(zapFlags)
-	root.AddCommand(newMasterCommand(), newNRICommand(), newGatewayPortCommand())
+	root.AddCommand(newMasterCommand(), newNRICommand(), newGatewayPortCommand(), newICCommand())
 	return root
 }

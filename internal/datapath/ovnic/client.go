@@ -61,6 +61,11 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	icsbModel, err := model.NewClientDBModel(icsbdb.Schema().Name, map[string]model.Model{
 		icsbdb.AvailabilityZoneTable: &icsbdb.AvailabilityZone{},
 		icsbdb.RouteTable:            &icsbdb.Route{},
+		icsbdb.PortBindingTable:      &icsbdb.PortBinding{},
+		icsbdb.GatewayTable:          &icsbdb.Gateway{},
+		// Gateway's encaps are strong references: the table is in the model so that Leave's
+		// delete of a Gateway is understood, not monitored.
+		icsbdb.EncapTable: &icsbdb.Encap{},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("IC SB database model: %w", err)

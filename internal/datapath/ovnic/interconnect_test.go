@@ -197,3 +197,61 @@ func TestInterconnectSurvivesICLeaderLoss(t *testing.T) {
 	t.Logf("raft clusters and AZs up, first routes learned in %s; new leaders after %s; Apply done %s and new subnet learned %s after the kill; whole test %s",
 		up.Round(time.Millisecond), elected.Round(time.Millisecond), applied.Round(time.Millisecond), relearned.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 }
+
+// TestLeaveRemovesTheAZEverywhere: an AZ that leaves (its ovn-ic still running, the harder
+// case) is gone from the IC SB, the other AZ drops every route it learned from it, and its own
+// NB keeps no row of ours; a second Leave does nothing.
+func TestLeaveRemovesTheAZEverywhere(t *testing.T) {
+	ctx := context.Background()
+	dir := scratch(t)
+	icnb := startICDB(t, dir, "icnb", icNBSchema, "ovn-ic-nbctl")
+	icsb := startICDB(t, dir, "icsb", icSBSchema, "ovn-ic-sbctl")
+	icnb.run(t, "ts-add", "ts1")
+	a := startZone(t, "az-a", icnb, icsb)
+	b := startZone(t, "az-b", icnb, icsb)
+	a.nbctl(t, "ls-add", "octopus-az-a")
+	b.nbctl(t, "ls-add", "octopus-az-b")
+	a.apply(t, AZ{
+		Name: "az-a", TransitSwitch: "ts1", TransitAddress: netip.MustParsePrefix("169.254.100.1/24"),
+		GatewayChassis: []string{"node-a1"}, AutoRoutes: true,
+		Subnets: []Subnet{{Switch: "octopus-az-a", Address: netip.MustParsePrefix("10.1.0.1/24")}},
+		Routes:  []Route{{Prefix: netip.MustParsePrefix("10.9.0.0/16"), NextHop: netip.MustParseAddr("169.254.100.2")}},
+	})
+	b.apply(t, AZ{
+		Name: "az-b", TransitSwitch: "ts1", TransitAddress: netip.MustParsePrefix("169.254.100.2/24"),
+		GatewayChassis: []string{"node-b1"}, AutoRoutes: true,
+		Subnets: []Subnet{{Switch: "octopus-az-b", Address: netip.MustParsePrefix("10.2.0.1/24")}},
+	})
+	b.waitRoute(t, "10.1.0.0/24", "169.254.100.1 learned")
+	a.waitRoute(t, "10.2.0.0/24", "169.254.100.2 learned")
+
+	start := time.Now()
+	for range 2 {
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := a.client.Leave(lctx, "az-a")
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.waitRoute(t, "10.1.0.0/24", "")
+	t.Logf("MEASURED: az-b dropped az-a's route %s after Leave", time.Since(start).Round(time.Millisecond))
+	// Long enough for az-a's ovn-ic, still running, to have registered the AZ again had its
+	// NB kept the name (its loop runs on every database change and at least every few seconds).
+	time.Sleep(2 * time.Second)
+	if out := icsb.run(t, "--bare", "--columns=name", "list", "Availability_Zone"); strings.TrimSpace(out) != "az-b" {
+		t.Errorf("IC SB availability zones after az-a left: %q, want az-b alone", out)
+	}
+	if out := icsb.run(t, "--bare", "--columns=ip_prefix", "list", "Route"); strings.Contains(out, "10.1.0.") {
+		t.Errorf("IC SB still has az-a's route: %q", out)
+	}
+	if out := a.nbctl(t, "lr-list"); strings.Contains(out, RouterName("az-a")) {
+		t.Errorf("az-a's NB still has its interconnection router: %q", out)
+	}
+	if out := a.nbctl(t, "lsp-list", "octopus-az-a"); strings.TrimSpace(out) != "" {
+		t.Errorf("az-a's subnet switch still has ports: %q", out)
+	}
+	if out := a.nbctl(t, "get", "NB_Global", ".", "name"); strings.Trim(strings.TrimSpace(out), `"`) != "" {
+		t.Errorf("az-a's NB_Global is still named %s", out)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -48,6 +49,7 @@ type Server struct {
 	db     string
 	ctlCmd string // ovn-nbctl or ovn-sbctl
 	tls    *TLSFiles
+	tcp    string // "" or an extra "ptcp:PORT:ADDR" remote
 	proc   *process
 }
 
@@ -156,18 +158,30 @@ func startServer(t testing.TB, dir, netns, name, schema, ctl string) *Server {
 
 func startServerTLS(t testing.TB, dir, netns, name, schema, ctl string, tls *TLSFiles) *Server {
 	t.Helper()
+	return startServerWith(t, dir, netns, name, schema, ctl, tls, "")
+}
+
+// startServerIn is startServer with tcp, "" or an extra "ptcp:PORT:ADDR" remote.
+func startServerIn(t testing.TB, dir, netns, name, schema, ctl, tcp string) *Server {
+	t.Helper()
+	return startServerWith(t, dir, netns, name, schema, ctl, nil, tcp)
+}
+
+// startServerWith starts a server with, optionally, an SSL remote (tls) and an extra TCP one.
+func startServerWith(t testing.TB, dir, netns, name, schema, ctl string, tls *TLSFiles, tcp string) *Server {
+	t.Helper()
 	need(t, "ovsdb-server", "ovsdb-tool")
 	if _, err := os.Stat(schema); err != nil {
 		t.Skipf("OVN schema %s not installed (run hack/install-deps.sh): %v", schema, err)
 	}
 	s := &Server{
-		t: t, name: name, dir: dir, netns: netns, ctlCmd: ctl, tls: tls,
+		t: t, name: name, dir: dir, netns: netns, ctlCmd: ctl, tls: tls, tcp: tcp,
 		db:     filepath.Join(dir, name+".db"),
 		Socket: filepath.Join(dir, name+".sock"),
 	}
 	s.Endpoint = "unix:" + s.Socket
 	if tls != nil {
-		s.SSLEndpoint = "ssl:127.0.0.1:" + freePort(t)
+		s.SSLEndpoint = "ssl:127.0.0.1:" + strconv.Itoa(freePort(t))
 	}
 	if out, err := command(dir, "ovsdb-tool", "create", s.db, schema).CombinedOutput(); err != nil {
 		t.Fatalf("ovsdb-tool create %s: %v\n%s", s.db, err, out)
@@ -192,6 +206,9 @@ func (s *Server) Start() {
 		port := strings.TrimPrefix(s.SSLEndpoint, "ssl:127.0.0.1:")
 		args = append(args, "--remote=pssl:"+port+":127.0.0.1",
 			"--private-key="+s.tls.Key, "--certificate="+s.tls.Cert, "--ca-cert="+s.tls.CA)
+	}
+	if s.tcp != "" {
+		args = append(args, "--remote="+s.tcp)
 	}
 	s.proc = start(s.t, s.dir, s.netns, "ovsdb-server", args...)
 	deadline := time.Now().Add(startTimeout)
@@ -239,19 +256,6 @@ func (s *Server) Ctl(ctx context.Context, args ...string) (string, error) {
 		return "", fmt.Errorf("%s %s: %w: %s", s.ctlCmd, strings.Join(args, " "), err, stderr.String())
 	}
 	return string(out), nil
-}
-
-// freePort is a TCP port of 127.0.0.1 free a moment ago: ovsdb-server's pssl:0 would pick
-// one, but then no one can ask it which.
-func freePort(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
 }
 
 // command prepares an OVS/OVN program whose run, log and database directories are dir.

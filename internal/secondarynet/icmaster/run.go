@@ -1,0 +1,121 @@
+package icmaster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/ovnic"
+	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/icconfig"
+)
+
+// LeaderElectionID is the icmaster's Lease: one replica writes the AZ's NB.
+const LeaderElectionID = "octopus-icmaster"
+
+// Options configure Run.
+type Options struct {
+	// Member is the client configuration of the member cluster (required).
+	Member *rest.Config
+	// ClusterID, CIDR and Pool: the cluster's ID, its secondary block and the hub's pool of
+	// blocks (required).
+	ClusterID  string
+	CIDR, Pool netip.Prefix
+	// NBEndpoint is the AZ's OVN NB database, "unix:/path" or "tcp:host:port" (required).
+	NBEndpoint string
+	// LeaderElection makes replicas elect one active icmaster in LeaderElectionNamespace.
+	LeaderElection          bool
+	LeaderElectionNamespace string
+	// HealthProbeBindAddress and MetricsBindAddress: "0" or "" turns them off.
+	HealthProbeBindAddress, MetricsBindAddress string
+	Log                                        logr.Logger
+}
+
+func (o Options) validate() error {
+	var errs []error
+	if o.Member == nil {
+		errs = append(errs, errors.New("no member cluster configuration"))
+	}
+	if o.ClusterID == "" {
+		errs = append(errs, errors.New("the cluster ID is required"))
+	}
+	if _, err := icconfig.TransitAddress(o.Pool, o.CIDR); err != nil {
+		errs = append(errs, err)
+	}
+	if o.NBEndpoint == "" {
+		errs = append(errs, errors.New("the OVN NB database endpoint is required"))
+	}
+	if o.LeaderElection && o.LeaderElectionNamespace == "" {
+		errs = append(errs, errors.New("leader election needs a namespace"))
+	}
+	return errors.Join(errs...)
+}
+
+// Run runs the icmaster until ctx is cancelled.
+func Run(ctx context.Context, o Options) error {
+	if err := o.validate(); err != nil {
+		return fmt.Errorf("icmaster: %w", err)
+	}
+	if o.Log.GetSink() == nil {
+		o.Log = logr.Discard()
+	}
+	key := types.NamespacedName{Namespace: icconfig.ConfigMapNamespace, Name: icconfig.ConfigMapName}
+	mgr, err := manager.New(o.Member, manager.Options{
+		Scheme: kube.Scheme,
+		Cache: cache.Options{
+			DefaultTransform: cache.TransformStripManagedFields(),
+			// Only the one ConfigMap: the role grants it by name.
+			ByObject: map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {
+				Namespaces: map[string]cache.Config{key.Namespace: {}},
+				Field:      fields.OneTermEqualSelector("metadata.name", key.Name),
+			}},
+		},
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress:        o.HealthProbeBindAddress,
+		LeaderElection:                o.LeaderElection,
+		LeaderElectionID:              LeaderElectionID,
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		Logger:                        o.Log,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the icmaster's manager: %w", err)
+	}
+	if err := kube.AddPingProbes(mgr, o.HealthProbeBindAddress); err != nil {
+		return err
+	}
+	r := &Reconciler{
+		Client: mgr.GetClient(), ConfigMap: key, ClusterID: o.ClusterID, CIDR: o.CIDR, Pool: o.Pool,
+		Events: mgr.GetEventRecorder("octopus-icmaster"), Log: o.Log,
+		Connect: func(ctx context.Context, icsb string) (Applier, func(), error) {
+			c, err := ovnic.Connect(ctx, ovnic.Options{NB: o.NBEndpoint, ICSB: icsb, Log: o.Log.WithName("ovnic")})
+			if err != nil {
+				return nil, nil, err
+			}
+			return c, c.Close, nil
+		},
+	}
+	defer r.Close()
+	err = builder.ControllerManagedBy(mgr).Named("icmaster").
+		For(&corev1.ConfigMap{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1, SkipNameValidation: ptr.To(true)}).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("creating the icmaster controller: %w", err)
+	}
+	return mgr.Start(ctx)
+}
