@@ -34,14 +34,13 @@ DEMO_PACKAGES=(git make ca-certificates nftables iproute2 busybox socat dnsutils
   iputils-ping netcat-openbsd curl wget runc containernetworking-plugins)
 PACKAGES=("${DEMO_PACKAGES[@]}" dnsperf iperf3 wireguard-go wireguard-tools
   ovn-central ovn-host openvswitch-switch)
-# chromium and chromium-driver (chromedriver): the `octopus dashboard` tests drive the page in a
-# real headless browser over WebDriver (internal/webdriver; internal/dashboard/browser_test.go,
-# internal/lab/dashboard_test.go). Not pinned to a build: Debian's security archive keeps only
-# its newest chromium, so an exact version stops installing when the next build replaces it (CI
-# failed on 156.0.8078.79 once .108 had replaced it). Both come from one apt call, so the driver
-# always matches the browser (a pair left at different builds is installed again, together);
-# the tests need only the WebDriver protocol, stable across builds.
-BROWSER=(chromium chromium-driver)
+# chromium: the `octopus dashboard` tests drive the page in a real headless browser over the
+# Chrome DevTools Protocol (internal/browser, chromedp, which starts chromium itself: no
+# chromedriver; internal/dashboard/browser_test.go, internal/lab/dashboard_test.go). Not pinned
+# to a build: Debian's security archive keeps only its newest chromium, so an exact version
+# stops installing when the next build replaces it (CI failed on 156.0.8078.79 once .108 had
+# replaced it); the tests need only the DevTools protocol, stable across builds.
+BROWSER=(chromium)
 # ovn-ic (the ovn-ic daemon) and ovn-ic-db (the IC NB and IC SB schemas; ovn-ic-nbctl and
 # ovn-ic-sbctl come with ovn-common): OVN interconnection. Its test starts its own IC databases
 # and one ovn-ic per AZ (internal/datapath/ovnic), and the IC SB models are generated from the

@@ -6,9 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -94,12 +92,7 @@ func TestControllerHeartbeatsAsProcess(t *testing.T) {
 	// controller, and Octopus's (the heartbeat's here; this hub grants too little for the
 	// import side's hub cache to sync).
 	testenv.Eventually(t, 30*time.Second, "the metrics served", func() error {
-		resp, err := http.Get("http://" + metricsAddr + "/metrics")
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
+		body, err := testenv.Metrics(metricsAddr)
 		if err != nil {
 			return err
 		}

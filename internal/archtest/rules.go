@@ -40,7 +40,7 @@ var (
 	// and joins clusters, internal/operator), but nothing of it needs these.
 	CLIOnly = []string{
 		"internal/cli", "internal/lab/...", "internal/testenv", "internal/diagnose", "internal/gather/...",
-		"internal/dashboard/...", "internal/webdriver", "internal/verify", "internal/bench/...", "internal/workload",
+		"internal/dashboard/...", "internal/browser", "internal/verify", "internal/bench/...", "internal/workload",
 		"internal/image", "internal/manifests/chartgen",
 	}
 

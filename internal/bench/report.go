@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/octopus-mcs/octopus/internal/bench/load"
+	"github.com/octopus-mcs/octopus/internal/bench/stats"
 	"github.com/octopus-mcs/octopus/internal/workload"
 )
 
@@ -112,12 +113,7 @@ type Row struct {
 
 // ratio computes Row.Ratio.
 func ratio(cross, in Measurement) float64 {
-	c := headline(cross.Throughput, cross.Latency)
-	b := headline(in.Throughput, in.Latency)
-	if c <= 0 || b <= 0 {
-		return 0
-	}
-	return c / b
+	return stats.Ratio(headline(cross.Throughput, cross.Latency), headline(in.Throughput, in.Latency))
 }
 
 // Report is what a bench run measured.

@@ -93,13 +93,57 @@ func ValidateClusterID(id string) error {
 // objects and the ServiceAccount are removed again; a failure between the two (issuing the
 // token) leaves the ServiceAccount, which a re-run resumes from. Running it again for the same
 // cluster changes nothing that is already right.
+//
+// The steps, each a function below: complete the options, inspect the member, check the hub,
+// enrol (the cluster's own hub credential), register (Cluster and member objects, undone on
+// failure), then the DNS and the hub topology's report.
 func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, error) {
-	p := opts.Progress
+	if err := opts.complete(); err != nil {
+		return nil, err
+	}
+	p, info, id := opts.Progress, opts.BrokerInfo, opts.ClusterID
+	m, err := inspectMember(ctx, member, opts)
+	if err != nil {
+		return nil, err
+	}
+	p.Step("Joining cluster %s (pods %s, services %s) to the hub at %s", id, joinPrefixes(m.pods), joinPrefixes(m.services), info.HubURL)
+	jc, err := checkHub(ctx, opts, m)
+	if err != nil {
+		return nil, err
+	}
+
+	start := time.Now()
+	e, err := enrolCluster(ctx, jc, m, opts, start)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := render.Member(render.MemberOptions{Credential: e.cred, DNSImage: opts.DNSImage})
+	if err != nil {
+		return nil, err
+	}
+	joined, err := registerOrUndo(ctx, e, m, objs, opts)
+	if err != nil {
+		return nil, err
+	}
+	p.Done(start, "Cluster %s registered: global CIDR %s, secondary CIDR %s", id, joined.Cluster.Spec.GlobalCIDR, joined.Cluster.Spec.SecondaryCIDR)
+	if !opts.DNSByChart {
+		if err := deployDNS(ctx, p, m.client, objs); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Topology == v1alpha1.TopologyHub {
+		reportHubGateway(ctx, p, e.hub, info.Namespace)
+	}
+	return joined, nil
+}
+
+// complete checks opts and fills in the defaults of the optional fields.
+func (opts *JoinOptions) complete() error {
 	if opts.BrokerInfo == nil {
-		return nil, errors.New("broker-info is required")
+		return errors.New("broker-info is required")
 	}
 	if err := ValidateClusterID(opts.ClusterID); err != nil {
-		return nil, err
+		return err
 	}
 	if opts.DNSImage == "" {
 		opts.DNSImage = render.DNSImage + ":" + version.Version
@@ -110,25 +154,32 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 	switch opts.Addressing {
 	case v1alpha1.AddressingDirect, v1alpha1.AddressingGlobalnet, v1alpha1.AddressingSecondary:
 	default:
-		return nil, fmt.Errorf("addressing %q is not one of direct, globalnet, secondary", opts.Addressing)
+		return fmt.Errorf("addressing %q is not one of direct, globalnet, secondary", opts.Addressing)
 	}
 	if opts.Topology == "" {
 		opts.Topology = v1alpha1.TopologyMesh
 	}
 	if opts.Topology != v1alpha1.TopologyMesh && opts.Topology != v1alpha1.TopologyHub {
-		return nil, fmt.Errorf("topology %q is not one of mesh, hub", opts.Topology)
+		return fmt.Errorf("topology %q is not one of mesh, hub", opts.Topology)
 	}
-	if err := checkGlobalEgressSize(opts); err != nil {
-		return nil, err
-	}
-	info := opts.BrokerInfo
-	id := opts.ClusterID
+	return checkGlobalEgressSize(*opts)
+}
 
+// joiningMember is what Join learns of the member cluster before it writes anything.
+type joiningMember struct {
+	client         client.Client
+	uid            string
+	pods, services []netip.Prefix
+}
+
+// inspectMember connects to the member cluster and reads what the join needs of it: its
+// identity, its CIDRs, and whether its Corefile can take the clusterset zone.
+func inspectMember(ctx context.Context, member *rest.Config, opts JoinOptions) (*joiningMember, error) {
 	mc, err := client.New(member, client.Options{Scheme: kube.Scheme})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the cluster at %s: %w", member.Host, err)
 	}
-	memberUID, err := memberIdentity(ctx, mc, id)
+	uid, err := memberIdentity(ctx, mc, opts.ClusterID)
 	if err != nil {
 		return nil, err
 	}
@@ -141,8 +192,13 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 	if err := dnsconfig.Check(ctx, mc); err != nil {
 		return nil, fmt.Errorf("%w (join adds a %s zone to the cluster's CoreDNS; fix the Corefile and run join again)", err, dnsconfig.Zone)
 	}
-	p.Step("Joining cluster %s (pods %s, services %s) to the hub at %s", id, joinPrefixes(pods), joinPrefixes(services), info.HubURL)
+	return &joiningMember{client: mc, uid: uid, pods: pods, services: services}, nil
+}
 
+// checkHub waits for the hub, connects with the join token and checks the member's CIDRs
+// against the other clusters' (direct addressing) or the global pool (globalnet).
+func checkHub(ctx context.Context, opts JoinOptions, m *joiningMember) (client.Client, error) {
+	info := opts.BrokerInfo
 	joinCfg := &rest.Config{Host: info.HubURL, BearerToken: info.JoinToken, TLSClientConfig: rest.TLSClientConfig{CAData: info.CAData}, UserAgent: "octopus-join"}
 	if err := waitForHub(ctx, joinCfg, opts); err != nil {
 		return nil, err
@@ -152,26 +208,39 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 		return nil, fmt.Errorf("connecting to the hub at %s: %w", info.HubURL, err)
 	}
 	if opts.Addressing == v1alpha1.AddressingDirect {
-		if err := checkOverlap(ctx, jc, info.Namespace, id, pods, services); err != nil {
+		if err := checkOverlap(ctx, jc, info.Namespace, opts.ClusterID, m.pods, m.services); err != nil {
 			return nil, err
 		}
 	}
 	if opts.Addressing == v1alpha1.AddressingGlobalnet {
-		if err := checkGlobalPool(info.Globalnet, id, pods, services); err != nil {
+		if err := checkGlobalPool(info.Globalnet, opts.ClusterID, m.pods, m.services); err != nil {
 			return nil, err
 		}
 	}
+	return jc, nil
+}
 
-	start := time.Now()
+// enrolment is the cluster's own standing on the hub once enrol has run.
+type enrolment struct {
+	cred hubaccess.Credential
+	// hub is a client acting with cred.
+	hub client.Client
+	// created says this run created the cluster's ServiceAccount, so a failed registration
+	// removes it again.
+	created bool
+}
+
+// enrolCluster issues the cluster's hub credential with the join token and waits until the
+// hub accepts it. From here on the cluster acts with its own credential, so the hub's
+// ownership policy checks every write exactly as it will for the running agent.
+func enrolCluster(ctx context.Context, jc client.Client, m *joiningMember, opts JoinOptions, start time.Time) (*enrolment, error) {
+	info, id := opts.BrokerInfo, opts.ClusterID
 	cred := hubaccess.Credential{ClusterID: id, Server: info.HubURL, Namespace: info.Namespace, CAData: info.CAData}
-	created, err := enrol(ctx, jc, mc, &cred, memberUID)
+	created, err := enrol(ctx, jc, m.client, &cred, m.uid)
 	if err != nil {
 		return nil, err
 	}
-	p.Done(start, "Hub credential for cluster %s issued (ServiceAccount %s)", id, v1alpha1.ClusterServiceAccount(id))
-
-	// From here on the cluster acts with its own credential, so the hub's ownership policy
-	// checks every write exactly as it will for the running agent.
+	opts.Progress.Done(start, "Hub credential for cluster %s issued (ServiceAccount %s)", id, v1alpha1.ClusterServiceAccount(id))
 	hc, err := client.New(cred.RESTConfig(), client.Options{Scheme: kube.Scheme})
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the hub as cluster %s: %w", id, err)
@@ -179,36 +248,35 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 	if err := waitAccepted(ctx, hc, info.Namespace); err != nil {
 		return nil, fmt.Errorf("the hub does not accept cluster %s's new credential: %w", id, err)
 	}
-	objs, err := render.Member(render.MemberOptions{Credential: cred, DNSImage: opts.DNSImage})
-	if err != nil {
-		return nil, err
-	}
-	joined, err := register(ctx, hc, mc, cred, objs, opts, pods, services)
-	if err != nil && created {
-		if cleanupErr := removeFromHub(ctx, hc, cred); cleanupErr != nil {
+	return &enrolment{cred: cred, hub: hc, created: created}, nil
+}
+
+// registerOrUndo registers the cluster; when that fails and this run created the cluster's
+// ServiceAccount, it removes the cluster from the hub again.
+func registerOrUndo(ctx context.Context, e *enrolment, m *joiningMember, objs *render.MemberObjects, opts JoinOptions) (*Joined, error) {
+	joined, err := register(ctx, e.hub, m.client, e.cred, objs, opts, m.pods, m.services)
+	if err != nil && e.created {
+		if cleanupErr := removeFromHub(ctx, e.hub, e.cred); cleanupErr != nil {
 			err = errors.Join(err, fmt.Errorf("undoing the partial join: %w", cleanupErr))
 		}
 	}
+	return joined, err
+}
+
+// deployDNS makes the cluster's CoreDNS forward the clusterset zone and deploys octopus-dns
+// (when the member chart does not).
+func deployDNS(ctx context.Context, p *progress.Reporter, mc client.Client, objs *render.MemberObjects) error {
+	dns, err := dnsconfig.Wire(ctx, mc)
+	if err == nil {
+		if err = kube.Apply(ctx, mc, objs.DNS...); err != nil {
+			err = fmt.Errorf("deploying octopus-dns: %w", err)
+		}
+	}
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("%w (the cluster is registered; run join again to finish)", err)
 	}
-	p.Done(start, "Cluster %s registered: global CIDR %s, secondary CIDR %s", id, joined.Cluster.Spec.GlobalCIDR, joined.Cluster.Spec.SecondaryCIDR)
-	if !opts.DNSByChart {
-		dns, err := dnsconfig.Wire(ctx, mc)
-		if err == nil {
-			if err = kube.Apply(ctx, mc, objs.DNS...); err != nil {
-				err = fmt.Errorf("deploying octopus-dns: %w", err)
-			}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%w (the cluster is registered; run join again to finish)", err)
-		}
-		reportDNS(p, dns)
-	}
-	if opts.Topology == v1alpha1.TopologyHub {
-		reportHubGateway(ctx, p, hc, info.Namespace)
-	}
-	return joined, nil
+	reportDNS(p, dns)
+	return nil
 }
 
 // reportHubGateway tells a cluster joining with the hub topology whether the hub's gateway

@@ -286,20 +286,17 @@ func TestLeaveCleansBothSides(t *testing.T) {
 
 func waitEmpty(t *testing.T, c client.Client, list client.ObjectList, opts ...client.ListOption) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	err := testenv.Poll(t, 200*time.Millisecond, 30*time.Second, func() error {
 		if err := c.List(t.Context(), list, opts...); err != nil {
 			t.Fatal(err)
 		}
-		items := meta.LenList(list)
-		if items == 0 {
-			return
+		if items := meta.LenList(list); items > 0 {
+			return fmt.Errorf("%T still has %d items labelled for the cluster that left", list, items)
 		}
-		if time.Now().After(deadline) {
-			t.Errorf("%T still has %d items labelled for the cluster that left", list, items)
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 }
 

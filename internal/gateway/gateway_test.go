@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
@@ -22,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -133,19 +130,10 @@ func startGateway(t *testing.T, member *rest.Config, node string, endpoint strin
 	return g
 }
 
+// eventually is testenv.Eventually with this package's timeout.
 func eventually(t *testing.T, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Eventually(t, 30*time.Second, what, f)
 }
 
 func newClient(t *testing.T, cfg *rest.Config) client.Client {
@@ -155,25 +143,6 @@ func newClient(t *testing.T, cfg *rest.Config) client.Client {
 		t.Fatal(err)
 	}
 	return c
-}
-
-func addNode(t *testing.T, c client.Client, name, ip, podCIDR string) {
-	t.Helper()
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: podCIDR}}
-	if err := c.Create(t.Context(), n); err != nil {
-		t.Fatal(err)
-	}
-	// The node controller updates new Nodes too: retry on conflicts.
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := c.Get(t.Context(), client.ObjectKeyFromObject(n), n); err != nil {
-			return err
-		}
-		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
-		return c.Status().Update(t.Context(), n)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // configPeer returns the driver's last configured peer for the cluster.
@@ -221,9 +190,9 @@ func newEastWest(t *testing.T) eastWest {
 	ew := eastWest{env: env, info: info, hub: newClient(t, env.Cluster("hub").RESTConfig()),
 		eastCfg: env.Cluster("east").RESTConfig(), westCfg: env.Cluster("west").RESTConfig()}
 	ew.east, ew.west = newClient(t, ew.eastCfg), newClient(t, ew.westCfg)
-	addNode(t, ew.east, "east-gw1", "198.51.100.2", "10.101.0.0/24")
-	addNode(t, ew.east, "east-gw2", "198.51.100.3", "10.101.1.0/24")
-	addNode(t, ew.west, "west-gw1", "198.51.100.18", "10.102.0.0/24")
+	testenv.AddNode(t, ew.east, "east-gw1", "198.51.100.2", "10.101.0.0/24")
+	testenv.AddNode(t, ew.east, "east-gw2", "198.51.100.3", "10.101.1.0/24")
+	testenv.AddNode(t, ew.west, "west-gw1", "198.51.100.18", "10.102.0.0/24")
 	return ew
 }
 
@@ -327,17 +296,9 @@ func TestGateway(t *testing.T) {
 	})
 	// Its controllers' reconcile metrics are served too (controller-runtime's registry).
 	eventually(t, "east's metrics show its controllers' reconciles", func() error {
-		resp, err := http.Get("http://" + gw1.metricsAddr + "/metrics")
+		body, err := testenv.Metrics(gw1.metricsAddr)
 		if err != nil {
 			return err
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return fmt.Errorf("reading /metrics: %w", err)
-		}
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET /metrics: %s: %s", resp.Status, body)
 		}
 		if !bytes.Contains(body, []byte(`controller_runtime_reconcile_total{controller="gateway"`)) {
 			return fmt.Errorf("no controller_runtime_reconcile_total of the gateway's controllers in\n%s", body)

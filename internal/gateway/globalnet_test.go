@@ -75,9 +75,9 @@ func TestGlobalnetGateway(t *testing.T) {
 	hubc := newClient(t, env.Cluster("hub").RESTConfig())
 	eastCfg, westCfg := env.Cluster("east").RESTConfig(), env.Cluster("west").RESTConfig()
 	east, west := newClient(t, eastCfg), newClient(t, westCfg)
-	addNode(t, east, "east-gw1", "198.51.100.2", "10.101.0.0/24")
-	addNode(t, east, "east-gw2", "198.51.100.3", "10.101.1.0/24")
-	addNode(t, west, "west-gw1", "198.51.100.18", "10.101.0.0/24")
+	testenv.AddNode(t, east, "east-gw1", "198.51.100.2", "10.101.0.0/24")
+	testenv.AddNode(t, east, "east-gw2", "198.51.100.3", "10.101.1.0/24")
+	testenv.AddNode(t, west, "west-gw1", "198.51.100.18", "10.101.0.0/24")
 
 	// An exported Service of east with one ready endpoint and its allocated global IP, as the
 	// agent's allocator leaves them.

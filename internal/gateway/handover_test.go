@@ -19,6 +19,7 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/datapath/route"
 	"github.com/octopus-mcs/octopus/internal/routeagent"
+	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
 // timedRoutes is a route agent's routes, recording when each set was applied.
@@ -94,7 +95,7 @@ func TestCleanHandover(t *testing.T) {
 	ew := newEastWest(t)
 	ctx, info, hubc := t.Context(), ew.info, ew.hub
 	east, west, eastCfg, westCfg := ew.east, ew.west, ew.eastCfg, ew.westCfg
-	addNode(t, east, "east-worker", "198.51.100.4", "10.101.2.0/24")
+	testenv.AddNode(t, east, "east-worker", "198.51.100.4", "10.101.2.0/24")
 	l1, l2, timing := livenessListeners(t)
 	gw1 := startGateway(t, eastCfg, "east-gw1", "203.0.113.1", timing(l1))
 	wgw := startGateway(t, westCfg, "west-gw1", "203.0.113.17")

@@ -56,8 +56,8 @@ func TestHubTopology(t *testing.T) {
 	ns := info.Namespace
 	eastCfg, westCfg := env.Cluster("east").RESTConfig(), env.Cluster("west").RESTConfig()
 	east, west := newClient(t, eastCfg), newClient(t, westCfg)
-	addNode(t, east, "east-gw1", "198.51.100.2", "10.101.0.0/24")
-	addNode(t, west, "west-gw1", "198.51.100.18", "10.102.0.0/24")
+	testenv.AddNode(t, east, "east-gw1", "198.51.100.2", "10.101.0.0/24")
+	testenv.AddNode(t, west, "west-gw1", "198.51.100.18", "10.102.0.0/24")
 	eastSubnets := sortedStrings([]string{env.Cluster("east").PodCIDR.String(), env.Cluster("east").ServiceCIDR.String()})
 	westSubnets := sortedStrings([]string{env.Cluster("west").PodCIDR.String(), env.Cluster("west").ServiceCIDR.String()})
 	const hubHC = "10.100.0.1"

@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"fmt"
-	"net/http"
 	"sort"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
 // series parses a text exposition into "name{l1="v1",l2="v2"}" → value for the gateway's own
@@ -55,20 +55,11 @@ func series(t testing.TB, text []byte) map[string]float64 {
 // scrape GETs http://addr/metrics and parses it with series.
 func scrape(t testing.TB, addr string) (map[string]float64, error) {
 	t.Helper()
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + addr + "/metrics")
+	body, err := testenv.Metrics(addr)
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
-	var b bytes.Buffer
-	if _, err := b.ReadFrom(resp.Body); err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s: %s", resp.Status, b.String())
-	}
-	return series(t, b.Bytes()), nil
+	return series(t, body), nil
 }
 
 func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {

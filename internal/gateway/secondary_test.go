@@ -88,8 +88,8 @@ func TestSecondaryGateway(t *testing.T) {
 	hubc := newClient(t, env.Cluster("hub").RESTConfig())
 	eastCfg, westCfg := env.Cluster("east").RESTConfig(), env.Cluster("west").RESTConfig()
 	east, west := newClient(t, eastCfg), newClient(t, westCfg)
-	addNode(t, east, "east-gw1", "198.51.100.2", "10.101.0.0/24")
-	addNode(t, west, "west-gw1", "198.51.100.18", "10.101.0.0/24")
+	testenv.AddNode(t, east, "east-gw1", "198.51.100.2", "10.101.0.0/24")
+	testenv.AddNode(t, west, "west-gw1", "198.51.100.18", "10.101.0.0/24")
 
 	// North, a direct cluster, as its join and gateway would leave it on the hub.
 	north := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "north", Namespace: info.Namespace}, Spec: v1alpha1.ClusterSpec{

@@ -262,16 +262,17 @@ func waitDeposed(t *testing.T, gw *runningGateway) *fakeDriver {
 	t.Helper()
 	back := time.Now()
 	d := gw.driver()
-	deadline := time.After(8 * time.Second)
-	for !d.isClosed() {
+	testenv.EventuallyEvery(t, 20*time.Millisecond, 8*time.Second, gw.node+" ends its active term after it could see that another gateway took over", func() error {
+		if d.isClosed() {
+			return nil
+		}
 		select {
 		case <-gw.done:
 			t.Fatalf("%s's Run returned after it was deposed (%v); want it standing by", gw.node, gw.err)
-		case <-deadline:
-			t.Fatalf("%s is still active 8s after it could see that another gateway took over", gw.node)
-		case <-time.After(20 * time.Millisecond):
+		default:
 		}
-	}
+		return errors.New("still active")
+	})
 	t.Logf("%s ended its active term %s after it could reach its API server again", gw.node, time.Since(back).Round(time.Millisecond))
 	return d
 }
@@ -320,8 +321,8 @@ func TestGatewayTakeover(t *testing.T) {
 	}
 	// The InternalIPs are loopback addresses (all of 127/8 is local on Linux), where the
 	// gateways' liveness listeners are.
-	addNode(t, east, "east-gw1", "127.0.0.2", "10.101.0.0/24")
-	addNode(t, east, "east-gw2", "127.0.0.3", "10.101.1.0/24")
+	testenv.AddNode(t, east, "east-gw1", "127.0.0.2", "10.101.0.0/24")
+	testenv.AddNode(t, east, "east-gw2", "127.0.0.3", "10.101.1.0/24")
 
 	t.Run("two standbys cannot both take over", func(t *testing.T) {
 		leases := cs.CoordinationV1().Leases(v1alpha1.SystemNamespace)

@@ -2,7 +2,6 @@ package globalnet_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -212,19 +211,10 @@ func parseOr(s string) netip.Addr {
 	return a
 }
 
-// eventually is testenv.Eventually for checks that say what is still wrong ("" when nothing
-// is), with a context that ends a little after the timeout: a check that hangs still ends, and
-// the last one before the timeout still reports what is wrong rather than the context's end.
+// eventually is testenv.EventuallyCheck with this package's timeout.
 func eventually(t *testing.T, what string, check func(ctx context.Context) string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute+10*time.Second)
-	defer cancel()
-	testenv.Eventually(t, time.Minute, what, func() error {
-		if msg := check(ctx); msg != "" {
-			return errors.New(msg)
-		}
-		return nil
-	})
+	testenv.EventuallyCheck(t, time.Minute, what, check)
 }
 
 // TestAllocator runs the allocator against a real API server through the life of exports: a

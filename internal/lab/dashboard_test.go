@@ -19,7 +19,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/dashboard"
 	"github.com/octopus-mcs/octopus/internal/dashboard/dashboardtest"
 	"github.com/octopus-mcs/octopus/internal/heartbeat"
-	"github.com/octopus-mcs/octopus/internal/webdriver"
+	"github.com/octopus-mcs/octopus/internal/browser"
 )
 
 // dashboardService is the service TestDiagnose's dashboard subtest exports from cluster1.
@@ -29,7 +29,7 @@ const dashboardService = "dashboard-demo"
 // showing it; both outlive the subtest that opens them, so that the page seen before the
 // gateway is killed is the one that must follow the kill.
 type labDashboard struct {
-	b      *webdriver.Browser
+	b      *browser.Browser
 	c1, c2 string
 }
 

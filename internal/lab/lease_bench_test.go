@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
+	"github.com/octopus-mcs/octopus/internal/bench/stats"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/procfs"
 	"github.com/octopus-mcs/octopus/internal/testenv"
@@ -105,7 +106,7 @@ func BenchmarkLeaseUnderLoad(b *testing.B) {
 			b.Fatal("no Lease update succeeded")
 		}
 		pct := func(p float64) float64 {
-			return float64(renewals[int(p*float64(len(renewals)-1))].Microseconds()) / 1000
+			return float64(stats.Percentile(renewals, p*100).Microseconds()) / 1000
 		}
 		b.ReportMetric(float64(changes), "leader-changes")
 		b.ReportMetric(pct(0.5), "renew-p50-ms")

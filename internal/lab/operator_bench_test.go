@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/charts"
+	"github.com/octopus-mcs/octopus/internal/bench/stats"
 	"github.com/octopus-mcs/octopus/internal/dnsconfig"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/lab"
@@ -777,8 +777,7 @@ func writeFabricJoinReport(w io.Writer, rounds []joinRound, loadBefore, loadAfte
 		for _, r := range rounds {
 			rs = append(rs, op(r).Seconds()/cli(r).Seconds())
 		}
-		slices.Sort(rs)
-		return fmt.Sprintf("%.2f×", medianOf(rs))
+		return fmt.Sprintf("%.2f×", stats.Median(rs))
 	}
 	fmt.Fprintf(w, "\nRatio operator ÷ CLI (median of the per-round ratios): Ready %s, first TCP %s, connected (Peer + DNS, same criteria) %s, leave %s\n",
 		ratio(func(r joinRound) time.Duration { return r.operator.ready }, func(r joinRound) time.Duration { return r.cli.connected }),
@@ -795,24 +794,11 @@ func writeFabricJoinReport(w io.Writer, rounds []joinRound, loadBefore, loadAfte
 
 // median is the median of f over the rounds.
 func median(rounds []joinRound, f func(joinRound) time.Duration) time.Duration {
-	var v []float64
+	var v []time.Duration
 	for _, r := range rounds {
-		v = append(v, float64(f(r)))
+		v = append(v, f(r))
 	}
-	slices.Sort(v)
-	return time.Duration(medianOf(v))
-}
-
-// medianOf is the median of sorted v (0 if empty).
-func medianOf(v []float64) float64 {
-	switch n := len(v); {
-	case n == 0:
-		return 0
-	case n%2 == 1:
-		return v[n/2]
-	default:
-		return (v[n/2-1] + v[n/2]) / 2
-	}
+	return stats.Median(v)
 }
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }

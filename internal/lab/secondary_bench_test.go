@@ -17,6 +17,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/internal/bench"
 	"github.com/octopus-mcs/octopus/internal/bench/load"
+	"github.com/octopus-mcs/octopus/internal/bench/stats"
 	"github.com/octopus-mcs/octopus/internal/image"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/procfs"
@@ -131,7 +132,7 @@ func inClusterThroughput(ctx context.Context, b *testing.B, l *lab.Lab, echo str
 // sortedMedian sorts xs and returns their median.
 func sortedMedian(xs []float64) float64 {
 	slices.Sort(xs)
-	return medianOf(xs)
+	return stats.Median(xs)
 }
 
 // scaled is xs, each times f.

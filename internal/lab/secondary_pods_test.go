@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/bench/stats"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/images"
@@ -253,11 +254,7 @@ func whyNotRunning(cs kubernetes.Interface, created map[string]time.Time, runnin
 
 // percentile of sorted durations, nearest rank.
 func percentile(sorted []time.Duration, p int) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	i := (p*len(sorted) + 99) / 100
-	return sorted[max(i, 1)-1].Round(time.Millisecond)
+	return stats.Percentile(sorted, float64(p)).Round(time.Millisecond)
 }
 
 // sleeper is a pod that only sleeps, on node.

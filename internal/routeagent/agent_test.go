@@ -3,7 +3,6 @@ package routeagent
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -190,16 +189,11 @@ func TestRunFollowsGatewayAndSubnets(t *testing.T) {
 // scrape GETs http://addr/metrics.
 func scrape(t *testing.T, addr string) string {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
+	body, err := testenv.Metrics(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %s, %v", resp.Status, err)
-	}
-	return string(b)
+	return string(body)
 }
 
 // failingRoutes fails every Apply.

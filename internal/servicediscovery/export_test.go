@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -116,17 +115,7 @@ func startAgent(t *testing.T, name string, cfg *rest.Config, o agent.ControllerO
 // the last thing check reported.
 func eventually(t *testing.T, what string, check func(ctx context.Context) string) {
 	t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		msg := check(ctx)
-		if ctx.Err() == nil { // keep the last real answer, not the deadline's
-			last = msg
-		}
-		return msg == "", nil
-	})
-	if err != nil {
-		t.Fatalf("%s: %v; last: %s", what, err, last)
-	}
+	testenv.EventuallyCheck(t, time.Minute, what, check)
 }
 
 // published returns what cluster published on the hub for namespace/name.

@@ -2,6 +2,7 @@ package servicediscovery_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/netip"
@@ -24,6 +25,7 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/servicediscovery"
+	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
 // wantImport is what a cluster's import of a service must look like.
@@ -545,22 +547,26 @@ func waitConflictWithin(t *testing.T, c client.Client, key types.NamespacedName,
 	t.Helper()
 	ctx, cancel := context.WithDeadline(t.Context(), since.Add(bound))
 	defer cancel()
-	var last string
-	for ctx.Err() == nil {
+	var got metav1.Condition
+	err := testenv.Poll(t, 100*time.Millisecond, time.Until(since.Add(bound)), func() error {
 		ex := &mcsv1beta1.ServiceExport{}
 		if err := c.Get(ctx, key, ex); err != nil {
-			last = err.Error()
-		} else if cond := meta.FindStatusCondition(ex.Status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict)); cond == nil {
-			last = "no Conflict condition"
-		} else if cond.Reason == reason && (cond.Status == metav1.ConditionTrue) == (reason != "NoConflicts") {
-			return *cond
-		} else {
-			last = fmt.Sprintf("Conflict=%s %s: %s", cond.Status, cond.Reason, cond.Message)
+			return err
 		}
-		time.Sleep(100 * time.Millisecond)
+		cond := meta.FindStatusCondition(ex.Status.Conditions, string(mcsv1beta1.ServiceExportConditionConflict))
+		switch {
+		case cond == nil:
+			return errors.New("no Conflict condition")
+		case cond.Reason == reason && (cond.Status == metav1.ConditionTrue) == (reason != "NoConflicts"):
+			got = *cond
+			return nil
+		}
+		return fmt.Errorf("Conflict=%s %s: %s", cond.Status, cond.Reason, cond.Message)
+	})
+	if err != nil {
+		t.Fatalf("ServiceExport %s: Conflict %s not within %s; last: %v", key, reason, bound, err)
 	}
-	t.Fatalf("ServiceExport %s: Conflict %s not within %s; last: %s", key, reason, bound, last)
-	return metav1.Condition{}
+	return got
 }
 
 // update reads the object key of type T from c, changes it and writes it back.

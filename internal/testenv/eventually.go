@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -48,5 +50,31 @@ func Poll(t testing.TB, interval, timeout time.Duration, f func() error) error {
 			return fmt.Errorf("the test ended while waiting: %w", err)
 		case <-time.After(interval):
 		}
+	}
+}
+
+// EventuallyCheck is Eventually for checks that say what is still wrong ("" when nothing is),
+// with a context that ends a little after the timeout: a check that hangs still ends, and the
+// last one before the timeout still reports what is wrong rather than the context's end.
+func EventuallyCheck(t testing.TB, timeout time.Duration, what string, check func(ctx context.Context) string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout+10*time.Second)
+	defer cancel()
+	Eventually(t, timeout, what, func() error {
+		if msg := check(ctx); msg != "" {
+			return errors.New(msg)
+		}
+		return nil
+	})
+}
+
+// Holds is a condition as Eventually's f: nil once cond holds, else an error saying what is
+// awaited.
+func Holds(what string, cond func() bool) func() error {
+	return func() error {
+		if !cond() {
+			return errors.New("still waiting for " + what)
+		}
+		return nil
 	}
 }

@@ -58,13 +58,7 @@ func (u user) agentPID(clusterID string) int {
 
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+	testenv.EventuallyEvery(t, 250*time.Millisecond, timeout, "waiting for "+what, testenv.Holds(what, cond))
 }
 
 func showClusters(t *testing.T, u user, kubeconfig string) map[string]cluster.Status {

@@ -54,6 +54,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/octopus-mcs/octopus/config/crd"
+	"github.com/octopus-mcs/octopus/internal/bench/stats"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
@@ -209,7 +210,7 @@ func run(ctx context.Context, o *options) error {
 	fmt.Print(report.String())
 	if len(fresh) > 0 {
 		fmt.Printf("\nFreshness over %d services (%d EndpointSlice updates; from the start of the update call to the changed answer): p50 %s, p99 %s, max %s\n",
-			o.sizes[len(o.sizes)-1], len(fresh), pct(fresh, 50).Round(time.Microsecond), pct(fresh, 99).Round(time.Microsecond), fresh[len(fresh)-1].Round(time.Microsecond))
+			o.sizes[len(o.sizes)-1], len(fresh), stats.Percentile(fresh, 50).Round(time.Microsecond), stats.Percentile(fresh, 99).Round(time.Microsecond), fresh[len(fresh)-1].Round(time.Microsecond))
 	}
 	return nil
 }
@@ -550,8 +551,8 @@ func measure(ctx context.Context, o *options, c client.Client, kubeconfig string
 				cells[s] = cl
 			}
 			cl.qps = append(cl.qps, qps)
-			cl.p50 = append(cl.p50, float64(pct(lat, 50)))
-			cl.p99 = append(cl.p99, float64(pct(lat, 99)))
+			cl.p50 = append(cl.p50, float64(stats.Percentile(lat, 50)))
+			cl.p99 = append(cl.p99, float64(stats.Percentile(lat, 99)))
 			cl.lost = append(cl.lost, lost)
 			cl.steal = append(cl.steal, stealShare(after.Sub(before)))
 		}
@@ -559,8 +560,8 @@ func measure(ctx context.Context, o *options, c client.Client, kubeconfig string
 	var rows strings.Builder
 	for _, s := range servers {
 		cl := cells[s]
-		fmt.Fprintf(&rows, "| %d | %s | %.0f | %s | %s | %.2f%% | %.1f%% |\n", size, s.name, median(cl.qps),
-			time.Duration(median(cl.p50)).Round(time.Microsecond), time.Duration(median(cl.p99)).Round(time.Microsecond), median(cl.lost), median(cl.steal))
+		fmt.Fprintf(&rows, "| %d | %s | %.0f | %s | %s | %.2f%% | %.1f%% |\n", size, s.name, stats.Median(cl.qps),
+			time.Duration(stats.Median(cl.p50)).Round(time.Microsecond), time.Duration(stats.Median(cl.p99)).Round(time.Microsecond), stats.Median(cl.lost), stats.Median(cl.steal))
 	}
 
 	progress("%d services: freshness", size)
@@ -720,19 +721,6 @@ func serveFloor(addr, work string) error {
 			return err
 		}
 	}
-}
-
-func pct(sorted []time.Duration, p int) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 func command(ctx context.Context, dir, name string, args ...string) error {

@@ -38,6 +38,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/bench/stats"
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/heartbeat"
 	"github.com/octopus-mcs/octopus/internal/kube"
@@ -363,7 +364,7 @@ func printMemory(w io.Writer, setups []setup, results map[setup][]roundResult) {
 				u := get(r.memory)
 				procs, rss, pss = append(procs, int64(u.Procs)), append(rss, u.RSS), append(pss, u.PSS)
 			}
-			fmt.Fprintf(w, " %d | %s | %s |", medianInt(procs), mib(medianInt(rss)), mib(medianInt(pss)))
+			fmt.Fprintf(w, " %d | %s | %s |", stats.Median(procs), mib(stats.Median(rss)), mib(stats.Median(pss)))
 		}
 		fmt.Fprintln(w)
 	}
@@ -386,17 +387,17 @@ func printPods(w io.Writer, setups []setup, results map[setup][]roundResult) {
 					continue
 				}
 				ready := field(t, func(p podTimes) time.Duration { return p.ready })
-				p50, p99, mx = append(p50, quantile(ready, 0.5)), append(p99, quantile(ready, 0.99)), append(mx, slices.Max(ready))
-				sched = append(sched, quantile(field(t, func(p podTimes) time.Duration { return p.scheduled }), 0.5))
-				addr = append(addr, quantile(field(t, func(p podTimes) time.Duration { return p.addressed }), 0.5))
-				run = append(run, quantile(field(t, func(p podTimes) time.Duration { return p.running }), 0.5))
+				p50, p99, mx = append(p50, stats.PercentileOf(ready, 50)), append(p99, stats.PercentileOf(ready, 99)), append(mx, slices.Max(ready))
+				sched = append(sched, stats.PercentileOf(field(t, func(p podTimes) time.Duration { return p.scheduled }), 50))
+				addr = append(addr, stats.PercentileOf(field(t, func(p podTimes) time.Duration { return p.addressed }), 50))
+				run = append(run, stats.PercentileOf(field(t, func(p podTimes) time.Duration { return p.running }), 50))
 			}
 			if len(p50) == 0 {
 				continue
 			}
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", n, k.name,
-				ms(quantile(p50, 0.5)), ms(quantile(p99, 0.5)), ms(quantile(mx, 0.5)),
-				ms(quantile(sched, 0.5)), ms(quantile(addr, 0.5)), ms(quantile(run, 0.5)))
+				ms(stats.PercentileOf(p50, 50)), ms(stats.PercentileOf(p99, 50)), ms(stats.PercentileOf(mx, 50)),
+				ms(stats.PercentileOf(sched, 50)), ms(stats.PercentileOf(addr, 50)), ms(stats.PercentileOf(run, 50)))
 		}
 	}
 }
@@ -422,32 +423,15 @@ func podSummary(pods map[string][]podTimes) string {
 	for _, k := range podKinds {
 		if t, ok := pods[k.name]; ok {
 			ready := field(t, func(p podTimes) time.Duration { return p.ready })
-			fmt.Fprintf(&b, "; %s: Ready p50 %s p99 %s", k.name, ms(quantile(ready, 0.5)), ms(quantile(ready, 0.99)))
+			fmt.Fprintf(&b, "; %s: Ready p50 %s p99 %s", k.name, ms(stats.PercentileOf(ready, 50)), ms(stats.PercentileOf(ready, 99)))
 		}
 	}
 	return b.String()
 }
 
-// quantile returns the q-quantile of d (nearest rank).
-func quantile(d []time.Duration, q float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := int(q*float64(len(s))+0.5) - 1
-	return s[min(max(i, 0), len(s)-1)]
-}
-
-func medianInt(v []int64) int64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[(len(s)-1)/2]
-}
-
 // spread is "median (min–max)" of d.
 func spread(d []time.Duration) string {
-	return fmt.Sprintf("%s (%s–%s)", secs(quantile(d, 0.5)), secs(slices.Min(d)), secs(slices.Max(d)))
+	return fmt.Sprintf("%s (%s–%s)", secs(stats.PercentileOf(d, 50)), secs(slices.Min(d)), secs(slices.Max(d)))
 }
 
 func readyString(d time.Duration) string {

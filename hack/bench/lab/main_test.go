@@ -4,7 +4,6 @@ import (
 	"os/exec"
 	"slices"
 	"testing"
-	"time"
 )
 
 func TestClassify(t *testing.T) {
@@ -83,29 +82,6 @@ func TestReadMemoryOfChild(t *testing.T) {
 	}
 	if rss <= 0 || pss <= 0 || pss > rss {
 		t.Errorf("sleep: rss %d pss %d: want 0 < pss <= rss", rss, pss)
-	}
-}
-
-func TestQuantile(t *testing.T) {
-	ms := func(v ...int) []time.Duration {
-		out := make([]time.Duration, len(v))
-		for i, x := range v {
-			out[i] = time.Duration(x) * time.Millisecond
-		}
-		return out
-	}
-	in := ms(5, 1, 4, 2, 3)
-	tests := []struct {
-		q    float64
-		want time.Duration
-	}{{0.5, 3 * time.Millisecond}, {0.99, 5 * time.Millisecond}, {0, time.Millisecond}}
-	for _, tt := range tests {
-		if got := quantile(in, tt.q); got != tt.want {
-			t.Errorf("quantile(%v) = %s, want %s", tt.q, got, tt.want)
-		}
-	}
-	if !slices.Equal(in, ms(5, 1, 4, 2, 3)) {
-		t.Errorf("quantile sorted its input in place: %v", in)
 	}
 }
 

@@ -45,6 +45,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/octopus-mcs/octopus/internal/agent"
+	"github.com/octopus-mcs/octopus/internal/bench/stats"
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/kube"
@@ -141,14 +142,14 @@ func run(ctx context.Context, members, exports, rounds int, timeout time.Duratio
 		if err != nil {
 			return fmt.Errorf("round %d: %w", r+1, err)
 		}
-		p50, p99 := quantile(lat, 0.50), quantile(lat, 0.99)
-		b50, b99 := quantile(base, 0.50), quantile(base, 0.99)
+		p50, p99 := stats.PercentileOf(lat, 50), stats.PercentileOf(lat, 99)
+		b50, b99 := stats.PercentileOf(base, 50), stats.PercentileOf(base, 99)
 		fmt.Printf("round %d: propagation p50 %s p99 %s max %s | baseline (watch on A) p50 %s p99 %s\n",
 			r+1, ms(p50), ms(p99), ms(slices.Max(lat)), ms(b50), ms(b99))
 		p50s, p99s, base50s, base99s = append(p50s, p50), append(p99s, p99), append(base50s, b50), append(base99s, b99)
 	}
 	fmt.Printf("median over %d rounds: propagation p50 %s p99 %s | baseline p50 %s p99 %s\n",
-		rounds, ms(quantile(p50s, 0.5)), ms(quantile(p99s, 0.5)), ms(quantile(base50s, 0.5)), ms(quantile(base99s, 0.5)))
+		rounds, ms(stats.PercentileOf(p50s, 50)), ms(stats.PercentileOf(p99s, 50)), ms(stats.PercentileOf(base50s, 50)), ms(stats.PercentileOf(base99s, 50)))
 	return nil
 }
 
@@ -474,14 +475,6 @@ func watch(ctx context.Context, cfgB *rest.Config, ns string, seenB *sightings, 
 		return nil, fmt.Errorf("watching: %w", err)
 	}
 	return stop, nil
-}
-
-// quantile returns the q-quantile of d (nearest rank).
-func quantile(d []time.Duration, q float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := int(q*float64(len(s))+0.5) - 1
-	return s[min(max(i, 0), len(s)-1)]
 }
 
 func ms(d time.Duration) string { return d.Round(100 * time.Microsecond).String() }

@@ -30,6 +30,7 @@ import (
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
 	"github.com/octopus-mcs/octopus/internal/agent"
+	"github.com/octopus-mcs/octopus/internal/bench/stats"
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
@@ -338,17 +339,17 @@ func runScale(ctx context.Context, o scaleOptions) error {
 	fmt.Printf("| cold start: first cluster complete | %s | |\n", perCluster[0].Round(time.Millisecond))
 	if len(probeLat) > 0 {
 		fmt.Printf("| single export c1→c2 p50 / p99 / max (%d probes, %d during convergence, %d timed out at %s) | %s / %s / %s | p99 ≤ 2 s |\n",
-			len(probeLat), probesDuring, probesTimedOut, o.timeout, ms(quantile(probeLat, 0.5)), ms(quantile(probeLat, 0.99)), ms(slices.Max(probeLat)))
+			len(probeLat), probesDuring, probesTimedOut, o.timeout, ms(stats.PercentileOf(probeLat, 50)), ms(stats.PercentileOf(probeLat, 99)), ms(slices.Max(probeLat)))
 		if len(timedOutAt) > 0 {
 			fmt.Printf("| probes that timed out, started at | %s | |\n", strings.Join(timedOutAt, ", "))
 		}
 	}
 	spent, sys := cpuSpent(cpuBefore, cpuEnd)
 	fmt.Printf("| CPU time from t0 until the last member held every import | %s | |\n", cpuRow(spent, sys, len(members)*total))
-	fmt.Printf("| agent peak RSS (VmHWM) max / median over %d processes | %d / %d MiB | ≤ 200 MB |\n", len(agents), slices.Max(hwm)/1024, medianInt(hwm)/1024)
-	fmt.Printf("| agent RSS at the end max / median | %d / %d MiB | |\n", slices.Max(rssAtEnd)/1024, medianInt(rssAtEnd)/1024)
+	fmt.Printf("| agent peak RSS (VmHWM) max / median over %d processes | %d / %d MiB | ≤ 200 MB |\n", len(agents), slices.Max(hwm)/1024, stats.Median(hwm)/1024)
+	fmt.Printf("| agent RSS at the end max / median | %d / %d MiB | |\n", slices.Max(rssAtEnd)/1024, stats.Median(rssAtEnd)/1024)
 	if o.agentMemoryLimit > 0 {
-		fmt.Printf("| agent memory cgroup peak (what limits.memory enforces) max / median | %d / %d MiB | ≤ 200 MB |\n", slices.Max(cgroupPeak)>>20, medianInt(cgroupPeak)>>20)
+		fmt.Printf("| agent memory cgroup peak (what limits.memory enforces) max / median | %d / %d MiB | ≤ 200 MB |\n", slices.Max(cgroupPeak)>>20, stats.Median(cgroupPeak)>>20)
 	}
 	live := make([]int64, len(agents))
 	for i, a := range agents {
@@ -356,7 +357,7 @@ func runScale(ctx context.Context, o scaleOptions) error {
 			return err
 		}
 	}
-	fmt.Printf("| agent live heap after GC, largest max / median (gctrace) | %d / %d MiB | |\n", slices.Max(live), medianInt(live))
+	fmt.Printf("| agent live heap after GC, largest max / median (gctrace) | %d / %d MiB | |\n", slices.Max(live), stats.Median(live))
 	w := writesAfter.sub(writesBefore)
 	fmt.Printf("| hub write requests per export (excluding heartbeat Leases) | %.2f (%d / %d) | |\n", float64(w.total-w.leases)/float64(exports), w.total-w.leases, exports)
 	fmt.Printf("| hub write requests, all (incl. %d Lease renewals) | %d | |\n", w.leases, w.total)
@@ -816,12 +817,6 @@ func parseWrites(text string) (writeCounts, error) {
 		return writeCounts{}, errors.New("the hub's /metrics has no apiserver_request_total")
 	}
 	return w, nil
-}
-
-func medianInt(v []int64) int64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 func progress(format string, args ...any) {

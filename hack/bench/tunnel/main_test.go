@@ -54,47 +54,6 @@ rtt min/avg/max/mdev = 0.412/345.637/1024.000/480.000 ms
 	}
 }
 
-func TestPercentile(t *testing.T) {
-	var hundred []int
-	for i := 1; i <= 100; i++ {
-		hundred = append(hundred, i)
-	}
-	for _, tc := range []struct {
-		sorted []int
-		p      float64
-		want   int
-	}{
-		{hundred, 50, 50},
-		{hundred, 99, 99},
-		{hundred, 100, 100},
-		{hundred, 0.5, 1},
-		{[]int{7}, 99, 7},
-		{[]int{1, 2, 3, 4, 5}, 50, 3},
-		{[]int{1, 2, 3, 4, 5}, 99, 5}, // nearest rank: p99 of 5 values is the maximum
-		{[]int{1, 2, 3, 4}, 50, 2},
-	} {
-		if got := percentile(tc.sorted, tc.p); got != tc.want {
-			t.Errorf("percentile(%v, %v) = %d, want %d", tc.sorted, tc.p, got, tc.want)
-		}
-	}
-}
-
-func TestMedian(t *testing.T) {
-	for _, tc := range []struct {
-		xs   []float64
-		want float64
-	}{
-		{nil, 0},
-		{[]float64{3}, 3},
-		{[]float64{5, 1, 3}, 3},
-		{[]float64{4, 1, 3, 2}, 2.5},
-	} {
-		if got := median(tc.xs); got != tc.want {
-			t.Errorf("median(%v) = %v, want %v", tc.xs, got, tc.want)
-		}
-	}
-}
-
 func TestParseStatTicks(t *testing.T) {
 	// A command name with spaces and a ')' must not shift the fields.
 	stat := "4242 (wire guard) x) S 1 4242 4242 0 -1 4194560 100 0 0 0 1234 567 0 0 20 0 9 0 100 0 0"

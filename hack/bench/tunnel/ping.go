@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/octopus-mcs/octopus/internal/bench/stats"
 )
 
 // latency is the round-trip time distribution of one ping run.
@@ -30,7 +32,7 @@ func runPing(ctx context.Context, ns string, dst netip.Addr, count int) (latency
 		return latency{}, fmt.Errorf("ping %s from %s: no reply: %w", dst, ns, errors.Join(err, ctx.Err()))
 	}
 	slices.Sort(rtts)
-	return latency{p50: percentile(rtts, 50), p99: percentile(rtts, 99), sent: count, lost: count - len(rtts)}, nil
+	return latency{p50: stats.Percentile(rtts, 50), p99: stats.Percentile(rtts, 99), sent: count, lost: count - len(rtts)}, nil
 }
 
 // parsePingRTTs returns the "time=<ms> ms" of every reply line of iputils ping's output.

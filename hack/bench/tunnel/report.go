@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/octopus-mcs/octopus/internal/bench/stats"
 )
 
 // round is every mode's sample of one round, with the load average around it.
@@ -49,9 +51,9 @@ func report(w io.Writer, c config, rounds []round) {
 		col := column(rounds, key)
 		fmt.Fprintf(w, "| %s | **%.2f** (%s) | **%.2f** (%s) | %.2f / %.2f | %s | %s | %s | %d of %d |\n",
 			modeByKey(key).label,
-			median(col(single)), spread(col(single)), median(col(multi)), spread(col(multi)),
-			median(col(singleCPU)), median(col(multiCPU)),
-			ms(median(col(p50))), ms(median(col(p99))), vsVeth(rounds, key), sum(col(lost)), len(rounds)*c.pings)
+			stats.Median(col(single)), spread(col(single)), stats.Median(col(multi)), spread(col(multi)),
+			stats.Median(col(singleCPU)), stats.Median(col(multiCPU)),
+			ms(stats.Median(col(p50))), ms(stats.Median(col(p99))), vsVeth(rounds, key), sum(col(lost)), len(rounds)*c.pings)
 	}
 
 	fmt.Fprintf(w, "\nPer round (Gbit/s, 1 stream / %d streams), in the order measured within the round:\n\n", n)
@@ -72,12 +74,12 @@ func report(w io.Writer, c config, rounds []round) {
 		if !slices.Contains(c.modes, t.num) || !slices.Contains(c.modes, t.den) {
 			continue
 		}
-		r1 := median(ratios(rounds, t, single))
-		rn := median(ratios(rounds, t, multi))
+		r1 := stats.Median(ratios(rounds, t, single))
+		rn := stats.Median(ratios(rounds, t, multi))
 		// Efficiency: the inverse ratio of CPU cost per Gbit, steadier than throughput when
 		// other work takes CPU from the run.
-		e1 := median(ratios(rounds, ratioTarget{num: t.den, den: t.num}, singleCPU))
-		en := median(ratios(rounds, ratioTarget{num: t.den, den: t.num}, multiCPU))
+		e1 := stats.Median(ratios(rounds, ratioTarget{num: t.den, den: t.num}, singleCPU))
+		en := stats.Median(ratios(rounds, ratioTarget{num: t.den, den: t.num}, multiCPU))
 		fmt.Fprintf(w, "| %s ÷ %s | **%.2f×** | **%.2f×** | ≥ %.1f× | %s | %.2f× / %.2f× |\n",
 			modeByKey(t.num).label, modeByKey(t.den).label, r1, rn, t.target, met(r1, rn, t.target, n), e1, en)
 	}
@@ -119,7 +121,7 @@ func vsVeth(rounds []round, key string) string {
 	if _, ok := rounds[0].samples["veth"]; !ok {
 		return "–"
 	}
-	return fmt.Sprintf("%.1f×", median(ratios(rounds, ratioTarget{num: key, den: "veth"}, p50)))
+	return fmt.Sprintf("%.1f×", stats.Median(ratios(rounds, ratioTarget{num: key, den: "veth"}, p50)))
 }
 
 func met(r1, rn, target float64, n int) string {

@@ -1,8 +1,9 @@
 // Package load is the load generator and its server side, the part of `octopus bench` that
 // runs inside pods (`octopus-echo bench ...`, cmd/octopus-echo): TCP throughput over several
 // streams into a discard server, and request/response latency against an echo server over one
-// connection. It uses only the standard library, so the echo image needs nothing else, and its
-// results are JSON the CLI reads back from the client pod.
+// connection. It uses only the standard library (and internal/bench/stats, which does too),
+// so the echo image needs nothing else, and its results are JSON the CLI reads back from the
+// client pod.
 package load
 
 import (
@@ -10,13 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/octopus-mcs/octopus/internal/bench/stats"
 )
 
 // dialTimeout bounds connecting: a path that drops SYNs fails in seconds, not after the
@@ -130,7 +132,7 @@ func Throughput(ctx context.Context, o ThroughputOptions) (ThroughputResult, err
 		return ThroughputResult{}, err
 	}
 	r := ThroughputResult{Target: o.Target, Streams: len(conns), Bytes: total.Load(), Seconds: elapsed.Seconds()}
-	r.BitsPerSecond = Rate(r.Bytes*8, elapsed)
+	r.BitsPerSecond = stats.Rate(r.Bytes*8, elapsed)
 	return r, nil
 }
 
@@ -209,31 +211,10 @@ func Latency(ctx context.Context, o LatencyOptions) (LatencyResult, error) {
 func Summarize(samples []time.Duration, elapsed time.Duration) LatencyResult {
 	sorted := slices.Clone(samples)
 	slices.Sort(sorted)
-	r := LatencyResult{Requests: len(sorted), P50: Percentile(sorted, 50), P99: Percentile(sorted, 99)}
+	r := LatencyResult{Requests: len(sorted), P50: stats.Percentile(sorted, 50), P99: stats.Percentile(sorted, 99)}
 	if len(sorted) > 0 {
 		r.Max = sorted[len(sorted)-1]
 	}
-	r.RequestsPerSecond = Rate(int64(len(sorted)), elapsed)
+	r.RequestsPerSecond = stats.Rate(int64(len(sorted)), elapsed)
 	return r
-}
-
-// Percentile returns the p-th percentile (0 < p ≤ 100) of sorted by the nearest-rank method:
-// the smallest sample with at least p percent of the samples at or below it, so it is always
-// a measured value. Zero when there are no samples.
-func Percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	// p*n before the division keeps whole percentiles exact: 99% of 100 samples is rank 99.
-	rank := int(math.Ceil(p * float64(len(sorted)) / 100))
-	rank = min(max(rank, 1), len(sorted))
-	return sorted[rank-1]
-}
-
-// Rate is count per second over d; zero for a non-positive d.
-func Rate(count int64, d time.Duration) float64 {
-	if d <= 0 {
-		return 0
-	}
-	return float64(count) / d.Seconds()
 }

@@ -9,35 +9,6 @@ import (
 
 func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 
-func TestPercentile(t *testing.T) {
-	hundred := make([]time.Duration, 100)
-	for i := range hundred {
-		hundred[i] = ms(i + 1)
-	}
-	tests := []struct {
-		name   string
-		sorted []time.Duration
-		p      float64
-		want   time.Duration
-	}{
-		{"no samples", nil, 50, 0},
-		{"one sample is every percentile", []time.Duration{ms(7)}, 99, ms(7)},
-		{"median of an odd count", []time.Duration{ms(1), ms(2), ms(3)}, 50, ms(2)},
-		{"median of an even count is the lower middle", []time.Duration{ms(1), ms(2), ms(3), ms(4)}, 50, ms(2)},
-		{"p99 of 100 is the 99th, not the maximum", hundred, 99, ms(99)},
-		{"p50 of 100", hundred, 50, ms(50)},
-		{"p99 of 10 is the maximum", hundred[:10], 99, ms(10)},
-		{"p100 is the maximum", hundred, 100, ms(100)},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := Percentile(tt.sorted, tt.p); got != tt.want {
-				t.Fatalf("Percentile(%d samples, %g) = %s, want %s", len(tt.sorted), tt.p, got, tt.want)
-			}
-		})
-	}
-}
-
 func TestSummarize(t *testing.T) {
 	tests := []struct {
 		name    string

@@ -13,7 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/octopus-mcs/octopus/internal/webdriver"
+	"github.com/octopus-mcs/octopus/internal/browser"
+	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
 // Page is what the page draws, read from its DOM.
@@ -49,7 +50,7 @@ return {
 };`
 
 // Read reads the page.
-func Read(ctx context.Context, b *webdriver.Browser) (Page, error) {
+func Read(ctx context.Context, b *browser.Browser) (Page, error) {
 	var p Page
 	if err := b.Execute(ctx, readScript, &p); err != nil {
 		return Page{}, fmt.Errorf("reading the page: %w", err)
@@ -59,27 +60,25 @@ func Read(ctx context.Context, b *webdriver.Browser) (Page, error) {
 
 // Wait reads the page until ok accepts it (nil error) or timeout passes, and returns the
 // last page read.
-func Wait(ctx context.Context, t testing.TB, b *webdriver.Browser, timeout time.Duration, what string, ok func(Page) error) Page {
+func Wait(ctx context.Context, t testing.TB, b *browser.Browser, timeout time.Duration, what string, ok func(Page) error) Page {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		p, err := Read(ctx, b)
-		if err == nil {
-			err = ok(p)
+	var p Page
+	err := testenv.Poll(t, 250*time.Millisecond, timeout, func() error {
+		var err error
+		if p, err = Read(ctx, b); err != nil {
+			return err
 		}
-		if err == nil {
-			return p
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the page did not show %s within %s: %v; last read: %+v", what, timeout, err, p)
-		}
-		time.Sleep(250 * time.Millisecond)
+		return ok(p)
+	})
+	if err != nil {
+		t.Fatalf("the page did not show %s: %v; last read: %+v", what, err, p)
 	}
+	return p
 }
 
 // Screenshot saves a PNG of the page as name in the test's artifact directory (kept with
 // go test -artifacts) and logs the path.
-func Screenshot(ctx context.Context, t *testing.T, b *webdriver.Browser, name string) string {
+func Screenshot(ctx context.Context, t *testing.T, b *browser.Browser, name string) string {
 	t.Helper()
 	png, err := b.Screenshot(ctx)
 	if err != nil {
@@ -94,9 +93,9 @@ func Screenshot(ctx context.Context, t *testing.T, b *webdriver.Browser, name st
 }
 
 // Start starts a browser for the test, closed at its end.
-func Start(ctx context.Context, t *testing.T) *webdriver.Browser {
+func Start(ctx context.Context, t *testing.T) *browser.Browser {
 	t.Helper()
-	b, err := webdriver.Start(ctx, webdriver.Options{Dir: t.TempDir()})
+	b, err := browser.Start(ctx, browser.Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -59,22 +59,25 @@ func HubGateway(o HubGatewayOptions) ([]client.Object, error) {
 	if o.Image == "" || o.Backend == "" || o.ListenPort == 0 || o.MetricsPort == 0 || o.HealthCheckIP == "" {
 		return nil, errors.New("rendering the hub's gateway: the image, backend, listen and metrics ports and health-check address are required")
 	}
-	ns := o.Namespace
-	if ns == "" {
-		ns = v1alpha1.DefaultHubNamespace
+	if o.Namespace == "" {
+		o.Namespace = v1alpha1.DefaultHubNamespace
 	}
 	config, err := json.Marshal(o.Config)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the hub gateway's environment: %w", err)
 	}
 	sum := sha256.Sum256(config)
-	meta := metav1.ObjectMeta{Name: HubGatewayName, Namespace: ns, Labels: kube.ManagedLabels()}
+	meta := metav1.ObjectMeta{Name: HubGatewayName, Namespace: o.Namespace, Labels: kube.ManagedLabels()}
+	ds := hubGatewayDaemonSet(o, meta, hex.EncodeToString(sum[:]))
+	return []client.Object{&corev1.ConfigMap{ObjectMeta: meta, Data: o.Config}, ds}, nil
+}
+
+// hubGatewayDaemonSet is the DaemonSet of HubGateway, its pods rolled when configSum (of the
+// ConfigMap's data) changes. o.Namespace is set.
+func hubGatewayDaemonSet(o HubGatewayOptions, meta metav1.ObjectMeta, configSum string) *appsv1.DaemonSet {
 	app := map[string]string{"app.kubernetes.io/name": HubGatewayName}
-	fromField := func(name, path string) corev1.EnvVar {
-		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
-	}
 	hostPathType := corev1.HostPathCharDev
-	ds := &appsv1.DaemonSet{
+	return &appsv1.DaemonSet{
 		ObjectMeta: meta,
 		Spec: appsv1.DaemonSetSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: app},
@@ -84,7 +87,7 @@ func HubGateway(o HubGatewayOptions) ([]client.Object, error) {
 				ObjectMeta: metav1.ObjectMeta{
 					Labels: app,
 					// A changed environment rolls the pods, as in the member chart.
-					Annotations: map[string]string{"checksum/config": hex.EncodeToString(sum[:])},
+					Annotations: map[string]string{"checksum/config": configSum},
 				},
 				Spec: corev1.PodSpec{
 					ServiceAccountName: v1alpha1.HubGatewayServiceAccount,
@@ -95,50 +98,7 @@ func HubGateway(o HubGatewayOptions) ([]client.Object, error) {
 					DNSPolicy:    corev1.DNSClusterFirstWithHostNet,
 					NodeSelector: o.NodeSelector,
 					Tolerations:  o.Tolerations,
-					Containers: []corev1.Container{{
-						Name:            "gateway",
-						Image:           o.Image,
-						ImagePullPolicy: o.PullPolicy,
-						Command:         []string{"octopus-agent", "gateway"},
-						Args: []string{
-							"--hub", "--hub-namespace=" + ns,
-							"--backend=" + string(o.Backend),
-							fmt.Sprintf("--listen-port=%d", o.ListenPort),
-							fmt.Sprintf("--metrics-bind-address=:%d", o.MetricsPort),
-							"--endpoint-ip=$(HOST_IP)",
-							"--health-check-ip=" + o.HealthCheckIP,
-						},
-						Env: []corev1.EnvVar{fromField("NODE_NAME", "spec.nodeName"), fromField("HOST_IP", "status.hostIP")},
-						EnvFrom: []corev1.EnvFromSource{{
-							ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: HubGatewayName}},
-						}},
-						Ports: []corev1.ContainerPort{
-							{Name: "tunnel", ContainerPort: o.ListenPort, Protocol: corev1.ProtocolUDP},
-							{Name: "metrics", ContainerPort: o.MetricsPort, Protocol: corev1.ProtocolTCP},
-						},
-						// Standbys serve /metrics too: this says the process is alive, whatever its role.
-						LivenessProbe: &corev1.Probe{
-							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/metrics", Port: intstr.FromString("metrics")}},
-							PeriodSeconds: 10,
-						},
-						// Ready once it can take the active role over at once: the rolling update
-						// (one node at a time) waits for it before it stops the next old pod.
-						ReadinessProbe: &corev1.Probe{
-							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("metrics")}},
-							PeriodSeconds: 1,
-						},
-						Resources: o.Resources,
-						SecurityContext: &corev1.SecurityContext{
-							AllowPrivilegeEscalation: ptr.To(false),
-							ReadOnlyRootFilesystem:   ptr.To(true),
-							Capabilities: &corev1.Capabilities{
-								// NET_ADMIN: tunnel device, routes; NET_RAW: the ICMP health probes.
-								Add:  []corev1.Capability{"NET_ADMIN", "NET_RAW"},
-								Drop: []corev1.Capability{"ALL"},
-							},
-						},
-						VolumeMounts: []corev1.VolumeMount{{Name: "tun", MountPath: "/dev/net/tun"}},
-					}},
+					Containers:   []corev1.Container{hubGatewayContainer(o)},
 					// wireguard-go's device.
 					Volumes: []corev1.Volume{{Name: "tun", VolumeSource: corev1.VolumeSource{
 						HostPath: &corev1.HostPathVolumeSource{Path: "/dev/net/tun", Type: &hostPathType},
@@ -147,5 +107,56 @@ func HubGateway(o HubGatewayOptions) ([]client.Object, error) {
 			},
 		},
 	}
-	return []client.Object{&corev1.ConfigMap{ObjectMeta: meta, Data: o.Config}, ds}, nil
+}
+
+// hubGatewayContainer is the one container of the hub gateway's pods: `octopus-agent gateway
+// --hub`, its flags from o and its environment from the ConfigMap. o.Namespace is set.
+func hubGatewayContainer(o HubGatewayOptions) corev1.Container {
+	fromField := func(name, path string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+	}
+	return corev1.Container{
+		Name:            "gateway",
+		Image:           o.Image,
+		ImagePullPolicy: o.PullPolicy,
+		Command:         []string{"octopus-agent", "gateway"},
+		Args: []string{
+			"--hub", "--hub-namespace=" + o.Namespace,
+			"--backend=" + string(o.Backend),
+			fmt.Sprintf("--listen-port=%d", o.ListenPort),
+			fmt.Sprintf("--metrics-bind-address=:%d", o.MetricsPort),
+			"--endpoint-ip=$(HOST_IP)",
+			"--health-check-ip=" + o.HealthCheckIP,
+		},
+		Env: []corev1.EnvVar{fromField("NODE_NAME", "spec.nodeName"), fromField("HOST_IP", "status.hostIP")},
+		EnvFrom: []corev1.EnvFromSource{{
+			ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: HubGatewayName}},
+		}},
+		Ports: []corev1.ContainerPort{
+			{Name: "tunnel", ContainerPort: o.ListenPort, Protocol: corev1.ProtocolUDP},
+			{Name: "metrics", ContainerPort: o.MetricsPort, Protocol: corev1.ProtocolTCP},
+		},
+		// Standbys serve /metrics too: this says the process is alive, whatever its role.
+		LivenessProbe: &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/metrics", Port: intstr.FromString("metrics")}},
+			PeriodSeconds: 10,
+		},
+		// Ready once it can take the active role over at once: the rolling update
+		// (one node at a time) waits for it before it stops the next old pod.
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("metrics")}},
+			PeriodSeconds: 1,
+		},
+		Resources: o.Resources,
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities: &corev1.Capabilities{
+				// NET_ADMIN: tunnel device, routes; NET_RAW: the ICMP health probes.
+				Add:  []corev1.Capability{"NET_ADMIN", "NET_RAW"},
+				Drop: []corev1.Capability{"ALL"},
+			},
+		},
+		VolumeMounts: []corev1.VolumeMount{{Name: "tun", MountPath: "/dev/net/tun"}},
+	}
 }

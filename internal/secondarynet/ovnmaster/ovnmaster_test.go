@@ -2,7 +2,6 @@ package ovnmaster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -60,19 +59,10 @@ func master(t *testing.T, cfg *rest.Config, nb *ovntest.Server) (stop func()) {
 	return stop
 }
 
-// eventually is testenv.Eventually for checks that say what is still wrong ("" when nothing
-// is), with a context that ends a little after the timeout: a check that hangs still ends, and
-// the last one before the timeout still reports what is wrong rather than the context's end.
+// eventually is testenv.EventuallyCheck with this package's timeout.
 func eventually(t *testing.T, what string, check func(ctx context.Context) string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second+10*time.Second)
-	defer cancel()
-	testenv.Eventually(t, 30*time.Second, what, func() error {
-		if msg := check(ctx); msg != "" {
-			return errors.New(msg)
-		}
-		return nil
-	})
+	testenv.EventuallyCheck(t, 30*time.Second, what, check)
 }
 
 type podOpt func(*corev1.Pod)
