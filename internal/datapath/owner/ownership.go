@@ -71,6 +71,12 @@ const (
 	// on the logical switch (podport.GatewayLink) for the node itself, but replies and ICMP
 	// (internal/datapath/podfence).
 	GatewayGuardNFTTable = "octopus-gateway-guard"
+	// IngressFilterNFTTable is the inet table a gateway owns on its node to drop what comes
+	// out of its tunnel towards anything but this cluster's advertised prefixes, and vxlan
+	// datagrams from anything but the remote gateways (internal/datapath/ingressfilter).
+	// A table of its own rather than rules in the tunnel's: it must hold on every gateway
+	// node whatever the backend, and a drop in any table is final.
+	IngressFilterNFTTable = "octopus-ingress-filter"
 )
 
 // Links.
