@@ -91,14 +91,11 @@ func (a *active) run(ctx context.Context) error {
 	// The filter comes before the tunnel device does, dropping everything out of it until
 	// the first reconcile knows what this cluster advertises: a gateway never forwards
 	// unfiltered. It goes after the driver has closed (defers run last to first).
-	// A filter that cannot be written is logged, not fatal (TODO(issue 30): the lab's gateway
-	// pods crash-looped when this was fatal; find why, then fail closed).
 	if a.ingress, err = o.NewIngressFilter(); err != nil {
-		o.Log.Error(err, "Opening the tunnel ingress filter; the tunnel is unfiltered")
-		a.ingress = noIngressFilter{}
+		return fmt.Errorf("opening the tunnel ingress filter: %w", err)
 	}
 	if err := a.ingress.Apply(ctx, ingressState(a.local, hc, o.Device, Desired{})); err != nil {
-		o.Log.Error(err, "Writing the tunnel ingress filter; the tunnel is unfiltered until it succeeds")
+		return err
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), natDeleteTimeout)
@@ -216,10 +213,10 @@ func (a *active) reconcile(ctx context.Context) error {
 		return fmt.Errorf("listing Peers on the hub: %w", err)
 	}
 	d := Compute(a.local, peers.Items)
-	// The filter first: a tunnel to a new Peer is up only once its traffic is filtered (a
-	// failure is returned and retried in a second, the tunnels still applied).
+	// The filter first: a tunnel to a new Peer is up only once its traffic is filtered, and
+	// one that cannot be filtered is not brought up (retried in a second).
 	if err := a.ingress.Apply(ctx, ingressState(a.local, a.hcIP, a.o.Device, d)); err != nil {
-		errs = append(errs, err)
+		return err
 	}
 	applyErr := a.driver.Apply(ctx, d.Tunnel)
 	if applyErr != nil {

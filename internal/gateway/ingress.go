@@ -40,9 +40,3 @@ func ingressState(local Local, hc netip.Addr, device string, d Desired) ingressf
 	}
 	return s
 }
-
-// noIngressFilter stands in when the filter cannot be opened (no nft binary): nothing is filtered.
-type noIngressFilter struct{}
-
-func (noIngressFilter) Apply(context.Context, ingressfilter.State) error { return nil }
-func (noIngressFilter) Delete(context.Context) error                     { return nil }
