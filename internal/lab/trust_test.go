@@ -30,11 +30,7 @@ func TestRouteHijack(t *testing.T) {
 			Backends: map[string]string{lab.ClusterName(1): backend, lab.ClusterName(2): backend, lab.ClusterName(3): backend},
 		})
 		checkRouteHijack(ctx, t, l)
-		t.Run("kubelet unreachable through the tunnel", func(t *testing.T) { checkKubeletUnreachable(ctx, t, l) })
-		if backend == "vxlan" {
-			t.Run("forged vxlan dropped", func(t *testing.T) { checkForgedVXLANDropped(ctx, t, l, gateway.DefaultListenPort) })
-		}
-	}, "wireguard", "vxlan")
+	}, "wireguard")
 }
 
 // checkRouteHijack: cluster2's own hub credential (what a compromised member holds) rewrites
