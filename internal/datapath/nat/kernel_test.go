@@ -160,11 +160,18 @@ func newNAT(t testing.TB, ns string) *NAT {
 }
 
 // serve starts, in the server namespace, TCP listeners on server1:8080, server2:8080 and
-// server2:9000 and UDP ones on server1:5353 and server2:5353. Each answers "<its address> <peer address>\n"
-// and then echoes whatever it receives.
+// server2:9000 and UDP ones on server1:5353 and server2:5353 (serveOn).
 func serve(t testing.TB, ns string) {
 	t.Helper()
-	tcp := []netip.AddrPort{netip.AddrPortFrom(server1, 8080), netip.AddrPortFrom(server2, 8080), netip.AddrPortFrom(server2, 9000)}
+	serveOn(t, ns,
+		[]netip.AddrPort{netip.AddrPortFrom(server1, 8080), netip.AddrPortFrom(server2, 8080), netip.AddrPortFrom(server2, 9000)},
+		[]netip.AddrPort{netip.AddrPortFrom(server1, 5353), netip.AddrPortFrom(server2, 5353)})
+}
+
+// serveOn starts, in the server namespace, TCP listeners on tcp and UDP ones on udp. Each
+// answers "<its address> <peer address>\n" and then echoes whatever it receives.
+func serveOn(t testing.TB, ns string, tcp, udp []netip.AddrPort) {
+	t.Helper()
 	for _, a := range tcp {
 		var ln net.Listener
 		tunneltest.In(t, ns, func() {
@@ -188,7 +195,7 @@ func serve(t testing.TB, ns string) {
 			}
 		}()
 	}
-	for _, a := range []netip.AddrPort{netip.AddrPortFrom(server1, 5353), netip.AddrPortFrom(server2, 5353)} {
+	for _, a := range udp {
 		var pc net.PacketConn
 		tunneltest.In(t, ns, func() {
 			var err error
@@ -664,48 +671,13 @@ func addIPv6(t testing.TB, topo *topology) {
 	}
 }
 
-// serve6 starts TCP listeners on server16:8080, server26:8080 and server26:9000 and a UDP one
-// on server16:5353 in the server namespace, answering like serve's.
+// serve6 starts serveOn's listeners on server16:8080, server26:8080, server26:9000 (TCP) and
+// server16:5353 (UDP).
 func serve6(t testing.TB, ns string) {
 	t.Helper()
-	for _, a := range []netip.AddrPort{netip.AddrPortFrom(server16, 8080), netip.AddrPortFrom(server26, 8080), netip.AddrPortFrom(server26, 9000)} {
-		var ln net.Listener
-		tunneltest.In(t, ns, func() {
-			var err error
-			if ln, err = net.Listen("tcp", a.String()); err != nil {
-				t.Fatal(err)
-			}
-		})
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				fmt.Fprintf(c, "%s %s\n", c.LocalAddr(), c.RemoteAddr())
-				c.Close()
-			}
-		}()
-	}
-	var pc net.PacketConn
-	tunneltest.In(t, ns, func() {
-		var err error
-		if pc, err = net.ListenPacket("udp", netip.AddrPortFrom(server16, 5353).String()); err != nil {
-			t.Fatal(err)
-		}
-	})
-	t.Cleanup(func() { pc.Close() })
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			_, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = pc.WriteTo(fmt.Appendf(nil, "%s %s\n", pc.LocalAddr(), from), from)
-		}
-	}()
+	serveOn(t, ns,
+		[]netip.AddrPort{netip.AddrPortFrom(server16, 8080), netip.AddrPortFrom(server26, 8080), netip.AddrPortFrom(server26, 9000)},
+		[]netip.AddrPort{netip.AddrPortFrom(server16, 5353)})
 }
 
 // TestKernelTranslatesDualStack: two dual-stack clusters whose pod CIDRs are the same in both
