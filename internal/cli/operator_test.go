@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,7 +54,23 @@ func TestHubDeployAndJoinThroughTheOperator(t *testing.T) {
 		t.Fatalf("broker-info hub URL %s, want the kubeconfig's %s", info.HubURL, env.Cluster("hub").RESTConfig().Host)
 	}
 
+	// join waits for the operator's ComponentsReady, which waits for the member chart's
+	// rollouts: this control plane runs no pods, so its Deployments are scaled to 0 as they
+	// appear, and then count as rolled out.
+	joined := make(chan struct{})
+	wg.Go(func() {
+		ec := testenv.Client(t, env.Cluster("east").RESTConfig())
+		for {
+			select {
+			case <-joined:
+				return
+			case <-time.After(500 * time.Millisecond):
+				_, _ = testenv.ScaleToZero(ctx, ec, v1alpha1.SystemNamespace)
+			}
+		}
+	})
 	out, err = octopus(t, "join", brokerInfo, "--cluster-id", "east", "--pod-cidr", env.Cluster("east").PodCIDR.String(), "--kubeconfig", env.Cluster("east").Kubeconfig)
+	close(joined)
 	if err != nil {
 		t.Fatalf("join: %v\n%s", err, out)
 	}

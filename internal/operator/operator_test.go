@@ -12,7 +12,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -429,15 +428,8 @@ func TestFabricHubAndMember(t *testing.T) {
 // scaleToZero scales the member chart's Deployments to 0 replicas.
 func scaleToZero(t *testing.T, c client.Client) {
 	t.Helper()
-	ds := &appsv1.DeploymentList{}
-	if err := c.List(t.Context(), ds, client.InNamespace(v1alpha1.SystemNamespace)); err != nil {
+	if _, err := testenv.ScaleToZero(t.Context(), c, v1alpha1.SystemNamespace); err != nil {
 		t.Fatal(err)
-	}
-	for i := range ds.Items {
-		d := &ds.Items[i]
-		if err := c.Patch(t.Context(), d, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":0}}`))); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 

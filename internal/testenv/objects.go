@@ -1,17 +1,43 @@
 package testenv
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
+
+// ScaleToZero scales the Deployments in namespace to 0 replicas and returns how many it
+// scaled. Control planes of ControlPlanes run no pods, so a Deployment never becomes
+// available there; at 0 replicas the Deployment controller reports it rolled out, which is what
+// a test of something that waits for a rollout (the operator's ComponentsReady) needs.
+func ScaleToZero(ctx context.Context, c client.Client, namespace string) (int, error) {
+	ds := &appsv1.DeploymentList{}
+	if err := c.List(ctx, ds, client.InNamespace(namespace)); err != nil {
+		return 0, err
+	}
+	n := 0
+	for i := range ds.Items {
+		d := &ds.Items[i]
+		if d.Spec.Replicas != nil && *d.Spec.Replicas == 0 {
+			continue
+		}
+		if err := c.Patch(ctx, d, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":0}}`))); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
 
 // AddNode registers a Node the way a kubelet would for what Octopus reads of it: its pod CIDR
 // and its InternalIP (control planes of ControlPlanes run no kubelet).
