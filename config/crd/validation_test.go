@@ -327,18 +327,7 @@ func TestSchemaValidation(t *testing.T) {
 		}, "spec.numberOfIPs: Invalid value: 65"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			obj := tt.obj()
-			err := c.Create(t.Context(), obj, client.DryRunAll)
-			switch {
-			case tt.wantErr == "" && err != nil:
-				t.Fatalf("valid object refused: %v", err)
-			case tt.wantErr != "" && !apierrors.IsInvalid(err):
-				t.Fatalf("err = %v, want Invalid", err)
-			case tt.wantErr != "" && !strings.Contains(err.Error(), tt.wantErr):
-				t.Fatalf("err = %v\nwant it to contain %q", err, tt.wantErr)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkAdmission(t, c, tt.obj(), tt.wantErr) })
 	}
 
 	// clusterID is immutable.
@@ -481,5 +470,20 @@ func fabricImmutable(t *testing.T, c client.Client) {
 	hubFabric.Spec.HubConfig.Namespace = "elsewhere"
 	if err := c.Update(t.Context(), hubFabric); err == nil || !strings.Contains(err.Error(), "hubConfig.namespace is immutable") {
 		t.Fatalf("moving the hub namespace: err = %v, want immutable", err)
+	}
+}
+
+// checkAdmission creates obj as a dry run: with wantErr empty it must be accepted, otherwise
+// refused as Invalid with a message containing wantErr.
+func checkAdmission(t *testing.T, c client.Client, obj client.Object, wantErr string) {
+	t.Helper()
+	err := c.Create(t.Context(), obj, client.DryRunAll)
+	switch {
+	case wantErr == "" && err != nil:
+		t.Fatalf("valid object refused: %v", err)
+	case wantErr != "" && !apierrors.IsInvalid(err):
+		t.Fatalf("err = %v, want Invalid", err)
+	case wantErr != "" && !strings.Contains(err.Error(), wantErr):
+		t.Fatalf("err = %v\nwant it to contain %q", err, wantErr)
 	}
 }
