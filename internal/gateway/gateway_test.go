@@ -240,7 +240,7 @@ func TestGateway(t *testing.T) {
 	})
 	eventually(t, "east filters what comes out of its tunnel to its own subnets", func() error {
 		s := gw1.ingress.last()
-		if fmt.Sprint(s.Tunnels) != "[octopus0]" || fmt.Sprint(sortedStrings(prefixStrings(s.Destinations))) != fmt.Sprint(sortedStrings(eastSubnets)) ||
+		if fmt.Sprint(s.Tunnels) != "[og-test]" || fmt.Sprint(sortedStrings(prefixStrings(s.Destinations))) != fmt.Sprint(sortedStrings(eastSubnets)) ||
 			fmt.Sprint(s.HealthCheck) != "[10.101.0.1]" {
 			return fmt.Errorf("ingress filter %+v", s)
 		}

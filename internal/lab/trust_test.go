@@ -30,7 +30,11 @@ func TestRouteHijack(t *testing.T) {
 			Backends: map[string]string{lab.ClusterName(1): backend, lab.ClusterName(2): backend, lab.ClusterName(3): backend},
 		})
 		checkRouteHijack(ctx, t, l)
-	}, "wireguard")
+		t.Run("kubelet unreachable through the tunnel", func(t *testing.T) { checkKubeletUnreachable(ctx, t, l) })
+		if backend == "vxlan" {
+			t.Run("forged vxlan dropped", func(t *testing.T) { checkForgedVXLANDropped(ctx, t, l, gateway.DefaultListenPort) })
+		}
+	}, "wireguard", "vxlan")
 }
 
 // checkRouteHijack: cluster2's own hub credential (what a compromised member holds) rewrites
