@@ -90,12 +90,14 @@ func (a *active) run(ctx context.Context) error {
 
 	// The filter comes before the tunnel device does, dropping everything out of it until
 	// the first reconcile knows what this cluster advertises: a gateway never forwards
-	// unfiltered. It goes after the driver has closed (defers run last to first).
+	// unfiltered. A filter that cannot be written ends the active term (fail closed: the
+	// Lease goes to a standby that can filter, and the error is the process's). It goes after
+	// the driver has closed (defers run last to first).
 	if a.ingress, err = o.NewIngressFilter(); err != nil {
-		return fmt.Errorf("opening the tunnel ingress filter: %w", err)
+		return fmt.Errorf("opening the tunnel ingress filter (the gateway needs the nft binary and NET_ADMIN): %w", err)
 	}
 	if err := a.ingress.Apply(ctx, ingressState(a.local, hc, o.Device, Desired{})); err != nil {
-		return err
+		return fmt.Errorf("writing the tunnel ingress filter before the tunnel comes up: %w", err)
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), natDeleteTimeout)
@@ -214,9 +216,10 @@ func (a *active) reconcile(ctx context.Context) error {
 	}
 	d := Compute(a.local, peers.Items)
 	// The filter first: a tunnel to a new Peer is up only once its traffic is filtered, and
-	// one that cannot be filtered is not brought up (retried in a second).
+	// one that cannot be filtered is not brought up (retried in a second; the tunnels already
+	// up stay under the filter last written).
 	if err := a.ingress.Apply(ctx, ingressState(a.local, a.hcIP, a.o.Device, d)); err != nil {
-		return err
+		return fmt.Errorf("updating the tunnel ingress filter (%d peers), so not applying their tunnels: %w", len(d.Tunnel.Peers), err)
 	}
 	applyErr := a.driver.Apply(ctx, d.Tunnel)
 	if applyErr != nil {
