@@ -84,14 +84,21 @@ func requestFilter(port uint16) []bpf.Instruction {
 		// Fragments other than the first carry no UDP header; the kernel reassembles before
 		// local delivery, but the filter must not read payload bytes as ports.
 		bpf.LoadAbsolute{Off: 6, Size: 2},
-		bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: 0x1fff, SkipTrue: 8},
+		bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: 0x1fff, SkipTrue: 13},
 		bpf.LoadMemShift{Off: 0}, // X = IP header length
 		bpf.LoadIndirect{Off: 2, Size: 2},
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(port), SkipTrue: 5},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(port), SkipTrue: 10},
 		bpf.LoadIndirect{Off: udpHeader, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: magic, SkipTrue: 3},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: magic, SkipTrue: 8},
 		bpf.LoadIndirect{Off: udpHeader + 4, Size: 1},
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(typeRequest), SkipTrue: 1},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(typeRequest), SkipTrue: 6},
+		// A whole message, not just its first bytes (found by FuzzProbePacket): the responder
+		// would drop a shorter one, but nothing it cannot parse should wake it.
+		bpf.TXA{},
+		bpf.ALUOpConstant{Op: bpf.ALUOpAdd, Val: uint32(udpHeader + messageLen)},
+		bpf.TAX{},
+		bpf.LoadExtension{Num: bpf.ExtLen},
+		bpf.JumpIfX{Cond: bpf.JumpLessThan, SkipTrue: 1},
 		bpf.RetConstant{Val: uint32(requestCopyLen)},
 		bpf.RetConstant{Val: 0},
 	}
