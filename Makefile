@@ -82,6 +82,7 @@ FUZZ_TARGETS += ./internal/globalnet/globalip:FuzzAssign
 FUZZ_TARGETS += ./internal/gateway:FuzzCompute
 FUZZ_TARGETS += ./internal/secondarynet/podnet:FuzzNetworkStatus ./internal/secondarynet/podnet:FuzzRequestedIP
 FUZZ_TARGETS += ./internal/datapath/pathprobe:FuzzProbePacket ./internal/datapath/pathprobe:FuzzParse
+FUZZ_TARGETS += ./internal/servicediscovery:FuzzHubRecords
 ## fuzz: fuzz the parsers of untrusted input, each for FUZZTIME.
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
