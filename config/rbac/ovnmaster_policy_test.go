@@ -90,7 +90,7 @@ func TestOVNMasterChangesOnlyItsAnnotations(t *testing.T) {
 	testenv.Eventually(t, time.Minute, "the ovnmaster's relabelling refused", func() error {
 		if err := patch(cs, refused[0].patch); err == nil || !strings.Contains(err.Error(), "octopus-ovnmaster-pod-annotations") {
 			_ = patch(kubernetes.NewForConfigOrDie(adminCfg), `{"metadata":{"labels":{"app":"web"}}}`)
-			return fmt.Errorf("relabelling: %v", err)
+			return fmt.Errorf("relabelling: %w", err)
 		}
 		return nil
 	})
