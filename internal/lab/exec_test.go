@@ -38,7 +38,6 @@ import (
 // labCluster is a running lab's first member cluster, as the tests of kubectl against it see
 // it.
 type labCluster struct {
-	lab *lab.Lab
 	// net is the cluster testExecAndLogs runs on (its first two nodes).
 	net labnet.ClusterNet
 	// nobody is a client certificate and key of the cluster's CA for a user without rights
