@@ -82,6 +82,7 @@ FUZZ_TARGETS += ./internal/globalnet/globalip:FuzzAssign
 FUZZ_TARGETS += ./internal/gateway:FuzzCompute
 FUZZ_TARGETS += ./internal/secondarynet/podnet:FuzzNetworkStatus
 FUZZ_TARGETS += ./internal/datapath/pathprobe:FuzzAnswer
+FUZZ_TARGETS += ./internal/servicediscovery:FuzzMergeRecords
 ## fuzz: fuzz the parsers of untrusted input, each for FUZZTIME.
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
