@@ -12,6 +12,13 @@ HELM           := $(BIN)/helm
 
 .PHONY: all build test test-fast test-lab fuzz lint generate k8s-binaries deps tools demo clean
 
+# Every go command builds with -trimpath, the tests' own `go build`s included (they inherit
+# GOFLAGS): the lab's commands must be -trimpath (the same bytes in every checkout, so the
+# content-keyed image cache serves a clean clone), and one build configuration for everything
+# means each package is compiled once per content, not once per configuration and checkout
+# path, which on a cold cache compiled the project's dependencies twice.
+export GOFLAGS := $(strip -trimpath $(GOFLAGS))
+
 all: build
 
 ## deps: Debian packages the lab and the tests need (idempotent; skipped when present).
