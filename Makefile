@@ -61,14 +61,14 @@ lint: $(GOLANGCI_LINT)
 	$(GOLANGCI_LINT) run ./...
 
 ## test: everything — lint, unit, real control planes, end to end, a short fuzz run: the lab
-## tier (./internal/lab/..., one package at a time) beside the fast tier (the rest, then fuzzing,
-## at the lowest CPU priority), with one summary of both (hack/run-tests.sh). In CI (CI=true,
-## as root) a skipped test fails the run.
-test: deps tools k8s-binaries build lint
+## tier (./internal/lab/..., one package at a time) beside the fast tier (lint, the rest, then
+## fuzzing, at the lowest CPU priority), with one summary of both (hack/run-tests.sh). In CI
+## (CI=true, as root) a skipped test fails the run.
+test: deps tools k8s-binaries build
 	@hack/run-tests.sh
 
 ## test-fast: lint, unit tests, real-control-plane packages and fuzzing, without the labs.
-test-fast: deps tools k8s-binaries build lint
+test-fast: deps tools k8s-binaries build
 	@TIERS=fast hack/run-tests.sh
 
 ## test-lab: the end-to-end tests on real labs alone.
