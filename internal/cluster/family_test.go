@@ -1,0 +1,60 @@
+package cluster
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+)
+
+// TestOverlapPerFamily checks the direct-addressing overlap rule on dual-stack and IPv6-only
+// registrations: a collision in either family refuses the join, naming that family's CIDRs,
+// and ranges of different families never collide.
+func TestOverlapPerFamily(t *testing.T) {
+	registered := func(id string, addressing v1alpha1.Addressing, pods, services []string) v1alpha1.Cluster {
+		return v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: id},
+			Spec: v1alpha1.ClusterSpec{ClusterID: id, Addressing: addressing, PodCIDRs: pods, ServiceCIDRs: services}}
+	}
+	clusters := []v1alpha1.Cluster{
+		registered("west", v1alpha1.AddressingDirect, []string{"10.1.0.0/16", "2001:db8:1::/56"}, []string{"10.96.0.0/16", "2001:db8:96::/112"}),
+		registered("v6only", "", []string{"2001:db8:6::/56"}, []string{"2001:db8:97::/112"}),
+		registered("nat", v1alpha1.AddressingGlobalnet, []string{"10.9.0.0/16", "2001:db8:9::/56"}, []string{"10.99.0.0/16"}),
+	}
+	ps := func(ss ...string) []netip.Prefix {
+		out := make([]netip.Prefix, len(ss))
+		for i, s := range ss {
+			out[i] = netip.MustParsePrefix(s)
+		}
+		return out
+	}
+	for _, tt := range []struct {
+		name           string
+		pods, services []netip.Prefix
+		wantErr        string // "" when the join may go ahead
+	}{
+		{"dual-stack apart in both families", ps("10.2.0.0/16", "2001:db8:2::/56"), ps("10.97.0.0/16", "2001:db8:98::/112"), ""},
+		{"IPv4 apart, IPv6 pod CIDR inside west's", ps("10.2.0.0/16", "2001:db8:1:80::/57"), ps("10.97.0.0/16"),
+			`pod CIDR 2001:db8:1:80::/57 overlaps pod CIDR 2001:db8:1::/56 of cluster "west"`},
+		{"IPv6 service CIDR on an IPv6-only cluster's", ps("10.2.0.0/16"), ps("10.97.0.0/16", "2001:db8:97::/112"),
+			`service CIDR 2001:db8:97::/112 overlaps service CIDR 2001:db8:97::/112 of cluster "v6only"`},
+		{"IPv6 pod CIDR around west's IPv6 service CIDR", ps("2001:db8::/40"), ps("2001:db8:100::/112"),
+			`pod CIDR 2001:db8::/40 overlaps pod CIDR 2001:db8:1::/56 of cluster "west"`},
+		{"IPv4 collision still found beside a distinct IPv6", ps("10.1.128.0/17", "2001:db8:2::/56"), ps("10.97.0.0/16"),
+			`pod CIDR 10.1.128.0/17 overlaps pod CIDR 10.1.0.0/16 of cluster "west"`},
+		{"IPv4-only newcomer beside IPv6 ranges", ps("10.2.0.0/16"), ps("10.97.0.0/16"), ""},
+		{"globalnet cluster's IPv6 may be overlapped", ps("2001:db8:9::/56"), ps("10.97.0.0/16"), ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := overlapWith(clusters, "east", tt.pods, tt.services)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("err = %v\nwant it to contain %q", err, tt.wantErr)
+			}
+		})
+	}
+}
