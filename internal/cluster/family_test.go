@@ -2,12 +2,16 @@ package cluster
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
 // TestOverlapPerFamily checks the direct-addressing overlap rule on dual-stack and IPv6-only
@@ -56,5 +60,46 @@ func TestOverlapPerFamily(t *testing.T) {
 				t.Fatalf("err = %v\nwant it to contain %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestDiscoverBothFamilies runs discovery on a dual-stack API server: the service ranges come
+// from its ServiceCIDR object, which holds both families, and the pod ranges from a
+// kube-controller-manager's dual-stack --cluster-cidr, so that join registers both without
+// flags.
+func TestDiscoverBothFamilies(t *testing.T) {
+	env := testenv.DualStackControlPlanes(t, "east")
+	cp := env.Cluster("east")
+	c := newClient(t, cp.RESTConfig())
+
+	services, err := DiscoverServiceCIDRs(t.Context(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{cp.ServiceCIDR.String(), cp.ServiceCIDR6.String()}; !slices.Equal(services, want) {
+		t.Errorf("service CIDRs = %v, want %v", services, want)
+	}
+
+	wantPods := []string{"10.100.0.0/16", "2001:db8:100::/56"}
+	kcm := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "kube-controller-manager-east"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "kube-controller-manager", Image: "registry.k8s.io/kube-controller-manager",
+			Command: []string{"kube-controller-manager", "--allocate-node-cidrs=true", "--cluster-cidr=" + strings.Join(wantPods, ",")}}}},
+	}
+	// The pod is only an object to read (nothing schedules it), but admission wants its
+	// ServiceAccount, which kube-controller-manager may not have made yet.
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "default"}}
+	if err := c.Create(t.Context(), sa); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if err := c.Create(t.Context(), kcm); err != nil {
+		t.Fatal(err)
+	}
+	pods, err := DiscoverPodCIDRs(t.Context(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(pods, wantPods) {
+		t.Errorf("pod CIDRs = %v, want %v", pods, wantPods)
 	}
 }
