@@ -120,3 +120,51 @@ func TestFamilyName(t *testing.T) {
 		}
 	}
 }
+
+// TestComputeAdvertisedIsAllocatedPerFamily is the advertised = allocated rule on dual-stack
+// registrations: a Peer's IPv6 subnets must lie inside its own registered IPv6 CIDRs like its
+// IPv4 ones inside its IPv4 CIDRs; another cluster's IPv6 range, an IPv6 supernet of its own and
+// an IPv4-mapped form of its IPv4 range are withheld, and the rest of the Peer is used.
+func TestComputeAdvertisedIsAllocatedPerFamily(t *testing.T) {
+	local := Local{ClusterID: "a", Backend: v1alpha1.BackendWireGuard, Subnets: prefixes("10.1.0.0/16", "2001:db8:1::/56"),
+		Allocated: map[string][]netip.Prefix{
+			"b": Allocation(v1alpha1.ClusterSpec{PodCIDRs: []string{"10.2.0.0/16", "2001:db8:2::/56"}, ServiceCIDRs: []string{"2001:db8:98::/112", "10.98.0.0/16"}}),
+			"c": Allocation(v1alpha1.ClusterSpec{PodCIDRs: []string{"2001:db8:3::/56"}, ServiceCIDRs: []string{"2001:db8:99::/112"}}),
+		}}
+	for _, tt := range []struct {
+		name         string
+		subnets      []string
+		wantSubnets  []string
+		wantWithheld []string // "" when nothing is withheld
+	}{
+		{"both families inside the allocation", []string{"10.2.0.0/16", "2001:db8:2::/56", "2001:db8:98::/112", "10.98.0.0/16"},
+			[]string{"10.2.0.0/16", "10.98.0.0/16", "2001:db8:2::/56", "2001:db8:98::/112"}, nil},
+		{"a part of its IPv6 pod CIDR", []string{"2001:db8:2:80::/57"}, []string{"2001:db8:2:80::/57"}, nil},
+		{"another cluster's IPv6 CIDR and an IPv6 supernet of its own", []string{"2001:db8:2::/56", "2001:db8:3::/56", "2001:db8::/48"},
+			[]string{"2001:db8:2::/56"}, []string{"cluster b advertises 2001:db8:3::/56, 2001:db8::/48 outside"}},
+		{"IPv4-mapped form of its IPv4 pod CIDR", []string{"10.2.0.0/16", "::ffff:10.2.0.0/112"}, []string{"10.2.0.0/16"}, []string{"::ffff:10.2.0.0/112"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := peer("b", keyB, "203.0.113.17", 4500, tt.subnets...)
+			d := Compute(local, []v1alpha1.Peer{b})
+			if len(d.Refused) > 0 || len(d.Tunnel.Peers) != 1 {
+				t.Fatalf("tunnels %+v, refused %+v", d.Tunnel.Peers, d.Refused)
+			}
+			var got []string
+			for _, s := range d.Tunnel.Peers[0].Subnets {
+				got = append(got, s.String())
+			}
+			if !slices.Equal(got, tt.wantSubnets) {
+				t.Errorf("subnets %v, want %v", got, tt.wantSubnets)
+			}
+			if len(tt.wantWithheld) == 0 && len(d.Withheld) > 0 {
+				t.Errorf("withheld %+v, want nothing", d.Withheld)
+			}
+			for _, w := range tt.wantWithheld {
+				if len(d.Withheld) != 1 || !strings.Contains(d.Withheld[0].Message, w) {
+					t.Errorf("withheld %+v, want one message containing %q", d.Withheld, w)
+				}
+			}
+		})
+	}
+}
