@@ -94,12 +94,24 @@ func familyName(p netip.Prefix) string {
 	return "IPv6"
 }
 
+// advertisedBy returns the subnets Peer p advertises that parse, accepted or not.
+func advertisedBy(p v1alpha1.Peer) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range p.Spec.Subnets {
+		if prefix, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, prefix.Masked())
+		}
+	}
+	return out
+}
+
 // familiesWith compares the families this cluster advertises (ours) with those of Peer id's
-// accepted subnets. A family only one side has is not offered: the other side has no address
-// of it to send from or to (a cluster without an IPv6 CIDR, or under globalnet, whose global
-// CIDR is IPv4). It says which side lacks it, so that a mixed cluster set reads as such rather
-// than as a broken tunnel.
-func familiesWith(local Local, id string, ours, theirs []netip.Prefix) Families {
+// accepted subnets (theirs; advertised is all it advertises). A family only one side has is
+// not offered: the other side has no address of it to send from or to (a cluster without an
+// IPv6 CIDR, or under globalnet, whose global CIDR is IPv4), or its subnets of that family were
+// withheld (vxlan carries only its underlay's family). It says which, so that a mixed cluster
+// set reads as such rather than as a broken tunnel.
+func familiesWith(local Local, id string, ours, theirs, advertised []netip.Prefix) Families {
 	has := func(ps []netip.Prefix, fam string) []string {
 		var out []string
 		for _, p := range ps {
@@ -116,6 +128,9 @@ func familiesWith(local Local, id string, ours, theirs []netip.Prefix) Families 
 		switch {
 		case len(mine) > 0 && len(yours) > 0:
 			f.Carried = append(f.Carried, fam)
+		case len(mine) > 0 && len(has(advertised, fam)) > 0:
+			msgs = append(msgs, fmt.Sprintf("%s is not offered between %s and %s: cluster %s's %s subnets (%s) are withheld (condition %s says why)",
+				fam, local.ClusterID, id, id, fam, strings.Join(has(advertised, fam), ", "), ConditionSubnetsAccepted))
 		case len(mine) > 0:
 			msgs = append(msgs, fmt.Sprintf("%s is not offered between %s and %s: cluster %s advertises no %s subnet (it registered no %s pod or service CIDR, or its addressing translates another family), this cluster does (%s)",
 				fam, local.ClusterID, id, id, fam, fam, strings.Join(mine, ", ")))
@@ -236,7 +251,7 @@ func Compute(local Local, peers []v1alpha1.Peer) Desired {
 			taken[s] = id
 		}
 		if !isHub && local.Role != v1alpha1.PeerRoleHub {
-			d.Families[id] = familiesWith(local, id, local.Subnets, tp.Subnets)
+			d.Families[id] = familiesWith(local, id, local.Subnets, tp.Subnets, advertisedBy(p))
 		}
 		if hc, err := netip.ParseAddr(p.Spec.HealthCheckIP); err == nil && containsAddr(tp.Subnets, hc) {
 			d.Targets[id] = hc

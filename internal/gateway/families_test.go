@@ -64,6 +64,13 @@ func TestComputeFamilies(t *testing.T) {
 				carried []string
 				msg     []string
 			}{"v6": {only6, nil}}},
+		{"vxlan over an IPv4 underlay: the IPv6 subnets are withheld, and that is what it says",
+			Local{ClusterID: "a", Backend: v1alpha1.BackendVXLAN, ListenPort: 4500, LocalAddr: netip.MustParseAddr("203.0.113.1"), Subnets: prefixes("10.1.0.0/16", "2001:db8:1::/56")},
+			[]v1alpha1.Peer{vxlanPeer(dual)},
+			map[string]struct {
+				carried []string
+				msg     []string
+			}{"dual": {only4, []string{"IPv6 is not offered between a and dual", "cluster dual's IPv6 subnets (2001:db8:2::/56, 2001:db8:98::/112) are withheld", "SubnetsAccepted"}}}},
 		{"hub gateway as local: nothing to say", Local{ClusterID: v1alpha1.HubPeerName, Role: v1alpha1.PeerRoleHub, Backend: v1alpha1.BackendWireGuard, Subnets: prefixes("10.0.0.1/32")},
 			[]v1alpha1.Peer{dual, v4}, nil},
 	}
@@ -167,4 +174,10 @@ func TestComputeAdvertisedIsAllocatedPerFamily(t *testing.T) {
 			}
 		})
 	}
+}
+
+// vxlanPeer is p on the vxlan backend.
+func vxlanPeer(p v1alpha1.Peer) v1alpha1.Peer {
+	p.Spec.Backend = v1alpha1.BackendVXLAN
+	return p
 }
