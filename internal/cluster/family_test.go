@@ -9,8 +9,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/ipam"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
@@ -101,5 +103,49 @@ func TestDiscoverBothFamilies(t *testing.T) {
 	}
 	if !slices.Equal(pods, wantPods) {
 		t.Errorf("pod CIDRs = %v, want %v", pods, wantPods)
+	}
+}
+
+// TestClaimBlockIPv6 claims blocks of an IPv6 pool on a real API server: the claim is a
+// ConfigMap whose name is derived from the block (colons are not allowed in names), two
+// clusters get distinct blocks, a re-run keeps its block, and a block of an IPv4 pool with the
+// same name shape does not collide with it.
+func TestClaimBlockIPv6(t *testing.T) {
+	env := testenv.ControlPlanes(t, "hub")
+	c := newClient(t, env.Cluster("hub").RESTConfig())
+	ns := metav1.NamespaceDefault
+	pool6, err := ipam.ParsePool("2001:db8:100::/40", 56)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool4, err := ipam.ParsePool("242.0.0.0/8", 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	east, err := claimBlock(t.Context(), c, ns, "east", PoolGlobalnet+"-v6", pool6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	west, err := claimBlock(t.Context(), c, ns, "west", PoolGlobalnet+"-v6", pool6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if east.Overlaps(west) || east.Bits() != 56 || !pool6.CIDR.Contains(east.Addr()) || !pool6.CIDR.Contains(west.Addr()) {
+		t.Fatalf("blocks %s and %s: want two distinct /56 of %s", east, west, pool6.CIDR)
+	}
+	again, err := claimBlock(t.Context(), c, ns, "east", PoolGlobalnet+"-v6", pool6)
+	if err != nil || again != east {
+		t.Fatalf("re-claim for east = %s, %v; want its block %s", again, err, east)
+	}
+	v4, err := claimBlock(t.Context(), c, ns, "east", PoolGlobalnet, pool4)
+	if err != nil || !v4.Addr().Is4() {
+		t.Fatalf("IPv4 claim beside the IPv6 one = %s, %v", v4, err)
+	}
+	cms := &corev1.ConfigMapList{}
+	if err := c.List(t.Context(), cms, client.InNamespace(ns), client.HasLabels{claimPoolLabel}); err != nil {
+		t.Fatal(err)
+	}
+	if len(cms.Items) != 3 {
+		t.Fatalf("%d claims, want 3", len(cms.Items))
 	}
 }
