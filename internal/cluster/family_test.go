@@ -78,7 +78,7 @@ func TestDiscoverBothFamilies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{cp.ServiceCIDR.String(), cp.ServiceCIDR6.String()}; !slices.Equal(services, want) {
+	if want := []string{cp.ServiceCIDR.String(), cp.SecondaryServiceCIDR.String()}; !slices.Equal(services, want) {
 		t.Errorf("service CIDRs = %v, want %v", services, want)
 	}
 

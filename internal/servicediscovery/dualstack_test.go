@@ -37,7 +37,7 @@ func TestDualStackImport(t *testing.T) {
 		svc, pod := testenv.CIDRs(i)
 		clusters[i] = controlplane.ClusterOptions{Name: n, ServiceCIDR: svc, PodCIDR: pod}
 		if dual[n] {
-			clusters[i].ServiceCIDR6 = testenv.ServiceCIDR6(i)
+			clusters[i].SecondaryServiceCIDR = testenv.ServiceCIDR6(i)
 		}
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)

@@ -55,7 +55,7 @@ type mergedService struct {
 	// that port (samePort), sorted: only they may receive its traffic.
 	PortClusters map[string][]string
 	// Families are the address families of the endpoints the import has (endpointFamilies),
-	// in the order corev1 lists them; empty until some cluster publishes a slice. Only
+	// IPv4 first; empty until some cluster publishes a slice. Only
 	// ClusterSet IPs of these families are offered: an IPv6 virtual IP of a dual-stack cluster
 	// importing from IPv4-only exporters would balance over nothing.
 	Families []corev1.IPFamily

@@ -86,7 +86,7 @@ func startControlPlanes(t testing.TB, dualStack bool, names []string) *controlpl
 		svc, pod := CIDRs(i)
 		clusters[i] = controlplane.ClusterOptions{Name: name, ServiceCIDR: svc, PodCIDR: pod}
 		if dualStack {
-			clusters[i].ServiceCIDR6 = ServiceCIDR6(i)
+			clusters[i].SecondaryServiceCIDR = ServiceCIDR6(i)
 		}
 	}
 	opts := Options(t)

@@ -71,9 +71,9 @@ type ControlPlane struct {
 	CAData []byte
 	// ServiceCIDR is the ClusterIP range.
 	ServiceCIDR netip.Prefix
-	// ServiceCIDR6 is the second ClusterIP range of a dual-stack API server; invalid when the
+	// SecondaryServiceCIDR is the second ClusterIP range of a dual-stack API server; invalid when the
 	// cluster is single-stack.
-	ServiceCIDR6 netip.Prefix
+	SecondaryServiceCIDR netip.Prefix
 	// PodCIDR is the range node-ipam allocates node pod CIDRs from.
 	PodCIDR netip.Prefix
 
@@ -154,17 +154,17 @@ func newControlPlane(env *Environment, o ClusterOptions) (*ControlPlane, error) 
 	}
 
 	c := &ControlPlane{
-		Name:         o.Name,
-		Kubeconfig:   filepath.Join(dir, fileKubeconfig),
-		CAData:       ca.CertPEM(),
-		ServiceCIDR:  o.ServiceCIDR,
-		ServiceCIDR6: o.ServiceCIDR6,
-		PodCIDR:      o.PodCIDR,
-		env:          env,
-		dir:          dir,
-		ca:           ca,
-		adminCert:    admin.CertPEM(),
-		adminKey:     adminKey,
+		Name:                 o.Name,
+		Kubeconfig:           filepath.Join(dir, fileKubeconfig),
+		CAData:               ca.CertPEM(),
+		ServiceCIDR:          o.ServiceCIDR,
+		SecondaryServiceCIDR: o.SecondaryServiceCIDR,
+		PodCIDR:              o.PodCIDR,
+		env:                  env,
+		dir:                  dir,
+		ca:                   ca,
+		adminCert:            admin.CertPEM(),
+		adminKey:             adminKey,
 	}
 	c.apiserver = env.newProcess(o.Name, binAPIServer)
 	c.controllerManager = env.newProcess(o.Name, binControllerManager)
@@ -246,8 +246,8 @@ func (c *ControlPlane) apiServerArgs(port uint16) []string {
 // serviceRanges is the API server's --service-cluster-ip-range: the primary range, and the
 // secondary one of a dual-stack cluster.
 func (c *ControlPlane) serviceRanges() string {
-	if c.ServiceCIDR6.IsValid() {
-		return c.ServiceCIDR.String() + "," + c.ServiceCIDR6.String()
+	if c.SecondaryServiceCIDR.IsValid() {
+		return c.ServiceCIDR.String() + "," + c.SecondaryServiceCIDR.String()
 	}
 	return c.ServiceCIDR.String()
 }
