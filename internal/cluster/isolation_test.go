@@ -38,7 +38,7 @@ func TestClusterCredentialIsConfinedToOwnObjects(t *testing.T) {
 	if err := asWest.Create(t.Context(), testPeer(ns, "west")); err != nil {
 		t.Fatalf("west creating its own Peer: %v", err)
 	}
-	if err := asWest.Create(t.Context(), testGatewayExIp(ns, "west", "red", "west")); err != nil {
+	if err := asWest.Create(t.Context(), testGatewayExIP(ns, "west", "red", "west")); err != nil {
 		t.Fatalf("west publishing its own VPC gateway's GatewayExIp: %v", err)
 	}
 
@@ -138,10 +138,10 @@ func TestClusterCredentialIsConfinedToOwnObjects(t *testing.T) {
 			})
 		}},
 		{"publish a GatewayExIp named for another cluster under its own label", policyDenied, func() error {
-			return asEast.Create(t.Context(), testGatewayExIp(ns, "west", "red", "east"))
+			return asEast.Create(t.Context(), testGatewayExIP(ns, "west", "red", "east"))
 		}},
 		{"publish a GatewayExIp under the members' ambiguous name", policyDenied, func() error {
-			return asEast.Create(t.Context(), testGatewayExIp(ns, "", "red-east", "east"))
+			return asEast.Create(t.Context(), testGatewayExIP(ns, "", "red-east", "east"))
 		}},
 		{"update another cluster's GatewayExIp", policyDenied, func() error {
 			g := get(asEast, &v1alpha1.GatewayExIp{}, v1alpha1.GatewayExIpHubName("west", "red")).(*v1alpha1.GatewayExIp)
@@ -149,7 +149,7 @@ func TestClusterCredentialIsConfinedToOwnObjects(t *testing.T) {
 			return asEast.Update(t.Context(), g)
 		}},
 		{"delete another cluster's GatewayExIp", policyDenied, func() error {
-			return asEast.Delete(t.Context(), testGatewayExIp(ns, "west", "red", "west"))
+			return asEast.Delete(t.Context(), testGatewayExIP(ns, "west", "red", "west"))
 		}},
 		{"read the join token", rbacDenied, func() error {
 			return asEast.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: render.JoinTokenSecret}, &corev1.Secret{})
@@ -204,7 +204,7 @@ func TestClusterCredentialIsConfinedToOwnObjects(t *testing.T) {
 	if err := asEast.Delete(t.Context(), own); err != nil {
 		t.Fatalf("east deleting its own Peer: %v", err)
 	}
-	gw := testGatewayExIp(ns, "east", "red", "east")
+	gw := testGatewayExIP(ns, "east", "red", "east")
 	if err := asEast.Create(t.Context(), gw); err != nil {
 		t.Fatalf("east publishing its own GatewayExIp: %v", err)
 	}
@@ -393,9 +393,9 @@ func TestRejoinDoesNotAdoptPrecreatedAccount(t *testing.T) {
 	})
 }
 
-// testGatewayExIp is a VPC gateway's GatewayExIp on the hub, named for cluster (the hub's
+// testGatewayExIP is a VPC gateway's GatewayExIp on the hub, named for cluster (the hub's
 // <cluster>.<gateway>; cluster "" names it gateway alone) and labelled owner.
-func testGatewayExIp(ns, cluster, gateway, owner string) *v1alpha1.GatewayExIp {
+func testGatewayExIP(ns, cluster, gateway, owner string) *v1alpha1.GatewayExIp {
 	name := gateway
 	if cluster != "" {
 		name = v1alpha1.GatewayExIpHubName(cluster, gateway)

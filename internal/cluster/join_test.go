@@ -243,7 +243,7 @@ func TestLeaveCleansBothSides(t *testing.T) {
 	if err := eastHub.Create(t.Context(), testPeer(f.info.Namespace, "east")); err != nil {
 		t.Fatal(err)
 	}
-	if err := eastHub.Create(t.Context(), testGatewayExIp(f.info.Namespace, "east", "red", "east")); err != nil {
+	if err := eastHub.Create(t.Context(), testGatewayExIP(f.info.Namespace, "east", "red", "east")); err != nil {
 		t.Fatal(err)
 	}
 
