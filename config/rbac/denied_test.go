@@ -262,6 +262,9 @@ var identities = []identity{
 			{verbs: "get,list,watch,create,update,patch,delete", resource: "configmaps", namespace: hubNS},
 			{verbs: "get,list,watch,create,update,patch,delete", group: "multicluster.x-k8s.io", resource: "serviceimports", namespace: hubNS},
 			{verbs: "get,list,watch,create,update,patch,delete", group: "discovery.k8s.io", resource: "endpointslices", namespace: hubNS},
+			// Its VPC gateways' GatewayExIps, and every other cluster's read (issue 33); the
+			// policy admits only names <cluster>.<gateway> of its own.
+			{verbs: "get,list,watch,create,update,patch,delete", group: "octopus.io", resource: "gatewayexips", namespace: hubNS},
 			{verbs: "delete", resource: "serviceaccounts", namespace: hubNS},
 			{verbs: "create", resource: "serviceaccounts/token", namespace: hubNS},
 		},
