@@ -76,6 +76,17 @@ func ClusterServiceAccount(clusterID string) string { return ClusterServiceAccou
 // HeartbeatLeaseName is the name of a cluster's heartbeat Lease in the hub namespace.
 func HeartbeatLeaseName(clusterID string) string { return clusterID }
 
+// GatewayExIpName is a GatewayExIp's name in member clusters, the prototype's
+// "<gateway>-<cluster>", which a VpcNatTunnel's gatewayName and clusterId find.
+func GatewayExIpName(gateway, clusterID string) string { return gateway + "-" + clusterID } //nolint:revive // the kind's name
+
+// GatewayExIpHubName is a GatewayExIp's name on the hub, "<cluster>.<gateway>". Not the
+// members' name: with '-' in cluster IDs and gateway names, "x-a-b" could be gateway x of
+// cluster a-b or gateway x-a of cluster b, and the hub's ownership policy could not tell whose
+// name it is. Cluster IDs hold no '.', so the prefix before the first '.' is the owner's ID,
+// and the policy admits only the caller's (docs/hub-and-trust.md).
+func GatewayExIpHubName(clusterID, gateway string) string { return clusterID + "." + gateway } //nolint:revive // the kind's name
+
 // Labels.
 const (
 	// ClusterLabel marks every object a cluster writes to the hub with the writer's cluster ID.
