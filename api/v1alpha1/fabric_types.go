@@ -85,6 +85,38 @@ type HubConfig struct {
 	// secondary is the pool of secondary-network CIDRs.
 	// +optional
 	Secondary *CIDRPool `json:"secondary,omitempty"`
+	// interconnect puts OVN-IC's interconnection databases (IC NB and IC SB, 3-member raft
+	// clusters on TLS with client certificates) on this cluster's nodes, for members joined
+	// with the ovn-ic interconnect (`octopus hub deploy --interconnect`).
+	// +optional
+	Interconnect *HubInterconnect `json:"interconnect,omitempty"`
+}
+
+// HubInterconnect configures the interconnection databases on the hub.
+type HubInterconnect struct {
+	// image holds ovsdb-server and OVN's IC schemas: the secondary network's image
+	// (octopus-ovn).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image"`
+	// transitSwitches are the transit switches made at deploy, each a DNS label; the members'
+	// routers join the first. Default: ts (Kube-OVN's).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.all(s, s.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'))",message="hubConfig.interconnect.transitSwitches must be DNS labels (lower-case letters, digits, '-'), such as ts"
+	TransitSwitches []string `json:"transitSwitches,omitempty"`
+	// addresses are the hub nodes' IP addresses the members reach the databases at (their
+	// ovn-ic-config's ic-db-host), written into the databases' certificate.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="self.all(a, isIP(a))",message="hubConfig.interconnect.addresses must be IP addresses of the hub's nodes, such as 192.0.2.10"
+	Addresses []string `json:"addresses,omitempty"`
 }
 
 // SecretReference names a Secret in any namespace (the Fabric is cluster-scoped).

@@ -289,6 +289,31 @@ func TestSchemaValidation(t *testing.T) {
 			f.Spec.HubConfig = &v1alpha1.HubConfig{HubURL: "http://hub:6443"}
 			return f
 		}, "hubConfig.hubURL must be an https URL"},
+		{"Fabric hub with interconnect", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig = nil
+			f.Spec.HubConfig = &v1alpha1.HubConfig{Interconnect: &v1alpha1.HubInterconnect{
+				Image: "octopus-ovn:v1", TransitSwitches: []string{"ts", "ts-2"}, Addresses: []string{"192.0.2.10", "2001:db8::1"}}}
+			return f
+		}, ""},
+		{"Fabric hub interconnect without an image", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig = nil
+			f.Spec.HubConfig = &v1alpha1.HubConfig{Interconnect: &v1alpha1.HubInterconnect{}}
+			return f
+		}, "spec.hubConfig.interconnect.image"},
+		{"Fabric hub interconnect with a transit switch that is no DNS label", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig = nil
+			f.Spec.HubConfig = &v1alpha1.HubConfig{Interconnect: &v1alpha1.HubInterconnect{Image: "i", TransitSwitches: []string{"TS_1"}}}
+			return f
+		}, "hubConfig.interconnect.transitSwitches must be DNS labels"},
+		{"Fabric hub interconnect with a host name for an address", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig = nil
+			f.Spec.HubConfig = &v1alpha1.HubConfig{Interconnect: &v1alpha1.HubInterconnect{Image: "i", Addresses: []string{"hub-node-1"}}}
+			return f
+		}, "hubConfig.interconnect.addresses must be IP addresses"},
 		{"Fabric with an unknown cloud", func() client.Object {
 			f := validFabric()
 			f.Spec.CloudPrepareConfig = &v1alpha1.CloudPrepareConfig{Provider: "openstack"}
