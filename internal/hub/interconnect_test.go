@@ -1,20 +1,26 @@
 package hub
 
 import (
+	"context"
 	"crypto/x509"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/manifests/render"
 	"github.com/octopus-mcs/octopus/internal/pki"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/icsigner"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
@@ -80,6 +86,41 @@ func TestDeployInterconnect(t *testing.T) {
 	}) {
 		t.Errorf("IC NB's container does not make the transit switch %s: %v", render.DefaultTransitSwitch, sts.Spec.Template.Spec.Containers[0].Env)
 	}
+
+	// The signer, as its ServiceAccount with nothing but the Role deploy bound to it, signs a
+	// cluster's request with the CA deploy made.
+	signerCfg := rest.CopyConfig(env.Cluster("hub").RESTConfig())
+	signerCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + render.ICSignerName}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- icsigner.Run(ctx, icsigner.Options{Hub: signerCfg, Namespace: ns, CA: ca}) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the signer: %v", err)
+		}
+	}()
+	csr, _, err := pki.NewCSR("east")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.InterconnectCSRName("east"), Namespace: ns,
+			Labels: map[string]string{v1alpha1.ClusterLabel: "east", v1alpha1.InterconnectCSRLabel: "true"}},
+		Data: map[string]string{v1alpha1.InterconnectCSRKey: string(csr)},
+	}
+	if err := c.Create(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	testenv.EventuallyEvery(t, 20*time.Millisecond, 30*time.Second, "the signer with its generated RBAC to sign east's request", func() error {
+		if err := c.Get(t.Context(), client.ObjectKeyFromObject(req), req); err != nil {
+			return err
+		}
+		if req.Data[v1alpha1.InterconnectCertKey] == "" {
+			return fmt.Errorf("not signed: %v", req.Data)
+		}
+		return nil
+	})
 
 	if _, err := Deploy(t.Context(), env.Cluster("hub").RESTConfig(), opts); err != nil {
 		t.Fatal(err)

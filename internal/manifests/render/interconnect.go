@@ -10,11 +10,13 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/config/rbac"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/pki"
 )
@@ -248,7 +250,66 @@ func Interconnect(o InterconnectOptions) ([]client.Object, error) {
 			},
 		},
 	}
-	return []client.Object{svc, sts}, nil
+	signer, err := icSigner(o, labels)
+	if err != nil {
+		return nil, err
+	}
+	return append([]client.Object{svc, sts}, signer...), nil
+}
+
+// ICSignerName names the signer's Deployment, ServiceAccount and RoleBinding.
+const ICSignerName = "octopus-ic-signer"
+
+// icSigner is `octopus-ovn ic-signer` on the hub: one replica (a signature is one write, guarded
+// by the resourceVersion it read), its ServiceAccount bound to its generated Role in the hub
+// namespace, and the CA Secret mounted; the only pod that holds the CA's key.
+func icSigner(o InterconnectOptions, labels map[string]string) ([]client.Object, error) {
+	roles, err := rbac.Load(rbac.ICSigner)
+	if err != nil {
+		return nil, err
+	}
+	if len(roles.Roles) != 1 || roles.ClusterRole != nil {
+		return nil, fmt.Errorf("the ic-signer's generated RBAC: want one Role and no ClusterRole, have %d and %v", len(roles.Roles), roles.ClusterRole != nil)
+	}
+	role := roles.Roles[0].DeepCopy()
+	role.Namespace, role.Labels = o.Namespace, labels
+	meta := metav1.ObjectMeta{Name: ICSignerName, Namespace: o.Namespace, Labels: labels}
+	app := map[string]string{"app.kubernetes.io/name": ICSignerName}
+	const caDir = "/etc/octopus/ic-ca"
+	return []client.Object{
+		role,
+		&corev1.ServiceAccount{ObjectMeta: meta},
+		&rbacv1.RoleBinding{ObjectMeta: meta,
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: ICSignerName, Namespace: o.Namespace}}},
+		&appsv1.Deployment{ObjectMeta: meta, Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: app},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: app},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: ICSignerName,
+					PriorityClassName:  o.PriorityClassName,
+					NodeSelector:       o.NodeSelector,
+					Tolerations:        o.Tolerations,
+					Containers: []corev1.Container{{
+						Name: "ic-signer", Image: o.Image, ImagePullPolicy: o.PullPolicy,
+						Command: []string{"octopus-ovn", "ic-signer", "--namespace=" + o.Namespace,
+							"--ca-cert=" + caDir + "/tls.crt", "--ca-key=" + caDir + "/tls.key"},
+						Resources: o.Resources,
+						SecurityContext: &corev1.SecurityContext{
+							AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true), RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(int64(65532)),
+							Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+						},
+						VolumeMounts: []corev1.VolumeMount{{Name: "ca", MountPath: caDir, ReadOnly: true}},
+					}},
+					Volumes: []corev1.Volume{{Name: "ca", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+						SecretName: ICCASecret, DefaultMode: ptr.To(int32(0o440))}}}},
+					SecurityContext: &corev1.PodSecurityContext{FSGroup: ptr.To(int64(65532))},
+				},
+			},
+		}},
+	}, nil
 }
 
 // icDBContainer runs one database's member. o has its defaults.
