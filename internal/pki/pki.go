@@ -353,6 +353,9 @@ func sorted(s []string) []string {
 }
 
 // keyMatches tells whether keyPEM is the private key of certPEM's public key.
+// KeyMatches says whether keyPEM is the private key of certPEM's certificate.
+func KeyMatches(certPEM, keyPEM []byte) bool { return keyMatches(certPEM, keyPEM) }
+
 func keyMatches(certPEM, keyPEM []byte) bool {
 	cert, err := ParseCert(certPEM)
 	if err != nil {
