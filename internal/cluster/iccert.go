@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/pki"
 	"github.com/octopus-mcs/octopus/internal/progress"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/icconfig"
 	"github.com/octopus-mcs/octopus/internal/secondarynet/icsigner"
 )
 
@@ -102,4 +104,43 @@ func current(s *corev1.Secret, clusterID string) bool {
 	// only the CA's certificate (not its key) is here.
 	verifier := &pki.CA{Cert: ca}
 	return verifier.Needs(s.Data[corev1.TLSCertKey], icsigner.Leaf(clusterID), time.Now()) == "" && pki.KeyMatches(s.Data[corev1.TLSCertKey], s.Data[corev1.TLSPrivateKeyKey])
+}
+
+// checkInterconnect refuses, before anything is written, an interconnection the join cannot
+// make: OVN-IC joins the clusters' OVN networks, the secondary network's switches.
+func checkInterconnect(opts *JoinOptions) error {
+	if opts.Interconnect == nil {
+		return nil
+	}
+	ic := *opts.Interconnect // the caller's stays as it gave it
+	opts.Interconnect = &ic
+	if opts.Addressing != v1alpha1.AddressingSecondary {
+		return fmt.Errorf("--interconnect ovn-ic joins the clusters' OVN networks: it needs --addressing secondary, not %s", opts.Addressing)
+	}
+	if err := ic.CheckAZName(opts.ClusterID); err != nil {
+		return err
+	}
+	if len(ic.DBHosts) == 0 {
+		return fmt.Errorf("--interconnect ovn-ic: %s is required (the hub nodes' addresses, where hub deploy --interconnect runs the IC databases)", icconfig.KeyDBHost)
+	}
+	ic.Enabled, ic.AZName = true, opts.ClusterID
+	if opts.InterconnectCertTimeout == 0 {
+		opts.InterconnectCertTimeout = 60 * time.Second
+	}
+	return nil
+}
+
+// joinInterconnect writes the member's ovn-ic-config, which its icmaster applies, and gets the
+// cluster's interconnection certificate. hubC is the cluster's own credential.
+func joinInterconnect(ctx context.Context, hubC, memberC client.Client, opts JoinOptions) error {
+	cm := &corev1.ConfigMap{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: icconfig.ConfigMapName, Namespace: icconfig.ConfigMapNamespace, Labels: kube.ManagedLabels()},
+		Data:       opts.Interconnect.Data(),
+	}
+	if err := kube.Apply(ctx, memberC, cm); err != nil {
+		return fmt.Errorf("writing the cluster's %s/%s: %w", icconfig.ConfigMapNamespace, icconfig.ConfigMapName, err)
+	}
+	opts.Progress.Step("Wrote %s/%s: AZ %s, IC databases at %s", icconfig.ConfigMapNamespace, icconfig.ConfigMapName, opts.ClusterID, strings.Join(opts.Interconnect.DBHosts, ","))
+	return RequestInterconnectCertificate(ctx, hubC, memberC, opts.BrokerInfo.Namespace, opts.ClusterID, opts.InterconnectCertTimeout, opts.Progress)
 }

@@ -3,16 +3,20 @@ package cluster
 import (
 	"context"
 	"crypto/x509"
+	"maps"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/manifests/render"
 	"github.com/octopus-mcs/octopus/internal/pki"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/icconfig"
 	"github.com/octopus-mcs/octopus/internal/secondarynet/icsigner"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
@@ -21,7 +25,7 @@ import (
 // the hub's signer with its own credential, in its own name and for the key it kept; joining
 // again keeps it; another cluster's credential can neither request nor replace it.
 func TestInterconnectCertificateAtJoin(t *testing.T) {
-	f := newFabric(t, "east", "west")
+	f := newFabric(t, "east", "west", "north")
 	hubCfg := f.env.Cluster("hub").RESTConfig()
 	if _, err := hub.Deploy(t.Context(), hubCfg, hub.DeployOptions{Interconnect: &hub.InterconnectOptions{Image: "octopus-ovn:test"}}); err != nil {
 		t.Fatal(err)
@@ -81,5 +85,39 @@ func TestInterconnectCertificateAtJoin(t *testing.T) {
 	}
 	if err := westMember.Get(t.Context(), key, &corev1.Secret{}); err == nil {
 		t.Error("west stored a certificate for east")
+	}
+
+	// Join with --interconnect ovn-ic: refused without secondary addressing before anything is
+	// written; with it, the member's ovn-ic-config (Kube-OVN's keys, the AZ named after the
+	// cluster) and its certificate.
+	ic := &icconfig.Config{DBHosts: []string{"192.0.2.10", "192.0.2.11", "192.0.2.12"}, NBPort: 6645, SBPort: 6646,
+		GatewayNodes: []string{"north-gw1", "north-gw2"}, AutoRoute: true}
+	opts := f.joinOptions("north")
+	opts.Interconnect = ic
+	if _, err := Join(t.Context(), f.env.Cluster("north").RESTConfig(), opts); err == nil || !strings.Contains(err.Error(), "needs --addressing secondary") {
+		t.Fatalf("join --interconnect with direct addressing: %v; want refused", err)
+	}
+	if err := f.hub.Get(t.Context(), client.ObjectKey{Namespace: f.info.Namespace, Name: "north"}, &v1alpha1.Cluster{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the refused join: Cluster north = %v, want not found", err)
+	}
+	opts.Addressing = v1alpha1.AddressingSecondary
+	if _, err := Join(t.Context(), f.env.Cluster("north").RESTConfig(), opts); err != nil {
+		t.Fatal(err)
+	}
+	northMember := testenv.Client(t, f.env.Cluster("north").RESTConfig())
+	cm := &corev1.ConfigMap{}
+	if err := northMember.Get(t.Context(), client.ObjectKey{Namespace: icconfig.ConfigMapNamespace, Name: icconfig.ConfigMapName}, cm); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"enable-ic": "true", "az-name": "north", "ic-db-host": "192.0.2.10,192.0.2.11,192.0.2.12",
+		"ic-nb-port": "6645", "ic-sb-port": "6646", "gw-nodes": "north-gw1,north-gw2", "auto-route": "true"}
+	if !maps.Equal(cm.Data, want) {
+		t.Errorf("north's ovn-ic-config = %v, want %v", cm.Data, want)
+	}
+	if err := northMember.Get(t.Context(), key, &corev1.Secret{}); err != nil {
+		t.Errorf("north's interconnection certificate: %v", err)
+	}
+	if ic.Enabled || ic.AZName != "" {
+		t.Errorf("Join changed the caller's configuration: %+v", ic)
 	}
 }
