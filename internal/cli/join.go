@@ -171,9 +171,6 @@ func (o *joinOptions) viaOperator(ctx context.Context, cfg *rest.Config) (done b
 	if ok, err := operator.Installed(ctx, c); !ok || err != nil {
 		return false, err
 	}
-	if o.join.Interconnect != nil {
-		return true, fmt.Errorf("the Octopus operator runs in this cluster, and its Fabric has no interconnect fields yet: join without --interconnect, then write kube-system/ovn-ic-config yourself")
-	}
 	p := o.join.Progress
 	p.Step("The Octopus operator runs in this cluster: joining through Fabric %s (--agent does not apply)", v1alpha1.FabricName)
 	raw, err := os.ReadFile(o.brokerInfo)
@@ -189,6 +186,10 @@ func (o *joinOptions) viaOperator(ctx context.Context, cfg *rest.Config) (done b
 		PodCIDRs: o.join.PodCIDRs, ServiceCIDRs: o.join.ServiceCIDRs, Topology: o.join.Topology, Addressing: o.join.Addressing,
 		GlobalEgressSize: o.join.GlobalEgressSize,
 	}}
+	if ic := o.join.Interconnect; ic != nil {
+		spec.JoinConfig.Interconnect = &v1alpha1.JoinInterconnect{Type: interconnectOvnIC, ICDBHost: ic.DBHosts,
+			ICNBPort: int32(ic.NBPort), ICSBPort: int32(ic.SBPort), GWNodes: ic.GatewayNodes, AutoRoute: &ic.AutoRoute} //nolint:gosec // ports checked by icconfig.Parse
+	}
 	if err := operator.ApplyFabric(ctx, c, spec); err != nil {
 		return true, err
 	}
