@@ -41,7 +41,12 @@ func TestInterconnectCertificateAtJoin(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error)
 	go func() { done <- icsigner.Run(ctx, icsigner.Options{Hub: hubCfg, Namespace: f.info.Namespace, CA: ca}) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the signer: %v", err)
+		}
+	}()
 
 	east, west := f.join(t, "east"), f.join(t, "west")
 	eastMember := testenv.Client(t, f.env.Cluster("east").RESTConfig())

@@ -352,10 +352,10 @@ func sorted(s []string) []string {
 	return s
 }
 
-// keyMatches tells whether keyPEM is the private key of certPEM's public key.
 // KeyMatches says whether keyPEM is the private key of certPEM's certificate.
 func KeyMatches(certPEM, keyPEM []byte) bool { return keyMatches(certPEM, keyPEM) }
 
+// keyMatches tells whether keyPEM is the private key of certPEM's public key.
 func keyMatches(certPEM, keyPEM []byte) bool {
 	cert, err := ParseCert(certPEM)
 	if err != nil {

@@ -208,7 +208,7 @@ func TestICDatabasesRefuseClientsWithoutCertificate(t *testing.T) {
 		out, err := nb.ctl(nb.endpoint(), &east, "ts-list")
 		// One row: three members made it at once, and the name is the table's index.
 		if err != nil || strings.Count(out, "\n") != 1 || !strings.HasSuffix(strings.TrimSpace(out), "("+DefaultTransitSwitch+")") {
-			return fmt.Errorf("ts-list: %v: %q", err, out)
+			return fmt.Errorf("ts-list: %w: %q", err, out)
 		}
 		return nil
 	})
@@ -286,7 +286,7 @@ func TestICDatabasesSurviveLeaderLoss(t *testing.T) {
 	eventuallyIC(t, "the transit switch", func() error {
 		out, err := nb.ctl(nb.endpoint(), &east, "ts-list")
 		if err != nil || !strings.Contains(out, DefaultTransitSwitch) {
-			return fmt.Errorf("ts-list: %v: %q", err, out)
+			return fmt.Errorf("ts-list: %w: %q", err, out)
 		}
 		return nil
 	})
@@ -308,7 +308,7 @@ func TestICDatabasesSurviveLeaderLoss(t *testing.T) {
 					out, err = c.ctl(c.endpoint(), &east, "set", "IC_SB_Global", ".", "options:probe=after-loss")
 				}
 				if err != nil {
-					return fmt.Errorf("%v: %s", err, out)
+					return fmt.Errorf("%w: %s", err, out)
 				}
 				return nil
 			})
