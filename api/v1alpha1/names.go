@@ -126,3 +126,22 @@ const (
 	// discovery). Absent means the routed primary network (direct or globalnet).
 	AddressingAnnotation = "octopus.io/addressing"
 )
+
+// A member cluster's OVN-IC client certificate (issue 32): at join the member makes its key
+// and a certificate request, and publishes the request in the hub namespace in a ConfigMap
+// named InterconnectCSRName(cluster ID), labelled ClusterLabel (so the admission policy holds
+// it to the writer's own ID) and InterconnectCSRLabel; the hub's signer
+// (octopus-ovn ic-signer) signs it for the ID of that label and writes the certificate back.
+const (
+	InterconnectCSRLabel = "octopus.io/interconnect-csr"
+	// InterconnectCSRKey holds the PEM certificate request; InterconnectCertKey the signed
+	// certificate and InterconnectCAKey the interconnection CA's certificate, the only one the
+	// member's ovn-ic trusts; InterconnectErrorKey why the signer refused.
+	InterconnectCSRKey   = "csr.pem"
+	InterconnectCertKey  = "tls.crt"
+	InterconnectCAKey    = "ca.crt"
+	InterconnectErrorKey = "error"
+)
+
+// InterconnectCSRName is the ConfigMap of a cluster's OVN-IC certificate request on the hub.
+func InterconnectCSRName(clusterID string) string { return "interconnect-csr-" + clusterID }

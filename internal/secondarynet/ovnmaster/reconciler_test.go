@@ -322,3 +322,16 @@ func TestNamedGatewayChange(t *testing.T) {
 		t.Error("a created or deleted ConfigMap must be reconciled: it may name a gateway, or stop naming one")
 	}
 }
+
+// TestGatewaySourcesInInterconnectMode: an ovnmaster told the cluster is an OVN-IC AZ reads no
+// active gateway (so, by "no Lease configured" above, it writes no gateway port and removes
+// one it made: the interconnection router takes that address); otherwise it reads the
+// gateway's ConfigMap and Lease.
+func TestGatewaySourcesInInterconnectMode(t *testing.T) {
+	if cm, lease := (Options{Interconnect: true}).gatewaySources(); cm.Name != "" || lease.Name != "" {
+		t.Errorf("interconnect mode reads %v and %v, want neither", cm, lease)
+	}
+	if cm, lease := (Options{}).gatewaySources(); cm != gatewayConfigMap || lease != gatewayLease {
+		t.Errorf("gateway sources = %v, %v; want %v, %v", cm, lease, gatewayConfigMap, gatewayLease)
+	}
+}

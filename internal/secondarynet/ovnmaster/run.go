@@ -63,7 +63,22 @@ type Options struct {
 	// HealthProbeBindAddress and MetricsBindAddress are the manager's listen addresses; "0"
 	// or "" turns them off.
 	HealthProbeBindAddress, MetricsBindAddress string
-	Log                                        logr.Logger
+	// Interconnect says the cluster is an OVN-IC availability zone: its interconnection router
+	// (internal/secondarynet/icmaster) takes the block's gateway address on the switch, the
+	// address pods route other clusters' blocks through, so the ovnmaster makes no gateway
+	// port there (and removes one it made): two ports answering for one address would split
+	// the pods' traffic between the router and the tunnel gateway.
+	Interconnect bool
+	Log          logr.Logger
+}
+
+// gatewaySources are where the reconciler reads the active gateway's node from; none in
+// interconnect mode, which makes the network's GatewayChassis empty (no gateway port).
+func (o Options) gatewaySources() (configMap, lease types.NamespacedName) {
+	if o.Interconnect {
+		return types.NamespacedName{}, types.NamespacedName{}
+	}
+	return gatewayConfigMap, gatewayLease
 }
 
 func (o Options) validate() error {
@@ -123,9 +138,10 @@ func Run(ctx context.Context, o Options) error {
 	}
 	nb := &lazyNB{opts: ovn.Options{Endpoint: o.NBEndpoint, TLS: o.NBTLS, Log: o.Log.WithName("nb")}}
 	defer nb.Close()
+	gatewayCM, gatewayLs := o.gatewaySources()
 	r := &Reconciler{
 		Client: mgr.GetClient(), NB: nb, ClusterID: o.ClusterID, CIDR: o.CIDR,
-		GatewayConfigMap: gatewayConfigMap, GatewayLease: gatewayLease,
+		GatewayConfigMap: gatewayCM, GatewayLease: gatewayLs,
 		Events: mgr.GetEventRecorder("octopus-ovnmaster"), Log: o.Log,
 	}
 	toNetwork := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
