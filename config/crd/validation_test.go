@@ -144,6 +144,37 @@ func TestSchemaValidation(t *testing.T) {
 			c.Spec.ServiceCIDRs = []string{"10.96.0.0/16", "10.97.0.0/16", "fd00::/108"}
 			return c
 		}, "spec.serviceCIDRs: Too many"},
+		{"dual-stack cluster: one CIDR per family in each list", func() client.Object {
+			c := validCluster()
+			c.Spec.PodCIDRs = []string{"10.1.0.0/16", "2001:db8:1::/56"}
+			c.Spec.ServiceCIDRs = []string{"2001:db8:96::/112", "10.96.0.0/16"}
+			return c
+		}, ""},
+		{"IPv6-only cluster", func() client.Object {
+			c := validCluster()
+			c.Spec.PodCIDRs, c.Spec.ServiceCIDRs = []string{"2001:db8:1::/56"}, []string{"2001:db8:96::/112"}
+			return c
+		}, ""},
+		{"two IPv4 pod CIDRs", func() client.Object {
+			c := validCluster()
+			c.Spec.PodCIDRs = []string{"10.1.0.0/16", "10.2.0.0/16"}
+			return c
+		}, "spec.podCIDRs: Invalid value: at most one pod CIDR per address family"},
+		{"two IPv6 service CIDRs", func() client.Object {
+			c := validCluster()
+			c.Spec.ServiceCIDRs = []string{"2001:db8:96::/112", "2001:db8:97::/112"}
+			return c
+		}, "spec.serviceCIDRs: Invalid value: at most one service CIDR per address family"},
+		{"two IPv4 pod CIDRs in a Fabric", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.PodCIDRs = []string{"10.1.0.0/16", "10.2.0.0/16"}
+			return f
+		}, "spec.joinConfig.podCIDRs: Invalid value: at most one pod CIDR per address family"},
+		{"dual-stack service CIDRs in a Fabric", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.ServiceCIDRs = []string{"10.96.0.0/16", "2001:db8:96::/112"}
+			return f
+		}, ""},
 		{"globalnet without a global CIDR", func() client.Object {
 			c := validCluster()
 			c.Spec.Addressing = v1alpha1.AddressingGlobalnet
@@ -289,6 +320,60 @@ func TestSchemaValidation(t *testing.T) {
 			f.Spec.HubConfig = &v1alpha1.HubConfig{HubURL: "http://hub:6443"}
 			return f
 		}, "hubConfig.hubURL must be an https URL"},
+		{"Fabric hub with interconnect", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig = nil
+			f.Spec.HubConfig = &v1alpha1.HubConfig{Interconnect: &v1alpha1.HubInterconnect{
+				Image: "octopus-ovn:v1", TransitSwitches: []string{"ts", "ts-2"}, Addresses: []string{"192.0.2.10", "2001:db8::1"}}}
+			return f
+		}, ""},
+		{"Fabric hub interconnect without an image", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig = nil
+			f.Spec.HubConfig = &v1alpha1.HubConfig{Interconnect: &v1alpha1.HubInterconnect{}}
+			return f
+		}, "spec.hubConfig.interconnect.image"},
+		{"Fabric hub interconnect with a transit switch that is no DNS label", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig = nil
+			f.Spec.HubConfig = &v1alpha1.HubConfig{Interconnect: &v1alpha1.HubInterconnect{Image: "i", TransitSwitches: []string{"TS_1"}}}
+			return f
+		}, "hubConfig.interconnect.transitSwitches must be DNS labels"},
+		{"Fabric hub interconnect with a host name for an address", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig = nil
+			f.Spec.HubConfig = &v1alpha1.HubConfig{Interconnect: &v1alpha1.HubInterconnect{Image: "i", Addresses: []string{"hub-node-1"}}}
+			return f
+		}, "hubConfig.interconnect.addresses must be IP addresses"},
+		{"Fabric member with interconnect", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.Addressing = v1alpha1.AddressingSecondary
+			f.Spec.JoinConfig.Interconnect = &v1alpha1.JoinInterconnect{ICDBHost: []string{"192.0.2.1", "hub-2"}, GWNodes: []string{"gw1", "gw2"}}
+			return f
+		}, ""},
+		{"Fabric member with interconnect and direct addressing", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.Interconnect = &v1alpha1.JoinInterconnect{ICDBHost: []string{"192.0.2.1"}}
+			return f
+		}, "joinConfig.interconnect joins the clusters' OVN networks: it needs joinConfig.addressing secondary"},
+		{"Fabric member interconnect with a port in icDBHost", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.Addressing = v1alpha1.AddressingSecondary
+			f.Spec.JoinConfig.Interconnect = &v1alpha1.JoinInterconnect{ICDBHost: []string{"192.0.2.1:6645"}}
+			return f
+		}, "icDBHost must be host names or IPv4 addresses without ports"},
+		{"Fabric member interconnect with a gateway node twice", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.Addressing = v1alpha1.AddressingSecondary
+			f.Spec.JoinConfig.Interconnect = &v1alpha1.JoinInterconnect{ICDBHost: []string{"h"}, GWNodes: []string{"a", "b", "a"}}
+			return f
+		}, "gwNodes lists a node twice"},
+		{"Fabric member interconnect without hosts", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.Addressing = v1alpha1.AddressingSecondary
+			f.Spec.JoinConfig.Interconnect = &v1alpha1.JoinInterconnect{}
+			return f
+		}, "icDBHost"},
 		{"Fabric with an unknown cloud", func() client.Object {
 			f := validFabric()
 			f.Spec.CloudPrepareConfig = &v1alpha1.CloudPrepareConfig{Provider: "openstack"}

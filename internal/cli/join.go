@@ -41,6 +41,7 @@ type joinOptions struct {
 	topology   string
 	agent      string
 	chart      chartFlags
+	ic         interconnectFlags
 }
 
 func newJoinCommand(streams IOStreams) *cobra.Command {
@@ -67,14 +68,15 @@ no gateway or route agent starts. ` + "`octopus leave`" + ` stops it. --agent no
 	fs := cmd.Flags()
 	o.kube.addFlags(fs, "cluster to join")
 	fs.StringVar(&o.join.ClusterID, "cluster-id", "", "the cluster's ID in the cluster set: lower-case letters, digits and '-', at most 63 (required)")
-	fs.StringSliceVar(&o.join.PodCIDRs, "pod-cidr", nil, "the cluster's pod CIDR(s) (default: discovered)")
-	fs.StringSliceVar(&o.join.ServiceCIDRs, "service-cidr", nil, "the cluster's service CIDR(s) (default: discovered)")
+	fs.StringSliceVar(&o.join.PodCIDRs, "pod-cidr", nil, "the cluster's pod CIDR(s), at most one per address family: IPv4,IPv6 for a dual-stack cluster (default: discovered)")
+	fs.StringSliceVar(&o.join.ServiceCIDRs, "service-cidr", nil, "the cluster's service CIDR(s), at most one per address family (default: discovered)")
 	fs.StringVar(&o.addressing, "addressing", string(v1alpha1.AddressingDirect), "direct, globalnet (overlapping CIDRs) or secondary")
 	fs.Int32Var(&o.join.GlobalEgressSize, "global-egress-size", 0,
 		fmt.Sprintf("with --addressing globalnet: how many addresses at the start of the cluster's global CIDR are its egress range, the source of its pods' traffic to other clusters (default %d); fixed until the cluster leaves", globalip.DefaultClusterEgressSize))
 	fs.StringVar(&o.topology, "topology", string(v1alpha1.TopologyMesh), "how the gateway reaches other clusters: mesh (direct tunnels) or hub (only through the hub's gateway, `octopus-agent gateway --hub`)")
 	fs.StringVar(&o.agent, "agent", agentCharts, "how to run the components: charts (pods installed by the member chart), process (development only: the controller alone, as a process on this machine) or none")
 	o.chart.addFlags(fs)
+	o.ic.addFlags(fs)
 	_ = cmd.MarkFlagRequired("cluster-id")
 	return cmd
 }
@@ -89,7 +91,8 @@ func (o *joinOptions) Complete(args []string) error {
 	o.join.Addressing = v1alpha1.Addressing(o.addressing)
 	o.join.Topology = v1alpha1.Topology(o.topology)
 	o.join.Progress = &progress.Reporter{W: o.ErrOut}
-	return nil
+	o.join.Interconnect, err = o.ic.config()
+	return err
 }
 
 func (o *joinOptions) Validate() error {
@@ -183,6 +186,10 @@ func (o *joinOptions) viaOperator(ctx context.Context, cfg *rest.Config) (done b
 		PodCIDRs: o.join.PodCIDRs, ServiceCIDRs: o.join.ServiceCIDRs, Topology: o.join.Topology, Addressing: o.join.Addressing,
 		GlobalEgressSize: o.join.GlobalEgressSize,
 	}}
+	if ic := o.join.Interconnect; ic != nil {
+		spec.JoinConfig.Interconnect = &v1alpha1.JoinInterconnect{Type: interconnectOvnIC, ICDBHost: ic.DBHosts,
+			ICNBPort: int32(ic.NBPort), ICSBPort: int32(ic.SBPort), GWNodes: ic.GatewayNodes, AutoRoute: &ic.AutoRoute} //nolint:gosec // ports checked by icconfig.Parse
+	}
 	if err := operator.ApplyFabric(ctx, c, spec); err != nil {
 		return true, err
 	}

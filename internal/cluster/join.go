@@ -33,6 +33,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/manifests/render"
 	"github.com/octopus-mcs/octopus/internal/progress"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/icconfig"
 	"github.com/octopus-mcs/octopus/internal/version"
 )
 
@@ -62,6 +63,13 @@ type JoinOptions struct {
 	// chart (charts/octopus-member), which the caller installs after Join, deploys octopus-dns,
 	// and the caller then runs ForwardDNS. Optional.
 	DNSByChart bool
+	// Interconnect makes the cluster an OVN-IC availability zone (join --interconnect ovn-ic):
+	// Kube-OVN's ovn-ic-config, written into the member's kube-system, and the cluster's
+	// interconnection client certificate, requested from the hub's signer. Secondary
+	// addressing only. Optional.
+	Interconnect *icconfig.Config
+	// InterconnectCertTimeout bounds the wait for the hub to sign. Optional, default 60s.
+	InterconnectCertTimeout time.Duration
 	// Progress receives one line per step. Optional.
 	Progress *progress.Reporter
 	// HubAttempts bounds the attempts to reach the hub, HubRetryInterval spaces them.
@@ -134,6 +142,11 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 	if opts.Topology == v1alpha1.TopologyHub {
 		reportHubGateway(ctx, p, e.hub, info.Namespace)
 	}
+	if opts.Interconnect != nil {
+		if err := joinInterconnect(ctx, e.hub, m.client, opts); err != nil {
+			return nil, err
+		}
+	}
 	return joined, nil
 }
 
@@ -161,6 +174,9 @@ func (opts *JoinOptions) complete() error {
 	}
 	if opts.Topology != v1alpha1.TopologyMesh && opts.Topology != v1alpha1.TopologyHub {
 		return fmt.Errorf("topology %q is not one of mesh, hub", opts.Topology)
+	}
+	if err := checkInterconnect(opts); err != nil {
+		return err
 	}
 	return checkGlobalEgressSize(*opts)
 }
@@ -396,6 +412,17 @@ func resolveCIDRs(ctx context.Context, mc client.Client, opts JoinOptions) (pods
 	if services, err = ipam.ParsePrefixes(svcStrs); err != nil {
 		return nil, nil, fmt.Errorf("service CIDR: %w", err)
 	}
+	for _, c := range []struct {
+		kind, flag string
+		cidrs      []netip.Prefix
+	}{{"pod", "--pod-cidr", pods}, {"service", "--service-cidr", services}} {
+		// Discovery may find two of one family (a second ServiceCIDR object, say); the hub
+		// would refuse them, so say here which ones and how to choose.
+		if a, b, dup := ipam.SameFamily(c.cidrs); dup {
+			return nil, nil, fmt.Errorf("%s CIDRs %s and %s are of the same address family: a cluster registers at most one %s CIDR per family (one IPv4 and one IPv6 when dual-stack); pass %s with one CIDR per family",
+				c.kind, a, b, c.kind, c.flag)
+		}
+	}
 	for _, pc := range pods {
 		if s, hit := ipam.FirstOverlap(pc, services); hit {
 			return nil, nil, fmt.Errorf("pod CIDR %s overlaps service CIDR %s of the same cluster", pc, s)
@@ -467,8 +494,16 @@ func checkOverlap(ctx context.Context, hc client.Client, namespace, id string, p
 	if err := hc.List(ctx, clusters, client.InNamespace(namespace)); err != nil {
 		return fmt.Errorf("listing clusters on the hub: %w", err)
 	}
+	return overlapWith(clusters.Items, id, pods, services)
+}
+
+// overlapWith is checkOverlap's judgement on the registered clusters. It works per address
+// family by construction: prefixes of different families never overlap, so a dual-stack
+// cluster collides with another only through two CIDRs of one family, and an IPv4-only cluster
+// never with an IPv6 range.
+func overlapWith(clusters []v1alpha1.Cluster, id string, pods, services []netip.Prefix) error {
 	mine := map[string][]netip.Prefix{"pod": pods, "service": services}
-	for _, other := range clusters.Items {
+	for _, other := range clusters {
 		if other.Name == id {
 			continue
 		}

@@ -7,72 +7,82 @@ import (
 	"golang.org/x/net/bpf"
 )
 
-// FuzzProbePacket feeds the responder's two gates arbitrary IPv4 packets from anyone on the
-// underlay: its socket filter (run in bpf's VM, as the kernel runs it) and parse on what the
-// filter lets through. The filter never lets through more than requestCopyLen bytes, never a
-// packet that is not a first fragment to the tunnel port, and whatever it lets through parses
-// as a request; parse never panics, and what it accepts marshals back to the same
-// message.
-func FuzzProbePacket(f *testing.F) {
+// FuzzAnswer sends any packet, as anyone who reaches a gateway's tunnel port can, through the
+// Responder's socket filter (run in x/net/bpf's interpreter, as the kernel runs it) and its
+// answer. The filter passes exactly the first fragments of IPv4 datagrams to the tunnel port
+// that start a probe request (requestFilter's description, written out in wantRequest), and
+// never more than requestCopyLen bytes; answer answers exactly what parses as a request, with
+// a reply from the tunnel port to the probe's source port that carries its nonce and the
+// request's IP length, and that the Prober takes for a reply.
+func FuzzAnswer(f *testing.F) {
 	const port = 4500
+	request := make([]byte, ipv4Header+udpHeader+messageLen+100)
+	request[0] = 0x45
+	binary.BigEndian.PutUint16(request[ipv4Header:], 40000)
+	binary.BigEndian.PutUint16(request[ipv4Header+2:], port)
+	message{typ: typeRequest, nonce: 42}.marshal(request[ipv4Header+udpHeader:])
+	f.Add(request)
+	fragment := append([]byte(nil), request...)
+	fragment[7] = 1
+	f.Add(fragment)
+	withOptions := append(append(append([]byte{0x46}, request[1:ipv4Header]...), 0, 0, 0, 0), request[ipv4Header:]...)
+	f.Add(withOptions)
+	reply := append([]byte(nil), request...)
+	reply[ipv4Header+udpHeader+4] = typeReply
+	f.Add(reply)
+	f.Add([]byte{0x45, 0, 0})
+
 	vm, err := bpf.NewVM(requestFilter(port))
 	if err != nil {
 		f.Fatal(err)
 	}
-	request := make([]byte, 20+udpHeader+messageLen)
-	request[0], request[9] = 0x45, 17
-	binary.BigEndian.PutUint16(request[22:], port)
-	message{typ: typeRequest, nonce: 42}.marshal(request[20+udpHeader:])
-	f.Add(request)
-	f.Add(request[:30])
-	f.Add([]byte{0x46, 0, 0, 0, 0, 0, 0x20, 0, 0, 17})
-	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, packet []byte) {
-		// What the kernel delivers to an ip4:udp raw socket: an IPv4 header of 5 words or
-		// more, protocol UDP, a UDP header after it; nothing else reaches the filter.
-		if len(packet) < 20 || packet[0]>>4 != 4 || int(packet[0]&0x0f) < 5 || packet[9] != 17 || len(packet) < int(packet[0]&0x0f)*4+udpHeader {
-			return
-		}
-		n, err := vm.Run(packet)
+		accepted, err := vm.Run(packet)
 		if err != nil {
-			return // the kernel drops what reads past the packet, as the VM refuses it
+			t.Fatalf("the filter failed on %x: %v", packet, err)
 		}
-		if n == 0 {
+		if want := wantRequest(packet, port); (accepted > 0) != want {
+			t.Fatalf("the filter accepted %d bytes of %x; want a request: %v", accepted, packet, want)
+		}
+		if accepted > requestCopyLen {
+			t.Fatalf("the filter copied %d bytes, more than %d", accepted, requestCopyLen)
+		}
+		if accepted == 0 {
 			return
 		}
-		if n > requestCopyLen {
-			t.Fatalf("the filter let through %d bytes, more than %d", n, requestCopyLen)
+		// What the socket reads past the IP header.
+		datagram := packet[int(packet[0]&0x0f)*4 : accepted]
+		out := make([]byte, udpHeader+messageLen)
+		isRequest := len(datagram) >= udpHeader && func() bool {
+			m, err := parse(datagram[udpHeader:])
+			return err == nil && m.typ == typeRequest
+		}()
+		if got := answer(datagram, len(packet), port, out); got != isRequest {
+			t.Fatalf("answer(%x) = %v, want %v", datagram, got, isRequest)
 		}
-		ihl := int(packet[0]&0x0f) * 4
-		if binary.BigEndian.Uint16(packet[6:])&0x1fff != 0 || binary.BigEndian.Uint16(packet[ihl+2:]) != port {
-			t.Fatalf("the filter let through a packet that is no first fragment to port %d: % x", port, packet)
+		if !isRequest {
+			return
 		}
-		got := packet[:min(n, len(packet))]
-		m, err := parse(got[ihl+udpHeader:])
-		if err != nil || m.typ != typeRequest {
-			t.Fatalf("the filter let through what parse refuses (%v, type %d): % x", err, m.typ, got)
+		m, err := parse(out[udpHeader:])
+		if err != nil || m.typ != typeReply || m.nonce != binary.BigEndian.Uint64(datagram[udpHeader+8:]) || m.size != uint32(len(packet)) { //nolint:gosec // fuzz inputs are small
+			t.Fatalf("reply %x to %x: %+v, %v", out, datagram, m, err)
+		}
+		if from, to := binary.BigEndian.Uint16(out[0:2]), binary.BigEndian.Uint16(out[2:4]); from != port || to != binary.BigEndian.Uint16(datagram[0:2]) {
+			t.Fatalf("reply from port %d to %d; want from %d to the probe's %d", from, to, port, binary.BigEndian.Uint16(datagram[0:2]))
 		}
 	})
 }
 
-// FuzzParse: parse never panics on a datagram's payload, and a message it accepts marshals
-// back to its first messageLen bytes but the three reserved ones.
-func FuzzParse(f *testing.F) {
-	b := make([]byte, messageLen)
-	message{typ: typeReply, nonce: 9, size: 1500}.marshal(b)
-	f.Add(b)
-	f.Add([]byte(Magic))
-	f.Fuzz(func(t *testing.T, payload []byte) {
-		m, err := parse(payload)
-		if err != nil {
-			return
-		}
-		out := make([]byte, messageLen)
-		m.marshal(out)
-		in := append([]byte(nil), payload[:messageLen]...)
-		in[5], in[6], in[7] = 0, 0, 0
-		if string(in) != string(out) {
-			t.Fatalf("parse(% x) = %+v, which marshals to % x", payload, m, out)
-		}
-	})
+// wantRequest is what requestFilter passes: the first (or only) fragment of an IPv4 packet
+// whose UDP destination port is port and whose payload starts with Magic and the request type.
+// Reads past the packet's end reject it, as they do in the kernel.
+func wantRequest(p []byte, port uint16) bool {
+	if len(p) < 8 || binary.BigEndian.Uint16(p[6:8])&0x1fff != 0 {
+		return false
+	}
+	x := int(p[0]&0x0f) * 4
+	if len(p) < x+udpHeader+len(Magic)+1 {
+		return false
+	}
+	return binary.BigEndian.Uint16(p[x+2:]) == port && string(p[x+udpHeader:x+udpHeader+len(Magic)]) == Magic && p[x+udpHeader+len(Magic)] == typeRequest
 }
