@@ -23,7 +23,7 @@ import (
 
 // TestOVNMasterChangesOnlyItsAnnotations installs what the member chart renders for the
 // ovnmaster (its RBAC and the admission policy ovn-policy.yaml) on a real API server and acts
-// as the ovnmaster: RBAC lets it patch every pod, the policy lets it change only the two
+// as the ovnmaster: RBAC lets it patch every pod, the policy lets it change only the three
 // annotations it owns. Each refusal is a change a compromised ovnmaster would want: a label
 // (moving the pod into another Service or NetworkPolicy), another annotation (an address
 // request), removing one, the spec. An administrator's changes are not its business.
@@ -104,6 +104,8 @@ func TestOVNMasterChangesOnlyItsAnnotations(t *testing.T) {
 		{"writing the network status", `{"metadata":{"annotations":{"` + podnet.NetworkStatusAnnotation + `":` + strconv.Quote(status) + `}}}`},
 		{"writing why there is no address", `{"metadata":{"annotations":{"` + podnet.ErrorAnnotation + `":"exhausted"}}}`},
 		{"removing that reason", `{"metadata":{"annotations":{"` + podnet.ErrorAnnotation + `":null}}}`},
+		{"recording the pod's VPC", `{"metadata":{"annotations":{"` + podnet.VpcAnnotation + `":"vpc-a"}}}`},
+		{"clearing the pod's VPC", `{"metadata":{"annotations":{"` + podnet.VpcAnnotation + `":null}}}`},
 	}
 	for _, a := range allowed {
 		if err := patch(cs, a.patch); err != nil {
