@@ -29,6 +29,7 @@ import (
 	"github.com/octopus-mcs/octopus/config/rbac"
 	"github.com/octopus-mcs/octopus/internal/agent"
 	"github.com/octopus-mcs/octopus/internal/cluster"
+	"github.com/octopus-mcs/octopus/internal/datapath/ingressfilter"
 	"github.com/octopus-mcs/octopus/internal/datapath/route"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 	"github.com/octopus-mcs/octopus/internal/gateway"
@@ -110,7 +111,9 @@ func TestComponentsRunWithTheirRoles(t *testing.T) {
 				StatusInterval: 300 * time.Millisecond, LivenessPort: 4501,
 				NewDriver:     func(string, tunnel.Options) (tunnel.Driver, error) { return fakeDriver{}, nil },
 				AddressDevice: func(string, netip.Addr) error { return nil },
-				Log:           logs.Logger(),
+				// The filter's nftables table would land in the test host's namespace.
+				NewIngressFilter: func() (gateway.IngressWriter, error) { return noFilter{}, nil },
+				Log:              logs.Logger(),
 			})
 		})
 		testenv.Eventually(t, time.Minute, "the gateway holds its Lease, publishes its Peer and mirrors the subnets", func() error {
@@ -277,6 +280,12 @@ func (f *fakeRoutes) get() []route.Route {
 
 // fakeDriver is a tunnel driver that carries nothing: the test is about the Kubernetes side.
 type fakeDriver struct{}
+
+// noFilter is a gateway.IngressWriter that writes nothing.
+type noFilter struct{}
+
+func (noFilter) Apply(context.Context, ingressfilter.State) error { return nil }
+func (noFilter) Delete(context.Context) error                     { return nil }
 
 var _ tunnel.Driver = fakeDriver{}
 

@@ -298,13 +298,25 @@ var identities = []identity{
 	},
 	{
 		name: "hub-gateway", namespace: hubNS, serviceAccount: v1alpha1.HubGatewayServiceAccount,
+		// It writes only its own Peer and election Lease: a compromised hub gateway cannot
+		// rewrite a member's Peer (and so its routes) or heartbeat.
 		needs: []grant{
-			{verbs: "get,list,watch,create,update,patch,delete", group: "octopus.io", resource: "peers", namespace: hubNS},
-			{verbs: "get,update,patch", group: "octopus.io", resource: "peers/status", namespace: hubNS},
+			{verbs: "get,list,watch", group: "octopus.io", resource: "peers", namespace: hubNS},
+			{verbs: "create,update,patch,delete", group: "octopus.io", resource: "peers", namespace: hubNS, name: v1alpha1.HubPeerName},
+			{verbs: "get,update,patch", group: "octopus.io", resource: "peers/status", namespace: hubNS, name: v1alpha1.HubPeerName},
 			{verbs: "get,list,watch", group: "octopus.io", resource: "clusters", namespace: hubNS},
-			{verbs: "get,list,watch,create,update,patch,delete", group: "coordination.k8s.io", resource: "leases", namespace: hubNS},
+			{verbs: "get,list,watch,create", group: "coordination.k8s.io", resource: "leases", namespace: hubNS},
+			{verbs: "update,patch", group: "coordination.k8s.io", resource: "leases", namespace: hubNS, name: v1alpha1.HubGatewayLeaseName},
 		},
 		refused: []request{
+			{verb: "update", group: "octopus.io", resource: "peers", namespace: hubNS, name: testCluster},
+			{verb: "patch", group: "octopus.io", resource: "peers", namespace: hubNS, name: testCluster},
+			{verb: "delete", group: "octopus.io", resource: "peers", namespace: hubNS, name: testCluster},
+			{verb: "update", group: "octopus.io", resource: "peers/status", namespace: hubNS, name: testCluster},
+			{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: hubNS, name: testCluster},
+			{verb: "delete", group: "coordination.k8s.io", resource: "leases", namespace: hubNS, name: v1alpha1.HubGatewayLeaseName},
+			// Applying a Peer under a member's name creates it only if the member has none.
+			{verb: "create", group: "octopus.io", resource: "peers", namespace: hubNS, name: testCluster},
 			{verb: "get", resource: "secrets", namespace: hubNS, name: render.JoinTokenSecret},
 			{verb: "create", resource: "serviceaccounts/token", namespace: hubNS, name: v1alpha1.ClusterServiceAccount(testCluster)},
 			{verb: "update", group: "octopus.io", resource: "clusters", namespace: hubNS, name: testCluster},
@@ -601,6 +613,14 @@ func do(ctx context.Context, dyn dynamic.Interface, cs kubernetes.Interface, u *
 			w.Stop()
 		}
 	case "create":
+		if r.name != "" && sub == "" {
+			// A create restricted to a name is one made by applying (server-side apply of
+			// an object that does not exist yet), which the API server authorizes as a
+			// create of that name; a POST carries no name to authorize.
+			body := fmt.Sprintf(`{"apiVersion":%q,"kind":%q,"metadata":{"name":%q}}`, obj.GetAPIVersion(), kind, name)
+			_, err = ri.Patch(ctx, name, types.ApplyPatchType, []byte(body), metav1.PatchOptions{DryRun: dry, FieldManager: "octopus-rbac-test"})
+			break
+		}
 		_, err = ri.Create(ctx, obj, metav1.CreateOptions{DryRun: dry}, subs...)
 	case "update":
 		_, err = ri.Update(ctx, obj, metav1.UpdateOptions{DryRun: dry}, subs...)

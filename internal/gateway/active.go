@@ -38,7 +38,9 @@ type active struct {
 	hub    client.Client
 	cache  cache.Cache
 	driver tunnel.Driver
-	prober Prober
+	// ingress is the tunnel ingress filter of the node for this active term.
+	ingress IngressWriter
+	prober  Prober
 	// underlay is nil without Options.NewUnderlayProber.
 	underlay UnderlayProber
 	local    Local
@@ -85,6 +87,25 @@ func (a *active) run(ctx context.Context) error {
 	}
 	a.hcIP = hc
 	a.local = Local{ClusterID: a.at.ClusterID, Role: o.Role, Backend: o.Backend, ListenPort: o.ListenPort, LocalAddr: endpoint, MTU: o.MTU}
+
+	// The filter comes before the tunnel device does, dropping everything out of it until
+	// the first reconcile knows what this cluster advertises: a gateway never forwards
+	// unfiltered. A filter that cannot be written ends the active term (fail closed: the
+	// Lease goes to a standby that can filter, and the error is the process's). It goes after
+	// the driver has closed (defers run last to first).
+	if a.ingress, err = o.NewIngressFilter(); err != nil {
+		return fmt.Errorf("opening the tunnel ingress filter (the gateway needs the nft binary and NET_ADMIN): %w", err)
+	}
+	if err := a.ingress.Apply(ctx, ingressState(a.local, hc, o.Device, Desired{})); err != nil {
+		return fmt.Errorf("writing the tunnel ingress filter before the tunnel comes up: %w", err)
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), natDeleteTimeout)
+		defer cancel()
+		if err := a.ingress.Delete(dctx); err != nil {
+			o.Log.Error(err, "Leaving the tunnel ingress filter behind")
+		}
+	}()
 
 	a.driver, err = o.NewDriver(string(o.Backend), tunnel.Options{Device: o.Device, Log: o.Log.WithName("tunnel")})
 	if err != nil {
@@ -194,6 +215,12 @@ func (a *active) reconcile(ctx context.Context) error {
 		return fmt.Errorf("listing Peers on the hub: %w", err)
 	}
 	d := Compute(a.local, peers.Items)
+	// The filter first: a tunnel to a new Peer is up only once its traffic is filtered, and
+	// one that cannot be filtered is not brought up (retried in a second; the tunnels already
+	// up stay under the filter last written).
+	if err := a.ingress.Apply(ctx, ingressState(a.local, a.hcIP, a.o.Device, d)); err != nil {
+		return fmt.Errorf("updating the tunnel ingress filter (%d peers), so not applying their tunnels: %w", len(d.Tunnel.Peers), err)
+	}
 	applyErr := a.driver.Apply(ctx, d.Tunnel)
 	if applyErr != nil {
 		applyErr = fmt.Errorf("applying the tunnel configuration (%d peers): %w", len(d.Tunnel.Peers), applyErr)

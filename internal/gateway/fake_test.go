@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/ingressfilter"
 	"github.com/octopus-mcs/octopus/internal/datapath/nat"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 )
@@ -116,4 +117,35 @@ func (f *fakeNAT) Delete(context.Context) error {
 	defer f.mu.Unlock()
 	f.deletes++
 	return nil
+}
+
+// fakeIngress records the ingress filter states applied.
+type fakeIngress struct {
+	mu      sync.Mutex
+	applied []ingressfilter.State
+	deletes int
+}
+
+func (f *fakeIngress) Apply(_ context.Context, s ingressfilter.State) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.applied = append(f.applied, s)
+	return nil
+}
+
+func (f *fakeIngress) Delete(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deletes++
+	return nil
+}
+
+// last is the state applied last (zero before any).
+func (f *fakeIngress) last() ingressfilter.State {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.applied) == 0 {
+		return ingressfilter.State{}
+	}
+	return f.applied[len(f.applied)-1]
 }

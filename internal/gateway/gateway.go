@@ -124,6 +124,10 @@ type Options struct {
 	// translates; every other gateway deletes what an earlier active term left). Optional:
 	// nftables in the process's network namespace (nat.New).
 	NewNAT func() (NATWriter, error)
+	// NewIngressFilter opens the tunnel ingress filter of the node (ingress.go): what may come
+	// out of the tunnel, and from where vxlan is accepted. Optional: nftables in the
+	// process's network namespace (ingressfilter.New).
+	NewIngressFilter func() (IngressWriter, error)
 	// Log receives what the gateway does. Optional.
 	Log logr.Logger
 }
@@ -208,6 +212,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.NewNAT == nil {
 		o.NewNAT = newNAT
+	}
+	if o.NewIngressFilter == nil {
+		o.NewIngressFilter = newIngressFilter
 	}
 	if o.Log.GetSink() == nil {
 		o.Log = logr.Discard()

@@ -53,6 +53,8 @@ type runningGateway struct {
 	addrs   []string
 	// nat is the globalnet NAT of the gateway's node, shared by its active terms.
 	nat fakeNAT
+	// ingress is the tunnel ingress filter of the gateway's node.
+	ingress fakeIngress
 }
 
 func (g *runningGateway) driver() *fakeDriver {
@@ -102,9 +104,10 @@ func startGateway(t *testing.T, member *rest.Config, node string, endpoint strin
 			g.mu.Unlock()
 			return d, nil
 		},
-		NewProber:       func() (Prober, error) { return &fakeProber{}, nil },
-		NewNAT:          func() (NATWriter, error) { return &g.nat, nil },
-		MetricsListener: l,
+		NewProber:        func() (Prober, error) { return &fakeProber{}, nil },
+		NewNAT:           func() (NATWriter, error) { return &g.nat, nil },
+		NewIngressFilter: func() (IngressWriter, error) { return &g.ingress, nil },
+		MetricsListener:  l,
 		AddressDevice: func(device string, addr netip.Addr) error {
 			g.mu.Lock()
 			defer g.mu.Unlock()
@@ -232,6 +235,14 @@ func TestGateway(t *testing.T) {
 		}
 		if p.PublicKey != wgw.driver().PublicKey() || p.Endpoint.String() != "203.0.113.17:4500" || fmt.Sprint(p.Subnets) != fmt.Sprint(sortedStrings(westSubnets)) {
 			return fmt.Errorf("peer %+v", p)
+		}
+		return nil
+	})
+	eventually(t, "east filters what comes out of its tunnel to its own subnets", func() error {
+		s := gw1.ingress.last()
+		if fmt.Sprint(s.Tunnels) != "[og-test]" || fmt.Sprint(sortedStrings(prefixStrings(s.Destinations))) != fmt.Sprint(sortedStrings(eastSubnets)) ||
+			fmt.Sprint(s.HealthCheck) != "[10.101.0.1]" {
+			return fmt.Errorf("ingress filter %+v", s)
 		}
 		return nil
 	})

@@ -29,7 +29,8 @@ import (
 // drivers: the hub member tunnels only to the hub, whose tunnel carries the other member's
 // subnets; the mesh member reaches it through the hub too; the hub tunnels to both. Without
 // the hub's gateway the hub member's peers are refused, naming the fix. Cluster credentials
-// cannot publish a hub-role Peer, and the hub gateway's credential cannot touch Clusters.
+// cannot publish a hub-role Peer, and the hub gateway's credential cannot touch Clusters or a
+// member's Peer.
 func TestHubTopology(t *testing.T) {
 	env := testenv.ControlPlanes(t, "hub", "east", "west")
 	ctx := t.Context()
@@ -177,6 +178,19 @@ func TestHubTopology(t *testing.T) {
 	}
 	if err := asGateway.List(ctx, &corev1.SecretList{}, client.InNamespace(ns)); !apierrors.IsForbidden(err) {
 		t.Errorf("the hub gateway listing Secrets: %v, want forbidden", err)
+	}
+	// Nor a member's Peer: a compromised hub gateway cannot steer a member's routes by
+	// rewriting what another member accepts from it, nor remove it.
+	eastPeer, err := getPeer("east")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eastPeer.Spec.Subnets = append(eastPeer.Spec.Subnets, "198.18.0.0/15")
+	if err := asGateway.Update(ctx, eastPeer); !apierrors.IsForbidden(err) {
+		t.Errorf("the hub gateway rewriting east's Peer: %v, want forbidden by RBAC", err)
+	}
+	if err := asGateway.Delete(ctx, eastPeer); !apierrors.IsForbidden(err) {
+		t.Errorf("the hub gateway deleting east's Peer: %v, want forbidden by RBAC", err)
 	}
 
 	// Without the hub's gateway, east has nobody to reach west through.

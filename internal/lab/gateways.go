@@ -455,8 +455,8 @@ func installHubChart(ctx context.Context, opts Options, cp *controlplane.Control
 		Wait: true, Timeout: memberChartTimeout,
 	})
 	if err != nil {
-		return fmt.Errorf("installing the hub's gateways (kubectl -n %s get pods on the hub; the kubelet logs under the lab dir's logs/): %w",
-			v1alpha1.DefaultHubNamespace, err)
+		return fmt.Errorf("installing the hub's gateways (kubectl -n %s get pods on the hub; the kubelet logs under the lab dir's logs/): %w%s",
+			v1alpha1.DefaultHubNamespace, err, unreadyPods(ctx, cp, v1alpha1.DefaultHubNamespace))
 	}
 	p.Done(start, "hub: the hub chart's gateway pods are ready")
 	return nil

@@ -130,6 +130,7 @@ func hubTopology(t *testing.T, backend, binDir string, bins map[string]string) {
 
 	// Restorable: it puts cluster2's Peer back as it was.
 	t.Run("route hijack refused", func(t *testing.T) { checkRouteHijack(ctx, t, l, pods, v1alpha1.HubPeerName) })
+	t.Run("kubelet unreachable through the tunnel", func(t *testing.T) { checkKubeletUnreachable(ctx, t, l) })
 
 	// The hub's active gateway dies; its supervisor restarts it, or the standby takes over
 	// (a new key for wireguard either way), the clusters re-point, and traffic recovers with

@@ -153,4 +153,5 @@ func TestGlobalnetMixedHubTopology(t *testing.T) {
 	t.Logf("%s -> ClusterSet IP %s:80: answers by cluster %v", src.name, setIP, seen)
 
 	verifyClusters(ctx, t, l, bins["octopus"], l.Members...)
+	t.Run("forged vxlan dropped", func(t *testing.T) { checkForgedVXLANDropped(ctx, t, l, gateway.DefaultListenPort) })
 }

@@ -47,6 +47,7 @@ func unreadyPods(ctx context.Context, cp *controlplane.ControlPlane, namespace s
 			}
 			fmt.Fprintf(&b, " %s %s (ready %v, %d restarts);", st.Name, state, st.Ready, st.RestartCount)
 		}
+		b.WriteString(previousLogs(ctx, cs, p))
 		events, err := cs.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + p.Name})
 		if err != nil {
 			continue

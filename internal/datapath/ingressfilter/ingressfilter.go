@@ -154,8 +154,11 @@ func rules(s State) []*knftables.Rule {
 		// Replies to what this cluster opened (also its pods' egress under globalnet,
 		// whose replies come back to an egress address no one exported).
 		add(chainFromTunnel, "ct state established,related return")
-		add(chainFromTunnel, "meta l4proto icmp icmp type echo-request ip daddr", "@"+setHealth4, "return")
-		add(chainFromTunnel, "meta l4proto ipv6-icmp icmpv6 type echo-request ip6 daddr", "@"+setHealth6, "return")
+		// Protocols by number: nft resolves names through /etc/protocols, which the
+		// gateway's image lacks ("Could not resolve protocol name" for ipv6-icmp made every
+		// gateway pod exit at start; TestApplyWithoutProtocolsFile).
+		add(chainFromTunnel, "meta l4proto 1 icmp type echo-request ip daddr", "@"+setHealth4, "return")
+		add(chainFromTunnel, "meta l4proto 58 icmpv6 type echo-request ip6 daddr", "@"+setHealth6, "return")
 		add(chainFromTunnel, "fib daddr type local counter drop comment", `"a node address"`)
 		add(chainFromTunnel, "ip daddr", "@"+setDest4, "return")
 		add(chainFromTunnel, "ip6 daddr", "@"+setDest6, "return")

@@ -25,8 +25,8 @@ add set inet octopus-ingress-filter vxlan-sources-v6 { type ipv6_addr ; }
 
 // fromTunnel are the rules of a State with tunnel devices "octopus0".
 const fromTunnel = `add rule inet octopus-ingress-filter from-tunnel ct state established,related return
-add rule inet octopus-ingress-filter from-tunnel meta l4proto icmp icmp type echo-request ip daddr @health-check-v4 return
-add rule inet octopus-ingress-filter from-tunnel meta l4proto ipv6-icmp icmpv6 type echo-request ip6 daddr @health-check-v6 return
+add rule inet octopus-ingress-filter from-tunnel meta l4proto 1 icmp type echo-request ip daddr @health-check-v4 return
+add rule inet octopus-ingress-filter from-tunnel meta l4proto 58 icmpv6 type echo-request ip6 daddr @health-check-v6 return
 add rule inet octopus-ingress-filter from-tunnel fib daddr type local counter drop comment "a node address"
 add rule inet octopus-ingress-filter from-tunnel ip daddr @destinations-v4 return
 add rule inet octopus-ingress-filter from-tunnel ip6 daddr @destinations-v6 return

@@ -265,3 +265,39 @@ func counted(t *testing.T, ns, comment string) int {
 	t.Fatalf("no rule with comment %q in:\n%s", comment, listed)
 	return 0
 }
+
+// TestApplyWithoutProtocolsFile writes the table with an nft that cannot read /etc/protocols,
+// as in the gateway's image, which has none: a rule naming a protocol nft must look up there
+// (ipv6-icmp) failed the whole transaction, and the fail-closed gateway exited at every start.
+func TestApplyWithoutProtocolsFile(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a network and a mount namespace")
+	}
+	nftPath, err := exec.LookPath("nft")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An nft that runs the real one in a mount namespace where /etc/protocols is empty.
+	dir := t.TempDir()
+	wrapper := "#!/bin/sh\nexec unshare --mount sh -c 'mount --bind /dev/null /etc/protocols && exec " + nftPath + " \"$@\"' nft \"$@\"\n"
+	if err := os.WriteFile(dir+"/nft", []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+":"+os.Getenv("PATH"))
+	ns := fmt.Sprintf("igproto%d", os.Getpid()%100000)
+	tunneltest.Run(t, "ip", "netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	s := State{
+		Tunnels: []string{"octopus0"}, Destinations: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16"), netip.MustParsePrefix("fd01::/48")},
+		HealthCheck: []netip.Addr{healthIP, netip.MustParseAddr("fd01::1")}, VXLANPort: vxlanPort, VXLANSources: []netip.Addr{remoteGW},
+	}
+	if err := tunneltest.InErr(ns, func() error {
+		f, err := New()
+		if err != nil {
+			return err
+		}
+		return f.Apply(context.Background(), s)
+	}); err != nil {
+		t.Fatalf("without /etc/protocols: %v", err)
+	}
+}

@@ -224,6 +224,11 @@ func (c *ControlPlane) apiServerArgs(port uint16) []string {
 		"--service-account-signing-key-file=" + f(fileSAKey),
 		"--service-cluster-ip-range=" + c.serviceRanges(),
 		"--authorization-mode=Node,RBAC",
+		// As every production cluster: a kubelet may change only its own Node, and not set
+		// labels under node-restriction.kubernetes.io/, which only an administrator can, so
+		// that what such a label selects (issue 30: the gateway nodes) a node cannot claim.
+		// Added to the default plugins, not replacing them.
+		"--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true",
 		"--profiling=false",
 		// Without this a SIGTERM waits for every watch (controllers hold many) to end by

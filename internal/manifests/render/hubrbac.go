@@ -74,19 +74,25 @@ func joinRole(namespace string) *rbacv1.Role {
 }
 
 // hubGatewayIdentity is what the hub's gateway may do: publish its own Peer and its status,
-// read the members' Peers and Clusters, and hold its election Lease. It is not a cluster
-// credential, so the ownership policy does not confine it; it is confined to the hub
-// namespace and to these resources instead, and cannot read Secrets.
+// read the members' Peers, Clusters and heartbeat Leases, and hold its election Lease. It is
+// not a cluster credential, so the ownership policy does not confine it; its writes are
+// confined by name instead (its Peer v1alpha1.HubPeerName, its Lease
+// v1alpha1.HubGatewayLeaseName), so a compromised hub gateway cannot rewrite or delete a
+// member's Peer or heartbeat. Create is by name too where the gateway creates by applying
+// (its Peer: the API server authorizes a create-by-patch for the object's name); the
+// election's Lease is created by a POST, which RBAC cannot restrict by name. No Secrets.
 func hubGatewayIdentity(namespace string) []client.Object {
 	return []client.Object{
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.HubGatewayServiceAccount, Namespace: namespace, Labels: kube.ManagedLabels()}},
 		&rbacv1.Role{
 			ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.HubGatewayServiceAccount, Namespace: namespace, Labels: kube.ManagedLabels()},
 			Rules: []rbacv1.PolicyRule{
-				{APIGroups: []string{"octopus.io"}, Resources: []string{"peers"}, Verbs: readWrite},
-				{APIGroups: []string{"octopus.io"}, Resources: []string{"peers/status"}, Verbs: []string{"get", "update", "patch"}},
-				{APIGroups: []string{"octopus.io"}, Resources: []string{"clusters"}, Verbs: readOnly},
-				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: readWrite},
+				{APIGroups: []string{"octopus.io"}, Resources: []string{"peers", "clusters"}, Verbs: readOnly},
+				{APIGroups: []string{"octopus.io"}, Resources: []string{"peers"}, Verbs: []string{"create", "update", "patch", "delete"}, ResourceNames: []string{v1alpha1.HubPeerName}},
+				{APIGroups: []string{"octopus.io"}, Resources: []string{"peers/status"}, Verbs: []string{"get", "update", "patch"}, ResourceNames: []string{v1alpha1.HubPeerName}},
+				// The members' heartbeats (the silence tracker) and the election's Lease.
+				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: append([]string{"create"}, readOnly...)},
+				{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"update", "patch"}, ResourceNames: []string{v1alpha1.HubGatewayLeaseName}},
 			},
 		},
 		&rbacv1.RoleBinding{
