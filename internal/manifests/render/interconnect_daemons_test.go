@@ -327,7 +327,7 @@ func TestICDatabasesSurviveLeaderLoss(t *testing.T) {
 			eventuallyIC(t, "the restarted member to rejoin", func() error {
 				out, err := exec.Command("ovs-appctl", "-t", c.members[i].ctl, "cluster/status", c.db.DBName).CombinedOutput()
 				if err != nil || !strings.Contains(string(out), "Status: cluster member") || !strings.Contains(string(out), "Leader: ") || strings.Contains(string(out), "Leader: unknown") {
-					return fmt.Errorf("cluster/status: %v: %s", err, out)
+					return fmt.Errorf("cluster/status: %w: %s", err, out)
 				}
 				return nil
 			})
@@ -336,7 +336,7 @@ func TestICDatabasesSurviveLeaderLoss(t *testing.T) {
 				eventuallyIC(t, "the restarted member to hold the write made without it", func() error {
 					out, err := c.ctl(fmt.Sprintf("ssl:127.0.0.1:%d", c.ports[i]), &east, "--no-leader-only", "ts-list")
 					if err != nil || !strings.Contains(out, "after-loss") {
-						return fmt.Errorf("ts-list on member %d: %v: %q", i, err, out)
+						return fmt.Errorf("ts-list on member %d: %w: %q", i, err, out)
 					}
 					return nil
 				})
