@@ -135,6 +135,15 @@ func runScale(ctx context.Context, o scaleOptions) error {
 			return err
 		}
 		progress("published %d synthetic clusters' %d exports on the hub in %s", o.synthetic, o.synthetic*o.services, since(published))
+		// The synthetic clusters' agents would each watch every record and slice on the hub:
+		// the hub serves as many watchers here, so that it works as it would for the fleet.
+		for range o.synthetic {
+			stop, err := watchHub(ctx, env.Cluster("hub").RESTConfig(), info.Namespace)
+			if err != nil {
+				return fmt.Errorf("starting a hub watcher for a synthetic cluster: %w", err)
+			}
+			defer stop()
+		}
 	}
 
 	total := (o.members + o.synthetic) * o.services
@@ -463,6 +472,31 @@ func publishSynthetic(ctx context.Context, hubCfg *rest.Config, hubNamespace str
 		}
 		return nil
 	})
+}
+
+// watchHub lists and watches the hub's records and slices in ns as an agent's import side
+// does, until the returned function is called.
+func watchHub(ctx context.Context, hubCfg *rest.Config, ns string) (func(), error) {
+	ctx, cancel := context.WithCancel(ctx)
+	c, err := cache.New(hubCfg, cache.Options{Scheme: kube.Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	for _, obj := range []client.Object{&mcsv1beta1.ServiceImport{}, &discoveryv1.EndpointSlice{}} {
+		if _, err := c.GetInformer(ctx, obj); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = c.Start(ctx) })
+	if !c.WaitForCacheSync(ctx) {
+		cancel()
+		wg.Wait()
+		return nil, errors.New("a hub watcher's cache did not sync")
+	}
+	return func() { cancel(); wg.Wait() }, nil
 }
 
 // inParallel calls fn for 0…n-1 from workers goroutines; a worker stops at its first error.
