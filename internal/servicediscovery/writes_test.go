@@ -178,14 +178,24 @@ func TestImportWrites(t *testing.T) {
 	cfg := f.env.Cluster("west").RESTConfig()
 
 	t.Run("each object of a new import is written once", func(t *testing.T) {
-		create(t, west, namespace("fleet"))
-		vip := publishSynthetic(t, f, "s1", "fleet", 6, false)
-		headless := publishSynthetic(t, f, "s2", "fleet", 3, true)
 		w := newWriteCounter("fleet")
 		stop := startAgent(t, "west", w.config(cfg), f.opts)
 		defer stop()
+		// One import first: once it is there, the agent's start (its initial lists, which
+		// reconcile the cluster's own Services for export) is behind it.
+		create(t, west, namespace("warm"))
+		waitImported(t, west, "warm", publishSynthetic(t, f, "s0", "warm", 1, false))
+		exportsBefore := servicediscovery.ReconcileTotal(t, "serviceexport")
+		create(t, west, namespace("fleet"))
+		vip := publishSynthetic(t, f, "s1", "fleet", 6, false)
+		headless := publishSynthetic(t, f, "s2", "fleet", 3, true)
 		waitImported(t, west, "fleet", append(slices.Clone(vip), headless...))
 		time.Sleep(settle)
+		// Nothing is exported here: the derived Services and imported slices must not wake
+		// the export controller (before, each of them did).
+		if n := servicediscovery.ReconcileTotal(t, "serviceexport") - exportsBefore; n != 0 {
+			t.Errorf("the import woke %v export reconciles, want none", n)
+		}
 		got, again := w.byResource()
 		want := map[string]int{
 			"services":              len(vip),
