@@ -75,6 +75,9 @@ type expectations struct {
 type expected struct {
 	since time.Time
 	rvs   map[writtenRef]string
+	// deferred is set once a reconcile found these writes missing from the cache and is
+	// waiting for them: their echoes must then wake it (see echo).
+	deferred bool
 }
 
 func newExpectations() *expectations {
@@ -113,6 +116,12 @@ func (e *expectations) echo(key types.NamespacedName, kind writtenKind, obj clie
 	defer e.mu.Unlock()
 	x := e.pending[key]
 	if x == nil {
+		return false
+	}
+	if x.deferred {
+		// A reconcile is waiting for this write to reach the cache: the event is what ends
+		// the wait, rather than the expectationRecheck backstop a second later (which put
+		// a second on the p99 of export → import propagation when it was dropped).
 		return false
 	}
 	ref := writtenRef{kind, obj.GetName()}
@@ -203,6 +212,8 @@ func (e *expectations) satisfied(ctx context.Context, cache client.Reader, key t
 		}
 		if len(x.rvs) == 0 {
 			delete(e.pending, key)
+		} else if !all {
+			x.deferred = true
 		}
 	}
 	return all, nil
