@@ -38,8 +38,12 @@ type ClusterSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!(self in ['hub', 'octopus-hub-gateway'])",message="clusterID hub and octopus-hub-gateway are reserved for the hub's own components (ReservedClusterIDs); pick another --cluster-id"
 	ClusterID string `json:"clusterID"`
 
-	// podCIDRs are the cluster's pod address ranges.
+	// podCIDRs are the cluster's pod address ranges, at most one per address family: a
+	// dual-stack cluster lists its IPv4 and its IPv6 range. One per family because every
+	// consumer (routes, overlap checks, the advertised = allocated rule) works per family, and a
+	// second range of one family is what kube-controller-manager itself refuses.
 	// +required
+	// +kubebuilder:validation:XValidation:rule="self.filter(c, isCIDR(c) && cidr(c).ip().family() == 4).size() <= 1 && self.filter(c, isCIDR(c) && cidr(c).ip().family() == 6).size() <= 1",message="at most one pod CIDR per address family (one IPv4 and one IPv6 for a dual-stack cluster)"
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=2
 	// +kubebuilder:validation:items:MaxLength=43
@@ -47,8 +51,10 @@ type ClusterSpec struct {
 	// +listType=set
 	PodCIDRs []string `json:"podCIDRs"`
 
-	// serviceCIDRs are the cluster's service ClusterIP ranges.
+	// serviceCIDRs are the cluster's service ClusterIP ranges, at most one per address family
+	// (kube-apiserver's --service-cluster-ip-range holds one per family as well).
 	// +required
+	// +kubebuilder:validation:XValidation:rule="self.filter(c, isCIDR(c) && cidr(c).ip().family() == 4).size() <= 1 && self.filter(c, isCIDR(c) && cidr(c).ip().family() == 6).size() <= 1",message="at most one service CIDR per address family (one IPv4 and one IPv6 for a dual-stack cluster)"
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=2
 	// +kubebuilder:validation:items:MaxLength=43

@@ -138,15 +138,18 @@ type JoinConfig struct {
 	// `octopus hub deploy` (or published by the hub's Fabric).
 	// +required
 	BrokerInfoSecretRef SecretReference `json:"brokerInfoSecretRef"`
-	// podCIDRs override discovery of the cluster's pod CIDRs.
+	// podCIDRs override discovery of the cluster's pod CIDRs, at most one per address family.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self.filter(c, isCIDR(c) && cidr(c).ip().family() == 4).size() <= 1 && self.filter(c, isCIDR(c) && cidr(c).ip().family() == 6).size() <= 1",message="at most one pod CIDR per address family (one IPv4 and one IPv6 for a dual-stack cluster)"
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=2
 	// +kubebuilder:validation:items:MaxLength=43
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR"
 	PodCIDRs []string `json:"podCIDRs,omitempty"`
-	// serviceCIDRs override discovery of the cluster's service CIDRs.
+	// serviceCIDRs override discovery of the cluster's service CIDRs, at most one per address
+	// family.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="self.filter(c, isCIDR(c) && cidr(c).ip().family() == 4).size() <= 1 && self.filter(c, isCIDR(c) && cidr(c).ip().family() == 6).size() <= 1",message="at most one service CIDR per address family (one IPv4 and one IPv6 for a dual-stack cluster)"
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=2
 	// +kubebuilder:validation:items:MaxLength=43

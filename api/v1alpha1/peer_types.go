@@ -147,6 +147,18 @@ type PeerConnection struct {
 	// the carrying tunnel's, reported under its Peer.
 	// +optional
 	Via string `json:"via,omitempty"`
+	// ipFamilies are the address families (IPv4, IPv6) whose traffic this connection carries:
+	// those both clusters advertise subnets of. Empty on the hub gateway's connections, which
+	// forward whatever the members send.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:items:Enum=IPv4;IPv6
+	IPFamilies []string `json:"ipFamilies,omitempty"`
+	// familyMessage says why a family one of the two clusters advertises is not carried: the
+	// other advertises no subnet of it.
+	// +optional
+	FamilyMessage string `json:"familyMessage,omitempty"`
 	// rtt is the measured round-trip time.
 	// +optional
 	RTT LatencyStats `json:"rtt,omitempty"`

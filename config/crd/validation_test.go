@@ -144,6 +144,37 @@ func TestSchemaValidation(t *testing.T) {
 			c.Spec.ServiceCIDRs = []string{"10.96.0.0/16", "10.97.0.0/16", "fd00::/108"}
 			return c
 		}, "spec.serviceCIDRs: Too many"},
+		{"dual-stack cluster: one CIDR per family in each list", func() client.Object {
+			c := validCluster()
+			c.Spec.PodCIDRs = []string{"10.1.0.0/16", "2001:db8:1::/56"}
+			c.Spec.ServiceCIDRs = []string{"2001:db8:96::/112", "10.96.0.0/16"}
+			return c
+		}, ""},
+		{"IPv6-only cluster", func() client.Object {
+			c := validCluster()
+			c.Spec.PodCIDRs, c.Spec.ServiceCIDRs = []string{"2001:db8:1::/56"}, []string{"2001:db8:96::/112"}
+			return c
+		}, ""},
+		{"two IPv4 pod CIDRs", func() client.Object {
+			c := validCluster()
+			c.Spec.PodCIDRs = []string{"10.1.0.0/16", "10.2.0.0/16"}
+			return c
+		}, "spec.podCIDRs: Invalid value: at most one pod CIDR per address family"},
+		{"two IPv6 service CIDRs", func() client.Object {
+			c := validCluster()
+			c.Spec.ServiceCIDRs = []string{"2001:db8:96::/112", "2001:db8:97::/112"}
+			return c
+		}, "spec.serviceCIDRs: Invalid value: at most one service CIDR per address family"},
+		{"two IPv4 pod CIDRs in a Fabric", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.PodCIDRs = []string{"10.1.0.0/16", "10.2.0.0/16"}
+			return f
+		}, "spec.joinConfig.podCIDRs: Invalid value: at most one pod CIDR per address family"},
+		{"dual-stack service CIDRs in a Fabric", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.ServiceCIDRs = []string{"10.96.0.0/16", "2001:db8:96::/112"}
+			return f
+		}, ""},
 		{"globalnet without a global CIDR", func() client.Object {
 			c := validCluster()
 			c.Spec.Addressing = v1alpha1.AddressingGlobalnet

@@ -67,8 +67,8 @@ no gateway or route agent starts. ` + "`octopus leave`" + ` stops it. --agent no
 	fs := cmd.Flags()
 	o.kube.addFlags(fs, "cluster to join")
 	fs.StringVar(&o.join.ClusterID, "cluster-id", "", "the cluster's ID in the cluster set: lower-case letters, digits and '-', at most 63 (required)")
-	fs.StringSliceVar(&o.join.PodCIDRs, "pod-cidr", nil, "the cluster's pod CIDR(s) (default: discovered)")
-	fs.StringSliceVar(&o.join.ServiceCIDRs, "service-cidr", nil, "the cluster's service CIDR(s) (default: discovered)")
+	fs.StringSliceVar(&o.join.PodCIDRs, "pod-cidr", nil, "the cluster's pod CIDR(s), at most one per address family: IPv4,IPv6 for a dual-stack cluster (default: discovered)")
+	fs.StringSliceVar(&o.join.ServiceCIDRs, "service-cidr", nil, "the cluster's service CIDR(s), at most one per address family (default: discovered)")
 	fs.StringVar(&o.addressing, "addressing", string(v1alpha1.AddressingDirect), "direct, globalnet (overlapping CIDRs) or secondary")
 	fs.Int32Var(&o.join.GlobalEgressSize, "global-egress-size", 0,
 		fmt.Sprintf("with --addressing globalnet: how many addresses at the start of the cluster's global CIDR are its egress range, the source of its pods' traffic to other clusters (default %d); fixed until the cluster leaves", globalip.DefaultClusterEgressSize))

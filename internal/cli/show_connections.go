@@ -52,18 +52,22 @@ the health probes, and the bytes carried.`,
 
 // Connection is one tunnel as the gateway of Cluster reports it.
 type Connection struct {
-	Cluster     string                   `json:"cluster"`
-	Peer        string                   `json:"peer"`
-	Backend     v1alpha1.Backend         `json:"backend"`
-	Driver      string                   `json:"driver,omitempty"`
-	Endpoint    string                   `json:"endpoint,omitempty"`
-	Via         string                   `json:"via,omitempty"`
-	State       v1alpha1.ConnectionState `json:"state"`
-	Message     string                   `json:"message,omitempty"`
-	RTT         v1alpha1.LatencyStats    `json:"rtt"`
-	LossPercent int32                    `json:"lossPercent"`
-	RxBytes     int64                    `json:"rxBytes"`
-	TxBytes     int64                    `json:"txBytes"`
+	Cluster  string                   `json:"cluster"`
+	Peer     string                   `json:"peer"`
+	Backend  v1alpha1.Backend         `json:"backend"`
+	Driver   string                   `json:"driver,omitempty"`
+	Endpoint string                   `json:"endpoint,omitempty"`
+	Via      string                   `json:"via,omitempty"`
+	State    v1alpha1.ConnectionState `json:"state"`
+	Message  string                   `json:"message,omitempty"`
+	// IPFamilies and FamilyMessage are the connection's (PeerConnection): the families it
+	// carries and why another is not.
+	IPFamilies    []string              `json:"ipFamilies,omitempty"`
+	FamilyMessage string                `json:"familyMessage,omitempty"`
+	RTT           v1alpha1.LatencyStats `json:"rtt"`
+	LossPercent   int32                 `json:"lossPercent"`
+	RxBytes       int64                 `json:"rxBytes"`
+	TxBytes       int64                 `json:"txBytes"`
 }
 
 func (o *showConnectionsOptions) Run(ctx context.Context) error {
@@ -113,7 +117,8 @@ func CollectConnections(peers []v1alpha1.Peer) []Connection {
 		for _, c := range p.Status.Connections {
 			conns = append(conns, Connection{
 				Cluster: p.Spec.ClusterID, Peer: c.ClusterID, Backend: backend, Driver: p.Status.Driver,
-				Endpoint: endpoints[c.ClusterID], Via: c.Via, State: c.State, Message: c.Message, RTT: c.RTT,
+				Endpoint: endpoints[c.ClusterID], Via: c.Via, State: c.State, Message: c.Message,
+				IPFamilies: c.IPFamilies, FamilyMessage: c.FamilyMessage, RTT: c.RTT,
 				LossPercent: c.LossPercent, RxBytes: c.RxBytes, TxBytes: c.TxBytes,
 			})
 		}
@@ -133,8 +138,9 @@ func renderConnections(w io.Writer, conns []Connection, peers int) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CLUSTER\tPEER\tBACKEND\tDRIVER\tENDPOINT\tSTATE\tRTT AVG\tRTT MIN/MAX\tLOSS\tRX\tTX")
+	fmt.Fprintln(tw, "CLUSTER\tPEER\tBACKEND\tDRIVER\tENDPOINT\tSTATE\tFAMILIES\tRTT AVG\tRTT MIN/MAX\tLOSS\tRX\tTX")
 	connected := 0
+	var notes []string
 	for _, c := range conns {
 		if c.State == v1alpha1.ConnectionConnected {
 			connected++
@@ -147,11 +153,26 @@ func renderConnections(w io.Writer, conns []Connection, peers int) error {
 		if c.Via != "" {
 			endpoint = "via " + c.Via
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%d%%\t%s\t%s\n", c.Cluster, c.Peer, c.Backend, c.Driver, endpoint, state,
+		families := strings.Join(c.IPFamilies, ",")
+		if families == "" {
+			families = "-" // refused, the hub gateway's, or a gateway of an earlier version
+		}
+		if c.FamilyMessage != "" {
+			notes = append(notes, c.Cluster+" > "+c.Peer+": "+c.FamilyMessage)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%d%%\t%s\t%s\n", c.Cluster, c.Peer, c.Backend, c.Driver, endpoint, state, families,
 			rtt(c.RTT.Avg.Duration), rtt(c.RTT.Min.Duration), rtt(c.RTT.Max.Duration), c.LossPercent, byteCount(c.RxBytes), byteCount(c.TxBytes))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	// A family one side lacks is a property of the cluster set, not a fault: said once per
+	// connection, below the table, where it does not widen every row.
+	if len(notes) > 0 {
+		fmt.Fprintln(w)
+		for _, n := range notes {
+			fmt.Fprintln(w, n)
+		}
 	}
 	_, err := fmt.Fprintf(w, "\n%d of %d connections up.\n", connected, len(conns))
 	return err

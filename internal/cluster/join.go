@@ -396,6 +396,17 @@ func resolveCIDRs(ctx context.Context, mc client.Client, opts JoinOptions) (pods
 	if services, err = ipam.ParsePrefixes(svcStrs); err != nil {
 		return nil, nil, fmt.Errorf("service CIDR: %w", err)
 	}
+	for _, c := range []struct {
+		kind, flag string
+		cidrs      []netip.Prefix
+	}{{"pod", "--pod-cidr", pods}, {"service", "--service-cidr", services}} {
+		// Discovery may find two of one family (a second ServiceCIDR object, say); the hub
+		// would refuse them, so say here which ones and how to choose.
+		if a, b, dup := ipam.SameFamily(c.cidrs); dup {
+			return nil, nil, fmt.Errorf("%s CIDRs %s and %s are of the same address family: a cluster registers at most one %s CIDR per family (one IPv4 and one IPv6 when dual-stack); pass %s with one CIDR per family",
+				c.kind, a, b, c.kind, c.flag)
+		}
+	}
 	for _, pc := range pods {
 		if s, hit := ipam.FirstOverlap(pc, services); hit {
 			return nil, nil, fmt.Errorf("pod CIDR %s overlaps service CIDR %s of the same cluster", pc, s)
@@ -467,8 +478,16 @@ func checkOverlap(ctx context.Context, hc client.Client, namespace, id string, p
 	if err := hc.List(ctx, clusters, client.InNamespace(namespace)); err != nil {
 		return fmt.Errorf("listing clusters on the hub: %w", err)
 	}
+	return overlapWith(clusters.Items, id, pods, services)
+}
+
+// overlapWith is checkOverlap's judgement on the registered clusters. It works per address
+// family by construction: prefixes of different families never overlap, so a dual-stack
+// cluster collides with another only through two CIDRs of one family, and an IPv4-only cluster
+// never with an IPv6 range.
+func overlapWith(clusters []v1alpha1.Cluster, id string, pods, services []netip.Prefix) error {
 	mine := map[string][]netip.Prefix{"pod": pods, "service": services}
-	for _, other := range clusters.Items {
+	for _, other := range clusters {
 		if other.Name == id {
 			continue
 		}

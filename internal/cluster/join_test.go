@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -119,6 +120,10 @@ func TestJoinRejectsBadInput(t *testing.T) {
 		{"pod overlaps own services", func(o *JoinOptions) { o.PodCIDRs = []string{"10.0.0.0/8"} }, []string{"overlaps service CIDR"}},
 		{"overlaps another cluster", func(o *JoinOptions) { o.PodCIDRs = []string{westPod} }, []string{"pod CIDR " + westPod, `of cluster "west"`, "--addressing globalnet"}},
 		{"unknown addressing", func(o *JoinOptions) { o.Addressing = "nat" }, []string{`addressing "nat"`}},
+		{"two pod CIDRs of one family", func(o *JoinOptions) { o.PodCIDRs = []string{"10.50.0.0/16", "10.51.0.0/16"} },
+			[]string{"pod CIDRs 10.50.0.0/16 and 10.51.0.0/16 are of the same address family", "pass --pod-cidr with one CIDR per family"}},
+		{"two IPv6 service CIDRs", func(o *JoinOptions) { o.ServiceCIDRs = []string{"2001:db8:96::/112", "2001:db8:97::/112"} },
+			[]string{"service CIDRs 2001:db8:96::/112 and 2001:db8:97::/112 are of the same address family"}},
 		{"globalnet pod CIDR inside the global pool", func(o *JoinOptions) {
 			o.PodCIDRs, o.Addressing = []string{"242.7.0.0/16"}, v1alpha1.AddressingGlobalnet
 		}, []string{"pod CIDR 242.7.0.0/16", `cluster "east"`, "globalnet pool " + hub.DefaultGlobalnetPool.CIDR}},
@@ -167,9 +172,11 @@ func TestJoinRejectsBadInput(t *testing.T) {
 	if err := f.hub.List(t.Context(), sas, client.InNamespace(f.info.Namespace), client.MatchingLabels{v1alpha1.ClusterLabel: "east"}); err != nil || len(sas.Items) != 0 {
 		t.Errorf("refused joins left ServiceAccounts on the hub: %d, %v", len(sas.Items), err)
 	}
-	// With globalnet addressing the overlap is fine; the egress size reaches the hub.
+	// With globalnet addressing the overlap is fine; the egress size reaches the hub, and so
+	// do the CIDRs of both families of a dual-stack cluster.
 	opts := f.joinOptions("east")
-	opts.PodCIDRs, opts.Addressing, opts.GlobalEgressSize = []string{westPod}, v1alpha1.AddressingGlobalnet, 4
+	dualPods, dualServices := []string{westPod, "2001:db8:e::/56"}, []string{"2001:db8:96::/112", f.env.Cluster("east").ServiceCIDR.String()}
+	opts.PodCIDRs, opts.ServiceCIDRs, opts.Addressing, opts.GlobalEgressSize = dualPods, dualServices, v1alpha1.AddressingGlobalnet, 4
 	if _, err := Join(t.Context(), f.env.Cluster("east").RESTConfig(), opts); err != nil {
 		t.Fatalf("globalnet join with an overlapping pod CIDR: %v", err)
 	}
@@ -179,6 +186,9 @@ func TestJoinRejectsBadInput(t *testing.T) {
 	}
 	if onHub.Spec.GlobalEgressSize != 4 {
 		t.Errorf("the Cluster on the hub has globalEgressSize %d, want 4", onHub.Spec.GlobalEgressSize)
+	}
+	if !slices.Equal(onHub.Spec.PodCIDRs, dualPods) || !slices.Equal(onHub.Spec.ServiceCIDRs, dualServices) {
+		t.Errorf("the Cluster on the hub has pod CIDRs %v and service CIDRs %v, want %v and %v", onHub.Spec.PodCIDRs, onHub.Spec.ServiceCIDRs, dualPods, dualServices)
 	}
 	// Running join again with another size would move the pool under the addresses handed
 	// out: the hub refuses it and says how to change it.

@@ -71,6 +71,76 @@ type Desired struct {
 	// allocated to the sender, or not routable through its tunnel), one Refusal per Peer
 	// naming them; the rest of the Peer is used.
 	Withheld []Refusal
+	// Families are, per accepted member Peer (tunnel or via), the address families carried
+	// between it and this cluster and why any other is not (familiesWith). The hub's gateway
+	// has none, neither as local nor as Peer: it forwards whatever members send.
+	Families map[string]Families
+}
+
+// Families is what one connection carries per address family.
+type Families struct {
+	// Carried are "IPv4" and "IPv6" in that order, those both clusters advertise subnets of.
+	Carried []string
+	// Message names each family one side advertises and the other does not; "" when none.
+	Message string
+}
+
+// familyName is the API's name of p's address family (PeerConnection.ipFamilies, and
+// Kubernetes' own IPFamily). An IPv4-mapped prefix is IPv6: it is routed as one.
+func familyName(p netip.Prefix) string {
+	if p.Addr().Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
+}
+
+// advertisedBy returns the subnets Peer p advertises that parse, accepted or not.
+func advertisedBy(p v1alpha1.Peer) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range p.Spec.Subnets {
+		if prefix, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, prefix.Masked())
+		}
+	}
+	return out
+}
+
+// familiesWith compares the families this cluster advertises (ours) with those of Peer id's
+// accepted subnets (theirs; advertised is all it advertises). A family only one side has is
+// not offered: the other side has no address of it to send from or to (a cluster without an
+// IPv6 CIDR, or under globalnet, whose global CIDR is IPv4), or its subnets of that family were
+// withheld (vxlan carries only its underlay's family). It says which, so that a mixed cluster
+// set reads as such rather than as a broken tunnel.
+func familiesWith(local Local, id string, ours, theirs, advertised []netip.Prefix) Families {
+	has := func(ps []netip.Prefix, fam string) []string {
+		var out []string
+		for _, p := range ps {
+			if familyName(p) == fam {
+				out = append(out, p.String())
+			}
+		}
+		return out
+	}
+	var f Families
+	var msgs []string
+	for _, fam := range []string{"IPv4", "IPv6"} {
+		mine, yours := has(ours, fam), has(theirs, fam)
+		switch {
+		case len(mine) > 0 && len(yours) > 0:
+			f.Carried = append(f.Carried, fam)
+		case len(mine) > 0 && len(has(advertised, fam)) > 0:
+			msgs = append(msgs, fmt.Sprintf("%s is not offered between %s and %s: cluster %s's %s subnets (%s) are withheld (condition %s says why)",
+				fam, local.ClusterID, id, id, fam, strings.Join(has(advertised, fam), ", "), ConditionSubnetsAccepted))
+		case len(mine) > 0:
+			msgs = append(msgs, fmt.Sprintf("%s is not offered between %s and %s: cluster %s advertises no %s subnet (it registered no %s pod or service CIDR, or its addressing translates another family), this cluster does (%s)",
+				fam, local.ClusterID, id, id, fam, fam, strings.Join(mine, ", ")))
+		case len(yours) > 0:
+			msgs = append(msgs, fmt.Sprintf("%s is not offered between %s and %s: this cluster advertises no %s subnet (it registered no %s pod or service CIDR, or its addressing translates another family), cluster %s does (%s)",
+				fam, local.ClusterID, id, fam, fam, id, strings.Join(yours, ", ")))
+		}
+	}
+	f.Message = strings.Join(msgs, "; ")
+	return f
 }
 
 // RemoteSubnets lists every accepted peer's subnets, sorted: what the route agents route
@@ -109,9 +179,10 @@ func (d Desired) RemoteSubnets() []netip.Prefix {
 //     member is refused. The hub's gateway tunnels to every member.
 func Compute(local Local, peers []v1alpha1.Peer) Desired {
 	d := Desired{
-		Tunnel:  tunnel.Config{ListenPort: local.ListenPort, LocalAddr: local.LocalAddr, MTU: local.MTU},
-		Via:     map[string]string{},
-		Targets: map[string]netip.Addr{},
+		Tunnel:   tunnel.Config{ListenPort: local.ListenPort, LocalAddr: local.LocalAddr, MTU: local.MTU},
+		Via:      map[string]string{},
+		Targets:  map[string]netip.Addr{},
+		Families: map[string]Families{},
 	}
 	sorted := slices.Clone(peers)
 	slices.SortFunc(sorted, func(a, b v1alpha1.Peer) int {
@@ -178,6 +249,9 @@ func Compute(local Local, peers []v1alpha1.Peer) Desired {
 		seen.add(local, tp)
 		for _, s := range tp.Subnets {
 			taken[s] = id
+		}
+		if !isHub && local.Role != v1alpha1.PeerRoleHub {
+			d.Families[id] = familiesWith(local, id, local.Subnets, tp.Subnets, advertisedBy(p))
 		}
 		if hc, err := netip.ParseAddr(p.Spec.HealthCheckIP); err == nil && containsAddr(tp.Subnets, hc) {
 			d.Targets[id] = hc

@@ -91,6 +91,7 @@ func BuildStatus(conds []metav1.Condition, generation int64, driver string, d De
 		default:
 			c.Message = "no health probe answered and no recent handshake yet"
 		}
+		setFamilies(&c, d.Families[p.Cluster])
 		tunnels[p.Cluster] = c
 		st.Connections = append(st.Connections, c)
 	}
@@ -101,6 +102,7 @@ func BuildStatus(conds []metav1.Condition, generation int64, driver string, d De
 		} else {
 			c.State, c.Message = tunnels[via].State, tunnels[via].Message
 		}
+		setFamilies(&c, d.Families[id])
 		st.Connections = append(st.Connections, c)
 	}
 	for _, r := range d.Refused {
@@ -153,6 +155,11 @@ func BuildStatus(conds []metav1.Condition, generation int64, driver string, d De
 	}
 	meta.SetStatusCondition(&st.Conditions, subnets)
 	return st
+}
+
+// setFamilies sets the families a connection carries and why any other is not.
+func setFamilies(c *v1alpha1.PeerConnection, f Families) {
+	c.IPFamilies, c.FamilyMessage = slices.Clone(f.Carried), f.Message
 }
 
 // setProbed sets a connection's RTT, loss and state from its health probes.

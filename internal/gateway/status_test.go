@@ -156,6 +156,15 @@ func TestNodeAddresses(t *testing.T) {
 		{name: "flags win", node: node("10.1.0.0/24", internal), endpoint: "203.0.113.9", hc: "10.1.0.200", wantEP: "203.0.113.9", wantHC: "10.1.0.200"},
 		{name: "no address at all", node: node("10.1.0.0/24"), wantErr: true},
 		{name: "no pod CIDR and no flag", node: node("", internal), wantErr: true},
+		// Either family: the underlay endpoint is the node's primary (first) address, the
+		// health-check address the first host of its primary pod CIDR, which the prober
+		// reaches over ICMPv6 as well.
+		{name: "IPv6-only node", node: node("2001:db8:1:3::/64", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "2001:db8:ff::2"}),
+			wantEP: "2001:db8:ff::2", wantHC: "2001:db8:1:3::1"},
+		{name: "dual-stack node, IPv6 primary", node: node("2001:db8:1:3::/64", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "2001:db8:ff::2"}, internal),
+			wantEP: "2001:db8:ff::2", wantHC: "2001:db8:1:3::1"},
+		{name: "dual-stack node, IPv4 primary", node: node("10.1.3.0/24", internal, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "2001:db8:ff::2"}),
+			wantEP: "198.51.100.2", wantHC: "10.1.3.1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

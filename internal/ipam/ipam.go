@@ -132,3 +132,17 @@ func SortPrefixes(ps []netip.Prefix) []netip.Prefix {
 	})
 	return slices.Compact(out)
 }
+
+// SameFamily returns the first two prefixes of ps of one address family. A cluster's pod and
+// service CIDRs are at most one per family (the Cluster API's rule): every consumer routes,
+// checks and NATs them per family, and Kubernetes itself takes one range per family.
+func SameFamily(ps []netip.Prefix) (a, b netip.Prefix, found bool) {
+	for i, p := range ps {
+		for _, q := range ps[i+1:] {
+			if p.Addr().Is4() == q.Addr().Is4() {
+				return p, q, true
+			}
+		}
+	}
+	return netip.Prefix{}, netip.Prefix{}, false
+}

@@ -90,3 +90,32 @@ func TestSortPrefixes(t *testing.T) {
 		t.Errorf("SortPrefixes changed its input to %v", in)
 	}
 }
+
+func TestSameFamily(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		in   []string
+		a, b string // "" when no two share a family
+	}{
+		{"empty", nil, "", ""},
+		{"IPv4 only", []string{"10.1.0.0/16"}, "", ""},
+		{"dual-stack", []string{"10.1.0.0/16", "2001:db8:1::/56"}, "", ""},
+		{"dual-stack, IPv6 first", []string{"2001:db8:1::/56", "10.1.0.0/16"}, "", ""},
+		{"two IPv4", []string{"10.1.0.0/16", "10.2.0.0/16"}, "10.1.0.0/16", "10.2.0.0/16"},
+		{"two IPv6 around an IPv4", []string{"2001:db8:1::/56", "10.1.0.0/16", "2001:db8:2::/56"}, "2001:db8:1::/56", "2001:db8:2::/56"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var ps []netip.Prefix
+			for _, s := range tt.in {
+				ps = append(ps, netip.MustParsePrefix(s))
+			}
+			a, b, found := SameFamily(ps)
+			if found != (tt.a != "") {
+				t.Fatalf("SameFamily(%v) found = %v, want %v", tt.in, found, tt.a != "")
+			}
+			if found && (a.String() != tt.a || b.String() != tt.b) {
+				t.Errorf("SameFamily(%v) = %s, %s; want %s, %s", tt.in, a, b, tt.a, tt.b)
+			}
+		})
+	}
+}

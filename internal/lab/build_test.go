@@ -70,13 +70,6 @@ func buildCommands(t testing.TB, names ...string) map[string]string {
 	return commandSet(t, names...)
 }
 
-// buildAgent returns the path of octopus-agent in a directory of its own: without the other
-// binaries of the project's image beside it, a lab runs the components as host processes.
-func buildAgent(t testing.TB) string {
-	t.Helper()
-	return commandSet(t, "octopus-agent")["octopus-agent"]
-}
-
 // commandSet returns the paths of exactly the named commands in a directory holding only them,
 // one directory per set, of hard links to the binaries built once (buildAllCommands).
 func commandSet(t testing.TB, names ...string) map[string]string {

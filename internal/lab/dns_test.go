@@ -29,7 +29,7 @@ func testClusterDNS(ctx context.Context, t *testing.T, c labCluster, pod string)
 	if err != nil {
 		t.Fatalf("kube-dns Service: %v", err)
 	}
-	net := c.lab.Network.Clusters[0]
+	net := c.net
 	if want := clusterDNS(t, net.ServiceCIDR).String(); dns.Spec.ClusterIP != want {
 		t.Errorf("kube-dns ClusterIP %s, want %s (10th address of %s)", dns.Spec.ClusterIP, want, net.ServiceCIDR)
 	}

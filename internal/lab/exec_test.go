@@ -31,13 +31,18 @@ import (
 
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
+	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/lab/realnode"
 )
 
 // labCluster is a running lab's first member cluster, as the tests of kubectl against it see
 // it.
 type labCluster struct {
-	lab        *lab.Lab
+	// net is the cluster testExecAndLogs runs on (its first two nodes).
+	net labnet.ClusterNet
+	// nobody is a client certificate and key of the cluster's CA for a user without rights
+	// (testKubeletAuthz).
+	nobody     clientCert
 	dir        string
 	kubeconfig string
 	kubectl    string
@@ -79,11 +84,10 @@ func (c labCluster) run(ctx context.Context, t *testing.T, env []string, stdin s
 // same and the other node, pod -> Service, stdin, stderr, exit codes; no wget -T: Debian's
 // busybox 1.35 wget crashes with it), exec with a terminal,
 // and logs (all, tail, timestamps, follow, previous). It also checks that the kubelet API
-// serves the API server's client certificate only. TestPods runs it on its lab, with its
+// serves the API server's client certificate only. checkPods runs it on its lab, with its
 // echo pods (echo, by node name) and their Service.
 func testExecAndLogs(ctx context.Context, t *testing.T, c labCluster, echo map[string]*corev1.Pod, svc *corev1.Service) {
-	net := c.lab.Network.Clusters[0]
-	node1, node2 := net.Nodes[0], net.Nodes[1]
+	node1, node2 := c.net.Nodes[0], c.net.Nodes[1]
 	if _, err := c.cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"greeting": "hello"},
 	}, metav1.CreateOptions{}); err != nil {
@@ -165,7 +169,7 @@ func testExecAndLogs(ctx context.Context, t *testing.T, c labCluster, echo map[s
 	t.Run("resolv.conf and hosts", func(t *testing.T) {
 		hostResolv, hostHosts := readFile("/etc/resolv.conf"), readFile("/etc/hosts")
 		for _, tc := range []struct{ file, want string }{
-			{"/etc/resolv.conf", fmt.Sprintf("search default.svc.cluster.local svc.cluster.local cluster.local\nnameserver %s\noptions ndots:5\n", clusterDNS(t, net.ServiceCIDR))},
+			{"/etc/resolv.conf", fmt.Sprintf("search default.svc.cluster.local svc.cluster.local cluster.local\nnameserver %s\noptions ndots:5\n", clusterDNS(t, c.net.ServiceCIDR))},
 		} {
 			got := c.run(ctx, t, nil, "", "exec", "toolbox", "--", "cat", tc.file)
 			if got.code != 0 || got.stdout != tc.want {
@@ -453,11 +457,7 @@ func testKubeletAuthz(ctx context.Context, t *testing.T, c labCluster, nodeIP ne
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(cfg.CAData)
-	certPEM, keyPEM, err := c.lab.Env.Cluster(c.lab.Network.Clusters[0].Name).IssueClient("octopus-lab-test-nobody", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nobody, err := tls.X509KeyPair(certPEM, keyPEM)
+	nobody, err := tls.X509KeyPair(c.nobody.Cert, c.nobody.Key)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,8 @@ import (
 	"github.com/octopus-mcs/octopus/internal/lab/realnode"
 )
 
-// checkFlannel checks, on cluster c of a lab brought up with `--cni flannel` (TestPods's),
-// that flannel, not the lab, networks the pods: each node's CNI configuration is the flannel
+// checkFlannel checks, on cluster c of a lab brought up with `--cni flannel` (TestRealNodes's,
+// for checkPods), that flannel, not the lab, networks the pods: each node's CNI configuration is the flannel
 // plugin's, flanneld has annotated each Node with its VXLAN endpoint, and the echo pods, one
 // on each node, reach each other over TCP with their own pod addresses, routed through
 // flanneld's VXLAN device (the route to the peer pod and the device's packet counter say so).

@@ -18,31 +18,35 @@ import (
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 )
 
-// TestHubTopology runs a lab of a hub and two clusters joined with the hub topology, over
+// TestHubTopology runs a lab of a hub and three clusters joined with the hub topology, over
 // wireguard (the hub topology over vxlan, every gateway the hub's included, is
-// TestGlobalnetMixedHubTopology's; one lab bring-up on real nodes fewer keeps the suite inside
-// CI's time), with the clusters' gateways forbidden to exchange a single packet on the underlay
-// (an nftables drop in each gateway node), so that everything between the clusters must go
-// through the hub's gateway. It checks TCP (client address preserved) and ICMP pod → pod both
-// ways, the Peers' statuses (each cluster sees the other via the hub, the hub sees both and
-// carries bytes), what a member gateway's underlay carries (only the tunnel's UDP; for
-// wireguard never the plaintext), `octopus show connections`, a request to an exported Service by its
-// clusterset.local name, recovery with a new key when the hub's active gateway is killed and
-// restarted, and a fast takeover by the standby hub gateway when the active one dies for good.
-// The hub's gateways are the hub chart's pods on the hub cluster's own real nodes.
+// TestGlobalnetMixedHubTopology's), with cluster1's and cluster2's gateways forbidden to
+// exchange a single packet on the underlay (an nftables drop in each gateway node), so that
+// everything between them must go through the hub's gateway. It checks TCP (client address
+// preserved) and ICMP pod → pod both ways, the Peers' statuses (each cluster sees the others
+// via the hub, the hub sees them all and carries bytes), what a member gateway's underlay
+// carries (only the tunnel's UDP; for wireguard never the plaintext), `octopus show
+// connections`, a request to an exported Service by its clusterset.local name, that
+// cluster2's hub credential cannot hijack routes (checkRouteHijack, with cluster1, cluster3
+// and the hub's gateway refusing), recovery with a new key when the hub's active gateway is
+// killed and restarted, and a fast takeover by the standby hub gateway when the active one
+// dies for good. The hub's gateways are the hub chart's pods on the hub cluster's own real
+// nodes. The third cluster is there for the hijack check, which would otherwise need a lab of
+// its own.
 func TestHubTopology(t *testing.T) {
 	forEachBackend(t, hubTopology, "wireguard")
 }
 
 func hubTopology(t *testing.T, backend, binDir string, bins map[string]string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	l, dir := startLab(ctx, t, lab.Options{
-		Clusters: 2, NodesPerCluster: 2, BinDir: binDir, Topology: v1alpha1.TopologyHub, HubGateways: 2,
+		Clusters: 3, NodesPerCluster: 2, BinDir: binDir, Topology: v1alpha1.TopologyHub, HubGateways: 2,
 		AgentBinary: bins["octopus-agent"],
-		Backends:    map[string]string{lab.HubName: backend, lab.ClusterName(1): backend, lab.ClusterName(2): backend},
+		Backends: map[string]string{lab.HubName: backend, lab.ClusterName(1): backend, lab.ClusterName(2): backend,
+			lab.ClusterName(3): backend},
 	})
-	c1, c2 := l.Network.Clusters[0], l.Network.Clusters[1]
+	c1, c2, c3 := l.Network.Clusters[0], l.Network.Clusters[1], l.Network.Clusters[2]
 	isolate(t, c1.Nodes[0].Netns, c2.Nodes[0].UnderlayAddr.Addr().String())
 	isolate(t, c2.Nodes[0].Netns, c1.Nodes[0].UnderlayAddr.Addr().String())
 
@@ -77,7 +81,8 @@ func hubTopology(t *testing.T, backend, binDir string, bins map[string]string) {
 				return err
 			}
 			other, hubConn := conns[pair[1]], conns[v1alpha1.HubPeerName]
-			if len(conns) != 2 || other.Via != v1alpha1.HubPeerName || other.State != v1alpha1.ConnectionConnected || other.RTT.Max.Duration == 0 ||
+			// Every other member and the hub.
+			if len(conns) != len(l.Members) || other.Via != v1alpha1.HubPeerName || other.State != v1alpha1.ConnectionConnected || other.RTT.Max.Duration == 0 ||
 				hubConn.State != v1alpha1.ConnectionConnected || hubConn.Via != "" {
 				return fmt.Errorf("connections %+v", conns)
 			}
@@ -105,7 +110,10 @@ func hubTopology(t *testing.T, backend, binDir string, bins map[string]string) {
 	if err := json.Unmarshal(out, &conns); err != nil {
 		t.Fatalf("octopus show connections -o json: %v: %s", err, out)
 	}
-	want := fmt.Sprintf("[{%[1]s %[2]s hub Connected} {%[1]s hub  Connected} {%[2]s %[1]s hub Connected} {%[2]s hub  Connected} {hub %[1]s  Connected} {hub %[2]s  Connected}]", c1.Name, c2.Name)
+	want := fmt.Sprintf("[{%[1]s %[2]s hub Connected} {%[1]s %[3]s hub Connected} {%[1]s hub  Connected} "+
+		"{%[2]s %[1]s hub Connected} {%[2]s %[3]s hub Connected} {%[2]s hub  Connected} "+
+		"{%[3]s %[1]s hub Connected} {%[3]s %[2]s hub Connected} {%[3]s hub  Connected} "+
+		"{hub %[1]s  Connected} {hub %[2]s  Connected} {hub %[3]s  Connected}]", c1.Name, c2.Name, c3.Name)
 	if got := fmt.Sprint(conns); got != want {
 		t.Fatalf("octopus show connections: %s, want %s", got, want)
 	}
@@ -119,6 +127,9 @@ func hubTopology(t *testing.T, backend, binDir string, bins map[string]string) {
 			c2.Name, report.DNSName, report.DNSAnswer, report.ImportIPs, report.CrossClusterReply, c1.Name)
 	}
 	t.Logf("pod -> DNS name through the hub: %s = %s: %s", report.DNSName, report.DNSAnswer, report.CrossClusterReply)
+
+	// Restorable: it puts cluster2's Peer back as it was.
+	t.Run("route hijack refused", func(t *testing.T) { checkRouteHijack(ctx, t, l, pods, v1alpha1.HubPeerName) })
 
 	// The hub's active gateway dies; its supervisor restarts it, or the standby takes over
 	// (a new key for wireguard either way), the clusters re-point, and traffic recovers with

@@ -45,13 +45,24 @@ const (
 	envChildContainerd = "OCTOPUS_LAB_TEST_CHILD_CONTAINERD"
 	// envChildClusters is the number of the child lab's clusters (2 unless set).
 	envChildClusters = "OCTOPUS_LAB_TEST_CHILD_CLUSTERS"
+	// envChildFlannel names flannel's bin directory: the child's CNI is flannel when set.
+	envChildFlannel = "OCTOPUS_LAB_TEST_CHILD_FLANNEL"
+	// envChildProcesses=true runs the child's components as processes (ComponentProcesses)
+	// even when the agent's directory holds the project's images' binaries.
+	envChildProcesses = "OCTOPUS_LAB_TEST_CHILD_PROCESSES"
 )
 
 // childReport is what the child prints on one line once the lab is up.
 type childReport struct {
 	Network     labnet.Plan
 	Kubeconfigs map[string]string
+	// Nobody holds, per cluster, a client certificate of its CA for a user without rights:
+	// the CA's key lives only in the child's memory.
+	Nobody map[string]clientCert
 }
+
+// clientCert is a PEM client certificate and its key.
+type clientCert struct{ Cert, Key []byte }
 
 func TestMain(m *testing.M) {
 	// The controller-runtime clients of the tests and the demo log through this; the tests
@@ -65,8 +76,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// runChild runs a lab with hub + 2 clusters x 2 nodes (envChildClusters clusters when set),
-// reports it on stdout and waits to be killed.
+// runChild runs a lab with hub + 2 clusters x 2 nodes (envChildClusters clusters when set,
+// flannel as the CNI when envChildFlannel is), reports it on stdout and waits to be killed.
 func runChild(dir string) int {
 	opts := lab.Options{
 		Clusters: 2, NodesPerCluster: 2, Dir: dir,
@@ -76,14 +87,24 @@ func runChild(dir string) int {
 	if n, err := strconv.Atoi(os.Getenv(envChildClusters)); err == nil {
 		opts.Clusters = n
 	}
+	if dir := os.Getenv(envChildFlannel); dir != "" {
+		opts.CNI, opts.FlannelBinDir = cni.Flannel, dir
+	}
+	opts.ComponentProcesses = os.Getenv(envChildProcesses) == "true"
 	l, err := lab.Up(context.Background(), opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lab up:", err)
 		return 1
 	}
-	r := childReport{Network: l.Network, Kubeconfigs: map[string]string{}}
+	r := childReport{Network: l.Network, Kubeconfigs: map[string]string{}, Nobody: map[string]clientCert{}}
 	for _, cp := range l.Env.Clusters {
 		r.Kubeconfigs[cp.Name] = cp.Kubeconfig
+		cert, key, err := cp.IssueClient("octopus-lab-test-nobody", nil)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		r.Nobody[cp.Name] = clientCert{Cert: cert, Key: key}
 	}
 	if err := json.NewEncoder(os.Stdout).Encode(r); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -55,7 +55,7 @@ func testMCSFidelity(ctx context.Context, t *testing.T, l *lab.Lab, binDir strin
 	for _, name := range []string{c1, c2} {
 		kubeconfig := l.Env.Cluster(name).Kubeconfig
 		c := &mcsCluster{name: name, cs: clientset(t, kubeconfig), ctrl: kubeClient(t, kubeconfig),
-			kubectl: labCluster{lab: l, kubeconfig: kubeconfig, kubectl: filepath.Join(binDir, "kubectl")}}
+			kubectl: labCluster{kubeconfig: kubeconfig, kubectl: filepath.Join(binDir, "kubectl")}}
 		create(ctx, t, c.cs, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "mcs-toolbox"},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "toolbox", Image: "nicolaka/netshoot"}}},

@@ -42,7 +42,7 @@ func fidelityCluster(ctx context.Context, t *testing.T, l *lab.Lab, i int) *mcsC
 	name := l.Network.Clusters[i].Name
 	kubeconfig := l.Env.Cluster(name).Kubeconfig
 	c := &mcsCluster{name: name, cs: clientset(t, kubeconfig), ctrl: kubeClient(t, kubeconfig),
-		kubectl: labCluster{lab: l, kubeconfig: kubeconfig, kubectl: filepath.Join(testenv.BinDir(t), "kubectl")}}
+		kubectl: labCluster{kubeconfig: kubeconfig, kubectl: filepath.Join(testenv.BinDir(t), "kubectl")}}
 	toolbox := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "mcs-toolbox"},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "toolbox", Image: "nicolaka/netshoot"}}},

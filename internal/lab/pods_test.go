@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -23,16 +22,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/octopus-mcs/octopus/internal/lab"
-	"github.com/octopus-mcs/octopus/internal/lab/cni"
-	"github.com/octopus-mcs/octopus/internal/lab/controlplane"
 	"github.com/octopus-mcs/octopus/internal/lab/images"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/lab/realnode"
-	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
-// TestPods runs a lab (hub + 1 cluster x 2 nodes) and pods on it: echo servers on both nodes
+// checkPods runs pods on a lab's cluster of two real nodes (TestRealNodes's, whose CNI is
+// flannel): echo servers on both nodes
 // behind a Service, a busybox shell loop as the client, an alpine/socat listener with a TCP
 // readiness probe, busybox pods with exec readiness probes (one passing once kubectl exec has
 // created the file it tests for, one whose probes fail for good, by exit code and by timeout),
@@ -41,48 +37,14 @@ import (
 // it checks TCP pod → pod on the same node, on the other node, through the ClusterIP
 // (kube-proxy) and to kubernetes.default; kubectl exec and logs through the kubelet API
 // (testExecAndLogs, exec_test.go); then a Deployment scaled 1 → 3 → 0 gets pods, namespaces
-// and veths and loses them again. Finally Stop leaves no pod namespace or process.
+// and veths and loses them again. (That the lab's end leaves no pod namespace or process is
+// TestRealNodes's checkLabGone.)
 //
-// The lab's CNI is flannel (`--cni flannel`), whose own checks (checkFlannel) run on the echo
-// pods: every other lab test runs the lab's bridge CNI, and one bring-up serves both.
-func TestPods(t *testing.T) {
-	testenv.LabNetwork(t)
-	for _, bin := range []string{"busybox", "socat"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Fatalf("%s is missing: run hack/install-deps.sh (lab pods of its image run it)", bin)
-		}
-	}
-	binDir := testenv.BinDir(t)
-	bins := buildCommands(t, "octopus-agent", "octopus-echo")
-	dir := filepath.Join(t.TempDir(), "lab")
-	routesBefore := mustRoutes(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
-	defer cancel()
-	flannel, err := controlplane.EnsureFlannel(ctx, testenv.RepoRoot(t), os.Stderr)
-	if err != nil {
-		t.Fatalf("building flannel: %v", err)
-	}
-
-	begin := time.Now()
-	l, err := lab.Up(ctx, withTestNodes(ctx, t, lab.Options{
-		Clusters: 1, NodesPerCluster: 2, Dir: dir, BinDir: binDir,
-		AgentBinary: bins["octopus-agent"], CNI: cni.Flannel, FlannelBinDir: flannel,
-	}))
-	if err != nil {
-		t.Fatalf("lab up: %v", err)
-	}
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped {
-			_ = l.Stop()
-		}
-		if err := lab.Down(dir); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
-	})
-	t.Logf("lab up took %.1fs", time.Since(begin).Seconds())
-	c := l.Network.Clusters[0]
-	cs := clientset(t, l.Env.Cluster(c.Name).Kubeconfig)
+// Flannel's own checks (checkFlannel) run on the echo pods: every other lab test runs the
+// lab's bridge CNI, and one bring-up serves both.
+func checkPods(ctx context.Context, t *testing.T, binDir, dir string, network labnet.Plan, kubeconfig string, nobody clientCert) {
+	c := network.Clusters[0]
+	cs := clientset(t, kubeconfig)
 	node1, node2 := c.Nodes[0], c.Nodes[1]
 	pods := cs.CoreV1().Pods("default")
 
@@ -158,7 +120,7 @@ func TestPods(t *testing.T) {
 		for _, n := range c.Nodes {
 			p := ready["echo-"+n.Name]
 			echo = append(echo, xpod{cluster: c.Name, name: p.Name, node: n.Name,
-				ip: netip.MustParseAddr(p.Status.PodIP), netns: podNetns(t, l.Network.ID, p)})
+				ip: netip.MustParseAddr(p.Status.PodIP), netns: podNetns(t, network.ID, p)})
 		}
 		checkFlannel(ctx, t, dir, c, cs, echo)
 	})
@@ -180,7 +142,7 @@ func TestPods(t *testing.T) {
 			t.Errorf("pod %s, whose exec readiness probes fail, is %s", name, conds)
 		}
 	}
-	kubectl := labCluster{kubeconfig: l.Env.Cluster(c.Name).Kubeconfig, kubectl: filepath.Join(binDir, "kubectl")}
+	kubectl := labCluster{net: c, nobody: nobody, kubeconfig: kubeconfig, kubectl: filepath.Join(binDir, "kubectl")}
 	if res := kubectl.run(ctx, t, nil, "", "exec", "exec-ready", "--", "touch", "/var/lib/octopus-lab-test/probe/ready"); res.code != 0 {
 		t.Fatalf("kubectl exec touch .../probe/ready: exit %d, stderr %q", res.code, res.stderr)
 	}
@@ -203,7 +165,7 @@ func TestPods(t *testing.T) {
 
 	testLivenessAndStartup(ctx, t, cs, kubectl)
 
-	clientNetns := podNetns(t, l.Network.ID, ready["client"])
+	clientNetns := podNetns(t, network.ID, ready["client"])
 	for _, tc := range []struct{ what, pod string }{
 		{"pod -> pod on the same node", "echo-" + node1.Name},
 		{"pod -> pod on another node", "echo-" + node2.Name},
@@ -261,7 +223,7 @@ func TestPods(t *testing.T) {
 	}
 
 	t.Run("kubectl exec and logs", func(t *testing.T) {
-		kubectl.lab, kubectl.dir, kubectl.cs = l, dir, cs
+		kubectl.dir, kubectl.cs = dir, cs
 		testExecAndLogs(ctx, t, kubectl, map[string]*corev1.Pod{node1.Name: ready["echo-"+node1.Name], node2.Name: ready["echo-"+node2.Name]}, svc)
 	})
 
@@ -305,7 +267,7 @@ func TestPods(t *testing.T) {
 					readyPods++
 				}
 			}
-			namespaces := podNamespaces(t, l.Network.ID, c)
+			namespaces := podNamespaces(t, network.ID, c)
 			veths := podVeths(t, c)
 			last = fmt.Sprintf("%d pods (%d ready), %d pod namespaces, %d pod veths, %d other pods", len(list.Items), readyPods, namespaces, veths, staticPods)
 			want := int(replicas)
@@ -318,18 +280,6 @@ func TestPods(t *testing.T) {
 		t.Logf("scaled to %d: %s", replicas, last)
 	}
 
-	for _, r := range labnet.NewRoutesOutsideLab(routesBefore, mustRoutes(t)) {
-		t.Errorf("the root namespace gained a route outside the lab's ranges: %s", r)
-	}
-
-	// Stop removes every pod namespace and kills every container process.
-	stopped = true
-	if err := l.Stop(); err != nil {
-		t.Errorf("lab stop: %v", err)
-	}
-	if left, _ := labnet.ListNamespaces(labnet.NetnsOwnerPrefix(l.Network.ID)); len(left) > 0 {
-		t.Errorf("after stop: namespaces %v", left)
-	}
 }
 
 func echoPod(name, node, cluster string) *corev1.Pod {

@@ -37,31 +37,38 @@ import (
 )
 
 // TestRealNodes brings up, in a child process as a user runs `octopus lab up`, a lab whose
-// cluster has two real nodes (kubelet, containerd, runc, bridge CNI) and checks on it: every
+// cluster has two real nodes (kubelet, containerd, runc, flannel as the CNI) and checks on it: every
 // Node Ready with a pod CIDR and an InternalIP; kube-proxy putting a new ClusterIP Service into
 // its nftables table in every node namespace; no route outside the lab's ranges in the root
 // namespace; and what a real kubelet gives: a privileged hostNetwork DaemonSet on every node,
 // a memory-limited pod OOM-killed and restarted, kubectl exec, logs and port-forward, pod →
 // pod across nodes, an image pulled (busybox:latest) from the lab's registry, and an NRI
-// plugin that sees a sandbox created and changes a container. Then it SIGKILLs `lab up` and
+// plugin that sees a sandbox created and changes a container; checkPods's workloads, probes,
+// exec and logs, and flannel's own checks run on it first. Then it SIGKILLs `lab up` and
 // checks that `lab down`, run twice, leaves no process (a pod's forked children included),
 // mount, cgroup, namespace or file behind.
 func TestRealNodes(t *testing.T) {
 	testenv.LabNetwork(t)
 	binDir := testenv.BinDir(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
 	defer cancel()
 	_, containerdDir, err := controlplane.EnsureNodeRuntime(ctx, testenv.RepoRoot(t), os.Stderr)
 	if err != nil {
 		t.Fatalf("building the kubelet and containerd: %v", err)
 	}
-	agent := buildAgent(t)
+	flannel, err := controlplane.EnsureFlannel(ctx, testenv.RepoRoot(t), os.Stderr)
+	if err != nil {
+		t.Fatalf("building flannel: %v", err)
+	}
+	// With every binary of the project's images beside the agent, the nodes get the echo
+	// image checkPods's servers run; the components stay processes.
+	agent := buildCommands(t, "octopus-agent", "octopus-echo")["octopus-agent"]
 	dir := filepath.Join(t.TempDir(), "lab")
 	routesBefore := mustRoutes(t)
 	before := hostSnapshot(t)
 
 	report, kill := startLabChild(t, dir, envChildBin+"="+binDir, envChildAgent+"="+agent, envChildClusters+"=1",
-		envChildContainerd+"="+containerdDir)
+		envChildContainerd+"="+containerdDir, envChildFlannel+"="+flannel, envChildProcesses+"=true")
 	c := report.Network.Clusters[0]
 	kubeconfig := report.Kubeconfigs[c.Name]
 	cs := clientset(t, kubeconfig)
@@ -75,6 +82,8 @@ func TestRealNodes(t *testing.T) {
 	}
 	kubectl := filepath.Join(binDir, "kubectl")
 	node1, node2 := c.Nodes[0].Name, c.Nodes[1].Name
+
+	t.Run("pods", func(t *testing.T) { checkPods(ctx, t, binDir, dir, report.Network, kubeconfig, report.Nobody[c.Name]) })
 
 	t.Run("privileged hostNetwork DaemonSet on every node", func(t *testing.T) {
 		ds := &appsv1.DaemonSet{
@@ -129,14 +138,14 @@ func TestRealNodes(t *testing.T) {
 		create(ctx, t, cs, busyboxPod("server", node1,
 			"echo serving; mkdir /www; echo hello-from-node1 > /www/index.html; httpd -f -p 8080 -h /www"))
 		// "busybox" is busybox:latest, which the kubelet pulls always: from the lab's registry.
-		client := busyboxPod("client", node2, "sleep 3600")
+		client := busyboxPod("puller", node2, "sleep 3600")
 		client.Spec.Containers[0].Image = "busybox"
 		create(ctx, t, cs, client)
 		server := waitPodReady(ctx, t, cs, "server")
-		if got := waitPodReady(ctx, t, cs, "client"); got.Spec.Containers[0].ImagePullPolicy != corev1.PullAlways {
+		if got := waitPodReady(ctx, t, cs, "puller"); got.Spec.Containers[0].ImagePullPolicy != corev1.PullAlways {
 			t.Errorf("the client's image pull policy is %s; the test means to pull the image", got.Spec.Containers[0].ImagePullPolicy)
 		}
-		out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "exec", "client", "--",
+		out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "exec", "puller", "--",
 			"wget", "-qO-", "http://"+server.Status.PodIP+":8080/index.html").CombinedOutput()
 		if err != nil || strings.TrimSpace(string(out)) != "hello-from-node1" {
 			t.Errorf("kubectl exec of wget from node2 to the pod on node1 (%s): %v: %s", server.Status.PodIP, err, out)

@@ -20,28 +20,16 @@ import (
 	"github.com/octopus-mcs/octopus/internal/lab"
 )
 
-// TestRouteHijack brings up a hub and three meshed clusters and runs checkRouteHijack.
-func TestRouteHijack(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, backend, binDir string, bins map[string]string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-		defer cancel()
-		l, _ := startLab(ctx, t, lab.Options{
-			Clusters: 3, NodesPerCluster: 2, BinDir: binDir, AgentBinary: bins["octopus-agent"],
-			Backends: map[string]string{lab.ClusterName(1): backend, lab.ClusterName(2): backend, lab.ClusterName(3): backend},
-		})
-		checkRouteHijack(ctx, t, l)
-	}, "wireguard")
-}
-
 // checkRouteHijack: cluster2's own hub credential (what a compromised member holds) rewrites
 // its Peer to advertise a public /8 and the cloud metadata address, then also cluster1's pod
 // CIDR. The prefixes stay off every node of every cluster, cluster3 keeps reaching cluster1
 // and cluster2 (whose own CIDRs are still routed), and cluster3's Peer names the refused
-// prefixes. Before advertised = allocated, the first rewrite put both prefixes on every node
-// and the second disconnected cluster2 as a whole. It needs a lab of at least three meshed
-// clusters with echo pods; it restores cluster2's Peer at the end.
-func checkRouteHijack(ctx context.Context, t *testing.T, l *lab.Lab) {
-	pods := startEchoPods(ctx, t, l)
+// prefixes, as does every other observer's (the hub's gateway in the hub topology). Before
+// advertised = allocated, the first rewrite put both prefixes on every node and the second
+// disconnected cluster2 as a whole. It needs a lab of at least three clusters with echo pods
+// (startEchoPods); it restores cluster2's Peer at the end. TestHubTopology runs it, where the
+// hub's gateway, which tunnels to every cluster, must refuse as the members do.
+func checkRouteHijack(ctx context.Context, t *testing.T, l *lab.Lab, pods map[string][]xpod, observers ...string) {
 	c1, c2, c3 := l.Network.Clusters[0].Name, l.Network.Clusters[1].Name, l.Network.Clusters[2].Name
 	reachable := func(what string, timeout time.Duration) {
 		t.Helper()
@@ -129,14 +117,16 @@ func checkRouteHijack(ctx context.Context, t *testing.T, l *lab.Lab) {
 	}
 
 	advertise(public, metadata)
-	for _, observer := range []string{c1, c3} {
+	for _, observer := range append([]string{c1, c3}, observers...) {
 		waitFor(t, 60*time.Second, observer+" to refuse cluster2's public and metadata prefixes", refusedBy(observer, public, metadata))
 	}
 	offEveryNode(public, metadata)
 	reachable("with cluster2 advertising a public /8 and the metadata address", 30*time.Second)
 
 	advertise(c1Pod, public, metadata)
-	waitFor(t, 60*time.Second, c3+" to refuse cluster2's claim on cluster1's pod CIDR", refusedBy(c3, c1Pod, public, metadata))
+	for _, observer := range append([]string{c3}, observers...) {
+		waitFor(t, 60*time.Second, observer+" to refuse cluster2's claim on cluster1's pod CIDR", refusedBy(observer, c1Pod, public, metadata))
+	}
 	offEveryNode(public, metadata)
 	reachable("with cluster2 also advertising cluster1's pod CIDR", 30*time.Second)
 	t.Logf("cluster2's hijack of %s, %s and %s was refused; %s still reaches %s and %s", c1Pod, public, metadata, c3, c1, c2)

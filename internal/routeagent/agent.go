@@ -203,15 +203,17 @@ func desiredFromCache(ctx context.Context, c client.Reader, self string) ([]rout
 		if err := c.Get(ctx, client.ObjectKey{Name: gw.Node}, node); err != nil {
 			errs = append(errs, fmt.Errorf("reading the active gateway's node %s: %w", gw.Node, err))
 		} else {
-			gw.Addr = InternalIP(node)
+			gw.Addrs = InternalIPs(node)
 		}
 	}
 	return Desired(self, gw, subnets), errors.Join(errs...)
 }
 
-// InternalIP returns the node's first IPv4 InternalIP, else its first InternalIP.
-func InternalIP(node *corev1.Node) netip.Addr {
-	var first netip.Addr
+// InternalIPs returns the node's first IPv4 and first IPv6 InternalIP, IPv4 first, either
+// absent when the node has none of that family: the next hops of the remote CIDRs of each
+// family.
+func InternalIPs(node *corev1.Node) []netip.Addr {
+	var v4, v6 netip.Addr
 	for _, a := range node.Status.Addresses {
 		if a.Type != corev1.NodeInternalIP {
 			continue
@@ -220,12 +222,18 @@ func InternalIP(node *corev1.Node) netip.Addr {
 		if err != nil {
 			continue
 		}
-		if ip.Is4() {
-			return ip
-		}
-		if !first.IsValid() {
-			first = ip
+		switch ip = ip.Unmap(); {
+		case ip.Is4() && !v4.IsValid():
+			v4 = ip
+		case ip.Is6() && !v6.IsValid():
+			v6 = ip
 		}
 	}
-	return first
+	var out []netip.Addr
+	for _, a := range []netip.Addr{v4, v6} {
+		if a.IsValid() {
+			out = append(out, a)
+		}
+	}
+	return out
 }

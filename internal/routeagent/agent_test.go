@@ -73,8 +73,9 @@ func TestRunFollowsGatewayAndSubnets(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addrs := map[string]string{"node1": "198.51.100.2", "node2": "198.51.100.3", "node3": "198.51.100.4"}
-	for name, ip := range addrs {
+	// node2 is dual-stack, its IPv6 address listed first: IPv6 CIDRs go via that one.
+	addrs := map[string][]string{"node1": {"198.51.100.2"}, "node2": {"2001:db8:ff::3", "198.51.100.3"}, "node3": {"198.51.100.4"}}
+	for name, ips := range addrs {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		if err := c.Create(ctx, n); err != nil {
 			t.Fatal(err)
@@ -84,7 +85,10 @@ func TestRunFollowsGatewayAndSubnets(t *testing.T) {
 			if err := c.Get(ctx, client.ObjectKeyFromObject(n), n); err != nil {
 				return err
 			}
-			n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: name}, {Type: corev1.NodeInternalIP, Address: ip}}
+			n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeHostName, Address: name}}
+			for _, ip := range ips {
+				n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
+			}
 			return c.Status().Update(ctx, n)
 		})
 		if err != nil {
@@ -139,11 +143,11 @@ func TestRunFollowsGatewayAndSubnets(t *testing.T) {
 	}
 	fake.await(t, "failover to node2", via("198.51.100.3", "10.2.0.0/16", "10.98.0.0/16"))
 
-	cm.Data[SubnetsKey] = "10.2.0.0/16\n10.3.0.0/16\n10.98.0.0/16"
+	cm.Data[SubnetsKey] = "10.2.0.0/16\n10.3.0.0/16\n10.98.0.0/16\n2001:db8:3::/56"
 	if err := c.Update(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
-	fake.await(t, "a cluster joined", via("198.51.100.3", "10.2.0.0/16", "10.3.0.0/16", "10.98.0.0/16"))
+	fake.await(t, "a dual-stack cluster joined", append(via("198.51.100.3", "10.2.0.0/16", "10.3.0.0/16", "10.98.0.0/16"), via("2001:db8:ff::3", "2001:db8:3::/56")...))
 
 	lease.Spec.HolderIdentity = ptr.To("node3")
 	if err := c.Update(ctx, lease); err != nil {
@@ -155,7 +159,8 @@ func TestRunFollowsGatewayAndSubnets(t *testing.T) {
 	if err := c.Update(ctx, lease); err != nil {
 		t.Fatal(err)
 	}
-	fake.await(t, "back to node1", via("198.51.100.2", "10.2.0.0/16", "10.3.0.0/16", "10.98.0.0/16"))
+	// node1 has no IPv6 address: the IPv6 CIDR has no next hop there.
+	fake.await(t, "back to the IPv4-only node1", via("198.51.100.2", "10.2.0.0/16", "10.3.0.0/16", "10.98.0.0/16"))
 	// The kubelet's readiness probe finds the routes applied.
 	if resp, err := http.Get("http://" + healthListener.Addr().String() + "/readyz"); err != nil || resp.StatusCode != http.StatusOK {
 		t.Errorf("GET /readyz with the routes applied: %v %v, want 200", resp, err)

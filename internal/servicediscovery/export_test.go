@@ -72,6 +72,14 @@ func newFabricWith(t *testing.T, agentOpts agent.ControllerOptions, members ...s
 func newFabricAddressed(t *testing.T, agentOpts agent.ControllerOptions, addressing map[string]v1alpha1.Addressing, members ...string) *fabric {
 	t.Helper()
 	env := testenv.ControlPlanes(t, append([]string{"hub"}, members...)...)
+	return newFabricOn(t, env, agentOpts, addressing, nil, members...)
+}
+
+// newFabricOn deploys the hub on env's cluster "hub" and joins members, each with its
+// addressing (direct when absent) and the pod CIDRs of podCIDRs (the control plane's when
+// absent).
+func newFabricOn(t *testing.T, env *controlplane.Environment, agentOpts agent.ControllerOptions, addressing map[string]v1alpha1.Addressing, podCIDRs map[string][]string, members ...string) *fabric {
+	t.Helper()
 	info, err := hub.Deploy(t.Context(), env.Cluster("hub").RESTConfig(), hub.DeployOptions{})
 	if err != nil {
 		t.Fatalf("deploying the hub: %v", err)
@@ -79,7 +87,11 @@ func newFabricAddressed(t *testing.T, agentOpts agent.ControllerOptions, address
 	f := &fabric{env: env, hub: testenv.Client(t, env.Cluster("hub").RESTConfig()), ns: info.Namespace, joined: map[string]*cluster.Joined{}, members: map[string]client.Client{}, stop: map[string]func(){}, opts: agentOpts}
 	for _, name := range members {
 		cfg := env.Cluster(name).RESTConfig()
-		j, err := cluster.Join(t.Context(), cfg, cluster.JoinOptions{BrokerInfo: info, ClusterID: name, PodCIDRs: []string{env.Cluster(name).PodCIDR.String()}, Addressing: addressing[name]})
+		pods := podCIDRs[name]
+		if pods == nil {
+			pods = []string{env.Cluster(name).PodCIDR.String()}
+		}
+		j, err := cluster.Join(t.Context(), cfg, cluster.JoinOptions{BrokerInfo: info, ClusterID: name, PodCIDRs: pods, Addressing: addressing[name]})
 		if err != nil {
 			t.Fatalf("joining %s: %v", name, err)
 		}

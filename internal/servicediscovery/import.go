@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -163,6 +165,7 @@ func (r *ImportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 // the import a second write once the IPs are known.
 func (r *ImportReconciler) importService(ctx context.Context, key types.NamespacedName, cur *mcsv1beta1.ServiceImport, m mergedService, hubSlices []discoveryv1.EndpointSlice) error {
 	log := logf.FromContext(ctx)
+	m.Families = endpointFamilies(hubSlices, m.Clusters)
 	derived, err := r.derivedService(ctx, key)
 	if err != nil {
 		return err
@@ -519,8 +522,8 @@ func derivedServiceName(key types.NamespacedName) string {
 	return readable + "-" + hex.EncodeToString(sum[:])[:derivedHashLength]
 }
 
-// desiredImport is the ServiceImport of key for m; its spec.ips are the ClusterIPs of derived,
-// none when derived is nil.
+// desiredImport is the ServiceImport of key for m; its spec.ips are the ClusterIPs of derived
+// of the families m has endpoints of (offeredIPs), none when derived is nil.
 func desiredImport(key types.NamespacedName, m mergedService, derived *corev1.Service) *mcsv1beta1.ServiceImport {
 	labels := maps.Clone(m.Labels)
 	if labels == nil {
@@ -530,9 +533,9 @@ func desiredImport(key types.NamespacedName, m mergedService, derived *corev1.Se
 	maps.Copy(labels, kube.ManagedLabels())
 	spec := *m.Spec.DeepCopy()
 	if derived != nil {
-		spec.IPs = clusterIPs(derived)
-		// The families are the ones this cluster allocated, whatever the exporters had.
-		spec.IPFamilies = slices.Clone(derived.Spec.IPFamilies)
+		// The families are the ones this cluster allocated and the exporters serve, whatever
+		// the exporters' own Services had.
+		spec.IPs, spec.IPFamilies = offeredIPs(clusterIPs(derived), m.Families)
 	}
 	return &mcsv1beta1.ServiceImport{
 		TypeMeta:   metav1.TypeMeta{APIVersion: mcsv1beta1.GroupVersion.String(), Kind: mcsv1beta1.ServiceImportKindName},
@@ -561,7 +564,12 @@ func desiredDerived(key types.NamespacedName, m mergedService) *corev1.Service {
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
 		ObjectMeta: metav1.ObjectMeta{Name: derivedServiceName(key), Namespace: key.Namespace, Labels: labels},
 		Spec: corev1.ServiceSpec{
-			Type: corev1.ServiceTypeClusterIP, Ports: ports, SessionAffinity: affinity,
+			// Every family the cluster has: the API server allocates one ClusterIP per family
+			// of a dual-stack cluster, one on a single-stack cluster (never an error), primary
+			// first. Which of them the import offers follows its endpoints (offeredIPs), which
+			// may change without recreating the Service.
+			IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyPreferDualStack),
+			Type:           corev1.ServiceTypeClusterIP, Ports: ports, SessionAffinity: affinity,
 			InternalTrafficPolicy: m.Spec.InternalTrafficPolicy, TrafficDistribution: m.Spec.TrafficDistribution,
 		},
 	}
@@ -620,7 +628,8 @@ func derivedUpToDate(cur, want *corev1.Service) bool {
 		len(cur.Spec.Ports) != len(want.Spec.Ports) ||
 		(want.Spec.SessionAffinityConfig != nil && !equality.Semantic.DeepEqual(cur.Spec.SessionAffinityConfig, want.Spec.SessionAffinityConfig)) ||
 		(want.Spec.InternalTrafficPolicy != nil && !equality.Semantic.DeepEqual(cur.Spec.InternalTrafficPolicy, want.Spec.InternalTrafficPolicy)) ||
-		!equality.Semantic.DeepEqual(cur.Spec.TrafficDistribution, want.Spec.TrafficDistribution) {
+		!equality.Semantic.DeepEqual(cur.Spec.TrafficDistribution, want.Spec.TrafficDistribution) ||
+		!equality.Semantic.DeepEqual(cur.Spec.IPFamilyPolicy, want.Spec.IPFamilyPolicy) {
 		return false
 	}
 	for i, w := range want.Spec.Ports {
@@ -646,6 +655,30 @@ func importClusters(si *mcsv1beta1.ServiceImport) []string {
 		out = append(out, c.Cluster)
 	}
 	return out
+}
+
+// offeredIPs keeps of a derived Service's ClusterIPs those of the families with endpoints and
+// returns them with their families, in the Service's order (its primary family first). With no
+// endpoints yet all are kept: nothing tells which will come, and an import without endpoints
+// does not answer anyway.
+func offeredIPs(ips []string, families []corev1.IPFamily) ([]string, []corev1.IPFamily) {
+	var out []string
+	var fams []corev1.IPFamily
+	for _, s := range ips {
+		ip, err := netip.ParseAddr(s)
+		if err != nil {
+			continue // the API server allocated it; unparsable would be its bug, not an address
+		}
+		f := corev1.IPv4Protocol
+		if !ip.Unmap().Is4() {
+			f = corev1.IPv6Protocol
+		}
+		if len(families) > 0 && !slices.Contains(families, f) {
+			continue
+		}
+		out, fams = append(out, s), append(fams, f)
+	}
+	return out, fams
 }
 
 func clusterIPs(svc *corev1.Service) []string {

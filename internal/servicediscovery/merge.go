@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/utils/ptr"
@@ -53,6 +54,37 @@ type mergedService struct {
 	// PortClusters holds, per name of an imported port, the clusters whose export has exactly
 	// that port (samePort), sorted: only they may receive its traffic.
 	PortClusters map[string][]string
+	// Families are the address families of the endpoints the import has (endpointFamilies),
+	// IPv4 first; empty until some cluster publishes a slice. Only
+	// ClusterSet IPs of these families are offered: an IPv6 virtual IP of a dual-stack cluster
+	// importing from IPv4-only exporters would balance over nothing.
+	Families []corev1.IPFamily
+}
+
+// endpointFamilies returns the address families of the hub slices published by clusters, IPv4
+// first. A slice counts whether or not its endpoints are ready: a family must not come and go
+// from DNS with readiness.
+func endpointFamilies(hubSlices []discoveryv1.EndpointSlice, clusters []string) []corev1.IPFamily {
+	var v4, v6 bool
+	for _, s := range hubSlices {
+		if !slices.Contains(clusters, s.Labels[mcsv1beta1.LabelSourceCluster]) {
+			continue
+		}
+		switch s.AddressType {
+		case discoveryv1.AddressTypeIPv4:
+			v4 = true
+		case discoveryv1.AddressTypeIPv6:
+			v6 = true
+		}
+	}
+	var out []corev1.IPFamily
+	if v4 {
+		out = append(out, corev1.IPv4Protocol)
+	}
+	if v6 {
+		out = append(out, corev1.IPv6Protocol)
+	}
+	return out
 }
 
 // parseRecord reads an exportRecord from a record on the hub. A malformed annotation costs

@@ -47,11 +47,33 @@ func CIDRs(i int) (service, pod netip.Prefix) {
 	return service, pod
 }
 
+// ServiceCIDR6 returns the IPv6 service CIDR DualStackControlPlanes gives the i-th cluster:
+// 2001:db8:(200+i)::/112 (the documentation prefix, as every IPv6 address of the lab's), the
+// same scheme as CIDRs.
+func ServiceCIDR6(i int) netip.Prefix {
+	if i < 0 || i >= MaxClusters {
+		panic(fmt.Sprintf("testenv.ServiceCIDR6: cluster index %d out of range [0,%d)", i, MaxClusters))
+	}
+	return netip.MustParsePrefix(fmt.Sprintf("2001:db8:%d::/112", 200+i))
+}
+
+// DualStackControlPlanes is ControlPlanes with dual-stack API servers: cluster i allocates
+// ClusterIPs from CIDRs(i) and ServiceCIDR6(i), IPv4 primary.
+func DualStackControlPlanes(t testing.TB, names ...string) *controlplane.Environment {
+	t.Helper()
+	return startControlPlanes(t, true, names)
+}
+
 // ControlPlanes starts one etcd and a control plane per name (without kube-scheduler) in a
 // temporary directory, registers Stop with t.Cleanup and returns the environment. Cluster i
 // gets the CIDRs of CIDRs(i). The test fails with a clear message if the binaries cannot be
 // built or a control plane does not start; process logs are under <env.Dir>/logs.
 func ControlPlanes(t testing.TB, names ...string) *controlplane.Environment {
+	t.Helper()
+	return startControlPlanes(t, false, names)
+}
+
+func startControlPlanes(t testing.TB, dualStack bool, names []string) *controlplane.Environment {
 	t.Helper()
 	if len(names) == 0 {
 		t.Fatal("testenv.ControlPlanes: no cluster names given")
@@ -63,6 +85,9 @@ func ControlPlanes(t testing.TB, names ...string) *controlplane.Environment {
 	for i, name := range names {
 		svc, pod := CIDRs(i)
 		clusters[i] = controlplane.ClusterOptions{Name: name, ServiceCIDR: svc, PodCIDR: pod}
+		if dualStack {
+			clusters[i].SecondaryServiceCIDR = ServiceCIDR6(i)
+		}
 	}
 	opts := Options(t)
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)

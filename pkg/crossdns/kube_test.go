@@ -109,7 +109,7 @@ func TestKube(t *testing.T) {
 	}
 	mustCreate(t, c, many, importedSlice("shop", "many", "north", "many-north", discoveryv1.AddressTypeIPv4, eps...))
 
-	udp, tcp := startServer(t, fmt.Sprintf(".:0 {\n bind 127.0.0.1\n crossdns clusterset.local 10.0.0.0/8 {\n  kubeconfig %s\n  ttl 7\n }\n}\n", kubeconfig))
+	udp, tcp := startServer(t, fmt.Sprintf(".:0 {\n bind 127.0.0.1\n crossdns clusterset.local 10.0.0.0/8 fd00::/8 {\n  kubeconfig %s\n  ttl 7\n }\n}\n", kubeconfig))
 	// Synced: the last object created is served.
 	waitAnswer(t, "udp", udp, "many.shop.svc.clusterset.local.", dns.TypeTXT, is(nodata))
 
@@ -146,6 +146,12 @@ func TestKube(t *testing.T) {
 		{"web.shop.svc.clusterset.local.", dns.TypeSRV, webSRVs},
 		{"db.shop.svc.clusterset.local.", dns.TypeSRV, dbSRV}, // one port: the same records as _pg._tcp
 		{"2.0.100.10.in-addr.arpa.", dns.TypePTR, positive("PTR db-0.east.db.shop.svc.clusterset.local.")},
+		// IPv6 reverse names (ip6.arpa., nibbles, §2.4.3): the headless endpoint's PTR, none for
+		// a ClusterSetIP (§2.3.3), NODATA above an existing name and for another type.
+		{"2.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.1.0.1.0.0.0.d.f.ip6.arpa.", dns.TypePTR, positive("PTR db-0.west.db.shop.svc.clusterset.local.")},
+		{"2.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.1.0.1.0.0.0.d.f.ip6.arpa.", dns.TypeAAAA, nodata},
+		{"a.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.2.0.0.0.d.f.ip6.arpa.", dns.TypePTR, nxdomain},
+		{"1.0.1.0.0.0.d.f.ip6.arpa.", dns.TypePTR, nodata},
 		{"nope.shop.svc.clusterset.local.", dns.TypeA, nxdomain},
 		{"shop.svc.clusterset.local.", dns.TypeA, nodata},
 	}

@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
-	_ "github.com/octopus-mcs/octopus/pkg/crossdns"
+	"github.com/octopus-mcs/octopus/pkg/crossdns" // registers the plugin, and its reverse-zone rule
 )
 
 func TestMain(m *testing.M) {
@@ -67,7 +67,10 @@ func reduce(r *dns.Msg) answer {
 		a.rdata = append(a.rdata, dns.TypeToString[h.Rrtype]+" "+strings.TrimSpace(strings.TrimPrefix(rr.String(), h.String())))
 	}
 	slices.Sort(a.rdata)
-	a.soa = len(r.Ns) == 1 && r.Ns[0].Header().Rrtype == dns.TypeSOA && r.Ns[0].Header().Name == "clusterset.local."
+	// The SOA of the zone the question is in (RFC 2308 §3): clusterset.local. or a reverse
+	// zone such as d.f.ip6.arpa.
+	a.soa = len(r.Ns) == 1 && r.Ns[0].Header().Rrtype == dns.TypeSOA && len(r.Question) == 1 &&
+		(r.Ns[0].Header().Name == "clusterset.local." || crossdns.ReverseZone(r.Ns[0].Header().Name)) && dns.IsSubDomain(r.Ns[0].Header().Name, r.Question[0].Name)
 	for _, rr := range r.Extra {
 		if rr.Header().Rrtype != dns.TypeOPT {
 			a.nExtra++

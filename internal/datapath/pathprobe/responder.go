@@ -110,28 +110,38 @@ func (r *Responder) serve() {
 			r.log.V(1).Info("Reading a path probe", "error", err.Error())
 			continue
 		}
-		if len(p) < udpHeader {
+		if !answer(p, h.TotalLen, r.port, reply) || !r.limit.take(time.Now()) {
 			continue
 		}
-		m, err := parse(p[udpHeader:])
-		if err != nil || m.typ != typeRequest || !r.limit.take(time.Now()) {
-			continue
-		}
-		// The reply goes back to the probe's source port from the tunnel port, without a UDP
-		// checksum (optional over IPv4), in a small packet whatever the request's size: each
-		// gateway measures its own direction.
-		srcPort := binary.BigEndian.Uint16(p[0:2])
-		binary.BigEndian.PutUint16(reply[0:2], r.port)
-		binary.BigEndian.PutUint16(reply[2:4], srcPort)
-		binary.BigEndian.PutUint16(reply[4:6], uint16(len(reply)))
-		binary.BigEndian.PutUint16(reply[6:8], 0)
-		message{typ: typeReply, nonce: m.nonce, size: uint32(h.TotalLen)}.marshal(reply[udpHeader:]) //nolint:gosec // an IPv4 length fits
 		out := &ipv4.Header{Version: ipv4.Version, Len: ipv4.HeaderLen, TotalLen: ipv4.HeaderLen + len(reply),
 			TTL: 64, Protocol: 17, Src: h.Dst, Dst: h.Src}
 		if err := r.conn.WriteTo(out, reply, nil); err != nil {
 			r.log.V(1).Info("Answering a path probe", "to", h.Src.String(), "error", err.Error())
 		}
 	}
+}
+
+// answer writes into reply (udpHeader+messageLen bytes) the UDP datagram that answers
+// datagram, a UDP header and payload that arrived in an IP packet of totalLen bytes, from the
+// tunnel port; false, with reply untouched, when datagram is not a probe request. The reply
+// goes back to the probe's source port without a UDP checksum (optional over IPv4), in a
+// small packet whatever the request's size: each gateway measures its own direction.
+// datagram comes from anyone who can reach the tunnel port (FuzzAnswer).
+func answer(datagram []byte, totalLen int, port uint16, reply []byte) bool {
+	if len(datagram) < udpHeader {
+		return false
+	}
+	m, err := parse(datagram[udpHeader:])
+	if err != nil || m.typ != typeRequest {
+		return false
+	}
+	srcPort := binary.BigEndian.Uint16(datagram[0:2])
+	binary.BigEndian.PutUint16(reply[0:2], port)
+	binary.BigEndian.PutUint16(reply[2:4], srcPort)
+	binary.BigEndian.PutUint16(reply[4:6], uint16(udpHeader+messageLen))
+	binary.BigEndian.PutUint16(reply[6:8], 0)
+	message{typ: typeReply, nonce: m.nonce, size: uint32(max(totalLen, 0))}.marshal(reply[udpHeader:]) //nolint:gosec // an IPv4 length fits
+	return true
 }
 
 // Close stops answering.

@@ -71,6 +71,9 @@ type ControlPlane struct {
 	CAData []byte
 	// ServiceCIDR is the ClusterIP range.
 	ServiceCIDR netip.Prefix
+	// SecondaryServiceCIDR is the second ClusterIP range of a dual-stack API server; invalid when the
+	// cluster is single-stack.
+	SecondaryServiceCIDR netip.Prefix
 	// PodCIDR is the range node-ipam allocates node pod CIDRs from.
 	PodCIDR netip.Prefix
 
@@ -151,16 +154,17 @@ func newControlPlane(env *Environment, o ClusterOptions) (*ControlPlane, error) 
 	}
 
 	c := &ControlPlane{
-		Name:        o.Name,
-		Kubeconfig:  filepath.Join(dir, fileKubeconfig),
-		CAData:      ca.CertPEM(),
-		ServiceCIDR: o.ServiceCIDR,
-		PodCIDR:     o.PodCIDR,
-		env:         env,
-		dir:         dir,
-		ca:          ca,
-		adminCert:   admin.CertPEM(),
-		adminKey:    adminKey,
+		Name:                 o.Name,
+		Kubeconfig:           filepath.Join(dir, fileKubeconfig),
+		CAData:               ca.CertPEM(),
+		ServiceCIDR:          o.ServiceCIDR,
+		SecondaryServiceCIDR: o.SecondaryServiceCIDR,
+		PodCIDR:              o.PodCIDR,
+		env:                  env,
+		dir:                  dir,
+		ca:                   ca,
+		adminCert:            admin.CertPEM(),
+		adminKey:             adminKey,
 	}
 	c.apiserver = env.newProcess(o.Name, binAPIServer)
 	c.controllerManager = env.newProcess(o.Name, binControllerManager)
@@ -218,7 +222,7 @@ func (c *ControlPlane) apiServerArgs(port uint16) []string {
 		"--service-account-issuer=" + serviceAccountIssuer,
 		"--service-account-key-file=" + f(fileSAPub),
 		"--service-account-signing-key-file=" + f(fileSAKey),
-		"--service-cluster-ip-range=" + c.ServiceCIDR.String(),
+		"--service-cluster-ip-range=" + c.serviceRanges(),
 		"--authorization-mode=Node,RBAC",
 		"--allow-privileged=true",
 		"--profiling=false",
@@ -237,6 +241,15 @@ func (c *ControlPlane) apiServerArgs(port uint16) []string {
 		args = append(args, "--endpoint-reconciler-type=none")
 	}
 	return args
+}
+
+// serviceRanges is the API server's --service-cluster-ip-range: the primary range, and the
+// secondary one of a dual-stack cluster.
+func (c *ControlPlane) serviceRanges() string {
+	if c.SecondaryServiceCIDR.IsValid() {
+		return c.ServiceCIDR.String() + "," + c.SecondaryServiceCIDR.String()
+	}
+	return c.ServiceCIDR.String()
 }
 
 // controllerManagerArgs are the kube-controller-manager flags (checked against v1.37.1

@@ -61,6 +61,12 @@ type ClusterOptions struct {
 	Name string
 	// ServiceCIDR is the ClusterIP range (kube-apiserver --service-cluster-ip-range). Required.
 	ServiceCIDR netip.Prefix
+	// SecondaryServiceCIDR is an optional second ClusterIP range of the other address family:
+	// with it the API server is dual-stack (--service-cluster-ip-range=<primary>,<secondary>)
+	// and allocates both families to Services that ask, so tests of dual-stack Services and
+	// imports need no nodes. kube-controller-manager keeps the primary range, which is all
+	// node-ipam uses.
+	SecondaryServiceCIDR netip.Prefix
 	// PodCIDR is the range node-ipam splits into per-node pod CIDRs
 	// (kube-controller-manager --cluster-cidr, /24 per IPv4 node, /64 per IPv6 node). Required.
 	PodCIDR netip.Prefix
@@ -209,6 +215,9 @@ func validateClusters(clusters []ClusterOptions) error {
 		if err := validateCIDRs(c.ServiceCIDR, c.PodCIDR); err != nil {
 			errs = append(errs, fmt.Errorf("cluster %s: %w", c.Name, err))
 		}
+		if err := validateSecondaryServiceCIDR(c.ServiceCIDR, c.SecondaryServiceCIDR, c.PodCIDR); err != nil {
+			errs = append(errs, fmt.Errorf("cluster %s: %w", c.Name, err))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -234,6 +243,24 @@ func validateCIDRs(service, pod netip.Prefix) error {
 	}
 	if service.Overlaps(pod) {
 		return fmt.Errorf("ServiceCIDR %s overlaps PodCIDR %s", service, pod)
+	}
+	return nil
+}
+
+// validateSecondaryServiceCIDR checks ClusterOptions.SecondaryServiceCIDR, when set, as kube-apiserver
+// would: the other family than the primary range, within the size it accepts.
+func validateSecondaryServiceCIDR(primary, secondary, pod netip.Prefix) error {
+	if !secondary.IsValid() {
+		return nil
+	}
+	if secondary.Addr().Is4() == primary.Addr().Is4() {
+		return fmt.Errorf("SecondaryServiceCIDR %s is of the same address family as ServiceCIDR %s: a dual-stack API server takes one range per family", secondary, primary)
+	}
+	if minBits := map[bool]int{true: 12, false: 108}[secondary.Addr().Is4()]; secondary.Bits() < minBits {
+		return fmt.Errorf("SecondaryServiceCIDR %s is too large for kube-apiserver: use /%d or smaller", secondary, minBits)
+	}
+	if secondary.Overlaps(pod) {
+		return fmt.Errorf("SecondaryServiceCIDR %s overlaps PodCIDR %s", secondary, pod)
 	}
 	return nil
 }

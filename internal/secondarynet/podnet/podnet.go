@@ -54,7 +54,11 @@ func Entry(ip netip.Addr, mac string) Status {
 	return Status{Name: NetworkName, Interface: InterfaceName, IPs: []string{ip.String()}, MAC: mac}
 }
 
-// Find returns the secondary network's entry in the pod's annotations, if there is one.
+// Find returns the secondary network's entry in the pod's annotations, if there is one. An
+// annotation with more than one such entry is an error: the ovnmaster writes exactly one (Set),
+// so a second was written by someone else, whom readers must not believe (whoever may edit the
+// pod may write the annotation, and which of two entries a reader took would otherwise decide
+// the address it uses).
 func Find(annotations map[string]string) (Status, bool, error) {
 	list, err := parse(annotations[NetworkStatusAnnotation])
 	if err != nil {
@@ -63,6 +67,9 @@ func Find(annotations map[string]string) (Status, bool, error) {
 	i := list.index()
 	if i < 0 {
 		return Status{}, false, nil
+	}
+	if n := list.count(); n > 1 {
+		return Status{}, false, fmt.Errorf("annotation %s has %d entries named %s; the ovnmaster writes one, and rewrites the annotation with it", NetworkStatusAnnotation, n, NetworkName)
 	}
 	var s Status
 	if err := json.Unmarshal(list[i], &s); err != nil {
@@ -73,14 +80,21 @@ func Find(annotations map[string]string) (Status, bool, error) {
 
 // Set returns the network-status annotation's value with the secondary network's entry
 // replaced by entry (or removed, if entry is nil), every other entry kept byte for byte in
-// its place. "" means the annotation should be removed: nothing is left in it. A value that
-// is not a JSON list is an error rather than overwritten: it is someone else's data.
+// its place. Further entries of the secondary network's name, which only someone else can have
+// written, are dropped: the result has at most one. "" means the annotation should be removed:
+// nothing is left in it. A value that is not a JSON list is an error rather than overwritten:
+// it is someone else's data.
 func Set(current string, entry *Status) (string, error) {
 	list, err := parse(current)
 	if err != nil {
 		return "", err
 	}
 	i := list.index()
+	if i >= 0 {
+		// Only the first of ours keeps its place.
+		rest := slices.DeleteFunc(slices.Clone(list[i+1:]), isOurs)
+		list = append(list[:i+1:i+1], rest...)
+	}
 	var raw json.RawMessage
 	if entry != nil {
 		if raw, err = json.Marshal(entry); err != nil {
@@ -122,14 +136,26 @@ func parse(value string) (entries, error) {
 	return list, nil
 }
 
-// index is the position of the secondary network's entry, or -1.
-func (l entries) index() int {
-	return slices.IndexFunc(l, func(raw json.RawMessage) bool {
-		var named struct {
-			Name string `json:"name"`
+// index is the position of the (first) secondary network's entry, or -1.
+func (l entries) index() int { return slices.IndexFunc(l, isOurs) }
+
+// count is the number of the secondary network's entries.
+func (l entries) count() int {
+	n := 0
+	for _, raw := range l {
+		if isOurs(raw) {
+			n++
 		}
-		return json.Unmarshal(raw, &named) == nil && named.Name == NetworkName
-	})
+	}
+	return n
+}
+
+// isOurs reports whether raw is an entry of the secondary network's name.
+func isOurs(raw json.RawMessage) bool {
+	var named struct {
+		Name string `json:"name"`
+	}
+	return json.Unmarshal(raw, &named) == nil && named.Name == NetworkName
 }
 
 // systemNamespaces never join the secondary network: the cluster's own machinery, and

@@ -2,7 +2,9 @@ package podnet
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestSet(t *testing.T) {
@@ -62,4 +64,73 @@ func TestRequestedIP(t *testing.T) {
 	if _, err := RequestedIP(map[string]string{RequestedIPAnnotation: "10.112.0.50/24"}); err == nil {
 		t.Error("RequestedIP accepted a prefix")
 	}
+}
+
+// FuzzNetworkStatus writes the secondary network's entry into, and removes it from, any
+// annotation value (a pod's author can write anything there): a value that is not a JSON list
+// is refused and left alone; otherwise Find then returns exactly what Set wrote, or nothing
+// after removal, even when the value already held entries of that name, and every other entry
+// is kept byte for byte and in order.
+func FuzzNetworkStatus(f *testing.F) {
+	for _, seed := range []string{
+		"",
+		`[{"name":"cbr0","interface":"eth0","ips":["10.244.0.5"],"default":true}]`,
+		`[{"name":"octopus.io/secondary","ips":["10.112.0.9"]},{"name":"octopus.io/secondary","ips":["10.112.0.66"]}]`,
+		`[{"NAME":"octopus.io/secondary"},{"name":"x"}]`,
+		`[1,"a",null,{}]`,
+		`{"name":"x"}`,
+	} {
+		f.Add(seed, "10.112.0.7", "0a:58:0a:70:00:07")
+	}
+	f.Fuzz(func(t *testing.T, current, ip, mac string) {
+		if !utf8.ValidString(ip) || !utf8.ValidString(mac) {
+			// JSON cannot carry them; the ovnmaster writes addresses and MACs it formatted.
+			return
+		}
+		want := Status{Name: NetworkName, Interface: InterfaceName, IPs: []string{ip}, MAC: mac}
+		others := func(v string) []string {
+			list, err := parse(v)
+			if err != nil {
+				t.Fatalf("parse(%q): %v", v, err)
+			}
+			var out []string
+			for _, raw := range list {
+				if !isOurs(raw) {
+					out = append(out, string(raw))
+				}
+			}
+			return out
+		}
+		written, err := Set(current, &want)
+		if _, perr := parse(current); perr != nil {
+			if err == nil || written != "" {
+				t.Fatalf("Set over %q, not a list: %q, %v; want an error", current, written, err)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("Set(%q): %v", current, err)
+		}
+		got, ok, err := Find(map[string]string{NetworkStatusAnnotation: written})
+		if err != nil || !ok || !equalStatus(got, want) {
+			t.Fatalf("Find(Set(%q)) = %+v, %v, %v; want %+v", current, got, ok, err, want)
+		}
+		if !slices.Equal(others(written), others(current)) {
+			t.Fatalf("Set(%q) = %q: the other entries changed", current, written)
+		}
+		removed, err := Set(written, nil)
+		if err != nil {
+			t.Fatalf("Set(%q, nil): %v", written, err)
+		}
+		if _, ok, err := Find(map[string]string{NetworkStatusAnnotation: removed}); ok || err != nil {
+			t.Fatalf("Find after removal from %q = %v, %v; want nothing", written, ok, err)
+		}
+		if removed != "" && !slices.Equal(others(removed), others(current)) {
+			t.Fatalf("removal from %q = %q: the other entries changed", written, removed)
+		}
+	})
+}
+
+func equalStatus(a, b Status) bool {
+	return a.Name == b.Name && a.Interface == b.Interface && slices.Equal(a.IPs, b.IPs) && a.MAC == b.MAC && a.Default == b.Default
 }
