@@ -173,6 +173,12 @@ func setupExport(mgr manager.Manager, o ExportOptions, exports cache.Cache) erro
 	if err := indexMemberSlices(mgr); err != nil {
 		return err
 	}
+	if _, ok := o.Addresses.(SecondaryAddresses); ok {
+		// podExports looks slices up by pod on every pod event under secondary addressing.
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &discoveryv1.EndpointSlice{}, slicePodIndex, slicePods); err != nil {
+			return fmt.Errorf("indexing the member's EndpointSlices by pod: %w", err)
+		}
+	}
 	if err := mgr.Add(hubCluster); err != nil {
 		return fmt.Errorf("adding the hub cache: %w", err)
 	}
@@ -242,7 +248,7 @@ var secondaryStatusChanged = predicate.Funcs{
 // read from the cache.
 func (r *ExportReconciler) podExports(ctx context.Context, pod client.Object) []reconcile.Request {
 	list := &discoveryv1.EndpointSliceList{}
-	if err := r.Member.List(ctx, list, client.InNamespace(pod.GetNamespace())); err != nil {
+	if err := r.Member.List(ctx, list, client.InNamespace(pod.GetNamespace()), client.MatchingFields{slicePodIndex: pod.GetName()}); err != nil {
 		// Only a cache read; it fails only if the cache is gone, i.e. while shutting down.
 		logf.FromContext(ctx).Error(err, "Could not list the EndpointSlices of a pod's namespace", "pod", client.ObjectKeyFromObject(pod))
 		return nil
@@ -340,6 +346,26 @@ func sliceServiceKeys(o client.Object) []string {
 		return []string{localSliceKey(name)}
 	}
 	return nil
+}
+
+// slicePodIndex indexes the member's own EndpointSlices by the pods their endpoints name, under
+// secondary addressing only (podExports), so that a pod event reads the slices that hold the pod
+// rather than every slice of its namespace.
+const slicePodIndex = "octopus.io/slice-pod"
+
+// slicePods is the slicePodIndex value of a member EndpointSlice.
+func slicePods(o client.Object) []string {
+	s, ok := o.(*discoveryv1.EndpointSlice)
+	if !ok || importedSlice(s) {
+		return nil
+	}
+	var pods []string
+	for _, ep := range s.Endpoints {
+		if ep.TargetRef != nil && ep.TargetRef.Kind == "Pod" && !slices.Contains(pods, ep.TargetRef.Name) {
+			pods = append(pods, ep.TargetRef.Name)
+		}
+	}
+	return pods
 }
 
 // indexedMembers remembers the managers whose cache has memberSliceIndex: Setup registers it
