@@ -31,6 +31,10 @@ rbac operator "./internal/operator"
 # The secondary network's (cmd/octopus-ovn), which the member chart installs with secondaryNetwork.enabled.
 rbac ovnmaster "./internal/secondarynet/ovnmaster"
 rbac ovn-nri "./internal/secondarynet/nriplugin"
+# OVN-IC: the member's icmaster (octopus-ovn ic) and, on the hub, the signer of the members'
+# interconnection certificates (octopus-ovn ic-signer, render.Interconnect).
+rbac icmaster "./internal/secondarynet/icmaster"
+rbac ic-signer "./internal/secondarynet/icsigner"
 
 # The charts' parts that come from the objects above and from internal/manifests/render (internal/manifests/chartgen).
 chartdir="charts"

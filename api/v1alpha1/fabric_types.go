@@ -85,6 +85,38 @@ type HubConfig struct {
 	// secondary is the pool of secondary-network CIDRs.
 	// +optional
 	Secondary *CIDRPool `json:"secondary,omitempty"`
+	// interconnect puts OVN-IC's interconnection databases (IC NB and IC SB, 3-member raft
+	// clusters on TLS with client certificates) on this cluster's nodes, for members joined
+	// with the ovn-ic interconnect (`octopus hub deploy --interconnect`).
+	// +optional
+	Interconnect *HubInterconnect `json:"interconnect,omitempty"`
+}
+
+// HubInterconnect configures the interconnection databases on the hub.
+type HubInterconnect struct {
+	// image holds ovsdb-server and OVN's IC schemas: the secondary network's image
+	// (octopus-ovn).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image"`
+	// transitSwitches are the transit switches made at deploy, each a DNS label; the members'
+	// routers join the first. Default: ts (Kube-OVN's).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:XValidation:rule="self.all(s, s.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'))",message="hubConfig.interconnect.transitSwitches must be DNS labels (lower-case letters, digits, '-'), such as ts"
+	TransitSwitches []string `json:"transitSwitches,omitempty"`
+	// addresses are the hub nodes' IP addresses the members reach the databases at (their
+	// ovn-ic-config's ic-db-host), written into the databases' certificate.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=45
+	// +kubebuilder:validation:XValidation:rule="self.all(a, isIP(a))",message="hubConfig.interconnect.addresses must be IP addresses of the hub's nodes, such as 192.0.2.10"
+	Addresses []string `json:"addresses,omitempty"`
 }
 
 // SecretReference names a Secret in any namespace (the Fabric is cluster-scoped).
@@ -125,6 +157,7 @@ type HealthCheck struct {
 // +kubebuilder:validation:XValidation:rule="self.brokerInfoSecretRef == oldSelf.brokerInfoSecretRef",message="joinConfig.brokerInfoSecretRef (the hub) is immutable: delete the Fabric (the cluster leaves its hub) and create it again referring to the new hub's broker-info; to rotate broker-info of the same hub, update the Secret's content instead"
 // +kubebuilder:validation:XValidation:rule="!has(self.globalEgressSize) || self.addressing == 'globalnet'",message="joinConfig.globalEgressSize is only meaningful with joinConfig.addressing globalnet: remove it, or set addressing to globalnet"
 // +kubebuilder:validation:XValidation:rule="has(self.globalEgressSize) == has(oldSelf.globalEgressSize) || (has(self.globalEgressSize) ? self.globalEgressSize : oldSelf.globalEgressSize) == 8",message="joinConfig.globalEgressSize cannot be added or removed while the cluster is joined (unset means 8): delete the Fabric (the cluster leaves) and create it again with the new size"
+// +kubebuilder:validation:XValidation:rule="!has(self.interconnect) || self.addressing == 'secondary'",message="joinConfig.interconnect joins the clusters' OVN networks: it needs joinConfig.addressing secondary"
 type JoinConfig struct {
 	// clusterID is this cluster's identity in the cluster set. Optional: the value of the
 	// ClusterProperty cluster.clusterset.k8s.io, else the UID of the kube-system namespace
@@ -203,6 +236,55 @@ type JoinConfig struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	Image string `json:"image,omitempty"`
+	// interconnect makes the cluster an OVN-IC availability zone named after its ID, joined to
+	// the hub's interconnection databases (`octopus join --interconnect ovn-ic`). Secondary
+	// addressing only. Its fields are Kube-OVN's ovn-ic-config keys, one to one.
+	// +optional
+	Interconnect *JoinInterconnect `json:"interconnect,omitempty"`
+}
+
+// JoinInterconnect is a member's OVN interconnection: each field is the ovn-ic-config key named
+// in its comment (docs/secondary-network.md has the table). enable-ic is the field's presence
+// and az-name the cluster ID.
+type JoinInterconnect struct {
+	// type of interconnection: ovn-ic.
+	// +optional
+	// +kubebuilder:default=ovn-ic
+	// +kubebuilder:validation:Enum=ovn-ic
+	Type string `json:"type,omitempty"`
+	// icDBHost is ic-db-host: the hub nodes' addresses of the IC databases, without ports.
+	// +required
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=7
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.all(h, !h.contains(':') && !h.contains('/') && !h.contains(' '))",message="joinConfig.interconnect.icDBHost must be host names or IPv4 addresses without ports (the ports are icNBPort and icSBPort)"
+	ICDBHost []string `json:"icDBHost"`
+	// icNBPort is ic-nb-port, the IC NB database's port.
+	// +optional
+	// +kubebuilder:default=6645
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	ICNBPort int32 `json:"icNBPort,omitempty"`
+	// icSBPort is ic-sb-port, the IC SB database's port.
+	// +optional
+	// +kubebuilder:default=6646
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	ICSBPort int32 `json:"icSBPort,omitempty"`
+	// gwNodes is gw-nodes: the nodes that carry the transit port, highest priority first
+	// (active-backup). Changing it moves the chassis live.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.all(n, self.exists_one(m, m == n))",message="joinConfig.interconnect.gwNodes lists a node twice"
+	GWNodes []string `json:"gwNodes,omitempty"`
+	// autoRoute is auto-route: advertise this cluster's block and learn the others'; false
+	// routes only what static routes say.
+	// +optional
+	// +kubebuilder:default=true
+	AutoRoute *bool `json:"autoRoute,omitempty"`
 }
 
 // CloudProvider is where the cluster's nodes run.

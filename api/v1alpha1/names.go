@@ -76,6 +76,17 @@ func ClusterServiceAccount(clusterID string) string { return ClusterServiceAccou
 // HeartbeatLeaseName is the name of a cluster's heartbeat Lease in the hub namespace.
 func HeartbeatLeaseName(clusterID string) string { return clusterID }
 
+// GatewayExIpName is a GatewayExIp's name in member clusters, the prototype's
+// "<gateway>-<cluster>", which a VpcNatTunnel's gatewayName and clusterId find.
+func GatewayExIpName(gateway, clusterID string) string { return gateway + "-" + clusterID } //nolint:revive // the kind's name
+
+// GatewayExIpHubName is a GatewayExIp's name on the hub, "<cluster>.<gateway>". Not the
+// members' name: with '-' in cluster IDs and gateway names, "x-a-b" could be gateway x of
+// cluster a-b or gateway x-a of cluster b, and the hub's ownership policy could not tell whose
+// name it is. Cluster IDs hold no '.', so the prefix before the first '.' is the owner's ID,
+// and the policy admits only the caller's (docs/hub-and-trust.md).
+func GatewayExIpHubName(clusterID, gateway string) string { return clusterID + "." + gateway } //nolint:revive // the kind's name
+
 // Labels.
 const (
 	// ClusterLabel marks every object a cluster writes to the hub with the writer's cluster ID.
@@ -115,3 +126,22 @@ const (
 	// discovery). Absent means the routed primary network (direct or globalnet).
 	AddressingAnnotation = "octopus.io/addressing"
 )
+
+// A member cluster's OVN-IC client certificate (issue 32): at join the member makes its key
+// and a certificate request, and publishes the request in the hub namespace in a ConfigMap
+// named InterconnectCSRName(cluster ID), labelled ClusterLabel (so the admission policy holds
+// it to the writer's own ID) and InterconnectCSRLabel; the hub's signer
+// (octopus-ovn ic-signer) signs it for the ID of that label and writes the certificate back.
+const (
+	InterconnectCSRLabel = "octopus.io/interconnect-csr"
+	// InterconnectCSRKey holds the PEM certificate request; InterconnectCertKey the signed
+	// certificate and InterconnectCAKey the interconnection CA's certificate, the only one the
+	// member's ovn-ic trusts; InterconnectErrorKey why the signer refused.
+	InterconnectCSRKey   = "csr.pem"
+	InterconnectCertKey  = "tls.crt"
+	InterconnectCAKey    = "ca.crt"
+	InterconnectErrorKey = "error"
+)
+
+// InterconnectCSRName is the ConfigMap of a cluster's OVN-IC certificate request on the hub.
+func InterconnectCSRName(clusterID string) string { return "interconnect-csr-" + clusterID }

@@ -21,6 +21,7 @@ type masterOptions struct {
 	leaderElectionNS       string
 	healthProbeBindAddress string
 	metricsBindAddress     string
+	interconnect           bool
 }
 
 func newMasterCommand() *cobra.Command {
@@ -54,7 +55,7 @@ restarted master keeps every one.`,
 				Member: member, ClusterID: o.clusterID, CIDR: cidr, NBEndpoint: o.nb, NBTLS: nbTLS,
 				LeaderElection: o.leaderElect, LeaderElectionNamespace: o.leaderElectionNS,
 				HealthProbeBindAddress: o.healthProbeBindAddress, MetricsBindAddress: o.metricsBindAddress,
-				Log: ctrl.Log.WithName("ovnmaster"),
+				Interconnect: o.interconnect, Log: ctrl.Log.WithName("ovnmaster"),
 			})
 		},
 	}
@@ -68,6 +69,7 @@ restarted master keeps every one.`,
 	f.StringVar(&o.leaderElectionNS, "leader-election-namespace", "octopus-system", "namespace of the leader-election Lease")
 	f.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", "0", `address of the /healthz and /readyz endpoints, e.g. ":8081"; "0" turns them off`)
 	f.StringVar(&o.metricsBindAddress, "metrics-bind-address", fmt.Sprintf(":%d", ovnmaster.DefaultMetricsPort), `address of the Prometheus metrics endpoint (/metrics); "0" turns it off`)
+	f.BoolVar(&o.interconnect, "interconnect", false, "the cluster is an OVN-IC availability zone (octopus-ovn ic): leave the block's gateway address to the interconnection router, making no gateway port")
 	_ = cmd.MarkFlagRequired("cluster-id")
 	_ = cmd.MarkFlagRequired("secondary-cidr")
 	return cmd

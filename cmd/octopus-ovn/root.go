@@ -45,6 +45,6 @@ Examples:
 	zapFlags := goflag.NewFlagSet("zap", goflag.ContinueOnError)
 	zapOpts.BindFlags(zapFlags)
 	root.PersistentFlags().AddGoFlagSet(zapFlags)
-	root.AddCommand(newMasterCommand(), newNRICommand(), newGatewayPortCommand(), newICCommand())
+	root.AddCommand(newMasterCommand(), newNRICommand(), newGatewayPortCommand(), newICCommand(), newICSignerCommand())
 	return root
 }

@@ -29,7 +29,7 @@ const (
 // Hub returns the CRDs the hub serves: what clusters publish there. Exported services are
 // published as ServiceImport-shaped records, so the hub serves the MCS ServiceImport CRD too.
 func Hub() ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	return load("bases/octopus.io_clusters.yaml", "bases/octopus.io_peers.yaml", mcsServiceImports)
+	return load("bases/octopus.io_clusters.yaml", "bases/octopus.io_peers.yaml", "bases/octopus.io_gatewayexips.yaml", mcsServiceImports)
 }
 
 // Member returns the Octopus CRDs every member cluster serves. They belong to Octopus alone, so

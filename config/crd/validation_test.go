@@ -320,6 +320,60 @@ func TestSchemaValidation(t *testing.T) {
 			f.Spec.HubConfig = &v1alpha1.HubConfig{HubURL: "http://hub:6443"}
 			return f
 		}, "hubConfig.hubURL must be an https URL"},
+		{"Fabric hub with interconnect", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig = nil
+			f.Spec.HubConfig = &v1alpha1.HubConfig{Interconnect: &v1alpha1.HubInterconnect{
+				Image: "octopus-ovn:v1", TransitSwitches: []string{"ts", "ts-2"}, Addresses: []string{"192.0.2.10", "2001:db8::1"}}}
+			return f
+		}, ""},
+		{"Fabric hub interconnect without an image", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig = nil
+			f.Spec.HubConfig = &v1alpha1.HubConfig{Interconnect: &v1alpha1.HubInterconnect{}}
+			return f
+		}, "spec.hubConfig.interconnect.image"},
+		{"Fabric hub interconnect with a transit switch that is no DNS label", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig = nil
+			f.Spec.HubConfig = &v1alpha1.HubConfig{Interconnect: &v1alpha1.HubInterconnect{Image: "i", TransitSwitches: []string{"TS_1"}}}
+			return f
+		}, "hubConfig.interconnect.transitSwitches must be DNS labels"},
+		{"Fabric hub interconnect with a host name for an address", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig = nil
+			f.Spec.HubConfig = &v1alpha1.HubConfig{Interconnect: &v1alpha1.HubInterconnect{Image: "i", Addresses: []string{"hub-node-1"}}}
+			return f
+		}, "hubConfig.interconnect.addresses must be IP addresses"},
+		{"Fabric member with interconnect", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.Addressing = v1alpha1.AddressingSecondary
+			f.Spec.JoinConfig.Interconnect = &v1alpha1.JoinInterconnect{ICDBHost: []string{"192.0.2.1", "hub-2"}, GWNodes: []string{"gw1", "gw2"}}
+			return f
+		}, ""},
+		{"Fabric member with interconnect and direct addressing", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.Interconnect = &v1alpha1.JoinInterconnect{ICDBHost: []string{"192.0.2.1"}}
+			return f
+		}, "joinConfig.interconnect joins the clusters' OVN networks: it needs joinConfig.addressing secondary"},
+		{"Fabric member interconnect with a port in icDBHost", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.Addressing = v1alpha1.AddressingSecondary
+			f.Spec.JoinConfig.Interconnect = &v1alpha1.JoinInterconnect{ICDBHost: []string{"192.0.2.1:6645"}}
+			return f
+		}, "icDBHost must be host names or IPv4 addresses without ports"},
+		{"Fabric member interconnect with a gateway node twice", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.Addressing = v1alpha1.AddressingSecondary
+			f.Spec.JoinConfig.Interconnect = &v1alpha1.JoinInterconnect{ICDBHost: []string{"h"}, GWNodes: []string{"a", "b", "a"}}
+			return f
+		}, "gwNodes lists a node twice"},
+		{"Fabric member interconnect without hosts", func() client.Object {
+			f := validFabric()
+			f.Spec.JoinConfig.Addressing = v1alpha1.AddressingSecondary
+			f.Spec.JoinConfig.Interconnect = &v1alpha1.JoinInterconnect{}
+			return f
+		}, "icDBHost"},
 		{"Fabric with an unknown cloud", func() client.Object {
 			f := validFabric()
 			f.Spec.CloudPrepareConfig = &v1alpha1.CloudPrepareConfig{Provider: "openstack"}

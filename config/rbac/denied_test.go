@@ -211,8 +211,18 @@ var identities = []identity{
 			// Which node gets the gateway's port: the one the ConfigMap names, else the Lease holder.
 			{verbs: "get,list,watch", resource: "configmaps", namespace: memberNS, name: "octopus-gateway"},
 			{verbs: "get,list,watch", group: "coordination.k8s.io", resource: "leases", namespace: memberNS, name: "octopus-gateway"},
+			// The Vpc controller: Vpcs read, their finalizer added and removed (update), their
+			// conditions patched; the tunnels and DNS forwards naming a Vpc keep it from going.
+			{verbs: "get,list,watch,update", group: "octopus.io", resource: "vpcs"},
+			{verbs: "patch", group: "octopus.io", resource: "vpcs/status"},
+			{verbs: "update", group: "octopus.io", resource: "vpcs/finalizers"},
+			{verbs: "get,list,watch", group: "octopus.io", resource: "vpcnattunnels"},
+			{verbs: "get,list,watch", group: "octopus.io", resource: "vpcdnsforwards"},
 		},
 		refused: []request{
+			{verb: "create", group: "octopus.io", resource: "vpcs"},
+			{verb: "delete", group: "octopus.io", resource: "vpcs", name: probeName},
+			{verb: "update", group: "octopus.io", resource: "vpcnattunnels", name: probeName},
 			{verb: "patch", resource: "configmaps", namespace: memberNS, name: "octopus-gateway"},
 			{verb: "get", resource: "configmaps", namespace: memberNS, name: probeName},
 			{verb: "update", resource: "pods", namespace: otherNS, name: probeName},
@@ -252,6 +262,9 @@ var identities = []identity{
 			{verbs: "get,list,watch,create,update,patch,delete", resource: "configmaps", namespace: hubNS},
 			{verbs: "get,list,watch,create,update,patch,delete", group: "multicluster.x-k8s.io", resource: "serviceimports", namespace: hubNS},
 			{verbs: "get,list,watch,create,update,patch,delete", group: "discovery.k8s.io", resource: "endpointslices", namespace: hubNS},
+			// Its VPC gateways' GatewayExIps, and every other cluster's read (issue 33); the
+			// policy admits only names <cluster>.<gateway> of its own.
+			{verbs: "get,list,watch,create,update,patch,delete", group: "octopus.io", resource: "gatewayexips", namespace: hubNS},
 			{verbs: "delete", resource: "serviceaccounts", namespace: hubNS},
 			{verbs: "create", resource: "serviceaccounts/token", namespace: hubNS},
 		},

@@ -33,6 +33,11 @@ const (
 	// (cmd/octopus-ovn), which the member chart installs with secondaryNetwork.enabled.
 	OVNMaster = "ovnmaster"
 	OVNNRI    = "ovn-nri"
+	// ICMaster is the member's OVN-IC availability zone (octopus-ovn ic); ICSigner signs the
+	// members' interconnection certificates on the hub (octopus-ovn ic-signer), installed by
+	// hub deploy --interconnect (internal/manifests/render Interconnect).
+	ICMaster = "icmaster"
+	ICSigner = "ic-signer"
 )
 
 // Components lists every component with generated RBAC.

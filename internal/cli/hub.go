@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -15,8 +16,10 @@ import (
 	"github.com/octopus-mcs/octopus/charts"
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/kube"
+	"github.com/octopus-mcs/octopus/internal/manifests/render"
 	"github.com/octopus-mcs/octopus/internal/operator"
 	"github.com/octopus-mcs/octopus/internal/progress"
+	"github.com/octopus-mcs/octopus/internal/version"
 )
 
 func newHubCommand(streams IOStreams) *cobra.Command {
@@ -63,6 +66,11 @@ type hubDeployOptions struct {
 	secondary hub.PoolConfig
 	useChart  bool
 	chart     chartFlags
+	// interconnect and the flags after it: hub.InterconnectOptions.
+	interconnect      bool
+	icImage           string
+	icTransitSwitches []string
+	icAddresses       []string
 }
 
 func newHubDeployCommand(streams IOStreams) *cobra.Command {
@@ -94,6 +102,10 @@ and helm uninstall manage them; broker-info is written as without it.`,
 	fs.IntVar(&o.globalnet.ClusterPrefixLength, "globalnet-prefix-length", o.globalnet.ClusterPrefixLength, "prefix length of each cluster's global CIDR")
 	fs.StringVar(&o.secondary.CIDR, "secondary-cidr", o.secondary.CIDR, "pool of secondary-network CIDRs")
 	fs.IntVar(&o.secondary.ClusterPrefixLength, "secondary-prefix-length", o.secondary.ClusterPrefixLength, "prefix length of each cluster's secondary CIDR")
+	fs.BoolVar(&o.interconnect, "interconnect", false, "also run OVN-IC's interconnection databases (IC NB, IC SB: 3-member raft clusters on TLS) on the hub's nodes, for members joined with --interconnect ovn-ic")
+	fs.StringVar(&o.icImage, "interconnect-image", "", "with --interconnect: the secondary network's image (octopus-ovn), which holds ovsdb-server (default: "+defaultOVNImage+" at this CLI's version)")
+	fs.StringSliceVar(&o.icTransitSwitches, "transit-switch", []string{render.DefaultTransitSwitch}, "with --interconnect: the transit switches to make (comma list)")
+	fs.StringSliceVar(&o.icAddresses, "interconnect-address", nil, "with --interconnect: the hub nodes' IP addresses members reach the databases at, written into their certificate (comma list)")
 	fs.BoolVar(&o.useChart, "chart", false, "install the hub as the Helm release of the embedded chart octopus-hub")
 	o.chart.addFlags(fs)
 	return cmd
@@ -106,8 +118,30 @@ func (o *hubDeployOptions) Validate() error {
 	if _, err := o.secondary.Pool(); err != nil {
 		return fmt.Errorf("--secondary-cidr/--secondary-prefix-length: %w", err)
 	}
+	if !o.interconnect {
+		if o.icImage != "" || len(o.icAddresses) > 0 {
+			return fmt.Errorf("--interconnect-image and --interconnect-address configure the interconnection databases: add --interconnect")
+		}
+		return nil
+	}
+	ic := &hub.InterconnectOptions{Image: o.icImage, TransitSwitches: o.icTransitSwitches}
+	if ic.Image == "" {
+		ic.Image = defaultOVNImage + ":" + version.Version
+	}
+	for _, a := range o.icAddresses {
+		addr, err := netip.ParseAddr(a)
+		if err != nil {
+			return fmt.Errorf("--interconnect-address %q: give a hub node's IP address: %w", a, err)
+		}
+		ic.Addresses = append(ic.Addresses, addr)
+	}
+	o.deploy.Interconnect = ic
 	return nil
 }
+
+// defaultOVNImage is the secondary network's image (internal/image's OVNRepo, which the CLI
+// does not link), tagged with the CLI's version as the charts' images are.
+const defaultOVNImage = "ghcr.io/octopus-mcs/octopus-ovn"
 
 func (o *hubDeployOptions) Run(ctx context.Context) error {
 	cfg, err := o.kube.restConfig()
@@ -161,6 +195,12 @@ func (o *hubDeployOptions) viaOperator(ctx context.Context, cfg *rest.Config) (d
 		Globalnet: &v1alpha1.CIDRPool{CIDR: o.globalnet.CIDR, ClusterPrefixLength: int32(o.globalnet.ClusterPrefixLength)}, //nolint:gosec // validated prefix length
 		Secondary: &v1alpha1.CIDRPool{CIDR: o.secondary.CIDR, ClusterPrefixLength: int32(o.secondary.ClusterPrefixLength)}, //nolint:gosec // validated prefix length
 	}}
+	if ic := o.deploy.Interconnect; ic != nil {
+		spec.HubConfig.Interconnect = &v1alpha1.HubInterconnect{Image: ic.Image, TransitSwitches: ic.TransitSwitches}
+		for _, a := range ic.Addresses {
+			spec.HubConfig.Interconnect.Addresses = append(spec.HubConfig.Interconnect.Addresses, a.String())
+		}
+	}
 	if err := operator.ApplyFabric(ctx, c, spec); err != nil {
 		return true, err
 	}

@@ -41,6 +41,7 @@ type joinOptions struct {
 	topology   string
 	agent      string
 	chart      chartFlags
+	ic         interconnectFlags
 }
 
 func newJoinCommand(streams IOStreams) *cobra.Command {
@@ -75,6 +76,7 @@ no gateway or route agent starts. ` + "`octopus leave`" + ` stops it. --agent no
 	fs.StringVar(&o.topology, "topology", string(v1alpha1.TopologyMesh), "how the gateway reaches other clusters: mesh (direct tunnels) or hub (only through the hub's gateway, `octopus-agent gateway --hub`)")
 	fs.StringVar(&o.agent, "agent", agentCharts, "how to run the components: charts (pods installed by the member chart), process (development only: the controller alone, as a process on this machine) or none")
 	o.chart.addFlags(fs)
+	o.ic.addFlags(fs)
 	_ = cmd.MarkFlagRequired("cluster-id")
 	return cmd
 }
@@ -89,7 +91,8 @@ func (o *joinOptions) Complete(args []string) error {
 	o.join.Addressing = v1alpha1.Addressing(o.addressing)
 	o.join.Topology = v1alpha1.Topology(o.topology)
 	o.join.Progress = &progress.Reporter{W: o.ErrOut}
-	return nil
+	o.join.Interconnect, err = o.ic.config()
+	return err
 }
 
 func (o *joinOptions) Validate() error {
@@ -183,6 +186,10 @@ func (o *joinOptions) viaOperator(ctx context.Context, cfg *rest.Config) (done b
 		PodCIDRs: o.join.PodCIDRs, ServiceCIDRs: o.join.ServiceCIDRs, Topology: o.join.Topology, Addressing: o.join.Addressing,
 		GlobalEgressSize: o.join.GlobalEgressSize,
 	}}
+	if ic := o.join.Interconnect; ic != nil {
+		spec.JoinConfig.Interconnect = &v1alpha1.JoinInterconnect{Type: interconnectOvnIC, ICDBHost: ic.DBHosts,
+			ICNBPort: int32(ic.NBPort), ICSBPort: int32(ic.SBPort), GWNodes: ic.GatewayNodes, AutoRoute: &ic.AutoRoute} //nolint:gosec // ports checked by icconfig.Parse
+	}
 	if err := operator.ApplyFabric(ctx, c, spec); err != nil {
 		return true, err
 	}

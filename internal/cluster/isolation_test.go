@@ -38,6 +38,9 @@ func TestClusterCredentialIsConfinedToOwnObjects(t *testing.T) {
 	if err := asWest.Create(t.Context(), testPeer(ns, "west")); err != nil {
 		t.Fatalf("west creating its own Peer: %v", err)
 	}
+	if err := asWest.Create(t.Context(), testGatewayExIP(ns, "west", "red", "west")); err != nil {
+		t.Fatalf("west publishing its own VPC gateway's GatewayExIp: %v", err)
+	}
 
 	get := func(c client.Client, obj client.Object, name string) client.Object {
 		t.Helper()
@@ -134,6 +137,20 @@ func TestClusterCredentialIsConfinedToOwnObjects(t *testing.T) {
 				Spec: mcsv1beta1.ServiceImportSpec{Type: mcsv1beta1.ClusterSetIP, Ports: []mcsv1beta1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}},
 			})
 		}},
+		{"publish a GatewayExIp named for another cluster under its own label", policyDenied, func() error {
+			return asEast.Create(t.Context(), testGatewayExIP(ns, "west", "red", "east"))
+		}},
+		{"publish a GatewayExIp under the members' ambiguous name", policyDenied, func() error {
+			return asEast.Create(t.Context(), testGatewayExIP(ns, "", "red-east", "east"))
+		}},
+		{"update another cluster's GatewayExIp", policyDenied, func() error {
+			g := get(asEast, &v1alpha1.GatewayExIp{}, v1alpha1.GatewayExIpHubName("west", "red")).(*v1alpha1.GatewayExIp)
+			g.Spec.ExternalIP = "198.51.100.66"
+			return asEast.Update(t.Context(), g)
+		}},
+		{"delete another cluster's GatewayExIp", policyDenied, func() error {
+			return asEast.Delete(t.Context(), testGatewayExIP(ns, "west", "red", "west"))
+		}},
 		{"read the join token", rbacDenied, func() error {
 			return asEast.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: render.JoinTokenSecret}, &corev1.Secret{})
 		}},
@@ -186,6 +203,17 @@ func TestClusterCredentialIsConfinedToOwnObjects(t *testing.T) {
 	}
 	if err := asEast.Delete(t.Context(), own); err != nil {
 		t.Fatalf("east deleting its own Peer: %v", err)
+	}
+	gw := testGatewayExIP(ns, "east", "red", "east")
+	if err := asEast.Create(t.Context(), gw); err != nil {
+		t.Fatalf("east publishing its own GatewayExIp: %v", err)
+	}
+	gw.Spec.ExternalIP = "198.51.100.20" // a gateway failover moves it
+	if err := asEast.Update(t.Context(), gw); err != nil {
+		t.Fatalf("east updating its own GatewayExIp: %v", err)
+	}
+	if err := asEast.Delete(t.Context(), gw); err != nil {
+		t.Fatalf("east deleting its own GatewayExIp: %v", err)
 	}
 
 	// The policy is what stops the cross-cluster writes: without its binding, the very same
@@ -363,4 +391,17 @@ func TestRejoinDoesNotAdoptPrecreatedAccount(t *testing.T) {
 		err := asAttacker.List(t.Context(), &v1alpha1.ClusterList{}, client.InNamespace(ns))
 		return apierrors.IsUnauthorized(err)
 	})
+}
+
+// testGatewayExIP is a VPC gateway's GatewayExIp on the hub, named for cluster (the hub's
+// <cluster>.<gateway>; cluster "" names it gateway alone) and labelled owner.
+func testGatewayExIP(ns, cluster, gateway, owner string) *v1alpha1.GatewayExIp {
+	name := gateway
+	if cluster != "" {
+		name = v1alpha1.GatewayExIpHubName(cluster, gateway)
+	}
+	return &v1alpha1.GatewayExIp{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{v1alpha1.ClusterLabel: owner}},
+		Spec:       v1alpha1.GatewayExIPSpec{ExternalIP: "198.51.100.10", GlobalnetCIDR: "242.1.0.0/16"},
+	}
 }

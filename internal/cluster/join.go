@@ -33,6 +33,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/manifests/render"
 	"github.com/octopus-mcs/octopus/internal/progress"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/icconfig"
 	"github.com/octopus-mcs/octopus/internal/version"
 )
 
@@ -62,6 +63,13 @@ type JoinOptions struct {
 	// chart (charts/octopus-member), which the caller installs after Join, deploys octopus-dns,
 	// and the caller then runs ForwardDNS. Optional.
 	DNSByChart bool
+	// Interconnect makes the cluster an OVN-IC availability zone (join --interconnect ovn-ic):
+	// Kube-OVN's ovn-ic-config, written into the member's kube-system, and the cluster's
+	// interconnection client certificate, requested from the hub's signer. Secondary
+	// addressing only. Optional.
+	Interconnect *icconfig.Config
+	// InterconnectCertTimeout bounds the wait for the hub to sign. Optional, default 60s.
+	InterconnectCertTimeout time.Duration
 	// Progress receives one line per step. Optional.
 	Progress *progress.Reporter
 	// HubAttempts bounds the attempts to reach the hub, HubRetryInterval spaces them.
@@ -134,6 +142,11 @@ func Join(ctx context.Context, member *rest.Config, opts JoinOptions) (*Joined, 
 	if opts.Topology == v1alpha1.TopologyHub {
 		reportHubGateway(ctx, p, e.hub, info.Namespace)
 	}
+	if opts.Interconnect != nil {
+		if err := joinInterconnect(ctx, e.hub, m.client, opts); err != nil {
+			return nil, err
+		}
+	}
 	return joined, nil
 }
 
@@ -161,6 +174,9 @@ func (opts *JoinOptions) complete() error {
 	}
 	if opts.Topology != v1alpha1.TopologyMesh && opts.Topology != v1alpha1.TopologyHub {
 		return fmt.Errorf("topology %q is not one of mesh, hub", opts.Topology)
+	}
+	if err := checkInterconnect(opts); err != nil {
+		return err
 	}
 	return checkGlobalEgressSize(*opts)
 }

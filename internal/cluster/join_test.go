@@ -245,12 +245,15 @@ func TestLeaveCleansBothSides(t *testing.T) {
 	east := f.join(t, "east")
 	f.join(t, "west")
 	eastHub := f.as(t, east)
-	// Objects an agent would have made: a heartbeat Lease and a Peer.
+	// Objects an agent would have made: a heartbeat Lease, a Peer, a VPC gateway's GatewayExIp.
 	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.HeartbeatLeaseName("east"), Namespace: f.info.Namespace, Labels: map[string]string{v1alpha1.ClusterLabel: "east"}}}
 	if err := eastHub.Create(t.Context(), lease); err != nil {
 		t.Fatal(err)
 	}
 	if err := eastHub.Create(t.Context(), testPeer(f.info.Namespace, "east")); err != nil {
+		t.Fatal(err)
+	}
+	if err := eastHub.Create(t.Context(), testGatewayExIP(f.info.Namespace, "east", "red", "east")); err != nil {
 		t.Fatal(err)
 	}
 
@@ -260,7 +263,7 @@ func TestLeaveCleansBothSides(t *testing.T) {
 	// Hub: nothing labelled east remains (ServiceAccount, token and binding are garbage-collected).
 	ns := f.info.Namespace
 	own := client.MatchingLabels{v1alpha1.ClusterLabel: "east"}
-	for _, list := range []client.ObjectList{&v1alpha1.ClusterList{}, &v1alpha1.PeerList{}, &coordinationv1.LeaseList{}, &corev1.ConfigMapList{}, &corev1.ServiceAccountList{}} {
+	for _, list := range []client.ObjectList{&v1alpha1.ClusterList{}, &v1alpha1.PeerList{}, &v1alpha1.GatewayExIpList{}, &coordinationv1.LeaseList{}, &corev1.ConfigMapList{}, &corev1.ServiceAccountList{}} {
 		waitEmpty(t, f.hub, list, client.InNamespace(ns), own)
 	}
 	waitEmpty(t, f.hub, &corev1.SecretList{}, client.InNamespace(ns), own)

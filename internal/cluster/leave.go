@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -67,7 +68,7 @@ func Leave(ctx context.Context, member *rest.Config, opts LeaveOptions) error {
 		}
 	}
 	opts.Progress.Step("Removing Octopus from the cluster")
-	if err := removeFromMember(ctx, mc); err != nil {
+	if err := removeFromMember(ctx, mc, cred.Namespace); err != nil {
 		return err
 	}
 	// Return only once the namespace is really gone, so that a join right after a leave does
@@ -90,7 +91,7 @@ func removeFromHub(ctx context.Context, hc client.Client, cred hubaccess.Credent
 	// Exported services first (slices before their records, as the exporter withdraws them).
 	lists := []client.ObjectList{
 		&discoveryv1.EndpointSliceList{}, &mcsv1beta1.ServiceImportList{},
-		&v1alpha1.PeerList{}, &coordinationv1.LeaseList{}, &corev1.ConfigMapList{}, &v1alpha1.ClusterList{},
+		&v1alpha1.PeerList{}, &coordinationv1.LeaseList{}, &corev1.ConfigMapList{}, &v1alpha1.GatewayExIpList{}, &v1alpha1.ClusterList{},
 	}
 	for _, list := range lists {
 		if err := hc.List(ctx, list, own...); err != nil {
@@ -123,8 +124,10 @@ func removeFromHub(ctx context.Context, hc client.Client, cred hubaccess.Credent
 }
 
 // removeFromMember deletes what join put into the member cluster. CRDs go only if Octopus
-// installed them (another tool may own a ClusterProperty CRD).
-func removeFromMember(ctx context.Context, mc client.Client) error {
+// installed them (another tool may own a ClusterProperty CRD), and a CRD the hub serves too
+// (GatewayExIp) stays when the member is also the hub (its namespace hubNamespace is there):
+// deleting it would delete every cluster's objects of that kind on the hub.
+func removeFromMember(ctx context.Context, mc client.Client, hubNamespace string) error {
 	// The Corefile first: it lives outside Octopus's namespace and forwards to a Service
 	// inside it.
 	if _, err := dnsconfig.Unwire(ctx, mc); err != nil {
@@ -156,7 +159,15 @@ func removeFromMember(ctx context.Context, mc client.Client) error {
 	if err != nil {
 		return err
 	}
+	hubCRDs, err := crd.Hub()
+	if err != nil {
+		return err
+	}
+	isHub := mc.Get(ctx, client.ObjectKey{Name: hubNamespace}, &corev1.Namespace{}) == nil
 	for _, def := range crds {
+		if isHub && slices.ContainsFunc(hubCRDs, func(h *apiextensionsv1.CustomResourceDefinition) bool { return h.Name == def.Name }) {
+			continue
+		}
 		got := &apiextensionsv1.CustomResourceDefinition{}
 		if err := mc.Get(ctx, client.ObjectKeyFromObject(def), got); err != nil {
 			if client.IgnoreNotFound(err) != nil {

@@ -36,6 +36,8 @@ type DeployOptions struct {
 	Globalnet, Secondary PoolConfig
 	// Progress receives one line per step. Optional.
 	Progress *progress.Reporter
+	// Interconnect, when set, puts OVN-IC's interconnection databases on the hub. Optional.
+	Interconnect *InterconnectOptions
 	// TokenTimeout bounds the wait for kube-controller-manager to issue the join token.
 	// Optional, default 60s.
 	TokenTimeout time.Duration
@@ -80,6 +82,11 @@ func Deploy(ctx context.Context, cfg *rest.Config, opts DeployOptions) (*BrokerI
 		return nil, fmt.Errorf("secondary pool: %w", err)
 	}
 
+	if opts.Interconnect != nil {
+		if err := opts.Interconnect.validate(); err != nil {
+			return nil, err
+		}
+	}
 	objs, err := render.Hub(render.HubOptions{Namespace: opts.Namespace})
 	if err != nil {
 		return nil, err
@@ -103,6 +110,13 @@ func Deploy(ctx context.Context, cfg *rest.Config, opts DeployOptions) (*BrokerI
 		return nil, err
 	}
 	p.Done(start, "Admission policies %s and %s, RBAC and join identity applied", render.OwnershipPolicyName, render.JoinPolicyName)
+
+	if opts.Interconnect != nil {
+		if err := deployInterconnect(ctx, cfg, c, opts.Namespace, *opts.Interconnect, p); err != nil {
+			return nil, err
+		}
+		p.Done(start, "Interconnection databases (IC NB and IC SB, %d-member raft clusters on TLS) applied", render.ICDBReplicas)
+	}
 
 	if info.JoinToken, err = WaitForToken(ctx, c, opts.Namespace, render.JoinTokenSecret, opts.TokenTimeout); err != nil {
 		return nil, err

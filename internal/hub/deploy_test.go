@@ -61,11 +61,11 @@ func TestDeployTwiceChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := managedVersions(t, c)
-	// Namespace, 3 CRDs (clusters, peers, MCS serviceimports), 3 Roles (cluster, join,
-	// hub gateway), 2 RoleBindings and 2 ServiceAccounts (join, hub gateway), 1 Secret,
+	// Namespace, 4 CRDs (clusters, peers, gatewayexips, MCS serviceimports), 3 Roles (cluster,
+	// join, hub gateway), 2 RoleBindings and 2 ServiceAccounts (join, hub gateway), 1 Secret,
 	// 2 policies, 2 bindings.
-	if len(before) != 16 {
-		t.Fatalf("deploy manages %d objects, want 16: %v", len(before), before)
+	if len(before) != 17 {
+		t.Fatalf("deploy manages %d objects, want 17: %v", len(before), before)
 	}
 	second, err := Deploy(t.Context(), cfg, DeployOptions{})
 	if err != nil {

@@ -100,7 +100,8 @@ func TestOVN(t *testing.T) {
 		libs[filepath.Base(f.Path)] = true
 	}
 	want := []string{"/usr/local/bin/octopus-ovn", "/bin/sh",
-		"/usr/share/openvswitch/vswitch.ovsschema", "/usr/share/ovn/ovn-nb.ovsschema", "/usr/share/ovn/ovn-sb.ovsschema"}
+		"/usr/share/openvswitch/vswitch.ovsschema", "/usr/share/ovn/ovn-nb.ovsschema", "/usr/share/ovn/ovn-sb.ovsschema",
+		"/usr/share/ovn/ovn-ic-nb.ovsschema", "/usr/share/ovn/ovn-ic-sb.ovsschema"}
 	for _, p := range slices.Sorted(maps.Keys(OVNPrograms)) {
 		path, _ := exec.LookPath(p)
 		path, _ = filepath.Abs(path)

@@ -25,12 +25,15 @@ var OVNBinaries = []string{"octopus-ovn"}
 // the pods' scripts configure the node with), OVN's daemons (ovn-northd, ovn-controller), the
 // tools probes and people debugging a cluster use (ovs-appctl, ovn-appctl, ovsdb-client,
 // ovn-nbctl, ovn-sbctl), ip, which moves a node's underlay address onto its OVS bridge, and
-// nft, which gateway-port's guard (internal/datapath/podfence) writes its table with.
+// nft, which gateway-port's guard (internal/datapath/podfence) writes its table with; for
+// OVN-IC, ovn-ic-nbctl, which makes the transit switches in the hub's interconnection
+// databases (internal/manifests/render ICDBScript), and ovn-ic-sbctl for people debugging them.
 var OVNPrograms = map[string]string{
 	"ovsdb-server": "openvswitch-common", "ovsdb-tool": "openvswitch-common", "ovsdb-client": "openvswitch-common",
 	"ovs-appctl": "openvswitch-common", "ovs-vswitchd": "openvswitch-switch", "ovs-vsctl": "openvswitch-switch",
 	"ovn-northd": "ovn-central", "ovn-controller": "ovn-host", "ovn-nbctl": "ovn-common", "ovn-sbctl": "ovn-common",
 	"ovn-appctl": "ovn-common", "ip": "iproute2", "nft": "nftables",
+	"ovn-ic-nbctl": "ovn-common", "ovn-ic-sbctl": "ovn-common",
 }
 
 // OVNSchemas are the database schemas the OVN image's servers create their files from, by
@@ -39,6 +42,8 @@ var OVNSchemas = map[string]string{
 	"/usr/share/openvswitch/vswitch.ovsschema": "openvswitch-common",
 	"/usr/share/ovn/ovn-nb.ovsschema":          "ovn-common",
 	"/usr/share/ovn/ovn-sb.ovsschema":          "ovn-common",
+	"/usr/share/ovn/ovn-ic-nb.ovsschema":       "ovn-ic-db",
+	"/usr/share/ovn/ovn-ic-sb.ovsschema":       "ovn-ic-db",
 }
 
 // OVNOptions say where octopus-ovn is and how the image is tagged.

@@ -25,6 +25,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/hubaccess"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/manifests/release"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/icconfig"
 )
 
 // Condition reasons a user acts on.
@@ -161,7 +162,8 @@ func (r *Reconciler) join(ctx context.Context, f *v1alpha1.Fabric, st *v1alpha1.
 		Addressing: jc.Addressing, GlobalEgressSize: jc.GlobalEgressSize, Topology: jc.Topology, HubAttempts: 1,
 		// The member chart installs octopus-dns (deployComponents); join's own copy would be
 		// objects Helm refuses to adopt.
-		DNSByChart: true,
+		DNSByChart:   true,
+		Interconnect: interconnectConfig(jc.Interconnect),
 	})
 	switch {
 	case errors.Is(err, cluster.ErrDuplicateClusterID):
@@ -440,4 +442,16 @@ func selectorString(jc *v1alpha1.JoinConfig) string {
 		parts[i] = k + "=" + sel[k]
 	}
 	return strings.Join(parts, ",")
+}
+
+// interconnectConfig is joinConfig.interconnect as the ovn-ic-config it maps onto, key for key;
+// nil without it. The CRD's defaults fill the ports and autoRoute.
+func interconnectConfig(ic *v1alpha1.JoinInterconnect) *icconfig.Config {
+	if ic == nil {
+		return nil
+	}
+	return &icconfig.Config{
+		DBHosts: ic.ICDBHost, NBPort: int(ic.ICNBPort), SBPort: int(ic.ICSBPort),
+		GatewayNodes: ic.GWNodes, AutoRoute: ic.AutoRoute == nil || *ic.AutoRoute,
+	}
 }

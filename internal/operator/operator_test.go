@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -31,6 +32,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/manifests/release"
+	"github.com/octopus-mcs/octopus/internal/manifests/render"
 	"github.com/octopus-mcs/octopus/internal/operator"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
@@ -183,14 +185,24 @@ func TestFabricHubAndMember(t *testing.T) {
 	h, m := start(t, hubCfg), start(t, eastCfg)
 	ctx := t.Context()
 
-	// The hub: BrokerReady and broker-info published as a Secret.
+	// The hub, with the interconnection databases: BrokerReady and broker-info published as
+	// a Secret; the databases applied with the operator's own RBAC.
 	if err := h.admin.Create(ctx, &v1alpha1.Fabric{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.FabricName},
-		Spec: v1alpha1.FabricSpec{HubConfig: &v1alpha1.HubConfig{}}}); err != nil {
+		Spec: v1alpha1.FabricSpec{HubConfig: &v1alpha1.HubConfig{Interconnect: &v1alpha1.HubInterconnect{Image: "octopus-ovn:test"}}}}); err != nil {
 		t.Fatal(err)
 	}
 	hf := h.reconcileUntil(t, "hub BrokerReady", isTrue(v1alpha1.FabricBrokerReady))
 	if hf.Status.BrokerInfoSecret != "octopus-hub/broker-info" || !isTrue(v1alpha1.FabricReady)(hf) {
 		t.Fatalf("hub status = %+v", hf.Status)
+	}
+	for _, obj := range []client.Object{&appsv1.StatefulSet{}, &corev1.Secret{}} {
+		name := render.ICDBName
+		if _, ok := obj.(*corev1.Secret); ok {
+			name = render.ICDBSecret
+		}
+		if err := h.admin.Get(ctx, client.ObjectKey{Namespace: "octopus-hub", Name: name}, obj); err != nil {
+			t.Errorf("hubConfig.interconnect: %v", err)
+		}
 	}
 	secret := &corev1.Secret{}
 	if err := h.admin.Get(ctx, client.ObjectKey{Namespace: "octopus-hub", Name: operator.BrokerInfoSecretName}, secret); err != nil {

@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"maps"
 	"reflect"
 	"testing"
 	"time"
@@ -43,5 +44,28 @@ func TestMemberValuesConfig(t *testing.T) {
 				t.Fatalf("config = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestInterconnectConfig: joinConfig.interconnect maps key for key onto ovn-ic-config, the
+// CRD's autoRoute default (true) included.
+func TestInterconnectConfig(t *testing.T) {
+	if interconnectConfig(nil) != nil {
+		t.Error("no interconnect field gave an ovn-ic-config")
+	}
+	off := false
+	for _, tc := range []struct {
+		in   v1alpha1.JoinInterconnect
+		want map[string]string
+	}{
+		{v1alpha1.JoinInterconnect{ICDBHost: []string{"a", "b"}, ICNBPort: 6645, ICSBPort: 6646, GWNodes: []string{"g1", "g2"}},
+			map[string]string{"enable-ic": "false", "ic-db-host": "a,b", "ic-nb-port": "6645", "ic-sb-port": "6646", "gw-nodes": "g1,g2", "auto-route": "true"}},
+		{v1alpha1.JoinInterconnect{ICDBHost: []string{"a"}, ICNBPort: 1, ICSBPort: 2, AutoRoute: &off},
+			map[string]string{"enable-ic": "false", "ic-db-host": "a", "ic-nb-port": "1", "ic-sb-port": "2", "auto-route": "false"}},
+	} {
+		// enable-ic and az-name are join's to set (the field's presence, the cluster ID).
+		if got := interconnectConfig(&tc.in).Data(); !maps.Equal(got, tc.want) {
+			t.Errorf("interconnectConfig(%+v).Data() = %v, want %v", tc.in, got, tc.want)
+		}
 	}
 }

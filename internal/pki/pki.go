@@ -352,6 +352,9 @@ func sorted(s []string) []string {
 	return s
 }
 
+// KeyMatches says whether keyPEM is the private key of certPEM's certificate.
+func KeyMatches(certPEM, keyPEM []byte) bool { return keyMatches(certPEM, keyPEM) }
+
 // keyMatches tells whether keyPEM is the private key of certPEM's public key.
 func keyMatches(certPEM, keyPEM []byte) bool {
 	cert, err := ParseCert(certPEM)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -278,6 +280,10 @@ func (c *Client) observe(ctx context.Context, az AZ) (observed, error) {
 		obs.lsps[p.Name] = p
 	}
 
+	if err := c.observeHeld(ctx, az, &obs); err != nil {
+		return observed{}, err
+	}
+
 	var lrps []nbdb.LogicalRouterPort
 	if err := c.nb.WhereCache(func(p *nbdb.LogicalRouterPort) bool {
 		return isOurs(p.ExternalIDs, az.Name) || strings.HasPrefix(p.Name, prefix)
@@ -481,4 +487,52 @@ func (c *Client) run(ctx context.Context, ops []ovsdb.Operation) error {
 		errs = append(errs, err) // the commit itself failed
 	}
 	return fmt.Errorf("OVN NB transaction: %w", errors.Join(errs...))
+}
+
+// observeHeld reads the addresses other ports hold on the subnet switches (static ones and
+// those OVN handed out dynamically), which the router must not take.
+func (c *Client) observeHeld(ctx context.Context, az AZ, obs *observed) error {
+	onSubnet := map[string]string{} // port UUID -> switch name
+	for _, s := range az.Subnets {
+		if sw, ok := obs.switches[s.Switch]; ok {
+			for _, u := range sw.Ports {
+				onSubnet[u] = s.Switch
+			}
+		}
+	}
+	var ports []nbdb.LogicalSwitchPort
+	if err := c.nb.WhereCache(func(p *nbdb.LogicalSwitchPort) bool {
+		return onSubnet[p.UUID] != "" && !isOurs(p.ExternalIDs, az.Name)
+	}).List(ctx, &ports); err != nil {
+		return fmt.Errorf("listing the subnet switches' ports: %w", err)
+	}
+	obs.held = map[string]map[netip.Addr]string{}
+	for _, p := range ports {
+		sw := onSubnet[p.UUID]
+		if obs.held[sw] == nil {
+			obs.held[sw] = map[netip.Addr]string{}
+		}
+		for _, a := range heldAddresses(p) {
+			obs.held[sw][a] = p.Name
+		}
+	}
+	return nil
+}
+
+// heldAddresses are the IP addresses of a port's addresses column ("MAC IP…" entries) and of
+// its dynamic_addresses; "router", "unknown" and "dynamic" hold none by themselves.
+func heldAddresses(p nbdb.LogicalSwitchPort) []netip.Addr {
+	entries := slices.Clone(p.Addresses)
+	if p.DynamicAddresses != nil {
+		entries = append(entries, *p.DynamicAddresses)
+	}
+	var out []netip.Addr
+	for _, e := range entries {
+		for _, f := range strings.Fields(e) {
+			if a, err := netip.ParseAddr(f); err == nil {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
 }

@@ -108,6 +108,11 @@ type Route struct {
 // written meanwhile (see Apply).
 var ErrNotReady = errors.New("not ready")
 
+// ErrAddressHeld says another port on a subnet switch holds the address the router's port is to
+// take there (the secondary network's gateway port, when the ovnmaster was not told the
+// cluster is an AZ). Nothing is written; the AZ applies once the address is free.
+var ErrAddressHeld = errors.New("address held by another port")
+
 // OverlapError is a prefix this AZ would advertise that overlaps one another AZ already
 // advertises on the same transit switch. Nothing was written.
 type OverlapError struct {

@@ -28,6 +28,9 @@ type observed struct {
 	gateways map[string]nbdb.GatewayChassis
 	// routes are our manual routes on our router (not ovn-ic's learned ones).
 	routes []nbdb.LogicalRouterStaticRoute
+	// held are the addresses other ports hold on the subnet switches: switch name -> address
+	// -> the port's name.
+	held map[string]map[netip.Addr]string
 }
 
 // plan is what Apply writes: every change, made in one transaction.
@@ -102,6 +105,13 @@ func makePlan(az AZ, obs observed) (plan, error) {
 		sw, ok := obs.switches[l.sw]
 		if !ok {
 			return plan{}, fmt.Errorf("logical switch %s: %w", l.sw, ErrNotReady)
+		}
+		if port := obs.held[l.sw][l.addr.Addr()]; port != "" {
+			// Two ports answering ARP for one address on a switch split the pods' traffic
+			// between them: the router never takes an address someone holds.
+			return plan{}, fmt.Errorf("%w: the interconnection router's address %s on switch %s is held by port %s; "+
+				"if it is the secondary network's gateway port, run the ovnmaster with --interconnect, which leaves "+
+				"the block's gateway address to the router (the member chart does with interconnect ovn-ic)", ErrAddressHeld, l.addr.Addr(), l.sw, port)
 		}
 		lrpName, lspName := RouterPortName(az.Name, l.sw), SwitchPortName(az.Name, l.sw)
 		wantLRP[lrpName], wantLSP[lspName] = true, true

@@ -214,6 +214,16 @@ func TestPlanRefuses(t *testing.T) {
 	if !errors.Is(err, ErrNotReady) || p.global == nil || p.createRouter || len(p.createLSPs) > 0 {
 		t.Fatalf("no transit switch: plan %+v, %v; want ErrNotReady and only NB_Global (the AZ's name, which ovn-ic waits for)", p, err)
 	}
+	held := emptyObs()
+	held.held = map[string]map[netip.Addr]string{"private": {netip.MustParseAddr("10.1.1.254"): "east_gateway"}}
+	if _, err := makePlan(az, held); !errors.Is(err, ErrAddressHeld) || !strings.Contains(err.Error(), "east_gateway") || !strings.Contains(err.Error(), "--interconnect") {
+		t.Fatalf("the router's address held by another port: %v; want ErrAddressHeld naming the port and the fix", err)
+	}
+	elsewhere := emptyObs()
+	elsewhere.held = map[string]map[netip.Addr]string{"octopus-east": {netip.MustParseAddr("10.1.1.254"): "pod"}}
+	if _, err := makePlan(az, elsewhere); err != nil {
+		t.Fatalf("the router's address held on another switch: %v; want no refusal", err)
+	}
 	noSwitch := emptyObs()
 	delete(noSwitch.switches, "private")
 	if _, err := makePlan(az, noSwitch); !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "private") {

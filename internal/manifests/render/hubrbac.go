@@ -41,6 +41,8 @@ func clusterRole(namespace string) *rbacv1.Role {
 			// export and its EndpointSlices. Reading all of them is what importing will need.
 			{APIGroups: []string{"multicluster.x-k8s.io"}, Resources: []string{"serviceimports"}, Verbs: readWrite},
 			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: readWrite},
+			// Its VPC gateways' addresses (issue 33), named <cluster>.<gateway> by the policy.
+			{APIGroups: []string{"octopus.io"}, Resources: []string{"gatewayexips"}, Verbs: readWrite},
 			// Leaving deletes the cluster's own ServiceAccount, which revokes its tokens; the
 			// running agent renews its token before it expires. The ownership policy keeps both
 			// to the caller's own ServiceAccount.

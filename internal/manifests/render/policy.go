@@ -96,6 +96,14 @@ func ownershipPolicy(namespace string) (*admissionregistrationv1.ValidatingAdmis
 		MessageExpression: fmt.Sprintf("'cluster ' + variables.clusterID + ' may only publish EndpointSlices and ServiceImports labelled %s=' + variables.clusterID", sourceCluster),
 		Reason:            ptr.To(metav1.StatusReasonForbidden),
 	})
+	// A GatewayExIp on the hub is named <cluster>.<gateway> (v1alpha1.GatewayExIpHubName):
+	// a cluster publishes only its own gateways' addresses, and cannot take the name of
+	// another's, which the members' <gateway>-<cluster> could not promise.
+	validations = append(validations, admissionregistrationv1.Validation{
+		Expression:        `request.operation == 'DELETE' || request.resource.group != "octopus.io" || request.resource.resource != "gatewayexips" || object.metadata.name.startsWith(variables.clusterID + ".")`,
+		MessageExpression: "'cluster ' + variables.clusterID + ' may only write gatewayexips named ' + variables.clusterID + '.<gateway>'",
+		Reason:            ptr.To(metav1.StatusReasonForbidden),
+	})
 	// Renewal: a cluster may request tokens only of its own ServiceAccount (not of another
 	// cluster's, the join identity's or the hub gateway's), no longer-lived than a fresh one.
 	validations = append(validations, admissionregistrationv1.Validation{

@@ -107,3 +107,40 @@ func TestTransitAddress(t *testing.T) {
 		}
 	}
 }
+
+func TestParseConfigMap(t *testing.T) {
+	kubeOVN := `apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: ovn-ic-config
+  namespace: kube-system
+data:
+  enable-ic: "true"
+  az-name: "az1"
+  ic-db-host: "192.168.65.3,192.168.65.4"
+  ic-nb-port: "6645"
+  ic-sb-port: "6646"
+  gw-nodes: "az1-gateway"
+  auto-route: "true"
+`
+	got, err := ParseConfigMap([]byte(kubeOVN))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{Enabled: true, AZName: "az1", DBHosts: []string{"192.168.65.3", "192.168.65.4"},
+		NBPort: 6645, SBPort: 6646, GatewayNodes: []string{"az1-gateway"}, AutoRoute: true}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ParseConfigMap(Kube-OVN's example) = %+v, want %+v", got, want)
+	}
+	for name, tc := range map[string]struct{ file, wantErr string }{
+		"another ConfigMap": {strings.Replace(kubeOVN, "name: ovn-ic-config", "name: kube-proxy", 1), `"kube-proxy", not ovn-ic-config`},
+		"a Secret":          {strings.Replace(kubeOVN, "kind: ConfigMap", "kind: Secret", 1), "not a v1 ConfigMap"},
+		"a misspelt key":    {strings.Replace(kubeOVN, "gw-nodes:", "gw-node:", 1), `unknown key "gw-node"`},
+		"no data":           {"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ovn-ic-config\n", "no data"},
+		"not YAML":          {"{", "reading the ovn-ic-config file"},
+	} {
+		if _, err := ParseConfigMap([]byte(tc.file)); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Errorf("%s: %v, want an error containing %q", name, err, tc.wantErr)
+		}
+	}
+}

@@ -100,8 +100,8 @@ func TestWatchedPodsWaitForTheAddress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if status.IPs[0] != "10.112.0.5" {
-		t.Errorf("address %v, want 10.112.0.5", status.IPs)
+	if status.status.IPs[0] != "10.112.0.5" {
+		t.Errorf("address %v, want 10.112.0.5", status.status.IPs)
 	}
 	// The watch's recheck may read the cache; a read of the API server would be counted.
 	if n := reads.count.Load() - before; n != 0 {

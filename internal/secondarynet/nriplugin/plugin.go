@@ -178,7 +178,7 @@ func (p *Plugin) attach(ctx context.Context, sb *api.PodSandbox) (steps, error) 
 		return s, nil
 	}
 	start := time.Now()
-	status, err := p.waitAddress(ctx, sb)
+	addr, err := p.waitAddress(ctx, sb)
 	s.wait = time.Since(start)
 	if errors.Is(err, errNotMember) {
 		return s, nil
@@ -188,7 +188,7 @@ func (p *Plugin) attach(ctx context.Context, sb *api.PodSandbox) (steps, error) 
 		return s, err
 	}
 	attaching := time.Now()
-	a, err := p.attachment(sb, netnsPath, status)
+	a, err := p.attachment(sb, netnsPath, addr)
 	if err == nil {
 		err = p.interfaces.Attach(ctx, a)
 	}
@@ -336,8 +336,15 @@ func (p *Plugin) refuse(sb *api.PodSandbox, err error) error {
 // (host network, opted out after the sandbox's annotations were taken).
 var errNotMember = errors.New("not on the secondary network")
 
+// address is what the ovnmaster wrote on a pod: its network-status entry and, for a pod on a
+// VPC, where on the VPC (vpc.Vpc empty: the cluster's network).
+type address struct {
+	status podnet.Status
+	vpc    podnet.VpcAttachment
+}
+
 // waitAddress reads the pod until the ovnmaster has given it an address or said why not.
-func (p *Plugin) waitAddress(ctx context.Context, sb *api.PodSandbox) (podnet.Status, error) {
+func (p *Plugin) waitAddress(ctx context.Context, sb *api.PodSandbox) (address, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.AddressWait)
 	defer cancel()
 	watch, watched := p.pods.(podWatch)
@@ -360,7 +367,7 @@ func (p *Plugin) waitAddress(ctx context.Context, sb *api.PodSandbox) (podnet.St
 		select {
 		case <-ctx.Done():
 			stop()
-			return podnet.Status{}, fmt.Errorf("no address after %s: %w", p.cfg.AddressWait, pending)
+			return address{}, fmt.Errorf("no address after %s: %w", p.cfg.AddressWait, pending)
 		case <-changed:
 		case <-time.After(recheck):
 		}
@@ -370,32 +377,39 @@ func (p *Plugin) waitAddress(ctx context.Context, sb *api.PodSandbox) (podnet.St
 
 // readAddress reads the pod once: its address, or why it cannot have one (err), or why it has
 // none yet (pending, non-nil while it is worth waiting).
-func (p *Plugin) readAddress(ctx context.Context, sb *api.PodSandbox) (_ podnet.Status, pending, err error) {
+func (p *Plugin) readAddress(ctx context.Context, sb *api.PodSandbox) (_ address, pending, err error) {
 	pod, err := p.pods.Get(ctx, sb.GetNamespace(), sb.GetName())
 	switch {
 	case err != nil:
-		return podnet.Status{}, fmt.Errorf("reading the pod: %w", err), nil
+		return address{}, fmt.Errorf("reading the pod: %w", err), nil
 	case string(pod.UID) != sb.GetUid():
 		// Pending, not refused: a watch may still hold the pod of that name that went before
 		// (a StatefulSet's), the sandbox's pod coming with its next event.
-		return podnet.Status{}, fmt.Errorf("the pod named so has UID %s, not the sandbox's %s", pod.UID, sb.GetUid()), nil
+		return address{}, fmt.Errorf("the pod named so has UID %s, not the sandbox's %s", pod.UID, sb.GetUid()), nil
 	case pod.Spec.HostNetwork || podnet.OptedOut(pod.Annotations):
-		return podnet.Status{}, nil, errNotMember
+		return address{}, nil, errNotMember
 	}
 	status, found, err := podnet.Find(pod.Annotations)
 	switch {
 	case err != nil:
-		return podnet.Status{}, nil, err
+		return address{}, nil, err
 	case found:
-		return status, nil, nil
+		// The ovnmaster writes both annotations in one patch: no VpcAnnotation beside the
+		// entry means the cluster's network, not "not yet".
+		vpc, _, err := podnet.FindVpc(pod.Annotations)
+		return address{status: status, vpc: vpc}, nil, err
 	case pod.Annotations[podnet.ErrorAnnotation] != "":
-		return podnet.Status{}, nil, errors.New(pod.Annotations[podnet.ErrorAnnotation])
+		return address{}, nil, errors.New(pod.Annotations[podnet.ErrorAnnotation])
 	}
-	return podnet.Status{}, errors.New("the ovnmaster has not given it an address yet (is octopus-ovn master running?)"), nil
+	return address{}, errors.New("the ovnmaster has not given it an address yet (is octopus-ovn master running?)"), nil
 }
 
-// attachment is the interface the pod's network-status entry describes.
-func (p *Plugin) attachment(sb *api.PodSandbox, netnsPath string, s podnet.Status) (podport.Attachment, error) {
+// attachment is the interface the pod's network-status entry describes: on the cluster's
+// network, or on the VPC its VpcAnnotation names, whose subnet gives net1 its prefix length
+// and whose router (the subnet's first host) is the way to the VPC's other subnets. A VPC's
+// pod gets no route to other clusters: nothing joins a VPC to the cluster's network.
+func (p *Plugin) attachment(sb *api.PodSandbox, netnsPath string, addr address) (podport.Attachment, error) {
+	s := addr.status
 	if len(s.IPs) != 1 {
 		return podport.Attachment{}, fmt.Errorf("its %s entry %s has %d addresses, want 1", podnet.NetworkStatusAnnotation, podnet.NetworkName, len(s.IPs))
 	}
@@ -403,23 +417,36 @@ func (p *Plugin) attachment(sb *api.PodSandbox, netnsPath string, s podnet.Statu
 	if err != nil {
 		return podport.Attachment{}, fmt.Errorf("its address: %w", err)
 	}
-	if !p.cfg.CIDR.Contains(ip) {
-		return podport.Attachment{}, fmt.Errorf("its address %s is not in the cluster's secondary block %s", ip, p.cfg.CIDR)
-	}
 	mac, err := net.ParseMAC(s.MAC)
 	if err != nil {
 		return podport.Attachment{}, fmt.Errorf("its MAC: %w", err)
 	}
-	routes := make([]podport.Route, 0, len(p.cfg.Routes))
-	for _, r := range p.cfg.Routes {
-		routes = append(routes, podport.Route{Dst: r, Via: p.gateway})
+	pod := ovn.PodKey{Namespace: sb.GetNamespace(), Name: sb.GetName()}
+	a := podport.Attachment{
+		Sandbox: sb.GetId(), PodNetns: netnsPath, Node: p.cfg.Node, Interface: podnet.InterfaceName, MAC: mac, MTU: p.cfg.MTU,
 	}
-	return podport.Attachment{
-		Sandbox: sb.GetId(), PodNetns: netnsPath, Node: p.cfg.Node,
-		Port:      ovn.PortName(p.cfg.ClusterID, ovn.PodKey{Namespace: sb.GetNamespace(), Name: sb.GetName()}),
-		Interface: podnet.InterfaceName, MAC: mac, IP: netip.PrefixFrom(ip, p.cfg.CIDR.Bits()),
-		Routes: routes, MTU: p.cfg.MTU,
-	}, nil
+	if v := addr.vpc; v.Vpc != "" {
+		block, err := hostaddr.NewBlock(v.CIDR)
+		if err != nil {
+			return podport.Attachment{}, fmt.Errorf("its VPC %s's subnet %s: %w", v.Vpc, v.Subnet, err)
+		}
+		if !v.CIDR.Contains(ip) {
+			return podport.Attachment{}, fmt.Errorf("its address %s is not in subnet %s (%s) of its VPC %s", ip, v.Subnet, v.CIDR, v.Vpc)
+		}
+		a.Port, a.IP = ovn.VpcPortName(p.cfg.ClusterID, v.Vpc, pod), netip.PrefixFrom(ip, v.CIDR.Bits())
+		for _, r := range v.Routes {
+			a.Routes = append(a.Routes, podport.Route{Dst: r, Via: block.Gateway()})
+		}
+		return a, nil
+	}
+	if !p.cfg.CIDR.Contains(ip) {
+		return podport.Attachment{}, fmt.Errorf("its address %s is not in the cluster's secondary block %s", ip, p.cfg.CIDR)
+	}
+	a.Port, a.IP = ovn.PortName(p.cfg.ClusterID, pod), netip.PrefixFrom(ip, p.cfg.CIDR.Bits())
+	for _, r := range p.cfg.Routes {
+		a.Routes = append(a.Routes, podport.Route{Dst: r, Via: p.gateway})
+	}
+	return a, nil
 }
 
 // podNetns is the path of the sandbox's network namespace, and false for a host-network pod

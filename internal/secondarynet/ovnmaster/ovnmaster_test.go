@@ -186,6 +186,7 @@ func TestOvnmaster(t *testing.T) {
 	}
 	env := testenv.ControlPlanes(t, clusterID)
 	cfg := env.Cluster(clusterID).RESTConfig()
+	testenv.InstallCRDs(t, cfg) // the ovnmaster watches Vpcs
 	c := testenv.Client(t, cfg)
 	ctx := t.Context()
 	for _, ns := range []string{"shop", "octopus-system"} {
@@ -367,6 +368,7 @@ func TestOvnmasterFollowsTheActiveGateway(t *testing.T) {
 		t.Skip("starts a control plane")
 	}
 	env := testenv.ControlPlanes(t, clusterID)
+	testenv.InstallCRDs(t, env.Cluster(clusterID).RESTConfig()) // the ovnmaster watches Vpcs
 	admin := testenv.Client(t, env.Cluster(clusterID).RESTConfig())
 	ctx := t.Context()
 	for _, ns := range []string{"shop", "octopus-system"} {
@@ -487,6 +489,7 @@ func TestGatewayTakeoverMovesTraffic(t *testing.T) {
 	chA, chB := ovntest.StartChassis(t, central), ovntest.StartChassis(t, central)
 	ovntest.Underlay(t, 249, podNode, chA, chB)
 	env := testenv.ControlPlanes(t, clusterID)
+	testenv.InstallCRDs(t, env.Cluster(clusterID).RESTConfig()) // the ovnmaster watches Vpcs
 	admin := testenv.Client(t, env.Cluster(clusterID).RESTConfig())
 	ctx := t.Context()
 	for _, ns := range []string{"shop", "octopus-system"} {

@@ -11,8 +11,14 @@ package ovnmaster
 // read and watched by name only (the cache lists each with a metadata.name field selector): the
 // node the ConfigMap names, else the Lease's holder, is the chassis of the gateway's port.
 // client-go's leader election records "became leader" and "stopped leading" as core events on
-// its Lease, in that namespace.
+// its Lease, in that namespace. The VPCs (vpc.go): Vpcs watched, updated to add and remove
+// their finalizer, their status patched; the VpcNatTunnels and VpcDnsForwards watched, since one
+// naming a deleted Vpc keeps it.
 //
+// +kubebuilder:rbac:groups=octopus.io,resources=vpcs,verbs=get;list;watch;update
+// +kubebuilder:rbac:groups=octopus.io,resources=vpcs/status,verbs=patch
+// +kubebuilder:rbac:groups=octopus.io,resources=vpcs/finalizers,verbs=update
+// +kubebuilder:rbac:groups=octopus.io,resources=vpcnattunnels;vpcdnsforwards,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",namespace=octopus-system,resources=events,verbs=create;patch

@@ -2,7 +2,8 @@
 // a member cluster and which node its active gateway is (the ConfigMap the gateway names itself
 // in, else the Lease electing it), hands the whole set that should be on the network, with the
 // active gateway's chassis, to the OVN data plane
-// (internal/datapath/ovn), and writes what each pod got into its annotations (podnet).
+// (internal/datapath/ovn), and writes what each pod got into its annotations (podnet). Its
+// VpcReconciler does the same for each Vpc and the pods of the namespaces bound to it.
 package ovnmaster
 
 import (
@@ -83,6 +84,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if err := r.Client.List(ctx, &pods); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing pods: %w", err)
 	}
+	var vpcs v1alpha1.VpcList
+	if err := r.Client.List(ctx, &vpcs); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing Vpcs: %w", err)
+	}
+	bound, _ := Bindings(vpcs.Items)
 	chassis, err := r.activeGatewayChassis(ctx)
 	if err != nil {
 		// Applying without it would take the gateway's port away from a working gateway.
@@ -100,6 +106,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 			// finished has its address released, and must not keep claiming it.
 			leaving = append(leaving, pod)
 			continue
+		}
+		if podnet.Placement(pod.Annotations, pod.Namespace, bound) != "" {
+			continue // a VPC's pod: VpcReconciler's
 		}
 		members[k] = pod
 		req, err := podnet.RequestedIP(pod.Annotations)
@@ -143,6 +152,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		writes = append(writes, func() error {
 			return r.patchAnnotations(ctx, pod, func(a map[string]string) error {
 				delete(a, podnet.ErrorAnnotation)
+				delete(a, podnet.VpcAnnotation)
 				return setEntry(a, nil)
 			})
 		})
@@ -258,6 +268,7 @@ func (r *Reconciler) setPodAddress(ctx context.Context, pod *corev1.Pod, att ovn
 	entry := podnet.Entry(att.IP.Addr(), att.MAC.String())
 	return r.patchAnnotations(ctx, pod, func(a map[string]string) error {
 		delete(a, podnet.ErrorAnnotation)
+		delete(a, podnet.VpcAnnotation)
 		return setEntry(a, &entry)
 	})
 }
@@ -271,6 +282,7 @@ func (r *Reconciler) setPodError(ctx context.Context, pod *corev1.Pod, reason er
 	}
 	if err := r.patchAnnotations(ctx, pod, func(a map[string]string) error {
 		a[podnet.ErrorAnnotation] = msg
+		delete(a, podnet.VpcAnnotation)
 		return setEntry(a, nil)
 	}); err != nil {
 		return err

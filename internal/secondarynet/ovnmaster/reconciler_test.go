@@ -26,6 +26,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
+	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/secondarynet/podnet"
 )
 
@@ -76,7 +77,7 @@ func TestReconcileChoosesMembersAndCleansUp(t *testing.T) {
 		// Its request is broken, but it already has its address: it keeps it.
 		testPod("shop", "had", map[string]string{podnet.NetworkStatusAnnotation: ours, podnet.RequestedIPAnnotation: "nope"}),
 	}
-	c := fake.NewClientBuilder().WithObjects(pods...).Build()
+	c := fake.NewClientBuilder().WithScheme(kube.Scheme).WithObjects(pods...).Build()
 	nb := &fakeNB{}
 	r := &Reconciler{Client: c, NB: nb, ClusterID: "east", CIDR: netip.MustParsePrefix("10.112.0.0/24"), Events: events.NewFakeRecorder(10), Log: logr.Discard()}
 	if _, err := r.Reconcile(t.Context(), networkRequest); err != nil {
@@ -109,7 +110,7 @@ func TestReconcileChoosesMembersAndCleansUp(t *testing.T) {
 }
 
 func TestReconcileDatabaseDown(t *testing.T) {
-	c := fake.NewClientBuilder().WithObjects(
+	c := fake.NewClientBuilder().WithScheme(kube.Scheme).WithObjects(
 		testPod("shop", "new", nil),
 		testPod("shop", "told", map[string]string{podnet.ErrorAnnotation: "address block exhausted"}),
 	).Build()
@@ -141,7 +142,7 @@ func TestReconcileAnnotatesABurstConcurrently(t *testing.T) {
 		pods = append(pods, testPod("shop", fmt.Sprintf("web-%d", i), nil))
 	}
 	var inFlight, most atomic.Int32
-	c := fake.NewClientBuilder().WithObjects(pods...).WithInterceptorFuncs(interceptor.Funcs{
+	c := fake.NewClientBuilder().WithScheme(kube.Scheme).WithObjects(pods...).WithInterceptorFuncs(interceptor.Funcs{
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
 			n := inFlight.Add(1)
 			defer inFlight.Add(-1)
@@ -235,7 +236,7 @@ func TestReconcileGatewayChassis(t *testing.T) {
 			cmErr: errors.New("forbidden"), wantErr: "reading the gateway ConfigMap"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := fake.NewClientBuilder().WithObjects(testPod("shop", "plain", nil))
+			b := fake.NewClientBuilder().WithScheme(kube.Scheme).WithObjects(testPod("shop", "plain", nil))
 			if tc.lease != nil {
 				b = b.WithObjects(tc.lease)
 			}
@@ -319,5 +320,18 @@ func TestNamedGatewayChange(t *testing.T) {
 	}
 	if !namedGatewayChange.Create(event.CreateEvent{Object: gatewayConfigMapNaming(nil)}) || !namedGatewayChange.Delete(event.DeleteEvent{Object: gatewayConfigMapNaming(ptr.To("node-a"))}) {
 		t.Error("a created or deleted ConfigMap must be reconciled: it may name a gateway, or stop naming one")
+	}
+}
+
+// TestGatewaySourcesInInterconnectMode: an ovnmaster told the cluster is an OVN-IC AZ reads no
+// active gateway (so, by "no Lease configured" above, it writes no gateway port and removes
+// one it made: the interconnection router takes that address); otherwise it reads the
+// gateway's ConfigMap and Lease.
+func TestGatewaySourcesInInterconnectMode(t *testing.T) {
+	if cm, lease := (Options{Interconnect: true}).gatewaySources(); cm.Name != "" || lease.Name != "" {
+		t.Errorf("interconnect mode reads %v and %v, want neither", cm, lease)
+	}
+	if cm, lease := (Options{}).gatewaySources(); cm != gatewayConfigMap || lease != gatewayLease {
+		t.Errorf("gateway sources = %v, %v; want %v, %v", cm, lease, gatewayConfigMap, gatewayLease)
 	}
 }

@@ -63,7 +63,22 @@ type Options struct {
 	// HealthProbeBindAddress and MetricsBindAddress are the manager's listen addresses; "0"
 	// or "" turns them off.
 	HealthProbeBindAddress, MetricsBindAddress string
-	Log                                        logr.Logger
+	// Interconnect says the cluster is an OVN-IC availability zone: its interconnection router
+	// (internal/secondarynet/icmaster) takes the block's gateway address on the switch, the
+	// address pods route other clusters' blocks through, so the ovnmaster makes no gateway
+	// port there (and removes one it made): two ports answering for one address would split
+	// the pods' traffic between the router and the tunnel gateway.
+	Interconnect bool
+	Log          logr.Logger
+}
+
+// gatewaySources are where the reconciler reads the active gateway's node from; none in
+// interconnect mode, which makes the network's GatewayChassis empty (no gateway port).
+func (o Options) gatewaySources() (configMap, lease types.NamespacedName) {
+	if o.Interconnect {
+		return types.NamespacedName{}, types.NamespacedName{}
+	}
+	return gatewayConfigMap, gatewayLease
 }
 
 func (o Options) validate() error {
@@ -123,9 +138,10 @@ func Run(ctx context.Context, o Options) error {
 	}
 	nb := &lazyNB{opts: ovn.Options{Endpoint: o.NBEndpoint, TLS: o.NBTLS, Log: o.Log.WithName("nb")}}
 	defer nb.Close()
+	gatewayCM, gatewayLs := o.gatewaySources()
 	r := &Reconciler{
 		Client: mgr.GetClient(), NB: nb, ClusterID: o.ClusterID, CIDR: o.CIDR,
-		GatewayConfigMap: gatewayConfigMap, GatewayLease: gatewayLease,
+		GatewayConfigMap: gatewayCM, GatewayLease: gatewayLs,
 		Events: mgr.GetEventRecorder("octopus-ovnmaster"), Log: o.Log,
 	}
 	toNetwork := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
@@ -139,12 +155,17 @@ func Run(ctx context.Context, o Options) error {
 		// A gateway naming itself moves the port; the remote subnets it mirrors there too do
 		// not concern the secondary network and are dropped.
 		Watches(&corev1.ConfigMap{}, toNetwork, builder.WithPredicates(namedGatewayChange)).
+		// A namespace bound to a Vpc, or freed, moves its pods without an address.
+		Watches(&v1alpha1.Vpc{}, toNetwork, builder.WithPredicates(vpcChange)).
 		// One worker: there is one request, the whole network. Controller names are checked
 		// process-wide; a process runs one ovnmaster, but tests restart it within theirs.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1, SkipNameValidation: ptr.To(true)}).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("creating the ovnmaster controller: %w", err)
+	}
+	if err := addVpcController(mgr, nb, o); err != nil {
+		return err
 	}
 	return mgr.Start(ctx)
 }
@@ -195,6 +216,13 @@ var namedGatewayChange = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) b
 	return NamedGateway(oldCM) != NamedGateway(newCM)
 }}
 
+// vpcChange keeps the Vpc updates that can move pods or OVN rows: spec (generation) and
+// deletion, not the status the VpcReconciler writes.
+var vpcChange = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
+		e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+}}
+
 // lazyNB connects to the NB database on first use, and again after a failed connect.
 // Once connected, the client reconnects by itself.
 type lazyNB struct {
@@ -203,17 +231,43 @@ type lazyNB struct {
 	c    *ovn.Client
 }
 
-func (l *lazyNB) Apply(ctx context.Context, n ovn.Network) (ovn.Result, error) {
+// client is the connected client, connecting first if need be. The lock is held only for
+// that: the client is safe for concurrent use, and the network and the VPCs apply at once.
+func (l *lazyNB) client(ctx context.Context) (*ovn.Client, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.c == nil {
 		c, err := ovn.Connect(ctx, l.opts)
 		if err != nil {
-			return ovn.Result{}, err
+			return nil, err
 		}
 		l.c = c
 	}
-	return l.c.Apply(ctx, n)
+	return l.c, nil
+}
+
+func (l *lazyNB) Apply(ctx context.Context, n ovn.Network) (ovn.Result, error) {
+	c, err := l.client(ctx)
+	if err != nil {
+		return ovn.Result{}, err
+	}
+	return c.Apply(ctx, n)
+}
+
+func (l *lazyNB) ApplyVpc(ctx context.Context, v ovn.Vpc) (ovn.VpcResult, error) {
+	c, err := l.client(ctx)
+	if err != nil {
+		return ovn.VpcResult{}, err
+	}
+	return c.ApplyVpc(ctx, v)
+}
+
+func (l *lazyNB) DeleteVpc(ctx context.Context, clusterID, vpc string) error {
+	c, err := l.client(ctx)
+	if err != nil {
+		return err
+	}
+	return c.DeleteVpc(ctx, clusterID, vpc)
 }
 
 func (l *lazyNB) Close() {
@@ -222,4 +276,56 @@ func (l *lazyNB) Close() {
 	if l.c != nil {
 		l.c.Close()
 	}
+}
+
+// addVpcController registers the VpcReconciler. Its requests are Vpc names: a Vpc's change
+// asks for every Vpc (a namespace it takes or frees may settle another's conflict), a pod's
+// for the Vpcs it concerns (vpcsOf), a VpcNatTunnel's or VpcDnsForward's for the Vpc it names
+// (their deletion may let a deleted Vpc go).
+func addVpcController(mgr manager.Manager, nb VpcApplier, o Options) error {
+	c := mgr.GetClient()
+	r := &VpcReconciler{Client: c, NB: nb, ClusterID: o.ClusterID, Events: mgr.GetEventRecorder("octopus-ovnmaster"), Log: o.Log.WithName("vpc")}
+	allVpcs := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		var vpcs v1alpha1.VpcList
+		if err := c.List(ctx, &vpcs); err != nil {
+			r.Log.Error(err, "Listing Vpcs to requeue them")
+			return nil
+		}
+		reqs := make([]reconcile.Request, len(vpcs.Items))
+		for i := range vpcs.Items {
+			reqs[i] = reconcile.Request{NamespacedName: types.NamespacedName{Name: vpcs.Items[i].Name}}
+		}
+		return reqs
+	})
+	podVpcs := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			return nil
+		}
+		var vpcs v1alpha1.VpcList
+		if err := c.List(ctx, &vpcs); err != nil {
+			r.Log.Error(err, "Listing Vpcs to find a pod's")
+			return nil
+		}
+		bound, _ := Bindings(vpcs.Items)
+		return vpcsOf(pod, bound)
+	})
+	named := func(name func(client.Object) string) handler.EventHandler {
+		return handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+			return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: name(obj)}}}
+		})
+	}
+	err := builder.ControllerManagedBy(mgr).Named("vpc").
+		Watches(&v1alpha1.Vpc{}, allVpcs, builder.WithPredicates(vpcChange)).
+		Watches(&corev1.Pod{}, podVpcs, builder.WithPredicates(relevantPodChange)).
+		Watches(&v1alpha1.VpcNatTunnel{}, named(func(o client.Object) string { return o.(*v1alpha1.VpcNatTunnel).Spec.NatGwDp })).
+		Watches(&v1alpha1.VpcDnsForward{}, named(func(o client.Object) string { return o.(*v1alpha1.VpcDnsForward).Spec.Vpc })).
+		// Two workers: VPCs are independent in OVN (ApplyVpc guards each), and a VPC's pods
+		// wait on their own Vpc only. A request is never run twice at once.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: ptr.To(true)}).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("creating the Vpc controller: %w", err)
+	}
+	return nil
 }

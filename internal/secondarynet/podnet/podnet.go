@@ -37,7 +37,71 @@ const (
 	// RequestedIPAnnotation asks for a specific address from the cluster's secondary block.
 	// It is honoured when the pod's port is created; a pod keeps its address for its lifetime.
 	RequestedIPAnnotation = "octopus.io/secondary-ip"
+
+	// VpcAnnotation, written by the ovnmaster next to the network-status entry of a pod whose
+	// net1 is on a VPC (issue 33), says which: a JSON VpcAttachment. The NRI plugin needs it to
+	// name the pod's port (a VPC port's name holds the VPC's), to give net1 the subnet's
+	// prefix length and to route the VPC's other subnets through its router; without it the
+	// pod is on the cluster's network. It also keeps the pod in that VPC for its lifetime
+	// (Placement): net1 is configured once, at sandbox start.
+	VpcAnnotation = "octopus.io/vpc-network"
+	// VpcSubnetAnnotation names the subnet of its VPC a pod asks for; the VPC's first subnet
+	// without it. Like RequestedIPAnnotation, honoured when the pod's port is created.
+	VpcSubnetAnnotation = "octopus.io/vpc-subnet"
 )
+
+// VpcAttachment is the VpcAnnotation's value: where on its VPC a pod's net1 is.
+type VpcAttachment struct {
+	// Vpc is the Vpc's name.
+	Vpc string `json:"vpc"`
+	// Subnet is the subnet's name and CIDR the pod's address is from; the CIDR's first host
+	// is the VPC router's address on it, the pod's next hop to Routes.
+	Subnet string       `json:"subnet"`
+	CIDR   netip.Prefix `json:"cidr"`
+	// Routes are the VPC's other subnets, reached through the router.
+	Routes []netip.Prefix `json:"routes,omitempty"`
+}
+
+// FindVpc returns the pod's VpcAttachment, if it has one.
+func FindVpc(annotations map[string]string) (VpcAttachment, bool, error) {
+	v, ok := annotations[VpcAnnotation]
+	if !ok {
+		return VpcAttachment{}, false, nil
+	}
+	var a VpcAttachment
+	if err := json.Unmarshal([]byte(v), &a); err != nil {
+		return VpcAttachment{}, false, fmt.Errorf("annotation %s is not a VPC attachment: %w", VpcAnnotation, err)
+	}
+	if a.Vpc == "" || !a.CIDR.IsValid() {
+		return VpcAttachment{}, false, fmt.Errorf("annotation %s=%s names no VPC or no subnet CIDR", VpcAnnotation, v)
+	}
+	return a, true, nil
+}
+
+// Encode is the VpcAnnotation's value for a.
+func (a VpcAttachment) Encode() string {
+	b, err := json.Marshal(a)
+	if err != nil {
+		panic(err) // strings and prefixes always marshal
+	}
+	return string(b)
+}
+
+// Placement is the VPC a pod's net1 belongs on ("" for the cluster's network), given bound,
+// the VPC each namespace is bound to now. A pod that has its address stays where it got it,
+// whatever its namespace's binding says since: its net1 was configured at sandbox start and
+// would not follow. A pod without one goes where its namespace is bound.
+func Placement(annotations map[string]string, namespace string, bound map[string]string) string {
+	if _, has, _ := Find(annotations); has {
+		if a, ok, err := FindVpc(annotations); ok && err == nil {
+			return a.Vpc
+		}
+		if _, ok := annotations[VpcAnnotation]; !ok {
+			return ""
+		}
+	}
+	return bound[namespace]
+}
 
 // Status is one entry of the network-status annotation, with the fields the conventions
 // define that the secondary network fills.

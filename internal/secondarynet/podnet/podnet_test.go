@@ -66,6 +66,42 @@ func TestRequestedIP(t *testing.T) {
 	}
 }
 
+func TestPlacement(t *testing.T) {
+	entry, err := Set("", &Status{Name: NetworkName, Interface: "net1", IPs: []string{"10.0.1.2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	red := VpcAttachment{Vpc: "red", Subnet: "a", CIDR: netip.MustParsePrefix("10.0.1.0/24")}.Encode()
+	bound := map[string]string{"shop": "blue"}
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		namespace   string
+		want        string
+	}{
+		{name: "no address yet: where the namespace is bound", namespace: "shop", want: "blue"},
+		{name: "no address, namespace unbound: the cluster's network", namespace: "other", want: ""},
+		{name: "addressed on red stays on red though the namespace moved to blue", namespace: "shop",
+			annotations: map[string]string{NetworkStatusAnnotation: entry, VpcAnnotation: red}, want: "red"},
+		{name: "addressed on the cluster's network stays there though the namespace is bound", namespace: "shop",
+			annotations: map[string]string{NetworkStatusAnnotation: entry}, want: ""},
+		{name: "a VPC annotation without an address does not place the pod", namespace: "other",
+			annotations: map[string]string{VpcAnnotation: red}, want: ""},
+		{name: "a malformed VPC annotation: where the namespace is bound", namespace: "shop",
+			annotations: map[string]string{NetworkStatusAnnotation: entry, VpcAnnotation: "{"}, want: "blue"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Placement(tc.annotations, tc.namespace, bound); got != tc.want {
+				t.Errorf("Placement = %q, want %q", got, tc.want)
+			}
+		})
+	}
+	got, ok, err := FindVpc(map[string]string{VpcAnnotation: red})
+	if err != nil || !ok || got.Vpc != "red" || got.CIDR != netip.MustParsePrefix("10.0.1.0/24") {
+		t.Errorf("FindVpc(Encode) = %+v, %v, %v", got, ok, err)
+	}
+}
+
 // FuzzNetworkStatus writes the secondary network's entry into, and removes it from, any
 // annotation value (a pod's author can write anything there): a value that is not a JSON list
 // is refused and left alone; otherwise Find then returns exactly what Set wrote, or nothing

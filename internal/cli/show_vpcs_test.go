@@ -1,0 +1,68 @@
+package cli
+
+import (
+	"encoding/json"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/podnet"
+)
+
+// TestShowVpcs: each Vpc's subnets, namespaces, the pods addressed on it (not those that only
+// carry a stale VPC annotation without an address) and its conditions; a condition that is not
+// True is printed with its message under the table.
+func TestShowVpcs(t *testing.T) {
+	entry, err := podnet.Set("", &podnet.Status{Name: podnet.NetworkName, Interface: "net1", IPs: []string{"10.0.1.2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onRed := podnet.VpcAttachment{Vpc: "red", Subnet: "a", CIDR: netip.MustParsePrefix("10.0.1.0/24")}.Encode()
+	pod := func(name string, a map[string]string) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "apps", Name: name, Annotations: a}}
+	}
+	cond := func(typ string, s metav1.ConditionStatus, reason, msg string) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg}
+	}
+	red := v1alpha1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: "red"}, Spec: v1alpha1.VpcSpec{
+		Subnets: []v1alpha1.VpcSubnet{{Name: "a", CIDR: "10.0.1.0/24"}, {Name: "b", CIDR: "10.0.2.0/24"}}, Namespaces: []string{"apps", "shared"}},
+		Status: v1alpha1.VpcStatus{Conditions: []metav1.Condition{
+			cond(v1alpha1.VpcConditionReady, metav1.ConditionFalse, v1alpha1.ReasonVpcInUse, "deletion waits: pod apps/web still use it"),
+			cond(v1alpha1.VpcConditionNamespacesBound, metav1.ConditionTrue, "Bound", "")}}}
+	red.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	blue := v1alpha1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: "blue"}, Spec: v1alpha1.VpcSpec{
+		Subnets: []v1alpha1.VpcSubnet{{Name: "a", CIDR: "10.0.1.0/24"}}, Namespaces: []string{"shared"}},
+		Status: v1alpha1.VpcStatus{Conditions: []metav1.Condition{
+			cond(v1alpha1.VpcConditionReady, metav1.ConditionTrue, "Applied", ""),
+			cond(v1alpha1.VpcConditionNamespacesBound, metav1.ConditionFalse, v1alpha1.ReasonNamespaceConflict, "spec.namespaces: namespace shared is already bound to Vpc red")}}}
+	rows := vpcRows([]v1alpha1.Vpc{red, blue}, []corev1.Pod{
+		pod("web", map[string]string{podnet.NetworkStatusAnnotation: entry, podnet.VpcAnnotation: onRed}),
+		pod("db", map[string]string{podnet.NetworkStatusAnnotation: entry, podnet.VpcAnnotation: onRed}),
+		pod("stale", map[string]string{podnet.VpcAnnotation: onRed}),
+		pod("flat", map[string]string{podnet.NetworkStatusAnnotation: entry}),
+	})
+	var b strings.Builder
+	if err := renderVpcs(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	want := []string{
+		"NAME  SUBNETS                      NAMESPACES   PODS  READY             NAMESPACES BOUND",
+		"blue  a=10.0.1.0/24                shared       0     True              False",
+		"red   a=10.0.1.0/24,b=10.0.2.0/24  apps,shared  2     False (deleting)  True",
+		"Vpc blue: NamespacesBound=False (NamespaceConflict): spec.namespaces: namespace shared is already bound to Vpc red",
+		"Vpc red: Ready=False (InUse): deletion waits: pod apps/web still use it",
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Errorf("output:\n%s\nwant:\n%s", b.String(), strings.Join(want, "\n"))
+	}
+	js, err := json.Marshal(rows)
+	if err != nil || !strings.Contains(string(js), `"name":"red","subnets":[{"name":"a","cidr":"10.0.1.0/24"}`) || !strings.Contains(string(js), `"pods":2`) {
+		t.Errorf("JSON %s (%v)", js, err)
+	}
+}

@@ -1,0 +1,472 @@
+package ovnmaster
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/go-logr/logr/testr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/tunneltest"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/nriplugin"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/podnet"
+	"github.com/octopus-mcs/octopus/internal/testenv"
+)
+
+func vpcObj(name string, created time.Time, namespaces []string, subnets ...string) v1alpha1.Vpc {
+	v := v1alpha1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created)},
+		Spec: v1alpha1.VpcSpec{Namespaces: namespaces}}
+	for i := 0; i+1 < len(subnets); i += 2 {
+		v.Spec.Subnets = append(v.Spec.Subnets, v1alpha1.VpcSubnet{Name: subnets[i], CIDR: subnets[i+1]})
+	}
+	return v
+}
+
+func TestBindings(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	deleting := vpcObj("gone", t0.Add(-time.Hour), []string{"a"})
+	deleting.DeletionTimestamp = &metav1.Time{Time: t0}
+	for _, tc := range []struct {
+		name      string
+		vpcs      []v1alpha1.Vpc
+		bound     map[string]string
+		conflicts map[string]string // Vpc → a word its message must hold
+	}{
+		{name: "disjoint", vpcs: []v1alpha1.Vpc{vpcObj("red", t0, []string{"a"}), vpcObj("blue", t0, []string{"b"})},
+			bound: map[string]string{"a": "red", "b": "blue"}},
+		{name: "the older keeps a shared namespace, whatever the list order",
+			vpcs:      []v1alpha1.Vpc{vpcObj("blue", t0.Add(time.Second), []string{"s", "b"}), vpcObj("red", t0, []string{"s"})},
+			bound:     map[string]string{"s": "red", "b": "blue"},
+			conflicts: map[string]string{"blue": "namespace s is already bound to Vpc red"}},
+		{name: "same age: the name decides", vpcs: []v1alpha1.Vpc{vpcObj("zed", t0, []string{"s"}), vpcObj("abc", t0, []string{"s"})},
+			bound: map[string]string{"s": "abc"}, conflicts: map[string]string{"zed": "spec.namespaces"}},
+		{name: "a Vpc being deleted binds nothing and holds nothing", vpcs: []v1alpha1.Vpc{deleting, vpcObj("red", t0, []string{"a"})},
+			bound: map[string]string{"a": "red"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bound, conflicts := Bindings(tc.vpcs)
+			if fmt.Sprint(bound) != fmt.Sprint(tc.bound) {
+				t.Errorf("bound = %v, want %v", bound, tc.bound)
+			}
+			if len(conflicts) != len(tc.conflicts) {
+				t.Errorf("conflicts = %v, want on %v", conflicts, tc.conflicts)
+			}
+			for vpc, word := range tc.conflicts {
+				if msg := strings.Join(conflicts[vpc], "; "); !strings.Contains(msg, word) {
+					t.Errorf("conflict of %s = %q, want it to say %q", vpc, msg, word)
+				}
+			}
+		})
+	}
+}
+
+// TestDesiredVpc: what the API server's CEL refuses is refused here too, naming the field, so a
+// Vpc admitted without that validation is never half-applied.
+func TestDesiredVpc(t *testing.T) {
+	t0 := time.Now()
+	for _, tc := range []struct {
+		name    string
+		vpc     v1alpha1.Vpc
+		want    []ovn.Subnet
+		wantErr string
+	}{
+		{name: "two subnets", vpc: vpcObj("red", t0, nil, "a", "10.0.1.0/24", "b", "10.0.2.0/24"),
+			want: []ovn.Subnet{{Name: "a", CIDR: netip.MustParsePrefix("10.0.1.0/24")}, {Name: "b", CIDR: netip.MustParsePrefix("10.0.2.0/24")}}},
+		{name: "overlapping subnets", vpc: vpcObj("red", t0, nil, "a", "10.0.0.0/16", "b", "10.0.2.0/24"),
+			wantErr: "spec.subnets[1] (b, 10.0.2.0/24) overlaps spec.subnets[0] (a, 10.0.0.0/16): give each subnet of a VPC a CIDR of its own"},
+		{name: "host bits set", vpc: vpcObj("red", t0, nil, "a", "10.0.1.5/24"), wantErr: "spec.subnets[0].cidr \"10.0.1.5/24\""},
+		{name: "IPv6", vpc: vpcObj("red", t0, nil, "a", "fd00::/64"), wantErr: "not an IPv4 network address"},
+		{name: "no subnet", vpc: vpcObj("red", t0, nil), wantErr: "spec.subnets is empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := DesiredVpc("east", &tc.vpc)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("DesiredVpc = %v, want an error saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got.ClusterID != "east" || got.Name != "red" || !slices.Equal(got.Subnets, tc.want) {
+				t.Fatalf("DesiredVpc = %+v, %v; want subnets %v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// vpcEnv is a member control plane with the CRDs, namespaces, and an ovnmaster running with
+// nothing but its generated RBAC against nb.
+func vpcEnv(t *testing.T, nb *ovntest.Server, namespaces ...string) client.Client {
+	t.Helper()
+	env := testenv.ControlPlanes(t, clusterID)
+	cfg := env.Cluster(clusterID).RESTConfig()
+	testenv.InstallCRDs(t, cfg)
+	admin := testenv.Client(t, cfg)
+	for _, ns := range append([]string{"octopus-system"}, namespaces...) {
+		if err := admin.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	master(t, asOVNMaster(t, admin, cfg), nb)
+	return admin
+}
+
+func createVpc(t *testing.T, c client.Client, name string, namespaces []string, subnets ...string) {
+	t.Helper()
+	v := vpcObj(name, time.Time{}, namespaces, subnets...)
+	v.CreationTimestamp = metav1.Time{}
+	if err := c.Create(t.Context(), &v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// vpcCondition waits until the Vpc's condition typ has status and reason and its message
+// holds every one of words.
+func vpcCondition(t *testing.T, c client.Client, name, typ string, status metav1.ConditionStatus, reason string, words ...string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("Vpc %s %s=%s (%s)", name, typ, status, reason), func(ctx context.Context) string {
+		v := &v1alpha1.Vpc{}
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, v); err != nil {
+			return err.Error()
+		}
+		cond := meta.FindStatusCondition(v.Status.Conditions, typ)
+		if cond == nil || cond.Status != status || cond.Reason != reason {
+			return fmt.Sprintf("conditions %+v", v.Status.Conditions)
+		}
+		for _, w := range words {
+			if !strings.Contains(cond.Message, w) {
+				return fmt.Sprintf("message %q lacks %q", cond.Message, w)
+			}
+		}
+		return ""
+	})
+}
+
+// vpcAddressOf waits for the pod's address and VPC annotation and checks that they agree: the
+// address in the named subnet, the MAC derived from it.
+func vpcAddressOf(t *testing.T, c client.Client, ns, name, vpc, subnet string) netip.Addr {
+	t.Helper()
+	var addr netip.Addr
+	eventually(t, "pod "+ns+"/"+name+" addressed on VPC "+vpc, func(ctx context.Context) string {
+		pod, err := getPod(ctx, c, ns, name)
+		if err != nil {
+			return err.Error()
+		}
+		s, ok, err := podnet.Find(pod.Annotations)
+		if err != nil || !ok {
+			return fmt.Sprintf("no address (%v); annotations %v", err, pod.Annotations)
+		}
+		a, ok, err := podnet.FindVpc(pod.Annotations)
+		if err != nil || !ok || a.Vpc != vpc || a.Subnet != subnet {
+			return fmt.Sprintf("VPC annotation %+v (%v), want VPC %s subnet %s", a, err, vpc, subnet)
+		}
+		addr = netip.MustParseAddr(s.IPs[0])
+		if !a.CIDR.Contains(addr) || s.MAC != ovn.MACFor(addr).String() {
+			t.Fatalf("pod %s/%s: entry %+v not in its subnet %s or with a MAC not derived from its address", ns, name, s, a.CIDR)
+		}
+		return ""
+	})
+	return addr
+}
+
+// switchPorts is the pods' port names on a logical switch (all but the router's), read with
+// ovn-nbctl.
+func switchPorts(ctx context.Context, nb *ovntest.Server, sw string) (string, error) {
+	out, err := nb.Ctl(ctx, "lsp-list", sw)
+	if err != nil {
+		return "", err
+	}
+	var names []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && !strings.HasSuffix(f[1], ".router)") {
+			names = append(names, strings.Trim(f[1], "()"))
+		}
+	}
+	slices.Sort(names)
+	return strings.Join(names, ","), nil
+}
+
+func waitSwitchPorts(t *testing.T, nb *ovntest.Server, sw string, want ...string) {
+	t.Helper()
+	slices.Sort(want)
+	eventually(t, "pods' ports on "+sw, func(ctx context.Context) string {
+		got, err := switchPorts(ctx, nb, sw)
+		if err != nil {
+			return err.Error()
+		}
+		if got != strings.Join(want, ",") {
+			return fmt.Sprintf("ports %s, want %v", got, want)
+		}
+		return ""
+	})
+}
+
+// vpcRows counts the NB rows of a VPC, by its external_ids marker, in every table it writes.
+func vpcRows(ctx context.Context, nb *ovntest.Server, vpc string) (int, error) {
+	n := 0
+	for _, table := range []string{"Logical_Router", "Logical_Router_Port", "Logical_Switch", "Logical_Switch_Port"} {
+		out, err := nb.Ctl(ctx, "--bare", "--columns=_uuid", "find", table, "external_ids:octopus.io/vpc="+vpc)
+		if err != nil {
+			return 0, err
+		}
+		n += len(strings.Fields(out))
+	}
+	return n, nil
+}
+
+func deletePod(t *testing.T, c client.Client, ns, name string) {
+	t.Helper()
+	if err := c.Delete(t.Context(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestVpcController runs the ovnmaster, with its generated RBAC only, against a real API
+// server and NB database: Vpcs red and blue with identical subnets get their rows and their
+// namespaces' pods addresses from their own switches, a namespace both list stays with the
+// older (the other's condition says so), a subnet added later appears, a Vpc deleted while its
+// pods live waits with a condition and keeps its rows, and once they are gone leaves no row.
+func TestVpcController(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane and an NB database")
+	}
+	nb := ovntest.StartNB(t)
+	c := vpcEnv(t, nb, "red-apps", "blue-apps", "shared", "shop")
+	ctx := t.Context()
+
+	createVpc(t, c, "red", []string{"red-apps", "shared"}, "a", "10.0.1.0/24", "b", "10.0.2.0/24")
+	vpcCondition(t, c, "red", v1alpha1.VpcConditionReady, metav1.ConditionTrue, ReasonVpcApplied)
+	time.Sleep(1100 * time.Millisecond) // creationTimestamp has seconds: blue must be younger
+	createVpc(t, c, "blue", []string{"blue-apps", "shared"}, "a", "10.0.1.0/24", "b", "10.0.2.0/24")
+	vpcCondition(t, c, "blue", v1alpha1.VpcConditionNamespacesBound, metav1.ConditionFalse, v1alpha1.ReasonNamespaceConflict,
+		"spec.namespaces", "namespace shared is already bound to Vpc red")
+	vpcCondition(t, c, "red", v1alpha1.VpcConditionNamespacesBound, metav1.ConditionTrue, ReasonVpcBound)
+	vpcCondition(t, c, "blue", v1alpha1.VpcConditionReady, metav1.ConditionTrue, ReasonVpcApplied)
+
+	// The API server refuses overlapping subnets before the controller sees them
+	// (TestVpcSchemaValidation has every rule); DesiredVpc refuses them too (TestDesiredVpc).
+	bad := vpcObj("bad", time.Time{}, nil, "a", "10.0.0.0/16", "b", "10.0.2.0/24")
+	if err := c.Create(ctx, &bad); err == nil || !strings.Contains(err.Error(), "spec.subnets") {
+		t.Errorf("a Vpc with overlapping subnets was admitted or refused without naming spec.subnets: %v", err)
+	}
+
+	createPod(t, c, "red-apps", "web")
+	createPod(t, c, "red-apps", "db", annotated(podnet.VpcSubnetAnnotation, "b"))
+	createPod(t, c, "red-apps", "typo", annotated(podnet.VpcSubnetAnnotation, "z"))
+	createPod(t, c, "blue-apps", "web")
+	createPod(t, c, "shared", "s")
+	createPod(t, c, "shop", "c")
+	redWeb := vpcAddressOf(t, c, "red-apps", "web", "red", "a")
+	blueWeb := vpcAddressOf(t, c, "blue-apps", "web", "blue", "a")
+	if redWeb != blueWeb {
+		t.Errorf("red's first pod %s, blue's %s: identical subnets should hand out the same first address", redWeb, blueWeb)
+	}
+	redDB := vpcAddressOf(t, c, "red-apps", "db", "red", "b")
+	if !netip.MustParsePrefix("10.0.2.0/24").Contains(redDB) {
+		t.Errorf("pod db asked for subnet b and got %s", redDB)
+	}
+	vpcAddressOf(t, c, "shared", "s", "red", "a")
+	errorOf(t, c, "red-apps", "typo", `asks for subnet "z"`)
+	if a := addressOf(t, c, "shop", "c"); !cidr.Contains(a) {
+		t.Errorf("the unbound namespace's pod got %s, outside the cluster's block", a)
+	}
+	waitSwitchPorts(t, nb, ovn.VpcSubnetName(clusterID, "red", "a"), "east_red_red-apps_web", "east_red_shared_s")
+	waitSwitchPorts(t, nb, ovn.VpcSubnetName(clusterID, "red", "b"), "east_red_red-apps_db")
+	waitSwitchPorts(t, nb, ovn.VpcSubnetName(clusterID, "blue", "a"), "east_blue_blue-apps_web")
+	waitPorts(t, nb, "east_shop_c") // the cluster's switch has only the unbound namespace's pod
+
+	// Update: a third subnet appears, the pods keep their addresses.
+	red := &v1alpha1.Vpc{}
+	if err := c.Get(ctx, client.ObjectKey{Name: "red"}, red); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(red.Finalizers, VpcFinalizer) {
+		t.Errorf("Vpc red's finalizers %v lack %s", red.Finalizers, VpcFinalizer)
+	}
+	red.Spec.Subnets = append(red.Spec.Subnets, v1alpha1.VpcSubnet{Name: "c", CIDR: "10.0.3.0/24"})
+	if err := c.Update(ctx, red); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "subnet c's switch and router port", func(ctx context.Context) string {
+		out, err := nb.Ctl(ctx, "lrp-list", ovn.VpcRouterName(clusterID, "red"))
+		if err != nil {
+			return err.Error()
+		}
+		if !strings.Contains(out, ovn.VpcSubnetName(clusterID, "red", "c")) {
+			return "router ports: " + out
+		}
+		out, err = nb.Ctl(ctx, "ls-list")
+		if err != nil || !strings.Contains(out, ovn.VpcSubnetName(clusterID, "red", "c")) {
+			return fmt.Sprintf("switches: %s (%v)", out, err)
+		}
+		return ""
+	})
+	vpcCondition(t, c, "red", v1alpha1.VpcConditionReady, metav1.ConditionTrue, ReasonVpcApplied, "3 subnet(s)")
+	if got := vpcAddressOf(t, c, "red-apps", "web", "red", "a"); got != redWeb {
+		t.Errorf("pod web had %s before the new subnet, %s after", redWeb, got)
+	}
+
+	// Deleted while in use: it waits, says who holds it, keeps its rows; its namespaces free,
+	// the shared one goes to blue, whose conflict is settled.
+	if err := c.Delete(ctx, &v1alpha1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: "red"}}); err != nil {
+		t.Fatal(err)
+	}
+	vpcCondition(t, c, "red", v1alpha1.VpcConditionReady, metav1.ConditionFalse, v1alpha1.ReasonVpcInUse,
+		"pod red-apps/web", "pod red-apps/db", "pod shared/s")
+	vpcCondition(t, c, "blue", v1alpha1.VpcConditionNamespacesBound, metav1.ConditionTrue, ReasonVpcBound)
+	createPod(t, c, "shared", "late")
+	vpcAddressOf(t, c, "shared", "late", "blue", "a")
+	if n, err := vpcRows(ctx, nb, "red"); err != nil || n == 0 {
+		t.Fatalf("red's rows while it waits: %d, %v", n, err)
+	}
+	for _, p := range [][2]string{{"red-apps", "web"}, {"red-apps", "db"}, {"red-apps", "typo"}, {"shared", "s"}} {
+		deletePod(t, c, p[0], p[1])
+	}
+	eventually(t, "Vpc red gone", func(ctx context.Context) string {
+		err := c.Get(ctx, client.ObjectKey{Name: "red"}, &v1alpha1.Vpc{})
+		if apierrors.IsNotFound(err) {
+			return ""
+		}
+		return fmt.Sprintf("still there (%v)", err)
+	})
+	if n, err := vpcRows(ctx, nb, "red"); err != nil || n != 0 {
+		t.Errorf("red left %d rows in the NB database (%v)", n, err)
+	}
+	if n, err := vpcRows(ctx, nb, "blue"); err != nil || n == 0 {
+		t.Errorf("blue's rows after red's deletion: %d, %v", n, err)
+	}
+	waitSwitchPorts(t, nb, ovn.VpcSubnetName(clusterID, "blue", "a"), "east_blue_blue-apps_web", "east_blue_shared_late")
+}
+
+// apiPods is the NRI plugin's pod reader on the test's client.
+type apiPods struct{ c client.Client }
+
+func (p apiPods) Get(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+	return getPod(ctx, p.c, ns, name)
+}
+
+// TestVpcPodsAreIsolated goes from Vpc objects to traffic: the ovnmaster addresses the pods of
+// namespaces bound to red and to blue (identical subnets) from their own VPC's switches, the
+// NRI plugin's RunPodSandbox gives each its net1 on a real chassis, red pods reach red pods on
+// their subnet and across the router, and red never reaches blue, at an address both have nor
+// at one only blue has.
+func TestVpcPodsAreIsolated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane and OVN")
+	}
+	central := ovntest.StartCentral(t)
+	ch := ovntest.StartChassis(t, central)
+	c := vpcEnv(t, central.NB, "red-apps", "blue-apps")
+	createVpc(t, c, "red", []string{"red-apps"}, "a", "10.0.1.0/24", "b", "10.0.2.0/24")
+	createVpc(t, c, "blue", []string{"blue-apps"}, "a", "10.0.1.0/24", "b", "10.0.2.0/24")
+	// Bound before their pods come (a pod is placed once, when it gets its address).
+	vpcCondition(t, c, "red", v1alpha1.VpcConditionReady, metav1.ConditionTrue, ReasonVpcApplied)
+	vpcCondition(t, c, "blue", v1alpha1.VpcConditionReady, metav1.ConditionTrue, ReasonVpcApplied)
+
+	plugin, err := nriplugin.New(nriplugin.Config{ClusterID: clusterID, CIDR: cidr, Node: ch.Node(), MTU: 1400, AddressWait: 20 * time.Second},
+		apiPods{c}, nriplugin.Podport{}, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// start makes the pod and runs its sandbox through the plugin, as containerd would.
+	start := func(ns, name string, opts ...podOpt) (netns string, addr netip.Addr) {
+		t.Helper()
+		createPod(t, c, ns, name, opts...)
+		pod, err := getPod(t.Context(), c, ns, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		netns = ch.NewPod()
+		sb := &api.PodSandbox{Id: ovntest.SandboxID(), Name: name, Namespace: ns, Uid: string(pod.UID),
+			Linux: &api.LinuxPodSandbox{Namespaces: []*api.LinuxNamespace{{Type: "network", Path: ovntest.NetnsPath(netns)}}}}
+		if err := plugin.RunPodSandbox(t.Context(), sb); err != nil {
+			t.Fatal(err)
+		}
+		vpc := strings.TrimSuffix(ns, "-apps")
+		subnet := map[bool]string{true: "b", false: "a"}[len(opts) > 0]
+		addr = vpcAddressOf(t, c, ns, name, vpc, subnet)
+		ch.WaitPortUp(central.NB, ovn.VpcPortName(clusterID, vpc, ovn.PodKey{Namespace: ns, Name: name}))
+		return netns, addr
+	}
+	onB := annotated(podnet.VpcSubnetAnnotation, "b")
+	red1, red1IP := start("red-apps", "r1")
+	red2, red2IP := start("red-apps", "r2")
+	red3, red3IP := start("red-apps", "r3", onB)
+	blue1, blue1IP := start("blue-apps", "b1")
+	blue2, blue2IP := start("blue-apps", "b2")
+	if red1IP != blue1IP || red2IP != blue2IP {
+		t.Fatalf("red %s %s, blue %s %s: want the same addresses in both VPCs", red1IP, red2IP, blue1IP, blue2IP)
+	}
+	_, blueOnlyIP := start("blue-apps", "b3")
+
+	ovntest.ExchangeTCP(t, red1, red2, red2IP) // same subnet
+	ovntest.ExchangeTCP(t, red1, red3, red3IP) // across red's router (the plugin's route)
+	ovntest.ExchangeTCP(t, blue1, blue2, blue2IP)
+
+	serveName(t, blue2, blue2IP, 7001, "blue")
+	serveName(t, red2, red2IP, 7002, "red")
+	if got, err := dialAnswer(red1, red2IP, 7002); err != nil || got != "red" {
+		t.Fatalf("red r1 -> red r2 (the control): %q, %v", got, err)
+	}
+	for _, ip := range []netip.Addr{blue2IP, blueOnlyIP} {
+		for name, from := range map[string]string{"r1": red1, "r3": red3} {
+			if got, err := dialAnswer(from, ip, 7001); err == nil || got == "blue" {
+				t.Errorf("red %s -> %s answered %q: blue is reachable from red", name, ip, got)
+			}
+		}
+	}
+}
+
+// serveName answers every TCP connection to ip:port in netns with name.
+func serveName(t *testing.T, netns string, ip netip.Addr, port int, name string) {
+	t.Helper()
+	var ln net.Listener
+	tunneltest.In(t, netns, func() {
+		var err error
+		if ln, err = net.Listen("tcp", netip.AddrPortFrom(ip, uint16(port)).String()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = conn.Write([]byte(name))
+			_ = conn.Close()
+		}
+	}()
+}
+
+// dialAnswer connects from netns to ip:port and returns what the server wrote, or the error.
+func dialAnswer(from string, ip netip.Addr, port int) (string, error) {
+	var got []byte
+	err := tunneltest.InErr(from, func() error {
+		conn, err := net.DialTimeout("tcp", netip.AddrPortFrom(ip, uint16(port)).String(), 2*time.Second)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
+		buf := make([]byte, 64)
+		n, err := conn.Read(buf)
+		got = buf[:n]
+		return err
+	})
+	return string(got), err
+}
