@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 )
 
@@ -73,6 +75,9 @@ type expectations struct {
 type expected struct {
 	since time.Time
 	rvs   map[writtenRef]string
+	// deferred is set once a reconcile found these writes missing from the cache and is
+	// waiting for them: their echoes must then wake it (see echo).
+	deferred bool
 }
 
 func newExpectations() *expectations {
@@ -94,6 +99,53 @@ func (e *expectations) wrote(key types.NamespacedName, kind writtenKind, obj cli
 	}
 	x.since = e.now()
 	x.rvs[writtenRef{kind, obj.GetName()}] = obj.GetResourceVersion()
+}
+
+// echo reports whether obj, as a watch event shows it, is exactly what our last write of it,
+// of kind, for service key left, and if so forgets that write: the cache holds it now (event
+// handlers run after the store is updated). Such an event is our own write coming back and
+// can change nothing a reconcile would do; anything else, someone else's change included,
+// is not an echo. Only the last write of an object is remembered, so an earlier one of a
+// reconcile's writes (the import's spec before its status) still passes: one idle reconcile
+// instead of a missed drift.
+func (e *expectations) echo(key types.NamespacedName, kind writtenKind, obj client.Object) bool {
+	if e == nil || obj.GetResourceVersion() == "" {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	x := e.pending[key]
+	if x == nil {
+		return false
+	}
+	if x.deferred {
+		// A reconcile is waiting for this write to reach the cache: the event is what ends
+		// the wait, rather than the expectationRecheck backstop a second later (which put
+		// a second on the p99 of export → import propagation when it was dropped).
+		return false
+	}
+	ref := writtenRef{kind, obj.GetName()}
+	if rv, ok := x.rvs[ref]; !ok || rv != obj.GetResourceVersion() {
+		return false
+	}
+	delete(x.rvs, ref)
+	if len(x.rvs) == 0 {
+		delete(e.pending, key)
+	}
+	return true
+}
+
+// echoes is a predicate that drops the create and update events that are echoes (see echo) of
+// our writes of kind; keyOf maps an object to the service it was written for.
+func (e *expectations) echoes(kind writtenKind, keyOf func(client.Object) (types.NamespacedName, bool)) predicate.Funcs {
+	own := func(o client.Object) bool {
+		key, ok := keyOf(o)
+		return ok && e.echo(key, kind, o)
+	}
+	return predicate.Funcs{
+		CreateFunc: func(ev event.CreateEvent) bool { return !own(ev.Object) },
+		UpdateFunc: func(ev event.UpdateEvent) bool { return !own(ev.ObjectNew) },
+	}
 }
 
 // forget drops what was expected for key: a removed import has nothing left to wait for.
@@ -160,6 +212,8 @@ func (e *expectations) satisfied(ctx context.Context, cache client.Reader, key t
 		}
 		if len(x.rvs) == 0 {
 			delete(e.pending, key)
+		} else if !all {
+			x.deferred = true
 		}
 	}
 	return all, nil

@@ -190,3 +190,43 @@ func TestExpectationsConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestEcho checks which watch events of our own writes are dropped: exactly the version the
+// last write left, unless a reconcile is waiting for it, which the event must wake.
+func TestEcho(t *testing.T) {
+	key := types.NamespacedName{Namespace: "shop", Name: "web"}
+	si := func(rv string) client.Object { return &mcsv1beta1.ServiceImport{ObjectMeta: objMeta("web", rv)} }
+	for _, tc := range []struct {
+		name     string
+		write    string // the resourceVersion our write left; "" for none
+		deferred bool   // a reconcile found the write missing from the cache first
+		event    string // the resourceVersion the event shows
+		want     bool
+	}{
+		{name: "the version we wrote", write: "12", event: "12", want: true},
+		{name: "a later version: someone else's change", write: "12", event: "13", want: false},
+		{name: "an earlier version", write: "12", event: "11", want: false},
+		{name: "nothing written", event: "12", want: false},
+		{name: "the version we wrote, a reconcile waiting for it", write: "12", deferred: true, event: "12", want: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newExpectations()
+			if tc.write != "" {
+				e.wrote(key, writtenImport, si(tc.write))
+			}
+			if tc.deferred {
+				if ok, err := e.satisfied(t.Context(), fakeCache{}, key); err != nil || ok {
+					t.Fatalf("satisfied with an empty cache = %v, %v; want false", ok, err)
+				}
+			}
+			if got := e.echo(key, writtenImport, si(tc.event)); got != tc.want {
+				t.Errorf("echo = %v, want %v", got, tc.want)
+			}
+			if tc.want {
+				if ok, _ := e.satisfied(t.Context(), fakeCache{}, key); !ok {
+					t.Error("an echo left its expectation pending")
+				}
+			}
+		})
+	}
+}

@@ -159,7 +159,7 @@ func (r *ExportReconciler) desired(ctx context.Context, export *mcsv1beta1.Servi
 			fmt.Sprintf("Service %s is of type %s, which cannot be exported; use ClusterIP, NodePort, LoadBalancer or headless", key, svc.Spec.Type)), nil, nil
 	}
 	local := &discoveryv1.EndpointSliceList{}
-	if err := r.Member.List(ctx, local, client.InNamespace(key.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: key.Name}); err != nil {
+	if err := r.Member.List(ctx, local, client.InNamespace(key.Namespace), client.MatchingFields{memberSliceIndex: localSliceKey(key.Name)}); err != nil {
 		return metav1.Condition{}, nil, fmt.Errorf("listing the EndpointSlices of Service %s: %w", key, err)
 	}
 	sets, err := r.Addresses.Endpoints(ctx, svc, typ, local.Items)
@@ -282,7 +282,8 @@ func (r *ExportReconciler) deleteAll(ctx context.Context, hubSlices map[string]*
 
 // onHub returns what this cluster has published for key, by name.
 func (r *ExportReconciler) onHub(ctx context.Context, key types.NamespacedName) (map[string]*mcsv1beta1.ServiceImport, map[string]*discoveryv1.EndpointSlice, error) {
-	sel := client.MatchingLabels(hubLabels(key, r.ClusterID))
+	// The cache holds only this cluster's objects: the service alone selects ours.
+	sel := client.MatchingFields{hubServiceIndex: key.String()}
 	recordList := &mcsv1beta1.ServiceImportList{}
 	if err := r.Hub.List(ctx, recordList, client.InNamespace(r.HubNamespace), sel); err != nil {
 		return nil, nil, fmt.Errorf("listing the hub's ServiceImport records of %s: %w", key, err)

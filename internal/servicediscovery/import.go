@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -155,63 +156,73 @@ func (r *ImportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 
 // importService makes the member hold the import of key as m describes, with the endpoints of
 // hubSlices from m's clusters. cur is the current ServiceImport, nil if there is none.
+//
+// A new import costs the fewest member writes that can make it (docs/service-discovery.md,
+// "Fleet scale"): for a ClusterSetIP import the derived Service, then the ServiceImport already
+// carrying its spec.ips, then its slices and its status together; a headless one skips the
+// Service. The Service comes first because its ClusterIPs are part of the import's spec, and the
+// API server allocates them: owned by the import, it would need the import to exist first, and
+// the import a second write once the IPs are known.
 func (r *ImportReconciler) importService(ctx context.Context, key types.NamespacedName, cur *mcsv1beta1.ServiceImport, m mergedService, hubSlices []discoveryv1.EndpointSlice) error {
 	log := logf.FromContext(ctx)
 	m.Families = endpointFamilies(hubSlices, m.Clusters)
-	// The ServiceImport first: it owns everything else, so its UID is needed. Its spec.ips
-	// are the derived Service's, known only once that exists: a new ClusterSetIP import is
-	// written twice, first without ips.
 	derived, err := r.derivedService(ctx, key)
 	if err != nil {
 		return err
 	}
-	want := r.desiredImport(key, m, nil)
-	if r.virtualIP(m) && derived != nil {
+	derivedName := ""
+	var want *mcsv1beta1.ServiceImport
+	if r.virtualIP(m) {
+		derivedName = derivedServiceName(key)
+		if derived, err = r.ensureDerived(ctx, key, derived, m); err != nil {
+			return err
+		}
 		want = r.desiredImport(key, m, derived)
+	} else {
+		want = r.desiredImport(key, m, nil)
 	}
 	si, err := r.ensureImport(ctx, cur, want)
 	if err != nil {
 		return err
 	}
-
 	var errs []error
-	derivedName := ""
-	if r.virtualIP(m) {
-		derivedName = derivedServiceName(key)
-		if derived, err = r.ensureDerived(ctx, si, derived, m); err != nil {
-			return err
-		}
-		if want := r.desiredImport(key, m, derived); !importUpToDate(si, want) {
-			if si, err = r.ensureImport(ctx, si, want); err != nil {
-				return err
-			}
-		}
-	} else if derived != nil {
+	if !r.virtualIP(m) && derived != nil {
 		// Headless now, ClusterSetIP before (or a VIP of an earlier version under secondary
-		// addressing): the virtual IP goes.
+		// addressing): the virtual IP goes, after the import stopped naming it.
 		if err := r.Member.Delete(ctx, derived); client.IgnoreNotFound(err) != nil {
 			errs = append(errs, fmt.Errorf("deleting derived Service %s/%s: %w", derived.Namespace, derived.Name, err))
 		}
 	}
 
-	errs = append(errs, r.syncSlices(ctx, si, key, derivedName, &m, hubSlices))
-
-	if !slices.Equal(importClusters(si), m.Clusters) {
-		orig := si.DeepCopy()
-		si.Status.Clusters = make([]mcsv1beta1.ClusterStatus, 0, len(m.Clusters))
-		for _, c := range m.Clusters {
-			si.Status.Clusters = append(si.Status.Clusters, mcsv1beta1.ClusterStatus{Cluster: c})
-		}
-		if err := r.Member.Status().Patch(ctx, si, client.MergeFrom(orig)); err != nil {
-			errs = append(errs, fmt.Errorf("updating the status of ServiceImport %s: %w", key, err))
-		} else {
-			r.expectations.wrote(key, writtenImport, si)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	// The slices and the status depend on the import alone, not on each other: written at
+	// once, a new import waits for one round trip instead of two. The status patch gets its
+	// own copy, since the patch decodes the answer into it while the slices read si.
+	var wg sync.WaitGroup
+	var sliceErr error
+	wg.Go(func() { sliceErr = r.syncSlices(ctx, si, key, derivedName, &m, hubSlices) })
+	statusErr := r.ensureStatus(ctx, key, si.DeepCopy(), m)
+	wg.Wait()
+	if err := errors.Join(append(errs, sliceErr, statusErr)...); err != nil {
 		return err
 	}
 	log.V(1).Info("Reconciled ServiceImport", "serviceImport", key, "type", m.Spec.Type, "clusters", m.Clusters)
+	return nil
+}
+
+// ensureStatus sets the status.clusters of si to m's clusters unless it holds them already.
+func (r *ImportReconciler) ensureStatus(ctx context.Context, key types.NamespacedName, si *mcsv1beta1.ServiceImport, m mergedService) error {
+	if slices.Equal(importClusters(si), m.Clusters) {
+		return nil
+	}
+	orig := si.DeepCopy()
+	si.Status.Clusters = make([]mcsv1beta1.ClusterStatus, 0, len(m.Clusters))
+	for _, c := range m.Clusters {
+		si.Status.Clusters = append(si.Status.Clusters, mcsv1beta1.ClusterStatus{Cluster: c})
+	}
+	if err := r.Member.Status().Patch(ctx, si, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("updating the status of ServiceImport %s: %w", key, err)
+	}
+	r.expectations.wrote(key, writtenImport, si)
 	return nil
 }
 
@@ -232,13 +243,10 @@ func (r *ImportReconciler) ensureImport(ctx context.Context, cur, want *mcsv1bet
 	return got, nil
 }
 
-// ensureDerived makes the derived Service of import si match m and returns it as the server
-// holds it. cur is the current one, nil if there is none.
-func (r *ImportReconciler) ensureDerived(ctx context.Context, si *mcsv1beta1.ServiceImport, cur *corev1.Service, m mergedService) (*corev1.Service, error) {
-	want, err := desiredDerived(si, m)
-	if err != nil {
-		return nil, err
-	}
+// ensureDerived makes the derived Service of the import of key match m and returns it as the
+// server holds it. cur is the current one, nil if there is none.
+func (r *ImportReconciler) ensureDerived(ctx context.Context, key types.NamespacedName, cur *corev1.Service, m mergedService) (*corev1.Service, error) {
+	want := desiredDerived(key, m)
 	if cur != nil && derivedUpToDate(cur, want) {
 		return cur, nil
 	}
@@ -246,7 +254,7 @@ func (r *ImportReconciler) ensureDerived(ctx context.Context, si *mcsv1beta1.Ser
 	if err := applyInto(ctx, r.Member, want, got); err != nil {
 		return nil, err
 	}
-	r.expectations.wrote(client.ObjectKeyFromObject(si), writtenService, got)
+	r.expectations.wrote(key, writtenService, got)
 	return got, nil
 }
 
@@ -259,6 +267,7 @@ func (r *ImportReconciler) syncSlices(ctx context.Context, si *mcsv1beta1.Servic
 		return err
 	}
 	var errs []error
+	var todo []*discoveryv1.EndpointSlice
 	for i := range hubSlices {
 		hs := &hubSlices[i]
 		cluster := hs.Labels[mcsv1beta1.LabelSourceCluster]
@@ -289,13 +298,21 @@ func (r *ImportReconciler) syncSlices(ctx context.Context, si *mcsv1beta1.Servic
 				continue
 			}
 		}
-		got := &discoveryv1.EndpointSlice{}
-		if err := applyInto(ctx, r.Member, want, got); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		r.expectations.wrote(key, writtenSlice, got)
+		todo = append(todo, want)
 	}
+	// A service's slices (one per exporting cluster and address type) are independent writes.
+	applied := make([]error, len(todo))
+	var wg sync.WaitGroup
+	for i, want := range todo {
+		wg.Go(func() {
+			got := &discoveryv1.EndpointSlice{}
+			if applied[i] = applyInto(ctx, r.Member, want, got); applied[i] == nil {
+				r.expectations.wrote(key, writtenSlice, got)
+			}
+		})
+	}
+	wg.Wait()
+	errs = append(errs, applied...)
 	for _, s := range have {
 		if err := r.Member.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
 			errs = append(errs, fmt.Errorf("deleting imported EndpointSlice %s/%s: %w", s.Namespace, s.Name, err))
@@ -444,7 +461,7 @@ func (r *ImportReconciler) withLocalEndpoints(ctx context.Context, key types.Nam
 		}
 	}
 	local := &discoveryv1.EndpointSliceList{}
-	if err := r.Member.List(ctx, local, client.InNamespace(key.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: key.Name}); err != nil {
+	if err := r.Member.List(ctx, local, client.InNamespace(key.Namespace), client.MatchingFields{memberSliceIndex: localSliceKey(key.Name)}); err != nil {
 		return nil, fmt.Errorf("listing the local EndpointSlices of %s: %w", key, err)
 	}
 	_, direct, err := Publication(r.HubNamespace, r.LocalCluster, export, svc, local.Items)
@@ -465,8 +482,7 @@ func (r *ImportReconciler) withdrawn(clusterID string) bool {
 // importedSlices returns our imported slices of key by name.
 func (r *ImportReconciler) importedSlices(ctx context.Context, key types.NamespacedName) (map[string]*discoveryv1.EndpointSlice, error) {
 	list := &discoveryv1.EndpointSliceList{}
-	if err := r.Member.List(ctx, list, client.InNamespace(key.Namespace),
-		client.MatchingLabels{mcsv1beta1.LabelServiceName: key.Name, discoveryv1.LabelManagedBy: endpointSliceManager}); err != nil {
+	if err := r.Member.List(ctx, list, client.InNamespace(key.Namespace), client.MatchingFields{memberSliceIndex: importedSliceKey(key.Name)}); err != nil {
 		return nil, fmt.Errorf("listing the imported EndpointSlices of %s: %w", key, err)
 	}
 	out := make(map[string]*discoveryv1.EndpointSlice, len(list.Items))
@@ -528,11 +544,12 @@ func desiredImport(key types.NamespacedName, m mergedService, derived *corev1.Se
 	}
 }
 
-// desiredDerived is the derived Service of si: a ClusterIP Service without a selector (so that
-// no controller of the cluster fills its endpoints; the imported slices do), with m's ports and
-// session affinity, owned by si.
-func desiredDerived(si *mcsv1beta1.ServiceImport, m mergedService) (*corev1.Service, error) {
-	key := client.ObjectKeyFromObject(si)
+// desiredDerived is the derived Service of the import of key: a ClusterIP Service without a
+// selector (so that no controller of the cluster fills its endpoints; the imported slices do),
+// with m's ports and session affinity. It has no owner: it is made before the import, whose
+// spec.ips are its ClusterIPs (see importService), and remove deletes it with the import; one
+// left behind while the agent was down is found by its labels and removed at the next start.
+func desiredDerived(key types.NamespacedName, m mergedService) *corev1.Service {
 	labels := kube.ManagedLabels()
 	labels[mcsv1beta1.LabelServiceName] = key.Name
 	ports := make([]corev1.ServicePort, 0, len(m.Spec.Ports))
@@ -559,10 +576,7 @@ func desiredDerived(si *mcsv1beta1.ServiceImport, m mergedService) (*corev1.Serv
 	if affinity == corev1.ServiceAffinityClientIP {
 		svc.Spec.SessionAffinityConfig = m.Spec.SessionAffinityConfig.DeepCopy()
 	}
-	if err := controllerutil.SetControllerReference(si, svc, kube.Scheme); err != nil {
-		return nil, fmt.Errorf("owning derived Service %s by ServiceImport %s: %w", svc.Name, key, err)
-	}
-	return svc, nil
+	return svc
 }
 
 // desiredImportedSlice is the import of hub slice hs into si's namespace. Its name is the hub
@@ -605,9 +619,11 @@ func importUpToDate(cur, want *mcsv1beta1.ServiceImport) bool {
 }
 
 // derivedUpToDate compares what we set; the API server fills in the rest (clusterIP,
-// targetPort, families), which must not count as a difference.
+// targetPort, families), which must not count as a difference. Owner references are not
+// compared: an earlier version made the Service owned by its import, which is as good, and
+// rewriting every derived Service once on upgrade would be a cold start's worth of writes.
 func derivedUpToDate(cur, want *corev1.Service) bool {
-	if !subset(want.Labels, cur.Labels) || !equality.Semantic.DeepEqual(cur.OwnerReferences, want.OwnerReferences) ||
+	if !subset(want.Labels, cur.Labels) ||
 		cur.Spec.Type != want.Spec.Type || len(cur.Spec.Selector) != 0 || cur.Spec.SessionAffinity != want.Spec.SessionAffinity ||
 		len(cur.Spec.Ports) != len(want.Spec.Ports) ||
 		(want.Spec.SessionAffinityConfig != nil && !equality.Semantic.DeepEqual(cur.Spec.SessionAffinityConfig, want.Spec.SessionAffinityConfig)) ||

@@ -116,8 +116,9 @@ func checkImport(ctx context.Context, c client.Client, key types.NamespacedName,
 		if d.Spec.Type != corev1.ServiceTypeClusterIP || len(d.Spec.Selector) != 0 || !slices.Equal(si.Spec.IPs, d.Spec.ClusterIPs) || len(si.Spec.IPs) == 0 {
 			return got, fmt.Sprintf("derived Service %s: type %s selector %v clusterIPs %v; import ips %v", d.Name, d.Spec.Type, d.Spec.Selector, d.Spec.ClusterIPs, si.Spec.IPs)
 		}
-		if !metav1.IsControlledBy(&d, si) {
-			return got, fmt.Sprintf("derived Service %s is not owned by the import: %+v", d.Name, d.OwnerReferences)
+		// Made before the import (its ClusterIPs are the import's spec.ips), so owned by none.
+		if len(d.OwnerReferences) != 0 {
+			return got, fmt.Sprintf("derived Service %s has owners %+v, want none", d.Name, d.OwnerReferences)
 		}
 		var dports []string
 		for _, p := range d.Spec.Ports {

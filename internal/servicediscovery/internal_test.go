@@ -36,3 +36,27 @@ func controllerMetric(t *testing.T, family, label, value string) *dto.Metric {
 	}
 	return nil
 }
+
+// ReconcileTotal is how many reconciles controller has finished in this process, whatever
+// their result.
+func ReconcileTotal(t *testing.T, controller string) float64 {
+	t.Helper()
+	fams, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatalf("gathering the controller's metrics: %v", err)
+	}
+	var sum float64
+	for _, f := range fams {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == controller {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -164,6 +165,20 @@ func setupExport(mgr manager.Manager, o ExportOptions, exports cache.Cache) erro
 	if err != nil {
 		return fmt.Errorf("creating the hub cache for cluster %s: %w", o.ClusterID, err)
 	}
+	for _, obj := range []client.Object{&mcsv1beta1.ServiceImport{}, &discoveryv1.EndpointSlice{}} {
+		if err := hubCluster.GetFieldIndexer().IndexField(context.Background(), obj, hubServiceIndex, exportedServiceKey); err != nil {
+			return fmt.Errorf("indexing this cluster's %T on the hub by service: %w", obj, err)
+		}
+	}
+	if err := indexMemberSlices(mgr); err != nil {
+		return err
+	}
+	if _, ok := o.Addresses.(SecondaryAddresses); ok {
+		// podExports looks slices up by pod on every pod event under secondary addressing.
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), &discoveryv1.EndpointSlice{}, slicePodIndex, slicePods); err != nil {
+			return fmt.Errorf("indexing the member's EndpointSlices by pod: %w", err)
+		}
+	}
 	if err := mgr.Add(hubCluster); err != nil {
 		return fmt.Errorf("adding the hub cache: %w", err)
 	}
@@ -184,8 +199,10 @@ func (r *ExportReconciler) SetupWithManager(mgr manager.Manager, hubCache cache.
 		Named("serviceexport").
 		Watches(&mcsv1beta1.ServiceExport{}, newBacklogLast(&handler.EnqueueRequestForObject{}, time.Now(), objectCreated)).
 		// A Service has the name of its export: the object's own key is the export's.
-		Watches(&corev1.Service{}, &handler.EnqueueRequestForObject{}).
-		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(serviceLabelled(discoveryv1.LabelServiceName))).
+		// The import side's derived Services and imported slices are no export's business:
+		// without these predicates each of its writes would wake an export reconcile too.
+		Watches(&corev1.Service{}, &handler.EnqueueRequestForObject{}, builder.WithPredicates(notOurs(ownedByUs))).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(serviceLabelled(discoveryv1.LabelServiceName)), builder.WithPredicates(notOurs(importedSlice))).
 		WatchesRawSource(source.Kind(hubCache, &mcsv1beta1.ServiceImport{}, handler.TypedEnqueueRequestsFromMapFunc(hubService[*mcsv1beta1.ServiceImport]))).
 		WatchesRawSource(source.Kind(hubCache, &discoveryv1.EndpointSlice{}, handler.TypedEnqueueRequestsFromMapFunc(hubService[*discoveryv1.EndpointSlice])))
 	if _, ok := r.Addresses.(GlobalAddresses); ok {
@@ -211,6 +228,11 @@ func (r *ExportReconciler) SetupWithManager(mgr manager.Manager, hubCache cache.
 	return nil
 }
 
+// notOurs passes the events of objects for which ours is false.
+func notOurs(ours func(client.Object) bool) predicate.Funcs {
+	return predicate.NewPredicateFuncs(func(o client.Object) bool { return !ours(o) })
+}
+
 // secondaryStatusChanged passes the pod events that can change a pod's secondary address:
 // its creation and deletion, and a change of its network-status annotation (the ovnmaster
 // writing or removing its entry). A pod's other changes reach the export through its
@@ -226,7 +248,7 @@ var secondaryStatusChanged = predicate.Funcs{
 // read from the cache.
 func (r *ExportReconciler) podExports(ctx context.Context, pod client.Object) []reconcile.Request {
 	list := &discoveryv1.EndpointSliceList{}
-	if err := r.Member.List(ctx, list, client.InNamespace(pod.GetNamespace())); err != nil {
+	if err := r.Member.List(ctx, list, client.InNamespace(pod.GetNamespace()), client.MatchingFields{slicePodIndex: pod.GetName()}); err != nil {
 		// Only a cache read; it fails only if the cache is gone, i.e. while shutting down.
 		logf.FromContext(ctx).Error(err, "Could not list the EndpointSlices of a pod's namespace", "pod", client.ObjectKeyFromObject(pod))
 		return nil
@@ -299,6 +321,71 @@ const (
 	hubServiceIndex   = "octopus.io/service"
 	hubNamespaceIndex = "octopus.io/service-namespace"
 )
+
+// memberSliceIndex indexes the member's EndpointSlices by the service they belong to: a local
+// slice (kubernetes.io/service-name, kube-controller-manager's) by localSliceKey, an imported
+// one (ours, multicluster.kubernetes.io/service-name) by importedSliceKey. Export and import
+// reconciles look slices up by service on every pass; without it the cache scans and
+// label-matches every slice of the namespace, and a cold start of N imports in one namespace
+// costs O(N²) matches (docs/service-discovery.md, "Fleet scale").
+const memberSliceIndex = "octopus.io/slice-service"
+
+func localSliceKey(service string) string    { return "local/" + service }
+func importedSliceKey(service string) string { return "imported/" + service }
+
+// sliceServiceKeys is the memberSliceIndex value of a member EndpointSlice.
+func sliceServiceKeys(o client.Object) []string {
+	l := o.GetLabels()
+	if importedSlice(o) {
+		if name := l[mcsv1beta1.LabelServiceName]; name != "" {
+			return []string{importedSliceKey(name)}
+		}
+		return nil
+	}
+	if name := l[discoveryv1.LabelServiceName]; name != "" {
+		return []string{localSliceKey(name)}
+	}
+	return nil
+}
+
+// slicePodIndex indexes the member's own EndpointSlices by the pods their endpoints name, under
+// secondary addressing only (podExports), so that a pod event reads the slices that hold the pod
+// rather than every slice of its namespace.
+const slicePodIndex = "octopus.io/slice-pod"
+
+// slicePods is the slicePodIndex value of a member EndpointSlice.
+func slicePods(o client.Object) []string {
+	s, ok := o.(*discoveryv1.EndpointSlice)
+	if !ok || importedSlice(s) {
+		return nil
+	}
+	var pods []string
+	for _, ep := range s.Endpoints {
+		if ep.TargetRef != nil && ep.TargetRef.Kind == "Pod" && !slices.Contains(pods, ep.TargetRef.Name) {
+			pods = append(pods, ep.TargetRef.Name)
+		}
+	}
+	return pods
+}
+
+// indexedMembers remembers the managers whose cache has memberSliceIndex: Setup registers it
+// from both the export and the import side, and an index name may be registered only once.
+var indexedMembers sync.Map
+
+// indexMemberSlices adds memberSliceIndex to mgr's cache unless it has it already. client-go
+// builds an index added after the informer started from what it holds, so this works after
+// mgr has started too.
+func indexMemberSlices(mgr manager.Manager) error {
+	indexer := mgr.GetFieldIndexer()
+	if _, done := indexedMembers.LoadOrStore(indexer, true); done {
+		return nil
+	}
+	if err := indexer.IndexField(context.Background(), &discoveryv1.EndpointSlice{}, memberSliceIndex, sliceServiceKeys); err != nil {
+		indexedMembers.Delete(indexer)
+		return fmt.Errorf("indexing the member's EndpointSlices by service: %w", err)
+	}
+	return nil
+}
 
 // ImportOptions configures SetupImport.
 type ImportOptions struct {
@@ -394,6 +481,9 @@ func setupImport(mgr manager.Manager, o ImportOptions) (cache.Cache, error) {
 	if err := mgr.Add(hubCluster); err != nil {
 		return nil, fmt.Errorf("adding the hub cache of exported services: %w", err)
 	}
+	if err := indexMemberSlices(mgr); err != nil {
+		return nil, err
+	}
 	r := &ImportReconciler{
 		Member: mgr.GetClient(), Hub: hubCluster.GetCache(), HubNamespace: o.HubNamespace,
 		liveness: newLiveness(o.StaleClusterTTL, o.ClusterID, hubCluster.GetCache(), o.HubNamespace, o.HubReturned),
@@ -429,9 +519,14 @@ func (r *ImportReconciler) SetupWithManager(mgr manager.Manager, hubCache cache.
 		WatchesRawSource(source.Kind(hubCache, &discoveryv1.EndpointSlice{}, newBacklogLast(
 			handler.TypedEnqueueRequestsFromMapFunc(hubService[*discoveryv1.EndpointSlice]), started, sliceCreated(hubCache, r.HubNamespace)))).
 		WatchesRawSource(source.Kind(hubCache, &coordinationv1.Lease{}, r.liveness.handler())).
-		Watches(&mcsv1beta1.ServiceImport{}, &handler.EnqueueRequestForObject{}, builder.WithPredicates(predicate.NewPredicateFuncs(ownedByUs))).
-		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(importedService), builder.WithPredicates(predicate.NewPredicateFuncs(ownedByUs))).
-		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(importedService), builder.WithPredicates(predicate.NewPredicateFuncs(importedSlice))).
+		// Our own writes come back as events; those that show exactly what we wrote are
+		// dropped (expectations.echo), the rest (someone else's change) reconcile.
+		Watches(&mcsv1beta1.ServiceImport{}, &handler.EnqueueRequestForObject{}, builder.WithPredicates(predicate.NewPredicateFuncs(ownedByUs),
+			r.expectations.echoes(writtenImport, func(o client.Object) (types.NamespacedName, bool) { return client.ObjectKeyFromObject(o), true }))).
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(importedService), builder.WithPredicates(predicate.NewPredicateFuncs(ownedByUs),
+			r.expectations.echoes(writtenService, importedKey))).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(importedService), builder.WithPredicates(predicate.NewPredicateFuncs(importedSlice),
+			r.expectations.echoes(writtenSlice, importedKey))).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.namespaceServices), builder.WithPredicates(predicate.Funcs{
 			// Only a namespace's appearance matters: its deletion takes the imports along.
 			UpdateFunc:  func(event.UpdateEvent) bool { return false },
@@ -458,11 +553,17 @@ func exportedServiceKey(o client.Object) []string {
 
 // importedService maps a derived Service or imported slice to the service it imports.
 func importedService(_ context.Context, o client.Object) []reconcile.Request {
-	name := o.GetLabels()[mcsv1beta1.LabelServiceName]
-	if name == "" {
+	key, ok := importedKey(o)
+	if !ok {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+	return []reconcile.Request{{NamespacedName: key}}
+}
+
+// importedKey is the service a derived Service or imported slice imports.
+func importedKey(o client.Object) (types.NamespacedName, bool) {
+	name := o.GetLabels()[mcsv1beta1.LabelServiceName]
+	return types.NamespacedName{Namespace: o.GetNamespace(), Name: name}, name != ""
 }
 
 // localService maps a local EndpointSlice of a Service to the import of that Service's name,
