@@ -16,7 +16,11 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/tunneltest"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/wireguard"
+	"github.com/octopus-mcs/octopus/internal/hubaccess"
+	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 )
@@ -159,4 +163,131 @@ func checkForgedVXLANDropped(ctx context.Context, t *testing.T, l *lab.Lab, port
 		t.Fatalf("%s's ingress filter counted %d then %d forged vxlan datagrams from %s, want 3 more", victim.Name, before, after, forger.Name)
 	}
 	t.Logf("forged vxlan from %s to %s dropped: counter %d -> %d", forger.Name, dst, before, after)
+}
+
+// roguePort is the UDP port of the attacker's own WireGuard device, beside its gateway's.
+const roguePort = 51999
+
+// checkPrivatePodUnreachable: a member that owns its gateway node can run a WireGuard device of
+// its own and, with its hub credential, point its Peer at that device's key and port. Cluster3
+// does so here and sends, through the tunnel cluster1 then keeps with it, a TCP SYN to
+// victim, a pod of globalnet cluster1 that is exported nowhere. Cluster1's gateway accepts
+// the rogue key (its health-check address answers the rogue's echo, which shows the tunnel
+// carries what the filter allows) but drops the SYN, whose destination is no prefix cluster1
+// advertised, and counts it. Without the ingress filter the SYN reaches the pod and the
+// connection opens: the pod's reply returns through the same tunnel. The Peer is restored
+// afterwards and cluster1's gateway re-points at the honest key.
+func checkPrivatePodUnreachable(ctx context.Context, t *testing.T, l *lab.Lab, victim xpod) {
+	c1, c3 := l.Network.Clusters[0].Name, l.Network.Clusters[2].Name
+	if victim.cluster != c1 {
+		t.Fatalf("the victim pod %s is in %s, want %s", victim.name, victim.cluster, c1)
+	}
+	gw1, p1 := activeGatewayNode(ctx, t, l, c1)
+	attacker, honest := activeGatewayNode(ctx, t, l, c3)
+	hc1, err := netip.ParseAddr(p1.Spec.HealthCheckIP)
+	if err != nil {
+		t.Fatalf("%s's health-check address: %v", c1, err)
+	}
+	endpoint1, err := netip.ParseAddr(p1.Spec.Endpoint.PrivateIP)
+	if err != nil {
+		t.Fatalf("%s's endpoint: %v", c1, err)
+	}
+	local3, err := netip.ParseAddr(honest.Spec.Endpoint.PrivateIP)
+	if err != nil {
+		t.Fatalf("%s's endpoint: %v", c3, err)
+	}
+	// The rogue device's address: one of cluster3's own (its global CIDR's last but one), so
+	// that cluster1's WireGuard takes packets from it as cluster3's and routes replies back.
+	global3, err := netip.ParsePrefix(honest.Spec.Subnets[0])
+	if err != nil {
+		t.Fatalf("%s's advertised subnet: %v", c3, err)
+	}
+	src := lastButOne(global3)
+	if src.String() == honest.Spec.HealthCheckIP {
+		t.Fatalf("the rogue address %s is %s's health-check address", src, c3)
+	}
+
+	var rogue *wireguard.Driver
+	tunneltest.In(t, attacker.Netns, func() {
+		if rogue, err = wireguard.New(tunnel.Options{Device: "octorogue0"}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = rogue.Close() })
+		err = rogue.Apply(ctx, tunnel.Config{ListenPort: roguePort, LocalAddr: local3, Peers: []tunnel.Peer{{
+			Cluster: c1, PublicKey: p1.Spec.PublicKey, Endpoint: netip.AddrPortFrom(endpoint1, uint16(p1.Spec.Endpoint.Port)),
+			Subnets: []netip.Prefix{netip.PrefixFrom(victim.ip, 32), netip.PrefixFrom(hc1, 32)},
+		}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	tunneltest.Run(t, "ip", "-n", attacker.Netns, "addr", "add", netip.PrefixFrom(src, 32).String(), "dev", "octorogue0")
+
+	// The attacker holds cluster3's hub credential, as its agents do.
+	cred, err := hubaccess.LoadCredential(ctx, kubeClient(t, l.Env.Cluster(c3).Kubeconfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	asC3, err := client.New(cred.RESTConfig(), client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setPeer := func(ctx context.Context, key string, port int32) error {
+		p := &v1alpha1.Peer{}
+		if err := asC3.Get(ctx, client.ObjectKeyFromObject(honest), p); err != nil {
+			return err
+		}
+		p.Spec.PublicKey, p.Spec.Endpoint.Port = key, port
+		return asC3.Update(ctx, p)
+	}
+	t.Cleanup(func() {
+		if err := setPeer(context.Background(), honest.Spec.PublicKey, honest.Spec.Endpoint.Port); err != nil {
+			t.Errorf("restoring %s's Peer: %v", c3, err)
+		}
+	})
+	if err := setPeer(ctx, rogue.PublicKey(), roguePort); err != nil {
+		t.Fatalf("%s's credential pointing its Peer at the rogue device: %v", c3, err)
+	}
+
+	if err := tunneltest.Ping(attacker.Netns, hc1, time.Minute); err != nil {
+		t.Fatalf("the rogue device of %s cannot ping %s's health-check address %s: %s never took the rogue key: %v", c3, c1, hc1, c1, err)
+	}
+	before := ingressCounter(t, gw1.Netns, "not advertised")
+	dst := netip.AddrPortFrom(victim.ip, 8080)
+	var dialErr error
+	tunneltest.In(t, attacker.Netns, func() {
+		d := net.Dialer{Timeout: 3 * time.Second, LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))}
+		var c net.Conn
+		if c, dialErr = d.DialContext(ctx, "tcp", dst.String()); dialErr == nil {
+			_ = c.Close()
+		}
+	})
+	if dialErr == nil {
+		t.Fatalf("%s's rogue device at %s connected to %s's private pod %s at %s", c3, src, c1, victim.name, dst)
+	}
+	after := ingressCounter(t, gw1.Netns, "not advertised")
+	if before < 0 || after <= before {
+		t.Errorf("%s's ingress filter counted %d then %d not-advertised drops, want an increase", gw1.Name, before, after)
+	}
+	t.Logf("%s's rogue device: echo to %s answered, %s's private pod %s refused (%v); not-advertised drops %d -> %d", c3, hc1, c1, dst, dialErr, before, after)
+}
+
+// lastButOne is the address before p's last.
+func lastButOne(p netip.Prefix) netip.Addr {
+	a := p.Masked().Addr().As16()
+	host := 128 - p.Bits()
+	if p.Addr().Is4() {
+		host = 32 - p.Bits()
+	}
+	for i := 15; i >= 0 && host > 0; i-- {
+		n := min(host, 8)
+		a[i] |= byte(1<<n - 1)
+		host -= n
+	}
+	a[15] &^= 1
+	addr := netip.AddrFrom16(a)
+	if p.Addr().Is4() {
+		return addr.Unmap()
+	}
+	return addr
 }

@@ -221,6 +221,7 @@ func testGlobalnet(ctx context.Context, t *testing.T, l *lab.Lab, dir string, gl
 	}
 	ip3 := exportFromTwoClusters(ctx, t, l, pods, global, svc, setIP)
 	t.Run("egress ranges", func(t *testing.T) { globalnetEgressRanges(ctx, t, l, ip, egress, pods[c1][0]) })
+	t.Run("private pod unreachable from a rogue gateway", func(t *testing.T) { checkPrivatePodUnreachable(ctx, t, l, pods[c1][0]) })
 
 	src := pods[c1][len(pods[c1])-1]
 	// A headless export of 3 pods: cluster1 imports 3 per-pod global IPs and reaches each pod.

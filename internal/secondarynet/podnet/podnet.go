@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 )
 
 // Annotation and label keys. They move to api/v1alpha1's shared names once that file is on
@@ -178,11 +179,19 @@ func Set(current string, entry *Status) (string, error) {
 	if len(list) == 0 {
 		return "", nil
 	}
-	b, err := json.Marshal(list)
-	if err != nil {
-		return "", err
+	// Joined by hand: json.Marshal would compact others' entries and escape their '&', '<'
+	// and '>', so they would not be kept byte for byte. Each element is valid JSON already
+	// (parse's or ours).
+	var b strings.Builder
+	b.WriteByte('[')
+	for k, raw := range list {
+		if k > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(raw)
 	}
-	return string(b), nil
+	b.WriteByte(']')
+	return b.String(), nil
 }
 
 // entries is the annotation's list, each entry kept as it was written: the ovnmaster
