@@ -18,7 +18,7 @@ type labCheck[L any] struct {
 // its lab broken, and the checks after it must still say whether they pass on a healthy lab.
 // up returns the lab and a function that stops it; runOnSharedLab stops the last lab when the
 // checks are done. Each bring-up is a lab's minute or two, which is why a configuration's
-// checks share one instead of bringing up their own (issue 28: 12 bring-ups per suite run).
+// checks share one instead of bringing up their own (the suite has one bring-up per configuration: eight).
 func runOnSharedLab[L any](t *testing.T, up func(t *testing.T) (L, func()), checks ...labCheck[L]) {
 	t.Helper()
 	var (
