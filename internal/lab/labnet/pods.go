@@ -101,7 +101,8 @@ func configureNode(c NodeConfig) error {
 			continue
 		}
 		dst, err := netip.ParsePrefix(r.Dst.String())
-		if err != nil || !c.ClusterPodCIDR.Overlaps(dst) && !(c.ClusterPodCIDR6.IsValid() && c.ClusterPodCIDR6.Overlaps(dst)) {
+		ours := c.ClusterPodCIDR.Overlaps(dst) || c.ClusterPodCIDR6.IsValid() && c.ClusterPodCIDR6.Overlaps(dst)
+		if err != nil || !ours {
 			continue // the API and service routes of Apply, not ours to manage here
 		}
 		if gw, ok := c.PeerRoutes[dst]; ok && r.Gw != nil && r.Gw.Equal(gw.AsSlice()) {
