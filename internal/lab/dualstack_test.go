@@ -37,7 +37,7 @@ func TestDualStack(t *testing.T) {
 		Clusters: 2, NodesPerCluster: 2, BinDir: binDir, AgentBinary: bins["octopus-agent"],
 		ComponentProcesses: true, IPFamily: lab.IPFamilyDual,
 	})
-	checkDualStack(ctx, t, l)
+	checkDualStack(ctx, t, l, bins["octopus"])
 }
 
 // dsPod is an echo pod of checkDualStack with its address of each family.
@@ -60,8 +60,9 @@ func (p dsPod) addr(v6 bool) netip.Addr {
 // family; the Peers' connections carrying both families; a PreferDualStack Service exported
 // from the first cluster imported into the second with a ClusterSet IP of each family, and
 // reached over TCP at the IPv6 one; A and AAAA answers for its clusterset.local name over UDP
-// from a pod's namespace to the cluster DNS address, equal to the ServiceImport's IPs.
-func checkDualStack(ctx context.Context, t *testing.T, l *lab.Lab) {
+// from a pod's namespace to the cluster DNS address, equal to the ServiceImport's IPs; and
+// `octopus verify` (binary octopus) checking the pair in each family.
+func checkDualStack(ctx context.Context, t *testing.T, l *lab.Lab, octopus string) {
 	c1, c2 := l.Network.Clusters[0].Name, l.Network.Clusters[1].Name
 	pods := startDualStackPods(ctx, t, l, c1, c2)
 
@@ -157,6 +158,25 @@ func checkDualStack(ctx context.Context, t *testing.T, l *lab.Lab) {
 			return nil
 		})
 	}
+
+	// verify checks the dual-stack pair in each family: 3 checks x 2 families x 2 directions.
+	report, err := runVerify(ctx, t, l, octopus, 2*time.Minute)
+	var names []string
+	for _, r := range report.Results {
+		names = append(names, r.Name())
+	}
+	want := []string{}
+	for _, pair := range [][2]string{{c1, c2}, {c2, c1}} {
+		for _, fam := range []string{"IPv4", "IPv6"} {
+			for _, c := range []string{"pod-to-pod", "clusterset-ip", "dns"} {
+				want = append(want, fmt.Sprintf("%s/%s %s->%s", c, fam, pair[0], pair[1]))
+			}
+		}
+	}
+	if err != nil || !report.Passed || !slices.Equal(names, want) {
+		t.Fatalf("verify on the dual-stack lab: %v, passed %v, checks %v; want %v all passing", err, report.Passed, names, want)
+	}
+	t.Logf("verify: %s", report.Summary())
 }
 
 // startDualStackPods runs an echo pod (label app=ds-echo) on every node of the clusters and
