@@ -13,8 +13,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -503,17 +505,17 @@ func (r *runner) attempt(ctx context.Context, c Check, family string, from, to *
 	}
 	out, err := r.exec(ctx, from, curlArgv(target, port, attemptTimeout, family)...)
 	if err != nil {
-		return answer{}, "", fmt.Errorf("requesting %s:%d: %w", target, port, err)
+		return answer{}, "", fmt.Errorf("requesting %s: %w", net.JoinHostPort(target, strconv.Itoa(port)), err)
 	}
 	a, err := parseCurl(out)
 	if err != nil {
-		return answer{}, "", fmt.Errorf("requesting %s:%d: %w", target, port, err)
+		return answer{}, "", fmt.Errorf("requesting %s: %w", net.JoinHostPort(target, strconv.Itoa(port)), err)
 	}
 	if err := a.fromServer(to.ID); err != nil {
-		return answer{}, "", fmt.Errorf("requesting %s:%d: %w", target, port, err)
+		return answer{}, "", fmt.Errorf("requesting %s: %w", net.JoinHostPort(target, strconv.Itoa(port)), err)
 	}
 	if what == "" {
-		what = fmt.Sprintf("%s:%d", target, port)
+		what = net.JoinHostPort(target, strconv.Itoa(port))
 	}
 	return a, what, nil
 }
