@@ -25,8 +25,8 @@ import (
 )
 
 // TestDualStack brings up the smallest dual-stack lab (a hub and two clusters of a gateway
-// and a worker each, meshed over wireguard, components as processes) and runs checkDualStack
-// on it.
+// and a worker each, meshed over wireguard, components as the member chart's pods) and runs
+// checkDualStack on it.
 func TestDualStack(t *testing.T) {
 	testenv.LabNetwork(t)
 	binDir := testenv.BinDir(t)
@@ -35,7 +35,7 @@ func TestDualStack(t *testing.T) {
 	defer cancel()
 	l, _ := startLab(ctx, t, lab.Options{
 		Clusters: 2, NodesPerCluster: 2, BinDir: binDir, AgentBinary: bins["octopus-agent"],
-		ComponentProcesses: true, IPFamily: lab.IPFamilyDual,
+		IPFamily: lab.IPFamilyDual,
 	})
 	checkDualStack(ctx, t, l, bins["octopus"])
 }

@@ -283,6 +283,9 @@ func validateSecondaryPodCIDR(secondaryService, secondaryPod netip.Prefix) error
 	if !secondaryService.IsValid() {
 		return fmt.Errorf("SecondaryPodCIDR %s needs a SecondaryServiceCIDR of its family", secondaryPod)
 	}
+	if secondaryPod.Addr().Is4() != secondaryService.Addr().Is4() {
+		return fmt.Errorf("secondary ranges: SecondaryPodCIDR %s is not of the family of SecondaryServiceCIDR %s", secondaryPod, secondaryService)
+	}
 	if err := validateCIDRs(secondaryService, secondaryPod); err != nil {
 		return fmt.Errorf("secondary ranges: %w", err)
 	}
