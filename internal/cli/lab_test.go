@@ -24,6 +24,7 @@ func TestLabUpFlags(t *testing.T) {
 		topology        v1alpha1.Topology
 		hubGateways     int
 		cni             string
+		ipFamily        string
 	}{
 		"defaults":                  {args: nil, nodes: 0, gateways: 1, backend: "wireguard", topology: "mesh"},
 		"flannel":                   {args: []string{"--cni", "flannel"}, gateways: 1, backend: "wireguard", topology: "mesh", cni: "flannel"},
@@ -44,6 +45,11 @@ func TestLabUpFlags(t *testing.T) {
 		"fewer nodes than gateways": {args: []string{"--gateways-per-cluster", "3", "--nodes-per-cluster", "2"}, wantErr: "--nodes-per-cluster 2 is fewer than --gateways-per-cluster 3: give at least 3 nodes"},
 		"zero gateways":             {args: []string{"--gateways-per-cluster", "0"}, wantErr: "--gateways-per-cluster 0: want 1 to 13"},
 		"too many clusters":         {args: []string{"--clusters", "16"}, wantErr: "--clusters 16: want 1 to 15"},
+		"dual-stack":                {args: []string{"--ip-family", "dual"}, gateways: 1, backend: "wireguard", topology: "mesh", ipFamily: "dual"},
+		"unknown family":            {args: []string{"--ip-family", "ipv5"}, wantErr: `--ip-family "ipv5": want ipv4, dual, ipv6`},
+		"ipv6 only":                 {args: []string{"--ip-family", "ipv6"}, wantErr: `--ip-family "ipv6": IPv6-only clusters are not built yet; use dual`},
+		"dual with flannel":         {args: []string{"--ip-family", "dual", "--cni", "flannel"}, wantErr: "--ip-family dual with --cni: the lab's flannel setup is IPv4 only; leave --cni unset, or --ip-family ipv4"},
+		"dual with globalnet":       {args: []string{"--ip-family", "dual", "--overlapping-cidrs"}, wantErr: "--ip-family dual with --overlapping-cidrs"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -68,6 +74,9 @@ func TestLabUpFlags(t *testing.T) {
 			if opts.NodesPerCluster != tc.nodes || opts.GatewaysPerCluster != tc.gateways || opts.Clusters != 2 || opts.Dir != dir ||
 				opts.OverlappingCIDRs != tc.overlapping || !slices.Equal(opts.DirectClusters, tc.direct) || opts.Topology != tc.topology || opts.HubGateways != tc.hubGateways {
 				t.Errorf("options %+v, want %d nodes and %d gateways in 2 clusters", opts, tc.nodes, tc.gateways)
+			}
+			if want := cmp.Or(tc.ipFamily, "ipv4"); opts.IPFamily != want {
+				t.Errorf("IPFamily %q, want %q", opts.IPFamily, want)
 			}
 			if want := cmp.Or(tc.cni, "bridge"); opts.CNI != want {
 				t.Errorf("CNI %q, want %q", opts.CNI, want)

@@ -113,6 +113,12 @@ type Options struct {
 	// gets a link of its own for the Geneve tunnels (SecondaryUnderlayLink). Optional; not
 	// with ComponentProcesses or Unjoined.
 	SecondaryNetwork bool
+	// IPFamily is the member clusters' address family: IPFamilyIPv4 (the default) or
+	// IPFamilyDual (dual-stack: both families' pod and service CIDRs, node and pod addresses,
+	// every IPv6 one inside labnet.IPv6Range; the underlay stays IPv4, the tunnels carry
+	// both). Optional; dual excludes OverlappingCIDRs, SecondaryNetwork, the hub topology and
+	// flannel.
+	IPFamily string
 	// Progress receives one line per step. Optional.
 	Progress *progress.Reporter
 	// Log receives structured logs (node heartbeats, process supervision). Optional.
@@ -253,10 +259,15 @@ func clusterSpecs(opts Options) ([]controlplane.ClusterOptions, []labnet.Cluster
 		pods, services := clusterCIDRs(i, opts.OverlappingCIDRs && !slices.Contains(opts.DirectClusters, name))
 		// Member clusters schedule pods onto their nodes; the hub has nodes only for the hub
 		// chart's gateways (hubGatewayNodes).
-		specs = append(specs, controlplane.ClusterOptions{Name: name, PodCIDR: pods, ServiceCIDR: services, Scheduler: i > 0 || hubGatewayNodes(opts)})
+		spec := controlplane.ClusterOptions{Name: name, PodCIDR: pods, ServiceCIDR: services, Scheduler: i > 0 || hubGatewayNodes(opts)}
+		if i > 0 && opts.dualStack() {
+			// The hub stays IPv4: it runs no pods of ours in the mesh topology.
+			spec.SecondaryPodCIDR, spec.SecondaryServiceCIDR = labnet.PodCIDR6(i), labnet.ServiceCIDR6(i)
+		}
+		specs = append(specs, spec)
 		if i > 0 {
 			netSpecs = append(netSpecs, labnet.ClusterSpec{Name: name, Index: i, ServiceCIDR: services,
-				Nodes: opts.NodesPerCluster, Gateways: opts.GatewaysPerCluster})
+				ServiceCIDR6: spec.SecondaryServiceCIDR, Nodes: opts.NodesPerCluster, Gateways: opts.GatewaysPerCluster})
 		}
 	}
 	return specs, netSpecs
@@ -357,7 +368,7 @@ func joinOne(ctx context.Context, opts Options, env *controlplane.Environment, p
 		addressing = v1alpha1.AddressingSecondary
 	}
 	joined, err := cluster.Join(ctx, cp.RESTConfig(), cluster.JoinOptions{
-		BrokerInfo: info, ClusterID: name, PodCIDRs: []string{cp.PodCIDR.String()}, Progress: p,
+		BrokerInfo: info, ClusterID: name, PodCIDRs: podCIDRs(cp), Progress: p,
 		Addressing: addressing, Topology: opts.Topology, DNSByChart: chartsOnNodes(opts),
 	})
 	if err != nil {
@@ -370,6 +381,15 @@ func joinOne(ctx context.Context, opts Options, env *controlplane.Environment, p
 		}
 	}
 	return startComponents(ctx, opts, env, cp, *plan.Cluster(name), secondary)
+}
+
+// podCIDRs are the cluster's pod CIDRs as join registers them: of each family it has.
+func podCIDRs(cp *controlplane.ControlPlane) []string {
+	cidrs := []string{cp.PodCIDR.String()}
+	if cp.SecondaryPodCIDR.IsValid() {
+		cidrs = append(cidrs, cp.SecondaryPodCIDR.String())
+	}
+	return cidrs
 }
 
 // startAgent runs the cluster's octopus-agent controller as a supervised child of the

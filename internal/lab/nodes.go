@@ -86,7 +86,7 @@ func kubeProxyProcess(cp *controlplane.ControlPlane, n labnet.NodeNet) controlpl
 			"--conntrack-max-per-core=0",
 			// Traffic from outside the pod range to a Service gets masqueraded, as in a
 			// real cluster.
-			"--cluster-cidr=" + cp.PodCIDR.String(),
+			"--cluster-cidr=" + cp.PodRanges(),
 			"--v=2",
 		},
 		Netns: n.NetnsPath(),

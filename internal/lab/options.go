@@ -51,8 +51,29 @@ func (o Options) WithDefaults() Options {
 	if o.CNI == "" {
 		o.CNI = cni.Bridge
 	}
+	if o.IPFamily == "" {
+		o.IPFamily = IPFamilyIPv4
+	}
 	return o
 }
+
+// The lab's address families (Options.IPFamily).
+const (
+	// IPFamilyIPv4 gives every cluster IPv4 pod and service CIDRs and nodes: the default.
+	IPFamilyIPv4 = "ipv4"
+	// IPFamilyDual makes the member clusters dual-stack: IPv4 and IPv6 (labnet.IPv6Range)
+	// pod and service CIDRs, nodes with an InternalIP of each family, pods with an address of
+	// each. The underlay and the hub stay IPv4; the tunnels carry both families.
+	IPFamilyDual = "dual"
+	// IPFamilyIPv6 would make IPv6-only clusters; not built yet.
+	IPFamilyIPv6 = "ipv6"
+)
+
+// IPFamilies are the values of Options.IPFamily, the default first.
+var IPFamilies = []string{IPFamilyIPv4, IPFamilyDual, IPFamilyIPv6}
+
+// dualStack reports whether the member clusters are dual-stack.
+func (o Options) dualStack() bool { return o.IPFamily == IPFamilyDual }
 
 // Validate reports, as *OptionError values joined, everything in o that Up would refuse. It
 // checks o as given: Up validates o.WithDefaults(), and a caller that passes values its users
@@ -138,7 +159,34 @@ func (o Options) Validate() error {
 	if _, err := cni.Validate(o.CNI); err != nil {
 		errs = append(errs, optionError("CNI", "%q: want %s", o.CNI, strings.Join(cni.Names, " or ")))
 	}
+	errs = append(errs, o.validateIPFamily()...)
 	return errors.Join(errs...)
+}
+
+// validateIPFamily checks IPFamily and what a dual-stack lab cannot be combined with yet: the
+// modes whose lab wiring is IPv4 only (flannel's configuration, globalnet's and the secondary
+// network's lab setup, the hub gateways' namespaces).
+func (o Options) validateIPFamily() []error {
+	switch o.IPFamily {
+	case "", IPFamilyIPv4:
+		return nil
+	case IPFamilyIPv6:
+		return []error{optionError("IPFamily", "%q: IPv6-only clusters are not built yet; use %s (both families)", o.IPFamily, IPFamilyDual)}
+	case IPFamilyDual:
+	default:
+		return []error{optionError("IPFamily", "%q: want %s", o.IPFamily, strings.Join(IPFamilies, ", "))}
+	}
+	var errs []error
+	not := func(field string, set bool, why string) {
+		if set {
+			errs = append(errs, optionError("IPFamily", "%s with {%s}: %s; leave {%s} unset, or {IPFamily} %s", IPFamilyDual, field, why, field, IPFamilyIPv4))
+		}
+	}
+	not("OverlappingCIDRs", o.OverlappingCIDRs, "the lab joins overlapping clusters with IPv4 globalnet only")
+	not("SecondaryNetwork", o.SecondaryNetwork, "the secondary network is IPv4 only")
+	not("Topology", o.Topology == v1alpha1.TopologyHub, "the hub's gateway nodes are IPv4 only")
+	not("CNI", o.CNI == cni.Flannel, "the lab's flannel setup is IPv4 only")
+	return errs
 }
 
 // memberNames are the names of a lab's n member clusters.

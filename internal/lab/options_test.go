@@ -75,6 +75,17 @@ func TestOptionsValidate(t *testing.T) {
 			mutate: func(o *lab.Options) { o.SecondaryNetwork, o.AgentBinary = true, "/nonexistent/octopus-agent" },
 			want:   []string{"SecondaryNetwork /nonexistent has no octopus-ovn"},
 		},
+		"ipv4":           {mutate: func(o *lab.Options) { o.IPFamily = lab.IPFamilyIPv4 }},
+		"dual-stack":     {mutate: func(o *lab.Options) { o.IPFamily, o.ComponentProcesses = lab.IPFamilyDual, true }},
+		"ipv6 only":      {mutate: func(o *lab.Options) { o.IPFamily = lab.IPFamilyIPv6 }, want: []string{`IPFamily "ipv6": IPv6-only clusters are not built yet; use dual`}},
+		"unknown family": {mutate: func(o *lab.Options) { o.IPFamily = "v6" }, want: []string{`IPFamily "v6": want ipv4, dual, ipv6`}},
+		"dual-stack with what is IPv4 only": {
+			mutate: func(o *lab.Options) {
+				o.IPFamily, o.OverlappingCIDRs, o.SecondaryNetwork, o.Topology, o.CNI = lab.IPFamilyDual, true, true, v1alpha1.TopologyHub, cni.Flannel
+			},
+			want: []string{"IPFamily dual with OverlappingCIDRs: the lab joins overlapping clusters with IPv4 globalnet only; leave OverlappingCIDRs unset, or IPFamily ipv4",
+				"IPFamily dual with SecondaryNetwork", "IPFamily dual with Topology", "IPFamily dual with CNI: the lab's flannel setup is IPv4 only"},
+		},
 		"no directory": {mutate: func(o *lab.Options) { o.Dir = "" }, want: []string{"Dir is empty"}},
 		"everything wrong at once": {
 			mutate: func(o *lab.Options) { o.Clusters, o.Topology = 16, "star" },
@@ -131,7 +142,7 @@ func TestOptionErrorFormat(t *testing.T) {
 // means "as many as needed" keep it, and given values stay.
 func TestWithDefaults(t *testing.T) {
 	d := lab.Options{}.WithDefaults()
-	if d.GatewaysPerCluster != 1 || d.HeartbeatInterval == 0 || d.NodesPerCluster != 0 || d.HubGateways != 0 {
+	if d.GatewaysPerCluster != 1 || d.HeartbeatInterval == 0 || d.NodesPerCluster != 0 || d.HubGateways != 0 || d.IPFamily != lab.IPFamilyIPv4 {
 		t.Errorf("WithDefaults = %+v", d)
 	}
 	if g := (lab.Options{GatewaysPerCluster: 3}).WithDefaults().GatewaysPerCluster; g != 3 {

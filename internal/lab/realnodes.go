@@ -239,10 +239,16 @@ func startRealNodes(ctx context.Context, env *controlplane.Environment, plan lab
 		peers := map[netip.Prefix]netip.Addr{}
 		for _, other := range c.Nodes {
 			if other.Name != n.Name && opts.CNI != cni.Flannel && c.Name != HubName {
-				peers[podCIDRs[other.Name]] = other.LANAddr.Addr()
+				for _, p := range podCIDRs[other.Name] {
+					if via := other.LANAddr.Addr(); p.Addr().Is4() {
+						peers[p] = via
+					} else if other.LANAddr6.IsValid() {
+						peers[p] = other.LANAddr6.Addr()
+					}
+				}
 			}
 		}
-		if err := labnet.ConfigureNode(labnet.NodeConfig{Netns: n.Netns, ClusterPodCIDR: cp.PodCIDR, PeerRoutes: peers}); err != nil {
+		if err := labnet.ConfigureNode(labnet.NodeConfig{Netns: n.Netns, ClusterPodCIDR: cp.PodCIDR, ClusterPodCIDR6: cp.SecondaryPodCIDR, PeerRoutes: peers}); err != nil {
 			return err
 		}
 	}
@@ -262,15 +268,30 @@ func grantFlannel(ctx context.Context, cs kubernetes.Interface) error {
 	return nil
 }
 
-// waitPodCIDRs waits until every node of c is registered with a pod CIDR.
-func waitPodCIDRs(ctx context.Context, cs kubernetes.Interface, c labnet.ClusterNet) (map[string]netip.Prefix, error) {
-	cidrs := map[string]netip.Prefix{}
-	err := pollNodes(ctx, cs, c, "registered with a pod CIDR", func(n *corev1.Node) bool {
-		p, err := netip.ParsePrefix(n.Spec.PodCIDR)
-		if err != nil {
+// waitPodCIDRs waits until every node of c is registered with its pod CIDRs: one, or on a
+// dual-stack node (one with an IPv6 LAN address) one of each family, IPv4 first.
+func waitPodCIDRs(ctx context.Context, cs kubernetes.Interface, c labnet.ClusterNet) (map[string][]netip.Prefix, error) {
+	cidrs := map[string][]netip.Prefix{}
+	want := map[string]int{}
+	for _, n := range c.Nodes {
+		want[n.Name] = 1
+		if n.LANAddr6.IsValid() {
+			want[n.Name] = 2
+		}
+	}
+	err := pollNodes(ctx, cs, c, "registered with a pod CIDR of each family", func(n *corev1.Node) bool {
+		if len(n.Spec.PodCIDRs) != want[n.Name] {
 			return false
 		}
-		cidrs[n.Name] = p
+		var ps []netip.Prefix
+		for _, s := range n.Spec.PodCIDRs {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				return false
+			}
+			ps = append(ps, p)
+		}
+		cidrs[n.Name] = ps
 		return true
 	})
 	return cidrs, err

@@ -81,7 +81,10 @@ func objects(namespace, clusterID, serverImage, clientImage string) []client.Obj
 		&corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: serviceName(clusterID), Namespace: namespace, Labels: labels},
 			Spec: corev1.ServiceSpec{
-				Selector: map[string]string{appLabel: serverName},
+				// Both families where the cluster has both, so that a dual-stack pair is
+				// checked in each (pairFamilies); one elsewhere.
+				IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyPreferDualStack),
+				Selector:       map[string]string{appLabel: serverName},
 				Ports: []corev1.ServicePort{
 					{Name: servicePortName, Port: servicePort, TargetPort: intstr.FromInt32(httpPort)},
 				},

@@ -213,3 +213,55 @@ func addressingLine(clusters []ClusterAddressing) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// The address families a pair can be checked in (Result.Family), named as Kubernetes names them.
+const (
+	familyIPv4 = "IPv4"
+	familyIPv6 = "IPv6"
+)
+
+// pairFamilies are the families the checks of a pair run in: both, IPv4 first, when the
+// client's pod and the server's pod have an IPv6 address besides their primary IPv4 one (two
+// dual-stack clusters with direct addressing: the gateways carry both families, and the
+// exported Service is dual-stack); else one run with no family named ([""]), the pair's
+// primary family as before.
+func pairFamilies(fromIPv6, toIPv6 netip.Addr) []string {
+	if fromIPv6.IsValid() && toIPv6.IsValid() {
+		return []string{familyIPv4, familyIPv6}
+	}
+	return []string{""}
+}
+
+// secondIPv6 is a dual-stack pod's IPv6 address: an IPv6 entry of status.podIPs after the
+// primary IPv4 one; invalid when the pod is single-stack (or IPv6 is its primary family, whose
+// checks are the family-less ones).
+func secondIPv6(pod *corev1.Pod) netip.Addr {
+	primary, err := netip.ParseAddr(pod.Status.PodIP)
+	if err != nil || !primary.Is4() {
+		return netip.Addr{}
+	}
+	for _, ip := range pod.Status.PodIPs {
+		if a, err := netip.ParseAddr(ip.IP); err == nil && a.Is6() && !a.Is4In6() {
+			return a
+		}
+	}
+	return netip.Addr{}
+}
+
+// clusterSetIPs splits a ServiceImport's ClusterSet IPs into its primary one (the first, as
+// before dual-stack) and its IPv6 one besides an IPv4 primary; either invalid when absent.
+func clusterSetIPs(ips []string) (primary, ipv6 netip.Addr, err error) {
+	for i, s := range ips {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return netip.Addr{}, netip.Addr{}, fmt.Errorf("ClusterSet IP %q: %w", s, err)
+		}
+		switch {
+		case i == 0:
+			primary = a
+		case primary.Is4() && a.Is6() && !ipv6.IsValid():
+			ipv6 = a
+		}
+	}
+	return primary, ipv6, nil
+}

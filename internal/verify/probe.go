@@ -12,10 +12,19 @@ import (
 // curlArgv is the client pod's HTTP request: curl prints the body and then, on a line of its
 // own, the total time in seconds, so the latency is the pod's own measurement and not the
 // API server's exec round trip.
-func curlArgv(host string, port int, timeout time.Duration) []string {
+//
+// family ("IPv4", "IPv6" or "") makes curl resolve a name to that family only (-4, -6): the
+// check of one family of a dual-stack pair must not pass over the other.
+func curlArgv(host string, port int, timeout time.Duration, family string) []string {
 	secs := max(1, int(timeout.Seconds()))
-	return []string{"curl", "-sS", "--max-time", strconv.Itoa(secs), "-w", "\n%{time_total}\n",
-		"http://" + net.JoinHostPort(host, strconv.Itoa(port)) + "/"}
+	argv := []string{"curl", "-sS", "--max-time", strconv.Itoa(secs)}
+	switch family {
+	case familyIPv4:
+		argv = append(argv, "-4")
+	case familyIPv6:
+		argv = append(argv, "-6")
+	}
+	return append(argv, "-w", "\n%{time_total}\n", "http://"+net.JoinHostPort(host, strconv.Itoa(port))+"/")
 }
 
 // digArgv resolves name's A and AAAA records through the pod's resolver (the cluster DNS,

@@ -61,6 +61,10 @@ type Result struct {
 	Check Check  `json:"check"`
 	From  string `json:"from"`
 	To    string `json:"to"`
+	// Family is the address family checked ("IPv4" or "IPv6") when the pair is checked in
+	// both, both clusters being dual-stack; empty when the pair is checked in one (the
+	// clusters' primary family, or IPv4 under globalnet and secondary addressing).
+	Family string `json:"family,omitempty"`
 	// Passed is true when an answer came from the probe server of To within the check's
 	// timeout.
 	Passed bool `json:"passed"`
@@ -79,8 +83,17 @@ type Result struct {
 	Elapsed metav1.Duration `json:"elapsed"`
 }
 
-// Name is the check as the summary names it: "dns cluster1->cluster2".
-func (r Result) Name() string { return fmt.Sprintf("%s %s->%s", r.Check, r.From, r.To) }
+// Name is the check as the summary names it: "dns cluster1->cluster2", or with its family
+// "dns/IPv6 cluster1->cluster2".
+func (r Result) Name() string { return fmt.Sprintf("%s %s->%s", r.label(), r.From, r.To) }
+
+// label is the check with its family, if any: "pod-to-pod/IPv6".
+func (r Result) label() string {
+	if r.Family == "" {
+		return string(r.Check)
+	}
+	return string(r.Check) + "/" + r.Family
+}
 
 // Report is what a verify run found.
 type Report struct {
@@ -152,7 +165,7 @@ func Render(w io.Writer, r *Report) error {
 		default:
 			detail += " (not attempted)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", res.Check, res.From, res.To, result, oneLine(detail))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", res.label(), res.From, res.To, result, oneLine(detail))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

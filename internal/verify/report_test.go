@@ -213,8 +213,14 @@ func TestParseDig(t *testing.T) {
 }
 
 func TestArgv(t *testing.T) {
-	if got, want := strings.Join(curlArgv("fd00::5", 8080, 5*time.Second), " "), "curl -sS --max-time 5 -w \n%{time_total}\n http://[fd00::5]:8080/"; got != want {
-		t.Errorf("curlArgv = %q, want %q", got, want)
+	for family, want := range map[string]string{
+		"":     "curl -sS --max-time 5 -w \n%{time_total}\n http://[fd00::5]:8080/",
+		"IPv4": "curl -sS --max-time 5 -4 -w \n%{time_total}\n http://[fd00::5]:8080/",
+		"IPv6": "curl -sS --max-time 5 -6 -w \n%{time_total}\n http://[fd00::5]:8080/",
+	} {
+		if got := strings.Join(curlArgv("fd00::5", 8080, 5*time.Second, family), " "); got != want {
+			t.Errorf("curlArgv with family %q = %q, want %q", family, got, want)
+		}
 	}
 	if got, want := strings.Join(digArgv("x.clusterset.local", 500*time.Millisecond), " "), "dig +short +time=1 +tries=1 x.clusterset.local A x.clusterset.local AAAA"; got != want {
 		t.Errorf("digArgv = %q, want %q", got, want)

@@ -13,8 +13,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -75,9 +77,14 @@ type member struct {
 	// fails at once with it.
 	serverIP  netip.Addr
 	serverErr error
+	// serverIP6 and clientIP6 are the probe pods' IPv6 addresses in a dual-stack cluster with
+	// direct addressing (secondIPv6); invalid elsewhere. A pair whose client and server both
+	// have one is checked in each family (pairFamilies).
+	serverIP6, clientIP6 netip.Addr
 	// imports are the ClusterSet IPs of the other clusters' probe services, by cluster id
-	// (clusters on the primary network only).
-	imports map[string]netip.Addr
+	// (clusters on the primary network only); imports6 their IPv6 ones, for pairs checked in
+	// both families.
+	imports, imports6 map[string]netip.Addr
 }
 
 func (m *member) is(a v1alpha1.Addressing) bool { return m.addressing.Addressing == a }
@@ -162,7 +169,7 @@ func (r *runner) connect(ctx context.Context) error {
 		return err
 	}
 	for _, m := range members {
-		mem := &member{Member: m, imports: map[string]netip.Addr{}, addressing: ClusterAddressing{Cluster: m.ID, Source: SourceHub}}
+		mem := &member{Member: m, imports: map[string]netip.Addr{}, imports6: map[string]netip.Addr{}, addressing: ClusterAddressing{Cluster: m.ID, Source: SourceHub}}
 		hctx, cancel := context.WithTimeout(ctx, hubTimeout)
 		mem.addressing.Addressing, err = workload.Addressing(hctx, m.Client)
 		cancel()
@@ -214,8 +221,13 @@ func (r *runner) waitReady(ctx context.Context) error {
 			if why := r.serverReady(ctx, m); why != "" {
 				waiting = append(waiting, why)
 			}
-			if pod, why := workload.ReadyPod(ctx, m.Member, r.ns, clientName); pod == nil {
+			pod, why := workload.ReadyPod(ctx, m.Member, r.ns, clientName)
+			if pod == nil {
 				waiting = append(waiting, why)
+				continue
+			}
+			if m.is(v1alpha1.AddressingDirect) || m.addressing.Addressing == "" {
+				m.clientIP6 = secondIPv6(pod)
 			}
 		}
 		return len(waiting) == 0, "pods " + strings.Join(waiting, ", ")
@@ -261,6 +273,9 @@ func (r *runner) serverReady(ctx context.Context, m *member) string {
 		globalIP = ip
 	}
 	m.serverIP, m.serverErr = podTarget(m.addressing.Addressing, pod, globalIP)
+	if m.is(v1alpha1.AddressingDirect) || m.addressing.Addressing == "" {
+		m.serverIP6 = secondIPv6(pod)
+	}
 	if m.serverErr != nil && !m.is(v1alpha1.AddressingSecondary) {
 		return fmt.Sprintf("%s/%s (%v)", m.ID, serverName, m.serverErr)
 	}
@@ -323,9 +338,15 @@ func (r *runner) imported(ctx context.Context, from, to *member) error {
 	if len(si.Spec.IPs) == 0 {
 		return errors.New("no ClusterSet IP yet")
 	}
-	ip, err := netip.ParseAddr(si.Spec.IPs[0])
+	ip, ip6, err := clusterSetIPs(si.Spec.IPs)
 	if err != nil {
 		return err
+	}
+	if len(pairFamilies(from.clientIP6, to.serverIP6)) == 2 {
+		if !ip6.IsValid() {
+			return errors.New("no IPv6 ClusterSet IP yet")
+		}
+		from.imports6[to.ID] = ip6
 	}
 	from.imports[to.ID] = ip
 	return nil
@@ -368,16 +389,19 @@ func (r *runner) checkAll(ctx context.Context) []Result {
 	var wg sync.WaitGroup
 	for i, p := range pairs {
 		checks, mismatch := pairChecks(p.from.addressing, p.to.addressing)
-		results[i] = make([]Result, len(checks))
+		families := pairFamilies(p.from.clientIP6, p.to.serverIP6)
+		results[i] = make([]Result, 0, len(checks)*len(families))
 		wg.Go(func() {
-			for j, c := range checks {
-				res := r.check(ctx, c, p.from, p.to, mismatch)
-				results[i][j] = res
-				verdict := "passed (" + formatLatency(res.Latency.Duration) + ")"
-				if !res.Passed {
-					verdict = "FAILED: " + oneLine(res.Detail)
+			for _, family := range families {
+				for _, c := range checks {
+					res := r.check(ctx, c, family, p.from, p.to, mismatch)
+					results[i] = append(results[i], res)
+					verdict := "passed (" + formatLatency(res.Latency.Duration) + ")"
+					if !res.Passed {
+						verdict = "FAILED: " + oneLine(res.Detail)
+					}
+					r.p.Step("%s %s", res.Name(), verdict)
 				}
-				r.p.Step("%s %s", res.Name(), verdict)
 			}
 		})
 	}
@@ -392,8 +416,10 @@ func (r *runner) checkAll(ctx context.Context) []Result {
 // thus overrun CheckTimeout by one attempt. A check that cannot pass fails at once, not
 // attempted: the pair's addressing does not match (mismatch), or the other cluster's probe
 // server has no address to request or to expect.
-func (r *runner) check(ctx context.Context, c Check, from, to *member, mismatch error) Result {
-	res := Result{Check: c, From: from.ID, To: to.ID}
+//
+// family is the address family checked (Result.Family), "" for the pair's only one.
+func (r *runner) check(ctx context.Context, c Check, family string, from, to *member, mismatch error) Result {
+	res := Result{Check: c, From: from.ID, To: to.ID, Family: family}
 	if mismatch != nil {
 		res.Detail = mismatch.Error()
 		return res
@@ -406,7 +432,7 @@ func (r *runner) check(ctx context.Context, c Check, from, to *member, mismatch 
 	lastReport := start
 	for {
 		res.Attempts++
-		a, detail, err := r.attempt(ctx, c, from, to)
+		a, detail, err := r.attempt(ctx, c, family, from, to)
 		res.Elapsed = metav1.Duration{Duration: time.Since(start)}
 		if err == nil {
 			res.Passed, res.Detail, res.Latency = true, detail+": "+a.String(), metav1.Duration{Duration: a.Latency}
@@ -432,13 +458,17 @@ var errNotImported = errors.New("not imported")
 
 // attempt tries a check once; on success it returns the server's answer and what was
 // requested.
-func (r *runner) attempt(ctx context.Context, c Check, from, to *member) (answer, string, error) {
+func (r *runner) attempt(ctx context.Context, c Check, family string, from, to *member) (answer, string, error) {
 	var target, what string
 	var port int
 	secondary := from.is(v1alpha1.AddressingSecondary)
+	serverIP, imports := to.serverIP, from.imports
+	if family == familyIPv6 {
+		serverIP, imports = to.serverIP6, from.imports6
+	}
 	switch {
 	case c == CheckPodToPod:
-		target, port = to.serverIP.String(), httpPort
+		target, port = serverIP.String(), httpPort
 	case c == CheckSecondaryService:
 		ep, err := r.secondaryEndpoint(ctx, from, to)
 		if err != nil {
@@ -456,7 +486,7 @@ func (r *runner) attempt(ctx context.Context, c Check, from, to *member) (answer
 		target, port = name, httpPort
 		what = fmt.Sprintf("%s (%s):%d", name, to.serverIP, port)
 	case c == CheckClusterSetIP || c == CheckDNS:
-		ip, ok := from.imports[to.ID]
+		ip, ok := imports[to.ID]
 		if !ok {
 			return answer{}, "", fmt.Errorf("%w: %s has no ServiceImport %s/%s with a ClusterSet IP (is service discovery running in both clusters? `octopus show services`)",
 				errNotImported, from.ID, r.ns, serviceName(to.ID))
@@ -473,19 +503,19 @@ func (r *runner) attempt(ctx context.Context, c Check, from, to *member) (answer
 	default:
 		return answer{}, "", fmt.Errorf("unknown check %q", c)
 	}
-	out, err := r.exec(ctx, from, curlArgv(target, port, attemptTimeout)...)
+	out, err := r.exec(ctx, from, curlArgv(target, port, attemptTimeout, family)...)
 	if err != nil {
-		return answer{}, "", fmt.Errorf("requesting %s:%d: %w", target, port, err)
+		return answer{}, "", fmt.Errorf("requesting %s: %w", net.JoinHostPort(target, strconv.Itoa(port)), err)
 	}
 	a, err := parseCurl(out)
 	if err != nil {
-		return answer{}, "", fmt.Errorf("requesting %s:%d: %w", target, port, err)
+		return answer{}, "", fmt.Errorf("requesting %s: %w", net.JoinHostPort(target, strconv.Itoa(port)), err)
 	}
 	if err := a.fromServer(to.ID); err != nil {
-		return answer{}, "", fmt.Errorf("requesting %s:%d: %w", target, port, err)
+		return answer{}, "", fmt.Errorf("requesting %s: %w", net.JoinHostPort(target, strconv.Itoa(port)), err)
 	}
 	if what == "" {
-		what = fmt.Sprintf("%s:%d", target, port)
+		what = net.JoinHostPort(target, strconv.Itoa(port))
 	}
 	return a, what, nil
 }

@@ -49,12 +49,20 @@ const BridgeName = "cni0"
 const ConfigFile = "10-" + NetworkName + ".conflist"
 
 // BridgeConfig is the node's CNI network with Bridge: the bridge plugin with a gateway on the
-// bridge and host-local addresses from the node's pod CIDR, kept in ipamDataDir. Pods on
-// other nodes are reached through the lab's routes in the node's namespace; masquerading is
-// the lab's own table there too, so the bridge does none.
-func BridgeConfig(podCIDR netip.Prefix, ipamDataDir string) ([]byte, error) {
-	if !podCIDR.IsValid() || !podCIDR.Addr().Is4() {
-		return nil, fmt.Errorf("CNI configuration: want an IPv4 pod CIDR, got %s", podCIDR)
+// bridge and host-local addresses from the node's pod CIDRs, kept in ipamDataDir: an IPv4 one,
+// and an IPv6 one on a dual-stack node, which gives every pod an address and a default route
+// of each family. Pods on other nodes are reached through the lab's routes in the node's
+// namespace; masquerading is the lab's own table there too, so the bridge does none.
+func BridgeConfig(podCIDRs []netip.Prefix, ipamDataDir string) ([]byte, error) {
+	if len(podCIDRs) == 0 || len(podCIDRs) > 2 || !podCIDRs[0].IsValid() || !podCIDRs[0].Addr().Is4() ||
+		len(podCIDRs) == 2 && (!podCIDRs[1].IsValid() || !podCIDRs[1].Addr().Is6() || podCIDRs[1].Addr().Is4In6()) {
+		return nil, fmt.Errorf("CNI configuration: want an IPv4 pod CIDR and optionally an IPv6 one, got %v", podCIDRs)
+	}
+	ranges := [][]map[string]string{}
+	routes := []map[string]string{}
+	for i, p := range podCIDRs {
+		ranges = append(ranges, []map[string]string{{"subnet": p.Masked().String()}})
+		routes = append(routes, map[string]string{"dst": []string{"0.0.0.0/0", "::/0"}[i]})
 	}
 	return render(map[string]any{
 		"cniVersion": "1.0.0",
@@ -67,8 +75,8 @@ func BridgeConfig(podCIDR netip.Prefix, ipamDataDir string) ([]byte, error) {
 			"hairpinMode": true,
 			"ipam": map[string]any{
 				"type":    "host-local",
-				"ranges":  [][]map[string]string{{{"subnet": podCIDR.Masked().String()}}},
-				"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
+				"ranges":  ranges,
+				"routes":  routes,
 				"dataDir": ipamDataDir,
 			},
 		}},

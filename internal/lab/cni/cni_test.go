@@ -42,27 +42,48 @@ func decode(t *testing.T, b []byte) map[string]any {
 }
 
 func TestBridgeConfig(t *testing.T) {
-	b, err := BridgeConfig(netip.MustParsePrefix("10.1.2.7/24"), "/lab/nodes/n1/cni/networks")
-	if err != nil {
-		t.Fatal(err)
+	v4, v6 := netip.MustParsePrefix("10.1.2.7/24"), netip.MustParsePrefix("2001:db8:101:2::/64")
+	ipam := func(ranges, routes []any) map[string]any {
+		return map[string]any{
+			"cniVersion": "1.0.0", "name": "octopus-lab",
+			"plugins": []any{map[string]any{
+				"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+				"ipam": map[string]any{
+					"type": "host-local", "ranges": ranges, "routes": routes, "dataDir": "/lab/nodes/n1/cni/networks",
+				},
+			}},
+		}
 	}
-	want := map[string]any{
-		"cniVersion": "1.0.0", "name": "octopus-lab",
-		"plugins": []any{map[string]any{
-			"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-			"ipam": map[string]any{
-				"type":    "host-local",
-				"ranges":  []any{[]any{map[string]any{"subnet": "10.1.2.0/24"}}},
-				"routes":  []any{map[string]any{"dst": "0.0.0.0/0"}},
-				"dataDir": "/lab/nodes/n1/cni/networks",
-			},
-		}},
-	}
-	if diff := cmp.Diff(want, decode(t, b)); diff != "" {
-		t.Errorf("bridge configuration (-want +got):\n%s", diff)
-	}
-	if _, err := BridgeConfig(netip.MustParsePrefix("fd00::/64"), "/x"); err == nil {
-		t.Error("an IPv6 pod CIDR was accepted")
+	subnet := func(s string) []any { return []any{map[string]any{"subnet": s}} }
+	dst := func(s string) map[string]any { return map[string]any{"dst": s} }
+	for _, tc := range []struct {
+		name  string
+		cidrs []netip.Prefix
+		want  map[string]any // nil: refused
+	}{
+		{"ipv4", []netip.Prefix{v4}, ipam([]any{subnet("10.1.2.0/24")}, []any{dst("0.0.0.0/0")})},
+		{"dual", []netip.Prefix{v4, v6}, ipam([]any{subnet("10.1.2.0/24"), subnet("2001:db8:101:2::/64")},
+			[]any{dst("0.0.0.0/0"), dst("::/0")})},
+		{"ipv6 alone", []netip.Prefix{v6}, nil},
+		{"ipv6 first", []netip.Prefix{v6, v4}, nil},
+		{"two ipv4", []netip.Prefix{v4, v4}, nil},
+		{"none", nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := BridgeConfig(tc.cidrs, "/lab/nodes/n1/cni/networks")
+			if tc.want == nil {
+				if err == nil {
+					t.Fatalf("%v accepted:\n%s", tc.cidrs, b)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, decode(t, b)); diff != "" {
+				t.Errorf("bridge configuration (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

@@ -76,6 +76,9 @@ type ControlPlane struct {
 	SecondaryServiceCIDR netip.Prefix
 	// PodCIDR is the range node-ipam allocates node pod CIDRs from.
 	PodCIDR netip.Prefix
+	// SecondaryPodCIDR is the second pod range of a dual-stack cluster (ClusterOptions);
+	// invalid when the cluster is single-stack.
+	SecondaryPodCIDR netip.Prefix
 
 	env         *Environment
 	dir         string
@@ -160,6 +163,7 @@ func newControlPlane(env *Environment, o ClusterOptions) (*ControlPlane, error) 
 		ServiceCIDR:          o.ServiceCIDR,
 		SecondaryServiceCIDR: o.SecondaryServiceCIDR,
 		PodCIDR:              o.PodCIDR,
+		SecondaryPodCIDR:     o.SecondaryPodCIDR,
 		env:                  env,
 		dir:                  dir,
 		ca:                   ca,
@@ -257,6 +261,25 @@ func (c *ControlPlane) serviceRanges() string {
 	return c.ServiceCIDR.String()
 }
 
+// PodRanges is the cluster's pod range, and its secondary one of a dual-stack cluster, as
+// --cluster-cidr takes them (kube-controller-manager, kube-proxy).
+func (c *ControlPlane) PodRanges() string {
+	if c.SecondaryPodCIDR.IsValid() {
+		return c.PodCIDR.String() + "," + c.SecondaryPodCIDR.String()
+	}
+	return c.PodCIDR.String()
+}
+
+// controllerServiceRanges is kube-controller-manager's --service-cluster-ip-range: both
+// families only when it allocates pod CIDRs of both (a dual-stack controller manager wants
+// both flags dual), else the primary range, which is all node-ipam uses.
+func (c *ControlPlane) controllerServiceRanges() string {
+	if c.SecondaryPodCIDR.IsValid() {
+		return c.serviceRanges()
+	}
+	return c.ServiceCIDR.String()
+}
+
 // controllerManagerArgs are the kube-controller-manager flags (checked against v1.37.1
 // --help). The default controller set runs, including serviceaccount-token-controller, which
 // fills Secrets of type kubernetes.io/service-account-token.
@@ -271,8 +294,8 @@ func (c *ControlPlane) controllerManagerArgs() []string {
 		"--root-ca-file=" + f(fileCACert),
 		"--use-service-account-credentials=true",
 		"--allocate-node-cidrs=true",
-		"--cluster-cidr=" + c.PodCIDR.String(),
-		"--service-cluster-ip-range=" + c.ServiceCIDR.String(),
+		"--cluster-cidr=" + c.PodRanges(),
+		"--service-cluster-ip-range=" + c.controllerServiceRanges(),
 		// The cluster CA signs approved CSRs, so lab components can get certificates the API
 		// server trusts.
 		"--cluster-signing-cert-file=" + f(fileCACert),

@@ -70,6 +70,11 @@ type ClusterOptions struct {
 	// PodCIDR is the range node-ipam splits into per-node pod CIDRs
 	// (kube-controller-manager --cluster-cidr, /24 per IPv4 node, /64 per IPv6 node). Required.
 	PodCIDR netip.Prefix
+	// SecondaryPodCIDR is an optional second pod range of SecondaryServiceCIDR's family,
+	// which it needs: with it kube-controller-manager is dual-stack too (--cluster-cidr and
+	// --service-cluster-ip-range of both families) and node-ipam gives every node a pod CIDR
+	// of each family (/24 and /64).
+	SecondaryPodCIDR netip.Prefix
 	// Scheduler also runs a kube-scheduler. The lab will need it once it runs pods; most tests create objects
 	// without scheduling pods and save the CPU.
 	Scheduler bool
@@ -218,6 +223,9 @@ func validateClusters(clusters []ClusterOptions) error {
 		if err := validateSecondaryServiceCIDR(c.ServiceCIDR, c.SecondaryServiceCIDR, c.PodCIDR); err != nil {
 			errs = append(errs, fmt.Errorf("cluster %s: %w", c.Name, err))
 		}
+		if err := validateSecondaryPodCIDR(c.SecondaryServiceCIDR, c.SecondaryPodCIDR); err != nil {
+			errs = append(errs, fmt.Errorf("cluster %s: %w", c.Name, err))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -261,6 +269,25 @@ func validateSecondaryServiceCIDR(primary, secondary, pod netip.Prefix) error {
 	}
 	if secondary.Overlaps(pod) {
 		return fmt.Errorf("SecondaryServiceCIDR %s overlaps PodCIDR %s", secondary, pod)
+	}
+	return nil
+}
+
+// validateSecondaryPodCIDR checks ClusterOptions.SecondaryPodCIDR, when set: it needs the
+// secondary service range (a dual-stack controller manager takes both families of both) and
+// is checked against it as the primary ranges are.
+func validateSecondaryPodCIDR(secondaryService, secondaryPod netip.Prefix) error {
+	if !secondaryPod.IsValid() {
+		return nil
+	}
+	if !secondaryService.IsValid() {
+		return fmt.Errorf("SecondaryPodCIDR %s needs a SecondaryServiceCIDR of its family", secondaryPod)
+	}
+	if secondaryPod.Addr().Is4() != secondaryService.Addr().Is4() {
+		return fmt.Errorf("secondary ranges: SecondaryPodCIDR %s is not of the family of SecondaryServiceCIDR %s", secondaryPod, secondaryService)
+	}
+	if err := validateCIDRs(secondaryService, secondaryPod); err != nil {
+		return fmt.Errorf("secondary ranges: %w", err)
 	}
 	return nil
 }

@@ -97,6 +97,21 @@ func TestValidateClusters(t *testing.T) {
 		{"pod CIDR smaller than a node range", []ClusterOptions{with(func(c *ClusterOptions) { c.PodCIDR = netip.MustParsePrefix("10.100.0.0/24") })}, "between /8 and /23"},
 		{"pod CIDR too large", []ClusterOptions{with(func(c *ClusterOptions) { c.PodCIDR = netip.MustParsePrefix("10.0.0.0/7") })}, "between /8 and /23"},
 		{"overlap", []ClusterOptions{with(func(c *ClusterOptions) { c.PodCIDR = netip.MustParsePrefix("10.200.0.0/16") })}, "overlaps"},
+		{"dual-stack", []ClusterOptions{with(func(c *ClusterOptions) {
+			c.SecondaryServiceCIDR = netip.MustParsePrefix("2001:db8:201::/112")
+			c.SecondaryPodCIDR = netip.MustParsePrefix("2001:db8:101::/48")
+		})}, ""},
+		{"secondary pods without secondary services", []ClusterOptions{with(func(c *ClusterOptions) {
+			c.SecondaryPodCIDR = netip.MustParsePrefix("2001:db8:101::/48")
+		})}, "SecondaryPodCIDR 2001:db8:101::/48 needs a SecondaryServiceCIDR"},
+		{"secondary pod CIDR of the other family", []ClusterOptions{with(func(c *ClusterOptions) {
+			c.SecondaryServiceCIDR = netip.MustParsePrefix("2001:db8:201::/112")
+			c.SecondaryPodCIDR = netip.MustParsePrefix("10.50.0.0/16")
+		})}, "secondary ranges"},
+		{"secondary pod CIDR too small for /64 nodes", []ClusterOptions{with(func(c *ClusterOptions) {
+			c.SecondaryServiceCIDR = netip.MustParsePrefix("2001:db8:201::/112")
+			c.SecondaryPodCIDR = netip.MustParsePrefix("2001:db8:101::/64")
+		})}, "between /48 and /63"},
 		{"IPv6 valid", []ClusterOptions{with(func(c *ClusterOptions) {
 			c.ServiceCIDR = netip.MustParsePrefix("fd00:96::/112")
 			c.PodCIDR = netip.MustParsePrefix("fd00:100::/56")

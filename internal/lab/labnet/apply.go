@@ -192,8 +192,21 @@ func applyNode(lan, underlay *nsHandle, c ClusterNet, n NodeNet) error {
 	if err := node.replaceAddr(nodeLANName, n.LANAddr); err != nil {
 		return err
 	}
+	if n.LANAddr6.IsValid() {
+		// Dual-stack: the node's IPv6 InternalIP, without duplicate address detection (nothing
+		// else on the LAN has it, and a tentative address would fail the kubelet's first binds).
+		if err := node.replaceAddrNoDAD(nodeLANName, n.LANAddr6); err != nil {
+			return err
+		}
+	}
 	if err := node.setUp(nodeLANName); err != nil {
 		return err
+	}
+	if c.ServiceCIDR6.IsValid() {
+		// On-link like the IPv4 range, for kube-proxy's DNAT of locally generated packets.
+		if err := node.replaceRoute(c.ServiceCIDR6, netip.Addr{}); err != nil {
+			return err
+		}
 	}
 	if err := node.replaceRoute(netip.PrefixFrom(APIAddress, 32), c.UplinkAddr.Addr()); err != nil {
 		return err

@@ -285,6 +285,24 @@ func (h *nsHandle) replaceAddr(name string, addr netip.Prefix) error {
 	return nil
 }
 
+// replaceAddrNoDAD is replaceAddr for an IPv6 address that is usable at once (no duplicate
+// address detection, so never tentative).
+func (h *nsHandle) replaceAddrNoDAD(name string, addr netip.Prefix) error {
+	l, err := h.link(name)
+	if err != nil {
+		return err
+	}
+	nladdr, err := netlink.ParseAddr(addr.String())
+	if err != nil {
+		return fmt.Errorf("parsing %s: %w", addr, err)
+	}
+	nladdr.Flags = unix.IFA_F_NODAD
+	if err := h.AddrReplace(l, nladdr); err != nil {
+		return fmt.Errorf("adding %s to %s in %s: %w", addr, name, h.where(), err)
+	}
+	return nil
+}
+
 // replaceRoute installs a route to dst over the node's LAN link (where a node's routes go),
 // via gw if it is valid, else directly on the link (scope link).
 func (h *nsHandle) replaceRoute(dst netip.Prefix, gw netip.Addr) error {

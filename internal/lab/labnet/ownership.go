@@ -104,6 +104,18 @@ var (
 	// UnderlayRange is the "internet" between gateway nodes. It exists only inside the
 	// underlay and gateway namespaces, never in the root namespace.
 	UnderlayRange = netip.MustParsePrefix("203.0.113.0/24")
+
+	// IPv6Range is the documentation prefix (RFC 3849): every IPv6 address of a dual-stack
+	// lab is inside it. The three ranges below split it without overlapping; none of them
+	// reaches the root namespace, whose links have IPv6 off (rootLink).
+	IPv6Range = netip.MustParsePrefix("2001:db8::/32")
+	// LANRange6 holds the clusters' IPv6 LANs, a /64 each (LAN6): a node has the same host
+	// part in it as in its IPv4 LAN.
+	LANRange6 = netip.MustParsePrefix("2001:db8::/48")
+	// PodRange6 holds the clusters' IPv6 pod ranges, a /48 each (PodCIDR6).
+	PodRange6 = netip.MustParsePrefix("2001:db8:100::/40")
+	// ServiceRange6 holds the clusters' IPv6 service ranges, a /112 each (ServiceCIDR6).
+	ServiceRange6 = netip.MustParsePrefix("2001:db8:200::/40")
 )
 
 // lanBits is the size of a cluster LAN; see LANRange.

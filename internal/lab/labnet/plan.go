@@ -54,6 +54,10 @@ type ClusterSpec struct {
 	// one is active, the others stand by for failover. Optional, default 1; at most Nodes
 	// (with every node a gateway, the standbys' nodes do a worker's part while they stand by).
 	Gateways int
+	// ServiceCIDR6 makes the cluster dual-stack: its IPv6 service range gets a route in every
+	// node namespace as ServiceCIDR does, and every node an IPv6 LAN address (LANAddr6) in
+	// the cluster's /64 of LANRange6. Optional; invalid (the zero value) for IPv4 only.
+	ServiceCIDR6 netip.Prefix
 }
 
 // Plan is the whole lab network: names and addresses of everything Apply creates.
@@ -101,6 +105,8 @@ func (h HubGatewayNet) Node() NodeNet {
 type ClusterNet struct {
 	Name        string
 	ServiceCIDR netip.Prefix
+	// ServiceCIDR6 is the IPv6 service range of a dual-stack cluster; invalid otherwise.
+	ServiceCIDR6 netip.Prefix
 	// LAN is the namespace holding the cluster's bridge.
 	LAN string
 	// Uplink is the root-namespace link into the LAN; it has UplinkAddr.
@@ -120,6 +126,9 @@ type NodeNet struct {
 	Gateway bool
 	// LANAddr is the node's InternalIP, with the LAN's prefix length.
 	LANAddr netip.Prefix
+	// LANAddr6 is the node's IPv6 InternalIP in a dual-stack cluster (ClusterSpec.
+	// ServiceCIDR6), in the cluster's /64 of LANRange6; invalid otherwise.
+	LANAddr6 netip.Prefix
 	// UnderlayAddr is set for gateway nodes only.
 	UnderlayAddr netip.Prefix
 	// port is the LAN namespace's end of the node's veth, a bridge port.
@@ -205,6 +214,9 @@ func NewPlan(id string, clusters []ClusterSpec, hubGateways int) (Plan, error) {
 		case !c.ServiceCIDR.IsValid() || !c.ServiceCIDR.Addr().Is4():
 			errs = append(errs, fmt.Errorf("cluster %s: IPv4 service CIDR required, got %s", c.Name, c.ServiceCIDR))
 			continue
+		case c.ServiceCIDR6.IsValid() && (!c.ServiceCIDR6.Addr().Is6() || c.ServiceCIDR6.Addr().Is4In6() || !IPv6Range.Contains(c.ServiceCIDR6.Addr())):
+			errs = append(errs, fmt.Errorf("cluster %s: IPv6 service CIDR %s: want a prefix inside %s", c.Name, c.ServiceCIDR6, IPv6Range))
+			continue
 		}
 		if c.Gateways == 0 {
 			c.Gateways = 1
@@ -223,12 +235,19 @@ func NewPlan(id string, clusters []ClusterSpec, hubGateways int) (Plan, error) {
 			Uplink:      fmt.Sprintf("%sc%d", linkPrefix, c.Index),
 			UplinkAddr:  netip.PrefixFrom(nthAddr(lan, 1), lanBits),
 		}
+		if c.ServiceCIDR6.IsValid() {
+			cn.ServiceCIDR6 = c.ServiceCIDR6.Masked()
+		}
 		for k := 1; k <= c.Nodes; k++ {
 			n := NodeNet{
 				Name:    fmt.Sprintf("%s-node%d", c.Name, k),
 				Gateway: k <= c.Gateways,
 				LANAddr: netip.PrefixFrom(nthAddr(lan, 1+k), lanBits),
 				port:    fmt.Sprintf("n%d", k),
+			}
+			if c.ServiceCIDR6.IsValid() {
+				// The same host part as LANAddr's, in the cluster's /64.
+				n.LANAddr6 = netip.PrefixFrom(nthAddr6(LAN6(c.Index), 1+k), 64)
 			}
 			n.Netns = netnsPrefix + n.Name
 			if n.Gateway {
@@ -316,4 +335,40 @@ func nthAddr(p netip.Prefix, n int) netip.Addr {
 	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 	v += uint32(n) //nolint:gosec // n is bounded by the plan's limits
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+// nthAddr6 returns the address n after the start of an IPv6 prefix (n < 2^32).
+func nthAddr6(p netip.Prefix, n int) netip.Addr {
+	b := p.Masked().Addr().As16()
+	v := uint32(b[12])<<24 | uint32(b[13])<<16 | uint32(b[14])<<8 | uint32(b[15])
+	v += uint32(n) //nolint:gosec // n is bounded by the plan's limits
+	b[12], b[13], b[14], b[15] = byte(v>>24), byte(v>>16), byte(v>>8), byte(v)
+	return netip.AddrFrom16(b)
+}
+
+// withGroup returns the IPv6 prefix base with its 16-bit group g (0-based) set to v.
+func withGroup(base netip.Prefix, g int, v uint16) netip.Prefix {
+	b := base.Addr().As16()
+	b[2*g], b[2*g+1] = byte(v>>8), byte(v)
+	return netip.PrefixFrom(netip.AddrFrom16(b), base.Bits())
+}
+
+// LAN6 is the IPv6 LAN of the cluster with the given index (ClusterSpec.Index, 0 for the
+// hub): the index-th /64 of LANRange6, 2001:db8:0:<index>::/64.
+func LAN6(index int) netip.Prefix {
+	return withGroup(netip.PrefixFrom(LANRange6.Addr(), 64), 3, uint16(index)) //nolint:gosec // index <= MaxClusters
+}
+
+// PodCIDR6 is the IPv6 pod range of the cluster with the given index (0 for the hub):
+// 2001:db8:1xx::/48 with xx the index in hex, in PodRange6, as 10.<index>.0.0/16 is its IPv4
+// one; node IPAM gives each node a /64 of it.
+func PodCIDR6(index int) netip.Prefix {
+	return withGroup(netip.PrefixFrom(PodRange6.Addr(), 48), 2, 0x100+uint16(index)) //nolint:gosec // index <= MaxClusters
+}
+
+// ServiceCIDR6 is the IPv6 service range of the cluster with the given index (0 for the
+// hub): 2001:db8:2xx::/112 with xx the index in hex, in ServiceRange6. A /112 holds as many
+// addresses as the IPv4 /16 (the API server takes at most a /108).
+func ServiceCIDR6(index int) netip.Prefix {
+	return withGroup(netip.PrefixFrom(ServiceRange6.Addr(), 112), 2, 0x200+uint16(index)) //nolint:gosec // index <= MaxClusters
 }

@@ -32,8 +32,14 @@ type NodeConfig struct {
 	// ClusterPodCIDR is the whole cluster's pod range: traffic leaving it is masqueraded
 	// (see nodeNFTTable), and routes inside it are the ones ConfigureNode owns.
 	ClusterPodCIDR netip.Prefix
-	// PeerRoutes maps every other node's pod CIDR to that node's LAN address: pods on other
-	// nodes are reached straight over the cluster LAN, as with a host-gateway CNI.
+	// ClusterPodCIDR6 is the IPv6 pod range of a dual-stack cluster: IPv6 forwarding is
+	// turned on and routes inside it are ConfigureNode's too. Pods keep their IPv6 source
+	// address everywhere (every IPv6 address of the lab is in IPv6Range, where the lab
+	// masquerades nothing). Optional.
+	ClusterPodCIDR6 netip.Prefix
+	// PeerRoutes maps every other node's pod CIDRs to that node's LAN address of the same
+	// family: pods on other nodes are reached straight over the cluster LAN, as with a
+	// host-gateway CNI.
 	PeerRoutes map[netip.Prefix]netip.Addr
 }
 
@@ -65,7 +71,13 @@ func configureNode(c NodeConfig) error {
 	err := inNamespace(c.Netns, func() error {
 		// A new namespace starts with forwarding off; the node forwards between its pods'
 		// veths and the LAN like any Kubernetes node.
-		return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)
+		if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
+			return err
+		}
+		if !c.ClusterPodCIDR6.IsValid() {
+			return nil
+		}
+		return os.WriteFile("/proc/sys/net/ipv6/conf/all/forwarding", []byte("1"), 0o644)
 	})
 	if err != nil {
 		return fmt.Errorf("turning IP forwarding on: %w", err)
@@ -79,7 +91,7 @@ func configureNode(c NodeConfig) error {
 	if err != nil {
 		return err
 	}
-	routes, err := node.RouteList(lan, netlink.FAMILY_V4)
+	routes, err := node.RouteList(lan, netlink.FAMILY_ALL)
 	if err != nil {
 		return fmt.Errorf("listing routes on %s: %w", nodeLANName, err)
 	}
@@ -89,7 +101,8 @@ func configureNode(c NodeConfig) error {
 			continue
 		}
 		dst, err := netip.ParsePrefix(r.Dst.String())
-		if err != nil || !c.ClusterPodCIDR.Overlaps(dst) {
+		ours := c.ClusterPodCIDR.Overlaps(dst) || c.ClusterPodCIDR6.IsValid() && c.ClusterPodCIDR6.Overlaps(dst)
+		if err != nil || !ours {
 			continue // the API and service routes of Apply, not ours to manage here
 		}
 		if gw, ok := c.PeerRoutes[dst]; ok && r.Gw != nil && r.Gw.Equal(gw.AsSlice()) {

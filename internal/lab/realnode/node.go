@@ -176,7 +176,7 @@ func (n *Node) start(ctx context.Context) error {
 		"--kubeconfig="+n.path(fileKubeconfig),
 		"--cert-dir="+n.path(dirPKI),
 		"--hostname-override="+n.Name,
-		"--node-ip="+o.Node.LANAddr.Addr().String(),
+		"--node-ip="+nodeIPs(o.Node),
 		"--node-labels="+nodeLabelsArg(o.Labels),
 		// Two dead runs of each container, not one: between the restarts of a crash-looping
 		// container its current run is dead too, and `kubectl logs --previous` wants the
@@ -241,7 +241,11 @@ func (n *Node) writeFiles() error {
 	if err != nil {
 		return err
 	}
-	servingCert, servingKey, err := cp.IssueKubeletServing([]netip.Addr{o.Node.LANAddr.Addr()})
+	ips := []netip.Addr{o.Node.LANAddr.Addr()}
+	if o.Node.LANAddr6.IsValid() {
+		ips = append(ips, o.Node.LANAddr6.Addr())
+	}
+	servingCert, servingKey, err := cp.IssueKubeletServing(ips)
 	if err != nil {
 		return err
 	}
@@ -400,7 +404,10 @@ func (n *Node) Ctr(ctx context.Context, args ...string) (string, error) {
 // flanneld (startFlanneld), which takes the pod CIDR from the Node itself, and writes
 // flannel's configuration once flanneld has written the node's subnet. containerd picks the
 // configuration up and the node becomes Ready.
-func (n *Node) ConfigureNetwork(ctx context.Context, podCIDR netip.Prefix) error {
+//
+// podCIDRs are the Node's spec.podCIDRs: an IPv4 one, and an IPv6 one on a dual-stack node
+// (the bridge then gives pods an address of each family; flannel's setup is IPv4 only).
+func (n *Node) ConfigureNetwork(ctx context.Context, podCIDRs []netip.Prefix) error {
 	var conf []byte
 	var err error
 	switch n.opts.CNI {
@@ -410,7 +417,7 @@ func (n *Node) ConfigureNetwork(ctx context.Context, podCIDR netip.Prefix) error
 			conf, err = cni.FlannelConfig(subnetFile, n.path(filepath.Join(dirCNIState, "flannel")))
 		}
 	default:
-		conf, err = cni.BridgeConfig(podCIDR, n.path(filepath.Join(dirCNIState, "networks")))
+		conf, err = cni.BridgeConfig(podCIDRs, n.path(filepath.Join(dirCNIState, "networks")))
 	}
 	if err != nil {
 		return fmt.Errorf("node %s: %w", n.Name, err)
@@ -438,4 +445,15 @@ func (n *Node) cniBinDirs() []string {
 		return []string{cniBinDir, n.opts.FlannelBinDir}
 	}
 	return []string{cniBinDir}
+}
+
+// nodeIPs is the kubelet's --node-ip: the node's LAN address, and on a dual-stack node its
+// IPv6 one after it, so that the Node's InternalIPs are of both families with IPv4 first (the
+// API server reaches the kubelet at the first; the route agents route each family's remote
+// CIDRs via the gateway node's address of that family).
+func nodeIPs(n labnet.NodeNet) string {
+	if n.LANAddr6.IsValid() {
+		return n.LANAddr.Addr().String() + "," + n.LANAddr6.Addr().String()
+	}
+	return n.LANAddr.Addr().String()
 }
