@@ -21,24 +21,7 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
-	"github.com/octopus-mcs/octopus/internal/testenv"
 )
-
-// TestDualStack brings up the smallest dual-stack lab (a hub and two clusters of a gateway
-// and a worker each, meshed over wireguard, components as the member chart's pods) and runs
-// checkDualStack on it.
-func TestDualStack(t *testing.T) {
-	testenv.LabNetwork(t)
-	binDir := testenv.BinDir(t)
-	bins := buildCommands(t, "octopus-agent", "octopus-echo", "octopus-dns", "octopus")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
-	l, _ := startLab(ctx, t, lab.Options{
-		Clusters: 2, NodesPerCluster: 2, BinDir: binDir, AgentBinary: bins["octopus-agent"],
-		IPFamily: lab.IPFamilyDual,
-	})
-	checkDualStack(ctx, t, l, bins["octopus"])
-}
 
 // dsPod is an echo pod of checkDualStack with its address of each family.
 type dsPod struct {

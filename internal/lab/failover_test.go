@@ -42,6 +42,7 @@ var cutOffs = flag.Int("cut-offs", 1, "TestGatewayFailover: how many times the a
 // failoverLab is the lab of TestGatewayFailover and what the phases share.
 type failoverLab struct {
 	l               *lab.Lab
+	dual            bool // the clusters are dual-stack (lab.IPFamilyDual)
 	dir             string
 	stop            func() // stops and removes the lab (startStoppableLab)
 	hub             client.Client
@@ -84,7 +85,9 @@ func TestGatewayFailover(t *testing.T) {
 	bins := buildCommands(t, "octopus-agent", "octopus-echo", "octopus-dns", "octopus")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute+time.Duration(*cutOffs)*time.Minute)
 	defer cancel()
-	opts := lab.Options{BinDir: binDir, AgentBinary: bins["octopus-agent"]}
+	// Dual-stack, so that issue 35's proofs (checkDualStack) share this lab: mesh, wireguard,
+	// direct addressing, the member chart.
+	opts := lab.Options{BinDir: binDir, AgentBinary: bins["octopus-agent"], IPFamily: lab.IPFamilyDual}
 	up := func(t *testing.T) (*failoverLab, func()) {
 		f := newFailoverLab(ctx, t, opts)
 		return f, f.stop
@@ -92,6 +95,7 @@ func TestGatewayFailover(t *testing.T) {
 	checks := []labCheck[*failoverLab]{
 		{"pods", func(t *testing.T, f *failoverLab) { chartPods(ctx, t, f) }},
 		{"verify", func(t *testing.T, f *failoverLab) { chartVerify(ctx, t, f, bins["octopus"]) }},
+		{"dual stack", func(t *testing.T, f *failoverLab) { checkDualStack(ctx, t, f.l, bins["octopus"]) }},
 		{"underlay cut", func(t *testing.T, f *failoverLab) { f.underlayCut(ctx, t) }},
 	}
 	for range *cutOffs {
@@ -123,7 +127,7 @@ func newFailoverLab(ctx context.Context, t *testing.T, opts lab.Options) *failov
 	opts.Clusters, opts.GatewaysPerCluster, opts.NodesPerCluster = 2, 2, 3
 	l, dir, stop := startStoppableLab(ctx, t, opts)
 
-	f := &failoverLab{l: l, dir: dir, stop: stop, c1: &l.Network.Clusters[0], c2: &l.Network.Clusters[1]}
+	f := &failoverLab{l: l, dual: opts.IPFamily == lab.IPFamilyDual, dir: dir, stop: stop, c1: &l.Network.Clusters[0], c2: &l.Network.Clusters[1]}
 	f.hub = kubeClient(t, l.Env.Cluster(lab.HubName).Kubeconfig)
 	f.cs1, f.cs2 = clientset(t, l.Env.Cluster(f.c1.Name).Kubeconfig), clientset(t, l.Env.Cluster(f.c2.Name).Kubeconfig)
 	for _, n := range f.c1.Nodes {
