@@ -24,8 +24,15 @@ const FabricName = "octopus"
 const OperatorNamespace = "octopus-operator"
 
 // GatewayNodeLabel marks the nodes gateways run on: the member chart's default gateway node
-// selector, and what cloud preparation sets.
-const GatewayNodeLabel = "octopus.io/gateway"
+// selector, and what cloud preparation sets. It is under node-restriction.kubernetes.io/
+// because the NodeRestriction admission plugin forbids a kubelet to set such a label on its
+// own Node: a node that could label itself would attract the gateway, which holds the
+// cluster's hub credential (docs/trust.md).
+const GatewayNodeLabel = "node-restriction.kubernetes.io/octopus-gateway"
+
+// LegacyGatewayNodeLabel is the gateway label before GatewayNodeLabel, which a kubelet could
+// set on itself; diagnose names the nodes that still carry it.
+const LegacyGatewayNodeLabel = "octopus.io/gateway"
 
 // BrokerInfoKey is the key of a broker-info Secret that holds the file `octopus hub deploy`
 // writes.
@@ -213,7 +220,7 @@ type JoinConfig struct {
 	// healthCheck configures the gateways' probes of remote gateways.
 	// +optional
 	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`
-	// gatewayNodeSelector selects the nodes the gateways run on. Optional: octopus.io/gateway=true.
+	// gatewayNodeSelector selects the nodes the gateways run on. Optional: node-restriction.kubernetes.io/octopus-gateway=true.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=16
 	GatewayNodeSelector map[string]string `json:"gatewayNodeSelector,omitempty"`
@@ -310,7 +317,7 @@ type CloudPrepareConfig struct {
 	// provider is where the nodes run.
 	// +required
 	Provider CloudProvider `json:"provider"`
-	// gateways is how many nodes to make gateway nodes (label octopus.io/gateway=true).
+	// gateways is how many nodes to make gateway nodes (label node-restriction.kubernetes.io/octopus-gateway=true).
 	// Optional: 1.
 	// +optional
 	// +kubebuilder:validation:Minimum=1

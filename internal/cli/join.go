@@ -55,7 +55,7 @@ the cluster and starts the agent. The pod and service CIDRs are discovered when 
 records them; otherwise pass --pod-cidr and --service-cidr. Running join again resumes.
 
 By default (--agent charts) the components (controller, gateways on the nodes labelled
-octopus.io/gateway=true, route agents, octopus-dns) run in the cluster, installed from the
+node-restriction.kubernetes.io/octopus-gateway=true, route agents, octopus-dns) run in the cluster, installed from the
 embedded Helm chart octopus-member (no network needed; --set changes its values);
 ` + "`octopus leave`" + ` uninstalls it, and ` + "`helm upgrade octopus-member`" + ` upgrades it.
 

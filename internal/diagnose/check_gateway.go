@@ -23,8 +23,8 @@ var gatewayCheck = check{
 	member: func(ctx context.Context, e *env, m *member) []Finding {
 		site := gatewaySite{
 			lease:   fmt.Sprintf("Lease %s/%s in the cluster", v1alpha1.SystemNamespace, v1alpha1.GatewayLeaseName),
-			start:   "run `octopus-agent gateway` on a node labelled octopus.io/gateway=true",
-			standby: "a gateway on another node labelled octopus.io/gateway=true would have taken over by itself",
+			start:   "run `octopus-agent gateway` on a node labelled node-restriction.kubernetes.io/octopus-gateway=true (nodes labelled only octopus.io/gateway=true, the label before it, no longer qualify: `kubectl label node <node> node-restriction.kubernetes.io/octopus-gateway=true`)",
+			standby: "a gateway on another node labelled node-restriction.kubernetes.io/octopus-gateway=true would have taken over by itself",
 		}
 		lease := &coordinationv1.Lease{}
 		err := m.c.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: v1alpha1.GatewayLeaseName}, lease)

@@ -44,7 +44,7 @@ func checkMemberChart(ctx context.Context, t *testing.T, cs kubernetes.Interface
 	if err != nil {
 		t.Fatal(err)
 	}
-	label := []byte(`{"metadata":{"labels":{"octopus.io/gateway":"true"}}}`)
+	label := []byte(`{"metadata":{"labels":{"node-restriction.kubernetes.io/octopus-gateway":"true"}}}`)
 	if _, err := cs.CoreV1().Nodes().Patch(ctx, gateway, types.MergePatchType, label, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -113,7 +113,7 @@ func startComponents(ctx context.Context, opts Options, env *controlplane.Enviro
 // other clusters reach them (a DaemonSet has one set of flags for every node; the Nodes' own
 // addresses are on the cluster's LAN), and installs the member chart with the lab's settings,
 // waiting until its pods are ready. The gateway nodes already carry labnet.GatewayLabel, the
-// chart's gateway node selector, from their registration.
+// chart's gateway node selector (labelGateways).
 func installMemberChart(ctx context.Context, opts Options, cp *controlplane.ControlPlane, c labnet.ClusterNet, secondary map[string]any) error {
 	start := time.Now()
 	p := opts.Progress
@@ -429,7 +429,7 @@ func hubGatewayNodes(opts Options) bool {
 
 // installHubChart installs the hub chart with its gateway, as `octopus hub deploy --chart
 // --set gateway.enabled=true,...` does, on the hub's gateway nodes (labelled
-// labnet.GatewayLabel at registration, the chart's default selector), with the lab's gateway
+// labnet.GatewayLabel by labelGateways, the chart's default selector), with the lab's gateway
 // settings as the gateway's environment, and waits until its pods are ready.
 func installHubChart(ctx context.Context, opts Options, cp *controlplane.ControlPlane, nets []labnet.HubGatewayNet) error {
 	start := time.Now()

@@ -288,7 +288,7 @@ func (o *operatorLive) healthInterval(t *testing.T, c labnet.ClusterNet, interva
 // moveGateway moves c's gateway from the node it runs on to the other underlay node with
 // joinConfig.gatewayNodeSelector alone (issue 29): that is the gateway DaemonSet's nodeSelector
 // (the member chart, a Helm upgrade) and it bounds the nodes cloud preparation may label, so
-// the octopus.io/gateway label and status.gatewayNodes follow the pods to the new node while
+// the node-restriction.kubernetes.io/octopus-gateway label and status.gatewayNodes follow the pods to the new node while
 // cloudPrepareConfig (gateways: 1) stays as it is.
 func (o *operatorLive) moveGateway(t *testing.T, c labnet.ClusterNet) {
 	cs := clientset(t, o.fabrics[c.Name])

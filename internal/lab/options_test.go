@@ -8,6 +8,7 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/cni"
+	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 )
 
 // TestOptionsValidate checks what Up refuses, in the Options' own terms: each problem is an
@@ -147,5 +148,13 @@ func TestWithDefaults(t *testing.T) {
 	}
 	if g := (lab.Options{GatewaysPerCluster: 3}).WithDefaults().GatewaysPerCluster; g != 3 {
 		t.Errorf("a given GatewaysPerCluster became %d", g)
+	}
+}
+
+// TestGatewayLabelIsTheChartsSelector: the lab labels its gateway nodes with what the member
+// chart selects (labnet cannot import the API, so the value is written twice).
+func TestGatewayLabelIsTheChartsSelector(t *testing.T) {
+	if labnet.GatewayLabel != v1alpha1.GatewayNodeLabel {
+		t.Errorf("labnet.GatewayLabel %q, v1alpha1.GatewayNodeLabel %q: the charts would select no lab node", labnet.GatewayLabel, v1alpha1.GatewayNodeLabel)
 	}
 }

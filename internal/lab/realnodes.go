@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/octopus-mcs/octopus/internal/lab/cni"
@@ -201,16 +202,12 @@ func startRealNodes(ctx context.Context, env *controlplane.Environment, plan lab
 	errs := make([]error, len(c.Nodes))
 	var wg sync.WaitGroup
 	for i, n := range c.Nodes {
-		labels := map[string]string{}
-		if n.Gateway {
-			labels[labnet.GatewayLabel] = "true"
-		}
 		wg.Go(func() {
 			nodes[i], errs[i] = realnode.Start(ctx, realnode.Options{
 				Env: env, Cluster: cp, Node: n, LabID: plan.ID,
 				KubeBinDir: opts.BinDir, ContainerdBinDir: opts.ContainerdBinDir, Images: imgs.preload,
 				Mirror: imgs.registry.Addr, Registries: imgs.hosts,
-				ClusterDNS: dns, Labels: labels, Log: opts.Log.WithValues("node", n.Name),
+				ClusterDNS: dns, Log: opts.Log.WithValues("node", n.Name),
 				ContainerEnv: map[string]string{realnode.EnvCluster: c.Name},
 				CNI:          opts.CNI, FlannelBinDir: opts.FlannelBinDir,
 			})
@@ -222,6 +219,9 @@ func startRealNodes(ctx context.Context, env *controlplane.Environment, plan lab
 	}
 	podCIDRs, err := waitPodCIDRs(ctx, cs, c)
 	if err != nil {
+		return err
+	}
+	if err := labelGateways(ctx, cs, c); err != nil {
 		return err
 	}
 	if opts.CNI == cni.Flannel {
@@ -253,6 +253,22 @@ func startRealNodes(ctx context.Context, env *controlplane.Environment, plan lab
 		}
 	}
 	return waitNodesReady(ctx, cs, c)
+}
+
+// labelGateways labels c's gateway nodes with labnet.GatewayLabel as the cluster's admin, once
+// they are registered: a kubelet may not set a node-restriction.kubernetes.io/ label on its own
+// Node (NodeRestriction), nor pass one to --node-labels, which is the point of the label.
+func labelGateways(ctx context.Context, cs kubernetes.Interface, c labnet.ClusterNet) error {
+	patch := []byte(`{"metadata":{"labels":{"` + labnet.GatewayLabel + `":"true"}}}`)
+	for _, n := range c.Nodes {
+		if !n.Gateway {
+			continue
+		}
+		if _, err := cs.CoreV1().Nodes().Patch(ctx, n.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("labelling gateway node %s with %s: %w", n.Name, labnet.GatewayLabel, err)
+		}
+	}
+	return nil
 }
 
 // grantFlannel gives flanneld's certificates (cni.FlannelGroup) what kube-flannel's manifest

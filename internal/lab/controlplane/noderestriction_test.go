@@ -15,12 +15,11 @@ import (
 )
 
 // TestNodeRestriction: the API servers of the tests and the lab run the NodeRestriction
-// admission plugin, as production clusters do, with a kubelet's own credential
-// (system:node:<name>, what the lab's kubelets hold): a node can label itself with
-// v1alpha1.GatewayNodeLabel, which is why choosing gateways by that label lets any node
-// claim the gateway (and its hub credential; issue 30, still open), but not with a
-// node-restriction.kubernetes.io/ label, which only an administrator can set, and it cannot
-// touch another Node at all.
+// admission plugin, as production clusters do. With a kubelet's own credential
+// (system:node:<name>, what the lab's kubelets hold) a node can label itself with the old
+// gateway label (v1alpha1.LegacyGatewayNodeLabel), which let any node claim the gateway and its
+// hub credential, but not with v1alpha1.GatewayNodeLabel, which only an administrator can set,
+// and it cannot touch another Node at all.
 func TestNodeRestriction(t *testing.T) {
 	env := testenv.ControlPlanes(t, "a")
 	cp := env.Cluster("a")
@@ -40,17 +39,18 @@ func TestNodeRestriction(t *testing.T) {
 		_, err := cs.CoreV1().Nodes().Patch(t.Context(), node, types.MergePatchType, patch, metav1.PatchOptions{})
 		return err
 	}
-	const restricted = corev1.LabelNamespaceNodeRestriction + "/octopus-gateway"
+	const restricted = corev1.LabelNamespaceNodeRestriction + "/example"
 	for _, tc := range []struct {
 		what          string
 		cs            kubernetes.Interface
 		node, key     string
 		wantForbidden bool
 	}{
-		{"a node labels itself with today's gateway label", asNode, "n1", v1alpha1.GatewayNodeLabel, false},
-		{"a node labels itself with a node-restriction label", asNode, "n1", restricted, true},
+		{"a node labels itself with the old gateway label", asNode, "n1", v1alpha1.LegacyGatewayNodeLabel, false},
+		{"a node labels itself with the gateway label", asNode, "n1", v1alpha1.GatewayNodeLabel, true},
+		{"a node labels itself with another node-restriction label", asNode, "n1", restricted, true},
 		{"a node labels another node", asNode, "n2", "example.com/x", true},
-		{"an administrator sets the node-restriction label", asAdmin, "n1", restricted, false},
+		{"an administrator sets the gateway label", asAdmin, "n1", v1alpha1.GatewayNodeLabel, false},
 	} {
 		err := label(tc.cs, tc.node, tc.key)
 		if tc.wantForbidden != apierrors.IsForbidden(err) || (!tc.wantForbidden && err != nil) {

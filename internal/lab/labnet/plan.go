@@ -26,8 +26,9 @@ const (
 	MaxHubGateways = 3
 )
 
-// GatewayLabel marks the nodes that join the underlay; Octopus places its gateway there.
-const GatewayLabel = "octopus.io/gateway"
+// GatewayLabel marks the nodes that join the underlay; Octopus places its gateway there. It
+// is v1alpha1.GatewayNodeLabel, the member chart's default selector (labnet imports no API).
+const GatewayLabel = "node-restriction.kubernetes.io/octopus-gateway"
 
 // LabID derives a lab's ID from its state directory (absolute, canonical), so that `lab down
 // --dir D` computes the same ID as the `lab up --dir D` that crashed, without reading state.

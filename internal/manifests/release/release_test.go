@@ -55,8 +55,8 @@ func TestChartsOnAnAPIServer(t *testing.T) {
 		}
 		gw := &appsv1.DaemonSet{}
 		mustExist(t, c, gw, "octopus-system", "octopus-gateway")
-		if got := gw.Spec.Template.Spec.NodeSelector; len(got) != 1 || got["octopus.io/gateway"] != "true" {
-			t.Errorf("gateway node selector %v; want octopus.io/gateway=true", got)
+		if got := gw.Spec.Template.Spec.NodeSelector; len(got) != 1 || got["node-restriction.kubernetes.io/octopus-gateway"] != "true" {
+			t.Errorf("gateway node selector %v; want node-restriction.kubernetes.io/octopus-gateway=true", got)
 		}
 		mustExist(t, c, &appsv1.DaemonSet{}, "octopus-system", "octopus-route-agent")
 		for _, sa := range []string{"octopus-controller", "octopus-gateway", "octopus-route-agent"} {

@@ -12,7 +12,7 @@ func TestHubGatewayGolden(t *testing.T) {
 	objs, err := HubGateway(HubGatewayOptions{
 		Image: "ghcr.io/octopus-mcs/octopus:v0.0.0-test", PullPolicy: corev1.PullIfNotPresent, Backend: v1alpha1.BackendWireGuard,
 		ListenPort: 4500, MetricsPort: 9473, HealthCheckIP: "10.100.0.1",
-		NodeSelector: map[string]string{"octopus.io/gateway": "true"},
+		NodeSelector: map[string]string{"node-restriction.kubernetes.io/octopus-gateway": "true"},
 		Tolerations:  []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 		Config:       map[string]string{"OCTOPUS_LEASE_DURATION": "6s"},
 	})
