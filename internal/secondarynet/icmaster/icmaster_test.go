@@ -2,10 +2,13 @@ package icmaster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,11 +23,48 @@ import (
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovnic"
+	"github.com/octopus-mcs/octopus/internal/pki"
 	"github.com/octopus-mcs/octopus/internal/secondarynet/icconfig"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
 var pool = netip.MustParsePrefix("10.112.0.0/16")
+
+// icPKI is the hub's IC CA as files: the IC databases' server certificate, and the client
+// TLS configuration of a member's icmaster with its cluster certificate (as `octopus-ovn ic`
+// builds it from --ic-certificate, --ic-private-key and --ic-ca-cert).
+func icPKI(t *testing.T) (*tls.Config, ovntest.TLSFiles) {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := pki.NewCA("octopus-ic-ca", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, _, err := ca.PEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, leaf pki.Leaf) ovntest.TLSFiles {
+		cert, key, err := ca.Issue(leaf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := ovntest.TLSFiles{Key: filepath.Join(dir, name+".key"), Cert: filepath.Join(dir, name+".crt"), CA: filepath.Join(dir, "ca.crt")}
+		for path, b := range map[string][]byte{f.Key: key, f.Cert: cert, f.CA: caPEM} {
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return f
+	}
+	server := write("server", pki.Leaf{CommonName: "octopus-ic-db", Server: true, IPs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}})
+	client := write("cluster", pki.Leaf{CommonName: "cluster", Client: true})
+	cfg, err := pki.ClientConfig(client.Cert, client.Key, client.CA, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, server
+}
 
 // convergeTimeout bounds each wait on the daemons and the controller: idle, milliseconds to
 // a few seconds; on this shared two-core machine ovn-ic's backoff alone can reach 8 s.
@@ -48,7 +88,8 @@ func TestInterconnectFromConfigMap(t *testing.T) {
 		t.Skip("starts control planes and OVN daemons")
 	}
 	env := testenv.ControlPlanes(t, "east", "west", "south")
-	ic := ovntest.StartInterconnection(t)
+	icTLS, serverTLS := icPKI(t)
+	ic := ovntest.StartInterconnection(t, serverTLS)
 	if out, err := ic.NB.Ctl(t.Context(), "ts-add", icconfig.TransitSwitch); err != nil {
 		t.Fatalf("making the transit switch: %v %s", err, out)
 	}
@@ -71,7 +112,7 @@ func TestInterconnectFromConfigMap(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			done <- Run(ctx, Options{
-				Member: cfg, ClusterID: id, CIDR: z.block, Pool: pool, NBEndpoint: z.central.NB.Endpoint,
+				Member: cfg, ClusterID: id, CIDR: z.block, Pool: pool, NBEndpoint: z.central.NB.Endpoint, ICTLS: icTLS,
 				LeaderElection: true, LeaderElectionNamespace: "octopus-system", MetricsBindAddress: "0",
 				Log: testr.NewWithOptions(t, testr.Options{Verbosity: 1}).WithValues("cluster", id),
 			})
