@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -38,8 +37,7 @@ func newDBProxyCommand() *cobra.Command {
 			}
 			configs := map[string]*tls.Config{}
 			for _, r := range rs {
-				host, _, _ := net.SplitHostPort(r.Remote)
-				c, err := pki.ClientConfig(cert, key, ca, host)
+				c, err := pki.ClientConfig(cert, key, ca, r.Host())
 				if err != nil {
 					return fmt.Errorf("--certificate: %w", err)
 				}

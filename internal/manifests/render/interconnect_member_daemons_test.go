@@ -230,14 +230,14 @@ func TestMemberOVNICOverTLS(t *testing.T) {
 	eventuallyIC(t, "AZ east in IC SB", func() error {
 		got, err := availabilityZones(sb, east)
 		if err != nil || got != "east" {
-			return fmt.Errorf("availability zones %q: %v", got, err)
+			return fmt.Errorf("availability zones %q: %w", got, err)
 		}
 		return nil
 	})
 	eventuallyIC(t, "the transit switch in east's NB", func() error {
 		out, err := exec.Command("ovn-nbctl", "--db="+eastNB.unix, "ls-list").CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "("+DefaultTransitSwitch+")") {
-			return fmt.Errorf("ls-list: %v: %s", err, out)
+			return fmt.Errorf("ls-list: %w: %s", err, out)
 		}
 		return nil
 	})

@@ -33,6 +33,12 @@ type Route struct {
 	Remote string
 }
 
+// Host is the remote's host, the name its certificate is checked against.
+func (r Route) Host() string {
+	h, _, _ := net.SplitHostPort(r.Remote)
+	return h
+}
+
 // ParseRoute reads "unix:PATH=ssl:HOST:PORT", the form of octopus-ovn db-proxy's --route.
 func ParseRoute(s string) (Route, error) {
 	l, r, ok := strings.Cut(s, "=")
