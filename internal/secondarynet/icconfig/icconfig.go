@@ -32,6 +32,15 @@ const (
 	KeyAutoRoute    = "auto-route"
 )
 
+// StatusAnnotation is, on the ConfigMap, what the icmaster last made of it: "Applied: ...", the
+// reason it could not, or LeftStatus once the AZ left. Here, not in the icmaster, because
+// `octopus leave` (which links no OVN library) waits on it.
+const StatusAnnotation = "octopus.io/interconnection-status"
+
+// LeftStatus ends the status once AZ az has left the interconnection: out of its NB and out
+// of the IC SB, with every route the others learned from it.
+func LeftStatus(az string) string { return "AZ " + az + " left the interconnection" }
+
 // Kube-OVN's default ports of the IC NB and IC SB databases.
 const (
 	DefaultNBPort = 6645

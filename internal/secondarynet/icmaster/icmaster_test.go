@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovnic"
@@ -199,14 +200,24 @@ func TestInterconnectFromConfigMap(t *testing.T) {
 		south.waitStatus(t, "AZ south left the interconnection")
 	})
 
-	t.Run("enable-ic off: the AZ leaves and the other drops its routes", func(t *testing.T) {
-		off := config("east-gw3,east-gw1")
-		off["enable-ic"] = "false"
+	t.Run("octopus leave: the AZ leaves and the other drops its routes", func(t *testing.T) {
+		east.writeConfig(t, config("east-gw3,east-gw1"), nil)
+		east.waitStatus(t, "Applied: AZ east")
+		west.waitRoute(t, "10.112.0.0/24", "169.254.100.1")
+		// What `octopus leave` does first (cluster.Leave): enable-ic off, wait for the
+		// icmaster's word, then the ConfigMap gone.
 		start := time.Now()
-		east.writeConfig(t, off, nil)
+		if err := cluster.LeaveInterconnect(t.Context(), east.kube, "east", convergeTimeout, nil); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("MEASURED: leave's interconnection step took %s", time.Since(start).Round(time.Millisecond))
+		// The IC SB routes went with the AZ (checked below); west's ovn-ic drops what it
+		// learned from them.
 		west.waitRoute(t, "10.112.0.0/24", "")
-		t.Logf("MEASURED: enable-ic off -> west dropped east's block in %s", time.Since(start).Round(time.Millisecond))
-		east.waitStatus(t, "AZ east left the interconnection")
+		var cm corev1.ConfigMap
+		if err := east.kube.Get(t.Context(), types.NamespacedName{Namespace: icconfig.ConfigMapNamespace, Name: icconfig.ConfigMapName}, &cm); err != nil || cm.Data["enable-ic"] != "false" {
+			t.Errorf("east's ovn-ic-config after leave: enable-ic %q, %v; want \"false\" (the user's own ConfigMap is kept, disabled)", cm.Data["enable-ic"], err)
+		}
 		if azs, err := ic.SB.Ctl(t.Context(), "--bare", "--columns=name", "list", "Availability_Zone"); err != nil || strings.Contains(azs, "east") {
 			t.Errorf("IC SB availability zones: %q, %v; want no east", azs, err)
 		}
