@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -141,6 +142,19 @@ func TestInterconnectFromConfigMap(t *testing.T) {
 		west.waitStatus(t, "Applied: AZ west on transit switch ts at 169.254.100.2/24")
 		east.waitRoute(t, "10.112.1.0/24", "169.254.100.2")
 		west.waitRoute(t, "10.112.0.0/24", "169.254.100.1")
+		// What `octopus show routes` reads, over the cluster's IC certificate.
+		icsb := icconfig.Config{DBHosts: []string{"127.0.0.1"}, SBPort: ic.SBPort}.ICSB()
+		routes, names, err := ovnic.ReadRoutes(t.Context(), icsb, icTLS)
+		want := []ovnic.AdvertisedRoute{
+			{AZ: "east", TransitSwitch: "ts", Prefix: "10.112.0.0/24", NextHop: "169.254.100.1", Origin: "connected"},
+			{AZ: "west", TransitSwitch: "ts", Prefix: "10.112.1.0/24", NextHop: "169.254.100.2", Origin: "connected"},
+		}
+		if err != nil || !slices.Equal(routes, want) || !slices.Equal(names, []string{"east", "west"}) {
+			t.Errorf("ReadRoutes = %+v, %v, %v; want %+v of east and west", routes, names, err, want)
+		}
+		if _, _, err := ovnic.ReadRoutes(t.Context(), icsb, nil); err == nil {
+			t.Error("ReadRoutes without a certificate succeeded")
+		}
 		azs, err := ic.SB.Ctl(t.Context(), "--bare", "--columns=name", "list", "Availability_Zone")
 		if err != nil || strings.Join(strings.Fields(azs), ",") != "east,west" && strings.Join(strings.Fields(azs), ",") != "west,east" {
 			t.Errorf("IC SB availability zones: %q, %v; want east and west", azs, err)
