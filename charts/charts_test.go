@@ -286,4 +286,16 @@ func checkInterconnectCommands(t *testing.T, out map[string]string) {
 	if seen != len(want) {
 		t.Errorf("octopus-ovn-ic has %d of the containers %v", seen, slices.Sorted(maps.Keys(want)))
 	}
+	// The ovnmaster leaves the block's gateway address to the interconnection router.
+	var m appsv1.Deployment
+	for doc := range strings.SplitSeq(out["octopus-member/templates/ovn.yaml"], "\n---\n") {
+		if strings.Contains(doc, "name: octopus-ovnmaster\n") && strings.Contains(doc, "kind: Deployment") {
+			if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(m.Spec.Template.Spec.Containers) == 0 || !slices.Contains(m.Spec.Template.Spec.Containers[0].Args, "--interconnect") {
+		t.Errorf("the ovnmaster runs without --interconnect in an interconnected cluster (it would hold the router's address)")
+	}
 }
