@@ -2,6 +2,7 @@ package charts_test
 
 import (
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,12 +12,15 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"helm.sh/helm/v4/pkg/chart/v2/lint"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/octopus-mcs/octopus/charts"
 	"github.com/octopus-mcs/octopus/config/monitoring"
+	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/manifests/chartgen"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/icconfig"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden renders in testdata/")
@@ -198,5 +202,100 @@ func TestMonitoring(t *testing.T) {
 	values := map[string]any{"monitoring": map[string]any{"prometheusRule": map[string]any{"enabled": true}}}
 	if _, err := charts.Render(c, namespaces[charts.Member], values); err == nil || !strings.Contains(err.Error(), "PrometheusRule CRD") {
 		t.Errorf("PrometheusRule without its CRD: %v, want an error naming the CRD", err)
+	}
+}
+
+// TestInterconnectCommands holds the member chart's octopus-ovn-ic pods to icconfig's command
+// lines, which internal/manifests/render's TestMemberOVNICOverTLS runs on real daemons against
+// the hub's TLS-only IC databases: ovn-ic's IC endpoints are ovn-ic-config's (ssl:, every
+// host), its certificate the cluster's IC one, and the proxy's routes the cluster's own
+// databases with the pod's certificate of the cluster's OVN CA.
+func TestInterconnectCommands(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "values", "member-secondary.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(data, &values); err != nil {
+		t.Fatal(err)
+	}
+	c, err := charts.Load(charts.Member, "v0.0.0-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := charts.Render(c, namespaces[charts.Member], values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkInterconnectCommands(t, out)
+
+	// The values join sets (cluster.InterconnectValues) render the same pods.
+	cfg := icconfig.Config{DBHosts: []string{"192.0.2.11", "192.0.2.12", "192.0.2.13"}, NBPort: icconfig.DefaultNBPort, SBPort: icconfig.DefaultSBPort}
+	sn := values["secondaryNetwork"].(map[string]any)
+	sn["interconnect"] = cluster.InterconnectValues(cfg, "10.112.0.0/12")
+	if out, err = charts.Render(c, namespaces[charts.Member], values); err != nil {
+		t.Fatal(err)
+	}
+	checkInterconnectCommands(t, out)
+}
+
+func checkInterconnectCommands(t *testing.T, out map[string]string) {
+	t.Helper()
+	var d appsv1.Deployment
+	if err := yaml.Unmarshal([]byte(strings.TrimPrefix(strings.TrimSpace(out["octopus-member/templates/ovn-ic.yaml"]), "---")), &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Name != "octopus-ovn-ic" || d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+		t.Fatalf("ovn-ic.yaml's first object: %s with %v replicas; want octopus-ovn-ic with 2 (active and standby)", d.Name, d.Spec.Replicas)
+	}
+	cfg := icconfig.Config{DBHosts: []string{"192.0.2.11", "192.0.2.12", "192.0.2.13"}, NBPort: icconfig.DefaultNBPort, SBPort: icconfig.DefaultSBPort}
+	ns := namespaces[charts.Member]
+	central := "ssl:octopus-ovn-central." + ns + ".svc:"
+	want := map[string][]string{
+		"ovn-ic":   icconfig.OVNICCommand(cfg, icconfig.TLSDir, icconfig.RunDir),
+		"db-proxy": icconfig.ProxyCommand(central+"6641", central+"6642", icconfig.LocalTLSDir, icconfig.RunDir),
+	}
+	mounts := map[string]string{"ovn-ic": icconfig.TLSDir, "db-proxy": icconfig.LocalTLSDir}
+	secrets := map[string]string{}
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Secret != nil {
+			secrets[v.Name] = v.Secret.SecretName
+		}
+	}
+	wantSecret := map[string]string{icconfig.TLSDir: cluster.InterconnectSecret, icconfig.LocalTLSDir: cluster.OVNInterconnectLocalSecret}
+	seen := 0
+	for _, ctr := range d.Spec.Template.Spec.Containers {
+		w, ok := want[ctr.Name]
+		if !ok {
+			continue
+		}
+		seen++
+		if got := append(slices.Clone(ctr.Command), ctr.Args...); !slices.Equal(got, w) {
+			t.Errorf("container %s runs\n  %q\nwant icconfig's\n  %q", ctr.Name, got, w)
+		}
+		var mounted string
+		for _, m := range ctr.VolumeMounts {
+			if m.MountPath == mounts[ctr.Name] {
+				mounted = secrets[m.Name]
+			}
+		}
+		if mounted != wantSecret[mounts[ctr.Name]] {
+			t.Errorf("container %s has Secret %q at %s; want %s", ctr.Name, mounted, mounts[ctr.Name], wantSecret[mounts[ctr.Name]])
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("octopus-ovn-ic has %d of the containers %v", seen, slices.Sorted(maps.Keys(want)))
+	}
+	// The ovnmaster leaves the block's gateway address to the interconnection router.
+	var m appsv1.Deployment
+	for doc := range strings.SplitSeq(out["octopus-member/templates/ovn.yaml"], "\n---\n") {
+		if strings.Contains(doc, "name: octopus-ovnmaster\n") && strings.Contains(doc, "kind: Deployment") {
+			if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(m.Spec.Template.Spec.Containers) == 0 || !slices.Contains(m.Spec.Template.Spec.Containers[0].Args, "--interconnect") {
+		t.Errorf("the ovnmaster runs without --interconnect in an interconnected cluster (it would hold the router's address)")
 	}
 }

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net/netip"
 
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/octopus-mcs/octopus/internal/pki"
 	"github.com/octopus-mcs/octopus/internal/secondarynet/icmaster"
 )
 
@@ -16,6 +18,8 @@ type icOptions struct {
 	leaderElect                                    bool
 	leaderElectionNS                               string
 	healthProbeBindAddress, metricsBindAddress     string
+	nbTLS                                          tlsFlags
+	icCert, icKey, icCA                            string
 }
 
 func newICCommand() *cobra.Command {
@@ -45,8 +49,20 @@ ovn-ic itself runs beside it (Debian's ovn-ic).`,
 			if err != nil {
 				return err
 			}
+			nbTLS, err := o.nbTLS.clientConfig(o.nb)
+			if err != nil {
+				return err
+			}
+			var icTLS *tls.Config
+			if o.icCert != "" || o.icKey != "" || o.icCA != "" {
+				// No server name: each IC database member's certificate is checked against
+				// the address dialed (the hub's certificate names every node's address).
+				if icTLS, err = pki.ClientConfig(o.icCert, o.icKey, o.icCA, ""); err != nil {
+					return fmt.Errorf("--ic-certificate: %w", err)
+				}
+			}
 			return icmaster.Run(ctrl.SetupSignalHandler(), icmaster.Options{
-				Member: member, ClusterID: o.clusterID, CIDR: cidr, Pool: pool, NBEndpoint: o.nb,
+				Member: member, ClusterID: o.clusterID, CIDR: cidr, Pool: pool, NBEndpoint: o.nb, NBTLS: nbTLS, ICTLS: icTLS,
 				LeaderElection: o.leaderElect, LeaderElectionNamespace: o.leaderElectionNS,
 				HealthProbeBindAddress: o.healthProbeBindAddress, MetricsBindAddress: o.metricsBindAddress,
 				Log: ctrl.Log.WithName("icmaster"),
@@ -58,7 +74,11 @@ ovn-ic itself runs beside it (Debian's ovn-ic).`,
 	f.StringVar(&o.clusterID, "cluster-id", "", "this cluster's ID, the AZ's name (required)")
 	f.StringVar(&o.secondaryCIDR, "secondary-cidr", "", "this cluster's secondary block, allocated by the hub at join (required)")
 	f.StringVar(&o.pool, "secondary-pool", "", "the hub's pool of secondary blocks; the block's place in it gives the transit address (required)")
-	f.StringVar(&o.nb, "nb", "unix:/run/ovn/ovnnb_db.sock", "the OVN northbound database: unix:PATH or tcp:HOST:PORT")
+	f.StringVar(&o.nb, "nb", "unix:/run/ovn/ovnnb_db.sock", "the OVN northbound database: unix:PATH, tcp:HOST:PORT or ssl:HOST:PORT (with --nb-private-key, --nb-certificate, --nb-ca-cert)")
+	o.nbTLS.register(f, "nb")
+	f.StringVar(&o.icKey, "ic-private-key", "", "PEM private key of the cluster's IC client certificate (join's Secret octopus-ovn-ic-tls)")
+	f.StringVar(&o.icCert, "ic-certificate", "", "PEM IC client certificate the hub's signer issued for this cluster, for the IC SB at ovn-ic-config's ssl: endpoints")
+	f.StringVar(&o.icCA, "ic-ca-cert", "", "PEM certificate of the hub's IC CA, the only one the IC databases' certificate is checked against")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "elect one active replica through the "+icmaster.LeaderElectionID+" Lease")
 	f.StringVar(&o.leaderElectionNS, "leader-election-namespace", "octopus-system", "namespace of the leader-election Lease")
 	f.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", "0", `address of the /healthz and /readyz endpoints; "0" turns them off`)

@@ -45,6 +45,6 @@ Examples:
 	zapFlags := goflag.NewFlagSet("zap", goflag.ContinueOnError)
 	zapOpts.BindFlags(zapFlags)
 	root.PersistentFlags().AddGoFlagSet(zapFlags)
-	root.AddCommand(newMasterCommand(), newNRICommand(), newGatewayPortCommand(), newICCommand(), newICSignerCommand())
+	root.AddCommand(newMasterCommand(), newNRICommand(), newGatewayPortCommand(), newICCommand(), newICSignerCommand(), newDBProxyCommand())
 	return root
 }

@@ -130,6 +130,10 @@ func (o *joinOptions) Run(ctx context.Context) error {
 		// NRI socket) says the rest.
 		var values map[string]any
 		if sn := cluster.SecondaryNetworkValues(joined, o.join.BrokerInfo.Secondary.CIDR); sn != nil {
+			if ic := o.join.Interconnect; ic != nil {
+				// ovn-ic's endpoints and the pool; ovn-ic-config (join wrote it) the rest.
+				sn["interconnect"] = cluster.InterconnectValues(*ic, o.join.BrokerInfo.Secondary.CIDR)
+			}
 			values = map[string]any{"secondaryNetwork": sn}
 			// The OVN databases take only clients with a certificate of the cluster's CA.
 			if err := cluster.EnsureOVNCertificates(ctx, cfg, v1alpha1.SystemNamespace, o.join.Progress); err != nil {

@@ -25,7 +25,7 @@ import (
 func newShowCommand(streams IOStreams) *cobra.Command {
 	cmd := &cobra.Command{Use: "show", Short: "Show what is connected"}
 	cmd.AddCommand(newShowClustersCommand(streams), newShowServicesCommand(streams), newShowConnectionsCommand(streams),
-		newShowPodsCommand(streams), newShowVpcsCommand(streams))
+		newShowPodsCommand(streams), newShowVpcsCommand(streams), newShowRoutesCommand(streams))
 	return cmd
 }
 

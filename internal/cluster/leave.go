@@ -33,8 +33,12 @@ import (
 type LeaveOptions struct {
 	// Progress receives one line per step. Optional.
 	Progress *progress.Reporter
-	// KeepHub skips the hub side, for a hub that is gone for good. Optional.
+	// KeepHub skips the hub side, for a hub that is gone for good (its IC databases with
+	// it, so the interconnection is not left either). Optional.
 	KeepHub bool
+	// InterconnectTimeout bounds the wait for the icmaster to take an interconnected
+	// cluster's AZ out of OVN interconnection. Optional, default 60s.
+	InterconnectTimeout time.Duration
 }
 
 // Leave removes the cluster behind member from its hub: every hub object labelled with its ID,
@@ -51,6 +55,14 @@ func Leave(ctx context.Context, member *rest.Config, opts LeaveOptions) error {
 		return err
 	}
 	if !opts.KeepHub {
+		// First, while the icmaster still runs: the AZ out of the IC SB and everyone's routes.
+		timeout := opts.InterconnectTimeout
+		if timeout == 0 {
+			timeout = 60 * time.Second
+		}
+		if err := LeaveInterconnect(ctx, mc, cred.ClusterID, timeout, opts.Progress); err != nil {
+			return err
+		}
 		opts.Progress.Step("Removing cluster %s from the hub at %s", cred.ClusterID, cred.Server)
 		hc, err := client.New(cred.RESTConfig(), client.Options{Scheme: kube.Scheme})
 		if err != nil {

@@ -25,6 +25,10 @@ const (
 	OVNNorthdSecret     = "octopus-ovn-northd-tls"
 	OVNControllerSecret = "octopus-ovn-controller-tls"
 	OVNMasterSecret     = "octopus-ovnmaster-tls"
+	// OVNInterconnectLocalSecret is the member's octopus-ovn-ic pods' certificate for their own
+	// cluster's databases (their db-proxy presents it); the cluster's certificate for the
+	// hub's IC databases is InterconnectSecret, of another CA.
+	OVNInterconnectLocalSecret = "octopus-ovn-ic-local-tls"
 )
 
 // ovnCentralService is the member chart's Service of the OVN databases.
@@ -39,9 +43,10 @@ func ovnLeaves(ns string) map[string]pki.Leaf {
 		OVNCentralSecret: {CommonName: "ovn-central", Server: true,
 			DNSNames: []string{ovnCentralService, svc, svc + ".svc", svc + ".svc.cluster.local", "localhost"},
 			IPs:      []netip.Addr{netip.MustParseAddr("127.0.0.1")}},
-		OVNNorthdSecret:     {CommonName: "ovn-northd", Client: true},
-		OVNControllerSecret: {CommonName: "ovn-controller", Client: true},
-		OVNMasterSecret:     {CommonName: "ovnmaster", Client: true},
+		OVNNorthdSecret:            {CommonName: "ovn-northd", Client: true},
+		OVNControllerSecret:        {CommonName: "ovn-controller", Client: true},
+		OVNMasterSecret:            {CommonName: "ovnmaster", Client: true},
+		OVNInterconnectLocalSecret: {CommonName: "ovn-ic", Client: true},
 	}
 }
 

@@ -1,6 +1,9 @@
 package cluster
 
-import "github.com/octopus-mcs/octopus/api/v1alpha1"
+import (
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/icconfig"
+)
 
 // SecondaryNetworkValues are the member chart's secondaryNetwork values (charts/octopus-member)
 // of a cluster joined with secondary addressing: on, with its ID and the secondary block the
@@ -17,5 +20,23 @@ func SecondaryNetworkValues(j *Joined, pool string) map[string]any {
 		"clusterID": j.Cluster.Spec.ClusterID,
 		"cidr":      j.Cluster.Spec.SecondaryCIDR,
 		"routes":    []any{pool},
+	}
+}
+
+// InterconnectValues are the member chart's secondaryNetwork.interconnect values of a
+// cluster joined with --interconnect ovn-ic: on, with ovn-ic-config's endpoints (the ones ovn-ic
+// dials, ssl: with the cluster's IC certificate) and the hub's secondary pool, which the
+// icmaster derives the transit address from.
+func InterconnectValues(ic icconfig.Config, pool string) map[string]any {
+	hosts := make([]any, len(ic.DBHosts))
+	for i, h := range ic.DBHosts {
+		hosts[i] = h
+	}
+	return map[string]any{
+		"enabled":       true,
+		"icDBHost":      hosts,
+		"icNBPort":      ic.NBPort,
+		"icSBPort":      ic.SBPort,
+		"secondaryPool": pool,
 	}
 }

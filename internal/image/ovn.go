@@ -27,13 +27,14 @@ var OVNBinaries = []string{"octopus-ovn"}
 // ovn-nbctl, ovn-sbctl), ip, which moves a node's underlay address onto its OVS bridge, and
 // nft, which gateway-port's guard (internal/datapath/podfence) writes its table with; for
 // OVN-IC, ovn-ic-nbctl, which makes the transit switches in the hub's interconnection
-// databases (internal/manifests/render ICDBScript), and ovn-ic-sbctl for people debugging them.
+// databases (internal/manifests/render ICDBScript), ovn-ic-sbctl for people debugging them, and
+// ovn-ic itself, which the member's octopus-ovn-ic pods run (icconfig.OVNICCommand).
 var OVNPrograms = map[string]string{
 	"ovsdb-server": "openvswitch-common", "ovsdb-tool": "openvswitch-common", "ovsdb-client": "openvswitch-common",
 	"ovs-appctl": "openvswitch-common", "ovs-vswitchd": "openvswitch-switch", "ovs-vsctl": "openvswitch-switch",
 	"ovn-northd": "ovn-central", "ovn-controller": "ovn-host", "ovn-nbctl": "ovn-common", "ovn-sbctl": "ovn-common",
 	"ovn-appctl": "ovn-common", "ip": "iproute2", "nft": "nftables",
-	"ovn-ic-nbctl": "ovn-common", "ovn-ic-sbctl": "ovn-common",
+	"ovn-ic-nbctl": "ovn-common", "ovn-ic-sbctl": "ovn-common", "ovn-ic": "ovn-ic",
 }
 
 // OVNSchemas are the database schemas the OVN image's servers create their files from, by

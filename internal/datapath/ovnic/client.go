@@ -2,6 +2,7 @@ package ovnic
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -31,8 +32,13 @@ type Options struct {
 	// NB is the AZ's NB database in OVSDB's syntax, "unix:/path" or "tcp:host:port"; a comma
 	// list for a raft cluster (required).
 	NB string
-	// ICSB is the IC SB database, same syntax (required).
+	// ICSB is the IC SB database, same syntax (required); the hub's serve "ssl:" only.
 	ICSB string
+	// NBTLS and ICSBTLS are the client's TLS configurations with its certificate, required
+	// for an "ssl:" endpoint: the AZ's NB trusts the member's OVN CA, the IC SB the hub's IC
+	// CA, so each connection presents its own certificate. An empty ServerName checks each
+	// raft member's certificate against the address dialed.
+	NBTLS, ICSBTLS *tls.Config
 	// Log receives the client's messages (optional).
 	Log logr.Logger
 }
@@ -72,13 +78,13 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("IC SB database model: %w", err)
 	}
-	nb, err := connect(ctx, nbModel, opts.NB, log, "OVN NB",
+	nb, err := connect(ctx, nbModel, opts.NB, opts.NBTLS, log, "OVN NB",
 		&nbdb.NBGlobal{}, &nbdb.LogicalSwitch{}, &nbdb.LogicalSwitchPort{}, &nbdb.LogicalRouter{},
 		&nbdb.LogicalRouterPort{}, &nbdb.LogicalRouterStaticRoute{}, &nbdb.GatewayChassis{})
 	if err != nil {
 		return nil, err
 	}
-	icsb, err := connect(ctx, icsbModel, opts.ICSB, log, "OVN IC SB", &icsbdb.AvailabilityZone{}, &icsbdb.Route{})
+	icsb, err := connect(ctx, icsbModel, opts.ICSB, opts.ICSBTLS, log, "OVN IC SB", &icsbdb.AvailabilityZone{}, &icsbdb.Route{})
 	if err != nil {
 		nb.Close()
 		return nil, err
@@ -86,9 +92,12 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	return &Client{nb: nb, icsb: icsb, log: log}, nil
 }
 
-func connect(ctx context.Context, m model.ClientDBModel, endpoints string, log logr.Logger, what string, tables ...model.Model) (client.Client, error) {
+func connect(ctx context.Context, m model.ClientDBModel, endpoints string, tlsConfig *tls.Config, log logr.Logger, what string, tables ...model.Model) (client.Client, error) {
 	if endpoints == "" {
 		return nil, fmt.Errorf("%s endpoint: required", what)
+	}
+	if strings.Contains(endpoints, "ssl:") && tlsConfig == nil {
+		return nil, fmt.Errorf("%s endpoint %s: ssl: needs the client's certificate (TLS configuration)", what, endpoints)
 	}
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 100*time.Millisecond, 2*time.Second, 0
@@ -96,6 +105,9 @@ func connect(ctx context.Context, m model.ClientDBModel, endpoints string, log l
 	// the overlap check must read what the cluster agreed on. A standalone server counts as
 	// its own leader.
 	opts := []client.Option{client.WithReconnect(5*time.Second, bo), client.WithLogger(&log), client.WithLeaderOnly(true)}
+	if tlsConfig != nil {
+		opts = append(opts, client.WithTLSConfig(tlsConfig))
+	}
 	for _, e := range strings.Split(endpoints, ",") {
 		opts = append(opts, client.WithEndpoint(strings.TrimSpace(e)))
 	}

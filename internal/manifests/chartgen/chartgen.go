@@ -85,7 +85,15 @@ func Files() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	icRBAC, err := componentRBAC(v1alpha1.SystemNamespace, rbac.ICMaster)
+	if err != nil {
+		return nil, err
+	}
 	return map[string][]byte{
+		// The icmaster's, for the octopus-ovn-ic pods (templates/ovn-ic.yaml).
+		"octopus-member/templates/zz_generated.ic-rbac.yaml": slices.Concat(
+			[]byte(fmt.Sprintf(header, "config/rbac ("+rbac.ICMaster+")")),
+			[]byte("{{- if and .Values.secondaryNetwork.enabled .Values.secondaryNetwork.interconnect.enabled }}\n"), icRBAC, []byte("{{- end }}\n")),
 		"octopus-member/templates/zz_generated.ovn-rbac.yaml": slices.Concat(
 			[]byte(fmt.Sprintf(header, "config/rbac ("+strings.Join(OVNComponents, ", ")+")")),
 			[]byte("{{- if .Values.secondaryNetwork.enabled }}\n"), ovnRBAC, []byte("{{- end }}\n")),

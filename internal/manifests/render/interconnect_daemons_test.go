@@ -41,7 +41,11 @@ type icDBCluster struct {
 	dir       string
 	ports     []int // clients' SSL ports
 	raftPorts []int
-	members   []*icMember
+	// hosts are the members' client addresses, "" for 127.0.0.1: other loopback addresses
+	// give every member the same client port, as the hub's nodes have (one ic-nb-port for
+	// the whole ic-db-host list).
+	hosts   []string
+	members []*icMember
 }
 
 // tlsFiles are a certificate, its key and the CA to trust, as files.
@@ -88,10 +92,22 @@ func needPrograms(t *testing.T, db ICDatabase) {
 // pod management does, each running ICDBScript with server's certificate.
 func startICDBCluster(t *testing.T, dir string, db ICDatabase, server tlsFiles) *icDBCluster {
 	t.Helper()
+	return startICDBClusterOn(t, dir, db, server, nil)
+}
+
+// startICDBClusterOn is startICDBCluster with the members' clients served on hosts (one
+// loopback address each) at one port, or on 127.0.0.1 at a port each if hosts is nil.
+func startICDBClusterOn(t *testing.T, dir string, db ICDatabase, server tlsFiles, hosts []string) *icDBCluster {
+	t.Helper()
 	needPrograms(t, db)
-	c := &icDBCluster{db: db, dir: dir}
+	c := &icDBCluster{db: db, dir: dir, hosts: hosts}
+	shared := freeLoopbackPort(t)
 	for range ICDBReplicas {
-		c.ports = append(c.ports, freeLoopbackPort(t))
+		if hosts != nil {
+			c.ports = append(c.ports, shared)
+		} else {
+			c.ports = append(c.ports, freeLoopbackPort(t))
+		}
 		c.raftPorts = append(c.raftPorts, freeLoopbackPort(t))
 	}
 	c.members = make([]*icMember, ICDBReplicas)
@@ -113,7 +129,7 @@ func (c *icDBCluster) start(t *testing.T, i int, server tlsFiles) {
 	memberDir := filepath.Join(c.dir, fmt.Sprintf("member%d", i), c.db.Name)
 	raft := func(j int) string { return fmt.Sprintf("ssl:127.0.0.1:%d", c.raftPorts[j]) }
 	env := ICDBEnv(c.db, fmt.Sprintf("%s-%d", ICDBName, i), raft(i), raft(0),
-		fmt.Sprintf("pssl:%d:127.0.0.1", c.ports[i]), memberDir, filepath.Dir(server.key), []string{DefaultTransitSwitch})
+		fmt.Sprintf("pssl:%d:%s", c.ports[i], c.host(i)), memberDir, filepath.Dir(server.key), []string{DefaultTransitSwitch})
 	m := &icMember{done: make(chan struct{}), log: &bytes.Buffer{}, ctl: filepath.Join(memberDir, c.db.Name+".ctl")}
 	m.cmd = exec.Command("sh", "-c", ICDBScript)
 	m.cmd.Env = os.Environ()
@@ -160,11 +176,19 @@ func (c *icDBCluster) leader() int {
 	return -1
 }
 
+// host is member i's client address.
+func (c *icDBCluster) host(i int) string {
+	if c.hosts == nil {
+		return "127.0.0.1"
+	}
+	return c.hosts[i]
+}
+
 // endpoint is every member's SSL address, the comma list ovn-ic is given.
 func (c *icDBCluster) endpoint() string {
 	var eps []string
-	for _, p := range c.ports {
-		eps = append(eps, fmt.Sprintf("ssl:127.0.0.1:%d", p))
+	for i, p := range c.ports {
+		eps = append(eps, fmt.Sprintf("ssl:%s:%d", c.host(i), p))
 	}
 	return strings.Join(eps, ",")
 }

@@ -32,6 +32,15 @@ const (
 	KeyAutoRoute    = "auto-route"
 )
 
+// StatusAnnotation is, on the ConfigMap, what the icmaster last made of it: "Applied: ...", the
+// reason it could not, or LeftStatus once the AZ left. Here, not in the icmaster, because
+// `octopus leave` (which links no OVN library) waits on it.
+const StatusAnnotation = "octopus.io/interconnection-status"
+
+// LeftStatus ends the status once AZ az has left the interconnection: out of its NB and out
+// of the IC SB, with every route the others learned from it.
+func LeftStatus(az string) string { return "AZ " + az + " left the interconnection" }
+
 // Kube-OVN's default ports of the IC NB and IC SB databases.
 const (
 	DefaultNBPort = 6645
@@ -146,8 +155,10 @@ func (c Config) CheckAZName(clusterID string) error {
 	return nil
 }
 
-// ICNB is the IC NB database's endpoint in OVSDB's syntax, "tcp:host:port", comma separated
-// for a raft cluster: what ovn-ic's --ic-nb-db takes.
+// ICNB is the IC NB database's endpoint in OVSDB's syntax, "ssl:host:port", comma separated
+// for a raft cluster: what ovn-ic's --ic-nb-db takes. Always ssl: the hub's IC databases
+// serve TLS only, to clients with a certificate of the hub's IC CA (the cluster's, issued at
+// join into the Secret the member mounts at TLSDir).
 func (c Config) ICNB() string { return endpoints(c.DBHosts, c.NBPort) }
 
 // ICSB is the IC SB database's endpoint, as ICNB: what ovn-ic's --ic-sb-db takes.
@@ -156,7 +167,7 @@ func (c Config) ICSB() string { return endpoints(c.DBHosts, c.SBPort) }
 func endpoints(hosts []string, port int) string {
 	eps := make([]string, len(hosts))
 	for i, h := range hosts {
-		eps[i] = "tcp:" + h + ":" + strconv.Itoa(port)
+		eps[i] = "ssl:" + h + ":" + strconv.Itoa(port)
 	}
 	return strings.Join(eps, ",")
 }

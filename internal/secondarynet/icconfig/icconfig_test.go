@@ -64,10 +64,10 @@ func TestParse(t *testing.T) {
 
 func TestEndpoints(t *testing.T) {
 	c := Config{DBHosts: []string{"10.0.0.1", "10.0.0.2"}, NBPort: 6645, SBPort: 6646}
-	if got, want := c.ICNB(), "tcp:10.0.0.1:6645,tcp:10.0.0.2:6645"; got != want {
+	if got, want := c.ICNB(), "ssl:10.0.0.1:6645,ssl:10.0.0.2:6645"; got != want {
 		t.Errorf("ICNB = %q, want %q", got, want)
 	}
-	if got, want := c.ICSB(), "tcp:10.0.0.1:6646,tcp:10.0.0.2:6646"; got != want {
+	if got, want := c.ICSB(), "ssl:10.0.0.1:6646,ssl:10.0.0.2:6646"; got != want {
 		t.Errorf("ICSB = %q, want %q", got, want)
 	}
 }

@@ -42,7 +42,7 @@ import (
 const (
 	// StatusAnnotation is what the icmaster last made of the ConfigMap: "Applied: ..." or
 	// the reason it could not.
-	StatusAnnotation = "octopus.io/interconnection-status"
+	StatusAnnotation = icconfig.StatusAnnotation
 	// OptOutAnnotation "true" keeps the cluster's secondary block from being advertised to
 	// other AZs (Kube-OVN's per-subnet disableInterConnection; the cluster has one block).
 	OptOutAnnotation = "octopus.io/disable-interconnection"
@@ -178,7 +178,7 @@ func (r *Reconciler) leave(ctx context.Context, cm *corev1.ConfigMap, cfg icconf
 		_ = r.report(ctx, cm, corev1.EventTypeWarning, ReasonInvalid, "Not left: "+err.Error())
 		return reconcile.Result{}, err
 	}
-	return reconcile.Result{}, r.report(ctx, cm, corev1.EventTypeNormal, ReasonApplied, status+"; AZ "+r.ClusterID+" left the interconnection")
+	return reconcile.Result{}, r.report(ctx, cm, corev1.EventTypeNormal, ReasonApplied, status+"; "+icconfig.LeftStatus(r.ClusterID))
 }
 
 func summary(az ovnic.AZ) string {

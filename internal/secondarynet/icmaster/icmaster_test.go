@@ -2,10 +2,14 @@ package icmaster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,14 +21,52 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovnic"
+	"github.com/octopus-mcs/octopus/internal/pki"
 	"github.com/octopus-mcs/octopus/internal/secondarynet/icconfig"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
 var pool = netip.MustParsePrefix("10.112.0.0/16")
+
+// icPKI is the hub's IC CA as files: the IC databases' server certificate, and the client
+// TLS configuration of a member's icmaster with its cluster certificate (as `octopus-ovn ic`
+// builds it from --ic-certificate, --ic-private-key and --ic-ca-cert).
+func icPKI(t *testing.T) (*tls.Config, ovntest.TLSFiles) {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := pki.NewCA("octopus-ic-ca", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, _, err := ca.PEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, leaf pki.Leaf) ovntest.TLSFiles {
+		cert, key, err := ca.Issue(leaf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := ovntest.TLSFiles{Key: filepath.Join(dir, name+".key"), Cert: filepath.Join(dir, name+".crt"), CA: filepath.Join(dir, "ca.crt")}
+		for path, b := range map[string][]byte{f.Key: key, f.Cert: cert, f.CA: caPEM} {
+			if err := os.WriteFile(path, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return f
+	}
+	server := write("server", pki.Leaf{CommonName: "octopus-ic-db", Server: true, IPs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}})
+	client := write("cluster", pki.Leaf{CommonName: "cluster", Client: true})
+	cfg, err := pki.ClientConfig(client.Cert, client.Key, client.CA, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, server
+}
 
 // convergeTimeout bounds each wait on the daemons and the controller: idle, milliseconds to
 // a few seconds; on this shared two-core machine ovn-ic's backoff alone can reach 8 s.
@@ -48,7 +90,8 @@ func TestInterconnectFromConfigMap(t *testing.T) {
 		t.Skip("starts control planes and OVN daemons")
 	}
 	env := testenv.ControlPlanes(t, "east", "west", "south")
-	ic := ovntest.StartInterconnection(t)
+	icTLS, serverTLS := icPKI(t)
+	ic := ovntest.StartInterconnection(t, serverTLS)
 	if out, err := ic.NB.Ctl(t.Context(), "ts-add", icconfig.TransitSwitch); err != nil {
 		t.Fatalf("making the transit switch: %v %s", err, out)
 	}
@@ -71,7 +114,7 @@ func TestInterconnectFromConfigMap(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			done <- Run(ctx, Options{
-				Member: cfg, ClusterID: id, CIDR: z.block, Pool: pool, NBEndpoint: z.central.NB.Endpoint,
+				Member: cfg, ClusterID: id, CIDR: z.block, Pool: pool, NBEndpoint: z.central.NB.Endpoint, ICTLS: icTLS,
 				LeaderElection: true, LeaderElectionNamespace: "octopus-system", MetricsBindAddress: "0",
 				Log: testr.NewWithOptions(t, testr.Options{Verbosity: 1}).WithValues("cluster", id),
 			})
@@ -99,6 +142,19 @@ func TestInterconnectFromConfigMap(t *testing.T) {
 		west.waitStatus(t, "Applied: AZ west on transit switch ts at 169.254.100.2/24")
 		east.waitRoute(t, "10.112.1.0/24", "169.254.100.2")
 		west.waitRoute(t, "10.112.0.0/24", "169.254.100.1")
+		// What `octopus show routes` reads, over the cluster's IC certificate.
+		icsb := icconfig.Config{DBHosts: []string{"127.0.0.1"}, SBPort: ic.SBPort}.ICSB()
+		routes, names, err := ovnic.ReadRoutes(t.Context(), icsb, icTLS)
+		want := []ovnic.AdvertisedRoute{
+			{AZ: "east", TransitSwitch: "ts", Prefix: "10.112.0.0/24", NextHop: "169.254.100.1", Origin: "connected"},
+			{AZ: "west", TransitSwitch: "ts", Prefix: "10.112.1.0/24", NextHop: "169.254.100.2", Origin: "connected"},
+		}
+		if err != nil || !slices.Equal(routes, want) || !slices.Equal(names, []string{"east", "west"}) {
+			t.Errorf("ReadRoutes = %+v, %v, %v; want %+v of east and west", routes, names, err, want)
+		}
+		if _, _, err := ovnic.ReadRoutes(t.Context(), icsb, nil); err == nil {
+			t.Error("ReadRoutes without a certificate succeeded")
+		}
 		azs, err := ic.SB.Ctl(t.Context(), "--bare", "--columns=name", "list", "Availability_Zone")
 		if err != nil || strings.Join(strings.Fields(azs), ",") != "east,west" && strings.Join(strings.Fields(azs), ",") != "west,east" {
 			t.Errorf("IC SB availability zones: %q, %v; want east and west", azs, err)
@@ -158,14 +214,24 @@ func TestInterconnectFromConfigMap(t *testing.T) {
 		south.waitStatus(t, "AZ south left the interconnection")
 	})
 
-	t.Run("enable-ic off: the AZ leaves and the other drops its routes", func(t *testing.T) {
-		off := config("east-gw3,east-gw1")
-		off["enable-ic"] = "false"
+	t.Run("octopus leave: the AZ leaves and the other drops its routes", func(t *testing.T) {
+		east.writeConfig(t, config("east-gw3,east-gw1"), nil)
+		east.waitStatus(t, "Applied: AZ east")
+		west.waitRoute(t, "10.112.0.0/24", "169.254.100.1")
+		// What `octopus leave` does first (cluster.Leave): enable-ic off, wait for the
+		// icmaster's word, then the ConfigMap gone.
 		start := time.Now()
-		east.writeConfig(t, off, nil)
+		if err := cluster.LeaveInterconnect(t.Context(), east.kube, "east", convergeTimeout, nil); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("MEASURED: leave's interconnection step took %s", time.Since(start).Round(time.Millisecond))
+		// The IC SB routes went with the AZ (checked below); west's ovn-ic drops what it
+		// learned from them.
 		west.waitRoute(t, "10.112.0.0/24", "")
-		t.Logf("MEASURED: enable-ic off -> west dropped east's block in %s", time.Since(start).Round(time.Millisecond))
-		east.waitStatus(t, "AZ east left the interconnection")
+		var cm corev1.ConfigMap
+		if err := east.kube.Get(t.Context(), types.NamespacedName{Namespace: icconfig.ConfigMapNamespace, Name: icconfig.ConfigMapName}, &cm); err != nil || cm.Data["enable-ic"] != "false" {
+			t.Errorf("east's ovn-ic-config after leave: enable-ic %q, %v; want \"false\" (the user's own ConfigMap is kept, disabled)", cm.Data["enable-ic"], err)
+		}
 		if azs, err := ic.SB.Ctl(t.Context(), "--bare", "--columns=name", "list", "Availability_Zone"); err != nil || strings.Contains(azs, "east") {
 			t.Errorf("IC SB availability zones: %q, %v; want no east", azs, err)
 		}

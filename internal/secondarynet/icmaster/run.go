@@ -2,6 +2,7 @@ package icmaster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -35,8 +36,13 @@ type Options struct {
 	// blocks (required).
 	ClusterID  string
 	CIDR, Pool netip.Prefix
-	// NBEndpoint is the AZ's OVN NB database, "unix:/path" or "tcp:host:port" (required).
+	// NBEndpoint is the AZ's OVN NB database, "unix:/path", "tcp:host:port" or
+	// "ssl:host:port" with NBTLS (required).
 	NBEndpoint string
+	NBTLS      *tls.Config
+	// ICTLS is the cluster's IC client certificate (issued at join by the hub's signer) for
+	// the IC SB that ovn-ic-config names: the hub's databases serve ssl: only.
+	ICTLS *tls.Config
 	// LeaderElection makes replicas elect one active icmaster in LeaderElectionNamespace.
 	LeaderElection          bool
 	LeaderElectionNamespace string
@@ -102,7 +108,8 @@ func Run(ctx context.Context, o Options) error {
 		Client: mgr.GetClient(), ConfigMap: key, ClusterID: o.ClusterID, CIDR: o.CIDR, Pool: o.Pool,
 		Events: mgr.GetEventRecorder("octopus-icmaster"), Log: o.Log,
 		Connect: func(ctx context.Context, icsb string) (Applier, func(), error) {
-			c, err := ovnic.Connect(ctx, ovnic.Options{NB: o.NBEndpoint, ICSB: icsb, Log: o.Log.WithName("ovnic")})
+			c, err := ovnic.Connect(ctx, ovnic.Options{
+				NB: o.NBEndpoint, NBTLS: o.NBTLS, ICSB: icsb, ICSBTLS: o.ICTLS, Log: o.Log.WithName("ovnic")})
 			if err != nil {
 				return nil, nil, err
 			}

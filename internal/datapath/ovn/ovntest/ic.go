@@ -1,10 +1,10 @@
 package ovntest
 
 import (
-	"fmt"
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -15,30 +15,36 @@ const (
 )
 
 // Interconnection is OVN-IC's pair of databases, IC NB and IC SB, each a standalone
-// ovsdb-server on a unix socket and on a TCP port of 127.0.0.1: components that are given
-// Kube-OVN's ovn-ic-config (a host and two ports) reach them by TCP.
+// ovsdb-server on a unix socket and, as the hub's serve them, on an SSL port of 127.0.0.1
+// that demands a client certificate of tls.CA: components that are given Kube-OVN's
+// ovn-ic-config (a host and two ports) reach them there with the cluster's certificate.
 type Interconnection struct {
 	NB, SB *Server
-	// NBPort and SBPort are the TCP ports on 127.0.0.1.
+	// NBPort and SBPort are the SSL ports on 127.0.0.1.
 	NBPort, SBPort int
 	dir            string
 }
 
 // StartInterconnection starts the IC NB and IC SB databases, empty, in a new scratch
-// directory; they are stopped when the test ends.
-func StartInterconnection(t testing.TB) *Interconnection {
+// directory, with the server certificate tls; they are stopped when the test ends.
+func StartInterconnection(t testing.TB, tls TLSFiles) *Interconnection {
 	t.Helper()
+	need(t, "ovn-ic-nbctl", "ovn-ic-sbctl")
 	dir := scratchDir(t)
-	ic := &Interconnection{NBPort: freePort(t), SBPort: freePort(t), dir: dir}
-	ic.NB = startServerTCP(t, dir, "icnb", ICNBSchema, "ovn-ic-nbctl", ic.NBPort)
-	ic.SB = startServerTCP(t, dir, "icsb", ICSBSchema, "ovn-ic-sbctl", ic.SBPort)
+	ic := &Interconnection{dir: dir}
+	ic.NB = startServerWith(t, dir, "", "icnb", ICNBSchema, "ovn-ic-nbctl", &tls, "")
+	ic.SB = startServerWith(t, dir, "", "icsb", ICSBSchema, "ovn-ic-sbctl", &tls, "")
+	ic.NBPort, ic.SBPort = sslPort(t, ic.NB), sslPort(t, ic.SB)
 	return ic
 }
 
-func startServerTCP(t testing.TB, dir, name, schema, ctl string, port int) *Server {
+func sslPort(t testing.TB, s *Server) int {
 	t.Helper()
-	need(t, ctl)
-	return startServerIn(t, dir, "", name, schema, ctl, fmt.Sprintf("ptcp:%d:127.0.0.1", port))
+	p, err := strconv.Atoi(strings.TrimPrefix(s.SSLEndpoint, "ssl:127.0.0.1:"))
+	if err != nil {
+		t.Fatalf("SSL endpoint %q: %v", s.SSLEndpoint, err)
+	}
+	return p
 }
 
 // StartOVNIC starts ovn-ic for the AZ whose central is c, joined to ic; it is stopped when the

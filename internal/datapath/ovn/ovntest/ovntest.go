@@ -161,12 +161,6 @@ func startServerTLS(t testing.TB, dir, netns, name, schema, ctl string, tls *TLS
 	return startServerWith(t, dir, netns, name, schema, ctl, tls, "")
 }
 
-// startServerIn is startServer with tcp, "" or an extra "ptcp:PORT:ADDR" remote.
-func startServerIn(t testing.TB, dir, netns, name, schema, ctl, tcp string) *Server {
-	t.Helper()
-	return startServerWith(t, dir, netns, name, schema, ctl, nil, tcp)
-}
-
 // startServerWith starts a server with, optionally, an SSL remote (tls) and an extra TCP one.
 func startServerWith(t testing.TB, dir, netns, name, schema, ctl string, tls *TLSFiles, tcp string) *Server {
 	t.Helper()

@@ -1,0 +1,75 @@
+package ovnic
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/go-logr/logr"
+	"github.com/ovn-kubernetes/libovsdb/model"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/ovnic/icsbdb"
+)
+
+// AdvertisedRoute is one route an AZ advertises in the IC SB database (what
+// `ovn-ic-sbctl show` lists under each AZ): the other AZs on its transit switch learn it, with
+// its next hop, unless their auto-route is off or their denylist covers it.
+type AdvertisedRoute struct {
+	AZ            string `json:"az"`
+	TransitSwitch string `json:"transitSwitch"`
+	Prefix        string `json:"prefix"`
+	NextHop       string `json:"nextHop"`
+	// Origin is ovn-ic's: connected (a router's own network) or static.
+	Origin string `json:"origin"`
+}
+
+// ReadRoutes reads every AZ's advertised routes from the IC SB database at icsb (ssl: with
+// tlsConfig, the cluster's IC certificate), sorted by AZ, transit switch and prefix, and the
+// AZs registered there.
+func ReadRoutes(ctx context.Context, icsb string, tlsConfig *tls.Config) ([]AdvertisedRoute, []string, error) {
+	m, err := model.NewClientDBModel(icsbdb.Schema().Name, map[string]model.Model{
+		icsbdb.AvailabilityZoneTable: &icsbdb.AvailabilityZone{},
+		icsbdb.RouteTable:            &icsbdb.Route{},
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("IC SB database model: %w", err)
+	}
+	c, err := connect(ctx, m, icsb, tlsConfig, logr.Discard(), "OVN IC SB", &icsbdb.AvailabilityZone{}, &icsbdb.Route{})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer c.Close()
+	var zones []icsbdb.AvailabilityZone
+	if err := c.List(ctx, &zones); err != nil {
+		return nil, nil, fmt.Errorf("listing IC SB availability zones: %w", err)
+	}
+	var rows []icsbdb.Route
+	if err := c.List(ctx, &rows); err != nil {
+		return nil, nil, fmt.Errorf("listing IC SB routes: %w", err)
+	}
+	names := map[string]string{}
+	var azs []string
+	for _, z := range zones {
+		names[z.UUID] = z.Name
+		azs = append(azs, z.Name)
+	}
+	slices.Sort(azs)
+	routes := make([]AdvertisedRoute, 0, len(rows))
+	for _, r := range rows {
+		// ovn-ic records a connected network as the router port's address (10.112.0.1/24);
+		// the others' routers learn it masked, as lr-route-list shows it.
+		prefix := r.IPPrefix
+		if p, err := netip.ParsePrefix(prefix); err == nil {
+			prefix = p.Masked().String()
+		}
+		routes = append(routes, AdvertisedRoute{AZ: names[r.AvailabilityZone], TransitSwitch: r.TransitSwitch,
+			Prefix: prefix, NextHop: r.Nexthop, Origin: r.Origin})
+	}
+	slices.SortFunc(routes, func(a, b AdvertisedRoute) int {
+		return cmp.Or(cmp.Compare(a.AZ, b.AZ), cmp.Compare(a.TransitSwitch, b.TransitSwitch), cmp.Compare(a.Prefix, b.Prefix))
+	})
+	return routes, azs, nil
+}

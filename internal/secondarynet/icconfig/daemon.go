@@ -1,0 +1,56 @@
+package icconfig
+
+// The member's ovn-ic pod (charts/octopus-member/templates/ovn.yaml, octopus-ovn-ic): the
+// command lines of its two programs, here so that the chart's test holds the chart to them and
+// the test that runs them on real daemons (internal/manifests/render, TestMemberOVNICOverTLS)
+// runs exactly these.
+//
+// ovn-ic has one set of TLS options for all four of its connections, while its own cluster's
+// NB and SB trust only the member's OVN CA and the hub's IC databases only the hub's IC CA; no
+// certificate is signed by both. So ovn-ic holds the cluster's IC certificate and talks ssl:
+// to every IC database member itself (ICNB, ICSB), and reaches its own cluster's databases
+// through `octopus-ovn db-proxy` in the same pod (internal/datapath/ovn/dbproxy), which holds
+// the pod's certificate of the member's CA. An OVSDB relay on the IC side was tried and does
+// not work: OVN 23.03's ovn-ic wants a raft leader and refuses a relay server.
+const (
+	// TLSDir is where the pod mounts the cluster's IC client certificate (the Secret join
+	// fills from the hub's signer: tls.key, tls.crt, ca.crt).
+	TLSDir = "/etc/ovn/ic-tls"
+	// LocalTLSDir is where it mounts its certificate for its own cluster's OVN databases.
+	LocalTLSDir = "/etc/ovn/tls"
+	// RunDir is the pod's shared directory: the proxy's sockets and ovn-ic's control socket.
+	RunDir = "/var/run/ovn-ic"
+)
+
+// LocalSockets are the proxy's sockets in runDir for the cluster's NB and SB.
+func LocalSockets(runDir string) (nb, sb string) { return runDir + "/nb.sock", runDir + "/sb.sock" }
+
+// ProxyCommand is the proxy's command line: the cluster's NB and SB (localNB, localSB,
+// "ssl:HOST:PORT") behind LocalSockets(runDir), with the certificate in localTLSDir.
+func ProxyCommand(localNB, localSB, localTLSDir, runDir string) []string {
+	nb, sb := LocalSockets(runDir)
+	return []string{"octopus-ovn", "db-proxy",
+		"--route=unix:" + nb + "=" + localNB,
+		"--route=unix:" + sb + "=" + localSB,
+		"--private-key=" + localTLSDir + "/tls.key",
+		"--certificate=" + localTLSDir + "/tls.crt",
+		"--ca-cert=" + localTLSDir + "/ca.crt",
+	}
+}
+
+// OVNICCommand is ovn-ic's command line: the IC databases at c's endpoints (ssl:, every raft
+// member) with the IC certificate in tlsDir, its own cluster's through the proxy in runDir.
+func OVNICCommand(c Config, tlsDir, runDir string) []string {
+	nb, sb := LocalSockets(runDir)
+	return []string{"ovn-ic",
+		"--ovnnb-db=unix:" + nb,
+		"--ovnsb-db=unix:" + sb,
+		"--ic-nb-db=" + c.ICNB(),
+		"--ic-sb-db=" + c.ICSB(),
+		"--private-key=" + tlsDir + "/tls.key",
+		"--certificate=" + tlsDir + "/tls.crt",
+		"--ca-cert=" + tlsDir + "/ca.crt",
+		"--unixctl=" + runDir + "/ovn-ic.ctl",
+		"-vconsole:info", "-vsyslog:off", "-vfile:off",
+	}
+}
