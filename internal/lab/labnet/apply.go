@@ -195,7 +195,7 @@ func applyNode(lan, underlay *nsHandle, c ClusterNet, n NodeNet) error {
 	if n.LANAddr6.IsValid() {
 		// Dual-stack: the node's IPv6 InternalIP, without duplicate address detection (nothing
 		// else on the LAN has it, and a tentative address would fail the kubelet's first binds).
-		if err := node.replaceAddrNoDAD(nodeLANName, n.LANAddr6); err != nil {
+		if err := node.replaceAddr(nodeLANName, n.LANAddr6); err != nil {
 			return err
 		}
 	}

@@ -269,7 +269,8 @@ func (h *nsHandle) setUp(names ...string) error {
 	return nil
 }
 
-// replaceAddr puts addr on a link (idempotent).
+// replaceAddr puts addr on a link (idempotent). An IPv6 address skips duplicate address
+// detection, so it is usable at once (never tentative): the lab's plan gives no address twice.
 func (h *nsHandle) replaceAddr(name string, addr netip.Prefix) error {
 	l, err := h.link(name)
 	if err != nil {
@@ -279,24 +280,9 @@ func (h *nsHandle) replaceAddr(name string, addr netip.Prefix) error {
 	if err != nil {
 		return fmt.Errorf("parsing %s: %w", addr, err)
 	}
-	if err := h.AddrReplace(l, nladdr); err != nil {
-		return fmt.Errorf("adding %s to %s in %s: %w", addr, name, h.where(), err)
+	if addr.Addr().Is6() {
+		nladdr.Flags = unix.IFA_F_NODAD
 	}
-	return nil
-}
-
-// replaceAddrNoDAD is replaceAddr for an IPv6 address that is usable at once (no duplicate
-// address detection, so never tentative).
-func (h *nsHandle) replaceAddrNoDAD(name string, addr netip.Prefix) error {
-	l, err := h.link(name)
-	if err != nil {
-		return err
-	}
-	nladdr, err := netlink.ParseAddr(addr.String())
-	if err != nil {
-		return fmt.Errorf("parsing %s: %w", addr, err)
-	}
-	nladdr.Flags = unix.IFA_F_NODAD
 	if err := h.AddrReplace(l, nladdr); err != nil {
 		return fmt.Errorf("adding %s to %s in %s: %w", addr, name, h.where(), err)
 	}
