@@ -7,6 +7,7 @@ package workload
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -149,11 +150,18 @@ func Cleanup(ctx context.Context, members []*Member, ns string, p *progress.Repo
 	}
 }
 
+// ErrTimedOut is Poll's error when its timeout passes with f still waiting.
+var ErrTimedOut = errors.New("timed out")
+
 // Poll calls f every second until it returns true, ctx ends or timeout passes; every 10 s it
 // prints f's account of what it is still waiting for. On failure it returns that account.
+//
+// The timeout bounds the waiting between rounds, not a round: f runs with ctx, so a round
+// always finishes and its account is what the objects say, not the deadline that cut an API
+// call short (on a loaded API server, or behind the client's rate limiter, the first round
+// alone can outlast a short timeout).
 func Poll(ctx context.Context, p *progress.Reporter, timeout time.Duration, f func(context.Context) (bool, string)) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	deadline := time.Now().Add(timeout)
 	lastReport := time.Now()
 	var pending string
 	for {
@@ -161,10 +169,17 @@ func Poll(ctx context.Context, p *progress.Reporter, timeout time.Duration, f fu
 		if done {
 			return "", nil
 		}
-		// A round cut short by the deadline reports the deadline, not the state: keep the
-		// previous round's account then.
-		if ctx.Err() == nil || pending == "" {
-			pending = s
+		if ctx.Err() != nil {
+			// Interrupted: a round cut short accounts for the interruption, not the state.
+			if pending == "" {
+				pending = s
+			}
+			return pending, ctx.Err()
+		}
+		pending = s
+		left := time.Until(deadline)
+		if left <= 0 {
+			return pending, fmt.Errorf("%w after %s", ErrTimedOut, timeout)
 		}
 		if time.Since(lastReport) >= 10*time.Second {
 			p.Step("Still waiting for %s", pending)
@@ -173,7 +188,7 @@ func Poll(ctx context.Context, p *progress.Reporter, timeout time.Duration, f fu
 		select {
 		case <-ctx.Done():
 			return pending, ctx.Err()
-		case <-time.After(time.Second):
+		case <-time.After(min(time.Second, left)):
 		}
 	}
 }

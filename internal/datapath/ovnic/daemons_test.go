@@ -262,9 +262,17 @@ func startICCluster(t *testing.T, dir, name, schema, dbName, ctl string) *icClus
 		remotes = append(remotes, "unix:"+sock)
 	}
 	c.icDB = icDB{endpoint: strings.Join(remotes, ","), ctl: ctl}
+	// Member 1 leads its one-member cluster at once; the others count only once joined. A
+	// leader killed before they are would leave a cluster that never elects again.
 	eventually(t, convergeTimeout, name+" raft cluster to elect a leader with all members", func() error {
 		if c.leader(t) < 0 {
 			return errors.New("no leader")
+		}
+		for i, ctl := range c.ctls {
+			out, err := exec.Command("ovs-appctl", "-t", ctl, "cluster/status", c.dbName).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "Status: cluster member") {
+				return fmt.Errorf("member %d: %v: %s", i+1, err, out)
+			}
 		}
 		return nil
 	})

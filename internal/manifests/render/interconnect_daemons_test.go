@@ -114,13 +114,34 @@ func startICDBClusterOn(t *testing.T, dir string, db ICDatabase, server tlsFiles
 	for i := range ICDBReplicas {
 		c.start(t, i, server)
 	}
-	eventuallyIC(t, "IC database "+db.DBName+" to elect a leader", func() error {
+	// A leader is not enough: a member still joining (through member 0 alone, RAFT_SEED) is
+	// not yet in the configuration, and a test that then kills member 0 leaves one member
+	// of a two-member cluster, which never elects again.
+	eventuallyIC(t, "IC database "+db.DBName+" to elect a leader with every member joined", func() error {
 		if c.leader() < 0 {
 			return errors.New("no leader")
+		}
+		for i := range c.members {
+			if status := c.status(i); !strings.Contains(status, "Status: cluster member") {
+				return fmt.Errorf("member %d: %s", i, status)
+			}
 		}
 		return nil
 	})
 	return c
+}
+
+// status is member i's cluster/status, or why it could not be read.
+func (c *icDBCluster) status(i int) string {
+	m := c.members[i]
+	if m == nil {
+		return "not running"
+	}
+	out, err := exec.Command("ovs-appctl", "-t", m.ctl, "cluster/status", c.db.DBName).CombinedOutput()
+	if err != nil {
+		return fmt.Sprintf("cluster/status: %v: %s", err, out)
+	}
+	return string(out)
 }
 
 // start runs member i; its files are kept across starts, as the pod's host directory is.
@@ -164,12 +185,8 @@ func (c *icDBCluster) kill(i int, m *icMember) {
 
 // leader is the index of the member that says it leads, -1 if none does.
 func (c *icDBCluster) leader() int {
-	for i, m := range c.members {
-		if m == nil {
-			continue
-		}
-		out, err := exec.Command("ovs-appctl", "-t", m.ctl, "cluster/status", c.db.DBName).CombinedOutput()
-		if err == nil && strings.Contains(string(out), "Role: leader") {
+	for i := range c.members {
+		if strings.Contains(c.status(i), "Role: leader") {
 			return i
 		}
 	}
@@ -349,9 +366,8 @@ func TestICDatabasesSurviveLeaderLoss(t *testing.T) {
 			// The killed member restarts on its file and rejoins the same cluster.
 			c.start(t, i, server)
 			eventuallyIC(t, "the restarted member to rejoin", func() error {
-				out, err := exec.Command("ovs-appctl", "-t", c.members[i].ctl, "cluster/status", c.db.DBName).CombinedOutput()
-				if err != nil || !strings.Contains(string(out), "Status: cluster member") || !strings.Contains(string(out), "Leader: ") || strings.Contains(string(out), "Leader: unknown") {
-					return fmt.Errorf("cluster/status: %w: %s", err, out)
+				if status := c.status(i); !strings.Contains(status, "Status: cluster member") || !strings.Contains(status, "Leader: ") || strings.Contains(status, "Leader: unknown") {
+					return fmt.Errorf("member %d: %s", i, status)
 				}
 				return nil
 			})
