@@ -125,9 +125,12 @@ var identities = []identity{
 			{verbs: "get,update", resource: "secrets", namespace: memberNS, name: "octopus-hub"},
 			{verbs: "create", group: "coordination.k8s.io", resource: "leases", namespace: memberNS},
 			{verbs: "get,update", group: "coordination.k8s.io", resource: "leases", namespace: memberNS, name: "octopus-controller"},
+			// The copies of the other clusters' GatewayExIps (issue 33), in its namespace only.
+			{verbs: "create,delete,get,list,patch,update,watch", group: "octopus.io", resource: "gatewayexips", namespace: memberNS},
 		},
 		refused: []request{
 			{verb: "get", resource: "secrets", namespace: otherNS, name: "octopus-hub"},
+			{verb: "create", group: "octopus.io", resource: "gatewayexips", namespace: otherNS},
 			{verb: "list", resource: "secrets", namespace: memberNS},
 			{verb: "delete", resource: "nodes", name: probeName},
 			{verb: "create", resource: "pods", namespace: memberNS},

@@ -156,7 +156,14 @@ func (o ControllerOptions) managerOptions() manager.Options {
 		Scheme: kube.Scheme,
 		// Nothing the agent runs reads managedFields, and they are often the largest part of
 		// a cached object (every Service, EndpointSlice and import of the member is cached).
-		Cache:                   cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Cache: cache.Options{
+			DefaultTransform: cache.TransformStripManagedFields(),
+			// Only the copies of other clusters' GatewayExIps (gatewayexip.go): the role may
+			// read them in its own namespace alone.
+			ByObject: map[client.Object]cache.ByObject{
+				&v1alpha1.GatewayExIp{}: {Namespaces: map[string]cache.Config{v1alpha1.SystemNamespace: {}}},
+			},
+		},
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		PprofBindAddress:        o.PprofBindAddress,
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
@@ -271,6 +278,10 @@ func (r *hubComponents) Start(ctx context.Context) error {
 		StaleClusterTTL: r.opts.StaleClusterTTL, HubMapper: hubClient.RESTMapper(),
 		ExportWorkers: r.opts.ExportWorkers, ImportWorkers: r.opts.ImportWorkers, HubReturned: hubReturned,
 	}); err != nil {
+		return err
+	}
+	// Other clusters' VPC gateways, which this cluster's VpcNatTunnels end at (issue 33).
+	if err := SetupGatewayExIPSync(r.mgr, hubCfg, cred.Namespace, cred.ClusterID); err != nil {
 		return err
 	}
 	// The cluster's CoreDNS asks octopus-dns for the PTR records of other clusters' endpoints
