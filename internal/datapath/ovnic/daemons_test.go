@@ -271,7 +271,7 @@ func startICCluster(t *testing.T, dir, name, schema, dbName, ctl string) *icClus
 		for i, ctl := range c.ctls {
 			out, err := exec.Command("ovs-appctl", "-t", ctl, "cluster/status", c.dbName).CombinedOutput()
 			if err != nil || !strings.Contains(string(out), "Status: cluster member") {
-				return fmt.Errorf("member %d: %v: %s", i+1, err, out)
+				return fmt.Errorf("member %d: %w: %s", i+1, err, out)
 			}
 		}
 		return nil
