@@ -270,8 +270,11 @@ func startICCluster(t *testing.T, dir, name, schema, dbName, ctl string) *icClus
 		}
 		for i, ctl := range c.ctls {
 			out, err := exec.Command("ovs-appctl", "-t", ctl, "cluster/status", c.dbName).CombinedOutput()
-			if err != nil || !strings.Contains(string(out), "Status: cluster member") {
-				return fmt.Errorf("member %d: %w: %s", i+1, err, out)
+			if err != nil {
+				return fmt.Errorf("member %d: cluster/status: %w: %s", i+1, err, out)
+			}
+			if !strings.Contains(string(out), "Status: cluster member") {
+				return fmt.Errorf("member %d not yet joined: %s", i+1, out)
 			}
 		}
 		return nil
