@@ -156,14 +156,10 @@ func (o ControllerOptions) managerOptions() manager.Options {
 		Scheme: kube.Scheme,
 		// Nothing the agent runs reads managedFields, and they are often the largest part of
 		// a cached object (every Service, EndpointSlice and import of the member is cached).
-		Cache: cache.Options{
-			DefaultTransform: cache.TransformStripManagedFields(),
-			// Only the copies of other clusters' GatewayExIps (gatewayexip.go): the role may
-			// read them in its own namespace alone.
-			ByObject: map[client.Object]cache.ByObject{
-				&v1alpha1.GatewayExIp{}: {Namespaces: map[string]cache.Config{v1alpha1.SystemNamespace: {}}},
-			},
-		},
+		// The copies of other clusters' GatewayExIps have a cache of their own, in the
+		// member's namespace alone (gatewayexip.go): a ByObject entry here would need their
+		// CRD served before the manager is made, which is before join installs it.
+		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		PprofBindAddress:        o.PprofBindAddress,
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,

@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
@@ -97,7 +96,21 @@ func SetupGatewayExIPSync(mgr manager.Manager, hub *rest.Config, hubNamespace, c
 	if err := mgr.Add(hubCluster); err != nil {
 		return fmt.Errorf("adding the hub cache of GatewayExIps: %w", err)
 	}
-	s := &GatewayExIPSyncer{Hub: hubCluster.GetClient(), Member: mgr.GetClient(), HubNamespace: hubNamespace, ClusterID: clusterID}
+	// The copies, cached in the member's namespace alone: the role may read them nowhere else.
+	memberCluster, err := ctrlcluster.New(mgr.GetConfig(), func(co *ctrlcluster.Options) {
+		co.Scheme = kube.Scheme
+		co.Cache = cache.Options{
+			DefaultNamespaces: map[string]cache.Config{v1alpha1.SystemNamespace: {}},
+			DefaultTransform:  cache.TransformStripManagedFields(),
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("creating the member's cache of GatewayExIp copies: %w", err)
+	}
+	if err := mgr.Add(memberCluster); err != nil {
+		return fmt.Errorf("adding the member's cache of GatewayExIp copies: %w", err)
+	}
+	s := &GatewayExIPSyncer{Hub: hubCluster.GetClient(), Member: memberCluster.GetClient(), HubNamespace: hubNamespace, ClusterID: clusterID}
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{gatewayExIPKey}
 	})
@@ -108,7 +121,7 @@ func SetupGatewayExIPSync(mgr manager.Manager, hub *rest.Config, hubNamespace, c
 		Named("gatewayexip-sync").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
 		// The copies themselves: one changed or deleted by someone else is put back.
-		Watches(&v1alpha1.GatewayExIp{}, all, builder.WithPredicates(ours)).
+		WatchesRawSource(source.Kind(memberCluster.GetCache(), client.Object(&v1alpha1.GatewayExIp{}), all, predicate.TypedPredicate[client.Object](ours))).
 		WatchesRawSource(source.Kind(hubCluster.GetCache(), client.Object(&v1alpha1.GatewayExIp{}), all)).
 		WatchesRawSource(source.Kind(hubCluster.GetCache(), client.Object(&v1alpha1.Cluster{}), all)).
 		Complete(s)
