@@ -159,7 +159,7 @@ func (o ControllerOptions) managerOptions() manager.Options {
 		// The copies of other clusters' GatewayExIps have a cache of their own, in the
 		// member's namespace alone (gatewayexip.go): a ByObject entry here would need their
 		// CRD served before the manager is made, which is before join installs it.
-		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Cache:                   cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		PprofBindAddress:        o.PprofBindAddress,
 		HealthProbeBindAddress:  o.HealthProbeBindAddress,
