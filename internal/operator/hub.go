@@ -116,8 +116,8 @@ func (r *Reconciler) reconcileHub(ctx context.Context, f *v1alpha1.Fabric, st *v
 // namespace.
 const NoHubNamespace = "none"
 
-// ReasonHubNamespaceNotGranted: a hub Fabric names a namespace the operator's RBAC does not
-// cover.
+// ReasonHubNamespaceNotGranted is the BrokerReady reason of a hub Fabric in a namespace the
+// operator's RBAC does not cover.
 const ReasonHubNamespaceNotGranted = "HubNamespaceNotGranted"
 
 // hubNamespaceGranted says why the operator may not deploy the hub in ns ("" if it may).

@@ -107,16 +107,6 @@ func OperatorRoles() (*rbac.Roles, error) {
 	return out, nil
 }
 
-func rulesOf(obj client.Object) []rbacv1.PolicyRule {
-	switch r := obj.(type) {
-	case *rbacv1.ClusterRole:
-		return r.Rules
-	case *rbacv1.Role:
-		return r.Rules
-	}
-	return nil
-}
-
 // MergeRules returns rules as few rules granting exactly the same: the verbs of each API
 // group, resource and list of names united, then the resources with the same verbs and names
 // in one rule; sorted, so that the output is stable. A wildcard is refused: the union is

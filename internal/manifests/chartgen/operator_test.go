@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	rbacv1 "k8s.io/api/rbac/v1"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/config/rbac"
 	"github.com/octopus-mcs/octopus/internal/manifests/render"
 )
@@ -89,68 +90,96 @@ func TestMergeRules(t *testing.T) {
 	}
 }
 
-// TestOperatorClusterRoleHoldsWhatItInstalls: the operator's role grants, verb by verb, every
-// rule of every component role it installs and of its own markers' role, and neither
-// escalate nor bind except where a component's role names the object (the hub's join
-// identity binds octopus-cluster, so the operator must be able to install that rule).
-func TestOperatorClusterRoleHoldsWhatItInstalls(t *testing.T) {
-	role, err := OperatorClusterRole()
+// TestOperatorRolesHoldWhatTheyInstall: the operator's roles grant, verb by verb, every rule
+// of every component role it installs (a ClusterRole's cluster-wide, a Role's in its
+// namespace) and of its own markers' roles, and neither escalate nor bind on unnamed roles.
+func TestOperatorRolesHoldWhatTheyInstall(t *testing.T) {
+	roles, err := OperatorRoles()
 	if err != nil {
 		t.Fatal(err)
 	}
-	covers := func(group, resource, verb, name string) bool {
-		return slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool {
-			return slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, verb) &&
-				(len(r.ResourceNames) == 0 || slices.Contains(r.ResourceNames, name))
-		})
+	granted := map[string][]rbacv1.PolicyRule{"": roles.ClusterRole.Rules}
+	for _, r := range roles.Roles {
+		granted[r.Namespace] = r.Rules
 	}
-	var want []rbacv1.PolicyRule
+	covers := func(ns, group, resource, verb, name string) bool {
+		for _, scope := range []string{"", ns} {
+			if slices.ContainsFunc(granted[scope], func(r rbacv1.PolicyRule) bool {
+				return slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, verb) &&
+					(len(r.ResourceNames) == 0 || slices.Contains(r.ResourceNames, name))
+			}) {
+				return true
+			}
+		}
+		return false
+	}
+	type scoped struct {
+		ns    string
+		rules []rbacv1.PolicyRule
+	}
+	var want []scoped
 	for _, c := range append([]string{rbac.Operator}, InstalledComponents...) {
 		roles, err := rbac.Load(c)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if roles.ClusterRole != nil {
-			want = append(want, roles.ClusterRole.Rules...)
+			want = append(want, scoped{"", roles.ClusterRole.Rules})
 		}
 		for _, r := range roles.Roles {
-			want = append(want, r.Rules...)
+			want = append(want, scoped{r.Namespace, r.Rules})
 		}
 	}
-	hub, err := render.Hub(render.HubOptions{Namespace: "octopus-hub"})
+	hub, err := render.Hub(render.HubOptions{Namespace: v1alpha1.DefaultHubNamespace})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gateway, err := hubGatewayRoles()
+	gateway, err := render.HubGateway(render.HubGatewayOptions{Namespace: v1alpha1.DefaultHubNamespace, Image: "octopus",
+		Backend: "wireguard", ListenPort: 1, MetricsPort: 2, HealthCheckIP: "192.0.2.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, obj := range slices.Concat(hub.Objects, gateway) {
-		want = append(want, rulesOf(obj)...)
-	}
-	if len(want) < 50 {
-		t.Fatalf("only %d rules gathered: the installed roles were not all read", len(want))
-	}
-	for _, r := range want {
-		names := r.ResourceNames
-		if len(names) == 0 {
-			names = []string{""}
+		switch r := obj.(type) {
+		case *rbacv1.ClusterRole:
+			want = append(want, scoped{"", r.Rules})
+		case *rbacv1.Role:
+			want = append(want, scoped{r.Namespace, r.Rules})
 		}
-		for _, g := range r.APIGroups {
-			for _, res := range r.Resources {
-				for _, v := range r.Verbs {
-					for _, n := range names {
-						if !covers(g, res, v, n) {
-							t.Errorf("the operator's role does not grant %s %s.%s %q, which it installs", v, res, g, n)
+	}
+	if len(want) < 15 {
+		t.Fatalf("only %d roles gathered: the installed roles were not all read", len(want))
+	}
+	for _, w := range want {
+		for _, r := range w.rules {
+			names := r.ResourceNames
+			if len(names) == 0 {
+				names = []string{""}
+			}
+			for _, g := range r.APIGroups {
+				for _, res := range r.Resources {
+					for _, v := range r.Verbs {
+						for _, n := range names {
+							if !covers(w.ns, g, res, v, n) {
+								t.Errorf("the operator's roles do not grant %s %s.%s %q in namespace %q, which it installs", v, res, g, n, w.ns)
+							}
 						}
 					}
 				}
 			}
 		}
 	}
-	for _, r := range role.Rules {
-		if (slices.Contains(r.Verbs, "escalate") || slices.Contains(r.Verbs, "bind")) && len(r.ResourceNames) == 0 {
-			t.Errorf("the operator's role may %v any %v: it could grant itself anything", r.Verbs, r.Resources)
+	for scope, rules := range granted {
+		for _, r := range rules {
+			if (slices.Contains(r.Verbs, "escalate") || slices.Contains(r.Verbs, "bind")) && len(r.ResourceNames) == 0 {
+				t.Errorf("the operator's role in %q may %v any %v: it could grant itself anything", scope, r.Verbs, r.Resources)
+			}
+		}
+	}
+	// Secrets never cluster-wide.
+	for _, r := range roles.ClusterRole.Rules {
+		if slices.Contains(r.Resources, "secrets") && len(r.ResourceNames) == 0 {
+			t.Errorf("the operator's ClusterRole grants %v on every Secret", r.Verbs)
 		}
 	}
 }
