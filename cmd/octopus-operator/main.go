@@ -57,6 +57,7 @@ leaves the hub. Replicas elect one active operator (--leader-elect).`,
 	f := cmd.Flags()
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the cluster; empty means in-cluster configuration")
 	f.BoolVar(&o.LeaderElection, "leader-elect", true, "elect one active replica through the Lease "+operator.LeaseName)
+	f.StringVar(&o.HubNamespace, "hub-namespace", "", `the one hub namespace the operator's RBAC covers (the chart's hub.namespace), "`+operator.NoHubNamespace+`" for none; a hub Fabric naming another gets a condition saying what to change. Empty: no check`)
 	f.StringVar(&o.Namespace, "namespace", os.Getenv("POD_NAMESPACE"), "namespace of the leader-election Lease (default $POD_NAMESPACE, else octopus-operator)")
 	f.StringVar(&o.MetricsBindAddress, "metrics-bind-address", fmt.Sprintf(":%d", operator.DefaultMetricsPort), `address of the Prometheus metrics endpoint; "0" turns it off`)
 	f.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz; "0" turns them off`)

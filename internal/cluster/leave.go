@@ -7,13 +7,17 @@ import (
 	"slices"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,6 +43,12 @@ type LeaveOptions struct {
 	// InterconnectTimeout bounds the wait for the icmaster to take an interconnected
 	// cluster's AZ out of OVN interconnection. Optional, default 60s.
 	InterconnectTimeout time.Duration
+	// KeepNamespaceFor names the Helm release whose objects in v1alpha1.SystemNamespace stay,
+	// with the namespace: the operator's, whose Role there must outlive a leave for it to
+	// join again (the operator may not bind a role in any namespace it likes, so it cannot
+	// grant itself that Role anew). Everything else in the namespace is deleted. Optional:
+	// the namespace is deleted.
+	KeepNamespaceFor string
 }
 
 // Leave removes the cluster behind member from its hub: every hub object labelled with its ID,
@@ -80,8 +90,11 @@ func Leave(ctx context.Context, member *rest.Config, opts LeaveOptions) error {
 		}
 	}
 	opts.Progress.Step("Removing Octopus from the cluster")
-	if err := removeFromMember(ctx, mc, cred.Namespace); err != nil {
+	if err := removeFromMember(ctx, mc, cred.Namespace, opts.KeepNamespaceFor); err != nil {
 		return err
+	}
+	if opts.KeepNamespaceFor != "" {
+		return emptySystemNamespace(ctx, mc, opts.KeepNamespaceFor)
 	}
 	// Return only once the namespace is really gone, so that a join right after a leave does
 	// not run into a terminating namespace.
@@ -139,7 +152,7 @@ func removeFromHub(ctx context.Context, hc client.Client, cred hubaccess.Credent
 // installed them (another tool may own a ClusterProperty CRD), and a CRD the hub serves too
 // (GatewayExIp) stays when the member is also the hub (its namespace hubNamespace is there):
 // deleting it would delete every cluster's objects of that kind on the hub.
-func removeFromMember(ctx context.Context, mc client.Client, hubNamespace string) error {
+func removeFromMember(ctx context.Context, mc client.Client, hubNamespace, keepNamespaceFor string) error {
 	// The Corefile first: it lives outside Octopus's namespace and forwards to a Service
 	// inside it.
 	if _, err := dnsconfig.Unwire(ctx, mc); err != nil {
@@ -166,7 +179,9 @@ func removeFromMember(ctx context.Context, mc client.Client, hubNamespace string
 	}
 	del(&aboutv1alpha1.ClusterProperty{ObjectMeta: metav1.ObjectMeta{Name: aboutv1alpha1.ClusterIDProperty}})
 	del(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.CredentialSecretName, Namespace: v1alpha1.SystemNamespace}})
-	del(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.SystemNamespace}})
+	if keepNamespaceFor == "" {
+		del(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.SystemNamespace}})
+	}
 	crds, err := crd.Member()
 	if err != nil {
 		return err
@@ -193,3 +208,57 @@ func removeFromMember(ctx context.Context, mc client.Client, hubNamespace string
 	}
 	return errors.Join(errs...)
 }
+
+// emptySystemNamespace deletes every object of the kinds join and the member chart make in
+// v1alpha1.SystemNamespace but those of Helm release keepFor, and waits for its pods to go,
+// so that a join right after finds no leftovers: what deleting the namespace does, minus the
+// release's grant.
+func emptySystemNamespace(ctx context.Context, mc client.Client, keepFor string) error {
+	lists := []client.ObjectList{
+		&corev1.SecretList{}, &corev1.ConfigMapList{}, &corev1.ServiceList{}, &corev1.ServiceAccountList{},
+		&appsv1.DeploymentList{}, &appsv1.DaemonSetList{}, &policyv1.PodDisruptionBudgetList{},
+		&coordinationv1.LeaseList{}, &rbacv1.RoleList{}, &rbacv1.RoleBindingList{}, &v1alpha1.GatewayExIpList{},
+	}
+	var errs []error
+	for _, list := range lists {
+		if err := mc.List(ctx, list, client.InNamespace(v1alpha1.SystemNamespace)); err != nil {
+			if !isNoKind(err) {
+				errs = append(errs, fmt.Errorf("listing %T in %s: %w", list, v1alpha1.SystemNamespace, err))
+			}
+			continue
+		}
+		err := meta.EachListItem(list, func(o runtime.Object) error {
+			obj := o.(client.Object)
+			switch {
+			case obj.GetAnnotations()[helmReleaseAnnotation] == keepFor,
+				// What the API server makes in every namespace.
+				obj.GetName() == "kube-root-ca.crt", obj.GetName() == "default":
+				return nil
+			}
+			if err := mc.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+				errs = append(errs, fmt.Errorf("deleting %T %s/%s: %w", obj, obj.GetNamespace(), obj.GetName(), err))
+			}
+			return nil
+		})
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("emptying namespace %s: %w", v1alpha1.SystemNamespace, err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods := &corev1.PodList{}
+		if err := mc.List(ctx, pods, client.InNamespace(v1alpha1.SystemNamespace)); err != nil {
+			return false, err
+		}
+		return len(pods.Items) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the pods of namespace %s to go: %w", v1alpha1.SystemNamespace, err)
+	}
+	return nil
+}
+
+// helmReleaseAnnotation names the Helm release an object belongs to.
+const helmReleaseAnnotation = "meta.helm.sh/release-name"

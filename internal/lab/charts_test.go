@@ -205,7 +205,7 @@ func chartLeave(ctx context.Context, t *testing.T, f *failoverLab, octopus strin
 		t.Fatalf("octopus leave: %v\n%s", err, out)
 	}
 	t.Logf("octopus leave of %s took %.1fs", f.c2.Name, time.Since(start).Seconds())
-	checkLeftNothing(ctx, t, f.cs2, f.hub, f.c2.Name)
+	checkLeftNothing(ctx, t, f.cs2, f.hub, f.c2.Name, "")
 	if !checkLeaveRemovedTunnels(ctx, t, f.l, f.hub, f.c1.Name, f.c2.Name) {
 		for pod, lines := range logs() {
 			t.Logf("route agent %s logged, up to its end:\n%s", pod, lines)
@@ -257,10 +257,11 @@ func followPodLogs(ctx context.Context, t *testing.T, cs kubernetes.Interface, n
 
 // checkLeftNothing checks that cluster, after leave, keeps none of the member chart's pods or
 // cluster-scoped objects (Octopus's ClusterRoles, octopus-dns's included) and that the hub
-// keeps neither its Cluster nor its Peer. keep names ClusterRoles that are not the member's
-// and stay by design: the operator chart's, which a user installed and which outlives the
-// Fabric it served.
-func checkLeftNothing(ctx context.Context, t *testing.T, cs kubernetes.Interface, hub client.Client, cluster string, keep ...string) {
+// keeps neither its Cluster nor its Peer. With keptBy, the Helm release of the operator that
+// left, the member's namespace stays holding only that release's objects (its Role there,
+// cluster.LeaveOptions.KeepNamespaceFor), and its ClusterRole stays too; without, the
+// namespace is gone.
+func checkLeftNothing(ctx context.Context, t *testing.T, cs kubernetes.Interface, hub client.Client, cluster, keptBy string) {
 	t.Helper()
 	waitFor(t, 2*time.Minute, cluster+"'s namespace "+v1alpha1.SystemNamespace+" and its pods to go", func() error {
 		pods, err := cs.CoreV1().Pods(v1alpha1.SystemNamespace).List(ctx, metav1.ListOptions{})
@@ -269,6 +270,9 @@ func checkLeftNothing(ctx context.Context, t *testing.T, cs kubernetes.Interface
 		}
 		if len(pods.Items) > 0 {
 			return fmt.Errorf("%d pods left, %s among them", len(pods.Items), pods.Items[0].Name)
+		}
+		if keptBy != "" {
+			return nil
 		}
 		ns, err := cs.CoreV1().Namespaces().Get(ctx, v1alpha1.SystemNamespace, metav1.GetOptions{})
 		switch {
@@ -279,13 +283,16 @@ func checkLeftNothing(ctx context.Context, t *testing.T, cs kubernetes.Interface
 		}
 		return nil
 	})
+	if keptBy != "" {
+		leftInSystemNamespace(ctx, t, cs, cluster, keptBy)
+	}
 	roles, err := cs.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range roles.Items {
 		// octopus-lab:… are the lab's own (its flannel's), not Octopus's.
-		if strings.HasPrefix(r.Name, "octopus-") && !strings.HasPrefix(r.Name, "octopus-lab:") && !slices.Contains(keep, r.Name) {
+		if strings.HasPrefix(r.Name, "octopus-") && !strings.HasPrefix(r.Name, "octopus-lab:") && (keptBy == "" || r.Annotations[helmReleaseAnnotation] != keptBy) {
 			t.Errorf("%s keeps ClusterRole %s after leave", cluster, r.Name)
 		}
 	}
@@ -458,5 +465,54 @@ func upgradeMemberChart(ctx context.Context, t *testing.T, f *failoverLab) {
 	// Keep the lab as the next subtests expect: active is the Lease holder.
 	if h := waitGatewayHolder(ctx, t, f.cs1, "", 5*time.Second); h != f.active.Name {
 		f.active, f.standby = f.standby, f.active
+	}
+}
+
+// helmReleaseAnnotation names the Helm release an object belongs to.
+const helmReleaseAnnotation = "meta.helm.sh/release-name"
+
+// leftInSystemNamespace checks that the member's namespace of cluster holds nothing but the
+// objects of Helm release keptBy and what the API server makes in every namespace.
+func leftInSystemNamespace(ctx context.Context, t *testing.T, cs kubernetes.Interface, cluster, keptBy string) {
+	t.Helper()
+	ns := v1alpha1.SystemNamespace
+	var left []string
+	check := func(kind string, o metav1.Object) {
+		if o.GetAnnotations()[helmReleaseAnnotation] != keptBy && o.GetName() != "kube-root-ca.crt" && o.GetName() != "default" {
+			left = append(left, kind+" "+o.GetName())
+		}
+	}
+	fail := func(kind string, err error) { t.Fatalf("%s: listing %s in %s: %v", cluster, kind, ns, err) }
+	opts := metav1.ListOptions{}
+	if l, err := cs.CoreV1().Secrets(ns).List(ctx, opts); err != nil {
+		fail("Secrets", err)
+	} else {
+		for i := range l.Items {
+			check("Secret", &l.Items[i])
+		}
+	}
+	if l, err := cs.CoreV1().ConfigMaps(ns).List(ctx, opts); err != nil {
+		fail("ConfigMaps", err)
+	} else {
+		for i := range l.Items {
+			check("ConfigMap", &l.Items[i])
+		}
+	}
+	if l, err := cs.CoreV1().ServiceAccounts(ns).List(ctx, opts); err != nil {
+		fail("ServiceAccounts", err)
+	} else {
+		for i := range l.Items {
+			check("ServiceAccount", &l.Items[i])
+		}
+	}
+	if l, err := cs.RbacV1().Roles(ns).List(ctx, opts); err != nil {
+		fail("Roles", err)
+	} else {
+		for i := range l.Items {
+			check("Role", &l.Items[i])
+		}
+	}
+	if len(left) > 0 {
+		t.Errorf("%s: namespace %s keeps %s after leave (only release %s's objects may stay)", cluster, ns, strings.Join(left, ", "), keptBy)
 	}
 }

@@ -374,10 +374,10 @@ func (o *operatorLive) deleteMember(t *testing.T, c labnet.ClusterNet) {
 		t.Errorf("%s: the Fabric is still there:\n%s", c.Name, out)
 	}
 	cs := clientset(t, o.fabrics[c.Name])
-	// The member chart's namespace going also takes its Helm release records (Helm keeps them
-	// there): the chart is uninstalled. The operator stays, with its ClusterRole, to serve
-	// the next Fabric.
-	checkLeftNothing(o.ctx, t, cs, o.hub, c.Name, operatorClusterRole)
+	// The member chart is uninstalled, and everything join made is gone. The operator stays,
+	// with its ClusterRole and its Role in the member's namespace (which therefore stays), to
+	// serve the next Fabric.
+	checkLeftNothing(o.ctx, t, cs, o.hub, c.Name, operatorRelease)
 	own := []client.ListOption{client.InNamespace(v1alpha1.DefaultHubNamespace), client.MatchingLabels{v1alpha1.ClusterLabel: c.Name}}
 	for _, list := range []client.ObjectList{&coordinationv1.LeaseList{}, &corev1.ConfigMapList{}} {
 		if err := o.hub.List(o.ctx, list, own...); err != nil {
@@ -420,8 +420,9 @@ func (o *operatorLive) deleteMember(t *testing.T, c labnet.ClusterNet) {
 	}
 }
 
-// operatorClusterRole is the octopus-operator chart's ClusterRole.
-const operatorClusterRole = "octopus-operator"
+// operatorRelease is the octopus-operator chart's release, whose ClusterRole and Role in the
+// member's namespace outlive a Fabric.
+const operatorRelease = "octopus-operator"
 
 // workerNode is the name of c's first node that is not on the underlay.
 func workerNode(t *testing.T, c labnet.ClusterNet) string {

@@ -19,13 +19,28 @@ import (
 // broker-info. A Secret, never a ConfigMap: broker-info holds the join credential.
 const BrokerInfoSecretName = "broker-info"
 
-// The hub's RBAC: what hub deploy applies (render.Hub) and the broker-info Secret.
+// The hub's RBAC: what hub deploy applies (render.Hub) and the broker-info Secret. No
+// escalate or bind: the operator holds every rule of the roles it installs, cluster-wide for
+// their ClusterRoles and in the namespace of their Roles (internal/manifests/chartgen
+// OperatorRoles says why).
 //
-// +kubebuilder:rbac:groups="",resources=namespaces;serviceaccounts;secrets,verbs=get;list;watch;create;update;patch;delete
+// Secrets and ServiceAccounts only in the namespaces the operator writes them in: the hub's
+// (the chart's hubNamespace stands for v1alpha1.DefaultHubNamespace here), the member's, and
+// its own, where a member Fabric's broker-info is by default. Reading every Secret of the
+// cluster, or minting a token for any ServiceAccount, would make it cluster-admin in effect.
+//
+// Every namespaced kind only in the namespaces it writes: a Deployment in any namespace runs
+// as any ServiceAccount there. Namespaces are written by apply (a patch, which carries the
+// name), Helm's included, so writes can be confined to the two it makes.
+//
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=patch;update;delete,resourceNames=octopus-system;octopus-hub
+// +kubebuilder:rbac:groups="",namespace=octopus-hub,resources=secrets;serviceaccounts;configmaps;services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",namespace=octopus-operator,resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings;clusterroles;clusterrolebindings,verbs=get;list;watch;create;update;patch;delete;bind;escalate
-// The interconnection databases (hubConfig.interconnect): their StatefulSet and Service.
-// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings;clusterroles;clusterrolebindings,verbs=get;list;watch;create;update;patch;delete
+// The interconnection databases and the signer (hubConfig.interconnect).
+// +kubebuilder:rbac:groups=apps,namespace=octopus-hub,resources=statefulsets;deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=get;list;watch;create;update;patch;delete
 
 // reconcileHub makes the cluster the hub (hub.Deploy, as `octopus hub deploy`) and publishes
@@ -36,6 +51,10 @@ func (r *Reconciler) reconcileHub(ctx context.Context, f *v1alpha1.Fabric, st *v
 	ns := hc.Namespace
 	if ns == "" {
 		ns = v1alpha1.DefaultHubNamespace
+	}
+	if why := r.hubNamespaceGranted(ns); why != "" {
+		set(f, st, v1alpha1.FabricBrokerReady, false, ReasonHubNamespaceNotGranted, "%s", why)
+		return false, nil
 	}
 	key := ctrl.ObjectKey{Namespace: ns, Name: BrokerInfoSecretName}
 	want := hash(hc)
@@ -91,6 +110,25 @@ func (r *Reconciler) reconcileHub(ctx context.Context, f *v1alpha1.Fabric, st *v
 	st.AppliedHash = want
 	set(f, st, v1alpha1.FabricBrokerReady, true, "Published", "the hub is deployed in namespace %s; copy Secret %s to the clusters that join (key %s)", ns, key, v1alpha1.BrokerInfoKey)
 	return true, nil
+}
+
+// NoHubNamespace is Reconciler.HubNamespace when the operator's chart grants it no hub
+// namespace.
+const NoHubNamespace = "none"
+
+// ReasonHubNamespaceNotGranted is the BrokerReady reason of a hub Fabric in a namespace the
+// operator's RBAC does not cover.
+const ReasonHubNamespaceNotGranted = "HubNamespaceNotGranted"
+
+// hubNamespaceGranted says why the operator may not deploy the hub in ns ("" if it may).
+func (r *Reconciler) hubNamespaceGranted(ns string) string {
+	switch r.HubNamespace {
+	case "", ns:
+		return ""
+	case NoHubNamespace:
+		return fmt.Sprintf("the operator's chart grants it no hub namespace; run helm upgrade octopus-operator with --set hub.enabled=true,hub.namespace=%s", ns)
+	}
+	return fmt.Sprintf("hubConfig.namespace %q: the operator's chart grants it rights in namespace %q only; set hubConfig.namespace to %q, or run helm upgrade octopus-operator with --set hub.namespace=%s", ns, r.HubNamespace, r.HubNamespace, ns)
 }
 
 // finalizeHub withdraws the published broker-info. The hub's own objects stay: the clusters

@@ -41,16 +41,19 @@ const (
 
 // What join applies in the member cluster, and the member chart's release.
 //
-// +kubebuilder:rbac:groups="",resources=configmaps;services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",namespace=octopus-system,resources=secrets;serviceaccounts;configmaps;services,verbs=get;list;watch;create;update;patch;delete
+// kube-system: the kube-proxy ConfigMap (CIDR discovery), CoreDNS's Corefile (the clusterset
+// zone) and Kube-OVN's ovn-ic-config (join --interconnect).
+// +kubebuilder:rbac:groups="",namespace=kube-system,resources=configmaps,verbs=get;list;watch;create;update;patch;delete
 // Nodes are only read (CIDR discovery, the Node watch) and labelled (cloud.go): never created,
 // replaced or deleted.
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups=apps,resources=deployments;daemonsets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=apps,namespace=octopus-system,resources=deployments;daemonsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=policy,namespace=octopus-system,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=servicecidrs,verbs=list
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list
 // +kubebuilder:rbac:groups=about.k8s.io,resources=clusterproperties,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=prometheusrules,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=monitoring.coreos.com,namespace=octopus-system,resources=prometheusrules,verbs=get;list;watch;create;update;patch;delete
 
 // reconcileMember joins the cluster to the hub of its broker-info (cluster.Join, as `octopus
 // join`), then installs or upgrades the member chart with the values of the joinConfig, and
@@ -400,7 +403,7 @@ func (r *Reconciler) finalizeMember(ctx context.Context, f *v1alpha1.Fabric, st 
 		set(f, st, v1alpha1.FabricJoined, false, ReasonLeaving, "uninstalling the components: %v; retrying every %s", err, r.retryInterval())
 		return false, nil
 	}
-	err := cluster.Leave(ctx, r.Config, cluster.LeaveOptions{})
+	err := cluster.Leave(ctx, r.Config, cluster.LeaveOptions{KeepNamespaceFor: charts.Operator})
 	switch {
 	case errors.Is(err, hubaccess.ErrNotJoined):
 		return true, nil // never joined, or left already

@@ -14,9 +14,11 @@ import (
 	"github.com/go-logr/logr/testr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
@@ -80,6 +82,8 @@ type side struct {
 	r      *operator.Reconciler
 	writes *writeCounter
 	events *events.FakeRecorder
+	// hubNamespace is the reconciler's HubNamespace: what the chart was installed with.
+	hubNamespace string
 }
 
 // operatorUser is the identity of the operator's pods, which the operator chart binds to the
@@ -88,21 +92,26 @@ const operatorUser = "system:serviceaccount:" + v1alpha1.OperatorNamespace + ":o
 
 // start installs the operator chart (its RBAC and the Fabric CRD; no pod runs here) and the
 // other CRDs in the cluster of cfg, and returns its side, whose reconciler acts as the
-// operator's ServiceAccount: every test proves the chart grants what the operator does.
-func start(t *testing.T, cfg *rest.Config) *side {
+// operator's ServiceAccount: every test proves the chart grants what the operator does. The
+// chart's hub.enabled is hub, and the reconciler told the same (--hub-namespace).
+func start(t *testing.T, cfg *rest.Config, isHub bool) *side {
 	t.Helper()
-	if _, err := release.Install(t.Context(), cfg, release.Options{Chart: charts.Operator, Namespace: v1alpha1.OperatorNamespace, AppVersion: "v0.0.0-test"}); err != nil {
+	values := map[string]any{"hub": map[string]any{"enabled": isHub}}
+	if _, err := release.Install(t.Context(), cfg, release.Options{Chart: charts.Operator, Namespace: v1alpha1.OperatorNamespace, AppVersion: "v0.0.0-test", Values: values}); err != nil {
 		t.Fatal(err)
 	}
 	operatorCfg := rest.CopyConfig(cfg)
 	operatorCfg.Impersonate = rest.ImpersonationConfig{UserName: operatorUser}
-	s := &side{cfg: operatorCfg, admin: testenv.Client(t, cfg), writes: &writeCounter{}, events: events.NewFakeRecorder(1000)}
+	s := &side{cfg: operatorCfg, hubNamespace: operator.NoHubNamespace, admin: testenv.Client(t, cfg), writes: &writeCounter{}, events: events.NewFakeRecorder(1000)}
 	all, err := crd.All()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := hub.InstallCRDs(t.Context(), s.admin, all); err != nil {
 		t.Fatal(err)
+	}
+	if isHub {
+		s.hubNamespace = v1alpha1.DefaultHubNamespace
 	}
 	s.r = s.reconciler(t)
 	return s
@@ -117,7 +126,7 @@ func (s *side) reconciler(t *testing.T) *operator.Reconciler {
 		t.Fatal(err)
 	}
 	return &operator.Reconciler{Client: c, Config: counted, Events: s.events, AppVersion: "v0.0.0-test",
-		RetryInterval: 200 * time.Millisecond, Log: testr.New(t)}
+		HubNamespace: s.hubNamespace, RetryInterval: 200 * time.Millisecond, Log: testr.New(t)}
 }
 
 var fabricKey = client.ObjectKey{Name: v1alpha1.FabricName}
@@ -182,7 +191,7 @@ func isTrue(typ string) func(*v1alpha1.Fabric) bool {
 func TestFabricHubAndMember(t *testing.T) {
 	env := testenv.ControlPlanes(t, "hub", "east")
 	hubCfg, eastCfg := env.Cluster("hub").RESTConfig(), env.Cluster("east").RESTConfig()
-	h, m := start(t, hubCfg), start(t, eastCfg)
+	h, m := start(t, hubCfg, true), start(t, eastCfg, false)
 	ctx := t.Context()
 
 	// The hub, with the interconnection databases: BrokerReady and broker-info published as
@@ -400,14 +409,13 @@ func TestFabricHubAndMember(t *testing.T) {
 				t.Errorf("on the hub, %T %s: err = %v, want gone", obj, obj.GetName(), err)
 			}
 		}
-		for _, obj := range []client.Object{
-			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.SystemNamespace}},
-			&aboutv1alpha1.ClusterProperty{ObjectMeta: metav1.ObjectMeta{Name: aboutv1alpha1.ClusterIDProperty}},
-		} {
-			if err := m.admin.Get(ctx, client.ObjectKeyFromObject(obj), obj); !apierrors.IsNotFound(err) {
-				t.Errorf("in the member, %T %s: err = %v, want gone", obj, obj.GetName(), err)
-			}
+		obj := &aboutv1alpha1.ClusterProperty{ObjectMeta: metav1.ObjectMeta{Name: aboutv1alpha1.ClusterIDProperty}}
+		if err := m.admin.Get(ctx, client.ObjectKeyFromObject(obj), obj); !apierrors.IsNotFound(err) {
+			t.Errorf("in the member, %T %s: err = %v, want gone", obj, obj.GetName(), err)
 		}
+		// The member's namespace stays with the operator's Role in it, and nothing else of
+		// Octopus's: the next Fabric joins with that Role.
+		checkOnlyOperatorLeft(t, m.admin)
 		if rel, err := release.Current(eastCfg, charts.Member, v1alpha1.SystemNamespace); err != nil || rel != nil {
 			t.Errorf("member release after delete: %+v, %v", rel, err)
 		}
@@ -464,7 +472,7 @@ func backend(rel *release.Deployed) string {
 // only its own labels, and reports an unavailable cloud provider.
 func TestCloudPrepare(t *testing.T) {
 	env := testenv.ControlPlanes(t, "a")
-	s := start(t, env.Cluster("a").RESTConfig())
+	s := start(t, env.Cluster("a").RESTConfig(), true)
 	ctx := t.Context()
 	for i, name := range []string{"node-a", "node-b", "node-c"} {
 		testenv.AddNode(t, s.admin, name, "192.0.2."+string(rune('1'+i)), "")
@@ -538,5 +546,28 @@ func TestCloudPrepare(t *testing.T) {
 	s.reconcileUntil(t, "deleted", func(f *v1alpha1.Fabric) bool { return f == nil })
 	if g := gateways(); len(g) != 0 {
 		t.Fatalf("gateway labels after delete: %v", g)
+	}
+}
+
+// checkOnlyOperatorLeft checks that the member's namespace holds nothing but the operator
+// chart's objects and what the API server makes in every namespace.
+func checkOnlyOperatorLeft(t *testing.T, c client.Client) {
+	t.Helper()
+	for _, list := range []client.ObjectList{&corev1.SecretList{}, &corev1.ConfigMapList{}, &corev1.ServiceAccountList{},
+		&corev1.ServiceList{}, &appsv1.DeploymentList{}, &appsv1.DaemonSetList{}, &rbacv1.RoleList{}, &rbacv1.RoleBindingList{}} {
+		if err := c.List(t.Context(), list, client.InNamespace(v1alpha1.SystemNamespace)); err != nil {
+			t.Fatal(err)
+		}
+		_ = meta.EachListItem(list, func(o runtime.Object) error {
+			obj := o.(client.Object)
+			if obj.GetAnnotations()["meta.helm.sh/release-name"] != charts.Operator && obj.GetName() != "kube-root-ca.crt" && obj.GetName() != "default" {
+				t.Errorf("namespace %s keeps %T %s after leave", v1alpha1.SystemNamespace, obj, obj.GetName())
+			}
+			return nil
+		})
+	}
+	role := &rbacv1.Role{}
+	if err := c.Get(t.Context(), client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: "octopus-operator"}, role); err != nil {
+		t.Errorf("the operator's Role in %s after leave: %v", v1alpha1.SystemNamespace, err)
 	}
 }

@@ -65,6 +65,12 @@ type Reconciler struct {
 	AppVersion string
 	// RetryInterval and ResyncInterval: DefaultRetryInterval and DefaultResyncInterval if zero.
 	RetryInterval, ResyncInterval time.Duration
+	// HubNamespace is the one hub namespace the operator's chart gives it rights in (its
+	// hub.namespace), NoHubNamespace when the chart gives it none (hub.enabled false): a hub
+	// Fabric naming another is refused with a condition that says which chart value to set,
+	// rather than failing Forbidden halfway through the hub's deployment. Empty: no check (an
+	// operator run with an administrator's credentials, as the lab's hub operator is).
+	HubNamespace string
 	// Providers prepare gateway nodes, by cloud. Optional: Providers(Client).
 	Providers map[v1alpha1.CloudProvider]Provider
 	Log       logr.Logger

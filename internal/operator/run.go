@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrl "sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -45,13 +46,16 @@ type RunOptions struct {
 	MetricsBindAddress, HealthProbeBindAddress string
 	// AppVersion tags the components' images. Optional: the member chart's appVersion.
 	AppVersion string
+	// HubNamespace is the one hub namespace the operator's chart gives it rights in
+	// (Reconciler.HubNamespace). Optional.
+	HubNamespace string
 	// SeveralInProcess lets tests run operators of several clusters in one process, whose
 	// controllers share a name (controller-runtime refuses that by default).
 	SeveralInProcess bool
 	Log              logr.Logger
 }
 
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=octopus-operator,resources=leases,verbs=get;list;watch;create;update;patch;delete
 
 // Run runs the operator until ctx ends. The Fabric and the Nodes (for cloud preparation) are
 // watched; everything else the reconciler reads directly, so the operator caches no Secret,
@@ -69,6 +73,12 @@ func Run(ctx context.Context, o RunOptions) error {
 		LeaderElectionID:              LeaseName,
 		LeaderElectionNamespace:       o.Namespace,
 		LeaderElectionReleaseOnCancel: true,
+		// The member chart's workloads are watched in its namespace alone: the operator may
+		// read them nowhere else.
+		Cache: cache.Options{ByObject: map[ctrl.Object]cache.ByObject{
+			&appsv1.DaemonSet{}:  {Namespaces: map[string]cache.Config{v1alpha1.SystemNamespace: {}}},
+			&appsv1.Deployment{}: {Namespaces: map[string]cache.Config{v1alpha1.SystemNamespace: {}}},
+		}},
 	})
 	if err != nil {
 		return fmt.Errorf("creating the operator's manager: %w", err)
@@ -77,7 +87,8 @@ func Run(ctx context.Context, o RunOptions) error {
 	if err != nil {
 		return fmt.Errorf("connecting to the API server %s: %w", o.Config.Host, err)
 	}
-	r := &Reconciler{Client: c, Config: o.Config, Events: mgr.GetEventRecorder("octopus-operator"), AppVersion: o.AppVersion, Log: o.Log}
+	r := &Reconciler{Client: c, Config: o.Config, Events: mgr.GetEventRecorder("octopus-operator"), AppVersion: o.AppVersion,
+		HubNamespace: o.HubNamespace, Log: o.Log}
 	fabric := func(context.Context, ctrl.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: ctrl.ObjectKey{Name: v1alpha1.FabricName}}}
 	}

@@ -21,11 +21,11 @@ import (
 // hub Fabric through creation and deletion by its watch alone.
 func TestRun(t *testing.T) {
 	env := testenv.ControlPlanes(t, "a")
-	s := start(t, env.Cluster("a").RESTConfig())
+	s := start(t, env.Cluster("a").RESTConfig(), true)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() {
-		done <- operator.Run(ctx, operator.RunOptions{Config: s.cfg, LeaderElection: true, MetricsBindAddress: "0", HealthProbeBindAddress: "0", Log: testr.New(t)})
+		done <- operator.Run(ctx, operator.RunOptions{Config: s.cfg, LeaderElection: true, HubNamespace: s.hubNamespace, MetricsBindAddress: "0", HealthProbeBindAddress: "0", Log: testr.New(t)})
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -69,7 +69,7 @@ func Files() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	operatorRBAC, err := componentRBAC(v1alpha1.OperatorNamespace, rbac.Operator)
+	operatorRBAC, err := operatorRBAC()
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +97,7 @@ func Files() (map[string][]byte, error) {
 		"octopus-member/templates/zz_generated.ovn-rbac.yaml": slices.Concat(
 			[]byte(fmt.Sprintf(header, "config/rbac ("+strings.Join(OVNComponents, ", ")+")")),
 			[]byte("{{- if .Values.secondaryNetwork.enabled }}\n"), ovnRBAC, []byte("{{- end }}\n")),
-		"octopus-operator/templates/zz_generated.rbac.yaml": append([]byte(fmt.Sprintf(header, "config/rbac ("+rbac.Operator+")")), operatorRBAC...),
+		"octopus-operator/templates/zz_generated.rbac.yaml": append([]byte(fmt.Sprintf(header, "config/rbac and internal/manifests/render (OperatorClusterRole)")), operatorRBAC...),
 		// Helm installs crds/ before the templates and never deletes it: leaving a cluster
 		// keeps the Fabric CRD the operator serves (it carries no managed-by label of Octopus,
 		// so internal/cluster's leave does not take it either).
@@ -173,28 +173,84 @@ func componentRBAC(ns string, components ...string) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		name := "octopus-" + c
-		labels := kube.ManagedLabels()
-		subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}}
-		out = append(out, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}})
-		if r := roles.ClusterRole; r != nil {
-			r.Labels = labels
-			out = append(out, r, &rbacv1.ClusterRoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: r.Name, Labels: labels},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: r.Name},
-				Subjects:   subjects,
-			})
-		}
-		for _, r := range roles.Roles {
-			r.Labels = labels
-			out = append(out, r, &rbacv1.RoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: r.Namespace, Labels: labels},
-				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: r.Name},
-				Subjects:   subjects,
-			})
-		}
+		out = append(out, boundRoles(ns, c, roles)...)
 	}
 	return render.YAML(out...)
+}
+
+// hubNamespacePlaceholder stands for the operator chart's hub.namespace in OperatorRoles'
+// output until it becomes the value's template expression.
+const hubNamespacePlaceholder = "octopus-chart-hub-namespace"
+
+// operatorRBAC is the operator's ServiceAccount, OperatorRoles and their bindings, and the
+// namespaces of its Roles that the chart makes: the member's always, the hub's with
+// hub.enabled. Both are kept when the chart goes (helm.sh/resource-policy), since the member's
+// and the hub's objects live there; the operator's leave empties the member's rather than
+// delete it (cluster.LeaveOptions.KeepSystemNamespace), so that its Role there stays.
+func operatorRBAC() ([]byte, error) {
+	roles, err := OperatorRoles()
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range roles.ClusterRole.Rules {
+		for i, n := range r.ResourceNames {
+			if n == v1alpha1.DefaultHubNamespace && slices.Contains(r.Resources, "namespaces") {
+				r.ResourceNames[i] = hubNamespacePlaceholder
+			}
+		}
+	}
+	var hubRoles []*rbacv1.Role
+	all := &rbac.Roles{ClusterRole: roles.ClusterRole}
+	for _, r := range roles.Roles {
+		if r.Namespace == v1alpha1.DefaultHubNamespace {
+			r.Namespace = hubNamespacePlaceholder
+			hubRoles = append(hubRoles, r)
+			continue
+		}
+		all.Roles = append(all.Roles, r)
+	}
+	namespace := func(name string) *corev1.Namespace {
+		return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: kube.ManagedLabels(),
+			Annotations: map[string]string{"helm.sh/resource-policy": "keep"}}}
+	}
+	always, err := render.YAML(append([]client.Object{namespace(v1alpha1.SystemNamespace)}, boundRoles(v1alpha1.OperatorNamespace, rbac.Operator, all)...)...)
+	if err != nil {
+		return nil, err
+	}
+	// The hub's Role and its binding, without the ServiceAccount boundRoles opens with.
+	hubObjs := boundRoles(v1alpha1.OperatorNamespace, rbac.Operator, &rbac.Roles{Roles: hubRoles})[1:]
+	hub, err := render.YAML(append([]client.Object{namespace(hubNamespacePlaceholder)}, hubObjs...)...)
+	if err != nil {
+		return nil, err
+	}
+	out := slices.Concat(always, []byte("{{- if .Values.hub.enabled }}\n---\n"), hub, []byte("{{- end }}\n"))
+	return bytes.ReplaceAll(out, []byte(hubNamespacePlaceholder), []byte("{{ .Values.hub.namespace }}")), nil
+}
+
+// boundRoles is component's ServiceAccount in ns, its roles and their bindings to it.
+func boundRoles(ns, c string, roles *rbac.Roles) []client.Object {
+	var out []client.Object
+	name := "octopus-" + c
+	labels := kube.ManagedLabels()
+	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}}
+	out = append(out, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels}})
+	if r := roles.ClusterRole; r != nil {
+		r.Labels = labels
+		out = append(out, r, &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: r.Name, Labels: labels},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: r.Name},
+			Subjects:   subjects,
+		})
+	}
+	for _, r := range roles.Roles {
+		r.Labels = labels
+		out = append(out, r, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: r.Namespace, Labels: labels},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: r.Name},
+			Subjects:   subjects,
+		})
+	}
+	return out
 }
 
 // The hub gateway's chart values stand in render.HubGateway's output as placeholders that
