@@ -11,12 +11,15 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/config/rbac"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/kernel"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
@@ -165,7 +168,33 @@ func equalStatus(a, b v1alpha1.VpcNatTunnelStatus) bool {
 	return fmt.Sprintf("%+v", a) == fmt.Sprintf("%+v", b)
 }
 
-// TestVpcNatTunnelController runs the controller against a real API server: a tunnel naming a
+// asController binds the agent controller's service account to the RBAC generated from the
+// markers (config/rbac/controller) and returns cfg impersonating it.
+func asController(t *testing.T, admin client.Client, cfg *rest.Config) *rest.Config {
+	t.Helper()
+	roles, err := rbac.Load(rbac.Controller)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: v1alpha1.SystemNamespace, Name: "octopus-controller"}}
+	objs := []client.Object{roles.ClusterRole, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: roles.ClusterRole.Name},
+		RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: roles.ClusterRole.Name}, Subjects: subjects}}
+	for _, r := range roles.Roles {
+		objs = append(objs, r, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: r.Namespace, Name: r.Name},
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: r.Name}, Subjects: subjects})
+	}
+	for _, o := range objs {
+		if err := admin.Create(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := rest.CopyConfig(cfg)
+	out.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + v1alpha1.SystemNamespace + ":octopus-controller"}
+	return out
+}
+
+// TestVpcNatTunnelController runs the controller, with nothing but its generated RBAC, against
+// a real API server: a tunnel naming a
 // gateway not copied yet waits with RemoteGatewayFound=False and finds it, remote IP and global
 // CIDR set, when the copy appears; follows a failover of the copy and goes back to waiting when
 // the copy goes; a gre tunnel gets GREUnavailable (the probe faked, and the real kernel's as
@@ -173,13 +202,14 @@ func equalStatus(a, b v1alpha1.VpcNatTunnelStatus) bool {
 // is ever Ready: the data plane is not built.
 func TestVpcNatTunnelController(t *testing.T) {
 	env := testenv.ControlPlanes(t, "a")
-	cfg := env.Cluster("a").RESTConfig()
-	testenv.InstallCRDs(t, cfg)
-	c := testenv.Client(t, cfg)
+	adminCfg := env.Cluster("a").RESTConfig()
+	testenv.InstallCRDs(t, adminCfg)
+	c := testenv.Client(t, adminCfg)
 	ctx := t.Context()
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.SystemNamespace}}); err != nil {
 		t.Fatal(err)
 	}
+	cfg := asController(t, c, adminCfg)
 	if err := c.Create(ctx, &v1alpha1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: "red"}, Spec: v1alpha1.VpcSpec{Subnets: []v1alpha1.VpcSubnet{{Name: "a", CIDR: "10.0.1.0/24"}}}}); err != nil {
 		t.Fatal(err)
 	}
