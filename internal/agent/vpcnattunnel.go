@@ -190,7 +190,10 @@ func (r *VpcNatTunnelReconciler) Reconcile(ctx context.Context, req reconcile.Re
 	vpc := &v1alpha1.Vpc{}
 	switch err := r.Client.Get(ctx, client.ObjectKey{Name: t.Spec.NatGwDp}, vpc); {
 	case err == nil:
-		in.VpcExists = vpc.DeletionTimestamp.IsZero()
+		in.Vpc = vpcLive
+		if !vpc.DeletionTimestamp.IsZero() {
+			in.Vpc = vpcDeleting
+		}
 	case client.IgnoreNotFound(err) != nil:
 		return reconcile.Result{}, fmt.Errorf("reading Vpc %s (spec.natGwDp of VpcNatTunnel %s): %w", t.Spec.NatGwDp, t.Name, err)
 	}
@@ -200,32 +203,45 @@ func (r *VpcNatTunnelReconciler) Reconcile(ctx context.Context, req reconcile.Re
 			log.Error(in.GREProbeErr, "Could not tell whether the kernel has GRE", "vpcNatTunnel", t.Name)
 		}
 	}
+	// A probe that could not tell is asked again, whether or not the status changed;
+	// everything else waits for an event.
+	retry := in.GREProbeErr
 	next := t.DeepCopy()
 	next.Status = tunnelStatus(t, in)
 	if equality.Semantic.DeepEqual(t.Status, next.Status) {
-		return reconcile.Result{}, nil
+		return reconcile.Result{}, retry
 	}
 	if err := r.Client.Status().Patch(ctx, next, client.MergeFrom(t)); err != nil {
 		return reconcile.Result{}, fmt.Errorf("updating the status of VpcNatTunnel %s: %w", t.Name, err)
 	}
 	ready := meta.FindStatusCondition(next.Status.Conditions, v1alpha1.VpcNatTunnelConditionReady)
 	log.Info("Updated a VpcNatTunnel's status", "vpcNatTunnel", t.Name, "remoteIP", next.Status.RemoteIP, "ready", ready.Status, "reason", ready.Reason)
-	// A probe that could not tell is asked again; everything else waits for an event.
-	return reconcile.Result{}, in.GREProbeErr
+	return reconcile.Result{}, retry
 }
 
 // tunnelInputs are what a tunnel's status is computed from.
 type tunnelInputs struct {
 	// Remote is the GatewayExIp copy of the remote gateway; nil while there is none.
 	Remote *v1alpha1.GatewayExIp
-	// VpcExists says spec.natGwDp names a live local Vpc.
-	VpcExists bool
+	// Vpc is the state of the local Vpc spec.natGwDp names.
+	Vpc vpcState
 	// LocalGlobalCIDR is this cluster's global CIDR, empty without one.
 	LocalGlobalCIDR string
 	// GREAvailable and GREProbeErr are the probe's answer, asked for gre tunnels only.
 	GREAvailable bool
 	GREProbeErr  error
 }
+
+// vpcState is whether the Vpc a tunnel leaves from is there.
+type vpcState int
+
+const (
+	vpcMissing vpcState = iota
+	vpcLive
+	// vpcDeleting: deleted, and kept by its finalizer while this tunnel names it
+	// (the ovnmaster's InUse), so the tunnel must not wait for it.
+	vpcDeleting
+)
 
 func tunnelType(t *v1alpha1.VpcNatTunnel) v1alpha1.VpcTunnelType {
 	if t.Spec.Type == "" {
@@ -263,9 +279,13 @@ func tunnelStatus(t *v1alpha1.VpcNatTunnel, in tunnelInputs) v1alpha1.VpcNatTunn
 	st.LocalGlobalnetCIDR = in.LocalGlobalCIDR
 
 	var vpcCond metav1.Condition
-	if in.VpcExists {
+	switch in.Vpc {
+	case vpcLive:
 		vpcCond = metav1.Condition{Status: metav1.ConditionTrue, Reason: "Found", Message: fmt.Sprintf("the tunnel leaves from Vpc %s", t.Spec.NatGwDp)}
-	} else {
+	case vpcDeleting:
+		vpcCond = metav1.Condition{Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonVpcNotFound,
+			Message: fmt.Sprintf("spec.natGwDp: Vpc %s is being deleted and waits for this tunnel to go; delete the tunnel, or set spec.natGwDp to another local Vpc", t.Spec.NatGwDp)}
+	default:
 		vpcCond = metav1.Condition{Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonVpcNotFound,
 			Message: fmt.Sprintf("spec.natGwDp: there is no Vpc %s in this cluster; create it, or set spec.natGwDp to the name of the local Vpc the tunnel leaves from (kubectl get vpcs)", t.Spec.NatGwDp)}
 	}

@@ -77,7 +77,7 @@ func TestTunnelStatus(t *testing.T) {
 		{
 			name:   "waiting for the remote gateway",
 			tunnel: natTunnel("t", "b", "red", "red", ""),
-			in:     tunnelInputs{VpcExists: true, LocalGlobalCIDR: "242.1.0.0/16"},
+			in:     tunnelInputs{Vpc: vpcLive, LocalGlobalCIDR: "242.1.0.0/16"},
 			want:   "Ready=False/RemoteGatewayNotFound RemoteGatewayFound=False/RemoteGatewayNotFound VpcFound=True/Found TunnelTypeSupported=True/Supported",
 			fields: [3]string{"", "", "242.1.0.0/16"},
 			msgs:   []string{"waiting for GatewayExIp red-b in octopus-system (gateway red of cluster b, published on the hub as b.red); the tunnel comes up when it appears"},
@@ -85,7 +85,7 @@ func TestTunnelStatus(t *testing.T) {
 		{
 			name:   "everything found: the data plane is pending",
 			tunnel: natTunnel("t", "b", "red", "red", v1alpha1.VpcTunnelVXLAN),
-			in:     tunnelInputs{Remote: remote, VpcExists: true, LocalGlobalCIDR: "242.1.0.0/16"},
+			in:     tunnelInputs{Remote: remote, Vpc: vpcLive, LocalGlobalCIDR: "242.1.0.0/16"},
 			want:   "Ready=False/DataPlanePending RemoteGatewayFound=True/Found VpcFound=True/Found TunnelTypeSupported=True/Supported",
 			fields: [3]string{"192.0.2.2", "242.2.0.0/16", "242.1.0.0/16"},
 			msgs:   []string{"the vxlan tunnel, its route to 242.2.0.0/16 and the SNAT to 242.1.0.0/16 are not built yet"},
@@ -99,6 +99,14 @@ func TestTunnelStatus(t *testing.T) {
 			msgs:   []string{"spec.natGwDp: there is no Vpc green in this cluster; create it, or set spec.natGwDp to the name of the local Vpc"},
 		},
 		{
+			name:   "a Vpc being deleted",
+			tunnel: natTunnel("t", "b", "red", "red", ""),
+			in:     tunnelInputs{Remote: remote, Vpc: vpcDeleting, LocalGlobalCIDR: "242.1.0.0/16"},
+			want:   "Ready=False/VpcNotFound RemoteGatewayFound=True/Found VpcFound=False/VpcNotFound TunnelTypeSupported=True/Supported",
+			fields: [3]string{"192.0.2.2", "242.2.0.0/16", "242.1.0.0/16"},
+			msgs:   []string{"spec.natGwDp: Vpc red is being deleted and waits for this tunnel to go; delete the tunnel"},
+		},
+		{
 			name:   "gre without GRE comes first, and says what to use",
 			tunnel: natTunnel("t", "b", "red", "green", v1alpha1.VpcTunnelGRE),
 			in:     tunnelInputs{LocalGlobalCIDR: "242.1.0.0/16"},
@@ -109,7 +117,7 @@ func TestTunnelStatus(t *testing.T) {
 		{
 			name:   "gre with GRE",
 			tunnel: natTunnel("t", "b", "red", "red", v1alpha1.VpcTunnelGRE),
-			in:     tunnelInputs{Remote: remote, VpcExists: true, LocalGlobalCIDR: "242.1.0.0/16", GREAvailable: true},
+			in:     tunnelInputs{Remote: remote, Vpc: vpcLive, LocalGlobalCIDR: "242.1.0.0/16", GREAvailable: true},
 			want:   "Ready=False/DataPlanePending RemoteGatewayFound=True/Found VpcFound=True/Found TunnelTypeSupported=True/Supported",
 			fields: [3]string{"192.0.2.2", "242.2.0.0/16", "242.1.0.0/16"},
 			msgs:   []string{"the gre tunnel"},
@@ -117,7 +125,7 @@ func TestTunnelStatus(t *testing.T) {
 		{
 			name:   "a probe that cannot tell",
 			tunnel: natTunnel("t", "b", "red", "red", v1alpha1.VpcTunnelGRE),
-			in:     tunnelInputs{Remote: remote, VpcExists: true, LocalGlobalCIDR: "242.1.0.0/16", GREProbeErr: errors.New("netlink: boom")},
+			in:     tunnelInputs{Remote: remote, Vpc: vpcLive, LocalGlobalCIDR: "242.1.0.0/16", GREProbeErr: errors.New("netlink: boom")},
 			want:   "Ready=False/ProbeFailed RemoteGatewayFound=True/Found VpcFound=True/Found TunnelTypeSupported=Unknown/ProbeFailed",
 			fields: [3]string{"192.0.2.2", "242.2.0.0/16", "242.1.0.0/16"},
 			msgs:   []string{"could not tell whether the kernel has GRE (netlink: boom)"},
@@ -125,7 +133,7 @@ func TestTunnelStatus(t *testing.T) {
 		{
 			name:   "a cluster without a global CIDR",
 			tunnel: natTunnel("t", "b", "red", "red", ""),
-			in:     tunnelInputs{Remote: remote, VpcExists: true},
+			in:     tunnelInputs{Remote: remote, Vpc: vpcLive},
 			want:   "Ready=False/NoGlobalCIDR RemoteGatewayFound=True/Found VpcFound=True/Found TunnelTypeSupported=True/Supported",
 			fields: [3]string{"192.0.2.2", "242.2.0.0/16", ""},
 			msgs:   []string{"must join with globalnet addressing"},
@@ -222,9 +230,6 @@ func TestVpcNatTunnelController(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := SetupVpcNatTunnels(mgr, "242.1.0.0/16", gre); err != nil {
-			t.Fatal(err)
-		}
 		done := make(chan error, 1)
 		go func() { done <- mgr.Start(mctx) }()
 		t.Cleanup(func() {
@@ -233,6 +238,10 @@ func TestVpcNatTunnelController(t *testing.T) {
 				t.Errorf("manager: %v", err)
 			}
 		})
+		// Set up once the manager runs, as the agent does once it has the hub's answer.
+		if err := SetupVpcNatTunnels(mgr, "242.1.0.0/16", gre); err != nil {
+			t.Fatal(err)
+		}
 	}
 	status := func(name string) (*v1alpha1.VpcNatTunnel, error) {
 		tn := &v1alpha1.VpcNatTunnel{}
@@ -330,11 +339,40 @@ func TestVpcNatTunnelController(t *testing.T) {
 		if msg := meta.FindStatusCondition(tn.Status.Conditions, v1alpha1.VpcNatTunnelConditionVpcFound).Message; !strings.Contains(msg, "spec.natGwDp: there is no Vpc green in this cluster; create it") {
 			t.Errorf("VpcFound's message %q", msg)
 		}
-		if err := c.Create(ctx, &v1alpha1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: "green"}, Spec: v1alpha1.VpcSpec{Subnets: []v1alpha1.VpcSubnet{{Name: "a", CIDR: "10.0.1.0/24"}}}}); err != nil {
+		// The ovnmaster's finalizer, which keeps a Vpc while a tunnel names it.
+		green := &v1alpha1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: "green", Finalizers: []string{"octopus.io/vpc"}}, Spec: v1alpha1.VpcSpec{Subnets: []v1alpha1.VpcSubnet{{Name: "a", CIDR: "10.0.1.0/24"}}}}
+		if err := c.Create(ctx, green); err != nil {
 			t.Fatal(err)
 		}
 		testenv.Eventually(t, 10*time.Second, "the tunnel finds the Vpc once it is created", hasStatus("from-green",
 			"Ready=False/DataPlanePending RemoteGatewayFound=True/Found VpcFound=True/Found TunnelTypeSupported=True/Supported", "192.0.2.3"))
+
+		vpcGone := "Ready=False/VpcNotFound RemoteGatewayFound=True/Found VpcFound=False/VpcNotFound TunnelTypeSupported=True/Supported"
+		if err := c.Delete(ctx, green); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 10*time.Second, "a Vpc being deleted is no place to leave from", hasStatus("from-green", vpcGone, "192.0.2.3"))
+		tn, _ = status("from-green")
+		if msg := meta.FindStatusCondition(tn.Status.Conditions, v1alpha1.VpcNatTunnelConditionVpcFound).Message; !strings.Contains(msg, "Vpc green is being deleted and waits for this tunnel to go") {
+			t.Errorf("VpcFound's message while green is deleted %q", msg)
+		}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(green), green); err != nil {
+			t.Fatal(err)
+		}
+		green.Finalizers = nil
+		if err := c.Update(ctx, green); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 10*time.Second, "the tunnel says so once the Vpc is gone", func() error {
+			tn, err := status("from-green")
+			if err != nil {
+				return err
+			}
+			if msg := meta.FindStatusCondition(tn.Status.Conditions, v1alpha1.VpcNatTunnelConditionVpcFound).Message; !strings.Contains(msg, "there is no Vpc green") {
+				return fmt.Errorf("VpcFound's message %q", msg)
+			}
+			return nil
+		})
 	})
 
 	greUnavailable := "Ready=False/GREUnavailable RemoteGatewayFound=True/Found VpcFound=True/Found TunnelTypeSupported=False/GREUnavailable"
