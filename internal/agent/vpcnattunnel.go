@@ -199,13 +199,14 @@ func (r *VpcNatTunnelReconciler) Reconcile(ctx context.Context, req reconcile.Re
 	}
 	if tunnelType(t) == v1alpha1.VpcTunnelGRE {
 		in.GREAvailable, in.GREProbeErr = r.GRE.GREAvailable()
-		if in.GREProbeErr != nil {
-			log.Error(in.GREProbeErr, "Could not tell whether the kernel has GRE", "vpcNatTunnel", t.Name)
-		}
 	}
-	// A probe that could not tell is asked again, whether or not the status changed;
+	// A probe that could not tell is asked again (with backoff, and logged by
+	// controller-runtime as the reconcile's error), whether or not the status changed;
 	// everything else waits for an event.
-	retry := in.GREProbeErr
+	var retry error
+	if in.GREProbeErr != nil {
+		retry = fmt.Errorf("VpcNatTunnel %s of type gre: %w", t.Name, in.GREProbeErr)
+	}
 	next := t.DeepCopy()
 	next.Status = tunnelStatus(t, in)
 	if equality.Semantic.DeepEqual(t.Status, next.Status) {

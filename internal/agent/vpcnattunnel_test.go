@@ -16,11 +16,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/config/rbac"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/kernel"
+	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
@@ -417,4 +420,47 @@ func TestVpcNatTunnelController(t *testing.T) {
 		}
 		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("a gre tunnel on this kernel (GRE: %v)", has), hasStatus("gre-real", want, "192.0.2.3"))
 	})
+}
+
+// TestReconcileRetriesAFailedGREProbe: a probe that cannot tell makes Reconcile return an error
+// (so controller-runtime asks again with backoff) when it writes the Unknown condition and again
+// when the status already says so; once the probe answers, the next reconcile writes the
+// answer and returns nil. A settled tunnel is not written to again.
+func TestReconcileRetriesAFailedGREProbe(t *testing.T) {
+	tn := natTunnel("gre", "b", "red", "red", v1alpha1.VpcTunnelGRE)
+	c := fake.NewClientBuilder().WithScheme(kube.Scheme).WithStatusSubresource(&v1alpha1.VpcNatTunnel{}).
+		WithObjects(tn, &v1alpha1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: "red"}}).Build()
+	probeErr := errors.New("netlink: boom")
+	r := &VpcNatTunnelReconciler{Client: c, LocalGlobalCIDR: "242.1.0.0/16", GRE: GREProbeFunc(func() (bool, error) { return false, probeErr })}
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(tn)}
+	get := func() *v1alpha1.VpcNatTunnel {
+		t.Helper()
+		got := &v1alpha1.VpcNatTunnel{}
+		if err := c.Get(t.Context(), req.NamespacedName, got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	for i := range 2 {
+		if _, err := r.Reconcile(t.Context(), req); !errors.Is(err, probeErr) {
+			t.Fatalf("reconcile %d: error %v, want the probe's", i, err)
+		}
+		if got := condSummary(get().Status.Conditions, v1alpha1.VpcNatTunnelConditionTunnelTypeSupported); got != "TunnelTypeSupported=Unknown/ProbeFailed" {
+			t.Fatalf("reconcile %d: %s", i, got)
+		}
+	}
+	r.GRE = GREProbeFunc(func() (bool, error) { return false, nil })
+	if _, err := r.Reconcile(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	settled := get()
+	if got := condSummary(settled.Status.Conditions, v1alpha1.VpcNatTunnelConditionTunnelTypeSupported); got != "TunnelTypeSupported=False/GREUnavailable" {
+		t.Fatal(got)
+	}
+	if _, err := r.Reconcile(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	if again := get(); again.ResourceVersion != settled.ResourceVersion {
+		t.Errorf("a settled tunnel was written again: resourceVersion %s, then %s", settled.ResourceVersion, again.ResourceVersion)
+	}
 }
