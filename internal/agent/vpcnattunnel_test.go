@@ -34,14 +34,17 @@ func natTunnel(name, clusterID, gateway, vpc string, typ v1alpha1.VpcTunnelType)
 	}
 }
 
-// gatewayExIPCopy is a GatewayExIp as the syncer copies it into the member (gatewayexip.go).
-func gatewayExIPCopy(cluster, gateway, externalIP, global string) *v1alpha1.GatewayExIp {
-	return &v1alpha1.GatewayExIp{
-		ObjectMeta: metav1.ObjectMeta{Namespace: v1alpha1.SystemNamespace, Name: v1alpha1.GatewayExIpName(gateway, cluster), Labels: map[string]string{
-			gatewayExIPManagedLabel: "true", v1alpha1.ClusterLabel: cluster, gatewayExIPGatewayLabel: gateway,
-		}},
-		Spec: v1alpha1.GatewayExIPSpec{ExternalIP: externalIP, GlobalnetCIDR: global},
+// gatewayExIPCopy is the GatewayExIp the syncer copies into member "a" from cluster's object
+// on the hub (wantedGatewayExIPs, gatewayexip.go), so that these tests find copies exactly as
+// the syncer makes them.
+func gatewayExIPCopy(clusterID, gateway, externalIP, global string) *v1alpha1.GatewayExIp {
+	want, refused := wantedGatewayExIPs("a", []v1alpha1.GatewayExIp{*hubGatewayExIP(clusterID, gateway, externalIP, global)},
+		[]v1alpha1.Cluster{*cluster(clusterID, "", "10.2.0.0/16", global, "")})
+	name := v1alpha1.GatewayExIpName(gateway, clusterID)
+	if len(refused) > 0 || want[name] == nil {
+		panic(fmt.Sprintf("the syncer would not copy gateway %s of cluster %s: %v", gateway, clusterID, refused))
 	}
+	return want[name]
 }
 
 // condSummary is "Type=Status/Reason" of every condition, in the order of want's types.
