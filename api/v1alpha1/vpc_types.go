@@ -174,7 +174,8 @@ type VpcNatTunnelSpec struct {
 	NatGwDp string `json:"natGwDp"`
 
 	// type is the tunnel's encapsulation: wireguard (default), vxlan, or gre where the
-	// kernel has it (a TunnelReady=False condition says so where it does not).
+	// kernel has it (TunnelTypeSupported=False, reason GREUnavailable, says so where it
+	// does not).
 	// +optional
 	// +kubebuilder:default=wireguard
 	Type VpcTunnelType `json:"type,omitempty"`
@@ -182,13 +183,31 @@ type VpcNatTunnelSpec struct {
 
 // Condition types and reasons of a VpcNatTunnel.
 const (
-	// VpcNatTunnelConditionReady is True once the tunnel, its route and its SNAT are in place.
+	// VpcNatTunnelConditionReady is True once the tunnel, its route and its SNAT are in place;
+	// while anything below is False, or the data plane is not built, it is False with that
+	// condition's reason.
 	VpcNatTunnelConditionReady = "Ready"
+	// VpcNatTunnelConditionRemoteGatewayFound is True once the GatewayExIp
+	// <gatewayName>-<clusterId> has been copied from the hub into octopus-system.
+	VpcNatTunnelConditionRemoteGatewayFound = "RemoteGatewayFound"
+	// VpcNatTunnelConditionVpcFound is True when spec.natGwDp names an existing local Vpc.
+	VpcNatTunnelConditionVpcFound = "VpcFound"
+	// VpcNatTunnelConditionTunnelTypeSupported is False when the kernel lacks spec.type's
+	// encapsulation (gre where there is no ip_gre).
+	VpcNatTunnelConditionTunnelTypeSupported = "TunnelTypeSupported"
+
 	// ReasonRemoteGatewayNotFound: no GatewayExIp <gatewayName>-<clusterId> yet; the tunnel
 	// comes up when it appears.
 	ReasonRemoteGatewayNotFound = "RemoteGatewayNotFound"
-	// ReasonTunnelTypeUnsupported: the kernel lacks the requested encapsulation (gre).
-	ReasonTunnelTypeUnsupported = "TunnelTypeUnsupported"
+	// ReasonVpcNotFound: spec.natGwDp names no local Vpc.
+	ReasonVpcNotFound = "VpcNotFound"
+	// ReasonGREUnavailable: spec.type is gre and the kernel has no GRE; nothing is made.
+	ReasonGREUnavailable = "GREUnavailable"
+	// ReasonNoGlobalCIDR: this cluster has no global CIDR to SNAT the VPC's traffic into.
+	ReasonNoGlobalCIDR = "NoGlobalCIDR"
+	// ReasonDataPlanePending: everything the tunnel needs was found, and the tunnel itself is
+	// not built yet (issue 33's data plane half).
+	ReasonDataPlanePending = "DataPlanePending"
 )
 
 // VpcNatTunnelStatus reports what the prototype's status did.
@@ -210,7 +229,7 @@ type VpcNatTunnelStatus struct {
 	// +kubebuilder:validation:MaxItems=256
 	// +kubebuilder:validation:items:MaxLength=45
 	GlobalEgressIPs []string `json:"globalEgressIps,omitempty"`
-	// conditions: Ready.
+	// conditions: Ready, RemoteGatewayFound, VpcFound, TunnelTypeSupported.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -230,6 +249,7 @@ type VpcNatTunnelStatus struct {
 // +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.type`
 // +kubebuilder:printcolumn:name="Remote IP",type=string,JSONPath=`.status.remoteIp`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type VpcNatTunnel struct {
 	metav1.TypeMeta   `json:",inline"`

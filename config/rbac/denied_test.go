@@ -127,10 +127,18 @@ var identities = []identity{
 			{verbs: "get,update", group: "coordination.k8s.io", resource: "leases", namespace: memberNS, name: "octopus-controller"},
 			// The copies of the other clusters' GatewayExIps (issue 33), in its namespace only.
 			{verbs: "create,delete,get,list,patch,update,watch", group: "octopus.io", resource: "gatewayexips", namespace: memberNS},
+			// The VpcNatTunnel controller (issue 33): tunnels read and their status patched,
+			// Vpcs read to check each tunnel's natGwDp.
+			{verbs: "get,list,watch", group: "octopus.io", resource: "vpcnattunnels"},
+			{verbs: "patch", group: "octopus.io", resource: "vpcnattunnels/status"},
+			{verbs: "get,list,watch", group: "octopus.io", resource: "vpcs"},
 		},
 		refused: []request{
 			{verb: "get", resource: "secrets", namespace: otherNS, name: "octopus-hub"},
 			{verb: "create", group: "octopus.io", resource: "gatewayexips", namespace: otherNS},
+			// It reports on tunnels and Vpcs, never changes them.
+			{verb: "update", group: "octopus.io", resource: "vpcnattunnels", name: probeName},
+			{verb: "update", group: "octopus.io", resource: "vpcs", name: probeName},
 			{verb: "list", resource: "secrets", namespace: memberNS},
 			{verb: "delete", resource: "nodes", name: probeName},
 			{verb: "create", resource: "pods", namespace: memberNS},

@@ -263,7 +263,12 @@ func (r *hubComponents) Start(ctx context.Context) error {
 		}
 		return err
 	}
-	addresses, err := r.setupAddressing(ctx, hubClient, cred)
+	// This cluster's addressing (join set it and it does not change while joined).
+	cl := &v1alpha1.Cluster{}
+	if err := hubClient.Get(ctx, client.ObjectKey{Namespace: cred.Namespace, Name: cred.ClusterID}, cl); err != nil {
+		return fmt.Errorf("reading this cluster's Cluster %s on the hub for its addressing: %w", cred.ClusterID, err)
+	}
+	addresses, err := r.setupAddressing(ctx, cl)
 	if err != nil {
 		return err
 	}
@@ -278,6 +283,10 @@ func (r *hubComponents) Start(ctx context.Context) error {
 	}
 	// Other clusters' VPC gateways, which this cluster's VpcNatTunnels end at (issue 33).
 	if err := SetupGatewayExIPSync(r.mgr, hubCfg, cred.Namespace, cred.ClusterID); err != nil {
+		return err
+	}
+	// The VpcNatTunnels' status: the remote gateways above, and this cluster's global CIDR.
+	if err := SetupVpcNatTunnels(r.mgr, cl.Spec.GlobalCIDR, KernelGREProbe()); err != nil {
 		return err
 	}
 	// The cluster's CoreDNS asks octopus-dns for the PTR records of other clusters' endpoints
@@ -298,17 +307,12 @@ func (r *hubComponents) Start(ctx context.Context) error {
 	return hb.Start(ctx)
 }
 
-// setupAddressing reads this cluster's addressing from its Cluster on the hub (join set it
-// and it does not change while joined) and returns the export side's address policy: nil
-// (direct), SecondaryAddresses (the pods' net1 addresses, docs/architecture.md §6s) or
-// GlobalAddresses. A globalnet cluster also gets the allocator of its global ingress addresses
+// setupAddressing returns, from this cluster's Cluster on the hub, the export side's address
+// policy: nil (direct), SecondaryAddresses (the pods' net1 addresses, docs/architecture.md
+// §6s) or GlobalAddresses. A globalnet cluster also gets the allocator of its global ingress addresses
 // (docs/architecture.md §6h), on this elected replica only: two allocators would hand out one
 // free address twice.
-func (r *hubComponents) setupAddressing(ctx context.Context, hubClient client.Client, cred hubaccess.Credential) (servicediscovery.AddressPolicy, error) {
-	cl := &v1alpha1.Cluster{}
-	if err := hubClient.Get(ctx, client.ObjectKey{Namespace: cred.Namespace, Name: cred.ClusterID}, cl); err != nil {
-		return nil, fmt.Errorf("reading this cluster's Cluster %s on the hub for its addressing: %w", cred.ClusterID, err)
-	}
+func (r *hubComponents) setupAddressing(ctx context.Context, cl *v1alpha1.Cluster) (servicediscovery.AddressPolicy, error) {
 	switch cl.Spec.Addressing {
 	case v1alpha1.AddressingGlobalnet:
 	case v1alpha1.AddressingSecondary:

@@ -16,7 +16,9 @@ import (
 
 // TestShowVpcs: each Vpc's subnets, namespaces, the pods addressed on it (not those that only
 // carry a stale VPC annotation without an address) and its conditions; a condition that is not
-// True is printed with its message under the table.
+// True is printed with its message under the table. Then the VpcNatTunnels: each with its Vpc,
+// remote cluster, gateway, type (wireguard when unset), remote address and Ready, and Ready's
+// reason and message for every tunnel that is not Ready.
 func TestShowVpcs(t *testing.T) {
 	entry, err := podnet.Set("", &podnet.Status{Name: podnet.NetworkName, Interface: "net1", IPs: []string{"10.0.1.2"}})
 	if err != nil {
@@ -46,8 +48,19 @@ func TestShowVpcs(t *testing.T) {
 		pod("stale", map[string]string{podnet.VpcAnnotation: onRed}),
 		pod("flat", map[string]string{podnet.NetworkStatusAnnotation: entry}),
 	})
+	tunnels := tunnelRows([]v1alpha1.VpcNatTunnel{
+		{ObjectMeta: metav1.ObjectMeta{Name: "to-b"}, Spec: v1alpha1.VpcNatTunnelSpec{ClusterID: "b", GatewayName: "red", NatGwDp: "red", Type: v1alpha1.VpcTunnelVXLAN},
+			Status: v1alpha1.VpcNatTunnelStatus{RemoteIP: "192.0.2.2", RemoteGlobalnetCIDR: "242.2.0.0/16", LocalGlobalnetCIDR: "242.1.0.0/16", Conditions: []metav1.Condition{
+				cond(v1alpha1.VpcNatTunnelConditionRemoteGatewayFound, metav1.ConditionTrue, "Found", ""),
+				cond(v1alpha1.VpcNatTunnelConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDataPlanePending, "the vxlan tunnel is not built yet")}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "gre"}, Spec: v1alpha1.VpcNatTunnelSpec{ClusterID: "c", GatewayName: "red", NatGwDp: "red", Type: v1alpha1.VpcTunnelGRE},
+			Status: v1alpha1.VpcNatTunnelStatus{Conditions: []metav1.Condition{
+				cond(v1alpha1.VpcNatTunnelConditionTunnelTypeSupported, metav1.ConditionFalse, v1alpha1.ReasonGREUnavailable, "spec.type gre: this kernel has no GRE"),
+				cond(v1alpha1.VpcNatTunnelConditionReady, metav1.ConditionFalse, v1alpha1.ReasonGREUnavailable, "spec.type gre: this kernel has no GRE")}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "new"}, Spec: v1alpha1.VpcNatTunnelSpec{ClusterID: "b", GatewayName: "blue", NatGwDp: "blue"}},
+	})
 	var b strings.Builder
-	if err := renderVpcs(&b, rows); err != nil {
+	if err := renderVpcs(&b, vpcsReport{Vpcs: rows, Tunnels: tunnels}); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
@@ -57,12 +70,20 @@ func TestShowVpcs(t *testing.T) {
 		"red   a=10.0.1.0/24,b=10.0.2.0/24  apps,shared  2     False (deleting)  True",
 		"Vpc blue: NamespacesBound=False (NamespaceConflict): spec.namespaces: namespace shared is already bound to Vpc red",
 		"Vpc red: Ready=False (InUse): deletion waits: pod apps/web still use it",
+		"",
+		"TUNNEL  VPC   CLUSTER  GATEWAY  TYPE       REMOTE IP  REMOTE GLOBAL CIDR  READY",
+		"gre     red   c        red      gre        -          -                   False",
+		"new     blue  b        blue     wireguard  -          -                   -",
+		"to-b    red   b        red      vxlan      192.0.2.2  242.2.0.0/16        False",
+		"VpcNatTunnel gre: Ready=False (GREUnavailable): spec.type gre: this kernel has no GRE",
+		"VpcNatTunnel to-b: Ready=False (DataPlanePending): the vxlan tunnel is not built yet",
 	}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
 		t.Errorf("output:\n%s\nwant:\n%s", b.String(), strings.Join(want, "\n"))
 	}
-	js, err := json.Marshal(rows)
-	if err != nil || !strings.Contains(string(js), `"name":"red","subnets":[{"name":"a","cidr":"10.0.1.0/24"}`) || !strings.Contains(string(js), `"pods":2`) {
+	js, err := json.Marshal(vpcsReport{Vpcs: rows, Tunnels: tunnels})
+	if err != nil || !strings.Contains(string(js), `"name":"red","subnets":[{"name":"a","cidr":"10.0.1.0/24"}`) || !strings.Contains(string(js), `"pods":2`) ||
+		!strings.Contains(string(js), `"tunnels":[{"name":"gre","vpc":"red","clusterId":"c"`) || !strings.Contains(string(js), `"remoteIp":"192.0.2.2","remoteGlobalnetCidr":"242.2.0.0/16","localGlobalnetCidr":"242.1.0.0/16"`) {
 		t.Errorf("JSON %s (%v)", js, err)
 	}
 }
