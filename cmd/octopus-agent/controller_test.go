@@ -54,6 +54,13 @@ func TestControllerHeartbeatsAsProcess(t *testing.T) {
 	installHub(t, hubAdmin)
 	token := clusterToken(t, hubAdmin)
 	create(t, memberAdmin, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: v1alpha1.SystemNamespace}})
+	// What join installs in the member before the credential exists: the controllers that
+	// index their kinds (the VpcNatTunnels') need them served.
+	memberCRDs, err := crd.Member()
+	if err != nil {
+		t.Fatal(err)
+	}
+	installCRDs(t, memberAdmin, memberCRDs)
 
 	// Started before the credential exists: it must wait for it, saying so.
 	metricsAddr := freeLoopbackAddr(t)
@@ -201,23 +208,7 @@ func installHub(t *testing.T, c client.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range crds {
-		create(t, c, d)
-	}
-	for _, d := range crds {
-		testenv.Eventually(t, 30*time.Second, "CRD "+d.Name+" established", func() error {
-			got := &apiextensionsv1.CustomResourceDefinition{}
-			if err := c.Get(t.Context(), client.ObjectKeyFromObject(d), got); err != nil {
-				return err
-			}
-			for _, cond := range got.Status.Conditions {
-				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-					return nil
-				}
-			}
-			return fmt.Errorf("CRD %s is not established yet", d.Name)
-		})
-	}
+	installCRDs(t, c, crds)
 	testenv.Eventually(t, 30*time.Second, "the Cluster created", func() error {
 		return c.Create(t.Context(), &v1alpha1.Cluster{
 			ObjectMeta: metav1.ObjectMeta{Namespace: hubNamespace, Name: clusterID, Labels: map[string]string{v1alpha1.ClusterLabel: clusterID}},
@@ -282,5 +273,27 @@ func create(t *testing.T, c client.Client, obj client.Object) {
 	t.Helper()
 	if err := c.Create(t.Context(), obj); err != nil {
 		t.Fatalf("creating %T %s: %v", obj, client.ObjectKeyFromObject(obj), err)
+	}
+}
+
+// installCRDs creates crds with c and waits until each is established.
+func installCRDs(t *testing.T, c client.Client, crds []*apiextensionsv1.CustomResourceDefinition) {
+	t.Helper()
+	for _, d := range crds {
+		create(t, c, d)
+	}
+	for _, d := range crds {
+		testenv.Eventually(t, 30*time.Second, "CRD "+d.Name+" established", func() error {
+			got := &apiextensionsv1.CustomResourceDefinition{}
+			if err := c.Get(t.Context(), client.ObjectKeyFromObject(d), got); err != nil {
+				return err
+			}
+			for _, cond := range got.Status.Conditions {
+				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+					return nil
+				}
+			}
+			return fmt.Errorf("CRD %s is not established yet", d.Name)
+		})
 	}
 }

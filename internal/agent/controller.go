@@ -282,11 +282,15 @@ func (r *hubComponents) Start(ctx context.Context) error {
 		return err
 	}
 	// Other clusters' VPC gateways, which this cluster's VpcNatTunnels end at (issue 33).
-	if err := SetupGatewayExIPSync(r.mgr, hubCfg, cred.Namespace, cred.ClusterID); err != nil {
+	copies, err := NewGatewayExIPCopies(r.mgr)
+	if err != nil {
+		return err
+	}
+	if err := SetupGatewayExIPSync(r.mgr, copies, hubCfg, cred.Namespace, cred.ClusterID); err != nil {
 		return err
 	}
 	// The VpcNatTunnels' status: the remote gateways above, and this cluster's global CIDR.
-	if err := SetupVpcNatTunnels(r.mgr, cl.Spec.GlobalCIDR, KernelGREProbe()); err != nil {
+	if err := SetupVpcNatTunnels(r.mgr, copies, cl.Spec.GlobalCIDR, KernelGREProbe()); err != nil {
 		return err
 	}
 	// The cluster's CoreDNS asks octopus-dns for the PTR records of other clusters' endpoints

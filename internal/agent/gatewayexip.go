@@ -76,10 +76,37 @@ type GatewayExIPSyncer struct {
 	ClusterID    string
 }
 
+// NewGatewayExIPCopies adds to mgr a cache of the member's GatewayExIp copies, in
+// v1alpha1.SystemNamespace alone: the controller's role may read them nowhere else, and a
+// ByObject entry in the manager's own cache would need their CRD served when the manager is
+// made, which is before join installs it. The syncer keeps the copies through it and the
+// VpcNatTunnel controller reads them from it. It may be called after mgr has started.
+func NewGatewayExIPCopies(mgr manager.Manager) (ctrlcluster.Cluster, error) {
+	copies, err := ctrlcluster.New(mgr.GetConfig(), func(co *ctrlcluster.Options) {
+		co.Scheme = kube.Scheme
+		co.Cache = cache.Options{
+			DefaultNamespaces: map[string]cache.Config{v1alpha1.SystemNamespace: {}},
+			DefaultTransform:  cache.TransformStripManagedFields(),
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the member's cache of GatewayExIp copies: %w", err)
+	}
+	if err := mgr.Add(copies); err != nil {
+		return nil, fmt.Errorf("adding the member's cache of GatewayExIp copies: %w", err)
+	}
+	return copies, nil
+}
+
+// isGatewayExIPCopy selects the copies the syncer keeps.
+var isGatewayExIPCopy = predicate.NewPredicateFuncs(func(o client.Object) bool {
+	return o.GetNamespace() == v1alpha1.SystemNamespace && o.GetLabels()[gatewayExIPManagedLabel] == "true"
+})
+
 // SetupGatewayExIPSync adds a GatewayExIPSyncer to mgr with a cache of the hub namespace's
-// GatewayExIps and Clusters (hub, with the cluster's credential). It may be called after mgr
-// has started.
-func SetupGatewayExIPSync(mgr manager.Manager, hub *rest.Config, hubNamespace, clusterID string) error {
+// GatewayExIps and Clusters (hub, with the cluster's credential), keeping the copies in
+// copies (NewGatewayExIPCopies). It may be called after mgr has started.
+func SetupGatewayExIPSync(mgr manager.Manager, copies ctrlcluster.Cluster, hub *rest.Config, hubNamespace, clusterID string) error {
 	if hub == nil || hubNamespace == "" || clusterID == "" {
 		return errors.New("setting up the GatewayExIp sync: hub configuration, namespace and cluster ID are required")
 	}
@@ -96,32 +123,15 @@ func SetupGatewayExIPSync(mgr manager.Manager, hub *rest.Config, hubNamespace, c
 	if err := mgr.Add(hubCluster); err != nil {
 		return fmt.Errorf("adding the hub cache of GatewayExIps: %w", err)
 	}
-	// The copies, cached in the member's namespace alone: the role may read them nowhere else.
-	memberCluster, err := ctrlcluster.New(mgr.GetConfig(), func(co *ctrlcluster.Options) {
-		co.Scheme = kube.Scheme
-		co.Cache = cache.Options{
-			DefaultNamespaces: map[string]cache.Config{v1alpha1.SystemNamespace: {}},
-			DefaultTransform:  cache.TransformStripManagedFields(),
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("creating the member's cache of GatewayExIp copies: %w", err)
-	}
-	if err := mgr.Add(memberCluster); err != nil {
-		return fmt.Errorf("adding the member's cache of GatewayExIp copies: %w", err)
-	}
-	s := &GatewayExIPSyncer{Hub: hubCluster.GetClient(), Member: memberCluster.GetClient(), HubNamespace: hubNamespace, ClusterID: clusterID}
+	s := &GatewayExIPSyncer{Hub: hubCluster.GetClient(), Member: copies.GetClient(), HubNamespace: hubNamespace, ClusterID: clusterID}
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{gatewayExIPKey}
-	})
-	ours := predicate.NewPredicateFuncs(func(o client.Object) bool {
-		return o.GetNamespace() == v1alpha1.SystemNamespace && o.GetLabels()[gatewayExIPManagedLabel] == "true"
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("gatewayexip-sync").
 		WithOptions(controller.Options{SkipNameValidation: ptr.To(true)}).
 		// The copies themselves: one changed or deleted by someone else is put back.
-		WatchesRawSource(source.Kind(memberCluster.GetCache(), client.Object(&v1alpha1.GatewayExIp{}), all, predicate.TypedPredicate[client.Object](ours))).
+		WatchesRawSource(source.Kind(copies.GetCache(), client.Object(&v1alpha1.GatewayExIp{}), all, isGatewayExIPCopy)).
 		WatchesRawSource(source.Kind(hubCluster.GetCache(), client.Object(&v1alpha1.GatewayExIp{}), all)).
 		WatchesRawSource(source.Kind(hubCluster.GetCache(), client.Object(&v1alpha1.Cluster{}), all)).
 		Complete(s)

@@ -96,7 +96,11 @@ func TestGatewayExIPSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := SetupGatewayExIPSync(mgr, hubCfg, "octopus-hub", "a"); err != nil {
+	copies, err := NewGatewayExIPCopies(mgr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := SetupGatewayExIPSync(mgr, copies, hubCfg, "octopus-hub", "a"); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)

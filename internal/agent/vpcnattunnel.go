@@ -14,12 +14,14 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/kernel"
@@ -101,9 +103,10 @@ func KernelGREProbe() GREProbe {
 
 // VpcNatTunnelReconciler reports each VpcNatTunnel's resolution in its status.
 type VpcNatTunnelReconciler struct {
-	// Client reads tunnels, Vpcs and GatewayExIp copies (the manager's cache, which holds
-	// GatewayExIps of SystemNamespace only) and patches tunnels' status.
+	// Client reads tunnels and Vpcs and patches tunnels' status.
 	Client client.Client
+	// Copies reads the GatewayExIp copies (NewGatewayExIPCopies). Optional: Client.
+	Copies client.Reader
 	// LocalGlobalCIDR is this cluster's global CIDR from its Cluster on the hub; empty when it
 	// has none (not globalnet).
 	LocalGlobalCIDR string
@@ -115,7 +118,7 @@ type VpcNatTunnelReconciler struct {
 // remote gateway and the Vpc they name, so that a GatewayExIp copy or a Vpc appearing,
 // changing or going re-reconciles the tunnels naming it. It may be called after mgr has
 // started.
-func SetupVpcNatTunnels(mgr manager.Manager, localGlobalCIDR string, gre GREProbe) error {
+func SetupVpcNatTunnels(mgr manager.Manager, copies ctrlcluster.Cluster, localGlobalCIDR string, gre GREProbe) error {
 	ctx := context.Background()
 	idx := mgr.GetFieldIndexer()
 	if err := idx.IndexField(ctx, &v1alpha1.VpcNatTunnel{}, tunnelRemoteGatewayIndex, func(o client.Object) []string {
@@ -129,19 +132,17 @@ func SetupVpcNatTunnels(mgr manager.Manager, localGlobalCIDR string, gre GREProb
 	}); err != nil {
 		return fmt.Errorf("indexing VpcNatTunnels by Vpc: %w", err)
 	}
-	r := &VpcNatTunnelReconciler{Client: mgr.GetClient(), LocalGlobalCIDR: localGlobalCIDR, GRE: gre}
-	copies := predicate.NewPredicateFuncs(func(o client.Object) bool {
-		return o.GetNamespace() == v1alpha1.SystemNamespace && o.GetLabels()[gatewayExIPManagedLabel] == "true"
-	})
+	r := &VpcNatTunnelReconciler{Client: mgr.GetClient(), Copies: copies.GetClient(), LocalGlobalCIDR: localGlobalCIDR, GRE: gre}
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("vpcnattunnel").
 		// Status updates (ours) change no generation; dropping them keeps a status write from
 		// asking for another reconcile.
 		For(&v1alpha1.VpcNatTunnel{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&v1alpha1.GatewayExIp{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			l := o.GetLabels()
-			return r.tunnelsBy(ctx, tunnelRemoteGatewayIndex, remoteGatewayKey(l[v1alpha1.ClusterLabel], l[gatewayExIPGatewayLabel]))
-		}), builder.WithPredicates(copies)).
+		WatchesRawSource(source.Kind(copies.GetCache(), client.Object(&v1alpha1.GatewayExIp{}),
+			handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+				l := o.GetLabels()
+				return r.tunnelsBy(ctx, tunnelRemoteGatewayIndex, remoteGatewayKey(l[v1alpha1.ClusterLabel], l[gatewayExIPGatewayLabel]))
+			}), isGatewayExIPCopy)).
 		Watches(&v1alpha1.Vpc{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return r.tunnelsBy(ctx, tunnelVpcIndex, o.GetName())
 		})).
@@ -175,8 +176,12 @@ func (r *VpcNatTunnelReconciler) Reconcile(ctx context.Context, req reconcile.Re
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	in := tunnelInputs{LocalGlobalCIDR: r.LocalGlobalCIDR}
+	reader := r.Copies
+	if reader == nil {
+		reader = r.Client
+	}
 	copies := &v1alpha1.GatewayExIpList{}
-	if err := r.Client.List(ctx, copies, client.InNamespace(v1alpha1.SystemNamespace), client.MatchingLabels{
+	if err := reader.List(ctx, copies, client.InNamespace(v1alpha1.SystemNamespace), client.MatchingLabels{
 		gatewayExIPManagedLabel: "true", v1alpha1.ClusterLabel: t.Spec.ClusterID, gatewayExIPGatewayLabel: t.Spec.GatewayName,
 	}); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing the GatewayExIp copies of gateway %s of cluster %s: %w", t.Spec.GatewayName, t.Spec.ClusterID, err)

@@ -245,7 +245,11 @@ func TestVpcNatTunnelController(t *testing.T) {
 			}
 		})
 		// Set up once the manager runs, as the agent does once it has the hub's answer.
-		if err := SetupVpcNatTunnels(mgr, "242.1.0.0/16", gre); err != nil {
+		copies, err := NewGatewayExIPCopies(mgr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := SetupVpcNatTunnels(mgr, copies, "242.1.0.0/16", gre); err != nil {
 			t.Fatal(err)
 		}
 	}
