@@ -137,8 +137,16 @@ func TestRevokeOneCluster(t *testing.T) {
 	east, west := f.join(t, "east"), f.join(t, "west")
 	ns := f.info.Namespace
 	for _, id := range []string{"east", "west"} {
-		if err := f.as(t, map[string]*Joined{"east": east, "west": west}[id]).Create(t.Context(), testPeer(ns, id)); err != nil {
+		as := f.as(t, map[string]*Joined{"east": east, "west": west}[id])
+		if err := as.Create(t.Context(), testPeer(ns, id)); err != nil {
 			t.Fatalf("%s publishing its Peer: %v", id, err)
+		}
+		gw := &v1alpha1.GatewayExIp{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: v1alpha1.GatewayExIpHubName(id, "red"), Labels: map[string]string{v1alpha1.ClusterLabel: id}},
+			Spec:       v1alpha1.GatewayExIPSpec{ExternalIP: "192.0.2.10", GlobalnetCIDR: "242.254.0.0/24"},
+		}
+		if err := as.Create(t.Context(), gw); err != nil {
+			t.Fatalf("%s publishing its VPC gateway's GatewayExIp: %v", id, err)
 		}
 	}
 	if err := hub.Revoke(t.Context(), f.hub, ns, "west"); err != nil {
@@ -146,11 +154,17 @@ func TestRevokeOneCluster(t *testing.T) {
 	}
 	// What west published is gone, so that no gateway keeps a tunnel or route to it (a
 	// gateway refuses a Peer without a Cluster); east's stays.
-	for _, obj := range []client.Object{&v1alpha1.Cluster{}, &v1alpha1.Peer{}} {
-		if err := f.hub.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "west"}, obj); !apierrors.IsNotFound(err) {
+	for _, obj := range []client.Object{&v1alpha1.Cluster{}, &v1alpha1.Peer{}, &v1alpha1.GatewayExIp{}} {
+		name := func(id string) string {
+			if _, ok := obj.(*v1alpha1.GatewayExIp); ok {
+				return v1alpha1.GatewayExIpHubName(id, "red")
+			}
+			return id
+		}
+		if err := f.hub.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name("west")}, obj); !apierrors.IsNotFound(err) {
 			t.Errorf("west's %T after revocation: err = %v, want NotFound", obj, err)
 		}
-		if err := f.hub.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "east"}, obj); err != nil {
+		if err := f.hub.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name("east")}, obj); err != nil {
 			t.Errorf("east's %T after west's revocation: %v", obj, err)
 		}
 	}

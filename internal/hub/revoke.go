@@ -22,8 +22,9 @@ import (
 // its RoleBinding, so that the ID can be enrolled again without waiting for the garbage
 // collector. Then it deletes everything the cluster published, found by its ownership label:
 // its Cluster, which every gateway needs to accept the cluster's Peer (desired.go refuses a
-// Peer without one), its Peer, its heartbeat Lease and its service records and slices, which
-// the importers then withdraw. So no cluster keeps a tunnel, a route or an import of it once
+// Peer without one), its Peer, its heartbeat Lease, its service records and slices, which
+// the importers then withdraw, and its VPC gateways' GatewayExIps, whose copies the members'
+// syncers then delete. So no cluster keeps a tunnel, a route or an import of it once
 // the watches deliver the deletions, rather than waiting for its heartbeat to go stale.
 // Revoking a cluster that is not enrolled is not an error.
 func Revoke(ctx context.Context, c client.Client, namespace, clusterID string) error {
@@ -37,7 +38,7 @@ func Revoke(ctx context.Context, c client.Client, namespace, clusterID string) e
 	}
 	// The Cluster first: from then on every gateway refuses the cluster's Peer.
 	var errs []error
-	for _, obj := range []client.Object{&v1alpha1.Cluster{}, &v1alpha1.Peer{}, &coordinationv1.Lease{}, &mcsv1beta1.ServiceImport{}, &discoveryv1.EndpointSlice{}} {
+	for _, obj := range []client.Object{&v1alpha1.Cluster{}, &v1alpha1.Peer{}, &coordinationv1.Lease{}, &mcsv1beta1.ServiceImport{}, &discoveryv1.EndpointSlice{}, &v1alpha1.GatewayExIp{}} {
 		err := c.DeleteAllOf(ctx, obj, client.InNamespace(namespace), client.MatchingLabels{v1alpha1.ClusterLabel: clusterID})
 		if client.IgnoreNotFound(err) != nil {
 			errs = append(errs, fmt.Errorf("revoking cluster %s: deleting its %T objects in %s: %w", clusterID, obj, namespace, err))
