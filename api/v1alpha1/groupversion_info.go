@@ -1,7 +1,8 @@
 // Package v1alpha1 holds the octopus.io/v1alpha1 API: Cluster and Peer, which clusters publish
 // to the hub, Fabric, the operator's entry point in each cluster, GlobalIngressIP, a
 // globalnet cluster's record of its exports' global addresses, and GlobalEgressIP, the global
-// egress range of a namespace's or pod selector's pods.
+// egress range of a namespace's or pod selector's pods, and InterconnectRoute, a manual route of
+// the member's OVN-IC availability zone.
 //
 // +kubebuilder:object:generate=true
 // +groupName=octopus.io
@@ -44,6 +45,8 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&VpcDnsForwardList{},
 		&GatewayExIp{},
 		&GatewayExIpList{},
+		&InterconnectRoute{},
+		&InterconnectRouteList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -39,7 +39,7 @@ func Member() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	return load("bases/octopus.io_fabrics.yaml", "bases/octopus.io_globalingressips.yaml",
 		"bases/octopus.io_globalegressips.yaml", "bases/about.k8s.io_clusterproperties.yaml",
 		"bases/octopus.io_vpcs.yaml", "bases/octopus.io_vpcnattunnels.yaml", "bases/octopus.io_vpcdnsforwards.yaml",
-		"bases/octopus.io_gatewayexips.yaml")
+		"bases/octopus.io_gatewayexips.yaml", "bases/octopus.io_interconnectroutes.yaml")
 }
 
 // MCS returns the Multi-Cluster Services CRDs (ServiceExport, ServiceImport) of

@@ -244,6 +244,27 @@ var identities = []identity{
 		},
 	},
 	{
+		name: rbac.ICMaster, namespace: memberNS, serviceAccount: "octopus-icmaster",
+		needs: []grant{
+			{verbs: "get,list,watch,patch", resource: "configmaps", namespace: "kube-system", name: "ovn-ic-config"},
+			// The manual routes: read, and each one's status written; their spec is the user's.
+			{verbs: "list,watch", group: "octopus.io", resource: "interconnectroutes"},
+			{verbs: "patch", group: "octopus.io", resource: "interconnectroutes/status"},
+			{verbs: "create,patch", group: "events.k8s.io", resource: "events", namespace: "kube-system"},
+			{verbs: "create,patch", resource: "events", namespace: memberNS},
+			{verbs: "create", group: "coordination.k8s.io", resource: "leases", namespace: memberNS},
+			{verbs: "get,update", group: "coordination.k8s.io", resource: "leases", namespace: memberNS, name: "octopus-icmaster"},
+		},
+		refused: []request{
+			{verb: "create", group: "octopus.io", resource: "interconnectroutes"},
+			{verb: "update", group: "octopus.io", resource: "interconnectroutes", name: probeName},
+			{verb: "delete", group: "octopus.io", resource: "interconnectroutes", name: probeName},
+			{verb: "get", resource: "configmaps", namespace: "kube-system", name: probeName},
+			{verb: "get", resource: "secrets", namespace: memberNS, name: "octopus-hub"},
+			{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: memberNS, name: "octopus-ovnmaster"},
+		},
+	},
+	{
 		name: rbac.OVNNRI, namespace: memberNS, serviceAccount: "octopus-ovn-nri",
 		// It watches its node's pods for their addresses (reading one the watch has not seen
 		// yet); the reason a pod cannot start reaches the pod through containerd and the
@@ -477,7 +498,9 @@ func installedRBAC(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
 	var out []*unstructured.Unstructured
 	hubGateway := map[string]any{"gateway": map[string]any{"enabled": true, "healthCheckIP": "10.100.0.1"}}
-	secondaryNetwork := map[string]any{"secondaryNetwork": map[string]any{"enabled": true, "clusterID": "east", "cidr": "10.112.0.0/16"}}
+	// With the interconnection, so that the icmaster's roles are installed too.
+	secondaryNetwork := map[string]any{"secondaryNetwork": map[string]any{"enabled": true, "clusterID": "east", "cidr": "10.112.0.0/16",
+		"interconnect": map[string]any{"enabled": true, "icDBHost": []any{"10.0.0.1"}, "icNBPort": 6645, "icSBPort": 6646, "secondaryPool": "10.112.0.0/16"}}}
 	for chart, ns := range map[string]string{charts.Member: memberNS, charts.Hub: hubNS} {
 		c, err := charts.Load(chart, "v0.0.0-test")
 		if err != nil {

@@ -84,7 +84,7 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	icsb, err := connect(ctx, icsbModel, opts.ICSB, opts.ICSBTLS, log, "OVN IC SB", &icsbdb.AvailabilityZone{}, &icsbdb.Route{})
+	icsb, err := connect(ctx, icsbModel, opts.ICSB, opts.ICSBTLS, log, "OVN IC SB", &icsbdb.AvailabilityZone{}, &icsbdb.Route{}, &icsbdb.PortBinding{})
 	if err != nil {
 		nb.Close()
 		return nil, err

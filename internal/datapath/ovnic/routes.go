@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/go-logr/logr"
 	"github.com/ovn-kubernetes/libovsdb/model"
@@ -72,4 +73,47 @@ func ReadRoutes(ctx context.Context, icsb string, tlsConfig *tls.Config) ([]Adve
 		return cmp.Or(cmp.Compare(a.AZ, b.AZ), cmp.Compare(a.TransitSwitch, b.TransitSwitch), cmp.Compare(a.Prefix, b.Prefix))
 	})
 	return routes, azs, nil
+}
+
+// TransitAddresses are the AZs' router addresses on transit switch ts, by AZ name, as ovn-ic
+// published them in the IC SB database (its Port_Binding rows: "<mac> <address>/<bits>"). They
+// are what a manual route to another AZ names as its next hop; an AZ that has not joined, or
+// whose ovn-ic has not published its port yet, is absent.
+func (c *Client) TransitAddresses(ctx context.Context, ts string) (map[string]netip.Addr, error) {
+	var zones []icsbdb.AvailabilityZone
+	if err := c.icsb.List(ctx, &zones); err != nil {
+		return nil, fmt.Errorf("listing IC SB availability zones: %w", err)
+	}
+	names := make(map[string]string, len(zones))
+	for _, z := range zones {
+		names[z.UUID] = z.Name
+	}
+	var ports []icsbdb.PortBinding
+	if err := c.icsb.List(ctx, &ports); err != nil {
+		return nil, fmt.Errorf("listing IC SB port bindings: %w", err)
+	}
+	out := map[string]netip.Addr{}
+	for _, p := range ports {
+		name, ok := names[p.AvailabilityZone]
+		if !ok || p.TransitSwitch != ts {
+			continue
+		}
+		if a, ok := portBindingAddress(p.Address); ok {
+			out[name] = a
+		}
+	}
+	return out, nil
+}
+
+// portBindingAddress is the first IPv4 network of an IC SB port binding's address.
+func portBindingAddress(address string) (netip.Addr, bool) {
+	for _, f := range strings.Fields(address) {
+		if p, err := netip.ParsePrefix(f); err == nil && p.Addr().Is4() {
+			return p.Addr(), true
+		}
+		if a, err := netip.ParseAddr(f); err == nil && a.Is4() {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
 }

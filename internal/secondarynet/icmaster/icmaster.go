@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovnic"
 	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
@@ -64,6 +65,9 @@ const (
 type Applier interface {
 	Apply(ctx context.Context, az ovnic.AZ) error
 	Leave(ctx context.Context, az string) error
+	// TransitAddresses are the AZs' addresses on transit switch ts, by AZ name, from IC SB:
+	// where an InterconnectRoute's targetCluster resolves.
+	TransitAddresses(ctx context.Context, ts string) (map[string]netip.Addr, error)
 }
 
 // Connector connects an Applier to the AZ's NB and the given IC SB endpoint.
@@ -112,15 +116,30 @@ func Desired(cfg icconfig.Config, clusterID string, block, pool netip.Prefix, op
 	}, nil
 }
 
-// Reconcile applies the ConfigMap.
+// Reconcile applies the ConfigMap and the InterconnectRoutes, then writes each route's status:
+// whatever the request, the AZ is recomputed whole (one desired state, one Apply).
 func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	items, err := r.listRoutes(ctx)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	res, outcomes, err := r.reconcileAZ(ctx, items)
+	return res, errors.Join(err, r.reportRoutes(ctx, items, outcomes))
+}
+
+// reconcileAZ applies the ConfigMap with the routes of items, and says what became of each.
+func (r *Reconciler) reconcileAZ(ctx context.Context, items []v1alpha1.InterconnectRoute) (reconcile.Result, map[string]RouteOutcome, error) {
+	notInterconnected := func(why string) map[string]RouteOutcome {
+		return notApplied(items, v1alpha1.ReasonNotInterconnected, why)
+	}
 	var cm corev1.ConfigMap
 	if err := r.Client.Get(ctx, r.ConfigMap, &cm); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.Log.V(1).Info("No interconnection configuration", "configMap", r.ConfigMap)
-			return reconcile.Result{}, nil
+			return reconcile.Result{}, notInterconnected(fmt.Sprintf(
+				"the cluster is not an OVN-IC AZ: there is no ConfigMap %s (octopus join --interconnect ovn-ic writes it)", r.ConfigMap)), nil
 		}
-		return reconcile.Result{}, fmt.Errorf("reading %s: %w", r.ConfigMap, err)
+		return reconcile.Result{}, nil, fmt.Errorf("reading %s: %w", r.ConfigMap, err)
 	}
 	cfg, err := icconfig.Parse(cm.Data)
 	if err == nil {
@@ -128,19 +147,39 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	}
 	if err != nil {
 		// Nothing to retry: the next change of the ConfigMap brings a new request.
-		return reconcile.Result{}, r.report(ctx, &cm, corev1.EventTypeWarning, ReasonInvalid, "Refused: "+err.Error())
+		return reconcile.Result{}, notApplied(items, v1alpha1.ReasonRouteNotApplied, fmt.Sprintf("%s refused: %v", r.ConfigMap, err)),
+			r.report(ctx, &cm, corev1.EventTypeWarning, ReasonInvalid, "Refused: "+err.Error())
 	}
 	if !cfg.Enabled {
-		return r.leave(ctx, &cm, cfg)
+		err := r.leave(ctx, &cm, cfg)
+		return reconcile.Result{}, notInterconnected(fmt.Sprintf("the cluster is not an OVN-IC AZ: %s of %s is not \"true\"", icconfig.KeyEnable, r.ConfigMap)), err
 	}
 	az, err := Desired(cfg, r.ClusterID, r.CIDR, r.Pool, cm.Annotations[OptOutAnnotation] == "true")
 	if err != nil {
-		return reconcile.Result{}, r.report(ctx, &cm, corev1.EventTypeWarning, ReasonInvalid, "Refused: "+err.Error())
+		return reconcile.Result{}, notApplied(items, v1alpha1.ReasonRouteNotApplied, "AZ refused: "+err.Error()),
+			r.report(ctx, &cm, corev1.EventTypeWarning, ReasonInvalid, "Refused: "+err.Error())
 	}
 	applier, err := r.connect(ctx, cfg.ICSB())
 	if err != nil {
 		_ = r.report(ctx, &cm, corev1.EventTypeWarning, ReasonInvalid, "Not applied: "+err.Error())
-		return reconcile.Result{}, err
+		return reconcile.Result{}, notApplied(items, v1alpha1.ReasonRouteNotApplied, "AZ not applied: "+err.Error()), err
+	}
+	in := RouteInputs{Block: r.CIDR, Transit: az.TransitAddress, AutoRoute: az.AutoRoutes}
+	if !az.AutoRoutes && len(items) > 0 {
+		if in.Clusters, err = applier.TransitAddresses(ctx, az.TransitSwitch); err != nil {
+			return reconcile.Result{}, notApplied(items, v1alpha1.ReasonRouteNotApplied, "AZ not applied: "+err.Error()), err
+		}
+	}
+	var outcomes map[string]RouteOutcome
+	az.Routes, outcomes = DesiredRoutes(items, in)
+	// What was not applied is said on every route that would have been.
+	failed := func(err error) map[string]RouteOutcome {
+		for name, o := range outcomes {
+			if o.Ready {
+				outcomes[name] = RouteOutcome{NextHop: o.NextHop, Reason: v1alpha1.ReasonRouteNotApplied, Message: "AZ not applied: " + err.Error()}
+			}
+		}
+		return outcomes
 	}
 	applyCtx, cancel := context.WithTimeout(ctx, applyTimeout)
 	err = applier.Apply(applyCtx, az)
@@ -149,40 +188,40 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	switch {
 	case errors.Is(err, ovnic.ErrNotReady):
 		r.Log.V(1).Info("AZ not ready yet", "reason", err.Error())
-		return reconcile.Result{RequeueAfter: notReadyInterval}, r.report(ctx, &cm, corev1.EventTypeNormal, ReasonApplied, "Waiting: "+err.Error())
+		return reconcile.Result{RequeueAfter: notReadyInterval}, failed(err), r.report(ctx, &cm, corev1.EventTypeNormal, ReasonApplied, "Waiting: "+err.Error())
 	case errors.As(err, &overlap):
-		return reconcile.Result{RequeueAfter: overlapInterval}, r.report(ctx, &cm, corev1.EventTypeWarning, ReasonOverlap, "Refused: "+err.Error())
+		return reconcile.Result{RequeueAfter: overlapInterval}, failed(err), r.report(ctx, &cm, corev1.EventTypeWarning, ReasonOverlap, "Refused: "+err.Error())
 	case err != nil:
 		_ = r.report(ctx, &cm, corev1.EventTypeWarning, ReasonInvalid, "Not applied: "+err.Error())
-		return reconcile.Result{}, fmt.Errorf("applying AZ %s: %w", az.Name, err)
+		return reconcile.Result{}, failed(err), fmt.Errorf("applying AZ %s: %w", az.Name, err)
 	}
-	return reconcile.Result{}, r.report(ctx, &cm, corev1.EventTypeNormal, ReasonApplied, summary(az))
+	return reconcile.Result{}, outcomes, r.report(ctx, &cm, corev1.EventTypeNormal, ReasonApplied, summary(az))
 }
 
 // leave takes the AZ out of the interconnection when enable-ic is not "true": its rows out of
 // its NB, and it out of the IC SB that ic-db-host names (no host: there is nothing to leave).
-func (r *Reconciler) leave(ctx context.Context, cm *corev1.ConfigMap, cfg icconfig.Config) (reconcile.Result, error) {
+func (r *Reconciler) leave(ctx context.Context, cm *corev1.ConfigMap, cfg icconfig.Config) error {
 	const status = "Not interconnected: " + icconfig.KeyEnable + " is not \"true\""
 	if len(cfg.DBHosts) == 0 {
-		return reconcile.Result{}, r.report(ctx, cm, corev1.EventTypeNormal, ReasonApplied, status)
+		return r.report(ctx, cm, corev1.EventTypeNormal, ReasonApplied, status)
 	}
 	applier, err := r.connect(ctx, cfg.ICSB())
 	if err != nil {
 		_ = r.report(ctx, cm, corev1.EventTypeWarning, ReasonInvalid, "Not left: "+err.Error())
-		return reconcile.Result{}, err
+		return err
 	}
 	leaveCtx, cancel := context.WithTimeout(ctx, applyTimeout)
 	err = applier.Leave(leaveCtx, r.ClusterID)
 	cancel()
 	if err != nil {
 		_ = r.report(ctx, cm, corev1.EventTypeWarning, ReasonInvalid, "Not left: "+err.Error())
-		return reconcile.Result{}, err
+		return err
 	}
-	return reconcile.Result{}, r.report(ctx, cm, corev1.EventTypeNormal, ReasonApplied, status+"; "+icconfig.LeftStatus(r.ClusterID))
+	return r.report(ctx, cm, corev1.EventTypeNormal, ReasonApplied, status+"; "+icconfig.LeftStatus(r.ClusterID))
 }
 
 func summary(az ovnic.AZ) string {
-	adv := "routes: manual"
+	adv := fmt.Sprintf("routes: manual (%d)", len(az.Routes))
 	if az.AutoRoutes {
 		adv = "routes: automatic"
 	}

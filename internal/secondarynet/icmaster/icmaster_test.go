@@ -16,11 +16,13 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/cluster"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
@@ -106,6 +108,8 @@ func TestInterconnectFromConfigMap(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg := env.Cluster(id).RESTConfig()
+		// The member's CRDs, as join installs them: InterconnectRoute among them.
+		testenv.InstallCRDs(t, cfg)
 		z.kube = testenv.Client(t, cfg)
 		for _, ns := range []string{"kube-system", "octopus-system"} {
 			_ = z.kube.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
@@ -214,6 +218,46 @@ func TestInterconnectFromConfigMap(t *testing.T) {
 		south.waitStatus(t, "AZ south left the interconnection")
 	})
 
+	t.Run("manual routes from InterconnectRoutes", func(t *testing.T) {
+		manual := config("east-gw3,east-gw1")
+		manual["auto-route"] = "false"
+		east.writeConfig(t, manual, nil)
+		east.waitStatus(t, "routes: manual (0)")
+		// Manual: east no longer learns west's block.
+		east.waitRoute(t, "10.112.1.0/24", "")
+		east.createRoute(t, "to-west", v1alpha1.InterconnectRouteSpec{Prefix: "10.112.1.0/24", TargetCluster: "west"})
+		east.createRoute(t, "to-north", v1alpha1.InterconnectRouteSpec{Prefix: "10.112.9.0/24", TargetCluster: "north"})
+		east.createRoute(t, "own-block", v1alpha1.InterconnectRouteSpec{Prefix: "10.112.0.0/16", NextHop: "169.254.100.2"})
+		// targetCluster resolved from IC SB (west's transit port), the route on the router as
+		// Kube-OVN's lr-route-add puts it; the bad ones reported and left out.
+		east.waitRoute(t, "10.112.1.0/24", "169.254.100.2")
+		east.waitRouteCondition(t, "to-west", metav1.ConditionTrue, v1alpha1.ReasonRouteApplied, "10.112.1.0/24 via 169.254.100.2", "169.254.100.2")
+		east.waitRouteCondition(t, "to-north", metav1.ConditionFalse, v1alpha1.ReasonUnknownCluster, "cluster north has no AZ", "")
+		east.waitRouteCondition(t, "own-block", metav1.ConditionFalse, v1alpha1.ReasonOverlapsOwnBlock, "own secondary block 10.112.0.0/24", "")
+		east.waitStatus(t, "routes: manual (1)")
+		east.waitRoute(t, "10.112.9.0/24", "")
+		east.waitRoute(t, "10.112.0.0/16", "")
+
+		// Automatic: ignored, and said why.
+		east.writeConfig(t, config("east-gw3,east-gw1"), nil)
+		east.waitRouteCondition(t, "to-west", metav1.ConditionFalse, v1alpha1.ReasonAutomaticRoutes, `set it to "false"`, "")
+		east.waitStatus(t, "routes: automatic")
+		east.waitRoute(t, "10.112.1.0/24", "169.254.100.2") // learned again
+
+		// Manual again, then the route deleted: gone from the router.
+		east.writeConfig(t, manual, nil)
+		east.waitRouteCondition(t, "to-west", metav1.ConditionTrue, v1alpha1.ReasonRouteApplied, "", "169.254.100.2")
+		start := time.Now()
+		for _, name := range []string{"to-west", "to-north", "own-block"} {
+			if err := east.kube.Delete(t.Context(), &v1alpha1.InterconnectRoute{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		east.waitRoute(t, "10.112.1.0/24", "")
+		t.Logf("MEASURED: InterconnectRoute deleted -> static route gone in %s", time.Since(start).Round(time.Millisecond))
+		east.waitStatus(t, "routes: manual (0)")
+	})
+
 	t.Run("octopus leave: the AZ leaves and the other drops its routes", func(t *testing.T) {
 		east.writeConfig(t, config("east-gw3,east-gw1"), nil)
 		east.waitStatus(t, "Applied: AZ east")
@@ -306,6 +350,29 @@ func (z *az) waitRoute(t *testing.T, prefix, nextHop string) {
 		}
 		if got != nextHop {
 			return errors.New("routes: " + strings.TrimSpace(out))
+		}
+		return nil
+	})
+}
+
+func (z *az) createRoute(t *testing.T, name string, spec v1alpha1.InterconnectRouteSpec) {
+	t.Helper()
+	if err := z.kube.Create(t.Context(), &v1alpha1.InterconnectRoute{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitRouteCondition waits for the InterconnectRoute's Ready condition and resolved next hop.
+func (z *az) waitRouteCondition(t *testing.T, name string, status metav1.ConditionStatus, reason, inMessage, nextHop string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%s's InterconnectRoute %s to be %s %s", z.id, name, status, reason), func() error {
+		var r v1alpha1.InterconnectRoute
+		if err := z.kube.Get(t.Context(), types.NamespacedName{Name: name}, &r); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.InterconnectRouteConditionReady)
+		if c == nil || c.Status != status || c.Reason != reason || !strings.Contains(c.Message, inMessage) || r.Status.NextHop != nextHop {
+			return fmt.Errorf("status %+v", r.Status)
 		}
 		return nil
 	})

@@ -6,9 +6,12 @@ package icmaster
 // read and watched by name (the cache lists it with a metadata.name field selector) and
 // annotated with the outcome (a merge patch); the events on it (events.k8s.io); its own leader
 // election (LeaderElectionID), the Lease created unnamed, then read and updated by name, with
-// client-go's core events on it.
+// client-go's core events on it. The InterconnectRoutes (cluster-scoped), listed and watched,
+// and their status written (a merge patch).
 //
 // +kubebuilder:rbac:groups="",namespace=kube-system,resources=configmaps,resourceNames=ovn-ic-config,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=octopus.io,resources=interconnectroutes,verbs=list;watch
+// +kubebuilder:rbac:groups=octopus.io,resources=interconnectroutes/status,verbs=patch
 // +kubebuilder:rbac:groups=events.k8s.io,namespace=kube-system,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",namespace=octopus-system,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=octopus-system,resources=leases,verbs=create

@@ -17,9 +17,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovnic"
 	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/secondarynet/icconfig"
@@ -119,6 +123,13 @@ func Run(ctx context.Context, o Options) error {
 	defer r.Close()
 	err = builder.ControllerManagedBy(mgr).Named("icmaster").
 		For(&corev1.ConfigMap{}).
+		// Every route goes into the one AZ: any change of one re-applies the ConfigMap's AZ.
+		// Status writes (ours) change no generation and bring no request.
+		Watches(&v1alpha1.InterconnectRoute{}, handler.EnqueueRequestsFromMapFunc(
+			func(context.Context, client.Object) []reconcile.Request {
+				return []reconcile.Request{{NamespacedName: key}}
+			}),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1, SkipNameValidation: ptr.To(true)}).
 		Complete(r)
 	if err != nil {
