@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -95,19 +96,7 @@ func validGlobalEgressIP() *v1alpha1.GlobalEgressIP {
 // TestSchemaValidation sends invalid objects to a real API server that serves the generated
 // CRDs and checks each is refused with a message naming the problem; the valid ones pass.
 func TestSchemaValidation(t *testing.T) {
-	log.SetLogger(logr.Discard())
-	env := testenv.ControlPlanes(t, "api")
-	c, err := client.New(env.Cluster("api").RESTConfig(), client.Options{Scheme: kube.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	all, err := crd.All()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := hub.InstallCRDs(t.Context(), c, all); err != nil {
-		t.Fatal(err)
-	}
+	c := servingCRDs(t, crd.All)
 
 	tests := []struct {
 		name    string
@@ -571,4 +560,24 @@ func checkAdmission(t *testing.T, c client.Client, obj client.Object, wantErr st
 	case wantErr != "" && !strings.Contains(err.Error(), wantErr):
 		t.Fatalf("err = %v\nwant it to contain %q", err, wantErr)
 	}
+}
+
+// servingCRDs starts a real API server, installs the CRDs of set (crd.All, crd.Member) and
+// returns an admin client of it.
+func servingCRDs(t *testing.T, set func() ([]*apiextensionsv1.CustomResourceDefinition, error)) client.Client {
+	t.Helper()
+	log.SetLogger(logr.Discard())
+	env := testenv.ControlPlanes(t, "api")
+	c, err := client.New(env.Cluster("api").RESTConfig(), client.Options{Scheme: kube.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds, err := set()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hub.InstallCRDs(t.Context(), c, crds); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

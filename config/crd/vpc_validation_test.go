@@ -3,16 +3,11 @@ package crd_test
 import (
 	"testing"
 
-	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/config/crd"
-	"github.com/octopus-mcs/octopus/internal/hub"
-	"github.com/octopus-mcs/octopus/internal/kube"
-	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
 func validVpc() *v1alpha1.Vpc {
@@ -53,19 +48,7 @@ func validGatewayExIP() *v1alpha1.GatewayExIp {
 // generated CRDs: every rule refuses its input with a message naming the field and the fix,
 // and the valid objects (VPCs overlapping each other included) pass.
 func TestVpcSchemaValidation(t *testing.T) {
-	log.SetLogger(logr.Discard())
-	env := testenv.ControlPlanes(t, "api")
-	c, err := client.New(env.Cluster("api").RESTConfig(), client.Options{Scheme: kube.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	member, err := crd.Member()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := hub.InstallCRDs(t.Context(), c, member); err != nil {
-		t.Fatal(err)
-	}
+	c := servingCRDs(t, crd.Member)
 
 	sub := func(name, cidr string) v1alpha1.VpcSubnet { return v1alpha1.VpcSubnet{Name: name, CIDR: cidr} }
 	tests := []struct {
