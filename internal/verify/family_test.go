@@ -28,6 +28,25 @@ func TestPairFamilies(t *testing.T) {
 	}
 }
 
+// TestFamilyNote: a pair checked without IPv6 although one side has it says so, naming the
+// side without; a pair where both or neither have IPv6 says nothing.
+func TestFamilyNote(t *testing.T) {
+	v6 := netip.MustParseAddr("2001:db8:101::3")
+	for _, tc := range []struct {
+		from, to netip.Addr
+		want     string
+	}{
+		{netip.Addr{}, netip.Addr{}, ""},
+		{v6, v6, ""},
+		{v6, netip.Addr{}, "IPv6 not checked from east to west: west's probe server has no IPv6 address (an IPv4-only cluster, or addressing other than direct)"},
+		{netip.Addr{}, v6, "IPv6 not checked from east to west: east's probe client has no IPv6 address (an IPv4-only cluster, or addressing other than direct)"},
+	} {
+		if got := familyNote("east", "west", tc.from, tc.to); got != tc.want {
+			t.Errorf("familyNote(%v, %v) = %q, want %q", tc.from, tc.to, got, tc.want)
+		}
+	}
+}
+
 // TestSecondIPv6 checks the IPv6 address taken from a pod's status: only beside an IPv4
 // primary.
 func TestSecondIPv6(t *testing.T) {

@@ -232,6 +232,23 @@ func pairFamilies(fromIPv6, toIPv6 netip.Addr) []string {
 	return []string{""}
 }
 
+// familyNote says why the pair from → to is checked without IPv6 when one side has an IPv6
+// address and the other has none: a dual-stack cluster beside an IPv4-only one (or one whose
+// addressing is not direct, which verify checks in IPv4 only). "" when both or neither have one:
+// then nothing was left out. Without it a user of a mixed fleet would see IPv4 checks pass and
+// never learn that IPv6 between the two was not looked at.
+func familyNote(from, to string, fromIPv6, toIPv6 netip.Addr) string {
+	const why = "an IPv4-only cluster, or addressing other than direct"
+	switch {
+	case fromIPv6.IsValid() == toIPv6.IsValid():
+		return ""
+	case fromIPv6.IsValid():
+		return fmt.Sprintf("IPv6 not checked from %s to %s: %s's probe server has no IPv6 address (%s)", from, to, to, why)
+	default:
+		return fmt.Sprintf("IPv6 not checked from %s to %s: %s's probe client has no IPv6 address (%s)", from, to, from, why)
+	}
+}
+
 // secondIPv6 is a dual-stack pod's IPv6 address: an IPv6 entry of status.podIPs after the
 // primary IPv4 one; invalid when the pod is single-stack (or IPv6 is its primary family, whose
 // checks are the family-less ones).

@@ -107,6 +107,9 @@ type Report struct {
 	// clusters were given) and then as in Checks (SecondaryChecks for a client cluster on the
 	// secondary network).
 	Results []Result `json:"results"`
+	// Notes say what was not checked and why (familyNote: IPv6 between a dual-stack cluster
+	// and an IPv4-only one).
+	Notes []string `json:"notes,omitempty"`
 	// Passed is true when every check passed and there was at least one.
 	Passed bool `json:"passed"`
 }
@@ -169,6 +172,11 @@ func Render(w io.Writer, r *Report) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, n := range r.Notes {
+		if _, err := fmt.Fprintf(w, "Note: %s.\n", n); err != nil {
+			return err
+		}
 	}
 	_, err := fmt.Fprintf(w, "\n%s\n", r.Summary())
 	return err

@@ -94,6 +94,22 @@ func TestRender(t *testing.T) {
 	}
 }
 
+// TestRenderNotes: what was not checked is said under the table, before the summary.
+func TestRenderNotes(t *testing.T) {
+	r := &Report{Clusters: []string{"east", "west"}, Results: []Result{
+		{Check: CheckPodToPod, From: "east", To: "west", Passed: true, Detail: "ok", Attempts: 1},
+	}, Notes: []string{"IPv6 not checked from east to west: west's probe server has no IPv6 address (an IPv4-only cluster, or addressing other than direct)"}}
+	r.Finish()
+	var out bytes.Buffer
+	if err := Render(&out, r); err != nil {
+		t.Fatal(err)
+	}
+	want := "Note: IPv6 not checked from east to west: west's probe server has no IPv6 address (an IPv4-only cluster, or addressing other than direct).\n\nAll 1 checks passed between 2 clusters.\n"
+	if !strings.HasSuffix(out.String(), want) {
+		t.Errorf("Render ends with %q, want %q", out.String(), want)
+	}
+}
+
 // TestRenderSecondary: the addressing line heads the table, a secondary pair's service
 // check is secondary-service, and a mismatched pair's checks fail not attempted with the
 // reason, counted in the summary like any failure.

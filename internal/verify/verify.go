@@ -138,7 +138,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		report.Addressing = append(report.Addressing, m.addressing)
 	}
 	r.waitImports(ctx)
-	report.Results = r.checkAll(ctx)
+	report.Results, report.Notes = r.checkAll(ctx)
 	report.Finish()
 	if err := ctx.Err(); err != nil {
 		// Checks cut short by Ctrl-C or --timeout say nothing about the network.
@@ -372,8 +372,9 @@ func (r *runner) secondaryEndpoint(ctx context.Context, from, to *member) (netip
 }
 
 // checkAll runs the checks of each ordered pair concurrently (a dead link costs one check
-// timeout per check, not per pair) and returns them in report order.
-func (r *runner) checkAll(ctx context.Context) []Result {
+// timeout per check, not per pair) and returns them in report order, with the notes of what
+// was left out (familyNote).
+func (r *runner) checkAll(ctx context.Context) ([]Result, []string) {
 	type pair struct{ from, to *member }
 	var pairs []pair
 	for _, a := range r.members {
@@ -386,10 +387,15 @@ func (r *runner) checkAll(ctx context.Context) []Result {
 	start := time.Now()
 	r.p.Step("Checking %d pairs of clusters (%s per check at most)", len(pairs), r.opts.CheckTimeout)
 	results := make([][]Result, len(pairs))
+	var notes []string
 	var wg sync.WaitGroup
 	for i, p := range pairs {
 		checks, mismatch := pairChecks(p.from.addressing, p.to.addressing)
 		families := pairFamilies(p.from.clientIP6, p.to.serverIP6)
+		if n := familyNote(p.from.ID, p.to.ID, p.from.clientIP6, p.to.serverIP6); n != "" {
+			notes = append(notes, n)
+			r.p.Step("%s", n)
+		}
 		results[i] = make([]Result, 0, len(checks)*len(families))
 		wg.Go(func() {
 			for _, family := range families {
@@ -407,7 +413,7 @@ func (r *runner) checkAll(ctx context.Context) []Result {
 	}
 	wg.Wait()
 	r.p.Done(start, "checks done")
-	return slices.Concat(results...)
+	return slices.Concat(results...), notes
 }
 
 // check retries one check until it passes or CheckTimeout passes. Attempts are not cut
