@@ -25,7 +25,7 @@ const BrokerInfoSecretName = "broker-info"
 // OperatorRoles says why).
 //
 // Secrets and ServiceAccounts only in the namespaces the operator writes them in: the hub's
-// (the chart's hubNamespace stands for v1alpha1.DefaultHubNamespace here), the member's, and
+// (the chart's hub.namespace stands for v1alpha1.DefaultHubNamespace here), the member's, and
 // its own, where a member Fabric's broker-info is by default. Reading every Secret of the
 // cluster, or minting a token for any ServiceAccount, would make it cluster-admin in effect.
 //

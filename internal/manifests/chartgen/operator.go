@@ -26,7 +26,7 @@ var InstalledComponents = []string{
 // member chart's and the hub's: a component's ClusterRole's rules in the operator's
 // ClusterRole, a component's Role's rules in the operator's Role of the same namespace
 // (v1alpha1.DefaultHubNamespace stands for the hub's, which the operator chart's
-// hubNamespace replaces).
+// hub.namespace replaces).
 //
 // Why the union rather than "escalate" and "bind": the API server lets a user write a role or
 // a binding only with the permissions it grants, unless the user may escalate or bind. With
