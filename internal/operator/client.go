@@ -91,7 +91,7 @@ func WaitFabric(ctx context.Context, c ctrl.Reader, p *progress.Reporter, timeou
 			if cond.Status != metav1.ConditionTrue {
 				done = false
 				switch cond.Reason {
-				case ReasonBrokerInfoInvalid, ReasonClusterIDTaken, ReasonProviderUnavailable:
+				case ReasonBrokerInfoInvalid, ReasonClusterIDTaken, ReasonProviderUnavailable, ReasonHubNamespaceNotGranted:
 					return false, fmt.Errorf("the operator reports %s=False: %s", typ, cond.Message)
 				}
 			}
