@@ -47,7 +47,11 @@ func greInThrowawayNetns() (ok bool, err error) {
 	defer orig.Close()
 	probe, err := netns.New()
 	if err != nil {
-		runtime.UnlockOSThread()
+		// New may have unshared before it failed: the thread goes back to its namespace
+		// before it is shared again, or stays locked for the runtime to end.
+		if rerr := netns.Set(orig); rerr == nil {
+			runtime.UnlockOSThread()
+		}
 		return false, fmt.Errorf("creating a network namespace to probe for GRE: %w", err)
 	}
 	defer func() {
