@@ -10,7 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
@@ -91,26 +93,10 @@ func TestGatewayExIPSync(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	mctx, cancel := context.WithCancel(ctx)
-	mgr, err := manager.New(memberCfg, ControllerOptions{Member: memberCfg, MetricsBindAddress: "0"}.managerOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	copies, err := NewGatewayExIPCopies(mgr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr, copies := startAgentManager(t, memberCfg)
 	if err := SetupGatewayExIPSync(mgr, copies, hubCfg, "octopus-hub", "a"); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(mctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
 
 	copyOf := func(name string) (*v1alpha1.GatewayExIp, error) {
 		g := &v1alpha1.GatewayExIp{}
@@ -178,4 +164,29 @@ func TestGatewayExIPSync(t *testing.T) {
 	if _, err := copyOf(v1alpha1.GatewayExIpName("red", "a")); !apierrors.IsNotFound(err) {
 		t.Errorf("a's own GatewayExIp in a: %v", err)
 	}
+}
+
+// startAgentManager runs a manager with the agent controller's options against cfg until the
+// test ends, with the GatewayExIp copies' cache; the caller sets its controllers up on it
+// afterwards, as the agent does once it has the hub's answer.
+func startAgentManager(t *testing.T, cfg *rest.Config) (manager.Manager, ctrlcluster.Cluster) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	mgr, err := manager.New(cfg, ControllerOptions{Member: cfg, MetricsBindAddress: "0"}.managerOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	copies, err := NewGatewayExIPCopies(mgr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mgr, copies
 }

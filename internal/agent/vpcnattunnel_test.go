@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -17,7 +16,6 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
@@ -231,24 +229,7 @@ func TestVpcNatTunnelController(t *testing.T) {
 	var probes atomic.Int32
 	fake := GREProbeFunc(func() (bool, error) { probes.Add(1); return false, nil })
 	start := func(t *testing.T, gre GREProbe) {
-		mctx, cancel := context.WithCancel(ctx)
-		mgr, err := manager.New(cfg, ControllerOptions{Member: cfg, MetricsBindAddress: "0"}.managerOptions())
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- mgr.Start(mctx) }()
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("manager: %v", err)
-			}
-		})
-		// Set up once the manager runs, as the agent does once it has the hub's answer.
-		copies, err := NewGatewayExIPCopies(mgr)
-		if err != nil {
-			t.Fatal(err)
-		}
+		mgr, copies := startAgentManager(t, cfg)
 		if err := SetupVpcNatTunnels(mgr, copies, "242.1.0.0/16", gre); err != nil {
 			t.Fatal(err)
 		}
