@@ -109,9 +109,14 @@ func startICDB(t *testing.T, dir, name, schema, ctl string) icDB {
 
 func (db icDB) run(t *testing.T, args ...string) string {
 	t.Helper()
-	out, err := exec.Command(db.ctl, append([]string{"--db=" + db.endpoint}, args...)...).CombinedOutput()
+	// Only stdout is the answer: under load the ctl tools warn on stderr ("Unreasonably
+	// long poll interval"), which would read as rows.
+	var stderr bytes.Buffer
+	cmd := exec.Command(db.ctl, append([]string{"--db=" + db.endpoint}, args...)...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", db.ctl, strings.Join(args, " "), err, out)
+		t.Fatalf("%s %s: %v\n%s%s", db.ctl, strings.Join(args, " "), err, out, stderr.Bytes())
 	}
 	return string(out)
 }

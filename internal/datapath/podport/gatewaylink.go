@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/vishvananda/netlink"
 )
@@ -146,16 +147,21 @@ func (c *changes) add(format string, args ...any) {
 	c.list = append(c.list, fmt.Sprintf(format, args...))
 }
 
+// gatewayVsctlTimeout bounds the gateway loop's ovs-vsctl calls. No NRI deadline holds them,
+// and a starved ovsdb-server on a loaded node (seconds between polls have been seen on the
+// lab's two cores) must not read as a failed check that makes the gateway unready.
+const gatewayVsctlTimeout = 5 * time.Second
+
 // ensureGatewayOVSPort makes GatewayBridgePort a port of the bridge bound to g.Port, reading
 // the database first so that a node already right gets no transaction.
 func ensureGatewayOVSPort(ctx context.Context, g Gateway, c *changes) error {
-	ports, err := vsctlOutput(ctx, g.Node.OVSDB, "list-ports", g.Node.Bridge)
+	ports, err := vsctlOutputWithin(ctx, g.Node.OVSDB, gatewayVsctlTimeout, "list-ports", g.Node.Bridge)
 	if err != nil {
 		return err
 	}
 	if slices.Contains(strings.Fields(string(ports)), GatewayBridgePort) {
 		// A missing key prints a blank line (--if-exists).
-		out, err := vsctlOutput(ctx, g.Node.OVSDB, "--if-exists", "get", "Interface", GatewayBridgePort,
+		out, err := vsctlOutputWithin(ctx, g.Node.OVSDB, gatewayVsctlTimeout, "--if-exists", "get", "Interface", GatewayBridgePort,
 			"external_ids:iface-id", "external_ids:"+externalIDGateway)
 		if err != nil {
 			return err
@@ -167,7 +173,7 @@ func ensureGatewayOVSPort(ctx context.Context, g Gateway, c *changes) error {
 	}
 	// --no-wait: ovn-controller binds the port once ovs-vswitchd has opened it, a moment
 	// later; waiting here would bound nothing but ovs-vsctl's timeout.
-	if err := vsctl(ctx, g.Node.OVSDB, "--no-wait", "--may-exist", "add-port", g.Node.Bridge, GatewayBridgePort, "--",
+	if _, err := vsctlOutputWithin(ctx, g.Node.OVSDB, gatewayVsctlTimeout, "--no-wait", "--may-exist", "add-port", g.Node.Bridge, GatewayBridgePort, "--",
 		"set", "Interface", GatewayBridgePort, "external_ids:iface-id="+g.Port, "external_ids:"+externalIDGateway+"="+g.Port); err != nil {
 		return err
 	}
@@ -275,7 +281,7 @@ func ensureOnlyAddr(node *handle, link netlink.Link, want netip.Prefix, c *chang
 // DetachGateway removes the node's gateway interface: the OVS port and the veth. Detaching
 // what is not there does nothing.
 func DetachGateway(ctx context.Context, n Node) error {
-	if err := vsctl(ctx, n.OVSDB, "--no-wait", "--if-exists", "del-port", n.Bridge, GatewayBridgePort); err != nil {
+	if _, err := vsctlOutputWithin(ctx, n.OVSDB, gatewayVsctlTimeout, "--no-wait", "--if-exists", "del-port", n.Bridge, GatewayBridgePort); err != nil {
 		return err
 	}
 	node, err := handleAt(n.Netns)

@@ -23,6 +23,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"strings"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -380,16 +381,25 @@ func ipNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
-// vsctl runs ovs-vsctl against db. Its --timeout bounds the wait for the database (and for
-// ovs-vswitchd to apply the change) below the NRI request's deadline.
+// podVsctlTimeout bounds a pod's ovs-vsctl calls below the NRI request's deadline.
+const podVsctlTimeout = time.Second
+
+// vsctl runs ovs-vsctl against db for a pod's port: podVsctlTimeout bounds the wait for the
+// database.
 func vsctl(ctx context.Context, db string, args ...string) error {
-	_, err := vsctlOutput(ctx, db, args...)
+	_, err := vsctlOutputWithin(ctx, db, podVsctlTimeout, args...)
 	return err
 }
 
 // vsctlOutput is vsctl returning ovs-vsctl's standard output.
 func vsctlOutput(ctx context.Context, db string, args ...string) ([]byte, error) {
-	full := []string{"--timeout=1"}
+	return vsctlOutputWithin(ctx, db, podVsctlTimeout, args...)
+}
+
+// vsctlOutputWithin runs ovs-vsctl against db, waiting at most timeout (whole seconds, at
+// least one) for the database, and returns its standard output.
+func vsctlOutputWithin(ctx context.Context, db string, timeout time.Duration, args ...string) ([]byte, error) {
+	full := []string{fmt.Sprintf("--timeout=%d", max(1, int(timeout/time.Second)))}
 	if db != "" {
 		full = append(full, "--db="+db)
 	}

@@ -216,8 +216,16 @@ func (c *icDBCluster) ctl(db string, f *tlsFiles, args ...string) (string, error
 	if f != nil {
 		all = append(all, "--private-key="+f.key, "--certificate="+f.cert, "--ca-cert="+f.ca)
 	}
-	out, err := exec.Command(c.db.Ctl, append(all, args...)...).CombinedOutput()
-	return string(out), err
+	// Only stdout is the answer: on this loaded machine the ctl tools warn on stderr
+	// ("Unreasonably long poll interval"), which would read as rows.
+	var stderr bytes.Buffer
+	cmd := exec.Command(c.db.Ctl, append(all, args...)...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s: %w: %s", c.db.Ctl, strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out), nil
 }
 
 func eventuallyIC(t *testing.T, what string, f func() error) {
