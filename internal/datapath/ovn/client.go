@@ -60,6 +60,8 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 		nbdb.LogicalSwitchPortTable: &nbdb.LogicalSwitchPort{},
 		nbdb.LogicalRouterTable:     &nbdb.LogicalRouter{}, // VPCs' (vpc.go)
 		nbdb.LogicalRouterPortTable: &nbdb.LogicalRouterPort{},
+		// A VPC router's default route to its gateway (vpc.go).
+		nbdb.LogicalRouterStaticRouteTable: &nbdb.LogicalRouterStaticRoute{},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("NB database model: %w", err)
@@ -89,6 +91,7 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 		client.WithTable(&nbdb.LogicalSwitchPort{}),
 		client.WithTable(&nbdb.LogicalRouter{}),
 		client.WithTable(&nbdb.LogicalRouterPort{}),
+		client.WithTable(&nbdb.LogicalRouterStaticRoute{}),
 	)); err != nil {
 		nb.Close()
 		return nil, fmt.Errorf("reading the OVN NB database at %s: %w", opts.Endpoint, err)

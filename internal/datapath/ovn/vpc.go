@@ -28,7 +28,11 @@ import (
 // router "octopus-<cluster>.<vpc>", switches and router ports "octopus-<cluster>.<vpc>.<subnet>"
 // (two '.', no '_'), the switches' ports to the router "octopus-<cluster>.<vpc>.<subnet>.router"
 // (three '.') and pods' ports "<cluster>_<vpc>_<ns>_<pod>" (three '_') can never take a name of
-// the cluster's, nor of another VPC's or cluster's.
+// the cluster's, nor of another VPC's or cluster's. The gateway's rows (VpcGateway) are
+// "octopus-<cluster>.<vpc>.gateway.link" (its link switch and the router's port on it, three
+// '.' ending in "link"), "octopus-<cluster>.<vpc>.gateway.link.router" (four '.') and
+// "octopus-<cluster>.<vpc>.gateway.port" (three '.' ending in "port"): a subnet's rows have two
+// '.', or three ending in "router", so a subnet named "gateway" meets none of them.
 
 // Vpc is the desired state of one VPC of a cluster.
 type Vpc struct {
@@ -40,6 +44,37 @@ type Vpc struct {
 	Subnets []Subnet
 	// Pods are the pods that should have a port in the VPC, each listed once.
 	Pods []VpcPod
+	// Gateway, when set, is the VPC's way out (optional): a link network between the VPC's
+	// router and a gateway port bound to one chassis, and the router's default route to the
+	// gateway, so that whatever the VPC sends outside its subnets goes to the gateway. Nil
+	// means no gateway: nothing leaves the VPC.
+	Gateway *VpcGateway
+}
+
+// VpcGateway is where a VPC's gateway port is bound, the way the cluster's gateway port is
+// (Network.GatewayChassis): active-backup, every gateway node may have an interface bound to
+// the port, and OVN binds it on the requested chassis only, so a failover is one update of
+// that row.
+type VpcGateway struct {
+	// Chassis is the OVN chassis (Open_vSwitch external_ids:system-id, the node name by
+	// convention) the gateway port is requested on (required): one name.
+	Chassis string
+}
+
+// VpcGatewayLink is the link network between every VPC's router and its gateway: the router
+// at its first host, the gateway at the second. One block for every VPC, as VPCs never meet
+// each other (each link is a switch of its own VPC, and OVN keeps datapaths apart, as it keeps
+// identical subnets apart). A VPC's subnets could overlap it, since a Vpc's CIDRs are the
+// user's: ApplyVpc refuses a gateway for a VPC whose subnet does (validate). A /30 in the top
+// of the shared address space (RFC 6598, 100.64.0.0/10), which neither the cluster's nor its
+// pods' networks nor the lab use, and which is not link-local (169.254.0.0/16, which hosts
+// may route specially).
+var VpcGatewayLink = netip.MustParsePrefix("100.127.255.252/30")
+
+// vpcGatewayLinkAddrs are the router's and the gateway's addresses on VpcGatewayLink.
+func vpcGatewayLinkAddrs() (router, gateway netip.Addr) {
+	router = VpcGatewayLink.Addr().Next()
+	return router, router.Next()
 }
 
 // Subnet is one subnet of a VPC.
@@ -65,6 +100,11 @@ type VpcResult struct {
 	// Failed holds every pod that could not get a port, and why: an unknown subnet
 	// (ErrUnknownSubnet) or an address request that cannot be met, as for Result.Failed.
 	Failed map[PodKey]error
+	// Gateway is the gateway's port when the VPC has one, zero otherwise: what a gateway node
+	// attaches (Port as its interface's iface-id, MAC, and IP, the gateway's address on
+	// VpcGatewayLink with its prefix length). Its Gateway is the VPC router's address on the
+	// link, where the gateway routes the VPC's subnets back.
+	Gateway Attachment
 }
 
 // ErrUnknownSubnet means a pod names a subnet its VPC does not have.
@@ -85,6 +125,24 @@ func VpcSubnetName(clusterID, vpc, subnet string) string {
 // (the southbound Port_Binding) and drops both of a duplicate.
 func VpcRouterSwitchPortName(clusterID, vpc, subnet string) string {
 	return VpcSubnetName(clusterID, vpc, subnet) + ".router"
+}
+
+// VpcGatewayLinkName is the name of a VPC's gateway link switch and of the router's port on
+// it: three '.', the last part "link", where a subnet's rows have two, or three ending in
+// "router" (the package comment on names).
+func VpcGatewayLinkName(clusterID, vpc string) string {
+	return VpcRouterName(clusterID, vpc) + ".gateway.link"
+}
+
+// VpcGatewayLinkSwitchPortName is the link switch's port that joins the router's port on it.
+func VpcGatewayLinkSwitchPortName(clusterID, vpc string) string {
+	return VpcGatewayLinkName(clusterID, vpc) + ".router"
+}
+
+// VpcGatewayPortName is the name of a VPC's gateway port on its link switch; a gateway node
+// sets it as its interface's external_ids:iface-id.
+func VpcGatewayPortName(clusterID, vpc string) string {
+	return VpcRouterName(clusterID, vpc) + ".gateway.port"
 }
 
 // VpcPortName is the name of a pod's logical switch port in a VPC:
@@ -147,6 +205,19 @@ func (v Vpc) validate() (map[string]hostaddr.Block, error) {
 		}
 		blocks[s.Name] = b
 	}
+	if v.Gateway != nil {
+		if strings.ContainsAny(v.Gateway.Chassis, ", \t\n") || v.Gateway.Chassis == "" || len(v.Gateway.Chassis) > 253 {
+			// As for Network.GatewayChassis: OVN reads a comma-separated requested-chassis as
+			// several chassis; one is meant here.
+			errs = append(errs, fmt.Errorf("VPC %s: Gateway.Chassis %q is not one chassis name: name the node the gateway port is bound to, or set no Gateway", v.Name, v.Gateway.Chassis))
+		}
+		for _, s := range v.Subnets {
+			if s.CIDR.IsValid() && s.CIDR.Overlaps(VpcGatewayLink) {
+				errs = append(errs, fmt.Errorf("VPC %s: subnet %s (%s) overlaps the gateway's link network %s, where the VPC's router reaches its Gateway: give the subnet a CIDR outside it, or set no Gateway",
+					v.Name, s.Name, s.CIDR, VpcGatewayLink))
+			}
+		}
+	}
 	pods := make([]Pod, len(v.Pods))
 	for i, p := range v.Pods {
 		pods[i] = p.Pod
@@ -161,6 +232,10 @@ type vpcObserved struct {
 	router  *nbdb.LogicalRouter
 	lrps    []nbdb.LogicalRouterPort
 	subnets map[string]observed
+	// routes are the router's static routes, ours and anyone else's.
+	routes []nbdb.LogicalRouterStaticRoute
+	// gateway is the gateway's link switch and its ports (sw nil when there is none).
+	gateway observed
 }
 
 // subnetPlan is one subnet's part of a vpcPlan.
@@ -179,11 +254,23 @@ type vpcPlan struct {
 	subnets              []subnetPlan
 	// removeSubnets are the switches of subnets the VPC no longer has.
 	removeSubnets []observed
-	result        VpcResult
+	// gateway is the plan of the gateway's link switch and its two ports (the router's and
+	// the gateway's), nil when the VPC has no gateway; a chassis change is its one
+	// updateGateway. removeGateway is the link switch to remove when the gateway goes.
+	gateway       *plan
+	removeGateway *observed
+	// routeCreate, routeUpdate (UUID set) and routeRemove (UUIDs) are the changes of the
+	// router's static routes: the default route to the gateway is the only one we write.
+	routeCreate, routeUpdate []nbdb.LogicalRouterStaticRoute
+	routeRemove              []string
+	result                   VpcResult
 }
 
 func (p *vpcPlan) empty() bool {
 	if p.createRouter || len(p.lrpCreate)+len(p.lrpUpdate)+len(p.lrpRemove)+len(p.removeSubnets) > 0 {
+		return false
+	}
+	if (p.gateway != nil && !p.gateway.empty()) || p.removeGateway != nil || len(p.routeCreate)+len(p.routeUpdate)+len(p.routeRemove) > 0 {
 		return false
 	}
 	for _, s := range p.subnets {
@@ -215,6 +302,7 @@ func makeVpcPlan(v Vpc, blocks map[string]hostaddr.Block, obs vpcObserved) vpcPl
 		}
 		oldLRPs[lrp.Name] = lrp
 	}
+	var wantLRPs []nbdb.LogicalRouterPort
 	for _, s := range v.Subnets {
 		seg := segment{clusterID: v.ClusterID, vpc: v.Name, subnet: s.Name}
 		block := blocks[s.Name]
@@ -225,10 +313,22 @@ func makeVpcPlan(v Vpc, blocks map[string]hostaddr.Block, obs vpcObserved) vpcPl
 		maps.Copy(p.result.Attached, sp.plan.result.Attached)
 		maps.Copy(p.result.Failed, sp.plan.result.Failed)
 		p.subnets = append(p.subnets, sp)
-
-		want := routerPort(seg, block)
-		old, ok := oldLRPs[name]
-		delete(oldLRPs, name)
+		wantLRPs = append(wantLRPs, routerPort(seg, block))
+	}
+	if v.Gateway != nil {
+		wantLRPs = append(wantLRPs, gatewayRouterPort(v.ClusterID, v.Name))
+	}
+	p.planGatewayRoute(v, obs.routes)
+	switch {
+	case v.Gateway != nil:
+		gp := planGatewayLink(v, obs.gateway)
+		p.gateway, p.result.Gateway = &gp, gp.result.Gateway
+	case obs.gateway.sw != nil:
+		p.removeGateway = &obs.gateway
+	}
+	for _, want := range wantLRPs {
+		old, ok := oldLRPs[want.Name]
+		delete(oldLRPs, want.Name)
 		switch {
 		case !ok:
 			p.lrpCreate = append(p.lrpCreate, want)
@@ -279,4 +379,137 @@ func routerSwitchPort(seg segment) nbdb.LogicalSwitchPort {
 		Name: VpcRouterSwitchPortName(seg.clusterID, seg.vpc, seg.subnet), Type: "router", Addresses: []string{"router"},
 		Options: map[string]string{"router-port": VpcSubnetName(seg.clusterID, seg.vpc, seg.subnet)}, ExternalIDs: ids,
 	}
+}
+
+// vpcGatewayIDs are the external_ids of the rows of a VPC's gateway: the VPC's, and the
+// gateway role, which tells its link switch from the subnets' switches.
+func vpcGatewayIDs(clusterID, vpc string) map[string]string {
+	ids := vpcIDs(clusterID, vpc)
+	ids[owner.OVNKeyRole] = owner.OVNRoleGateway
+	return ids
+}
+
+// gatewayRouterPort is the VPC router's port on the gateway's link network, at its first host.
+func gatewayRouterPort(clusterID, vpc string) nbdb.LogicalRouterPort {
+	router, _ := vpcGatewayLinkAddrs()
+	return nbdb.LogicalRouterPort{
+		Name:        VpcGatewayLinkName(clusterID, vpc),
+		MAC:         MACFor(router).String(),
+		Networks:    []string{netip.PrefixFrom(router, VpcGatewayLink.Bits()).String()},
+		ExternalIDs: vpcGatewayIDs(clusterID, vpc),
+	}
+}
+
+// gatewayPortRow is the gateway's port on the link switch, requested on its chassis: the
+// cluster gateway's row (gatewayRow) on the VPC's link, for the same reasons: port security
+// on the MAC only, since the gateway forwards packets whose addresses are not its own (the
+// outside's answers to the VPC's pods), and one chassis binding it.
+func gatewayPortRow(clusterID, vpc, chassis string) nbdb.LogicalSwitchPort {
+	_, ip := vpcGatewayLinkAddrs()
+	mac := MACFor(ip).String()
+	return nbdb.LogicalSwitchPort{
+		Name:         VpcGatewayPortName(clusterID, vpc),
+		Addresses:    []string{mac + " " + ip.String()},
+		PortSecurity: []string{mac},
+		Options:      map[string]string{"requested-chassis": chassis},
+		ExternalIDs:  vpcGatewayIDs(clusterID, vpc),
+	}
+}
+
+// gatewayLinkRouterSwitchPort is the link switch's port joining the router's port on it.
+func gatewayLinkRouterSwitchPort(clusterID, vpc string) nbdb.LogicalSwitchPort {
+	return nbdb.LogicalSwitchPort{
+		Name: VpcGatewayLinkSwitchPortName(clusterID, vpc), Type: "router", Addresses: []string{"router"},
+		Options: map[string]string{"router-port": VpcGatewayLinkName(clusterID, vpc)}, ExternalIDs: vpcGatewayIDs(clusterID, vpc),
+	}
+}
+
+// gatewayRoute is the VPC router's default route: whatever is for no subnet of the VPC (the
+// subnets' connected routes are longer) goes to the gateway.
+func gatewayRoute(clusterID, vpc string) nbdb.LogicalRouterStaticRoute {
+	_, gw := vpcGatewayLinkAddrs()
+	out := VpcGatewayLinkName(clusterID, vpc)
+	return nbdb.LogicalRouterStaticRoute{
+		IPPrefix: "0.0.0.0/0", Nexthop: gw.String(), OutputPort: &out, ExternalIDs: vpcGatewayIDs(clusterID, vpc),
+	}
+}
+
+func sameRoute(a, b nbdb.LogicalRouterStaticRoute) bool {
+	return a.IPPrefix == b.IPPrefix && a.Nexthop == b.Nexthop && (a.OutputPort == nil) == (b.OutputPort == nil) &&
+		(a.OutputPort == nil || *a.OutputPort == *b.OutputPort) && a.Policy == nil && b.Policy == nil &&
+		a.RouteTable == b.RouteTable && maps.Equal(a.ExternalIDs, b.ExternalIDs)
+}
+
+// planGatewayRoute plans the router's static routes: our default route while the VPC has a
+// gateway (repaired in place if edited), none without; every other route of ours goes, and
+// routes someone else added stay.
+func (p *vpcPlan) planGatewayRoute(v Vpc, routes []nbdb.LogicalRouterStaticRoute) {
+	want := gatewayRoute(v.ClusterID, v.Name)
+	kept := false
+	for _, r := range routes {
+		switch {
+		case !ownsVpc(r.ExternalIDs, v.ClusterID, v.Name):
+			continue
+		case v.Gateway == nil || kept:
+			p.routeRemove = append(p.routeRemove, r.UUID)
+		case !sameRoute(r, want):
+			u := want
+			u.UUID = r.UUID
+			p.routeUpdate = append(p.routeUpdate, u)
+		}
+		kept = kept || v.Gateway != nil
+	}
+	if v.Gateway != nil && !kept {
+		p.routeCreate = append(p.routeCreate, want)
+	}
+	slices.Sort(p.routeRemove)
+}
+
+// planGatewayLink plans the gateway's link switch as a segment without pods: its two ports,
+// the router's (repaired by replacing it) and the gateway's (updated in place, so that moving
+// it to another chassis is one update of options:requested-chassis and nothing is re-created);
+// any other port of ours on it goes, and a foreign one stays.
+func planGatewayLink(v Vpc, obs observed) plan {
+	routerLSP := gatewayLinkRouterSwitchPort(v.ClusterID, v.Name)
+	gwLSP := gatewayPortRow(v.ClusterID, v.Name, v.Gateway.Chassis)
+	var p plan
+	var haveRouter, haveGW *nbdb.LogicalSwitchPort
+	for i := range obs.ports {
+		port := &obs.ports[i]
+		switch {
+		case !ownsVpc(port.ExternalIDs, v.ClusterID, v.Name):
+		case port.Name == routerLSP.Name && haveRouter == nil:
+			haveRouter = port
+		case port.Name == gwLSP.Name && haveGW == nil:
+			haveGW = port
+		default:
+			p.remove = append(p.remove, port.UUID)
+		}
+	}
+	same := func(a, b nbdb.LogicalSwitchPort) bool {
+		return samePort(a, b) && a.Type == b.Type && maps.Equal(a.Options, b.Options)
+	}
+	switch {
+	case haveRouter == nil:
+		p.create = append(p.create, routerLSP)
+	case !same(*haveRouter, routerLSP):
+		p.remove = append(p.remove, haveRouter.UUID)
+		p.create = append(p.create, routerLSP)
+	}
+	switch {
+	case haveGW == nil:
+		p.create = append(p.create, gwLSP)
+	case !same(*haveGW, gwLSP):
+		u := gwLSP
+		u.UUID = haveGW.UUID
+		p.updateGateway = &u
+	}
+	slices.Sort(p.remove)
+	p.switchIDs = vpcGatewayIDs(v.ClusterID, v.Name)
+	p.switchIDs[owner.OVNKeyCIDR] = VpcGatewayLink.String()
+	p.createSwitch = obs.sw == nil
+	p.switchIDsChanged = p.createSwitch || !maps.Equal(obs.sw.ExternalIDs, p.switchIDs)
+	router, ip := vpcGatewayLinkAddrs()
+	p.result.Gateway = Attachment{Port: gwLSP.Name, MAC: MACFor(ip), IP: netip.PrefixFrom(ip, VpcGatewayLink.Bits()), Gateway: router}
+	return p
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,7 +23,7 @@ var vpcTables = []string{"Logical_Router", "Logical_Router_Port", "Logical_Switc
 func dumpNB(t *testing.T, nb *ovntest.Server) string {
 	t.Helper()
 	var b strings.Builder
-	for _, table := range vpcTables {
+	for _, table := range append(slices.Clone(vpcTables), "Logical_Router_Static_Route") { // a gateway's default route too
 		out, err := nb.Ctl(context.Background(), "--format=json", "list", table)
 		if err != nil {
 			t.Fatal(err)
@@ -330,4 +331,230 @@ func TestConcurrentVpcWritersNeverShareAnAddress(t *testing.T) {
 		}
 		seen[p.Addresses[0]] = p.Name
 	}
+}
+
+// outside stands for what lies beyond a VPC's gateway: an address outside every subnet of
+// the VPC, on the loopback of the gateway's namespace, reached only through the router's
+// default route.
+var (
+	outside    = netip.MustParsePrefix("192.0.2.0/24")
+	redBeyond  = netip.MustParseAddr("192.0.2.10")
+	blueBeyond = netip.MustParseAddr("192.0.2.20")
+)
+
+// attachVpcGateway joins a namespace of its own on ch to the VPC's gateway port, a veth
+// like a pod's (podport.Attach: the gateway's MAC and link address, the VPC's subnets routed
+// back through the router's link address), puts beyond on its loopback and answers TCP there
+// on port 7003 with name. It returns the namespace.
+func attachVpcGateway(t *testing.T, ch *ovntest.Chassis, gw Attachment, subnets []Subnet, beyond netip.Addr, name string) string {
+	t.Helper()
+	ns := ch.NewPod()
+	att := podport.Attachment{
+		Sandbox: ovntest.SandboxID(), PodNetns: ovntest.NetnsPath(ns), Node: ch.Node(),
+		Port: gw.Port, Interface: "vpcgw", MAC: gw.MAC, IP: gw.IP, MTU: 1400,
+	}
+	for _, s := range subnets {
+		att.Routes = append(att.Routes, podport.Route{Dst: s.CIDR, Via: gw.Gateway})
+	}
+	if err := podport.Attach(context.Background(), att); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"ip", "link", "set", "lo", "up"}, {"ip", "addr", "add", netip.PrefixFrom(beyond, 32).String(), "dev", "lo"}} {
+		if out, err := ovntest.Exec(context.Background(), ns, args...); err != nil {
+			t.Fatalf("%v in %s: %v: %s", args, ns, err, out)
+		}
+	}
+	serveName(t, ns, beyond, 7003, name)
+	return ns
+}
+
+// answersWithin dials ip:7003 from netns until the answer is want or the time is up, and
+// returns the last answer and error.
+func answersWithin(from string, ip netip.Addr, want string, d time.Duration) (string, error) {
+	deadline := time.Now().Add(d)
+	for {
+		got, err := dialAnswer(from, ip, 7003)
+		if (err == nil && got == want) || time.Now().After(deadline) {
+			return got, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// boundWithin waits until the southbound database binds port to chassis ("" for none).
+func boundWithin(t *testing.T, central *ovntest.Central, port, chassis string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		got := central.BoundChassis(t, port)
+		if got == chassis {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("port %s is bound to %q, want %q", port, got, chassis)
+		}
+	}
+}
+
+// TestVpcGatewaysLeadOutAndFollowTheirChassis gives red and blue, VPCs with identical
+// subnets, each a gateway on the same gateway chassis (real OVN daemons: a pod chassis and two
+// gateway chassis on a Geneve underlay), and attaches each gateway port into a namespace of
+// its own there. Red's pods, on both subnets, reach an address that only red's gateway holds
+// (outside the VPC's subnets: the router's default route), blue's reach blue's, and neither
+// reaches the other's. A second Apply writes nothing. Moving red's gateway to the second
+// chassis updates its port's row in place (same UUID, blue's untouched) and rebinds it there
+// once that chassis attaches it, and red's traffic follows; removing the gateway removes its
+// rows and the way out, and DeleteVpc leaves no gateway row.
+func TestVpcGatewaysLeadOutAndFollowTheirChassis(t *testing.T) {
+	central := ovntest.StartCentral(t)
+	podNode := ovntest.StartChassis(t, central)
+	gwA, gwB := ovntest.StartChassis(t, central), ovntest.StartChassis(t, central)
+	ovntest.Underlay(t, 248, podNode, gwA, gwB)
+	c := connect(t, central.NB)
+	ctx := context.Background()
+
+	subnets := []Subnet{{Name: "a", CIDR: netip.MustParsePrefix("10.112.0.0/24")}, {Name: "b", CIDR: netip.MustParsePrefix("10.112.1.0/24")}}
+	vpcPod := func(name, subnet string) VpcPod {
+		return VpcPod{Pod: Pod{Namespace: "apps", Name: name, UID: name}, Subnet: subnet}
+	}
+	red := Vpc{ClusterID: "east", Name: "red", Subnets: subnets, Pods: []VpcPod{vpcPod("p1", "a"), vpcPod("p2", "b")},
+		Gateway: &VpcGateway{Chassis: gwA.Name()}}
+	blue := Vpc{ClusterID: "east", Name: "blue", Subnets: subnets, Pods: []VpcPod{vpcPod("p1", "a")},
+		Gateway: &VpcGateway{Chassis: gwA.Name()}}
+	redRes, blueRes := applyVpc(t, c, red), applyVpc(t, c, blue)
+	k := func(name string) PodKey { return PodKey{Namespace: "apps", Name: name} }
+	r1, r2, b1 := redRes.Attached[k("p1")], redRes.Attached[k("p2")], blueRes.Attached[k("p1")]
+	rg, bg := redRes.Gateway, blueRes.Gateway
+	if rg.Port != VpcGatewayPortName("east", "red") || rg.IP != netip.MustParsePrefix("100.127.255.254/30") ||
+		rg.Gateway != netip.MustParseAddr("100.127.255.253") || bg.IP != rg.IP || bg.Port == rg.Port {
+		t.Fatalf("gateways: red %+v, blue %+v; want the link's second host on ports of their own", rg, bg)
+	}
+	if r1.IP != b1.IP {
+		t.Fatalf("red's p1 at %s, blue's at %s: want the same address", r1.IP, b1.IP)
+	}
+
+	nsR1 := attachVpcPod(t, podNode, central.NB, r1, subnets[1].CIDR, outside)
+	nsR2 := attachVpcPod(t, podNode, central.NB, r2, subnets[0].CIDR, outside)
+	nsB1 := attachVpcPod(t, podNode, central.NB, b1, subnets[1].CIDR, outside)
+	attachVpcGateway(t, gwA, rg, subnets, redBeyond, "red gateway on A")
+	attachVpcGateway(t, gwA, bg, subnets, blueBeyond, "blue gateway on A")
+	gwA.WaitPortUp(central.NB, rg.Port)
+	gwA.WaitPortUp(central.NB, bg.Port)
+	boundWithin(t, central, rg.Port, gwA.Name())
+
+	// Each VPC's pods leave through their own gateway, from either subnet.
+	for _, tc := range []struct {
+		from, what string
+		to         netip.Addr
+		want       string
+	}{
+		{nsR1, "red p1 (subnet a)", redBeyond, "red gateway on A"},
+		{nsR2, "red p2 (subnet b)", redBeyond, "red gateway on A"},
+		{nsB1, "blue p1", blueBeyond, "blue gateway on A"},
+	} {
+		if got, err := answersWithin(tc.from, tc.to, tc.want, 20*time.Second); err != nil || got != tc.want {
+			t.Fatalf("%s -> %s: %q, %v; want %q", tc.what, tc.to, got, err, tc.want)
+		}
+	}
+	// And never through the other's, though both gateways are on one node with one address.
+	if got, err := dialAnswer(nsB1, redBeyond, 7003); err == nil || strings.HasPrefix(got, "red") {
+		t.Errorf("blue p1 -> %s (behind red's gateway): %q: blue reaches red's gateway", redBeyond, got)
+	}
+	if got, err := dialAnswer(nsR1, blueBeyond, 7003); err == nil || strings.HasPrefix(got, "blue") {
+		t.Errorf("red p1 -> %s (behind blue's gateway): %q: red reaches blue's gateway", blueBeyond, got)
+	}
+
+	// The same VPCs again: nothing to write.
+	before := dumpNB(t, central.NB)
+	for _, v := range []Vpc{red, blue} {
+		obs, err := c.observeVpc(ctx, v.ClusterID, v.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks, _ := v.validate()
+		if p := makeVpcPlan(v, blocks, obs); !p.empty() {
+			t.Errorf("VPC %s: the plan against what Apply wrote is not empty: %+v", v.Name, p)
+		}
+		applyVpc(t, c, v)
+	}
+	if after := dumpNB(t, central.NB); after != before {
+		t.Errorf("a second Apply changed the database:\nbefore %s\nafter  %s", before, after)
+	}
+
+	// Red's gateway moves to B: the same row, requested there; A lets it go, B binds it once
+	// it has the interface, and red's traffic follows. Blue's is not touched.
+	rowOf := func(port string) string {
+		t.Helper()
+		out, err := central.NB.Ctl(ctx, "--bare", "--columns=_uuid,options", "find", "Logical_Switch_Port", "name="+port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(strings.Fields(out), " ")
+	}
+	redRow, blueRow := rowOf(rg.Port), rowOf(bg.Port)
+	red.Gateway = &VpcGateway{Chassis: gwB.Name()}
+	if res := applyVpc(t, c, red); !res.Gateway.Equal(rg) {
+		t.Errorf("after the move red's gateway is %+v, was %+v", res.Gateway, rg)
+	}
+	if got := rowOf(rg.Port); got != strings.Replace(redRow, gwA.Name(), gwB.Name(), 1) || got == redRow {
+		t.Errorf("red's gateway row after the move: %q, was %q: want the same row requested on %s", got, redRow, gwB.Name())
+	}
+	if got := rowOf(bg.Port); got != blueRow {
+		t.Errorf("moving red's gateway changed blue's: %q, was %q", got, blueRow)
+	}
+	boundWithin(t, central, rg.Port, "")
+	attachVpcGateway(t, gwB, rg, subnets, redBeyond, "red gateway on B")
+	boundWithin(t, central, rg.Port, gwB.Name())
+	if got, err := answersWithin(nsR1, redBeyond, "red gateway on B", 20*time.Second); err != nil || got != "red gateway on B" {
+		t.Fatalf("red p1 -> %s after the move: %q, %v; want B's gateway", redBeyond, got, err)
+	}
+	if got, err := answersWithin(nsB1, blueBeyond, "blue gateway on A", 5*time.Second); err != nil || got != "blue gateway on A" {
+		t.Errorf("blue p1 -> %s after red's move: %q, %v", blueBeyond, got, err)
+	}
+	if got := central.BoundChassis(t, bg.Port); got != gwA.Name() {
+		t.Errorf("blue's gateway port is bound to %q, want A's %s", got, gwA.Name())
+	}
+
+	// Red without a gateway: its rows go, and nothing leaves red; red's pods still meet.
+	red.Gateway = nil
+	if res := applyVpc(t, c, red); res.Gateway.Port != "" {
+		t.Errorf("red without a gateway reports %+v", res.Gateway)
+	}
+	if rows := gatewayRows(t, central.NB, "red"); len(rows) != 0 {
+		t.Errorf("red's gateway rows after it was removed: %v", rows)
+	}
+	if got, err := dialAnswer(nsR1, redBeyond, 7003); err == nil {
+		t.Errorf("red p1 -> %s without a gateway: answered %q", redBeyond, got)
+	}
+	ovntest.ExchangeTCP(t, nsR1, nsR2, r2.IP.Addr())
+
+	// DeleteVpc takes blue's gateway rows with the rest of blue.
+	if rows := gatewayRows(t, central.NB, "blue"); len(rows) != 5 {
+		t.Errorf("blue's gateway rows %v, want 5 (link switch, router port, two switch ports, route)", rows)
+	}
+	if err := c.DeleteVpc(ctx, "east", "blue"); err != nil {
+		t.Fatal(err)
+	}
+	if rows := gatewayRows(t, central.NB, "blue"); len(rows) != 0 {
+		t.Errorf("DeleteVpc left blue's gateway rows %v", rows)
+	}
+	if out, err := central.NB.Ctl(ctx, "--bare", "--columns=_uuid", "list", "Logical_Router_Static_Route"); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("static routes left: %q, %v", out, err)
+	}
+}
+
+// gatewayRows lists the rows of a VPC's gateway (the gateway role) in every table it writes.
+func gatewayRows(t *testing.T, nb *ovntest.Server, vpc string) []string {
+	t.Helper()
+	var rows []string
+	for _, table := range append(slices.Clone(vpcTables), "Logical_Router_Static_Route") {
+		out, err := nb.Ctl(context.Background(), "--bare", "--columns=_uuid", "find", table,
+			"external_ids:octopus.io/vpc="+vpc, "external_ids:octopus.io/role=gateway")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range strings.Fields(out) {
+			rows = append(rows, table+" "+u)
+		}
+	}
+	return rows
 }

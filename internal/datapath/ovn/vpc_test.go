@@ -2,6 +2,7 @@ package ovn
 
 import (
 	"errors"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -33,6 +34,19 @@ func written(p vpcPlan) vpcObserved {
 		}
 		obs.subnets[s.plan.switchIDs[owner.OVNKeySubnet]] = o
 	}
+	for _, r := range p.routeCreate {
+		r.UUID = "route-" + r.IPPrefix
+		obs.routes = append(obs.routes, r)
+		obs.router.StaticRoutes = append(obs.router.StaticRoutes, r.UUID)
+	}
+	if g := p.gateway; g != nil {
+		obs.gateway = observed{sw: &nbdb.LogicalSwitch{UUID: "sw-gateway", Name: "link", ExternalIDs: g.switchIDs}}
+		for _, port := range g.create {
+			port.UUID = "lsp-" + port.Name
+			obs.gateway.ports = append(obs.gateway.ports, port)
+			obs.gateway.sw.Ports = append(obs.gateway.sw.Ports, port.UUID)
+		}
+	}
 	return obs
 }
 
@@ -61,6 +75,17 @@ func createdNames(p vpcPlan) []string {
 			out = append(out, "lsp "+c.Name)
 		}
 	}
+	if g := p.gateway; g != nil {
+		if g.createSwitch {
+			out = append(out, "gateway switch")
+		}
+		for _, c := range g.create {
+			out = append(out, "lsp "+c.Name)
+		}
+	}
+	for _, r := range p.routeCreate {
+		out = append(out, "route "+r.IPPrefix+" via "+r.Nexthop)
+	}
 	slices.Sort(out)
 	return out
 }
@@ -80,6 +105,19 @@ func TestMakeVpcPlan(t *testing.T) {
 	unknown := v
 	unknown.Pods = append(slices.Clone(v.Pods), vpod("p4", "c"))
 
+	// The same VPC with a gateway on node-a, then on node-b, then without again.
+	gwA, gwB := v, v
+	gwA.Gateway, gwB.Gateway = &VpcGateway{Chassis: "node-a"}, &VpcGateway{Chassis: "node-b"}
+	added := written(mustPlan(t, gwA, then)) // the gateway's rows alone
+	withGW := then
+	withGW.router = &nbdb.LogicalRouter{UUID: "router", Ports: append(slices.Clone(then.router.Ports), added.router.Ports...), StaticRoutes: added.router.StaticRoutes}
+	withGW.lrps = append(slices.Clone(then.lrps), added.lrps...)
+	withGW.routes, withGW.gateway = added.routes, added.gateway
+	editedRoute := withGW
+	editedRoute.routes = slices.Clone(withGW.routes)
+	editedRoute.routes[0].Nexthop = "100.127.255.253"
+	all := map[string]string{"p1": "10.1.0.2/24 via 10.1.0.1", "p2": "10.1.1.2/24 via 10.1.1.1", "p3": "10.1.0.3/24 via 10.1.0.1"}
+
 	for _, tc := range []struct {
 		name      string
 		v         Vpc
@@ -91,6 +129,13 @@ func TestMakeVpcPlan(t *testing.T) {
 		lrpRemove []string
 		removeSw  []string
 		empty     bool
+		// The gateway: the chassis its port is moved to in place (updateGateway), whether
+		// its link switch goes, the routes updated in place and removed.
+		gatewayMovedTo string
+		gatewayRemoved bool
+		routeUpdate    int
+		routeRemove    []string
+		gateway        string // the gateway's Attachment: "port IP via router"; "" for none
 	}{
 		{
 			name: "a new VPC: router, a port and a switch per subnet, pods on theirs",
@@ -112,6 +157,24 @@ func TestMakeVpcPlan(t *testing.T) {
 			attached: map[string]string{"p1": "10.1.0.2/24 via 10.1.0.1", "p2": "10.1.1.2/24 via 10.1.1.1", "p3": "10.1.0.3/24 via 10.1.0.1"}},
 		{name: "a pod on an unknown subnet fails alone", v: unknown, obs: then, failed: map[string]error{"p4": ErrUnknownSubnet},
 			attached: map[string]string{"p1": "10.1.0.2/24 via 10.1.0.1", "p2": "10.1.1.2/24 via 10.1.1.1", "p3": "10.1.0.3/24 via 10.1.0.1"}, empty: true},
+		{
+			name: "a new gateway: the link switch, the router's port on it, the gateway's port and the default route",
+			v:    gwA, obs: then, attached: all,
+			created: []string{
+				"gateway switch", "lrp octopus-east.red.gateway.link",
+				"lsp octopus-east.red.gateway.link.router", "lsp octopus-east.red.gateway.port",
+				"route 0.0.0.0/0 via 100.127.255.254",
+			},
+			gateway: "octopus-east.red.gateway.port 100.127.255.254/30 via 100.127.255.253",
+		},
+		{name: "the same gateway again plans nothing", v: gwA, obs: withGW, empty: true, attached: all,
+			gateway: "octopus-east.red.gateway.port 100.127.255.254/30 via 100.127.255.253"},
+		{name: "another chassis updates the gateway port's binding alone", v: gwB, obs: withGW, attached: all, gatewayMovedTo: "node-b",
+			gateway: "octopus-east.red.gateway.port 100.127.255.254/30 via 100.127.255.253"},
+		{name: "an edited default route is repaired in place", v: gwA, obs: editedRoute, attached: all, routeUpdate: 1,
+			gateway: "octopus-east.red.gateway.port 100.127.255.254/30 via 100.127.255.253"},
+		{name: "the gateway removed takes its link switch, router port and route", v: v, obs: withGW, attached: all,
+			gatewayRemoved: true, lrpRemove: []string{"lrp-octopus-east.red.gateway.link"}, routeRemove: []string{"route-0.0.0.0/0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := mustPlan(t, tc.v, tc.obs)
@@ -145,6 +208,32 @@ func TestMakeVpcPlan(t *testing.T) {
 				if got[name] != want {
 					t.Errorf("pod %s: %q, want %q", name, got[name], want)
 				}
+			}
+			moved := ""
+			if p.gateway != nil && p.gateway.updateGateway != nil {
+				moved = p.gateway.updateGateway.Options["requested-chassis"]
+				if len(p.gateway.create)+len(p.gateway.update)+len(p.gateway.remove) > 0 || p.gateway.switchIDsChanged || p.gateway.updateGateway.UUID != "lsp-octopus-east.red.gateway.port" {
+					t.Errorf("moving the gateway plans more than the one update of its row: %+v", p.gateway)
+				}
+			}
+			if moved != tc.gatewayMovedTo {
+				t.Errorf("gateway port moved to %q, want %q", moved, tc.gatewayMovedTo)
+			}
+			if (p.removeGateway != nil) != tc.gatewayRemoved {
+				t.Errorf("gateway link switch removed: %v, want %v", p.removeGateway != nil, tc.gatewayRemoved)
+			}
+			if len(p.routeUpdate) != tc.routeUpdate || !slices.Equal(p.routeRemove, tc.routeRemove) {
+				t.Errorf("route updates %+v, removals %q; want %d, %q", p.routeUpdate, p.routeRemove, tc.routeUpdate, tc.routeRemove)
+			}
+			gw := ""
+			if g := p.result.Gateway; g.Port != "" {
+				gw = g.Port + " " + g.IP.String() + " via " + g.Gateway.String()
+				if g.MAC.String() != "0a:58:64:7f:ff:fe" {
+					t.Errorf("gateway MAC %s, want the one derived from its address", g.MAC)
+				}
+			}
+			if gw != tc.gateway {
+				t.Errorf("gateway %q, want %q", gw, tc.gateway)
 			}
 			if len(p.result.Failed) != len(tc.failed) {
 				t.Errorf("failed %v, want %v", p.result.Failed, tc.failed)
@@ -182,6 +271,59 @@ func TestVpcPlanRows(t *testing.T) {
 	}
 }
 
+// TestVpcGatewayRows checks the gateway's rows: the router's port on the link at its first
+// host, the link switch's port joining it, the gateway's port at the second host requested on
+// its chassis with port security on the MAC alone (it forwards the outside's packets), the
+// default route to it through the link, and every row marked as the VPC's gateway's.
+func TestVpcGatewayRows(t *testing.T) {
+	p := mustPlan(t, Vpc{ClusterID: "east", Name: "red", Subnets: testSubnets[:1], Gateway: &VpcGateway{Chassis: "node-a"}}, vpcObserved{})
+	var lrp nbdb.LogicalRouterPort
+	for _, l := range p.lrpCreate {
+		if l.Name == "octopus-east.red.gateway.link" {
+			lrp = l
+		}
+	}
+	if lrp.MAC != "0a:58:64:7f:ff:fd" || !slices.Equal(lrp.Networks, []string{"100.127.255.253/30"}) {
+		t.Errorf("the router's link port %+v", lrp)
+	}
+	if len(p.routeCreate) != 1 {
+		t.Fatalf("routes %+v, want the default route alone", p.routeCreate)
+	}
+	r := p.routeCreate[0]
+	if r.IPPrefix != "0.0.0.0/0" || r.Nexthop != "100.127.255.254" || r.OutputPort == nil || *r.OutputPort != lrp.Name || r.Policy != nil {
+		t.Errorf("default route %+v", r)
+	}
+	rows := []map[string]string{lrp.ExternalIDs, r.ExternalIDs, p.gateway.switchIDs}
+	if p.gateway.switchIDs[owner.OVNKeyCIDR] != "100.127.255.252/30" {
+		t.Errorf("link switch external_ids %v", p.gateway.switchIDs)
+	}
+	names := map[string]nbdb.LogicalSwitchPort{}
+	for _, c := range p.gateway.create {
+		names[c.Name] = c
+		rows = append(rows, c.ExternalIDs)
+	}
+	if c := names["octopus-east.red.gateway.link.router"]; c.Type != "router" || c.Options["router-port"] != lrp.Name || !slices.Equal(c.Addresses, []string{"router"}) {
+		t.Errorf("the link's router switch port %+v", c)
+	}
+	if c := names["octopus-east.red.gateway.port"]; !slices.Equal(c.Addresses, []string{"0a:58:64:7f:ff:fe 100.127.255.254"}) ||
+		!slices.Equal(c.PortSecurity, []string{"0a:58:64:7f:ff:fe"}) || !maps.Equal(c.Options, map[string]string{"requested-chassis": "node-a"}) || c.Type != "" {
+		t.Errorf("the gateway port %+v", c)
+	}
+	if len(names) != 2 {
+		t.Errorf("link switch ports %v, want the router's and the gateway's", slices.Collect(maps.Keys(names)))
+	}
+	for _, ids := range rows {
+		if !ownsVpc(ids, "east", "red") || ids[owner.OVNKeyRole] != owner.OVNRoleGateway || ids[owner.OVNKeySubnet] != "" || isOurs(ids, "east") {
+			t.Errorf("external_ids %v: want the VPC's marks with the gateway role, no subnet, not the cluster network's", ids)
+		}
+	}
+	// Without a gateway, none of it.
+	p = mustPlan(t, Vpc{ClusterID: "east", Name: "red", Subnets: testSubnets[:1]}, vpcObserved{})
+	if p.gateway != nil || len(p.routeCreate) != 0 || len(p.lrpCreate) != 1 || p.result.Gateway.Port != "" {
+		t.Errorf("a VPC without a gateway plans %+v", p)
+	}
+}
+
 func TestVpcValidate(t *testing.T) {
 	ok := Vpc{ClusterID: "east", Name: "red", Subnets: testSubnets}
 	for _, tc := range []struct {
@@ -200,6 +342,16 @@ func TestVpcValidate(t *testing.T) {
 		}, "overlap"},
 		{"subnet too small", func(v *Vpc) { v.Subnets = []Subnet{{Name: "a", CIDR: netip.MustParsePrefix("10.1.0.0/31")}} }, "too small"},
 		{"pod without UID", func(v *Vpc) { v.Pods = []VpcPod{{Pod: Pod{Namespace: "default", Name: "x"}}} }, "UID"},
+		{"gateway", func(v *Vpc) { v.Gateway = &VpcGateway{Chassis: "node-a"} }, ""},
+		{"gateway on two chassis", func(v *Vpc) { v.Gateway = &VpcGateway{Chassis: "node-a,node-b"} }, `Gateway.Chassis "node-a,node-b" is not one chassis name`},
+		{"gateway on no chassis", func(v *Vpc) { v.Gateway = &VpcGateway{} }, `Gateway.Chassis "" is not one chassis name`},
+		{"subnet over the gateway's link", func(v *Vpc) {
+			v.Subnets = []Subnet{testSubnets[0], {Name: "cgnat", CIDR: netip.MustParsePrefix("100.64.0.0/10")}}
+			v.Gateway = &VpcGateway{Chassis: "node-a"}
+		}, "subnet cgnat (100.64.0.0/10) overlaps the gateway's link network 100.127.255.252/30"},
+		{"subnet over the link without a gateway", func(v *Vpc) {
+			v.Subnets = []Subnet{{Name: "cgnat", CIDR: netip.MustParsePrefix("100.64.0.0/10")}}
+		}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := ok
@@ -216,7 +368,7 @@ func TestVpcValidate(t *testing.T) {
 // VPC, a pod like a subnet, a VPC like a namespace), no VPC port, router port or switch name
 // equals one of the cluster network's or of another VPC's.
 func TestVpcNamesNeverMeetTheClusters(t *testing.T) {
-	labels := []string{"east", "red", "a", "gateway", "router", "vpc", "octopus"}
+	labels := []string{"east", "red", "a", "gateway", "router", "vpc", "octopus", "link", "port"}
 	seen := map[string]string{}
 	note := func(name, what string) {
 		if other, dup := seen[name]; dup && other != what {
@@ -239,6 +391,9 @@ func TestVpcNamesNeverMeetTheClusters(t *testing.T) {
 				}
 			}
 			note(VpcRouterName(c, x), "VPC router "+c+"/"+x)
+			note(VpcGatewayLinkName(c, x), "VPC gateway link switch and router port "+c+"/"+x)
+			note(VpcGatewayLinkSwitchPortName(c, x), "VPC gateway link's router switch port "+c+"/"+x)
+			note(VpcGatewayPortName(c, x), "VPC gateway port "+c+"/"+x)
 		}
 	}
 }

@@ -17,8 +17,8 @@ import (
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 )
 
-// ApplyVpc makes the VPC's router, subnet switches and pods' ports in the NB database match
-// v, all in one transaction, and reports what every pod got. Like Apply it may be called any
+// ApplyVpc makes the VPC's router, subnet switches, pods' ports and gateway (its link switch
+// and ports, the router's default route) in the NB database match v, all in one transaction, and reports what every pod got. Like Apply it may be called any
 // number of times with the same v and writes nothing when the database already matches; it
 // never touches the cluster's network nor another VPC's rows. The error is about the VPC as a
 // whole (invalid input, database unreachable, transaction failed): then nothing was written.
@@ -37,7 +37,8 @@ func (c *Client) ApplyVpc(ctx context.Context, v Vpc) (VpcResult, error) {
 			if err = c.transactVpc(ctx, v, obs, p); err == nil {
 				c.log.V(1).Info("Applied VPC", "cluster", v.ClusterID, "vpc", v.Name, "routerCreated", p.createRouter,
 					"routerPortsCreated", len(p.lrpCreate), "subnetsRemoved", len(p.removeSubnets),
-					"attached", len(p.result.Attached), "failed", len(p.result.Failed))
+					"attached", len(p.result.Attached), "failed", len(p.result.Failed), "gatewayPort", p.result.Gateway.Port,
+					"gatewayMoved", p.gateway != nil && p.gateway.updateGateway != nil, "gatewayRemoved", p.removeGateway != nil)
 				return p.result, nil
 			}
 		}
@@ -55,8 +56,8 @@ func (c *Client) ApplyVpc(ctx context.Context, v Vpc) (VpcResult, error) {
 	}
 }
 
-// DeleteVpc removes every row of the VPC: its router and router ports, its subnet switches
-// and every port of ours on them. A port someone else put on a subnet switch or on the router
+// DeleteVpc removes every row of the VPC: its router, router ports and default route, its
+// subnet switches and gateway link switch and every port of ours on them. A port someone else put on a subnet switch or on the router
 // is left, and then so is that switch or router. Nothing of the cluster's network or of another VPC is touched.
 func (c *Client) DeleteVpc(ctx context.Context, clusterID, vpc string) error {
 	if err := validateVpcName(clusterID, vpc); err != nil {
@@ -74,17 +75,40 @@ func (c *Client) DeleteVpc(ctx context.Context, clusterID, vpc string) error {
 				ours = append(ours, lrp.UUID)
 			}
 		}
+		var ourRoutes []string
+		for _, r := range obs.routes {
+			if ownsVpc(r.ExternalIDs, clusterID, vpc) {
+				ourRoutes = append(ourRoutes, r.UUID)
+			}
+		}
 		if len(ours) == len(obs.lrps) {
 			if ops, err = c.nb.Where(obs.router).Delete(); err != nil {
 				return err
 			}
-		} else if len(ours) > 0 {
+			// Our routes explicitly, like the router ports; anyone else's goes with the router
+			// by reference (a static route is not a root row).
+			for _, u := range ourRoutes {
+				del, err := c.nb.Where(&nbdb.LogicalRouterStaticRoute{UUID: u}).Delete()
+				if err != nil {
+					return err
+				}
+				ops = append(ops, del...)
+			}
+		} else {
 			// A port someone else put on the router keeps it (deleting the router would take
-			// that port with it: router ports live only while a router holds them).
+			// that port with it: router ports live only while a router holds them), and our
+			// default route must go from it: it would point at a gateway that is gone.
 			lr := obs.router
-			if ops, err = c.nb.Where(lr).Mutate(lr, model.Mutation{Field: &lr.Ports, Mutator: ovsdb.MutateOperationDelete, Value: ours}); err != nil {
+			if len(ours) > 0 {
+				if ops, err = c.nb.Where(lr).Mutate(lr, model.Mutation{Field: &lr.Ports, Mutator: ovsdb.MutateOperationDelete, Value: ours}); err != nil {
+					return err
+				}
+			}
+			o, err := c.routeOps(lr, nil, ourRoutes)
+			if err != nil {
 				return err
 			}
+			ops = append(ops, o...)
 		}
 		for _, u := range ours {
 			del, err := c.nb.Where(&nbdb.LogicalRouterPort{UUID: u}).Delete()
@@ -96,6 +120,13 @@ func (c *Client) DeleteVpc(ctx context.Context, clusterID, vpc string) error {
 	}
 	for _, name := range slices.Sorted(maps.Keys(obs.subnets)) {
 		o, err := c.removeSubnetOps(obs.subnets[name])
+		if err != nil {
+			return err
+		}
+		ops = append(ops, o...)
+	}
+	if obs.gateway.sw != nil {
+		o, err := c.removeSubnetOps(obs.gateway)
 		if err != nil {
 			return err
 		}
@@ -168,6 +199,16 @@ func (c *Client) observeVpc(ctx context.Context, clusterID, vpc string) (vpcObse
 		if len(obs.lrps) != len(onRouter) {
 			return vpcObserved{}, errCacheBehind
 		}
+		routes := make(map[string]bool, len(obs.router.StaticRoutes))
+		for _, u := range obs.router.StaticRoutes {
+			routes[u] = true
+		}
+		if err := c.nb.WhereCache(func(r *nbdb.LogicalRouterStaticRoute) bool { return routes[r.UUID] }).List(ctx, &obs.routes); err != nil {
+			return vpcObserved{}, fmt.Errorf("listing the static routes of logical router %s: %w", obs.router.Name, err)
+		}
+		if len(obs.routes) != len(routes) {
+			return vpcObserved{}, errCacheBehind
+		}
 	}
 
 	var switches []nbdb.LogicalSwitch
@@ -179,10 +220,13 @@ func (c *Client) observeVpc(ctx context.Context, clusterID, vpc string) (vpcObse
 	for i := range switches {
 		sw := &switches[i]
 		subnet := sw.ExternalIDs[owner.OVNKeySubnet]
+		isGateway := sw.ExternalIDs[owner.OVNKeyRole] == owner.OVNRoleGateway
 		switch {
 		case !ownsVpc(sw.ExternalIDs, clusterID, vpc):
 			return vpcObserved{}, fmt.Errorf("logical switch %s (%s) exists but was not made by Octopus for VPC %s of cluster %s (external_ids %v): remove or rename it", sw.Name, sw.UUID, vpc, clusterID, sw.ExternalIDs)
-		case obs.subnets[subnet].sw != nil:
+		case isGateway && obs.gateway.sw != nil:
+			return vpcObserved{}, fmt.Errorf("VPC %s of cluster %s has two gateway link switches, %s and %s: remove one", vpc, clusterID, obs.gateway.sw.UUID, sw.UUID)
+		case !isGateway && obs.subnets[subnet].sw != nil:
 			return vpcObserved{}, fmt.Errorf("subnet %s of VPC %s of cluster %s has two logical switches, %s and %s: remove the one whose ports no pod uses", subnet, vpc, clusterID, obs.subnets[subnet].sw.UUID, sw.UUID)
 		}
 		o := observed{sw: sw}
@@ -195,6 +239,10 @@ func (c *Client) observeVpc(ctx context.Context, clusterID, vpc string) (vpcObse
 		}
 		if len(o.ports) != len(onSwitch) {
 			return vpcObserved{}, errCacheBehind
+		}
+		if isGateway {
+			obs.gateway = o
+			continue
 		}
 		obs.subnets[subnet] = o
 	}
@@ -218,6 +266,14 @@ func (c *Client) transactVpc(ctx context.Context, v Vpc, obs vpcObserved, p vpcP
 			return err
 		}
 	}
+	newRoutes := make([]string, len(p.routeCreate))
+	for i := range p.routeCreate {
+		newRoutes[i] = "route" + strconv.Itoa(i)
+		p.routeCreate[i].UUID = newRoutes[i]
+		if err := add(c.nb.Create(&p.routeCreate[i])); err != nil {
+			return err
+		}
+	}
 	zero := 0
 	if p.createRouter {
 		// No router of this name, as segmentOps' guard for a new switch.
@@ -227,15 +283,25 @@ func (c *Client) transactVpc(ctx context.Context, v Vpc, obs vpcObserved, p vpcP
 			Wait(ovsdb.WaitConditionNotEqual, &zero, guard, &guard.Name)); err != nil {
 			return err
 		}
-		lr := &nbdb.LogicalRouter{UUID: "router", Name: name, Ports: newLRPs, ExternalIDs: vpcIDs(v.ClusterID, v.Name)}
+		lr := &nbdb.LogicalRouter{UUID: "router", Name: name, Ports: newLRPs, StaticRoutes: newRoutes, ExternalIDs: vpcIDs(v.ClusterID, v.Name)}
 		if err := add(c.nb.Create(lr)); err != nil {
 			return err
 		}
 	} else {
 		lr := obs.router
-		guard := &nbdb.LogicalRouter{UUID: lr.UUID, Ports: lr.Ports}
-		if err := add(c.nb.Where(guard).Wait(ovsdb.WaitConditionEqual, &zero, guard, &guard.Ports)); err != nil {
+		// The routes too: the plan kept, or added, our one default route on what it read.
+		guard := &nbdb.LogicalRouter{UUID: lr.UUID, Ports: lr.Ports, StaticRoutes: lr.StaticRoutes}
+		if err := add(c.nb.Where(guard).Wait(ovsdb.WaitConditionEqual, &zero, guard, &guard.Ports, &guard.StaticRoutes)); err != nil {
 			return err
+		}
+		if err := add(c.routeOps(lr, newRoutes, p.routeRemove)); err != nil {
+			return err
+		}
+		for i := range p.routeUpdate {
+			u := &p.routeUpdate[i]
+			if err := add(c.nb.Where(u).Update(u, &u.IPPrefix, &u.Nexthop, &u.OutputPort, &u.ExternalIDs)); err != nil {
+				return err
+			}
 		}
 		if len(newLRPs) > 0 {
 			if err := add(c.nb.Where(lr).Mutate(lr, model.Mutation{Field: &lr.Ports, Mutator: ovsdb.MutateOperationInsert, Value: newLRPs})); err != nil {
@@ -272,5 +338,44 @@ func (c *Client) transactVpc(ctx context.Context, v Vpc, obs vpcObserved, p vpcP
 			return err
 		}
 	}
+	if p.gateway != nil && !p.gateway.empty() {
+		if err := add(c.segmentOps("gw", VpcGatewayLinkName(v.ClusterID, v.Name), obs.gateway, *p.gateway)); err != nil {
+			return err
+		}
+	}
+	if p.removeGateway != nil {
+		if err := add(c.removeSubnetOps(*p.removeGateway)); err != nil {
+			return err
+		}
+	}
 	return c.run(ctx, ops)
+}
+
+// routeOps insert the new static routes (named UUIDs) into the router's and take the removed
+// ones off it and delete their rows.
+func (c *Client) routeOps(lr *nbdb.LogicalRouter, add, remove []string) ([]ovsdb.Operation, error) {
+	var ops []ovsdb.Operation
+	if len(add) > 0 {
+		o, err := c.nb.Where(lr).Mutate(lr, model.Mutation{Field: &lr.StaticRoutes, Mutator: ovsdb.MutateOperationInsert, Value: add})
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, o...)
+	}
+	if len(remove) == 0 {
+		return ops, nil
+	}
+	o, err := c.nb.Where(lr).Mutate(lr, model.Mutation{Field: &lr.StaticRoutes, Mutator: ovsdb.MutateOperationDelete, Value: slices.Clone(remove)})
+	if err != nil {
+		return nil, err
+	}
+	ops = append(ops, o...)
+	for _, u := range remove {
+		del, err := c.nb.Where(&nbdb.LogicalRouterStaticRoute{UUID: u}).Delete()
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, del...)
+	}
+	return ops, nil
 }

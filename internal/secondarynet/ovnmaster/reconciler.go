@@ -186,27 +186,33 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 // whose tunnels are not up. It is the route agents' rule (internal/routeagent/contract.go), so
 // the pods' and the nodes' traffic leave the cluster through the same gateway.
 func (r *Reconciler) activeGatewayChassis(ctx context.Context) (string, error) {
-	if r.GatewayConfigMap.Name != "" {
+	return activeGatewayChassis(ctx, r.Client, r.GatewayConfigMap, r.GatewayLease)
+}
+
+// activeGatewayChassis is Reconciler.activeGatewayChassis for any reader of the gateway's
+// ConfigMap and Lease: the Vpc controller binds every VPC's gateway port to the same chassis.
+func activeGatewayChassis(ctx context.Context, c client.Reader, configMap, leaseKey types.NamespacedName) (string, error) {
+	if configMap.Name != "" {
 		cm := &corev1.ConfigMap{}
-		err := r.Client.Get(ctx, r.GatewayConfigMap, cm)
+		err := c.Get(ctx, configMap, cm)
 		switch {
 		case err == nil:
 			if node := NamedGateway(cm); node != "" {
 				return node, nil
 			}
 		case !apierrors.IsNotFound(err):
-			return "", fmt.Errorf("reading the gateway ConfigMap %s: %w", r.GatewayConfigMap, err)
+			return "", fmt.Errorf("reading the gateway ConfigMap %s: %w", configMap, err)
 		}
 	}
-	if r.GatewayLease.Name == "" {
+	if leaseKey.Name == "" {
 		return "", nil
 	}
 	lease := &coordinationv1.Lease{}
-	if err := r.Client.Get(ctx, r.GatewayLease, lease); err != nil {
+	if err := c.Get(ctx, leaseKey, lease); err != nil {
 		if apierrors.IsNotFound(err) {
 			return "", nil
 		}
-		return "", fmt.Errorf("reading the gateway Lease %s: %w", r.GatewayLease, err)
+		return "", fmt.Errorf("reading the gateway Lease %s: %w", leaseKey, err)
 	}
 	return ChassisOf(lease), nil
 }

@@ -279,12 +279,17 @@ func (l *lazyNB) Close() {
 }
 
 // addVpcController registers the VpcReconciler. Its requests are Vpc names: a Vpc's change
-// asks for every Vpc (a namespace it takes or frees may settle another's conflict), a pod's
+// asks for every Vpc (a namespace it takes or frees may settle another's conflict), so does
+// the active gateway's change (every VPC's gateway port follows it), a pod's
 // for the Vpcs it concerns (vpcsOf), a VpcNatTunnel's or VpcDnsForward's for the Vpc it names
 // (their deletion may let a deleted Vpc go).
 func addVpcController(mgr manager.Manager, nb VpcApplier, o Options) error {
 	c := mgr.GetClient()
-	r := &VpcReconciler{Client: c, NB: nb, ClusterID: o.ClusterID, Events: mgr.GetEventRecorder("octopus-ovnmaster"), Log: o.Log.WithName("vpc")}
+	gatewayCM, gatewayLs := o.gatewaySources()
+	r := &VpcReconciler{
+		Client: c, NB: nb, ClusterID: o.ClusterID, GatewayConfigMap: gatewayCM, GatewayLease: gatewayLs,
+		Events: mgr.GetEventRecorder("octopus-ovnmaster"), Log: o.Log.WithName("vpc"),
+	}
 	allVpcs := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 		var vpcs v1alpha1.VpcList
 		if err := c.List(ctx, &vpcs); err != nil {
@@ -320,6 +325,10 @@ func addVpcController(mgr manager.Manager, nb VpcApplier, o Options) error {
 		Watches(&corev1.Pod{}, podVpcs, builder.WithPredicates(relevantPodChange)).
 		Watches(&v1alpha1.VpcNatTunnel{}, named(func(o client.Object) string { return o.(*v1alpha1.VpcNatTunnel).Spec.NatGwDp })).
 		Watches(&v1alpha1.VpcDnsForward{}, named(func(o client.Object) string { return o.(*v1alpha1.VpcDnsForward).Spec.Vpc })).
+		// The active gateway moving moves every VPC's gateway port with the cluster's, on the
+		// same events (renewals and mirrored subnets dropped).
+		Watches(&coordinationv1.Lease{}, allVpcs, builder.WithPredicates(holderChange)).
+		Watches(&corev1.ConfigMap{}, allVpcs, builder.WithPredicates(namedGatewayChange)).
 		// Two workers: VPCs are independent in OVN (ApplyVpc guards each), and a VPC's pods
 		// wait on their own Vpc only. A request is never run twice at once.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: ptr.To(true)}).

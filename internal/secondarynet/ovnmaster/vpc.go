@@ -54,8 +54,13 @@ type VpcReconciler struct {
 	Client    client.Client
 	NB        VpcApplier
 	ClusterID string
-	Events    events.EventRecorder
-	Log       logr.Logger
+	// GatewayConfigMap and GatewayLease are the cluster gateway's, as for Reconciler: every
+	// VPC's gateway port is requested on the chassis the cluster's gateway port is, the
+	// active gateway's node, and follows it. Both zero (interconnect mode) or no active
+	// gateway: the VPCs have no gateway.
+	GatewayConfigMap, GatewayLease types.NamespacedName
+	Events                         events.EventRecorder
+	Log                            logr.Logger
 }
 
 // Reconcile makes one Vpc so.
@@ -139,6 +144,13 @@ func (r *VpcReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 		// Nothing to retry until the spec changes, which is an event of its own.
 		return reconcile.Result{}, r.patchStatus(ctx, vpc, status)
 	}
+	chassis, err := activeGatewayChassis(ctx, r.Client, r.GatewayConfigMap, r.GatewayLease)
+	if err != nil {
+		// Applying without it would take the gateway's port from a working gateway.
+		return reconcile.Result{}, fmt.Errorf("VPC %s: %w", vpc.Name, err)
+	}
+	var gateway string
+	desired.Gateway, gateway = VpcGatewayOn(desired, chassis)
 	refused := map[ovn.PodKey]error{}
 	for _, pod := range inVpc {
 		k := ovn.PodKey{Namespace: pod.Namespace, Name: pod.Name}
@@ -184,7 +196,7 @@ func (r *VpcReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 	}
 	if !deleting {
 		setCondition(v1alpha1.VpcConditionReady, true, ReasonVpcApplied, fmt.Sprintf(
-			"router and %d subnet(s) in OVN; %d of %d pods attached", len(desired.Subnets), len(res.Attached), len(inVpc)))
+			"router, %d subnet(s) and %s in OVN; %d of %d pods attached", len(desired.Subnets), gateway, len(res.Attached), len(inVpc)))
 	}
 	return reconcile.Result{}, errors.Join(concurrently(writes), r.patchStatus(ctx, vpc, status))
 }
@@ -248,6 +260,23 @@ func DesiredVpc(clusterID string, vpc *v1alpha1.Vpc) (ovn.Vpc, error) {
 		return ovn.Vpc{}, err
 	}
 	return v, nil
+}
+
+// VpcGatewayOn is v's gateway on chassis, the active gateway's node ("" for none), and what
+// the Vpc's Ready condition says of it. A subnet over the gateway's link network
+// (ovn.VpcGatewayLink) leaves the VPC without a gateway, saying which and what to do, rather
+// than failing the whole VPC: its pods still meet each other.
+func VpcGatewayOn(v ovn.Vpc, chassis string) (*ovn.VpcGateway, string) {
+	if chassis == "" {
+		return nil, "no gateway (no active gateway node)"
+	}
+	for i, s := range v.Subnets {
+		if s.CIDR.Overlaps(ovn.VpcGatewayLink) {
+			return nil, fmt.Sprintf("no gateway: spec.subnets[%d] (%s, %s) overlaps %s, the link between the VPC's router and its gateway; give the subnet a CIDR outside it",
+				i, s.Name, s.CIDR, ovn.VpcGatewayLink)
+		}
+	}
+	return &ovn.VpcGateway{Chassis: chassis}, "its gateway on " + chassis
 }
 
 // vpcAttachment is where att is in v, for the pod's VpcAnnotation.

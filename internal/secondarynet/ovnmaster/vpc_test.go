@@ -12,10 +12,12 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/go-logr/logr/testr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
@@ -69,6 +71,41 @@ func TestBindings(t *testing.T) {
 				if msg := strings.Join(conflicts[vpc], "; "); !strings.Contains(msg, word) {
 					t.Errorf("conflict of %s = %q, want it to say %q", vpc, msg, word)
 				}
+			}
+		})
+	}
+}
+
+// TestVpcGatewayOn: a VPC's gateway is on the active gateway's node, none without one, and
+// none (saying which subnet is in the way, and what to do) when a subnet covers the link.
+func TestVpcGatewayOn(t *testing.T) {
+	subnets := func(cidrs ...string) ovn.Vpc {
+		v := ovn.Vpc{ClusterID: "east", Name: "red"}
+		for i, c := range cidrs {
+			v.Subnets = append(v.Subnets, ovn.Subnet{Name: fmt.Sprintf("s%d", i), CIDR: netip.MustParsePrefix(c)})
+		}
+		return v
+	}
+	for _, tc := range []struct {
+		name, chassis string
+		v             ovn.Vpc
+		want          string // the gateway's chassis, "" for none
+		says          string
+	}{
+		{"on the active gateway's node", "node-a", subnets("10.0.1.0/24"), "node-a", "its gateway on node-a"},
+		{"no active gateway", "", subnets("10.0.1.0/24"), "", "no gateway (no active gateway node)"},
+		{"a subnet over the link", "node-a", subnets("10.0.1.0/24", "100.64.0.0/10"), "",
+			"no gateway: spec.subnets[1] (s1, 100.64.0.0/10) overlaps 100.127.255.252/30, the link between the VPC's router and its gateway; give the subnet a CIDR outside it"},
+		{"a subnet beside the link", "node-a", subnets("100.127.255.248/30"), "node-a", "its gateway on node-a"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gw, says := VpcGatewayOn(tc.v, tc.chassis)
+			got := ""
+			if gw != nil {
+				got = gw.Chassis
+			}
+			if got != tc.want || says != tc.says {
+				t.Errorf("VpcGatewayOn = %q, %q; want %q, %q", got, says, tc.want, tc.says)
 			}
 		})
 	}
@@ -227,6 +264,27 @@ func vpcRows(ctx context.Context, nb *ovntest.Server, vpc string) (int, error) {
 	return n, nil
 }
 
+// waitVpcGatewayChassis waits until the VPC's gateway port is requested on want, or, for "",
+// until the VPC has no gateway port.
+func waitVpcGatewayChassis(t *testing.T, nb *ovntest.Server, vpc, want string) {
+	t.Helper()
+	port := ovn.VpcGatewayPortName(clusterID, vpc)
+	eventually(t, fmt.Sprintf("VPC %s's gateway port requested on %q", vpc, want), func(ctx context.Context) string {
+		out, err := nb.Ctl(ctx, "--bare", "--columns=options", "find", "Logical_Switch_Port", "name="+port)
+		if err != nil {
+			return err.Error()
+		}
+		got := strings.TrimSpace(out)
+		switch {
+		case want == "" && got != "":
+			return "a gateway port with options " + got + ", want none"
+		case want != "" && got != "requested-chassis="+want:
+			return fmt.Sprintf("gateway port options %q", got)
+		}
+		return ""
+	})
+}
+
 func deletePod(t *testing.T, c client.Client, ns, name string) {
 	t.Helper()
 	if err := c.Delete(t.Context(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
@@ -317,6 +375,30 @@ func TestVpcController(t *testing.T) {
 	vpcCondition(t, c, "red", v1alpha1.VpcConditionReady, metav1.ConditionTrue, ReasonVpcApplied, "3 subnet(s)")
 	if got := vpcAddressOf(t, c, "red-apps", "web", "red", "a"); got != redWeb {
 		t.Errorf("pod web had %s before the new subnet, %s after", redWeb, got)
+	}
+
+	// The active gateway: every VPC's gateway port is requested on its node, where the
+	// cluster's is, and follows a takeover; none before there is one.
+	waitVpcGatewayChassis(t, nb, "red", "")
+	waitVpcGatewayChassis(t, nb, "blue", "")
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "octopus-system", Name: "octopus-gateway"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-a"), LeaseDurationSeconds: ptr.To(int32(15))},
+	}
+	if err := c.Create(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"red", "blue"} {
+		waitVpcGatewayChassis(t, nb, v, "node-a")
+		vpcCondition(t, c, v, v1alpha1.VpcConditionReady, metav1.ConditionTrue, ReasonVpcApplied, "its gateway on node-a")
+	}
+	waitGatewayChassis(t, nb, "node-a") // the cluster's own, on the same node
+	lease.Spec.HolderIdentity = ptr.To("node-b")
+	if err := c.Update(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"red", "blue"} {
+		waitVpcGatewayChassis(t, nb, v, "node-b")
 	}
 
 	// Deleted while in use: it waits, says who holds it, keeps its rows; its namespaces free,
