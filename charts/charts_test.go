@@ -1,6 +1,7 @@
 package charts_test
 
 import (
+	"encoding/json"
 	"flag"
 	"maps"
 	"os"
@@ -14,11 +15,14 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/yaml"
 
 	"github.com/octopus-mcs/octopus/charts"
 	"github.com/octopus-mcs/octopus/config/monitoring"
 	"github.com/octopus-mcs/octopus/internal/cluster"
+	"github.com/octopus-mcs/octopus/internal/hub"
+	"github.com/octopus-mcs/octopus/internal/kube"
 	"github.com/octopus-mcs/octopus/internal/manifests/chartgen"
 	"github.com/octopus-mcs/octopus/internal/secondarynet/icconfig"
 )
@@ -69,6 +73,7 @@ func TestRender(t *testing.T) {
 	}{
 		{name: "hub", chart: charts.Hub},
 		{name: "hub-gateway", chart: charts.Hub, values: "hub-gateway.yaml"},
+		{name: "hub-interconnect", chart: charts.Hub, values: "hub-interconnect.yaml"},
 		{name: "member", chart: charts.Member},
 		{name: "member-custom", chart: charts.Member, values: "member-custom.yaml"},
 		{name: "member-secondary", chart: charts.Member, values: "member-secondary.yaml"},
@@ -144,6 +149,11 @@ func TestValuesAreChecked(t *testing.T) {
 		{name: "hub: port as a string", chart: charts.Hub, values: `gateway: {listenPort: "4500"}`, want: []string{"/gateway/listenPort", "integer"}},
 		{name: "hub: enabled as a string", chart: charts.Hub, values: `gateway: {enabled: "yes"}`, want: []string{"/gateway/enabled", "boolean"}},
 		{name: "hub: gateway without a health-check address", chart: charts.Hub, values: `gateway: {enabled: true}`, want: []string{"/gateway/healthCheckIP"}},
+		{name: "hub: interconnect without the databases' certificate", chart: charts.Hub, values: `interconnect: {enabled: true, tls: {caSecret: octopus-ic-ca}}`, want: []string{"interconnect.tls.dbSecret", "cannot issue", "octopus hub deploy --interconnect"}},
+		{name: "hub: interconnect without the IC CA", chart: charts.Hub, values: `interconnect: {enabled: true, tls: {dbSecret: octopus-ic-db-tls}}`, want: []string{"interconnect.tls.caSecret", "cannot issue"}},
+		{name: "hub: transit switch not a DNS label", chart: charts.Hub, values: `interconnect: {transitSwitches: [TS_1]}`, want: []string{"/interconnect/transitSwitches/0"}},
+		{name: "hub: no transit switch", chart: charts.Hub, values: `interconnect: {transitSwitches: []}`, want: []string{"/interconnect/transitSwitches"}},
+		{name: "hub: interconnect data directory relative", chart: charts.Hub, values: `interconnect: {dataDir: var/lib}`, want: []string{"/interconnect/dataDir"}},
 		{name: "secondary network without a CIDR", chart: charts.Member, values: `secondaryNetwork: {enabled: true, clusterID: east}`, want: []string{"/secondaryNetwork", "cidr"}},
 		{name: "secondary CIDR not a prefix", chart: charts.Member, values: `secondaryNetwork: {enabled: true, clusterID: east, cidr: east}`, want: []string{"/secondaryNetwork/cidr"}},
 		{name: "unknown datapath", chart: charts.Member, values: `secondaryNetwork: {node: {datapath: dpdk}}`, want: []string{"/secondaryNetwork/node/datapath"}},
@@ -178,6 +188,143 @@ func TestValuesAreChecked(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestInterconnectChartIsHubDeploys: the hub chart with interconnect enabled renders, object
+// for object and field for field, what `octopus hub deploy --interconnect` applies
+// (hub.InterconnectObjects) with the same image and transit switches, the Secrets named as
+// hub deploy issues them; and nothing of it with interconnect off (the default).
+func TestInterconnectChartIsHubDeploys(t *testing.T) {
+	c, err := charts.Load(charts.Hub, "v0.0.0-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const file = "octopus-hub/templates/zz_generated.interconnect.yaml"
+	off, err := charts.Render(c, namespaces[charts.Hub], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(off[file]); got != "" {
+		t.Errorf("interconnect off renders %s:\n%s", file, got)
+	}
+	for _, tc := range []struct {
+		name   string
+		values string
+		cli    hub.InterconnectOptions
+	}{
+		{
+			name:   "chart defaults, the CLI's image at the chart's version",
+			values: `interconnect: {enabled: true, tls: {caSecret: octopus-ic-ca, dbSecret: octopus-ic-db-tls}}`,
+			cli:    hub.InterconnectOptions{Image: "ghcr.io/octopus-mcs/octopus-ovn:v0.0.0-test"},
+		},
+		{
+			name:   "testdata/values/hub-interconnect.yaml",
+			values: mustRead(t, filepath.Join("testdata", "values", "hub-interconnect.yaml")),
+			cli:    hub.InterconnectOptions{Image: "registry.example.org/octopus-ovn:v1.2.3", TransitSwitches: []string{"ts", "ts2"}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var values map[string]any
+			if err := yaml.Unmarshal([]byte(tc.values), &values); err != nil {
+				t.Fatal(err)
+			}
+			out, err := charts.Render(c, namespaces[charts.Hub], values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := hub.InterconnectObjects(namespaces[charts.Hub], tc.cli)
+			if err != nil {
+				t.Fatal(err)
+			}
+			docs := strings.Split(out[file], "\n---\n")
+			var got []map[string]any
+			for _, d := range docs {
+				var m map[string]any
+				if err := yaml.Unmarshal([]byte(d), &m); err != nil {
+					t.Fatalf("%s: %v", file, err)
+				}
+				if m != nil {
+					got = append(got, m)
+				}
+			}
+			if len(got) != len(want) {
+				t.Fatalf("the chart renders %d objects, hub deploy applies %d", len(got), len(want))
+			}
+			for i, w := range want {
+				// Both through JSON into maps: the chart's empty values (pull policy, priority
+				// class, resources) render as nulls or empties that the API server reads
+				// as the CLI's absent fields, so they are dropped before comparing.
+				wm := toMap(t, w)
+				gvk, err := apiutil.GVKForObject(w, kube.Scheme)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wm["apiVersion"], wm["kind"] = gvk.GroupVersion().String(), gvk.Kind
+				if diff := cmp.Diff(prune(wm), prune(got[i])); diff != "" {
+					t.Errorf("%s %s: the chart differs from hub deploy (-hub deploy +chart):\n%s", gvk.Kind, w.GetName(), diff)
+				}
+			}
+		})
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func toMap(t *testing.T, obj any) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// prune drops what is empty (nil, "", empty maps and lists) and the typed objects' empty
+// status and creationTimestamp, which mean "unset" to the API server either way.
+func prune(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		for k, e := range x {
+			if k == "status" || k == "creationTimestamp" {
+				continue
+			}
+			if p := prune(e); p != nil {
+				out[k] = p
+			}
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		return out
+	case []any:
+		var out []any
+		for _, e := range x {
+			out = append(out, prune(e))
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		return out
+	case string:
+		if x == "" {
+			return nil
+		}
+	case nil:
+		return nil
+	}
+	return v
 }
 
 // TestMonitoring: the member chart ships config/monitoring's dashboard unchanged, and asking

@@ -51,7 +51,7 @@ func deployInterconnect(ctx context.Context, cfg *rest.Config, c client.Client, 
 	if err := EnsureInterconnectCertificates(ctx, cs, ns, o.Addresses, p); err != nil {
 		return err
 	}
-	objs, err := render.Interconnect(render.InterconnectOptions{Namespace: ns, Image: o.Image, TransitSwitches: o.TransitSwitches})
+	objs, err := InterconnectObjects(ns, o)
 	if err != nil {
 		return err
 	}
@@ -59,6 +59,13 @@ func deployInterconnect(ctx context.Context, cfg *rest.Config, c client.Client, 
 		return fmt.Errorf("interconnect: %w", err)
 	}
 	return nil
+}
+
+// InterconnectObjects are the objects deployInterconnect applies in hub namespace ns, the
+// certificates' Secrets aside: the hub chart's interconnect values render the same
+// (charts.TestInterconnectChartIsHubDeploys), so that the CLI and Helm install one thing.
+func InterconnectObjects(ns string, o InterconnectOptions) ([]client.Object, error) {
+	return render.Interconnect(render.InterconnectOptions{Namespace: ns, Image: o.Image, TransitSwitches: o.TransitSwitches})
 }
 
 // EnsureInterconnectCertificates keeps the interconnection CA (render.ICCASecret, made once,

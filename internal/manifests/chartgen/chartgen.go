@@ -69,6 +69,10 @@ func Files() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	interconnect, err := hubInterconnect()
+	if err != nil {
+		return nil, err
+	}
 	operatorRBAC, err := operatorRBAC()
 	if err != nil {
 		return nil, err
@@ -101,11 +105,12 @@ func Files() (map[string][]byte, error) {
 		// Helm installs crds/ before the templates and never deletes it: leaving a cluster
 		// keeps the Fabric CRD the operator serves (it carries no managed-by label of Octopus,
 		// so internal/cluster's leave does not take it either).
-		"octopus-operator/crds/zz_generated.fabric.yaml":  fabricCRD,
-		"octopus-hub/templates/zz_generated.hub.yaml":     hub,
-		"octopus-hub/templates/zz_generated.gateway.yaml": gateway,
-		"octopus-member/templates/zz_generated.rbac.yaml": member,
-		"octopus-member/templates/zz_generated.dns.yaml":  dns,
+		"octopus-operator/crds/zz_generated.fabric.yaml":       fabricCRD,
+		"octopus-hub/templates/zz_generated.hub.yaml":          hub,
+		"octopus-hub/templates/zz_generated.gateway.yaml":      gateway,
+		"octopus-hub/templates/zz_generated.interconnect.yaml": interconnect,
+		"octopus-member/templates/zz_generated.rbac.yaml":      member,
+		"octopus-member/templates/zz_generated.dns.yaml":       dns,
 		// Verbatim copies, read with .Files.Get (which does not evaluate the alerts'
 		// {{ $labels }} templates): a Helm chart cannot reach files outside its directory.
 		"octopus-member/files/zz_generated.alerts.yaml":    monitoring.Alerts,
@@ -403,4 +408,114 @@ func memberDNS() ([]byte, error) {
 	}
 	y = bytes.ReplaceAll(y, []byte(imagePlaceholder), []byte(`{{ include "octopus.image" . }}`))
 	return append([]byte(fmt.Sprintf(header, "internal/manifests/render DNS")), y...), nil
+}
+
+// The interconnection databases' chart values (hub chart, interconnect.*) stand in
+// render.Interconnect's output as placeholders, as the hub gateway's do: scalars where they
+// appear, maps, lists and resources as whole fields rendered with toYaml. The TLS Secrets'
+// names are required: a chart cannot issue the certificates (hub deploy does, with the hub
+// nodes' addresses in them), so it names Secrets its user made and refuses to render without.
+var (
+	interconnectScalars = map[string]string{
+		"octopus-chart-ic-image":            `{{ .Values.interconnect.image.repository }}:{{ .Values.interconnect.image.tag | default .Chart.AppVersion }}`,
+		"octopus-chart-ic-pull-policy":      `{{ .Values.interconnect.image.pullPolicy }}`,
+		"octopus-chart-ic-transit-switches": `{{ join "," .Values.interconnect.transitSwitches | quote }}`,
+		"octopus-chart-ic-data-dir":         `{{ .Values.interconnect.dataDir }}`,
+		"octopus-chart-ic-cluster-domain":   `{{ .Values.interconnect.clusterDomain }}`,
+		"octopus-chart-ic-priority-class":   `{{ .Values.interconnect.priorityClassName | quote }}`,
+		"octopus-chart-ic-db-secret":        `{{ required "interconnect.tls.dbSecret: name the Secret (tls.crt, tls.key, ca.crt) of the IC databases' certificate, server and client usage, issued by the IC CA for the hub nodes' addresses; the chart cannot issue it (octopus hub deploy --interconnect does, into octopus-ic-db-tls)" .Values.interconnect.tls.dbSecret }}`,
+		"octopus-chart-ic-ca-secret":        `{{ required "interconnect.tls.caSecret: name the Secret (tls.crt, tls.key) of the IC CA the ic-signer signs the members' certificates with; the chart cannot issue it (octopus hub deploy --interconnect does, into octopus-ic-ca)" .Values.interconnect.tls.caSecret }}`,
+	}
+	// interconnectBlocks are, by placeholder, a field of every pod spec (or, for resources,
+	// of every container) and its value.
+	interconnectBlocks = map[string]struct{ path, expr string }{
+		"octopus-chart-ic-node-selector": {path: "nodeSelector", expr: ".Values.interconnect.nodeSelector"},
+		"octopus-chart-ic-tolerations":   {path: "tolerations", expr: ".Values.interconnect.tolerations"},
+		"octopus-chart-ic-resources":     {path: "resources", expr: ".Values.interconnect.resources"},
+	}
+)
+
+// hubInterconnect is render.Interconnect in the release's namespace, rendered when the value
+// interconnect.enabled is set: the same objects hub deploy --interconnect applies
+// (charts.TestInterconnectChartIsHubDeploys holds the two together).
+func hubInterconnect() ([]byte, error) {
+	objs, err := render.Interconnect(render.InterconnectOptions{
+		Namespace: releaseNamespace, Image: "octopus-chart-ic-image", PullPolicy: "octopus-chart-ic-pull-policy",
+		TransitSwitches: []string{"octopus-chart-ic-transit-switches"}, DataDir: "octopus-chart-ic-data-dir",
+		ClusterDomain: "octopus-chart-ic-cluster-domain", PriorityClassName: "octopus-chart-ic-priority-class",
+		DBSecret: "octopus-chart-ic-db-secret", CASecret: "octopus-chart-ic-ca-secret",
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []client.Object
+	for _, obj := range objs {
+		u, err := interconnectPlaceholders(obj)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	y, err := render.YAML(out...)
+	if err != nil {
+		return nil, err
+	}
+	if strings.Contains(string(y), "{{") {
+		return nil, fmt.Errorf("render.Interconnect's objects contain {{, which Helm would read as a template")
+	}
+	text := strings.ReplaceAll(string(y), releaseNamespace, "{{ .Release.Namespace }}")
+	text = blockLine.ReplaceAllStringFunc(text, func(line string) string {
+		m := blockLine.FindStringSubmatch(line)
+		b, ok := interconnectBlocks[m[3]]
+		if !ok {
+			return line
+		}
+		return fmt.Sprintf("%s%s:\n{{- toYaml %s | nindent %d }}", m[1], m[2], b.expr, len(m[1])+2)
+	})
+	for token, expr := range interconnectScalars {
+		if !strings.Contains(text, token) {
+			return nil, fmt.Errorf("the interconnection's placeholder %s is not in render.Interconnect's output: its value would do nothing", token)
+		}
+		text = strings.ReplaceAll(text, token, expr)
+	}
+	if strings.Contains(text, "octopus-chart-") {
+		return nil, fmt.Errorf("the interconnection's chart template has placeholders left:\n%s", text)
+	}
+	return []byte("{{- if .Values.interconnect.enabled }}\n" + fmt.Sprintf(header, "internal/manifests/render Interconnect") + text + "{{- end }}\n"), nil
+}
+
+// interconnectPlaceholders converts a workload to its unstructured form with the fields of
+// interconnectBlocks set to their placeholders in its pod spec. Other objects stay typed: the
+// unstructured form of a Service would spell its unset targetPorts as 0.
+func interconnectPlaceholders(obj client.Object) (client.Object, error) {
+	gvk, err := apiutil.GVKForObject(obj, kube.Scheme)
+	if err != nil {
+		return nil, err
+	}
+	if gvk.Kind != "StatefulSet" && gvk.Kind != "Deployment" {
+		return obj, nil
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: m}
+	u.SetGroupVersionKind(gvk)
+	spec, _, err := unstructured.NestedMap(u.Object, "spec", "template", "spec")
+	if err != nil {
+		return nil, err
+	}
+	for token, b := range interconnectBlocks {
+		if b.path != "resources" {
+			spec[b.path] = token
+			continue
+		}
+		for _, c := range spec["containers"].([]any) {
+			c.(map[string]any)["resources"] = token
+		}
+	}
+	if err := unstructured.SetNestedMap(u.Object, spec, "spec", "template", "spec"); err != nil {
+		return nil, err
+	}
+	return u, nil
 }

@@ -113,6 +113,7 @@ func TestChartsOnAnAPIServer(t *testing.T) {
 		for _, tc := range []struct{ chart, namespace, values string }{
 			{chart: charts.Hub, namespace: "octopus-hub"},
 			{chart: charts.Hub, namespace: "octopus-hub", values: "hub-gateway.yaml"},
+			{chart: charts.Hub, namespace: "octopus-hub", values: "hub-interconnect.yaml"},
 			{chart: charts.Member, namespace: "octopus-system"},
 			{chart: charts.Member, namespace: "octopus-system", values: "member-custom.yaml"},
 			{chart: charts.Member, namespace: "octopus-system", values: "member-secondary.yaml"},

@@ -155,9 +155,20 @@ type InterconnectOptions struct {
 	Tolerations       []corev1.Toleration
 	PriorityClassName string
 	Resources         corev1.ResourceRequirements
+	// DBSecret holds the databases' certificate (tls.crt, tls.key, ca.crt; ICDBLeaf) and
+	// CASecret the IC CA (tls.crt, tls.key) the signer signs the members' certificates with.
+	// Optional: ICDBSecret and ICCASecret, which hub deploy issues; the hub chart names the
+	// Secrets its user made, since a chart cannot issue them (docs/secondary-network.md).
+	DBSecret, CASecret string
 }
 
 func (o *InterconnectOptions) defaults() {
+	if o.DBSecret == "" {
+		o.DBSecret = ICDBSecret
+	}
+	if o.CASecret == "" {
+		o.CASecret = ICCASecret
+	}
 	if o.Namespace == "" {
 		o.Namespace = v1alpha1.DefaultHubNamespace
 	}
@@ -244,7 +255,7 @@ func Interconnect(o InterconnectOptions) ([]client.Object, error) {
 					Containers:                   containers,
 					Volumes: []corev1.Volume{
 						{Name: "data", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: o.DataDir, Type: &hostPathType}}},
-						{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: ICDBSecret, DefaultMode: ptr.To(int32(0o400))}}},
+						{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: o.DBSecret, DefaultMode: ptr.To(int32(0o400))}}},
 					},
 				},
 			},
@@ -304,7 +315,7 @@ func icSigner(o InterconnectOptions, labels map[string]string) ([]client.Object,
 						VolumeMounts: []corev1.VolumeMount{{Name: "ca", MountPath: caDir, ReadOnly: true}},
 					}},
 					Volumes: []corev1.Volume{{Name: "ca", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-						SecretName: ICCASecret, DefaultMode: ptr.To(int32(0o440))}}}},
+						SecretName: o.CASecret, DefaultMode: ptr.To(int32(0o440))}}}},
 					SecurityContext: &corev1.PodSecurityContext{FSGroup: ptr.To(int64(65532))},
 				},
 			},
