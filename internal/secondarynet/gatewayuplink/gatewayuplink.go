@@ -155,19 +155,26 @@ func (l *Loop) Ready() error {
 func (l *Loop) Run(ctx context.Context) error {
 	l.log.Info("Keeping the gateway's interface on the switch", "port", l.gateway.Port,
 		"address", l.gateway.IP, "mac", l.gateway.MAC.String(), "bridge", l.gateway.Node.Bridge, "interval", l.interval.String())
+	repeat(ctx, l.interval, l.once)
+	// Not detaching is the point: see the package comment.
+	return nil
+}
+
+// repeat runs once now and then every interval until ctx ends; after a failure it runs again
+// sooner, 1 s then doubling up to 5 s (or the interval).
+func repeat(ctx context.Context, interval time.Duration, once func(context.Context) error) {
 	retry := time.Second
 	for {
-		wait := l.interval
-		if err := l.once(ctx); err != nil {
-			wait = min(retry, l.interval, maxRetryDelay)
+		wait := interval
+		if err := once(ctx); err != nil {
+			wait = min(retry, interval, maxRetryDelay)
 			retry *= 2
 		} else {
 			retry = time.Second
 		}
 		select {
 		case <-ctx.Done():
-			// Not detaching is the point: see the package comment.
-			return nil
+			return
 		case <-time.After(wait):
 		}
 	}
