@@ -25,6 +25,15 @@ func TestGatewayPortFlags(t *testing.T) {
 	if opts.ClusterID != "east" || opts.CIDR.String() != "10.112.0.0/16" || opts.Node.Bridge != "br-int" || opts.MTU != 1400 || opts.Interval != 10*time.Second {
 		t.Errorf("options = %+v", opts)
 	}
+	if opts.Vpcs != nil {
+		t.Errorf("VPC gateways kept without --nb: %+v", opts.Vpcs)
+	}
+	withVpcs := valid
+	withVpcs.nb, withVpcs.nodeName, withVpcs.vpcNetnsDir = "unix:/run/ovn/ovnnb_db.sock", "gw-1", "/run/netns"
+	if opts, err := withVpcs.options(); err != nil || opts.Vpcs == nil || opts.Vpcs.Chassis != "gw-1" || opts.Vpcs.ClusterID != "east" ||
+		opts.Vpcs.NetnsDir != "/run/netns" || opts.Vpcs.Node.Bridge != "br-int" || opts.Vpcs.Source == nil {
+		t.Errorf("with --nb: %+v, %v", opts.Vpcs, err)
+	}
 	for _, tc := range []struct {
 		name   string
 		change func(*gatewayPortOptions)
@@ -43,6 +52,11 @@ func TestGatewayPortFlags(t *testing.T) {
 		{"interval zero", func(o *gatewayPortOptions) { o.interval = 0 }, []string{"--interval 0s", "positive"}},
 		{"interval negative", func(o *gatewayPortOptions) { o.interval = -time.Second }, []string{"--interval -1s"}},
 		{"two wrong", func(o *gatewayPortOptions) { o.bridge, o.mtu = "", 0 }, []string{"--bridge", "--mtu"}},
+		{"VPC gateways without the node's name", func(o *gatewayPortOptions) { o.nb, o.vpcNetnsDir = "unix:/nb.sock", "/run/netns" }, []string{"--nb without --node-name", "NODE_NAME"}},
+		{"VPC gateways in a relative directory", func(o *gatewayPortOptions) { o.nb, o.nodeName, o.vpcNetnsDir = "unix:/nb.sock", "gw-1", "netns" }, []string{`--vpc-netns-dir "netns"`}},
+		{"VPC gateways over ssl without certificates", func(o *gatewayPortOptions) {
+			o.nb, o.nodeName, o.vpcNetnsDir, o.nbTLS = "ssl:nb:6641", "gw-1", "/run/netns", tlsFlags{db: "nb"}
+		}, []string{"--nb-private-key"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := valid

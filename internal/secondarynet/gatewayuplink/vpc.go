@@ -2,10 +2,12 @@ package gatewayuplink
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,7 +27,52 @@ type VpcSource interface {
 	VpcGatewaysOn(ctx context.Context, clusterID, chassis string) ([]ovn.VpcGatewayPort, error)
 }
 
-var _ VpcSource = (*ovn.Client)(nil)
+var (
+	_ VpcSource = (*ovn.Client)(nil)
+	_ VpcSource = (*NBSource)(nil)
+)
+
+// NBSource is a VpcSource that connects to the NB database at its first use, and again at the
+// next after a failed connect: a database out of reach at start then delays the VPC gateways
+// (the check fails, changing nothing, and is retried) without keeping the process, and the
+// cluster's gateway interface with it, from starting. Once connected, the client reconnects
+// by itself.
+type NBSource struct {
+	// Endpoint and TLS are the NB database's, as ovn.Options has them.
+	Endpoint string
+	TLS      *tls.Config
+	// Log receives the client's messages (optional).
+	Log logr.Logger
+
+	mu     sync.Mutex
+	client *ovn.Client
+}
+
+// VpcGatewaysOn is ovn.Client.VpcGatewaysOn, connecting first if need be.
+func (s *NBSource) VpcGatewaysOn(ctx context.Context, clusterID, chassis string) ([]ovn.VpcGatewayPort, error) {
+	s.mu.Lock()
+	if s.client == nil {
+		c, err := ovn.Connect(ctx, ovn.Options{Endpoint: s.Endpoint, TLS: s.TLS, Log: s.Log})
+		if err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+		s.client = c
+	}
+	c := s.client
+	s.mu.Unlock()
+	return c.VpcGatewaysOn(ctx, clusterID, chassis)
+}
+
+// Close disconnects, if connected.
+func (s *NBSource) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.client != nil {
+		s.client.Close()
+		s.client = nil
+	}
+}
 
 // VpcOptions configure a VpcLoop.
 type VpcOptions struct {
