@@ -198,6 +198,13 @@ func ReconcileVpcGateway(ctx context.Context, g VpcGateway) (changed []string, e
 			return c.list, err
 		}
 	}
+	// The gateway forwards: the VPC's packets go on out of the namespace (and the answers back
+	// in). The namespace's own setting, nobody else's.
+	if changed, err := ensureForwarding(gw); err != nil {
+		return c.list, err
+	} else if changed {
+		c.add("turned IPv4 forwarding on in %s", path)
+	}
 	// Routes last: the kernel refuses a next hop that is not on-link yet (address, up).
 	if err := ensureVpcRoutes(gw, link.Attrs().Index, g, c); err != nil {
 		return c.list, err
@@ -282,6 +289,51 @@ func ensureNetns(path string) (made bool, err error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// ipForward is the namespace's IPv4 forwarding switch: /proc/sys/net is the opening thread's
+// namespace's.
+const ipForward = "/proc/sys/net/ipv4/ip_forward"
+
+// ensureForwarding turns IPv4 forwarding on in the namespace of h, and says whether it was off.
+func ensureForwarding(h *handle) (changed bool, err error) {
+	err = inNetns(h, func() error {
+		b, err := os.ReadFile(ipForward)
+		if err != nil {
+			return fmt.Errorf("reading %s: %w", ipForward, err)
+		}
+		if strings.TrimSpace(string(b)) == "1" {
+			return nil
+		}
+		if err := os.WriteFile(ipForward, []byte("1\n"), 0o644); err != nil {
+			return fmt.Errorf("turning IPv4 forwarding on: %w", err)
+		}
+		changed = true
+		return nil
+	})
+	return changed, err
+}
+
+// inNetns runs fn on a thread in the namespace of h, which it then leaves.
+func inNetns(h *handle, fn func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return fmt.Errorf("getting the current network namespace: %w", err)
+	}
+	defer orig.Close()
+	if err := netns.Set(h.ns); err != nil {
+		return fmt.Errorf("entering the gateway's network namespace: %w", err)
+	}
+	fnErr := fn()
+	if err := netns.Set(orig); err != nil {
+		// The thread stays locked and ends with the goroutine rather than serve others in
+		// the wrong namespace.
+		runtime.LockOSThread()
+		return errors.Join(fnErr, fmt.Errorf("returning from the gateway's network namespace: %w", err))
+	}
+	return fnErr
 }
 
 // removeNetns unmounts and removes the named namespace at path; one that is not there is fine.

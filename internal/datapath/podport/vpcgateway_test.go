@@ -104,6 +104,7 @@ func TestReconcileVpcGatewayConverges(t *testing.T) {
 		{"another MAC", [][]string{inGw("link", "set", podport.VpcGatewayInterface, "address", "02:00:00:00:00:01")}},
 		{"down", [][]string{inGw("link", "set", podport.VpcGatewayInterface, "down")}},
 		{"lo down", [][]string{inGw("link", "set", "lo", "down")}},
+		{"forwarding off", [][]string{{"nsenter", "--net=" + g.NetnsPath(), "sysctl", "-qw", "net.ipv4.ip_forward=0"}}},
 		{"another MTU", [][]string{inNode("link", "set", hostLink, "mtu", "1500")}},
 		{"the veth deleted", [][]string{inNode("link", "del", hostLink)}},
 		{"the OVS port deleted", [][]string{{"ovs-vsctl", "--timeout=10", "--no-wait", "--db=" + node.OVSDB, "del-port", "br-int", hostLink}}},
@@ -161,7 +162,8 @@ func TestReconcileVpcGatewayConverges(t *testing.T) {
 }
 
 // checkVpcGateway reads the VPC gateway back: in its namespace the interface with one
-// address, the MAC, the MTU, up, routes to exactly the subnets via the router, lo up; in the
+// address, the MAC, the MTU, up, routes to exactly the subnets via the router, lo up,
+// forwarding on; in the
 // node's the other end in br-int with the port's iface-id, kept off the node's stack.
 func checkVpcGateway(t *testing.T, g podport.VpcGateway) {
 	t.Helper()
@@ -205,6 +207,9 @@ func checkVpcGateway(t *testing.T, g podport.VpcGateway) {
 	}
 	if lo, err := h.LinkByName("lo"); err != nil || lo.Attrs().Flags&net.FlagUp == 0 {
 		t.Errorf("lo in the gateway's namespace is not up: %v", err)
+	}
+	if out, err := exec.Command("nsenter", "--net="+g.NetnsPath(), "sysctl", "-n", "net.ipv4.ip_forward").Output(); err != nil || strings.TrimSpace(string(out)) != "1" {
+		t.Errorf("IPv4 forwarding in the gateway's namespace: %q, %v; want 1", out, err)
 	}
 	hostLink := podport.VpcGatewayNodeLink(g.Vpc)
 	out, err := exec.Command("ovs-vsctl", "--db="+g.Node.OVSDB, "get", "Interface", hostLink, "external_ids:iface-id").Output()
