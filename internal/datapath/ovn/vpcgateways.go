@@ -10,6 +10,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ovn-kubernetes/libovsdb/cache"
+	"github.com/ovn-kubernetes/libovsdb/model"
+
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn/nbdb"
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 )
@@ -114,4 +117,46 @@ func vpcGatewaysOn(clusterID, chassis string, ports []nbdb.LogicalSwitchPort, sw
 	}
 	slices.SortFunc(out, func(a, b VpcGatewayPort) int { return strings.Compare(a.Vpc, b.Vpc) })
 	return out, nil
+}
+
+// OnVpcGatewayChange calls fn after each change in the client's cache that may change what
+// VpcGatewaysOn answers: a VPC gateway port (or the link switch's router port, which carries
+// the same marks) added, changed or removed, a VPC switch added or removed, or its CIDR changed. fn runs on the client's update
+// path and must not block; it is not told what changed, only to look again. A gateway node
+// checks at once instead of at its next interval, so a takeover does not wait for it.
+func (c *Client) OnVpcGatewayChange(fn func()) {
+	relevant := func(m model.Model) bool {
+		switch r := m.(type) {
+		case *nbdb.LogicalSwitchPort:
+			return r.ExternalIDs[owner.OVNKeyOwner] == owner.OVNOwnerVPC && r.ExternalIDs[owner.OVNKeyRole] == owner.OVNRoleGateway
+		case *nbdb.LogicalSwitch:
+			return r.ExternalIDs[owner.OVNKeyOwner] == owner.OVNOwnerVPC
+		}
+		return false
+	}
+	c.nb.Cache().AddEventHandler(&cache.EventHandlerFuncs{
+		AddFunc: func(_ string, m model.Model) {
+			if relevant(m) {
+				fn()
+			}
+		},
+		UpdateFunc: func(_ string, old, updated model.Model) {
+			// A subnet switch changes with every pod on it (its ports, the last address
+			// handed out); only its CIDR is the gateways' business.
+			o, okOld := old.(*nbdb.LogicalSwitch)
+			u, okNew := updated.(*nbdb.LogicalSwitch)
+			if okOld && okNew && o.ExternalIDs[owner.OVNKeyCIDR] == u.ExternalIDs[owner.OVNKeyCIDR] &&
+				o.ExternalIDs[owner.OVNKeyOwner] == u.ExternalIDs[owner.OVNKeyOwner] && o.ExternalIDs[owner.OVNKeyVPC] == u.ExternalIDs[owner.OVNKeyVPC] {
+				return
+			}
+			if relevant(old) || relevant(updated) {
+				fn()
+			}
+		},
+		DeleteFunc: func(_ string, m model.Model) {
+			if relevant(m) {
+				fn()
+			}
+		},
+	})
 }

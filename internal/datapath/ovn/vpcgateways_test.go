@@ -1,12 +1,16 @@
 package ovn
 
 import (
+	"context"
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn/nbdb"
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
 )
 
 // rowsOf are the switches and switch ports ApplyVpc would write for the plans, as a gateway
@@ -79,5 +83,65 @@ func TestVpcGatewaysOn(t *testing.T) {
 	}
 	if got, err := vpcGatewaysOn("east", "node-a", ports, switches); err == nil || !strings.Contains(err.Error(), "octopus-east.red.gateway.port") {
 		t.Errorf("vpcGatewaysOn with a malformed port = %+v, %v; want an error naming it", got, err)
+	}
+}
+
+// TestVpcGatewaysOnRealNB reads back from a real NB database, through a second client as a
+// gateway node has, what ApplyVpc wrote: the gateway on its chassis, following a move, gone
+// with the gateway; OnVpcGatewayChange tells the reader of each of these writes, and of no
+// write that leaves the gateways alone (a pod added to a VPC).
+func TestVpcGatewaysOnRealNB(t *testing.T) {
+	nb := ovntest.StartNB(t)
+	master, node := connect(t, nb), connect(t, nb)
+	ctx := context.Background()
+	var mu sync.Mutex
+	changes := 0
+	node.OnVpcGatewayChange(func() { mu.Lock(); changes++; mu.Unlock() })
+	changed := func() int { mu.Lock(); defer mu.Unlock(); return changes }
+	// until waits for the node's answer on chassis to be the VPCs want.
+	until := func(chassis string, want []string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			got, err := node.VpcGatewaysOn(ctx, "east", chassis)
+			var names []string
+			for _, g := range got {
+				names = append(names, g.Vpc)
+			}
+			if err == nil && slices.Equal(names, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("VpcGatewaysOn(%s) = %v, %v; want %v", chassis, names, err, want)
+			}
+		}
+	}
+	red := Vpc{ClusterID: "east", Name: "red", Subnets: testSubnets, Gateway: &VpcGateway{Chassis: "gw-a"}}
+	n := changed()
+	applyVpc(t, master, red)
+	until("gw-a", []string{"red"})
+	if changed() == n {
+		t.Error("the gateway's rows were written without a change told")
+	}
+	n = changed()
+	red.Pods = []VpcPod{vpod("p1", "a")}
+	applyVpc(t, master, red)
+	time.Sleep(300 * time.Millisecond) // the pod's row reaches the node's cache
+	if changed() != n {
+		t.Errorf("a pod added to red told %d changes, want none: the gateways did not change", changed()-n)
+	}
+	red.Gateway.Chassis = "gw-b"
+	applyVpc(t, master, red)
+	until("gw-a", nil)
+	until("gw-b", []string{"red"})
+	if changed() == n {
+		t.Error("the gateway moved without a change told")
+	}
+	n = changed()
+	if err := master.DeleteVpc(ctx, "east", "red"); err != nil {
+		t.Fatal(err)
+	}
+	until("gw-b", nil)
+	if changed() == n {
+		t.Error("the VPC deleted without a change told")
 	}
 }

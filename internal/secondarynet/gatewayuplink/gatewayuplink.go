@@ -163,14 +163,15 @@ func (l *Loop) Ready() error {
 func (l *Loop) Run(ctx context.Context) error {
 	l.log.Info("Keeping the gateway's interface on the switch", "port", l.gateway.Port,
 		"address", l.gateway.IP, "mac", l.gateway.MAC.String(), "bridge", l.gateway.Node.Bridge, "interval", l.interval.String())
-	repeat(ctx, l.interval, l.once)
+	repeat(ctx, l.interval, l.once, nil)
 	// Not detaching is the point: see the package comment.
 	return nil
 }
 
 // repeat runs once now and then every interval until ctx ends; after a failure it runs again
-// sooner, 1 s then doubling up to 5 s (or the interval).
-func repeat(ctx context.Context, interval time.Duration, once func(context.Context) error) {
+// sooner, 1 s then doubling up to 5 s (or the interval), and at once when wake (nil for never)
+// delivers.
+func repeat(ctx context.Context, interval time.Duration, once func(context.Context) error, wake <-chan struct{}) {
 	retry := time.Second
 	for {
 		wait := interval
@@ -184,6 +185,7 @@ func repeat(ctx context.Context, interval time.Duration, once func(context.Conte
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
+		case <-wake:
 		}
 	}
 }

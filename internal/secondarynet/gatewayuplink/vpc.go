@@ -27,9 +27,18 @@ type VpcSource interface {
 	VpcGatewaysOn(ctx context.Context, clusterID, chassis string) ([]ovn.VpcGatewayPort, error)
 }
 
+// Waker is a VpcSource that says when its answer may have changed: the loop then checks at
+// once instead of at its next interval, so that a VPC's gateway follows a takeover (or a new
+// VPC gets its gateway) without waiting for it. A wake is a hint; the interval's checks go on,
+// and repair what no database change announces.
+type Waker interface {
+	Wake() <-chan struct{}
+}
+
 var (
 	_ VpcSource = (*ovn.Client)(nil)
 	_ VpcSource = (*NBSource)(nil)
+	_ Waker     = (*NBSource)(nil)
 )
 
 // NBSource is a VpcSource that connects to the NB database at its first use, and again at the
@@ -46,6 +55,22 @@ type NBSource struct {
 
 	mu     sync.Mutex
 	client *ovn.Client
+	wake   chan struct{}
+}
+
+// Wake delivers after each change of the VPC gateways' rows seen by the client, once connected
+// (ovn.Client.OnVpcGatewayChange); changes while a wake is pending make one.
+func (s *NBSource) Wake() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wakeLocked()
+}
+
+func (s *NBSource) wakeLocked() chan struct{} {
+	if s.wake == nil {
+		s.wake = make(chan struct{}, 1)
+	}
+	return s.wake
 }
 
 // VpcGatewaysOn is ovn.Client.VpcGatewaysOn, connecting first if need be.
@@ -58,6 +83,13 @@ func (s *NBSource) VpcGatewaysOn(ctx context.Context, clusterID, chassis string)
 			return nil, err
 		}
 		s.client = c
+		wake := s.wakeLocked()
+		c.OnVpcGatewayChange(func() {
+			select {
+			case wake <- struct{}{}:
+			default: // one pending wake covers this change too
+			}
+		})
 	}
 	c := s.client
 	s.mu.Unlock()
@@ -164,7 +196,11 @@ func (l *VpcLoop) Handler() http.Handler { return metricsserver.HealthHandler(l.
 func (l *VpcLoop) Run(ctx context.Context) error {
 	l.o.Log.Info("Keeping the VPC gateways requested on this chassis", "cluster", l.o.ClusterID, "chassis", l.o.Chassis,
 		"bridge", l.o.Node.Bridge, "interval", l.o.Interval.String())
-	repeat(ctx, l.o.Interval, l.once)
+	var wake <-chan struct{}
+	if w, ok := l.o.Source.(Waker); ok {
+		wake = w.Wake()
+	}
+	repeat(ctx, l.o.Interval, l.once, wake)
 	return nil
 }
 

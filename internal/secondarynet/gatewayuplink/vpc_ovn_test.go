@@ -72,7 +72,7 @@ func TestVpcLoopKeepsVpcGatewaysOnRealOVN(t *testing.T) {
 	start := func(ch *ovntest.Chassis) *node {
 		n := &node{ch: ch, dir: t.TempDir(), logs: &logLines{}}
 		l, err := NewVpcLoop(VpcOptions{ClusterID: "east", Chassis: ch.Name(), Node: ch.Node(), NetnsDir: n.dir, MTU: 1400,
-			Source: connect(), Interval: 200 * time.Millisecond, Log: n.logs.logger()})
+			Source: &NBSource{Endpoint: central.NB.Endpoint}, Interval: 200 * time.Millisecond, Log: n.logs.logger()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,6 +82,7 @@ func TestVpcLoopKeepsVpcGatewaysOnRealOVN(t *testing.T) {
 		go func() { done <- l.Run(loopCtx) }()
 		// Registered after TempDir's removal, so run before it: the mounts go first.
 		t.Cleanup(func() {
+			defer l.o.Source.(*NBSource).Close()
 			stop()
 			if err := <-done; err != nil {
 				t.Errorf("Run on %s = %v", ch.Name(), err)

@@ -3,16 +3,20 @@ package gatewayuplink
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
+	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
 func gatewayPort(vpc string) ovn.VpcGatewayPort {
@@ -174,5 +178,48 @@ func TestNewVpcLoopRefusesIncompleteOptions(t *testing.T) {
 				t.Errorf("NewVpcLoop = %v, want an error saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// wakingSource is a fakeSource that counts its calls and has a wake channel.
+type wakingSource struct {
+	fakeSource
+	wake  chan struct{}
+	calls atomic.Int32
+}
+
+func (w *wakingSource) VpcGatewaysOn(ctx context.Context, clusterID, chassis string) ([]ovn.VpcGatewayPort, error) {
+	w.calls.Add(1)
+	return w.fakeSource.VpcGatewaysOn(ctx, clusterID, chassis)
+}
+
+func (w *wakingSource) Wake() <-chan struct{} { return w.wake }
+
+// TestVpcLoopChecksAtOnceWhenWoken runs the loop with an interval of an hour: a source that
+// wakes it gets a check at once, each time (a takeover does not wait for the interval).
+func TestVpcLoopChecksAtOnceWhenWoken(t *testing.T) {
+	src := &wakingSource{wake: make(chan struct{}, 1)}
+	l, err := NewVpcLoop(VpcOptions{ClusterID: "east", Chassis: "node-a", Node: podport.Node{Bridge: "br-int"}, Source: src, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.present = func(context.Context, podport.Node, string) ([]string, error) { return nil, nil }
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	}()
+	for want := int32(1); want <= 3; want++ {
+		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("check %d", want), func() error {
+			if n := src.calls.Load(); n != want {
+				return fmt.Errorf("%d checks", n)
+			}
+			return nil
+		})
+		src.wake <- struct{}{}
 	}
 }
