@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,6 +26,11 @@ type gatewayPortOptions struct {
 	mtu           int
 	interval      time.Duration
 	healthAddr    string
+	// The VPC gateways: off without --nb.
+	nb          string
+	nbTLS       tlsFlags
+	nodeName    string
+	vpcNetnsDir string
 }
 
 func newGatewayPortCommand() *cobra.Command {
@@ -48,6 +55,13 @@ carries nothing until its node takes over. For the same reason the interface sta
 process stops (a rolling update must not cut the active gateway's traffic) and when the node
 stops being a gateway node.
 
+With --nb it also keeps the gateways of the cluster's VPCs whose gateway port the ovnmaster
+requested on this node's chassis (--node-name): each in a network namespace of its own,
+octvpc-<vpc> in --vpc-netns-dir, holding the VPC's end of its gateway link, with routes back to
+the VPC's subnets. A VPC gone or whose gateway moved to another node loses its namespace here;
+a database out of reach changes nothing. Making namespaces needs CAP_SYS_ADMIN besides
+NET_ADMIN.
+
 It runs in the network namespace of the node's ovs-vswitchd (the host's).`,
 		Example: `  octopus-ovn gateway-port --cluster-id east --secondary-cidr 10.112.0.0/16 --ovsdb unix:/var/run/openvswitch/db.sock`,
 		Args:    cobra.NoArgs,
@@ -57,6 +71,13 @@ It runs in the network namespace of the node's ovs-vswitchd (the host's).`,
 				return err
 			}
 			opts.Log = ctrl.Log.WithName("gateway-port")
+			if opts.Vpcs != nil {
+				opts.Vpcs.Log = opts.Log.WithName("vpc")
+				if src, ok := opts.Vpcs.Source.(*gatewayuplink.NBSource); ok {
+					src.Log = opts.Vpcs.Log
+					defer src.Close()
+				}
+			}
 			return gatewayuplink.Run(ctrl.SetupSignalHandler(), opts, o.healthAddr)
 		},
 	}
@@ -69,6 +90,10 @@ It runs in the network namespace of the node's ovs-vswitchd (the host's).`,
 	f.DurationVar(&o.interval, "interval", gatewayuplink.DefaultInterval, "how often the interface is checked and repaired")
 	f.StringVar(&o.healthAddr, "health-probe-bind-address", fmt.Sprintf(":%d", gatewayuplink.DefaultHealthPort),
 		`address of /healthz and /readyz (ready once the interface is attached); "0" turns them off`)
+	f.StringVar(&o.nb, "nb", "", `the OVN northbound database (unix:PATH, ssl:HOST:PORT with --nb-private-key, --nb-certificate, --nb-ca-cert, or tcp:HOST:PORT), to keep the VPC gateways requested on this node; "" keeps none`)
+	o.nbTLS.register(f, "nb")
+	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name, its OVN chassis name (system-id), with --nb (default $NODE_NAME)")
+	f.StringVar(&o.vpcNetnsDir, "vpc-netns-dir", podport.DefaultNetnsDir, "where the VPC gateways' network namespaces are made, with --nb")
 	_ = cmd.MarkFlagRequired("cluster-id")
 	_ = cmd.MarkFlagRequired("secondary-cidr")
 	return cmd
@@ -96,6 +121,24 @@ func (o gatewayPortOptions) options() (gatewayuplink.Options, error) {
 	if o.interval <= 0 {
 		errs = append(errs, fmt.Errorf("--interval %v must be positive: a repair waits at most this long (e.g. 10s)", o.interval))
 	}
+	var vpcs *gatewayuplink.VpcOptions
+	if o.nb != "" {
+		nbTLS, err := o.nbTLS.clientConfig(o.nb)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if o.nodeName == "" {
+			errs = append(errs, errors.New("--nb without --node-name: pass this node's name (its OVN chassis name), e.g. from the pod's spec.nodeName as $NODE_NAME"))
+		}
+		if !filepath.IsAbs(o.vpcNetnsDir) {
+			errs = append(errs, fmt.Errorf("--vpc-netns-dir %q is not an absolute path: pass %s, where `ip netns` finds namespaces", o.vpcNetnsDir, podport.DefaultNetnsDir))
+		}
+		vpcs = &gatewayuplink.VpcOptions{
+			ClusterID: o.clusterID, Chassis: o.nodeName, NetnsDir: o.vpcNetnsDir, MTU: o.mtu, Interval: o.interval,
+			Node:   podport.Node{OVSDB: o.ovsdb, Bridge: o.bridge},
+			Source: &gatewayuplink.NBSource{Endpoint: o.nb, TLS: nbTLS},
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return gatewayuplink.Options{}, err
 	}
@@ -105,5 +148,6 @@ func (o gatewayPortOptions) options() (gatewayuplink.Options, error) {
 			Node: podport.Node{OVSDB: o.ovsdb, Bridge: o.bridge},
 		},
 		Interval: o.interval,
+		Vpcs:     vpcs,
 	}, nil
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
@@ -24,6 +27,15 @@ func TestGatewayPortFlags(t *testing.T) {
 	}
 	if opts.ClusterID != "east" || opts.CIDR.String() != "10.112.0.0/16" || opts.Node.Bridge != "br-int" || opts.MTU != 1400 || opts.Interval != 10*time.Second {
 		t.Errorf("options = %+v", opts)
+	}
+	if opts.Vpcs != nil {
+		t.Errorf("VPC gateways kept without --nb: %+v", opts.Vpcs)
+	}
+	withVpcs := valid
+	withVpcs.nb, withVpcs.nodeName, withVpcs.vpcNetnsDir = "unix:/run/ovn/ovnnb_db.sock", "gw-1", "/run/netns"
+	if opts, err := withVpcs.options(); err != nil || opts.Vpcs == nil || opts.Vpcs.Chassis != "gw-1" || opts.Vpcs.ClusterID != "east" ||
+		opts.Vpcs.NetnsDir != "/run/netns" || opts.Vpcs.Node.Bridge != "br-int" || opts.Vpcs.Source == nil {
+		t.Errorf("with --nb: %+v, %v", opts.Vpcs, err)
 	}
 	for _, tc := range []struct {
 		name   string
@@ -43,6 +55,11 @@ func TestGatewayPortFlags(t *testing.T) {
 		{"interval zero", func(o *gatewayPortOptions) { o.interval = 0 }, []string{"--interval 0s", "positive"}},
 		{"interval negative", func(o *gatewayPortOptions) { o.interval = -time.Second }, []string{"--interval -1s"}},
 		{"two wrong", func(o *gatewayPortOptions) { o.bridge, o.mtu = "", 0 }, []string{"--bridge", "--mtu"}},
+		{"VPC gateways without the node's name", func(o *gatewayPortOptions) { o.nb, o.vpcNetnsDir = "unix:/nb.sock", "/run/netns" }, []string{"--nb without --node-name", "NODE_NAME"}},
+		{"VPC gateways in a relative directory", func(o *gatewayPortOptions) { o.nb, o.nodeName, o.vpcNetnsDir = "unix:/nb.sock", "gw-1", "netns" }, []string{`--vpc-netns-dir "netns"`}},
+		{"VPC gateways over ssl without certificates", func(o *gatewayPortOptions) {
+			o.nb, o.nodeName, o.vpcNetnsDir, o.nbTLS = "ssl:nb:6641", "gw-1", "/run/netns", tlsFlags{db: "nb"}
+		}, []string{"--nb-private-key"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := valid
@@ -121,5 +138,86 @@ func TestGatewayPortNeedsOnlyNetAdmin(t *testing.T) {
 	if out, err := exec.Command("ip", "netns", "exec", ch.Netns, "nft", "list", "table", "inet", owner.GatewayGuardNFTTable).CombinedOutput(); err != nil ||
 		!strings.Contains(string(out), "drop") {
 		t.Errorf("no guard table in the node's namespace: %v\n%s", err, out)
+	}
+}
+
+// TestGatewayPortKeepsVpcGateways runs the built octopus-ovn gateway-port with --nb on a real
+// chassis, as root: from the NB rows ApplyVpc writes with the VPC's gateway on this chassis it
+// makes the VPC's gateway namespace beside octgw, and removes it once the gateway is gone.
+func TestGatewayPortKeepsVpcGateways(t *testing.T) {
+	central := ovntest.StartCentral(t)
+	ch := ovntest.StartChassis(t, central)
+	bin := filepath.Join(t.TempDir(), "octopus-ovn")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	nb, err := ovn.Connect(ctx, ovn.Options{Endpoint: central.NB.Endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nb.Close()
+	red := ovn.Vpc{ClusterID: "east", Name: "red", Subnets: []ovn.Subnet{{Name: "a", CIDR: netip.MustParsePrefix("10.0.1.0/24")}},
+		Gateway: &ovn.VpcGateway{Chassis: ch.Name()}}
+	if _, err := nb.ApplyVpc(ctx, red); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	logFile, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := func() string { b, _ := os.ReadFile(logFile.Name()); return string(b) }
+	// nsenter, not `ip netns exec`, which gives the process a mount namespace of its own
+	// (slave to the host's): the namespace's bind mount would stay in there, as it would in a
+	// pod without bidirectional mount propagation of the namespace directory.
+	cmd := exec.CommandContext(ctx, "nsenter", "--net="+ch.Node().Netns, "--",
+		bin, "gateway-port", "--cluster-id=east", "--secondary-cidr=10.112.0.0/16",
+		"--ovsdb="+ch.Node().OVSDB, "--interval=200ms", "--health-probe-bind-address=0",
+		"--nb="+central.NB.Endpoint, "--node-name="+ch.Name(), "--vpc-netns-dir="+dir)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	// Registered after the TempDir's, so it runs first: the namespace's mount goes before.
+	t.Cleanup(func() {
+		cancel()
+		if err := <-exited; err != nil {
+			t.Logf("gateway-port stopped: %v", err) // killed by the test
+		}
+		_ = podport.DetachVpcGateway(context.Background(), ch.Node(), dir, "red")
+	})
+	netnsPath := podport.VpcGateway{NetnsDir: dir, Vpc: "red"}.NetnsPath()
+	waitFor := func(what string, done func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !done(); time.Sleep(100 * time.Millisecond) {
+			select {
+			case err := <-exited:
+				exited <- err
+				t.Fatalf("gateway-port exited: %v\n%s", err, log())
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not after 20 s:\n%s", what, log())
+			}
+		}
+	}
+	waitFor("red's gateway namespace with its address, and octgw", func() bool {
+		addrs, _ := exec.Command("nsenter", "--net="+netnsPath, "ip", "-4", "-o", "addr", "show", "dev", podport.VpcGatewayInterface).CombinedOutput()
+		octgw, _ := exec.Command("ip", "-n", ch.Netns, "-4", "-o", "addr", "show", "dev", podport.GatewayLink).CombinedOutput()
+		return strings.Contains(string(addrs), "100.127.255.254/30") && strings.Contains(string(octgw), "10.112.0.1/16")
+	})
+	red.Gateway = nil
+	if _, err := nb.ApplyVpc(ctx, red); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("red's gateway namespace removed", func() bool {
+		_, err := os.Stat(netnsPath)
+		return errors.Is(err, os.ErrNotExist)
+	})
+	if strings.Contains(log(), "Failed") {
+		t.Errorf("gateway-port logged a failure:\n%s", log())
 	}
 }

@@ -71,6 +71,10 @@ const (
 	// on the logical switch (podport.GatewayLink) for the node itself, but replies and ICMP
 	// (internal/datapath/podfence).
 	GatewayGuardNFTTable = "octopus-gateway-guard"
+	// VpcGatewayNFTTable is the inet table a VPC gateway's namespace holds
+	// (internal/datapath/vpcnat): the SNAT of the VPC's traffic to its egress address. The
+	// namespace is the gateway's alone (podport.VpcGatewayNetns), so one name serves every VPC.
+	VpcGatewayNFTTable = "octopus-vpc-gateway"
 	// IngressFilterNFTTable is the inet table a gateway owns on its node to drop what comes
 	// out of its tunnel towards anything but this cluster's advertised prefixes, and vxlan
 	// datagrams from anything but the remote gateways (internal/datapath/ingressfilter).

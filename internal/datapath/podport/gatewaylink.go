@@ -100,7 +100,7 @@ func ReconcileGateway(ctx context.Context, g Gateway) (changed []string, err err
 	}
 	defer node.close()
 	c := &changes{}
-	link, err := ensureGatewayVeth(node, g, c)
+	link, fresh, err := ensureGatewayVeth(node, g, c)
 	if err != nil {
 		return c.list, err
 	}
@@ -125,19 +125,11 @@ func ReconcileGateway(ctx context.Context, g Gateway) (changed []string, err err
 		c.add("kept the node's stack off %s", GatewayBridgePort)
 	}
 	for _, name := range []string{GatewayLink, GatewayBridgePort} {
-		l, err := node.LinkByName(name)
-		if err != nil {
-			return c.list, fmt.Errorf("finding %s: %w", name, err)
+		if err := ensureUp(node, name, c); err != nil {
+			return c.list, err
 		}
-		if l.Attrs().Flags&net.FlagUp != 0 {
-			continue
-		}
-		if err := node.LinkSetUp(l); err != nil {
-			return c.list, fmt.Errorf("setting %s up: %w", name, err)
-		}
-		c.add("set %s up", name)
 	}
-	return c.list, ensureGatewayOVSPort(ctx, g, c)
+	return c.list, ensureOVSPort(ctx, g.Node, GatewayBridgePort, g.Port, externalIDGateway, g.Port, fresh, c)
 }
 
 // changes collects what a ReconcileGateway did.
@@ -152,32 +144,44 @@ func (c *changes) add(format string, args ...any) {
 // lab's two cores) must not read as a failed check that makes the gateway unready.
 const gatewayVsctlTimeout = 5 * time.Second
 
-// ensureGatewayOVSPort makes GatewayBridgePort a port of the bridge bound to g.Port, reading
-// the database first so that a node already right gets no transaction.
-func ensureGatewayOVSPort(ctx context.Context, g Gateway, c *changes) error {
-	ports, err := vsctlOutputWithin(ctx, g.Node.OVSDB, gatewayVsctlTimeout, "list-ports", g.Node.Bridge)
+// ensureOVSPort makes the veth end name a port of the node's bridge bound to the logical port
+// lport and marked with key=value, reading the database first so that a node already right
+// gets no transaction. fresh says the veth was just made again: ovs-vswitchd does not reopen a
+// device that came back under a port's name (on the userspace datapath it keeps failing to
+// read the old one: "No such device", and the port carries nothing, seen with a VPC gateway's
+// veth deleted), so the port is removed, waiting until ovs-vswitchd has let the old device
+// go, and added again.
+func ensureOVSPort(ctx context.Context, n Node, name, lport, key, value string, fresh bool, c *changes) error {
+	ports, err := vsctlOutputWithin(ctx, n.OVSDB, gatewayVsctlTimeout, "list-ports", n.Bridge)
 	if err != nil {
 		return err
 	}
-	if slices.Contains(strings.Fields(string(ports)), GatewayBridgePort) {
+	present := slices.Contains(strings.Fields(string(ports)), name)
+	if present && fresh {
+		if _, err := vsctlOutputWithin(ctx, n.OVSDB, gatewayVsctlTimeout, "--if-exists", "del-port", n.Bridge, name); err != nil {
+			return err
+		}
+		c.add("removed %s from %s to add it again", name, n.Bridge)
+	}
+	if present && !fresh {
 		// A missing key prints a blank line (--if-exists).
-		out, err := vsctlOutputWithin(ctx, g.Node.OVSDB, gatewayVsctlTimeout, "--if-exists", "get", "Interface", GatewayBridgePort,
-			"external_ids:iface-id", "external_ids:"+externalIDGateway)
+		out, err := vsctlOutputWithin(ctx, n.OVSDB, gatewayVsctlTimeout, "--if-exists", "get", "Interface", name,
+			"external_ids:iface-id", "external_ids:"+key)
 		if err != nil {
 			return err
 		}
 		values := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-		if len(values) == 2 && unquote(values[0]) == g.Port && unquote(values[1]) == g.Port {
+		if len(values) == 2 && unquote(values[0]) == lport && unquote(values[1]) == value {
 			return nil
 		}
 	}
 	// --no-wait: ovn-controller binds the port once ovs-vswitchd has opened it, a moment
 	// later; waiting here would bound nothing but ovs-vsctl's timeout.
-	if _, err := vsctlOutputWithin(ctx, g.Node.OVSDB, gatewayVsctlTimeout, "--no-wait", "--may-exist", "add-port", g.Node.Bridge, GatewayBridgePort, "--",
-		"set", "Interface", GatewayBridgePort, "external_ids:iface-id="+g.Port, "external_ids:"+externalIDGateway+"="+g.Port); err != nil {
+	if _, err := vsctlOutputWithin(ctx, n.OVSDB, gatewayVsctlTimeout, "--no-wait", "--may-exist", "add-port", n.Bridge, name, "--",
+		"set", "Interface", name, "external_ids:iface-id="+lport, "external_ids:"+key+"="+value); err != nil {
 		return err
 	}
-	c.add("bound %s in %s to the logical port %s", GatewayBridgePort, g.Node.Bridge, g.Port)
+	c.add("bound %s in %s to the logical port %s", name, n.Bridge, lport)
 	return nil
 }
 
@@ -191,25 +195,25 @@ func unquote(s string) string {
 
 // ensureGatewayVeth returns GatewayLink, creating the veth if it is missing or is not the
 // pair it should be, and setting its MAC and MTU if they differ.
-func ensureGatewayVeth(node *handle, g Gateway, c *changes) (netlink.Link, error) {
-	link, err := node.LinkByName(GatewayLink)
+func ensureGatewayVeth(node *handle, g Gateway, c *changes) (link netlink.Link, created bool, err error) {
+	link, err = node.LinkByName(GatewayLink)
 	if err == nil {
 		_, peerErr := node.LinkByName(GatewayBridgePort)
 		if _, isVeth := link.(*netlink.Veth); !isVeth || peerErr != nil {
 			// Not ours as it should be (half of an interrupted Attach, or someone else's
 			// device under our name): start again.
 			if err := node.LinkDel(link); err != nil {
-				return nil, fmt.Errorf("removing the malformed %s: %w", GatewayLink, err)
+				return nil, false, fmt.Errorf("removing the malformed %s: %w", GatewayLink, err)
 			}
 			c.add("removed the malformed %s", GatewayLink)
 			link = nil
 		}
 	} else if !errors.As(err, new(netlink.LinkNotFoundError)) {
-		return nil, fmt.Errorf("finding %s: %w", GatewayLink, err)
+		return nil, false, fmt.Errorf("finding %s: %w", GatewayLink, err)
 	}
 	if link == nil {
 		if err := removeLink(node, GatewayBridgePort); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		veth := &netlink.Veth{
 			LinkAttrs: netlink.LinkAttrs{Name: GatewayLink, MTU: g.MTU, HardwareAddr: g.MAC},
@@ -217,17 +221,18 @@ func ensureGatewayVeth(node *handle, g Gateway, c *changes) (netlink.Link, error
 			PeerMTU:   uint32(g.MTU), //nolint:gosec // validate bounds MTU
 		}
 		if err := node.LinkAdd(veth); err != nil {
-			return nil, fmt.Errorf("creating the veth %s/%s: %w", GatewayLink, GatewayBridgePort, err)
+			return nil, false, fmt.Errorf("creating the veth %s/%s: %w", GatewayLink, GatewayBridgePort, err)
 		}
 		c.add("created the veth %s/%s", GatewayLink, GatewayBridgePort)
+		created = true
 		if link, err = node.LinkByName(GatewayLink); err != nil {
-			return nil, fmt.Errorf("finding %s: %w", GatewayLink, err)
+			return nil, false, fmt.Errorf("finding %s: %w", GatewayLink, err)
 		}
 	}
 	if !bytes.Equal(link.Attrs().HardwareAddr, g.MAC) {
 		// The logical port's security drops frames from any other MAC.
 		if err := node.LinkSetHardwareAddr(link, g.MAC); err != nil {
-			return nil, fmt.Errorf("setting the MAC of %s to %s: %w", GatewayLink, g.MAC, err)
+			return nil, false, fmt.Errorf("setting the MAC of %s to %s: %w", GatewayLink, g.MAC, err)
 		}
 		c.add("set the MAC of %s to %s", GatewayLink, g.MAC)
 	}
@@ -235,25 +240,26 @@ func ensureGatewayVeth(node *handle, g Gateway, c *changes) (netlink.Link, error
 		for _, name := range []string{GatewayLink, GatewayBridgePort} {
 			l, err := node.LinkByName(name)
 			if err != nil {
-				return nil, fmt.Errorf("finding %s: %w", name, err)
+				return nil, false, fmt.Errorf("finding %s: %w", name, err)
 			}
 			if l.Attrs().MTU != g.MTU {
 				if err := node.LinkSetMTU(l, g.MTU); err != nil {
-					return nil, fmt.Errorf("setting the MTU of %s to %d: %w", name, g.MTU, err)
+					return nil, false, fmt.Errorf("setting the MTU of %s to %d: %w", name, g.MTU, err)
 				}
 				c.add("set the MTU of %s to %d", name, g.MTU)
 			}
 		}
 	}
-	return link, nil
+	return link, created, nil
 }
 
 // ensureOnlyAddr leaves want as the link's only IPv4 address: an address of an earlier block
 // would keep routing that block into the switch.
 func ensureOnlyAddr(node *handle, link netlink.Link, want netip.Prefix, c *changes) error {
+	name := link.Attrs().Name
 	addrs, err := node.AddrList(link, netlink.FAMILY_V4)
 	if err != nil {
-		return fmt.Errorf("listing the addresses of %s: %w", GatewayLink, err)
+		return fmt.Errorf("listing the addresses of %s: %w", name, err)
 	}
 	found := false
 	for _, a := range addrs {
@@ -266,7 +272,7 @@ func ensureOnlyAddr(node *handle, link netlink.Link, want netip.Prefix, c *chang
 		if err := node.AddrDel(link, &a); err != nil {
 			return fmt.Errorf("removing %s from %s: %w", a.IPNet, GatewayLink, err)
 		}
-		c.add("removed %s from %s", a.IPNet, GatewayLink)
+		c.add("removed %s from %s", a.IPNet, name)
 	}
 	if found {
 		return nil
@@ -274,7 +280,7 @@ func ensureOnlyAddr(node *handle, link netlink.Link, want netip.Prefix, c *chang
 	if err := node.AddrAdd(link, &netlink.Addr{IPNet: ipNet(want)}); err != nil {
 		return fmt.Errorf("adding %s to %s: %w", want, GatewayLink, err)
 	}
-	c.add("added %s to %s", want, GatewayLink)
+	c.add("added %s to %s", want, name)
 	return nil
 }
 

@@ -273,7 +273,7 @@ func attached(ctx context.Context, n Node) ([]string, map[string]bool, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	sandboxes, err := parseSandboxes(out)
+	sandboxes, err := parseExternalIDs(out, externalIDSandbox)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -307,10 +307,10 @@ func hasLink(node *handle, name string) (bool, error) {
 	}
 }
 
-// parseSandboxes reads the sandbox IDs of our interfaces from `ovs-vsctl --format=json
-// --columns=external_ids list Interface`: rows of one cell, an OVSDB map
-// ["map", [[key, value], ...]].
-func parseSandboxes(out []byte) ([]string, error) {
+// parseExternalIDs reads the values of external_ids:key of the interfaces that have it from
+// `ovs-vsctl --format=json --columns=external_ids list Interface`: rows of one cell, an OVSDB
+// map ["map", [[key, value], ...]]. With externalIDSandbox, the sandbox IDs of pods' ports.
+func parseExternalIDs(out []byte, key string) ([]string, error) {
 	var table struct {
 		Data [][]json.RawMessage `json:"data"`
 	}
@@ -331,7 +331,7 @@ func parseSandboxes(out []byte) ([]string, error) {
 			continue
 		}
 		for _, kv := range pairs {
-			if kv[0] == externalIDSandbox && kv[1] != "" {
+			if kv[0] == key && kv[1] != "" {
 				ids = append(ids, kv[1])
 			}
 		}

@@ -17,6 +17,11 @@
 // no longer a gateway node (it cannot know without a client; its pod is simply not scheduled
 // there any more, and the interface left behind carries nothing, as OVN binds the port only
 // on the requested chassis). `podport.DetachGateway` removes it by hand.
+//
+// With Options.Vpcs it also keeps the VPC gateways (VpcLoop, vpc.go): unlike the cluster's
+// interface, a VPC's gateway exists only on the node its port is requested on, each in a
+// network namespace of its own, read from the NB rows the ovnmaster writes; those no longer
+// requested here are removed.
 package gatewayuplink
 
 import (
@@ -87,6 +92,9 @@ type Options struct {
 	Interval time.Duration
 	// Log gets a line for each change made and each failure; nothing while all is right.
 	Log logr.Logger
+	// Vpcs, when set, also keeps the VPC gateways requested on this node's chassis (a
+	// VpcLoop beside the Loop); nil keeps the cluster's gateway interface alone.
+	Vpcs *VpcOptions
 }
 
 // Loop keeps the interface as configured until its context ends.
@@ -155,20 +163,29 @@ func (l *Loop) Ready() error {
 func (l *Loop) Run(ctx context.Context) error {
 	l.log.Info("Keeping the gateway's interface on the switch", "port", l.gateway.Port,
 		"address", l.gateway.IP, "mac", l.gateway.MAC.String(), "bridge", l.gateway.Node.Bridge, "interval", l.interval.String())
+	repeat(ctx, l.interval, l.once, nil)
+	// Not detaching is the point: see the package comment.
+	return nil
+}
+
+// repeat runs once now and then every interval until ctx ends; after a failure it runs again
+// sooner, 1 s then doubling up to 5 s (or the interval), and at once when wake (nil for never)
+// delivers.
+func repeat(ctx context.Context, interval time.Duration, once func(context.Context) error, wake <-chan struct{}) {
 	retry := time.Second
 	for {
-		wait := l.interval
-		if err := l.once(ctx); err != nil {
-			wait = min(retry, l.interval, maxRetryDelay)
+		wait := interval
+		if err := once(ctx); err != nil {
+			wait = min(retry, interval, maxRetryDelay)
 			retry *= 2
 		} else {
 			retry = time.Second
 		}
 		select {
 		case <-ctx.Done():
-			// Not detaching is the point: see the package comment.
-			return nil
+			return
 		case <-time.After(wait):
+		case <-wake:
 		}
 	}
 }
@@ -212,28 +229,61 @@ func (l *Loop) Handler() http.Handler {
 	return metricsserver.HealthHandler(l.Ready)
 }
 
-// Run keeps the interface as o describes until ctx ends, serving the probes on
-// healthAddr ("" or "0": none).
+// Run keeps the interface as o describes (and the VPC gateways, with o.Vpcs) until ctx ends,
+// serving the probes on healthAddr ("" or "0": none): ready while every loop's last check
+// succeeded.
 func Run(ctx context.Context, o Options, healthAddr string) error {
 	l, err := New(o)
 	if err != nil {
 		return err
 	}
-	if healthAddr == "" || healthAddr == "0" {
-		return l.Run(ctx)
+	loops := []func(context.Context) error{l.Run}
+	ready := []func() error{l.Ready}
+	if o.Vpcs != nil {
+		v, err := NewVpcLoop(*o.Vpcs)
+		if err != nil {
+			return err
+		}
+		loops, ready = append(loops, v.Run), append(ready, v.Ready)
 	}
-	srv := &http.Server{Addr: healthAddr, Handler: l.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.ListenAndServe() }()
-	loopDone := make(chan error, 1)
 	loopCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() { loopDone <- l.Run(loopCtx) }()
+	// Each loop returns only when its context ends; the first to return ends the others.
+	loopDone := make(chan error, len(loops))
+	for _, run := range loops {
+		go func() { loopDone <- run(loopCtx) }()
+	}
+	waitLoops := func(first error) error {
+		cancel()
+		errs := []error{first}
+		for range len(loops) - 1 {
+			errs = append(errs, <-loopDone)
+		}
+		return errors.Join(errs...)
+	}
+	if healthAddr == "" || healthAddr == "0" {
+		return waitLoops(<-loopDone)
+	}
+	handler := metricsserver.HealthHandler(func() error {
+		var errs []error
+		for _, r := range ready {
+			errs = append(errs, r())
+		}
+		return errors.Join(errs...)
+	})
+	srv := &http.Server{Addr: healthAddr, Handler: handler, ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.ListenAndServe() }()
 	select {
 	case err := <-served:
 		cancel()
-		return errors.Join(fmt.Errorf("serving the probes on %s: %w", healthAddr, err), <-loopDone)
+		errs := []error{fmt.Errorf("serving the probes on %s: %w", healthAddr, err)}
+		for range loops {
+			errs = append(errs, <-loopDone)
+		}
+		return errors.Join(errs...)
 	case err := <-loopDone:
+		err = waitLoops(err)
 		shutdown, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer stop()
 		return errors.Join(err, srv.Shutdown(shutdown))

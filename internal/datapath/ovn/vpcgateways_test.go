@@ -1,0 +1,147 @@
+package ovn
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn/nbdb"
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
+)
+
+// rowsOf are the switches and switch ports ApplyVpc would write for the plans, as a gateway
+// node's VpcGatewaysOn reads them.
+func rowsOf(plans ...vpcPlan) ([]nbdb.LogicalSwitchPort, []nbdb.LogicalSwitch) {
+	var ports []nbdb.LogicalSwitchPort
+	var switches []nbdb.LogicalSwitch
+	for _, p := range plans {
+		for _, s := range p.subnets {
+			switches = append(switches, nbdb.LogicalSwitch{Name: s.name, ExternalIDs: s.plan.switchIDs})
+			ports = append(ports, s.plan.create...)
+		}
+		if g := p.gateway; g != nil {
+			switches = append(switches, nbdb.LogicalSwitch{Name: "link", ExternalIDs: g.switchIDs})
+			ports = append(ports, g.create...)
+		}
+	}
+	return ports, switches
+}
+
+// TestVpcGatewaysOn reads back, from the rows ApplyVpc writes, the gateways a chassis must
+// attach: its own cluster's VPCs whose gateway is requested there, each with its subnets,
+// and the very attachment ApplyVpc reported; not another chassis's, another cluster's, a VPC
+// without a gateway, nor the link switch's router port, which carries the same marks. A
+// gateway port not as ApplyVpc writes it fails the answer.
+func TestVpcGatewaysOn(t *testing.T) {
+	subnets := []Subnet{{Name: "b", CIDR: netip.MustParsePrefix("10.1.1.0/24")}, {Name: "a", CIDR: netip.MustParsePrefix("10.1.0.0/24")}}
+	plan := func(cluster, vpc, chassis string) vpcPlan {
+		v := Vpc{ClusterID: cluster, Name: vpc, Subnets: subnets, Pods: []VpcPod{vpod("p1", "a")}}
+		if chassis != "" {
+			v.Gateway = &VpcGateway{Chassis: chassis}
+		}
+		return mustPlan(t, v, vpcObserved{})
+	}
+	red, blue := plan("east", "red", "node-a"), plan("east", "blue", "node-a")
+	plans := []vpcPlan{red, blue, plan("east", "green", "node-b"), plan("east", "grey", ""), plan("west", "red", "node-a")}
+	ports, switches := rowsOf(plans...)
+	want := []VpcGatewayPort{
+		{Vpc: "blue", Attachment: blue.result.Gateway, Subnets: []netip.Prefix{subnets[1].CIDR, subnets[0].CIDR}},
+		{Vpc: "red", Attachment: red.result.Gateway, Subnets: []netip.Prefix{subnets[1].CIDR, subnets[0].CIDR}},
+	}
+	for _, tc := range []struct {
+		cluster, chassis string
+		want             []VpcGatewayPort
+	}{
+		{"east", "node-a", want},
+		{"east", "node-b", []VpcGatewayPort{{Vpc: "green", Attachment: plans[2].result.Gateway, Subnets: want[0].Subnets}}},
+		{"east", "node-c", nil},
+		{"west", "node-a", []VpcGatewayPort{{Vpc: "red", Attachment: plans[4].result.Gateway, Subnets: want[0].Subnets}}},
+	} {
+		got, err := vpcGatewaysOn(tc.cluster, tc.chassis, ports, switches)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.EqualFunc(got, tc.want, func(a, b VpcGatewayPort) bool {
+			return a.Vpc == b.Vpc && a.Equal(b.Attachment) && slices.Equal(a.Subnets, b.Subnets)
+		}) {
+			t.Errorf("vpcGatewaysOn(%s, %s) = %+v, want %+v", tc.cluster, tc.chassis, got, tc.want)
+		}
+	}
+	if g := want[1].Attachment; g.IP.String() != "100.127.255.254/30" || g.Gateway.String() != "100.127.255.253" || g.Port != "octopus-east.red.gateway.port" {
+		t.Errorf("red's gateway %+v", g)
+	}
+
+	// A gateway port whose address is not the link's gateway address refuses the whole answer.
+	for i := range ports {
+		if ports[i].Name == VpcGatewayPortName("east", "red") {
+			ports[i].Addresses = []string{"0a:58:64:7f:ff:fe 10.9.9.9"}
+		}
+	}
+	if got, err := vpcGatewaysOn("east", "node-a", ports, switches); err == nil || !strings.Contains(err.Error(), "octopus-east.red.gateway.port") {
+		t.Errorf("vpcGatewaysOn with a malformed port = %+v, %v; want an error naming it", got, err)
+	}
+}
+
+// TestVpcGatewaysOnRealNB reads back from a real NB database, through a second client as a
+// gateway node has, what ApplyVpc wrote: the gateway on its chassis, following a move, gone
+// with the gateway; OnVpcGatewayChange tells the reader of each of these writes, and of no
+// write that leaves the gateways alone (a pod added to a VPC).
+func TestVpcGatewaysOnRealNB(t *testing.T) {
+	nb := ovntest.StartNB(t)
+	master, node := connect(t, nb), connect(t, nb)
+	ctx := context.Background()
+	var mu sync.Mutex
+	changes := 0
+	node.OnVpcGatewayChange(func() { mu.Lock(); changes++; mu.Unlock() })
+	changed := func() int { mu.Lock(); defer mu.Unlock(); return changes }
+	// until waits for the node's answer on chassis to be the VPCs want.
+	until := func(chassis string, want []string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			got, err := node.VpcGatewaysOn(ctx, "east", chassis)
+			var names []string
+			for _, g := range got {
+				names = append(names, g.Vpc)
+			}
+			if err == nil && slices.Equal(names, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("VpcGatewaysOn(%s) = %v, %v; want %v", chassis, names, err, want)
+			}
+		}
+	}
+	red := Vpc{ClusterID: "east", Name: "red", Subnets: testSubnets, Gateway: &VpcGateway{Chassis: "gw-a"}}
+	n := changed()
+	applyVpc(t, master, red)
+	until("gw-a", []string{"red"})
+	if changed() == n {
+		t.Error("the gateway's rows were written without a change told")
+	}
+	n = changed()
+	red.Pods = []VpcPod{vpod("p1", "a")}
+	applyVpc(t, master, red)
+	time.Sleep(300 * time.Millisecond) // the pod's row reaches the node's cache
+	if changed() != n {
+		t.Errorf("a pod added to red told %d changes, want none: the gateways did not change", changed()-n)
+	}
+	red.Gateway.Chassis = "gw-b"
+	applyVpc(t, master, red)
+	until("gw-a", nil)
+	until("gw-b", []string{"red"})
+	if changed() == n {
+		t.Error("the gateway moved without a change told")
+	}
+	n = changed()
+	if err := master.DeleteVpc(ctx, "east", "red"); err != nil {
+		t.Fatal(err)
+	}
+	until("gw-b", nil)
+	if changed() == n {
+		t.Error("the VPC deleted without a change told")
+	}
+}

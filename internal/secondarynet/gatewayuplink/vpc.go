@@ -1,0 +1,284 @@
+package gatewayuplink
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
+	"github.com/octopus-mcs/octopus/internal/datapath/podport"
+	"github.com/octopus-mcs/octopus/internal/metricsserver"
+)
+
+// VpcSource tells which VPC gateways are requested on a chassis: ovn.Client.VpcGatewaysOn,
+// which reads the rows the ovnmaster's Vpc controller writes (ApplyVpc), so that the node needs
+// no Kubernetes client. An error must mean "unknown", never "none": the loop then changes
+// nothing.
+type VpcSource interface {
+	VpcGatewaysOn(ctx context.Context, clusterID, chassis string) ([]ovn.VpcGatewayPort, error)
+}
+
+// Waker is a VpcSource that says when its answer may have changed: the loop then checks at
+// once instead of at its next interval, so that a VPC's gateway follows a takeover (or a new
+// VPC gets its gateway) without waiting for it. A wake is a hint; the interval's checks go on,
+// and repair what no database change announces.
+type Waker interface {
+	Wake() <-chan struct{}
+}
+
+var (
+	_ VpcSource = (*ovn.Client)(nil)
+	_ VpcSource = (*NBSource)(nil)
+	_ Waker     = (*NBSource)(nil)
+)
+
+// NBSource is a VpcSource that connects to the NB database at its first use, and again at the
+// next after a failed connect: a database out of reach at start then delays the VPC gateways
+// (the check fails, changing nothing, and is retried) without keeping the process, and the
+// cluster's gateway interface with it, from starting. Once connected, the client reconnects
+// by itself.
+type NBSource struct {
+	// Endpoint and TLS are the NB database's, as ovn.Options has them.
+	Endpoint string
+	TLS      *tls.Config
+	// Log receives the client's messages (optional).
+	Log logr.Logger
+
+	mu     sync.Mutex
+	client *ovn.Client
+	wake   chan struct{}
+}
+
+// Wake delivers after each change of the VPC gateways' rows seen by the client, once connected
+// (ovn.Client.OnVpcGatewayChange); changes while a wake is pending make one.
+func (s *NBSource) Wake() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wakeLocked()
+}
+
+func (s *NBSource) wakeLocked() chan struct{} {
+	if s.wake == nil {
+		s.wake = make(chan struct{}, 1)
+	}
+	return s.wake
+}
+
+// VpcGatewaysOn is ovn.Client.VpcGatewaysOn, connecting first if need be.
+func (s *NBSource) VpcGatewaysOn(ctx context.Context, clusterID, chassis string) ([]ovn.VpcGatewayPort, error) {
+	s.mu.Lock()
+	if s.client == nil {
+		c, err := ovn.Connect(ctx, ovn.Options{Endpoint: s.Endpoint, TLS: s.TLS, Log: s.Log})
+		if err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+		s.client = c
+		wake := s.wakeLocked()
+		c.OnVpcGatewayChange(func() {
+			select {
+			case wake <- struct{}{}:
+			default: // one pending wake covers this change too
+			}
+		})
+	}
+	c := s.client
+	s.mu.Unlock()
+	return c.VpcGatewaysOn(ctx, clusterID, chassis)
+}
+
+// Close disconnects, if connected.
+func (s *NBSource) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.client != nil {
+		s.client.Close()
+		s.client = nil
+	}
+}
+
+// VpcOptions configure a VpcLoop.
+type VpcOptions struct {
+	// ClusterID is the cluster whose VPCs' gateways are kept (required).
+	ClusterID string
+	// Chassis is this node's OVN chassis name, its Open_vSwitch external_ids:system-id (the
+	// node's name) (required): the VPC gateway ports requested on it are attached here.
+	Chassis string
+	// Node is the node's Open vSwitch database, integration bridge and ovs-vswitchd's namespace.
+	Node podport.Node
+	// NetnsDir is where the gateways' namespaces are made; "" is podport.DefaultNetnsDir.
+	NetnsDir string
+	// MTU of the gateways' interfaces; 0 leaves the kernel's default.
+	MTU int
+	// Source lists the gateways to keep (required).
+	Source VpcSource
+	// Interval between two checks (DefaultInterval when zero).
+	Interval time.Duration
+	// Log gets a line for each gateway attached, repaired or removed and for each failure.
+	Log logr.Logger
+}
+
+// VpcLoop keeps on this node the gateways of the VPCs whose gateway port is requested on its
+// chassis, each in a namespace of its own (podport.ReconcileVpcGateway), and removes those of
+// VPCs that are gone or whose gateway moved to another chassis. Like Loop it never removes
+// anything when it stops: a rolling update of its pod must not cut a VPC's way out.
+type VpcLoop struct {
+	o VpcOptions
+	// reconcile, detach and present are podport's; tests replace them.
+	reconcile func(context.Context, podport.VpcGateway) ([]string, error)
+	detach    func(ctx context.Context, n podport.Node, dir, vpc string) error
+	present   func(ctx context.Context, n podport.Node, dir string) ([]string, error)
+	// last is the error of the last check (nil after one that succeeded); errNotChecked
+	// before the first.
+	last atomic.Pointer[error]
+	// attached are the VPCs whose gateway a check of this loop attached: a change to them
+	// afterwards is a repair.
+	attached map[string]bool
+}
+
+var errNotChecked = errors.New("the VPC gateways were not checked yet")
+
+// NewVpcLoop checks the options and returns a VpcLoop for them.
+func NewVpcLoop(o VpcOptions) (*VpcLoop, error) {
+	var errs []error
+	if msgs := validation.IsDNS1123Label(o.ClusterID); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("cluster ID %q: %v", o.ClusterID, msgs))
+	}
+	if o.Chassis == "" {
+		errs = append(errs, errors.New("no chassis name: pass the node's name, its OVN system-id"))
+	}
+	if o.Node.Bridge == "" {
+		errs = append(errs, errors.New("no integration bridge"))
+	}
+	if o.Source == nil {
+		errs = append(errs, errors.New("no source of the VPC gateways"))
+	}
+	if o.Interval < 0 {
+		errs = append(errs, fmt.Errorf("interval %v is negative", o.Interval))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("VPC gateways: %w", err)
+	}
+	if o.Interval == 0 {
+		o.Interval = DefaultInterval
+	}
+	l := &VpcLoop{o: o, reconcile: podport.ReconcileVpcGateway, detach: podport.DetachVpcGateway,
+		present: podport.VpcGatewaysOnNode, attached: map[string]bool{}}
+	l.set(errNotChecked)
+	return l, nil
+}
+
+func (l *VpcLoop) set(err error) { l.last.Store(&err) }
+
+// Ready is nil once a check succeeded, as long as the last one did.
+func (l *VpcLoop) Ready() error {
+	err := *l.last.Load()
+	if err != nil && !errors.Is(err, errNotChecked) {
+		return fmt.Errorf("the last check of the VPC gateways failed: %w", err)
+	}
+	return err
+}
+
+// Handler answers /healthz, and /readyz as Ready says.
+func (l *VpcLoop) Handler() http.Handler { return metricsserver.HealthHandler(l.Ready) }
+
+// Run checks the VPC gateways at once and then every interval until ctx ends, a failed check
+// again sooner (as Loop.Run). It returns nil when ctx ends and leaves every gateway in place.
+func (l *VpcLoop) Run(ctx context.Context) error {
+	l.o.Log.Info("Keeping the VPC gateways requested on this chassis", "cluster", l.o.ClusterID, "chassis", l.o.Chassis,
+		"bridge", l.o.Node.Bridge, "interval", l.o.Interval.String())
+	var wake <-chan struct{}
+	if w, ok := l.o.Source.(Waker); ok {
+		wake = w.Wake()
+	}
+	repeat(ctx, l.o.Interval, l.once, wake)
+	return nil
+}
+
+// vpcGatewayPlan is what a check does: the gateways to attach (or check), one per port
+// requested here, and the VPCs whose gateway is on the node but no longer requested here.
+func vpcGatewayPlan(o VpcOptions, desired []ovn.VpcGatewayPort, present []string) (attach []podport.VpcGateway, remove []string) {
+	want := map[string]bool{}
+	for _, d := range desired {
+		want[d.Vpc] = true
+		attach = append(attach, podport.VpcGateway{
+			Node: o.Node, NetnsDir: o.NetnsDir, Vpc: d.Vpc, Port: d.Port, MAC: d.MAC, IP: d.IP,
+			Via: d.Gateway, Subnets: slices.Clone(d.Subnets), MTU: o.MTU,
+		})
+	}
+	for _, vpc := range present {
+		if !want[vpc] {
+			remove = append(remove, vpc)
+		}
+	}
+	return attach, remove
+}
+
+// once runs one check: it reads what is requested here, attaches or repairs each, removes the
+// rest, and logs each change and failure. An unreadable source changes nothing.
+func (l *VpcLoop) once(ctx context.Context) error {
+	err := l.check(ctx)
+	if ctx.Err() != nil {
+		return err // stopping: not a failure of the node
+	}
+	l.set(err)
+	return err
+}
+
+func (l *VpcLoop) check(ctx context.Context) error {
+	desired, err := l.o.Source.VpcGatewaysOn(ctx, l.o.ClusterID, l.o.Chassis)
+	if err != nil {
+		if ctx.Err() == nil {
+			l.o.Log.Error(err, "Failed to read the VPC gateways requested on this chassis; changing nothing, retrying")
+		}
+		return err
+	}
+	present, err := l.present(ctx, l.o.Node, l.o.NetnsDir)
+	if err != nil {
+		if ctx.Err() == nil {
+			l.o.Log.Error(err, "Failed to list the VPC gateways on this node; retrying")
+		}
+		return err
+	}
+	attach, remove := vpcGatewayPlan(l.o, desired, present)
+	var errs []error
+	for _, g := range attach {
+		changed, err := l.reconcile(ctx, g)
+		if err != nil {
+			if ctx.Err() == nil {
+				l.o.Log.Error(err, "Failed to attach the VPC gateway; retrying", "vpc", g.Vpc, "port", g.Port, "changes", changed)
+			}
+			errs = append(errs, err)
+			continue
+		}
+		if len(changed) > 0 {
+			msg := "Repaired the VPC gateway"
+			if !l.attached[g.Vpc] {
+				msg = "Attached the VPC gateway"
+			}
+			l.o.Log.Info(msg, "vpc", g.Vpc, "port", g.Port, "netns", g.NetnsPath(), "changes", changed)
+		}
+		l.attached[g.Vpc] = true
+	}
+	for _, vpc := range remove {
+		if err := l.detach(ctx, l.o.Node, l.o.NetnsDir, vpc); err != nil {
+			if ctx.Err() == nil {
+				l.o.Log.Error(err, "Failed to remove the VPC gateway; retrying", "vpc", vpc)
+			}
+			errs = append(errs, err)
+			continue
+		}
+		l.o.Log.Info("Removed the VPC gateway: its port is not requested on this chassis", "vpc", vpc)
+		delete(l.attached, vpc)
+	}
+	return errors.Join(errs...)
+}
