@@ -37,6 +37,7 @@ type VpcSubnet struct {
 	// +kubebuilder:validation:MaxLength=18
 	// +kubebuilder:validation:XValidation:rule="isCIDR(self) && cidr(self).ip().family() == 4 && cidr(self).prefixLength() <= 30",message="must be an IPv4 CIDR no longer than /30 (a router address and at least one pod address), such as 10.0.1.0/24"
 	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self).masked() == cidr(self)",message="must be the block's network address: write the CIDR with its host bits zero, such as 10.0.1.0/24 instead of 10.0.1.5/24"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || !(cidr(self).containsIP('100.127.255.252') || cidr('100.127.255.252/30').containsIP(cidr(self).ip()))",message="must not overlap 100.127.255.252/30, the link between the VPC's router and its gateway (ovn.VpcGatewayLink); choose a block outside it"
 	CIDR string `json:"cidr"`
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/config/crd"
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
 )
 
 func validVpc() *v1alpha1.Vpc {
@@ -73,6 +74,10 @@ func TestVpcSchemaValidation(t *testing.T) {
 		{"subnet CIDR not a CIDR", withSubnets(sub("a", "10.0.1.0")), `spec.subnets[0].cidr: Invalid value: "10.0.1.0": must be an IPv4 CIDR no longer than /30`},
 		{"subnet CIDR IPv6", withSubnets(sub("a", "fd00::/64")), `spec.subnets[0].cidr: Invalid value: "fd00::/64": must be an IPv4 CIDR`},
 		{"subnet CIDR /31", withSubnets(sub("a", "10.0.1.0/31")), "must be an IPv4 CIDR no longer than /30"},
+		{"subnet over the gateway link", withSubnets(sub("a", "100.64.0.0/10")), `spec.subnets[0].cidr: Invalid value: "100.64.0.0/10": must not overlap 100.127.255.252/30, the link between the VPC's router and its gateway`},
+		// The rule spells the data plane's link block out; this row fails if they part.
+		{"subnet inside the gateway link", withSubnets(sub("a", ovn.VpcGatewayLink.String())), "must not overlap " + ovn.VpcGatewayLink.String()},
+		{"subnet beside the gateway link", withSubnets(sub("a", "100.127.255.248/30")), ""},
 		{"subnet CIDR with host bits", withSubnets(sub("a", "10.0.1.5/24")), "spec.subnets[0].cidr: Invalid value: \"10.0.1.5/24\": must be the block's network address: write the CIDR with its host bits zero"},
 		{"subnet name not a label", withSubnets(sub("A_1", "10.0.1.0/24")), "spec.subnets[0].name: Invalid value: \"A_1\": must be an RFC 1123 label"},
 		{"two subnets of one name", withSubnets(sub("a", "10.0.1.0/24"), sub("a", "10.0.2.0/24")), "spec.subnets[1]: Duplicate value"},
