@@ -99,4 +99,9 @@ func TestICSBReadsRefuseWithoutLeader(t *testing.T) {
 	if err := a.client.checkOverlap(ctx, overlapping); !errors.As(err, &overlap) {
 		t.Fatalf("overlap check of az-b's prefix with IC SB back: %v, want an *OverlapError", err)
 	}
+	// The same Apply goes through now, and the check above sees its port: it can fail.
+	a.apply(t, withNew)
+	if out := a.nbctl(t, "--bare", "--columns=ports", "list", "Logical_Switch", "az-a-new"); strings.TrimSpace(out) == "" {
+		t.Errorf("az-a-new has no port after the Apply with IC SB back")
+	}
 }
