@@ -447,6 +447,15 @@ func checkInterconnectCommands(t *testing.T, out map[string]string) {
 			t.Errorf("the icmaster runs %q with mounts %v; want %s in the shared %s", ctr.Command, ctr.VolumeMounts, endpoints, icconfig.RunDir)
 		}
 	}
+	// ovn-ic's liveness probe passes while the supervisor waits for the file.
+	for _, ctr := range d.Spec.Template.Spec.Containers {
+		if ctr.Name != "ovn-ic" {
+			continue
+		}
+		if p := ctr.LivenessProbe; p == nil || p.Exec == nil || !slices.Equal(p.Exec.Command, icconfig.ProbeCommand(icconfig.RunDir)) {
+			t.Errorf("ovn-ic's liveness probe %+v; want the command %q", p, icconfig.ProbeCommand(icconfig.RunDir))
+		}
+	}
 	if icmasters != 1 {
 		t.Errorf("octopus-ovn-ic has %d icmaster containers, want 1", icmasters)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -37,6 +38,33 @@ Example:
 		},
 	}
 	cmd.Flags().StringVar(&file, "endpoints-file", "", "the IC endpoints file the icmaster writes (required)")
+	_ = cmd.MarkFlagRequired("endpoints-file")
+	return cmd
+}
+
+// newICProbeCommand is `octopus-ovn ic-probe`, the ovn-ic container's liveness probe
+// (icconfig.ProbeCommand): ovn-ic answering on its control socket, as before the supervisor,
+// except while the supervisor waits for the endpoints file. Then there is no ovn-ic to ask, and
+// a failing probe would restart the container over and over, the kubelet's growing backoff
+// delaying ovn-ic's start once the icmaster writes the file.
+func newICProbeCommand() *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "ic-probe --endpoints-file FILE -- COMMAND [ARGS...]",
+		Short: "Probe ovn-ic with COMMAND, or succeed while its supervisor waits for the endpoints file",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 0 {
+				return errors.New("the probe's command goes after --, e.g. -- ovn-appctl -t /var/run/ovn-ic/ovn-ic.ctl version")
+			}
+			waiting, err := ovnic.Probe(cmd.Context(), file, args)
+			if waiting {
+				_, _ = fmt.Fprintf(cmd.OutOrStdout(), "ovn-ic not started: its supervisor waits for %s\n", file)
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&file, "endpoints-file", "", "the IC endpoints file the supervisor waits for (required)")
 	_ = cmd.MarkFlagRequired("endpoints-file")
 	return cmd
 }

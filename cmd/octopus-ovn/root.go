@@ -48,6 +48,6 @@ Examples:
 	zapFlags := goflag.NewFlagSet("zap", goflag.ContinueOnError)
 	zapOpts.BindFlags(zapFlags)
 	root.PersistentFlags().AddGoFlagSet(zapFlags)
-	root.AddCommand(newMasterCommand(), newNRICommand(), newGatewayPortCommand(), newICCommand(), newICSignerCommand(), newDBProxyCommand(), newICSupervisorCommand())
+	root.AddCommand(newMasterCommand(), newNRICommand(), newGatewayPortCommand(), newICCommand(), newICSignerCommand(), newDBProxyCommand(), newICSupervisorCommand(), newICProbeCommand())
 	return root
 }

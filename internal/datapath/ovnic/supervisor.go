@@ -194,6 +194,24 @@ func (s *Supervisor) stop() {
 	<-p.Done()
 }
 
+// Probe is the ovn-ic container's liveness check: argv (ovn-appctl asking ovn-ic) unless the
+// endpoints file does not exist yet. Then the Supervisor has started no ovn-ic, which is no
+// failure of it (waiting is true): restarting the container would bring none either, and the
+// kubelet's growing backoff would delay ovn-ic's start once the file comes.
+func Probe(ctx context.Context, file string, argv []string) (waiting bool, err error) {
+	if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
+		return true, nil
+	}
+	if len(argv) == 0 {
+		return false, errors.New("probing ovn-ic: no command")
+	}
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		return false, fmt.Errorf("probing ovn-ic with %q: %w: %s", argv, err, out)
+	}
+	return false, nil
+}
+
 // ExecStarter starts argv as a child process with the supervisor's stdout and stderr (the
 // container's log). Pdeathsig kills it if the supervisor dies first, so that no orphaned
 // ovn-ic keeps the AZ's lock on endpoints nobody supervises.

@@ -328,3 +328,36 @@ func inode(t *testing.T, file string) uint64 {
 	}
 	return fi.Sys().(*syscall.Stat_t).Ino
 }
+
+// TestProbe: while the endpoints file is missing the probe passes without asking ovn-ic
+// (there is none yet); once it exists, the probe is ovn-ic's answer.
+func TestProbe(t *testing.T) {
+	tests := []struct {
+		name        string
+		file        bool
+		argv        []string
+		wantWaiting bool
+		wantErr     string
+	}{
+		{name: "no file: waiting, the command not run", argv: []string{"false"}, wantWaiting: true},
+		{name: "file, ovn-ic answers", file: true, argv: []string{"true"}},
+		{name: "file, ovn-ic does not answer", file: true, argv: []string{"false"}, wantErr: "exit status 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "ic-endpoints.json")
+			if tt.file {
+				if err := os.WriteFile(file, []byte(endpointsB), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waiting, err := Probe(t.Context(), file, tt.argv)
+			if waiting != tt.wantWaiting {
+				t.Errorf("waiting %v, want %v", waiting, tt.wantWaiting)
+			}
+			if (err == nil) != (tt.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("probe: %v, want error %q", err, tt.wantErr)
+			}
+		})
+	}
+}

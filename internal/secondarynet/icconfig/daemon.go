@@ -53,6 +53,14 @@ func SupervisorCommand(tlsDir, runDir string) []string {
 		OVNICCommand(tlsDir, runDir)...)
 }
 
+// ProbeCommand is the ovn-ic container's liveness probe: ovn-ic answering on its control
+// socket in runDir, or the supervisor still waiting for the endpoints file (no ovn-ic yet, and
+// restarting the container would not bring one).
+func ProbeCommand(runDir string) []string {
+	return []string{"octopus-ovn", "ic-probe", "--endpoints-file=" + EndpointsFile(runDir), "--",
+		"ovn-appctl", "-t", runDir + "/ovn-ic.ctl", "version"}
+}
+
 // OVNICCommand is ovn-ic's command line without its IC databases, which the supervisor appends
 // (--ic-nb-db, --ic-sb-db: ssl:, every raft member) from the endpoints file: the IC
 // certificate in tlsDir, its own cluster's databases through the proxy in runDir.
