@@ -395,11 +395,11 @@ func checkInterconnectCommands(t *testing.T, out map[string]string) {
 	if d.Name != "octopus-ovn-ic" || d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
 		t.Fatalf("ovn-ic.yaml's first object: %s with %v replicas; want octopus-ovn-ic with 2 (active and standby)", d.Name, d.Spec.Replicas)
 	}
-	cfg := icconfig.Config{DBHosts: []string{"192.0.2.11", "192.0.2.12", "192.0.2.13"}, NBPort: icconfig.DefaultNBPort, SBPort: icconfig.DefaultSBPort}
 	ns := namespaces[charts.Member]
 	central := "ssl:octopus-ovn-central." + ns + ".svc:"
 	want := map[string][]string{
-		"ovn-ic":   icconfig.OVNICCommand(cfg, icconfig.TLSDir, icconfig.RunDir),
+		// No IC endpoints on ovn-ic's line: its supervisor reads them from the icmaster's file.
+		"ovn-ic":   icconfig.SupervisorCommand(icconfig.TLSDir, icconfig.RunDir),
 		"db-proxy": icconfig.ProxyCommand(central+"6641", central+"6642", icconfig.LocalTLSDir, icconfig.RunDir),
 	}
 	mounts := map[string]string{"ovn-ic": icconfig.TLSDir, "db-proxy": icconfig.LocalTLSDir}
@@ -432,6 +432,32 @@ func checkInterconnectCommands(t *testing.T, out map[string]string) {
 	}
 	if seen != len(want) {
 		t.Errorf("octopus-ovn-ic has %d of the containers %v", seen, slices.Sorted(maps.Keys(want)))
+	}
+	// The icmaster of each pod writes the file the supervisor of the same pod reads, in the
+	// directory both mount.
+	endpoints := "--endpoints-file=" + icconfig.EndpointsFile(icconfig.RunDir)
+	icmasters := 0
+	for _, ctr := range d.Spec.Template.Spec.Containers {
+		if ctr.Name != "icmaster" {
+			continue
+		}
+		icmasters++
+		shared := slices.ContainsFunc(ctr.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == icconfig.RunDir })
+		if !slices.Contains(ctr.Command, endpoints) || !shared {
+			t.Errorf("the icmaster runs %q with mounts %v; want %s in the shared %s", ctr.Command, ctr.VolumeMounts, endpoints, icconfig.RunDir)
+		}
+	}
+	// ovn-ic's liveness probe passes while the supervisor waits for the file.
+	for _, ctr := range d.Spec.Template.Spec.Containers {
+		if ctr.Name != "ovn-ic" {
+			continue
+		}
+		if p := ctr.LivenessProbe; p == nil || p.Exec == nil || !slices.Equal(p.Exec.Command, icconfig.ProbeCommand(icconfig.RunDir)) {
+			t.Errorf("ovn-ic's liveness probe %+v; want the command %q", p, icconfig.ProbeCommand(icconfig.RunDir))
+		}
+	}
+	if icmasters != 1 {
+		t.Errorf("octopus-ovn-ic has %d icmaster containers, want 1", icmasters)
 	}
 	// The ovnmaster leaves the block's gateway address to the interconnection router.
 	var m appsv1.Deployment

@@ -15,6 +15,7 @@ import (
 // icOptions are the flags of `octopus-ovn ic`.
 type icOptions struct {
 	kubeconfig, clusterID, secondaryCIDR, pool, nb string
+	endpointsFile                                  string
 	leaderElect                                    bool
 	leaderElectionNS                               string
 	healthProbeBindAddress, metricsBindAddress     string
@@ -34,7 +35,9 @@ network's switch to the transit switch, its transit port on the gw-nodes' chassi
 and ovn-ic's route advertisement and learning. The annotation
 octopus.io/disable-interconnection: "true" on the ConfigMap keeps the cluster's block from being
 advertised. What it did is in the ConfigMap's octopus.io/interconnection-status annotation.
-ovn-ic itself runs beside it (Debian's ovn-ic).`,
+ovn-ic itself runs beside it (Debian's ovn-ic, under octopus-ovn ic-supervisor), on the IC
+endpoints this writes to --endpoints-file on every replica, so that a changed ic-db-host,
+ic-nb-port or ic-sb-port reaches it without a new pod.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cidr, err := netip.ParsePrefix(o.secondaryCIDR)
@@ -63,6 +66,7 @@ ovn-ic itself runs beside it (Debian's ovn-ic).`,
 			}
 			return icmaster.Run(ctrl.SetupSignalHandler(), icmaster.Options{
 				Member: member, ClusterID: o.clusterID, CIDR: cidr, Pool: pool, NBEndpoint: o.nb, NBTLS: nbTLS, ICTLS: icTLS,
+				EndpointsFile:  o.endpointsFile,
 				LeaderElection: o.leaderElect, LeaderElectionNamespace: o.leaderElectionNS,
 				HealthProbeBindAddress: o.healthProbeBindAddress, MetricsBindAddress: o.metricsBindAddress,
 				Log: ctrl.Log.WithName("icmaster"),
@@ -79,6 +83,7 @@ ovn-ic itself runs beside it (Debian's ovn-ic).`,
 	f.StringVar(&o.icKey, "ic-private-key", "", "PEM private key of the cluster's IC client certificate (join's Secret octopus-ovn-ic-tls)")
 	f.StringVar(&o.icCert, "ic-certificate", "", "PEM IC client certificate the hub's signer issued for this cluster, for the IC SB at ovn-ic-config's ssl: endpoints")
 	f.StringVar(&o.icCA, "ic-ca-cert", "", "PEM certificate of the hub's IC CA, the only one the IC databases' certificate is checked against")
+	f.StringVar(&o.endpointsFile, "endpoints-file", "", "write ovn-ic-config's IC endpoints here, on every replica, for the ovn-ic of this pod (octopus-ovn ic-supervisor); empty: not written")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "elect one active replica through the "+icmaster.LeaderElectionID+" Lease")
 	f.StringVar(&o.leaderElectionNS, "leader-election-namespace", "octopus-system", "namespace of the leader-election Lease")
 	f.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", "0", `address of the /healthz and /readyz endpoints; "0" turns them off`)

@@ -31,7 +31,10 @@ Examples:
   octopus-ovn gateway-port --cluster-id east --secondary-cidr 10.112.0.0/16
 
   # Make east an OVN-IC availability zone as its ovn-ic-config says:
-  octopus-ovn ic --cluster-id east --secondary-cidr 10.112.0.0/24 --secondary-pool 10.112.0.0/12`,
+  octopus-ovn ic --cluster-id east --secondary-cidr 10.112.0.0/24 --secondary-pool 10.112.0.0/12
+
+  # Run ovn-ic on the IC endpoints the icmaster writes from ovn-ic-config, restarting it on a change:
+  octopus-ovn ic-supervisor --endpoints-file /var/run/ovn-ic/ic-endpoints.json -- ovn-ic ...`,
 		Version:       version.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -45,6 +48,6 @@ Examples:
 	zapFlags := goflag.NewFlagSet("zap", goflag.ContinueOnError)
 	zapOpts.BindFlags(zapFlags)
 	root.PersistentFlags().AddGoFlagSet(zapFlags)
-	root.AddCommand(newMasterCommand(), newNRICommand(), newGatewayPortCommand(), newICCommand(), newICSignerCommand(), newDBProxyCommand())
+	root.AddCommand(newMasterCommand(), newNRICommand(), newGatewayPortCommand(), newICCommand(), newICSignerCommand(), newDBProxyCommand(), newICSupervisorCommand(), newICProbeCommand())
 	return root
 }

@@ -199,14 +199,23 @@ func (c *Client) applyOnce(ctx context.Context, az AZ) error {
 	return nil
 }
 
+// checkOverlap reads IC SB's availability zones and routes and refuses what overlaps (the pure
+// checkOverlap); it refuses to decide, with ErrICSBUnavailable, while IC SB's leader is not
+// there to read from.
 func (c *Client) checkOverlap(ctx context.Context, az AZ) error {
 	var zones []icsbdb.AvailabilityZone
-	if err := c.icsb.List(ctx, &zones); err != nil {
-		return fmt.Errorf("listing IC SB availability zones: %w", err)
-	}
 	var routes []icsbdb.Route
-	if err := c.icsb.List(ctx, &routes); err != nil {
-		return fmt.Errorf("listing IC SB routes: %w", err)
+	err := c.readICSB(ctx, func(ctx context.Context) error {
+		if err := c.icsb.List(ctx, &zones); err != nil {
+			return fmt.Errorf("listing IC SB availability zones: %w", err)
+		}
+		if err := c.icsb.List(ctx, &routes); err != nil {
+			return fmt.Errorf("listing IC SB routes: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("checking AZ %s's prefixes against the other AZs': %w", az.Name, err)
 	}
 	names := make(map[string]string, len(zones))
 	for _, z := range zones {

@@ -24,6 +24,10 @@ import (
 // AZ that is not there does nothing. It takes at least leaveSettle; stop the AZ's ovn-ic first
 // where possible.
 func (c *Client) Leave(ctx context.Context, az string) error {
+	// Not half: an AZ that cannot be taken out of the IC SB now stays in its NB too.
+	if err := c.icsbLive(ctx); err != nil {
+		return fmt.Errorf("AZ %s leaving: %w", az, err)
+	}
 	if err := c.leaveNB(ctx, az); err != nil {
 		return fmt.Errorf("AZ %s leaving, in its NB: %w", az, err)
 	}
@@ -54,9 +58,9 @@ const leaveSettle = time.Second
 func (c *Client) azReturns(ctx context.Context, az string) (bool, error) {
 	deadline := time.Now().Add(leaveSettle)
 	for time.Now().Before(deadline) {
-		var zones []icsbdb.AvailabilityZone
-		if err := c.icsb.WhereCache(func(z *icsbdb.AvailabilityZone) bool { return z.Name == az }).List(ctx, &zones); err != nil {
-			return false, fmt.Errorf("listing availability zones: %w", err)
+		zones, err := c.zonesNamed(ctx, az)
+		if err != nil {
+			return false, err
 		}
 		if len(zones) > 0 {
 			return true, nil
@@ -108,10 +112,23 @@ func (c *Client) leaveNB(ctx context.Context, az string) error {
 	return c.run(ctx, ops)
 }
 
-func (c *Client) leaveICSB(ctx context.Context, az string) error {
+// zonesNamed are IC SB's availability zones named az, read from the leader (readICSB): from a
+// stale cache, Leave would find nothing to delete, or see the AZ gone when it is back.
+func (c *Client) zonesNamed(ctx context.Context, az string) ([]icsbdb.AvailabilityZone, error) {
 	var zones []icsbdb.AvailabilityZone
-	if err := c.icsb.WhereCache(func(z *icsbdb.AvailabilityZone) bool { return z.Name == az }).List(ctx, &zones); err != nil {
-		return fmt.Errorf("listing availability zones: %w", err)
+	err := c.readICSB(ctx, func(ctx context.Context) error {
+		return c.icsb.WhereCache(func(z *icsbdb.AvailabilityZone) bool { return z.Name == az }).List(ctx, &zones)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing IC SB availability zones named %s: %w", az, err)
+	}
+	return zones, nil
+}
+
+func (c *Client) leaveICSB(ctx context.Context, az string) error {
+	zones, err := c.zonesNamed(ctx, az)
+	if err != nil {
+		return err
 	}
 	var ops []ovsdb.Operation
 	for _, z := range zones {

@@ -81,16 +81,22 @@ func ReadRoutes(ctx context.Context, icsb string, tlsConfig *tls.Config) ([]Adve
 // whose ovn-ic has not published its port yet, is absent.
 func (c *Client) TransitAddresses(ctx context.Context, ts string) (map[string]netip.Addr, error) {
 	var zones []icsbdb.AvailabilityZone
-	if err := c.icsb.List(ctx, &zones); err != nil {
-		return nil, fmt.Errorf("listing IC SB availability zones: %w", err)
+	var ports []icsbdb.PortBinding
+	err := c.readICSB(ctx, func(ctx context.Context) error {
+		if err := c.icsb.List(ctx, &zones); err != nil {
+			return fmt.Errorf("listing IC SB availability zones: %w", err)
+		}
+		if err := c.icsb.List(ctx, &ports); err != nil {
+			return fmt.Errorf("listing IC SB port bindings: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("transit addresses on %s: %w", ts, err)
 	}
 	names := make(map[string]string, len(zones))
 	for _, z := range zones {
 		names[z.UUID] = z.Name
-	}
-	var ports []icsbdb.PortBinding
-	if err := c.icsb.List(ctx, &ports); err != nil {
-		return nil, fmt.Errorf("listing IC SB port bindings: %w", err)
 	}
 	out := map[string]netip.Addr{}
 	for _, p := range ports {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn/dbproxy"
+	"github.com/octopus-mcs/octopus/internal/datapath/ovnic"
 	"github.com/octopus-mcs/octopus/internal/pki"
 	"github.com/octopus-mcs/octopus/internal/secondarynet/icconfig"
 )
@@ -161,8 +163,28 @@ func startMemberOVNIC(t *testing.T, dir, name string, cfg icconfig.Config, icTLS
 		}
 		return nil
 	})
-	ovnic := startDaemon(t, name+" ovn-ic", icconfig.OVNICCommand(cfg, filepath.Dir(icTLS.key), run), "OVS_RUNDIR="+run, "OVN_RUNDIR="+run)
-	return memberOVNIC{ovnic: ovnic, stopProxy: stop}
+	// ovn-ic as the chart's container runs it: the icmaster writes ovn-ic-config's endpoints
+	// to the pod's file, and `octopus-ovn ic-supervisor` runs the line after "--" with them
+	// (ovnic.Command; the supervisor itself is tested on real daemons in internal/datapath/ovnic).
+	line := icconfig.SupervisorCommand(filepath.Dir(icTLS.key), run)
+	dash := slices.Index(line, "--")
+	if dash < 0 || !slices.Equal(line[:2], []string{"octopus-ovn", "ic-supervisor"}) ||
+		!slices.Contains(line[:dash], "--endpoints-file="+icconfig.EndpointsFile(run)) {
+		t.Fatalf("ovn-ic's container line %q: want octopus-ovn ic-supervisor --endpoints-file=%s -- ovn-ic ...", line, icconfig.EndpointsFile(run))
+	}
+	if _, err := ovnic.WriteEndpointsFile(icconfig.EndpointsFile(run), ovnic.Endpoints{NB: cfg.ICNB(), SB: cfg.ICSB()}); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(icconfig.EndpointsFile(run))
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoints, err := ovnic.ParseEndpoints(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	daemon := startDaemon(t, name+" ovn-ic", ovnic.Command(line[dash+1:], endpoints), "OVS_RUNDIR="+run, "OVN_RUNDIR="+run)
+	return memberOVNIC{ovnic: daemon, stopProxy: stop}
 }
 
 // availabilityZones are the AZ names in IC SB, read with the certificate f.

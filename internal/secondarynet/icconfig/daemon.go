@@ -1,7 +1,7 @@
 package icconfig
 
-// The member's ovn-ic pod (charts/octopus-member/templates/ovn.yaml, octopus-ovn-ic): the
-// command lines of its two programs, here so that the chart's test holds the chart to them and
+// The member's ovn-ic pod (charts/octopus-member/templates/ovn-ic.yaml, octopus-ovn-ic): the
+// command lines of its programs, here so that the chart's test holds the chart to them and
 // the test that runs them on real daemons (internal/manifests/render, TestMemberOVNICOverTLS)
 // runs exactly these.
 //
@@ -18,7 +18,8 @@ const (
 	TLSDir = "/etc/ovn/ic-tls"
 	// LocalTLSDir is where it mounts its certificate for its own cluster's OVN databases.
 	LocalTLSDir = "/etc/ovn/tls"
-	// RunDir is the pod's shared directory: the proxy's sockets and ovn-ic's control socket.
+	// RunDir is the pod's shared directory (an emptyDir): the proxy's sockets, ovn-ic's
+	// control socket and the IC endpoints file.
 	RunDir = "/var/run/ovn-ic"
 )
 
@@ -38,15 +39,36 @@ func ProxyCommand(localNB, localSB, localTLSDir, runDir string) []string {
 	}
 }
 
-// OVNICCommand is ovn-ic's command line: the IC databases at c's endpoints (ssl:, every raft
-// member) with the IC certificate in tlsDir, its own cluster's through the proxy in runDir.
-func OVNICCommand(c Config, tlsDir, runDir string) []string {
+// EndpointsFile is where, in runDir, the icmaster of each replica writes the IC endpoints it
+// read from ovn-ic-config (ic-db-host, ic-nb-port, ic-sb-port) and the ovn-ic container's
+// supervisor reads them: ovn-ic takes its IC databases only on its command line, so a changed
+// ic-db-host reaches it by a restart in place (ovnic.Supervisor), not by a new pod.
+func EndpointsFile(runDir string) string { return runDir + "/ic-endpoints.json" }
+
+// SupervisorCommand is the ovn-ic container's command line: `octopus-ovn ic-supervisor`, which
+// starts ovn-ic (OVNICCommand) on the IC endpoints of EndpointsFile(runDir) and restarts it
+// when they change. The endpoints are not on this line: ovn-ic-config is their only source.
+func SupervisorCommand(tlsDir, runDir string) []string {
+	return append([]string{"octopus-ovn", "ic-supervisor", "--endpoints-file=" + EndpointsFile(runDir), "--"},
+		OVNICCommand(tlsDir, runDir)...)
+}
+
+// ProbeCommand is the ovn-ic container's liveness probe: ovn-ic answering on its control
+// socket in runDir, or the supervisor still waiting for the endpoints file (no ovn-ic yet, and
+// restarting the container would not bring one).
+func ProbeCommand(runDir string) []string {
+	return []string{"octopus-ovn", "ic-probe", "--endpoints-file=" + EndpointsFile(runDir), "--",
+		"ovn-appctl", "-t", runDir + "/ovn-ic.ctl", "version"}
+}
+
+// OVNICCommand is ovn-ic's command line without its IC databases, which the supervisor appends
+// (--ic-nb-db, --ic-sb-db: ssl:, every raft member) from the endpoints file: the IC
+// certificate in tlsDir, its own cluster's databases through the proxy in runDir.
+func OVNICCommand(tlsDir, runDir string) []string {
 	nb, sb := LocalSockets(runDir)
 	return []string{"ovn-ic",
 		"--ovnnb-db=unix:" + nb,
 		"--ovnsb-db=unix:" + sb,
-		"--ic-nb-db=" + c.ICNB(),
-		"--ic-sb-db=" + c.ICSB(),
 		"--private-key=" + tlsDir + "/tls.key",
 		"--certificate=" + tlsDir + "/tls.crt",
 		"--ca-cert=" + tlsDir + "/ca.crt",

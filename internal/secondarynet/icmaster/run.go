@@ -47,6 +47,9 @@ type Options struct {
 	// ICTLS is the cluster's IC client certificate (issued at join by the hub's signer) for
 	// the IC SB that ovn-ic-config names: the hub's databases serve ssl: only.
 	ICTLS *tls.Config
+	// EndpointsFile, if set, is where every replica (leader or not) writes ovn-ic-config's IC
+	// endpoints for the ovn-ic of its pod (EndpointsWriter, icconfig.EndpointsFile).
+	EndpointsFile string
 	// LeaderElection makes replicas elect one active icmaster in LeaderElectionNamespace.
 	LeaderElection          bool
 	LeaderElectionNamespace string
@@ -134,6 +137,17 @@ func Run(ctx context.Context, o Options) error {
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("creating the icmaster controller: %w", err)
+	}
+	if o.EndpointsFile != "" {
+		// Not leader-elected: the standby's ovn-ic follows the ConfigMap too.
+		err = builder.ControllerManagedBy(mgr).Named("ic-endpoints").
+			For(&corev1.ConfigMap{}).
+			WithOptions(controller.Options{MaxConcurrentReconciles: 1, SkipNameValidation: ptr.To(true), NeedLeaderElection: ptr.To(false)}).
+			Complete(&EndpointsWriter{Client: mgr.GetClient(), ConfigMap: key, ClusterID: o.ClusterID, File: o.EndpointsFile,
+				Log: o.Log.WithName("ic-endpoints")})
+		if err != nil {
+			return fmt.Errorf("creating the IC endpoints writer: %w", err)
+		}
 	}
 	return mgr.Start(ctx)
 }
