@@ -30,14 +30,15 @@ import (
 // "lib-wg" (a bare wireguard-go library device), or a tunnel backend ("wireguard", "vxlan").
 //
 // The protocol with the parent, line by line: the helper prints "key <base64 public key or ->",
-// reads "peer <base64 key or -> <endpoint addr:port> <subnet>", configures the tunnel, prints
+// reads "peer <base64 key or -> <endpoint addr:port> <subnet>[,<subnet>…]" (a dual-stack peer
+// has a subnet of each family), configures the tunnel, prints
 // "ready", and runs until its standard input reaches EOF; then it tears the tunnel down.
 const helperCommand = "in-netns-gateway"
 
 // gatewayTunnel is what a helper runs: configure once, close at the end.
 type gatewayTunnel interface {
 	publicKey() string
-	configure(peerKey string, endpoint netip.AddrPort, subnet netip.Prefix) error
+	configure(peerKey string, endpoint netip.AddrPort, subnets []netip.Prefix) error
 	close() error
 }
 
@@ -87,17 +88,21 @@ func runHelper(args []string, in io.Reader, out io.Writer) error {
 func configureFrom(gw gatewayTunnel, line string) error {
 	f := strings.Fields(line)
 	if len(f) != 4 || f[0] != "peer" {
-		return fmt.Errorf("want \"peer <key> <endpoint> <subnet>\", got %q", line)
+		return fmt.Errorf("want \"peer <key> <endpoint> <subnet>[,<subnet>…]\", got %q", line)
 	}
 	ep, err := netip.ParseAddrPort(f[2])
 	if err != nil {
-		return err
+		return fmt.Errorf("peer endpoint: %w", err)
 	}
-	subnet, err := netip.ParsePrefix(f[3])
-	if err != nil {
-		return err
+	var subnets []netip.Prefix
+	for s := range strings.SplitSeq(f[3], ",") {
+		subnet, err := netip.ParsePrefix(s)
+		if err != nil {
+			return fmt.Errorf("peer subnet: %w", err)
+		}
+		subnets = append(subnets, subnet)
 	}
-	return gw.configure(f[1], ep, subnet)
+	return gw.configure(f[1], ep, subnets)
 }
 
 // driverTunnel is Octopus's driver, created and applied exactly as the gateway does.
@@ -124,14 +129,14 @@ func (t *driverTunnel) publicKey() string {
 	return "-"
 }
 
-func (t *driverTunnel) configure(key string, ep netip.AddrPort, subnet netip.Prefix) error {
+func (t *driverTunnel) configure(key string, ep netip.AddrPort, subnets []netip.Prefix) error {
 	if key == "-" {
 		key = ""
 	}
 	return t.d.Apply(context.Background(), tunnel.Config{
 		ListenPort: tunnelPort,
 		LocalAddr:  t.local,
-		Peers:      []tunnel.Peer{{Cluster: "remote", PublicKey: key, Endpoint: ep, Subnets: []netip.Prefix{subnet}}},
+		Peers:      []tunnel.Peer{{Cluster: "remote", PublicKey: key, Endpoint: ep, Subnets: subnets}},
 	})
 }
 
@@ -172,14 +177,14 @@ func newGlobalnet(dev string, local netip.Addr, args []string) (*globalnetTunnel
 	return &globalnetTunnel{driverTunnel: d, nat: n, global: global, globalPod: globalPod, pod: pod}, nil
 }
 
-func (t *globalnetTunnel) configure(key string, ep netip.AddrPort, subnet netip.Prefix) error {
-	if err := t.driverTunnel.configure(key, ep, subnet); err != nil {
+func (t *globalnetTunnel) configure(key string, ep netip.AddrPort, subnets []netip.Prefix) error {
+	if err := t.driverTunnel.configure(key, ep, subnets); err != nil {
 		return err
 	}
 	egressLast, _ := ipam.Add(t.global.Addr(), 7)
 	return t.nat.Apply(context.Background(), nat.State{
 		GlobalCIDRs:   []netip.Prefix{t.global},
-		RemoteCIDRs:   []netip.Prefix{subnet},
+		RemoteCIDRs:   subnets,
 		ClusterEgress: []ipam.Range{{First: t.global.Addr(), Last: egressLast}},
 		Pods:          []nat.PodIngress{{Name: "bench/pod", GlobalIP: t.globalPod, Pod: t.pod}},
 	})
@@ -216,13 +221,17 @@ func newLibDevice(name string) (*libTunnel, error) {
 
 func (t *libTunnel) publicKey() string { return t.pub }
 
-func (t *libTunnel) configure(key string, ep netip.AddrPort, subnet netip.Prefix) error {
+func (t *libTunnel) configure(key string, ep netip.AddrPort, subnets []netip.Prefix) error {
 	k, err := base64.StdEncoding.DecodeString(key)
 	if err != nil || len(k) != 32 {
 		return fmt.Errorf("peer key %q is not a base64 WireGuard key", key)
 	}
-	return t.dev.IpcSet(fmt.Sprintf("public_key=%s\nendpoint=%s\nallowed_ip=%s\npersistent_keepalive_interval=25\n",
-		hex.EncodeToString(k), ep, subnet))
+	var allowed strings.Builder
+	for _, s := range subnets {
+		fmt.Fprintf(&allowed, "allowed_ip=%s\n", s)
+	}
+	return t.dev.IpcSet(fmt.Sprintf("public_key=%s\nendpoint=%s\n%spersistent_keepalive_interval=25\n",
+		hex.EncodeToString(k), ep, allowed.String()))
 }
 
 func (t *libTunnel) close() error { t.dev.Close(); return nil }

@@ -22,8 +22,7 @@ type iperfResult struct {
 // TCP streams, and returns the result and the client's CPU time (user + system, from its
 // rusage: `ip netns exec` execs iperf3, so it is iperf3's own).
 func runIperf(ctx context.Context, ns string, server netip.Addr, d time.Duration, streams int) (iperfResult, time.Duration, error) {
-	args := []string{"netns", "exec", ns, "iperf3", "-c", server.String(), "-p", strconv.Itoa(iperfPort),
-		"-t", strconv.FormatFloat(d.Seconds(), 'f', -1, 64), "-P", strconv.Itoa(streams), "-J"}
+	args := iperfArgs(ns, server, d, streams)
 	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "ip", args...)
@@ -34,6 +33,16 @@ func runIperf(ctx context.Context, ns string, server netip.Addr, d time.Duration
 	}
 	st := cmd.ProcessState
 	return res, st.UserTime() + st.SystemTime(), nil
+}
+
+// iperfArgs are the arguments of ip for runIperf: with -6 for an IPv6 server.
+func iperfArgs(ns string, server netip.Addr, d time.Duration, streams int) []string {
+	args := []string{"netns", "exec", ns, "iperf3", "-c", server.String(), "-p", strconv.Itoa(iperfPort),
+		"-t", strconv.FormatFloat(d.Seconds(), 'f', -1, 64), "-P", strconv.Itoa(streams), "-J"}
+	if server.Is6() {
+		args = append(args, "-6")
+	}
+	return args
 }
 
 // parseIperf reads iperf3's -J output: the receiver's totals and the sender's retransmits.

@@ -14,28 +14,49 @@ import (
 	"time"
 )
 
-// mode is one way of connecting the two gateways.
+// mode is one way of connecting the two gateways, or one address family measured through
+// another mode's connection.
 type mode struct {
 	key    string
 	label  string
 	letter byte // in device names
 	// connect makes pod 1 and pod 2 reach each other through the gateways of s.
 	connect func(ctx context.Context, s *setup) error
+	// v6Of is, for a mode that measures IPv6, the mode whose tunnel carries it: that mode's
+	// setup is then built dual-stack and shared by both, so IPv4 and IPv6 cross the same
+	// gateway processes and device in every round (issue 35). "" for a mode of its own.
+	v6Of string
 }
 
 var modes = []mode{
-	{"veth", "(a) veth routing, no tunnel", 'a', vethRouting},
-	{"debian-wg", "(b) Debian wireguard-go program + wg", 'b', debianWireGuard},
-	{"lib-wg", "(c) bare wireguard-go library pair", 'c', helperTunnel("lib-wg")},
-	{"wireguard", "(d) Octopus wireguard driver", 'd', helperTunnel("wireguard")},
-	{"vxlan", "(e) Octopus vxlan driver", 'e', helperTunnel("vxlan")},
-	{"globalnet", "(f) Octopus wireguard driver + globalnet NAT", 'f', helperTunnel("globalnet")},
+	{"veth", "(a) veth routing, no tunnel", 'a', vethRouting, ""},
+	{"debian-wg", "(b) Debian wireguard-go program + wg", 'b', debianWireGuard, ""},
+	{"lib-wg", "(c) bare wireguard-go library pair", 'c', helperTunnel("lib-wg"), ""},
+	{"wireguard", "(d) Octopus wireguard driver", 'd', helperTunnel("wireguard"), ""},
+	{"vxlan", "(e) Octopus vxlan driver", 'e', helperTunnel("vxlan"), ""},
+	{"globalnet", "(f) Octopus wireguard driver + globalnet NAT", 'f', helperTunnel("globalnet"), ""},
+	// No vxlan-v6: over an IPv4 underlay the vxlan driver carries IPv4 only. It routes a
+	// subnet via the peer's endpoint address, which must be of the subnet's family (its
+	// validate refuses the rest; the gateway withholds them, internal/gateway/desired.go).
+	{"wireguard-v6", "(g) IPv6 in (d)'s tunnel, made dual-stack", 'g', nil, "wireguard"},
 }
 
-// target is the address pod 1 reaches pod 2 at in mode key: in the globalnet mode, pod 2's
-// global address, which both gateways translate (docs/architecture.md §6h).
-func target(key string, pod2 gateway) netip.Addr {
-	if key == "globalnet" {
+// setupKey is the mode whose connect builds the topology m is measured on.
+func (m mode) setupKey() string {
+	if m.v6Of != "" {
+		return m.v6Of
+	}
+	return m.key
+}
+
+// target is the address pod 1 reaches pod 2 at in mode m: in an IPv6 mode pod 2's IPv6
+// address; in the globalnet mode, pod 2's global address, which both gateways translate
+// (docs/architecture.md §6h).
+func target(m mode, pod2 gateway) netip.Addr {
+	switch {
+	case m.v6Of != "":
+		return pod2.podAddr6
+	case m.key == "globalnet":
 		return pod2.globalPod
 	}
 	return pod2.podAddr
@@ -49,6 +70,19 @@ func modeKeys() []string {
 	return keys
 }
 
+// defaultModeKeys are the modes measured without -modes: all but the IPv6 ones, which would
+// make (d)'s tunnel dual-stack and its pods' MTU the tunnel's, so that a default run measures
+// what it always has.
+func defaultModeKeys() []string {
+	var keys []string
+	for _, m := range modes {
+		if m.v6Of == "" {
+			keys = append(keys, m.key)
+		}
+	}
+	return keys
+}
+
 func modeByKey(key string) mode {
 	for _, m := range modes {
 		if m.key == key {
@@ -56,6 +90,33 @@ func modeByKey(key string) mode {
 		}
 	}
 	panic("unknown mode " + key) // complete() validated the keys
+}
+
+// setupPlan is one topology to build: the mode whose connect builds it, and whether a selected
+// mode measures IPv6 through it.
+type setupPlan struct {
+	key       string
+	dualStack bool
+}
+
+// planSetups returns the topologies the selected modes need, in the order first needed: one
+// per mode, except that an IPv6 mode shares the setup of the mode whose tunnel it measures.
+func planSetups(keys []string) []setupPlan {
+	var plans []setupPlan
+	index := map[string]int{}
+	for _, k := range keys {
+		m := modeByKey(k)
+		i, ok := index[m.setupKey()]
+		if !ok {
+			i = len(plans)
+			index[m.setupKey()] = i
+			plans = append(plans, setupPlan{key: m.setupKey()})
+		}
+		if m.v6Of != "" {
+			plans[i].dualStack = true
+		}
+	}
+	return plans
 }
 
 // vethRouting routes each pod subnet via the other gateway's underlay address.
@@ -145,12 +206,17 @@ func helperTunnel(kind string) func(context.Context, *setup) error {
 		}
 		for i, g := range s.topo.gws {
 			peer := s.topo.gws[1-i]
-			subnet := peer.podNet
-			if kind == "globalnet" {
-				subnet = peer.global // the Peer of a globalnet cluster advertises its global CIDR
+			subnets := []string{peer.podNet.String()}
+			switch {
+			case kind == "globalnet":
+				subnets = []string{peer.global.String()} // the Peer of a globalnet cluster advertises its global CIDR
+			case s.dualStack:
+				// Both families' CIDRs in one Peer, as the gateway passes a dual-stack
+				// cluster's subnets (gateway.Compute: one tunnel.Peer, Subnets sorted, IPv4 first).
+				subnets = append(subnets, peer.podNet6.String())
 			}
 			if _, err := fmt.Fprintf(procs[i].stdin, "peer %s %s %s\n",
-				keys[1-i], netip.AddrPortFrom(peer.underlay, tunnelPort), subnet); err != nil {
+				keys[1-i], netip.AddrPortFrom(peer.underlay, tunnelPort), strings.Join(subnets, ",")); err != nil {
 				return fmt.Errorf("configuring %s: %w", procs[i].name, err)
 			}
 			if _, err := expectLine(procs[i], outs[i], "ready"); err != nil {

@@ -29,11 +29,12 @@ var targets = []ratioTarget{
 	{"wireguard", "lib-wg", 0.9},
 	{"vxlan", "veth", 0.6},
 	{"globalnet", "wireguard", 0.9},
+	{"wireguard-v6", "wireguard", 0.9}, // issue 35: IPv6 vs IPv4 through the same tunnel
 }
 
-// report writes the results as Markdown: versions and load, medians per mode, per-round
-// throughput, and the target ratios.
-func report(w io.Writer, c config, rounds []round) {
+// report writes the results as Markdown: versions and load, notes on shared setups, medians
+// per mode, per-round throughput, and the target ratios.
+func report(w io.Writer, c config, rounds []round, notes []string) {
 	fmt.Fprintf(w, "Run %s: %d rounds, iperf3 -t %s, 1 and %d streams, %d pings 10 ms apart.\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), len(rounds), c.duration, c.streams, c.pings)
 	fmt.Fprintf(w, "Versions: %s; Debian %s; library golang.zx2c4.com/wireguard %s.\n",
@@ -42,7 +43,11 @@ func report(w io.Writer, c config, rounds []round) {
 	for i, r := range rounds {
 		loads[i] = r.loadBefore + "→" + r.loadAfter
 	}
-	fmt.Fprintf(w, "Load average (1 min) before→after each round: %s.\n\n", strings.Join(loads, ", "))
+	fmt.Fprintf(w, "Load average (1 min) before→after each round: %s.\n", strings.Join(loads, ", "))
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
+	}
+	fmt.Fprintln(w)
 
 	n := c.streams
 	fmt.Fprintf(w, "| mode | 1 stream Gbit/s | %d streams Gbit/s | CPU s per Gbit, 1 / %d streams | ping p50 | ping p99 | p50 vs (a) | lost |\n", n, n)
@@ -70,10 +75,7 @@ func report(w io.Writer, c config, rounds []round) {
 
 	fmt.Fprintf(w, "\n| ratio (median of the per-round ratios) | 1 stream | %d streams | target | met | Gbit per CPU s, same ratio, 1 / %d streams |\n", n, n)
 	fmt.Fprintln(w, "|---|---|---|---|---|---|")
-	for _, t := range targets {
-		if !slices.Contains(c.modes, t.num) || !slices.Contains(c.modes, t.den) {
-			continue
-		}
+	for _, t := range activeTargets(c.modes) {
 		r1 := stats.Median(ratios(rounds, t, single))
 		rn := stats.Median(ratios(rounds, t, multi))
 		// Efficiency: the inverse ratio of CPU cost per Gbit, steadier than throughput when
@@ -83,6 +85,17 @@ func report(w io.Writer, c config, rounds []round) {
 		fmt.Fprintf(w, "| %s ÷ %s | **%.2f×** | **%.2f×** | ≥ %.1f× | %s | %.2f× / %.2f× |\n",
 			modeByKey(t.num).label, modeByKey(t.den).label, r1, rn, t.target, met(r1, rn, t.target, n), e1, en)
 	}
+}
+
+// activeTargets are the target ratios both of whose modes were measured.
+func activeTargets(keys []string) []ratioTarget {
+	var out []ratioTarget
+	for _, t := range targets {
+		if slices.Contains(keys, t.num) && slices.Contains(keys, t.den) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // metric picks one number out of a sample.

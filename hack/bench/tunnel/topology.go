@@ -10,9 +10,10 @@ import (
 	"strings"
 )
 
-// Addresses are documentation ranges only (RFC 5737), inside our own namespaces: the
-// underlay is 203.0.113.0/24, the two pod subnets are halves of 198.51.100.0/25.
-// 192.0.2.0/24 is avoided on purpose (some hosts use it for real).
+// Addresses are documentation ranges only (RFC 5737, RFC 3849), inside our own namespaces: the
+// underlay is 203.0.113.0/24, the two pod subnets are halves of 198.51.100.0/25 and, in a
+// dual-stack setup, 2001:db8:1::/64 and 2001:db8:2::/64 (docPrefix6). 192.0.2.0/24 is avoided
+// on purpose (some hosts use it for real). The underlay stays IPv4 in every mode.
 const (
 	tunnelPort = 51820
 	// tunnelMTU is what our wireguard driver derives from the 1500-byte underlay (1500 − 80);
@@ -24,6 +25,9 @@ const (
 	underlayIf = "ul"
 )
 
+// docPrefix6 is the IPv6 documentation prefix, which holds every IPv6 address we assign.
+var docPrefix6 = netip.MustParsePrefix("2001:db8::/32")
+
 // gateway is one gateway namespace with its pod namespace behind it.
 type gateway struct {
 	ns, podNS string
@@ -32,6 +36,11 @@ type gateway struct {
 	podGW     netip.Addr   // the gateway's address in podNet
 	podAddr   netip.Addr   // the pod's address in podNet
 	dev       string       // this mode's tunnel device name, unique on the machine
+	// podNet6, podGW6 and podAddr6 are the IPv6 counterparts (2001:db8:<i+1>::/64, ::1, ::2),
+	// configured in a dual-stack setup only.
+	podNet6  netip.Prefix
+	podGW6   netip.Addr
+	podAddr6 netip.Addr
 	// global is the gateway's cluster's global CIDR in the globalnet mode (242.<i>.0.0/16,
 	// inside our namespaces only), and globalPod the pod's global address in it.
 	global    netip.Prefix
@@ -47,23 +56,36 @@ type topology struct {
 	namespaces []string
 }
 
-// newTopology builds the namespaces of one mode. On error, the namespaces made so far are in
-// t.namespaces for delete.
-func newTopology(ctx context.Context, key string, letter byte) (*topology, error) {
-	t := &topology{}
-	for i := range t.gws {
+// planGateways names and addresses the two gateways of mode key (letter in device names) for
+// the process pid; it creates nothing.
+func planGateways(pid int, key string, letter byte) [2]gateway {
+	var gws [2]gateway
+	for i := range gws {
 		base := byte(64 * i)
-		t.gws[i] = gateway{
-			ns:        fmt.Sprintf("%s%d-%s-gw%d", nsPrefix, os.Getpid(), key, i+1),
-			podNS:     fmt.Sprintf("%s%d-%s-pod%d", nsPrefix, os.Getpid(), key, i+1),
+		net6 := netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0, byte(i + 1)})
+		gws[i] = gateway{
+			ns:        fmt.Sprintf("%s%d-%s-gw%d", nsPrefix, pid, key, i+1),
+			podNS:     fmt.Sprintf("%s%d-%s-pod%d", nsPrefix, pid, key, i+1),
 			underlay:  netip.AddrFrom4([4]byte{203, 0, 113, byte(i + 1)}),
 			podNet:    netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 51, 100, base}), 26),
 			podGW:     netip.AddrFrom4([4]byte{198, 51, 100, base + 1}),
 			podAddr:   netip.AddrFrom4([4]byte{198, 51, 100, base + 2}),
-			dev:       fmt.Sprintf("%s%d%c%d", devPrefix, os.Getpid(), letter, i+1),
+			podNet6:   netip.PrefixFrom(net6, 64),
+			podGW6:    net6.Next(),
+			podAddr6:  net6.Next().Next(),
+			dev:       fmt.Sprintf("%s%d%c%d", devPrefix, pid, letter, i+1),
 			global:    netip.PrefixFrom(netip.AddrFrom4([4]byte{242, byte(i + 1), 0, 0}), 16),
 			globalPod: netip.AddrFrom4([4]byte{242, byte(i + 1), 0, 16}),
 		}
+	}
+	return gws
+}
+
+// newTopology builds the namespaces of one mode, with IPv6 on the pods' links too when
+// dualStack. On error, the namespaces made so far are in t.namespaces for delete.
+func newTopology(ctx context.Context, key string, letter byte, dualStack bool) (*topology, error) {
+	t := &topology{gws: planGateways(os.Getpid(), key, letter)}
+	for i := range t.gws {
 		for _, ns := range []string{t.gws[i].ns, t.gws[i].podNS} {
 			if err := ip(ctx, "netns", "add", ns); err != nil {
 				return t, err
@@ -90,6 +112,16 @@ func newTopology(ctx context.Context, key string, letter byte) (*topology, error
 			[]string{"-n", g.podNS, "route", "add", "default", "via", g.podGW.String()},
 			[]string{"netns", "exec", g.ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"},
 		)
+		if dualStack {
+			// nodad: the addresses are usable at once instead of after duplicate address
+			// detection (about 1 s, during which the first pings and iperf3 fail).
+			steps = append(steps,
+				[]string{"-n", g.ns, "addr", "add", netip.PrefixFrom(g.podGW6, g.podNet6.Bits()).String(), "dev", "pod", "nodad"},
+				[]string{"-n", g.podNS, "addr", "add", netip.PrefixFrom(g.podAddr6, g.podNet6.Bits()).String(), "dev", "eth0", "nodad"},
+				[]string{"-n", g.podNS, "-6", "route", "add", "default", "via", g.podGW6.String()},
+				[]string{"netns", "exec", g.ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv6/conf/all/forwarding"},
+			)
+		}
 	}
 	for _, s := range steps {
 		if err := ip(ctx, s...); err != nil {
