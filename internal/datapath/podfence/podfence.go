@@ -21,12 +21,11 @@ package podfence
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"strconv"
 
-	"github.com/vishvananda/netns"
 	"sigs.k8s.io/knftables"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/netnsrun"
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 )
 
@@ -88,27 +87,5 @@ func (g *Guard) GuardIn(ctx context.Context, netnsPath, link string) error {
 	if netnsPath == "" {
 		return g.Guard(ctx, link)
 	}
-	target, err := netns.GetFromPath(netnsPath)
-	if err != nil {
-		return fmt.Errorf("opening network namespace %s: %w", netnsPath, err)
-	}
-	defer target.Close()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		return fmt.Errorf("getting the current network namespace: %w", err)
-	}
-	defer orig.Close()
-	if err := netns.Set(target); err != nil {
-		return fmt.Errorf("entering network namespace %s: %w", netnsPath, err)
-	}
-	guardErr := g.Guard(ctx, link)
-	if err := netns.Set(orig); err != nil {
-		// The thread stays locked and dies with the goroutine rather than serve others in
-		// the wrong namespace.
-		runtime.LockOSThread()
-		return fmt.Errorf("returning from network namespace %s: %w", netnsPath, err)
-	}
-	return guardErr
+	return netnsrun.In(netnsPath, func() error { return g.Guard(ctx, link) })
 }

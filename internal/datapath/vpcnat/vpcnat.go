@@ -15,13 +15,12 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"runtime"
 	"slices"
 	"strconv"
 
-	"github.com/vishvananda/netns"
 	"sigs.k8s.io/knftables"
 
+	"github.com/octopus-mcs/octopus/internal/datapath/netnsrun"
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 )
 
@@ -121,27 +120,5 @@ func (w *Writer) run(ctx context.Context, tx *knftables.Transaction) error {
 
 // ApplyIn is Apply in the network namespace at netnsPath, where nft then runs.
 func (w *Writer) ApplyIn(ctx context.Context, netnsPath string, s SNAT) error {
-	target, err := netns.GetFromPath(netnsPath)
-	if err != nil {
-		return fmt.Errorf("opening network namespace %s: %w", netnsPath, err)
-	}
-	defer target.Close()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		return fmt.Errorf("getting the current network namespace: %w", err)
-	}
-	defer orig.Close()
-	if err := netns.Set(target); err != nil {
-		return fmt.Errorf("entering network namespace %s: %w", netnsPath, err)
-	}
-	applyErr := w.Apply(ctx, s)
-	if err := netns.Set(orig); err != nil {
-		// The thread stays locked and dies with the goroutine rather than serve others in
-		// the wrong namespace.
-		runtime.LockOSThread()
-		return fmt.Errorf("returning from network namespace %s: %w", netnsPath, err)
-	}
-	return applyErr
+	return netnsrun.In(netnsPath, func() error { return w.Apply(ctx, s) })
 }
