@@ -297,27 +297,10 @@ func hubGateway() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []client.Object
-	for _, obj := range objs {
-		u, err := placeholders(obj)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, u)
-	}
-	y, err := render.YAML(out...)
+	text, err := templateText(objs, placeholders, hubGatewayBlocks)
 	if err != nil {
 		return nil, err
 	}
-	text := strings.ReplaceAll(string(y), releaseNamespace, "{{ .Release.Namespace }}")
-	text = blockLine.ReplaceAllStringFunc(text, func(line string) string {
-		m := blockLine.FindStringSubmatch(line)
-		b, ok := hubGatewayBlocks[m[3]]
-		if !ok {
-			return line
-		}
-		return fmt.Sprintf("%s%s:\n{{- toYaml %s | nindent %d }}", m[1], m[2], b.expr, len(m[1])+2)
-	})
 	for token, expr := range hubGatewayScalars {
 		text = strings.ReplaceAll(text, token, expr)
 	}
@@ -335,6 +318,37 @@ func hubGateway() ([]byte, error) {
 	}
 	// The header inside the condition: disabled, the template renders nothing at all.
 	return []byte("{{- if .Values.gateway.enabled }}\n" + fmt.Sprintf(header, "internal/manifests/render HubGateway") + text + "{{- end }}\n"), nil
+}
+
+// templateText is objs, each made by convert into the form that carries its placeholders, as
+// YAML for a chart template: the release's namespace as {{ .Release.Namespace }} and every
+// line whose value is a placeholder of blocks as that value's toYaml. The scalar placeholders
+// are the caller's, which knows what each must match.
+func templateText[T client.Object](objs []client.Object, convert func(client.Object) (T, error), blocks map[string]struct{ path, expr string }) (string, error) {
+	out := make([]client.Object, 0, len(objs))
+	for _, obj := range objs {
+		u, err := convert(obj)
+		if err != nil {
+			return "", err
+		}
+		out = append(out, u)
+	}
+	y, err := render.YAML(out...)
+	if err != nil {
+		return "", err
+	}
+	if strings.Contains(string(y), "{{") {
+		return "", fmt.Errorf("the rendered objects contain {{, which Helm would read as a template")
+	}
+	text := strings.ReplaceAll(string(y), releaseNamespace, "{{ .Release.Namespace }}")
+	return blockLine.ReplaceAllStringFunc(text, func(line string) string {
+		m := blockLine.FindStringSubmatch(line)
+		b, ok := blocks[m[3]]
+		if !ok {
+			return line
+		}
+		return fmt.Sprintf("%s%s:\n{{- toYaml %s | nindent %d }}", m[1], m[2], b.expr, len(m[1])+2)
+	}), nil
 }
 
 // placeholders converts obj to its unstructured form with the fields of hubGatewayBlocks and
@@ -448,30 +462,10 @@ func hubInterconnect() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []client.Object
-	for _, obj := range objs {
-		u, err := interconnectPlaceholders(obj)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, u)
-	}
-	y, err := render.YAML(out...)
+	text, err := templateText(objs, interconnectPlaceholders, interconnectBlocks)
 	if err != nil {
 		return nil, err
 	}
-	if strings.Contains(string(y), "{{") {
-		return nil, fmt.Errorf("render.Interconnect's objects contain {{, which Helm would read as a template")
-	}
-	text := strings.ReplaceAll(string(y), releaseNamespace, "{{ .Release.Namespace }}")
-	text = blockLine.ReplaceAllStringFunc(text, func(line string) string {
-		m := blockLine.FindStringSubmatch(line)
-		b, ok := interconnectBlocks[m[3]]
-		if !ok {
-			return line
-		}
-		return fmt.Sprintf("%s%s:\n{{- toYaml %s | nindent %d }}", m[1], m[2], b.expr, len(m[1])+2)
-	})
 	for token, expr := range interconnectScalars {
 		if !strings.Contains(text, token) {
 			return nil, fmt.Errorf("the interconnection's placeholder %s is not in render.Interconnect's output: its value would do nothing", token)
