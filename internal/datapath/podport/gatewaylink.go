@@ -105,31 +105,47 @@ func ReconcileGateway(ctx context.Context, g Gateway) (changed []string, err err
 		return c.list, err
 	}
 	// The gateway node's own packets (and, once it routes the other clusters' blocks, every
-	// forwarded one) cross ovs-vswitchd's packet socket in software, like a pod's: see
-	// disableTxChecksum. Idempotent, so not reported.
-	if err := disableTxChecksum(node.ns, GatewayLink); err != nil {
+	// forwarded one) cross ovs-vswitchd's packet socket in software, like a pod's.
+	if err := configureVethEnds(vethEnds{inner: node, innerName: GatewayLink, node: node, bridgePort: GatewayBridgePort}, link, g.IP, c); err != nil {
 		return c.list, err
-	}
-	if err := ensureOnlyAddr(node, link, g.IP, c); err != nil {
-		return c.list, err
-	}
-	// GatewayBridgePort is the switch's end, like a pod's node end: see keepOffNodeStack. Before
-	// it is up when the veth is new.
-	bridgePort, err := node.LinkByName(GatewayBridgePort)
-	if err != nil {
-		return c.list, fmt.Errorf("finding %s: %w", GatewayBridgePort, err)
-	}
-	if changed, err := keepOffNodeStack(node, bridgePort); err != nil {
-		return c.list, err
-	} else if changed {
-		c.add("kept the node's stack off %s", GatewayBridgePort)
-	}
-	for _, name := range []string{GatewayLink, GatewayBridgePort} {
-		if err := ensureUp(node, name, c); err != nil {
-			return c.list, err
-		}
 	}
 	return c.list, ensureOVSPort(ctx, g.Node, GatewayBridgePort, g.Port, externalIDGateway, g.Port, fresh, c)
+}
+
+// vethEnds are a gateway veth's two ends: inner (in the namespace that holds the address: the
+// node's for the cluster's gateway, its own for a VPC's) and bridgePort (the switch's end,
+// always in the node's namespace).
+type vethEnds struct {
+	inner      *handle
+	innerName  string
+	node       *handle
+	bridgePort string
+}
+
+// configureVethEnds gives a gateway veth what both kinds of gateway need: tx checksum offload
+// off on the inner end (see disableTxChecksum; idempotent, so not reported), ip as its only
+// address, the node's stack kept off the bridge port (like a pod's node end: see
+// keepOffNodeStack, before it is up when the veth is new), and both ends up.
+func configureVethEnds(e vethEnds, link netlink.Link, ip netip.Prefix, c *changes) error {
+	if err := disableTxChecksum(e.inner.ns, e.innerName); err != nil {
+		return err
+	}
+	if err := ensureOnlyAddr(e.inner, link, ip, c); err != nil {
+		return err
+	}
+	bridgePort, err := e.node.LinkByName(e.bridgePort)
+	if err != nil {
+		return fmt.Errorf("finding %s: %w", e.bridgePort, err)
+	}
+	if changed, err := keepOffNodeStack(e.node, bridgePort); err != nil {
+		return err
+	} else if changed {
+		c.add("kept the node's stack off %s", e.bridgePort)
+	}
+	if err := ensureUp(e.inner, e.innerName, c); err != nil {
+		return err
+	}
+	return ensureUp(e.node, e.bridgePort, c)
 }
 
 // changes collects what a ReconcileGateway did.

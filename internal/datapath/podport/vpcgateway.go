@@ -173,30 +173,12 @@ func ReconcileVpcGateway(ctx context.Context, g VpcGateway) (changed []string, e
 	if err != nil {
 		return c.list, err
 	}
-	// As on a pod's net1: the gateway's packets cross ovs-vswitchd's packet socket in
-	// software, where no device fills in an offloaded checksum (disableTxChecksum).
-	if err := disableTxChecksum(gw.ns, VpcGatewayInterface); err != nil {
+	// As on a pod's net1: the gateway's packets cross ovs-vswitchd's packet socket in software.
+	if err := configureVethEnds(vethEnds{inner: gw, innerName: VpcGatewayInterface, node: node, bridgePort: hostName}, link, g.IP, c); err != nil {
 		return c.list, err
 	}
-	if err := ensureOnlyAddr(gw, link, g.IP, c); err != nil {
+	if err := ensureUp(gw, "lo", c); err != nil {
 		return c.list, err
-	}
-	hostLink, err := node.LinkByName(hostName)
-	if err != nil {
-		return c.list, fmt.Errorf("finding %s: %w", hostName, err)
-	}
-	if changed, err := keepOffNodeStack(node, hostLink); err != nil {
-		return c.list, err
-	} else if changed {
-		c.add("kept the node's stack off %s", hostName)
-	}
-	for _, l := range []struct {
-		h    *handle
-		name string
-	}{{node, hostName}, {gw, VpcGatewayInterface}, {gw, "lo"}} {
-		if err := ensureUp(l.h, l.name, c); err != nil {
-			return c.list, err
-		}
 	}
 	// The gateway forwards: the VPC's packets go on out of the namespace (and the answers back
 	// in). The namespace's own setting, nobody else's.
