@@ -23,3 +23,13 @@ func AddPingProbes(mgr manager.Manager, bindAddress string) error {
 	}
 	return nil
 }
+
+// MetricsBindAddress is addr for controller-runtime's metrics server with "" meaning off, as
+// it does for the health probes: controller-runtime takes "" for ":8080", where two
+// components' tests running at once (or two processes on a node) collide.
+func MetricsBindAddress(addr string) string {
+	if addr == "" {
+		return "0"
+	}
+	return addr
+}

@@ -97,7 +97,7 @@ func Run(ctx context.Context, o Options) error {
 				Field:      fields.OneTermEqualSelector("metadata.name", key.Name),
 			}},
 		},
-		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		Metrics:                       metricsserver.Options{BindAddress: kube.MetricsBindAddress(o.MetricsBindAddress)},
 		HealthProbeBindAddress:        o.HealthProbeBindAddress,
 		LeaderElection:                o.LeaderElection,
 		LeaderElectionID:              LeaderElectionID,

@@ -60,7 +60,7 @@ func Run(ctx context.Context, o Options) error {
 				Label:      labels.NewSelector().Add(*requests),
 			}},
 		},
-		Metrics:                metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		Metrics:                metricsserver.Options{BindAddress: kube.MetricsBindAddress(o.MetricsBindAddress)},
 		HealthProbeBindAddress: o.HealthProbeBindAddress,
 		Logger:                 o.Log,
 	})

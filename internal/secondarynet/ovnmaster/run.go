@@ -122,7 +122,7 @@ func Run(ctx context.Context, o Options) error {
 				&corev1.ConfigMap{}:     byName(gatewayConfigMap),
 			},
 		},
-		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		Metrics:                       metricsserver.Options{BindAddress: kube.MetricsBindAddress(o.MetricsBindAddress)},
 		HealthProbeBindAddress:        o.HealthProbeBindAddress,
 		LeaderElection:                o.LeaderElection,
 		LeaderElectionID:              LeaderElectionID,
