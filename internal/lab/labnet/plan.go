@@ -373,3 +373,8 @@ func PodCIDR6(index int) netip.Prefix {
 func ServiceCIDR6(index int) netip.Prefix {
 	return withGroup(netip.PrefixFrom(ServiceRange6.Addr(), 112), 2, 0x200+uint16(index)) //nolint:gosec // index <= MaxClusters
 }
+
+// IsLabNetns says whether a named network namespace has the prefix every lab gives its
+// namespaces (whatever the lab's ID): what a lab may have left behind, as against the
+// namespaces other packages' tests make beside the lab tier.
+func IsLabNetns(name string) bool { return strings.HasPrefix(name, netnsPrefix) }
