@@ -67,3 +67,58 @@ func TestIn(t *testing.T) {
 		t.Errorf("In on a missing namespace: err %v, fn ran %v; want an error and no run", err, ran)
 	}
 }
+
+// TestInNew: fn runs in a namespace of its own (only lo, none of the caller's devices) named by
+// the path it gets; the caller's thread never leaves its namespace; an error of fn comes back.
+func TestInNew(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make a network namespace")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	before, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer before.Close()
+
+	want := errors.New("fn's own error")
+	var devices string
+	var sameAsPath bool
+	err = InNew(func(self string) error {
+		out, err := os.ReadFile("/proc/thread-self/net/dev")
+		devices = string(out)
+		if err != nil {
+			return err
+		}
+		named, err := netns.GetFromPath(self)
+		if err != nil {
+			return err
+		}
+		defer named.Close()
+		current, err := netns.Get()
+		if err != nil {
+			return err
+		}
+		defer current.Close()
+		sameAsPath = named.Equal(current) && !current.Equal(before)
+		return want
+	})
+	if !errors.Is(err, want) {
+		t.Errorf("InNew returned %v, want fn's error", err)
+	}
+	if n := strings.Count(devices, ":"); !strings.Contains(devices, "lo:") || n != 1 {
+		t.Errorf("fn saw the devices %q, want lo alone (a new namespace)", devices)
+	}
+	if !sameAsPath {
+		t.Error("the path fn got does not name the new namespace it runs in")
+	}
+	after, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer after.Close()
+	if !after.Equal(before) {
+		t.Error("the caller's thread left its namespace")
+	}
+}

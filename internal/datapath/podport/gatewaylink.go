@@ -106,10 +106,11 @@ func ReconcileGateway(ctx context.Context, g Gateway) (changed []string, err err
 	}
 	// The gateway node's own packets (and, once it routes the other clusters' blocks, every
 	// forwarded one) cross ovs-vswitchd's packet socket in software, like a pod's.
-	if err := configureVethEnds(vethEnds{inner: node, innerName: GatewayLink, node: node, bridgePort: GatewayBridgePort}, link, g.IP, c); err != nil {
+	bridgePortIndex, err := configureVethEnds(vethEnds{inner: node, innerName: GatewayLink, node: node, bridgePort: GatewayBridgePort}, link, g.IP, c)
+	if err != nil {
 		return c.list, err
 	}
-	return c.list, ensureOVSPort(ctx, g.Node, GatewayBridgePort, g.Port, externalIDGateway, g.Port, fresh, c)
+	return c.list, ensureOVSPort(ctx, g.Node, GatewayBridgePort, bridgePortIndex, g.Port, externalIDGateway, g.Port, fresh, c)
 }
 
 // vethEnds are a gateway veth's two ends: inner (in the namespace that holds the address: the
@@ -125,27 +126,28 @@ type vethEnds struct {
 // configureVethEnds gives a gateway veth what both kinds of gateway need: tx checksum offload
 // off on the inner end (see disableTxChecksum; idempotent, so not reported), ip as its only
 // address, the node's stack kept off the bridge port (like a pod's node end: see
-// keepOffNodeStack, before it is up when the veth is new), and both ends up.
-func configureVethEnds(e vethEnds, link netlink.Link, ip netip.Prefix, c *changes) error {
+// keepOffNodeStack, before it is up when the veth is new), and both ends up. It returns the
+// bridge port's index, which the OVS port records (ensureOVSPort).
+func configureVethEnds(e vethEnds, link netlink.Link, ip netip.Prefix, c *changes) (bridgePortIndex int, err error) {
 	if err := disableTxChecksum(e.inner.ns, e.innerName); err != nil {
-		return err
+		return 0, err
 	}
 	if err := ensureOnlyAddr(e.inner, link, ip, c); err != nil {
-		return err
+		return 0, err
 	}
 	bridgePort, err := e.node.LinkByName(e.bridgePort)
 	if err != nil {
-		return fmt.Errorf("finding %s: %w", e.bridgePort, err)
+		return 0, fmt.Errorf("finding %s: %w", e.bridgePort, err)
 	}
 	if changed, err := keepOffNodeStack(e.node, bridgePort); err != nil {
-		return err
+		return 0, err
 	} else if changed {
 		c.add("kept the node's stack off %s", e.bridgePort)
 	}
 	if err := ensureUp(e.inner, e.innerName, c); err != nil {
-		return err
+		return 0, err
 	}
-	return ensureUp(e.node, e.bridgePort, c)
+	return bridgePort.Attrs().Index, ensureUp(e.node, e.bridgePort, c)
 }
 
 // changes collects what a ReconcileGateway did.
@@ -160,41 +162,60 @@ func (c *changes) add(format string, args ...any) {
 // lab's two cores) must not read as a failed check that makes the gateway unready.
 const gatewayVsctlTimeout = 5 * time.Second
 
-// ensureOVSPort makes the veth end name a port of the node's bridge bound to the logical port
-// lport and marked with key=value, reading the database first so that a node already right
-// gets no transaction. fresh says the veth was just made again: ovs-vswitchd does not reopen a
-// device that came back under a port's name (on the userspace datapath it keeps failing to
-// read the old one: "No such device", and the port carries nothing, seen with a VPC gateway's
-// veth deleted), so the port is removed, waiting until ovs-vswitchd has let the old device
-// go, and added again.
-func ensureOVSPort(ctx context.Context, n Node, name, lport, key, value string, fresh bool, c *changes) error {
+// externalIDIfindex records, on a gateway's Interface row, the ifindex of the device the port
+// was added for: ovs-vswitchd does not reopen a device that came back under a port's name (on
+// the userspace datapath it keeps reading the old one: "No such device", and the port carries
+// nothing, seen with a VPC gateway's veth deleted), and the Interface's own ifindex column
+// cannot tell, since it follows the name. A row recording another device's index is stale.
+const externalIDIfindex = "octopus-ifindex"
+
+// ensureOVSPort makes the veth end name (the device with index ifindex) a port of the node's
+// bridge bound to the logical port lport and marked with key=value, reading the database first
+// so that a node already right gets no transaction. A port added for another device (the veth
+// was made again, by this check or by one that failed before re-adding the port) is removed,
+// waiting until ovs-vswitchd has let the old device go, and added again. fresh says this check
+// made the veth: a row of an earlier version records no ifindex, and then only fresh tells.
+func ensureOVSPort(ctx context.Context, n Node, name string, ifindex int, lport, key, value string, fresh bool, c *changes) error {
 	ports, err := vsctlOutputWithin(ctx, n.OVSDB, gatewayVsctlTimeout, "list-ports", n.Bridge)
 	if err != nil {
 		return err
 	}
-	present := slices.Contains(strings.Fields(string(ports)), name)
-	if present && fresh {
-		if _, err := vsctlOutputWithin(ctx, n.OVSDB, gatewayVsctlTimeout, "--if-exists", "del-port", n.Bridge, name); err != nil {
-			return err
-		}
-		c.add("removed %s from %s to add it again", name, n.Bridge)
-	}
-	if present && !fresh {
+	index := strconv.Itoa(ifindex)
+	if slices.Contains(strings.Fields(string(ports)), name) {
 		// A missing key prints a blank line (--if-exists).
 		out, err := vsctlOutputWithin(ctx, n.OVSDB, gatewayVsctlTimeout, "--if-exists", "get", "Interface", name,
-			"external_ids:iface-id", "external_ids:"+key)
+			"external_ids:iface-id", "external_ids:"+key, "external_ids:"+externalIDIfindex)
 		if err != nil {
 			return err
 		}
 		values := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-		if len(values) == 2 && unquote(values[0]) == lport && unquote(values[1]) == value {
+		var recorded string
+		if len(values) == 3 {
+			recorded = unquote(values[2])
+		}
+		stale := fresh || (recorded != "" && recorded != index)
+		switch {
+		case stale:
+			if _, err := vsctlOutputWithin(ctx, n.OVSDB, gatewayVsctlTimeout, "--if-exists", "del-port", n.Bridge, name); err != nil {
+				return err
+			}
+			c.add("removed %s from %s to add it again for its new device", name, n.Bridge)
+		case len(values) == 3 && unquote(values[0]) == lport && unquote(values[1]) == value && recorded == index:
+			return nil
+		case len(values) == 3 && unquote(values[0]) == lport && unquote(values[1]) == value:
+			// Bound right by an earlier version, which recorded no device: record this one.
+			if _, err := vsctlOutputWithin(ctx, n.OVSDB, gatewayVsctlTimeout, "--no-wait", "set", "Interface", name,
+				"external_ids:"+externalIDIfindex+"="+index); err != nil {
+				return err
+			}
 			return nil
 		}
 	}
 	// --no-wait: ovn-controller binds the port once ovs-vswitchd has opened it, a moment
 	// later; waiting here would bound nothing but ovs-vsctl's timeout.
 	if _, err := vsctlOutputWithin(ctx, n.OVSDB, gatewayVsctlTimeout, "--no-wait", "--may-exist", "add-port", n.Bridge, name, "--",
-		"set", "Interface", name, "external_ids:iface-id="+lport, "external_ids:"+key+"="+value); err != nil {
+		"set", "Interface", name, "external_ids:iface-id="+lport, "external_ids:"+key+"="+value,
+		"external_ids:"+externalIDIfindex+"="+index); err != nil {
 		return err
 	}
 	c.add("bound %s in %s to the logical port %s", name, n.Bridge, lport)

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -76,7 +77,7 @@ func TestAttachGatewayConverges(t *testing.T) {
 
 	for _, tc := range []struct {
 		name    string
-		disturb []string // an ip or ovs-vsctl command (the first word says which)
+		disturb []string // an ip, ovs-vsctl or sh command (the first word says which; ip runs in the node's namespace)
 	}{
 		{"an extra address", []string{"ip", "addr", "add", "10.99.0.1/24", "dev", podport.GatewayLink}},
 		{"the address removed", []string{"ip", "addr", "flush", "dev", podport.GatewayLink}},
@@ -86,6 +87,10 @@ func TestAttachGatewayConverges(t *testing.T) {
 		{"the OVS port deleted", []string{"ovs-vsctl", "--db=" + node.OVSDB, "del-port", "br-int", podport.GatewayBridgePort}},
 		{"the iface-id changed", []string{"ovs-vsctl", "--db=" + node.OVSDB, "set", "Interface", podport.GatewayBridgePort, "external_ids:iface-id=x"}},
 		{"the veth deleted", []string{"ip", "link", "del", podport.GatewayLink}},
+		// As a check that made the veth again and failed before re-adding the port leaves
+		// it: the port is bound right, to a device that is gone.
+		{"the veth made again behind the OVS port", []string{"sh", "-ec", "ip -n " + ch.Netns + " link del " + podport.GatewayLink +
+			"; ip -n " + ch.Netns + " link add " + podport.GatewayLink + " type veth peer name " + podport.GatewayBridgePort}},
 		{"ARP on the switch's end", []string{"ip", "link", "set", podport.GatewayBridgePort, "arp", "on"}},
 		{"an IPv6 address on the switch's end", []string{"ip", "addr", "add", "fe80::1/64", "dev", podport.GatewayBridgePort}},
 	} {
@@ -150,6 +155,21 @@ func checkGateway(t *testing.T, node podport.Node, g podport.Gateway) {
 		t.Errorf("%s is not a port of br-int", podport.GatewayBridgePort)
 	}
 	checkOffNodeStack(t, h, podport.GatewayBridgePort)
+	checkPortRecordsDevice(t, node, h, podport.GatewayBridgePort)
+}
+
+// checkPortRecordsDevice checks that the OVS port name was added for the device of that name in
+// h's namespace: one added for a device since made again carries nothing (ensureOVSPort).
+func checkPortRecordsDevice(t *testing.T, node podport.Node, h *netlink.Handle, name string) {
+	t.Helper()
+	link, err := h.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("ovs-vsctl", "--db="+node.OVSDB, "get", "Interface", name, "external_ids:octopus-ifindex").Output()
+	if want := strconv.Itoa(link.Attrs().Index); err != nil || strings.Trim(strings.TrimSpace(string(out)), `"`) != want {
+		t.Errorf("the OVS port %s records the device %s %v, want %s (the veth's index)", name, out, err, want)
+	}
 }
 
 // checkOffNodeStack checks that the node's stack takes no part on a switch port's veth end:

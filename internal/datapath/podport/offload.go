@@ -2,11 +2,12 @@ package podport
 
 import (
 	"fmt"
-	"runtime"
 	"unsafe"
 
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/netnsrun"
 )
 
 // disableTxChecksum turns off transmit checksum offload on interface name of namespace ns.
@@ -38,8 +39,6 @@ func disableTxChecksum(ns netns.NsHandle, name string) error {
 // socketIn opens a datagram socket in namespace ns: ethtool's ioctls act on the devices of
 // the socket's namespace, whichever thread later uses it.
 func socketIn(ns netns.NsHandle) (int, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	orig, err := netns.Get()
 	if err != nil {
 		return -1, fmt.Errorf("getting the current network namespace: %w", err)
@@ -53,21 +52,20 @@ func socketIn(ns netns.NsHandle) (int, error) {
 		}
 		return fd, nil
 	}
-	if err := netns.Set(ns); err != nil {
-		return -1, fmt.Errorf("entering the pod's network namespace: %w", err)
-	}
-	fd, sockErr := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err := netns.Set(orig); err != nil {
-		// The thread stays locked and dies with the goroutine rather than serve others
-		// in the wrong namespace.
-		runtime.LockOSThread()
-		if sockErr == nil {
+	fd := -1
+	err = netnsrun.InNamespace(ns, "of the pod", func() error {
+		s, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("opening a socket in the pod's network namespace: %w", err)
+		}
+		fd = s
+		return nil
+	})
+	if err != nil {
+		if fd >= 0 {
 			_ = unix.Close(fd)
 		}
-		return -1, fmt.Errorf("returning from the pod's network namespace: %w", err)
-	}
-	if sockErr != nil {
-		return -1, fmt.Errorf("opening a socket in the pod's network namespace: %w", sockErr)
+		return -1, err
 	}
 	return fd, nil
 }

@@ -12,13 +12,13 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/netnsrun"
 )
 
 // A VPC's gateway on the active gateway node lives in a network namespace of its own, the
@@ -174,7 +174,8 @@ func ReconcileVpcGateway(ctx context.Context, g VpcGateway) (changed []string, e
 		return c.list, err
 	}
 	// As on a pod's net1: the gateway's packets cross ovs-vswitchd's packet socket in software.
-	if err := configureVethEnds(vethEnds{inner: gw, innerName: VpcGatewayInterface, node: node, bridgePort: hostName}, link, g.IP, c); err != nil {
+	bridgePortIndex, err := configureVethEnds(vethEnds{inner: gw, innerName: VpcGatewayInterface, node: node, bridgePort: hostName}, link, g.IP, c)
+	if err != nil {
 		return c.list, err
 	}
 	if err := ensureUp(gw, "lo", c); err != nil {
@@ -191,7 +192,7 @@ func ReconcileVpcGateway(ctx context.Context, g VpcGateway) (changed []string, e
 	if err := ensureVpcRoutes(gw, link.Attrs().Index, g, c); err != nil {
 		return c.list, err
 	}
-	return c.list, ensureOVSPort(ctx, g.Node, hostName, g.Port, externalIDVpcGateway, g.Vpc, fresh, c)
+	return c.list, ensureOVSPort(ctx, g.Node, hostName, bridgePortIndex, g.Port, externalIDVpcGateway, g.Vpc, fresh, c)
 }
 
 // ensureUp sets the named link up if it is not.
@@ -234,39 +235,14 @@ func ensureNetns(path string) (made bool, err error) {
 	}
 	_ = f.Close()
 	// A thread of its own unshares and bind-mounts its new namespace on path, as `ip netns
-	// add` does in its process, then returns to where it was. It does not simply exit locked:
-	// a thread's end kills the children it started with Pdeathsig (a test's daemons), and any
-	// thread may have started some.
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("getting the current network namespace: %w", err)
-			return
+	// add` does in its process.
+	err = netnsrun.InNew(func(self string) error {
+		if err := unix.Mount(self, path, "none", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind-mounting the new network namespace on %s: %w", path, err)
 		}
-		defer orig.Close()
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("unsharing a network namespace: %w", err)
-			return
-		}
-		self := fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid())
-		mountErr := unix.Mount(self, path, "none", unix.MS_BIND, "")
-		if err := netns.Set(orig); err != nil {
-			// The thread stays locked and ends with the goroutine rather than serve others
-			// in the wrong namespace.
-			done <- errors.Join(mountErr, fmt.Errorf("returning from the new network namespace: %w", err))
-			return
-		}
-		runtime.UnlockOSThread()
-		if mountErr != nil {
-			mountErr = fmt.Errorf("bind-mounting the new network namespace on %s: %w", path, mountErr)
-		}
-		done <- mountErr
-	}()
-	if err := <-done; err != nil {
+		return nil
+	})
+	if err != nil {
 		_ = os.Remove(path)
 		return false, err
 	}
@@ -279,7 +255,7 @@ const ipForward = "/proc/sys/net/ipv4/ip_forward"
 
 // ensureForwarding turns IPv4 forwarding on in the namespace of h, and says whether it was off.
 func ensureForwarding(h *handle) (changed bool, err error) {
-	err = inNetns(h, func() error {
+	err = netnsrun.InNamespace(h.ns, "of the VPC gateway", func() error {
 		b, err := os.ReadFile(ipForward)
 		if err != nil {
 			return fmt.Errorf("reading %s: %w", ipForward, err)
@@ -294,28 +270,6 @@ func ensureForwarding(h *handle) (changed bool, err error) {
 		return nil
 	})
 	return changed, err
-}
-
-// inNetns runs fn on a thread in the namespace of h, which it then leaves.
-func inNetns(h *handle, fn func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		return fmt.Errorf("getting the current network namespace: %w", err)
-	}
-	defer orig.Close()
-	if err := netns.Set(h.ns); err != nil {
-		return fmt.Errorf("entering the gateway's network namespace: %w", err)
-	}
-	fnErr := fn()
-	if err := netns.Set(orig); err != nil {
-		// The thread stays locked and ends with the goroutine rather than serve others in
-		// the wrong namespace.
-		runtime.LockOSThread()
-		return errors.Join(fnErr, fmt.Errorf("returning from the gateway's network namespace: %w", err))
-	}
-	return fnErr
 }
 
 // removeNetns unmounts and removes the named namespace at path; one that is not there is fine.

@@ -107,6 +107,15 @@ func TestReconcileVpcGatewayConverges(t *testing.T) {
 		{"forwarding off", [][]string{{"nsenter", "--net=" + g.NetnsPath(), "sysctl", "-qw", "net.ipv4.ip_forward=0"}}},
 		{"another MTU", [][]string{inNode("link", "set", hostLink, "mtu", "1500")}},
 		{"the veth deleted", [][]string{inNode("link", "del", hostLink)}},
+		// As a check that made the veth again and failed before re-adding the port leaves
+		// it: the port is bound right, to a device that is gone.
+		{"the veth made again behind the OVS port", [][]string{{"nsenter", "--net=" + node.Netns, "sh", "-ec", `
+			nsenter --net=` + g.NetnsPath() + ` sleep 60 & holder=$!
+			while [ "$(readlink /proc/$holder/ns/net)" = "$(readlink /proc/self/ns/net)" ]; do sleep 0.05; done
+			ip link del ` + hostLink + `
+			ip link add ` + hostLink + ` mtu 1400 type veth peer name ` + podport.VpcGatewayInterface + ` mtu 1400
+			ip link set ` + podport.VpcGatewayInterface + ` netns $holder
+			kill $holder`}}},
 		{"the OVS port deleted", [][]string{{"ovs-vsctl", "--timeout=10", "--no-wait", "--db=" + node.OVSDB, "del-port", "br-int", hostLink}}},
 		{"the iface-id changed", [][]string{{"ovs-vsctl", "--timeout=10", "--no-wait", "--db=" + node.OVSDB, "set", "Interface", hostLink, "external_ids:iface-id=x"}}},
 		{"ARP on the switch's end", [][]string{inNode("link", "set", hostLink, "arp", "on")}},
@@ -221,6 +230,7 @@ func checkVpcGateway(t *testing.T, g podport.VpcGateway) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkPortRecordsDevice(t, g.Node, nodeH, hostLink)
 	if host.Attrs().MTU != g.MTU || host.Attrs().Flags&net.FlagUp == 0 || host.Attrs().RawFlags&unix.IFF_NOARP == 0 {
 		t.Errorf("%s: MTU %d, flags %v; want %d, up, no ARP", hostLink, host.Attrs().MTU, host.Attrs().Flags, g.MTU)
 	}

@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"strings"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/octopus-mcs/octopus/internal/datapath/netnsrun"
 )
 
 // greProbeLink is the link GREAvailable tries to make. It lives only in a network namespace
@@ -34,51 +34,28 @@ func GREAvailable() (bool, error) {
 	return ok, err
 }
 
-// greInThrowawayNetns adds a gretap link in a new network namespace. The thread that enters
-// it is locked and returned to its namespace before it is unlocked; one that cannot be
-// returned stays locked, so that the Go runtime ends it instead of reusing it elsewhere.
+// greInThrowawayNetns adds a gretap link in a new network namespace, which nothing holds
+// after: it goes, and the link with it (netnsrun.InNew).
 func greInThrowawayNetns() (ok bool, err error) {
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return false, fmt.Errorf("reading the thread's network namespace: %w", err)
-	}
-	defer orig.Close()
-	probe, err := netns.New()
-	if err != nil {
-		// New may have unshared before it failed: the thread goes back to its namespace
-		// before it is shared again, or stays locked for the runtime to end.
-		if rerr := netns.Set(orig); rerr == nil {
-			runtime.UnlockOSThread()
+	err = netnsrun.InNew(func(string) error {
+		h, err := netlink.NewHandle()
+		if err != nil {
+			return fmt.Errorf("opening netlink in the GRE probe's namespace: %w", err)
 		}
-		return false, fmt.Errorf("creating a network namespace to probe for GRE: %w", err)
-	}
-	defer func() {
-		// Closing the last handle of a namespace with no process in it frees it, and the
-		// link with it.
-		probe.Close()
-		if rerr := netns.Set(orig); rerr != nil {
-			err = errors.Join(err, fmt.Errorf("returning to the thread's network namespace after the GRE probe: %w", rerr))
-			return
+		defer h.Close()
+		link := &netlink.Gretap{LinkAttrs: netlink.LinkAttrs{Name: greProbeLink}, Local: []byte{192, 0, 2, 1}, Remote: []byte{192, 0, 2, 2}}
+		switch err := h.LinkAdd(link); {
+		case err == nil:
+			ok = true
+			return nil
+		case errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.ENODEV):
+			// "Unknown device type": no GRE in the kernel, and none to load.
+			return nil
+		default:
+			return fmt.Errorf("adding a gretap link to probe for GRE: %w", err)
 		}
-		runtime.UnlockOSThread()
-	}()
-	h, err := netlink.NewHandleAt(probe)
-	if err != nil {
-		return false, fmt.Errorf("opening netlink in the GRE probe's namespace: %w", err)
-	}
-	defer h.Close()
-	link := &netlink.Gretap{LinkAttrs: netlink.LinkAttrs{Name: greProbeLink}, Local: []byte{192, 0, 2, 1}, Remote: []byte{192, 0, 2, 2}}
-	switch err := h.LinkAdd(link); {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.ENODEV):
-		// "Unknown device type": no GRE in the kernel, and none to load.
-		return false, nil
-	default:
-		return false, fmt.Errorf("adding a gretap link to probe for GRE: %w", err)
-	}
+	})
+	return ok, err
 }
 
 // greModulePresent looks for ip_gre in sysModule (a directory per loaded or built-in module
