@@ -1,6 +1,7 @@
 package gatewayuplink
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -50,13 +51,26 @@ type NBSource struct {
 	// Endpoint and TLS are the NB database's, as ovn.Options has them.
 	Endpoint string
 	TLS      *tls.Config
+	// ConnectTimeout bounds a connect, which an endpoint that accepts and never answers would
+	// otherwise hold forever; DefaultNBConnectTimeout when zero.
+	ConnectTimeout time.Duration
 	// Log receives the client's messages (optional).
 	Log logr.Logger
 
+	// mu guards the fields below; never held across a connect, so that Wake and Close do not
+	// wait on a database.
 	mu     sync.Mutex
 	client *ovn.Client
+	closed bool
 	wake   chan struct{}
 }
+
+// DefaultNBConnectTimeout is NBSource's ConnectTimeout when it has none: well inside the
+// loop's interval, and long enough for a database on a loaded node.
+const DefaultNBConnectTimeout = 10 * time.Second
+
+// errSourceClosed is VpcGatewaysOn's answer after Close.
+var errSourceClosed = errors.New("the NB source is closed")
 
 // Wake delivers after each change of the VPC gateways' rows seen by the client, once connected
 // (ovn.Client.OnVpcGatewayChange); changes while a wake is pending make one.
@@ -75,31 +89,60 @@ func (s *NBSource) wakeLocked() chan struct{} {
 
 // VpcGatewaysOn is ovn.Client.VpcGatewaysOn, connecting first if need be.
 func (s *NBSource) VpcGatewaysOn(ctx context.Context, clusterID, chassis string) ([]ovn.VpcGatewayPort, error) {
-	s.mu.Lock()
-	if s.client == nil {
-		c, err := ovn.Connect(ctx, ovn.Options{Endpoint: s.Endpoint, TLS: s.TLS, Log: s.Log})
-		if err != nil {
-			s.mu.Unlock()
-			return nil, err
-		}
-		s.client = c
-		wake := s.wakeLocked()
-		c.OnVpcGatewayChange(func() {
-			select {
-			case wake <- struct{}{}:
-			default: // one pending wake covers this change too
-			}
-		})
+	c, err := s.connected(ctx)
+	if err != nil {
+		return nil, err
 	}
-	c := s.client
-	s.mu.Unlock()
 	return c.VpcGatewaysOn(ctx, clusterID, chassis)
 }
 
-// Close disconnects, if connected.
+// connected is the client, connecting it if there is none. Two callers connecting at once each
+// connect; the second to finish keeps the first's client.
+func (s *NBSource) connected(ctx context.Context) (*ovn.Client, error) {
+	s.mu.Lock()
+	c, closed, wake := s.client, s.closed, s.wakeLocked()
+	s.mu.Unlock()
+	switch {
+	case closed:
+		return nil, errSourceClosed
+	case c != nil:
+		return c, nil
+	}
+	timeout := cmp.Or(s.ConnectTimeout, DefaultNBConnectTimeout)
+	connectCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c, err := ovn.Connect(connectCtx, ovn.Options{Endpoint: s.Endpoint, TLS: s.TLS, Log: s.Log})
+	if err != nil {
+		if ctx.Err() == nil && connectCtx.Err() != nil {
+			return nil, fmt.Errorf("no answer from the OVN NB database at %s within %v: %w", s.Endpoint, timeout, err)
+		}
+		return nil, err
+	}
+	c.OnVpcGatewayChange(func() {
+		select {
+		case wake <- struct{}{}:
+		default: // one pending wake covers this change too
+		}
+	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		c.Close()
+		return nil, errSourceClosed
+	case s.client != nil:
+		c.Close()
+		return s.client, nil
+	}
+	s.client = c
+	return c, nil
+}
+
+// Close disconnects, if connected; a connect under way is closed as it ends.
 func (s *NBSource) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.closed = true
 	if s.client != nil {
 		s.client.Close()
 		s.client = nil

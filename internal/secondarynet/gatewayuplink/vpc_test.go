@@ -223,3 +223,73 @@ func TestVpcLoopChecksAtOnceWhenWoken(t *testing.T) {
 		src.wake <- struct{}{}
 	}
 }
+
+// TestNBSourceBoundsItsConnect: against an endpoint that accepts and never answers, a check
+// fails within the connect's bound instead of hanging, and Wake and Close answer while the
+// connect is under way (neither waits on the database).
+func TestNBSourceBoundsItsConnect(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		var held []net.Conn // open and silent until the listener closes
+		defer func() {
+			for _, c := range held {
+				_ = c.Close()
+			}
+		}()
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, conn)
+		}
+	}()
+	s := &NBSource{Endpoint: "tcp:" + ln.Addr().String(), ConnectTimeout: 500 * time.Millisecond}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.VpcGatewaysOn(context.Background(), "east", "node1")
+		done <- err
+	}()
+	answered := make(chan struct{})
+	go func() {
+		s.Wake()
+		close(answered)
+	}()
+	select {
+	case <-answered:
+	case <-time.After(300 * time.Millisecond):
+		t.Error("Wake waited on the connect")
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "within 500ms") {
+			t.Errorf("VpcGatewaysOn against a silent database: %v; want the bound's error", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("VpcGatewaysOn against a silent database did not return")
+	}
+
+	// Closed during a connect: the connect's client is not kept, and the source stays closed.
+	go func() {
+		_, err := s.VpcGatewaysOn(context.Background(), "east", "node1")
+		done <- err
+	}()
+	closed := make(chan struct{})
+	go func() {
+		s.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(300 * time.Millisecond):
+		t.Error("Close waited on the connect")
+	}
+	<-done
+	if _, err := s.VpcGatewaysOn(context.Background(), "east", "node1"); !errors.Is(err, errSourceClosed) {
+		t.Errorf("VpcGatewaysOn after Close: %v, want %v", err, errSourceClosed)
+	}
+}
