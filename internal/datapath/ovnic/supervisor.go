@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"syscall"
 	"time"
@@ -195,35 +196,58 @@ func (s *Supervisor) stop() {
 }
 
 // Probe is the ovn-ic container's liveness check: argv (ovn-appctl asking ovn-ic) unless the
-// endpoints file does not exist yet. Then the Supervisor has started no ovn-ic, which is no
-// failure of it (waiting is true): restarting the container would bring none either, and the
-// kubelet's growing backoff would delay ovn-ic's start once the file comes.
+// Supervisor has no endpoints to start ovn-ic on: the endpoints file does not exist yet, or
+// (argv failing) it does not parse, which the Supervisor waits out as it waits for a missing
+// one. That is no failure of the container (waiting is true): restarting it would bring no
+// ovn-ic either, and the kubelet's growing backoff would delay ovn-ic's start once a good file
+// comes. An ovn-ic started on an earlier good file still answers argv.
 func Probe(ctx context.Context, file string, argv []string) (waiting bool, err error) {
-	if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
+	data, readErr := os.ReadFile(file)
+	if errors.Is(readErr, fs.ErrNotExist) {
 		return true, nil
 	}
 	if len(argv) == 0 {
 		return false, errors.New("probing ovn-ic: no command")
 	}
 	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
-	if err != nil {
-		return false, fmt.Errorf("probing ovn-ic with %q: %w: %s", argv, err, out)
+	if err == nil {
+		return false, nil
 	}
-	return false, nil
+	if readErr == nil {
+		if _, parseErr := ParseEndpoints(data); parseErr != nil {
+			return true, nil
+		}
+	}
+	return false, fmt.Errorf("probing ovn-ic with %q: %w: %s", argv, err, out)
 }
 
 // ExecStarter starts argv as a child process with the supervisor's stdout and stderr (the
 // container's log). Pdeathsig kills it if the supervisor dies first, so that no orphaned
 // ovn-ic keeps the AZ's lock on endpoints nobody supervises.
+//
+// Pdeathsig is sent when the thread that started the child ends, not the process: the child is
+// started, and waited for, by a goroutine locked to its thread until the child has exited, so
+// that the Go runtime never ends that thread under a living ovn-ic.
 func ExecStarter(argv []string) (Process, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	p := &execProcess{cmd: cmd, done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	if err := <-started; err != nil {
 		return nil, fmt.Errorf("starting %s: %w", argv[0], err)
 	}
-	p := &execProcess{cmd: cmd, done: make(chan struct{})}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
 	return p, nil
 }
 

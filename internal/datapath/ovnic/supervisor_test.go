@@ -334,20 +334,23 @@ func inode(t *testing.T, file string) uint64 {
 func TestProbe(t *testing.T) {
 	tests := []struct {
 		name        string
-		file        bool
+		file        string // its content; "" for none
 		argv        []string
 		wantWaiting bool
 		wantErr     string
 	}{
 		{name: "no file: waiting, the command not run", argv: []string{"false"}, wantWaiting: true},
-		{name: "file, ovn-ic answers", file: true, argv: []string{"true"}},
-		{name: "file, ovn-ic does not answer", file: true, argv: []string{"false"}, wantErr: "exit status 1"},
+		{name: "file, ovn-ic answers", file: endpointsB, argv: []string{"true"}},
+		{name: "file, ovn-ic does not answer", file: endpointsB, argv: []string{"false"}, wantErr: "exit status 1"},
+		// The supervisor waits a malformed file out, starting no ovn-ic.
+		{name: "malformed file, no ovn-ic: waiting", file: "{not json", argv: []string{"false"}, wantWaiting: true},
+		{name: "malformed file, ovn-ic of an earlier file answers", file: "{not json", argv: []string{"true"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			file := filepath.Join(t.TempDir(), "ic-endpoints.json")
-			if tt.file {
-				if err := os.WriteFile(file, []byte(endpointsB), 0o644); err != nil {
+			if tt.file != "" {
+				if err := os.WriteFile(file, []byte(tt.file), 0o644); err != nil {
 					t.Fatal(err)
 				}
 			}
