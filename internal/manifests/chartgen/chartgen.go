@@ -479,8 +479,8 @@ func hubInterconnect() ([]byte, error) {
 }
 
 // interconnectPlaceholders converts a workload to its unstructured form with the fields of
-// interconnectBlocks set to their placeholders in its pod spec. Other objects stay typed: the
-// unstructured form of a Service would spell its unset targetPorts as 0.
+// interconnectBlocks set to their placeholders in its pod spec. Other objects carry no
+// placeholder and stay as they are.
 func interconnectPlaceholders(obj client.Object) (client.Object, error) {
 	gvk, err := apiutil.GVKForObject(obj, kube.Scheme)
 	if err != nil {

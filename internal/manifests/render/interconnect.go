@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -210,8 +211,10 @@ func Interconnect(o InterconnectOptions) ([]client.Object, error) {
 	var containers []corev1.Container
 	for _, db := range ICDatabases {
 		ports = append(ports,
-			corev1.ServicePort{Name: db.Name, Port: db.Port},
-			corev1.ServicePort{Name: db.Name + "-raft", Port: db.RaftPort})
+			// The target port spelt out: unset, it would render as 0 (an IntOrString is never
+			// omitted), which only the API server's defaulting corrects.
+			corev1.ServicePort{Name: db.Name, Port: db.Port, TargetPort: intstr.FromInt32(db.Port)},
+			corev1.ServicePort{Name: db.Name + "-raft", Port: db.RaftPort, TargetPort: intstr.FromInt32(db.RaftPort)})
 		containers = append(containers, icDBContainer(o, db))
 	}
 	svc := &corev1.Service{
