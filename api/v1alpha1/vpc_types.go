@@ -80,6 +80,11 @@ const (
 	VpcConditionReady = "Ready"
 	// VpcConditionNamespacesBound is False when a listed namespace is held by another Vpc.
 	VpcConditionNamespacesBound = "NamespacesBound"
+	// VpcConditionExternalIP is True while the Vpc holds its external address
+	// (status.gateway.externalIP) in the cluster's global CIDR; False says why not: no global
+	// CIDR (ReasonNoGlobalCIDR), the pool is full (ReasonPoolExhausted), or the Vpc can have
+	// no gateway.
+	VpcConditionExternalIP = "ExternalIPAllocated"
 
 	// ReasonNamespaceConflict is the reason of NamespacesBound=False: the message names the
 	// namespace and the Vpc that holds it, and says to remove it from one of them.
@@ -91,11 +96,27 @@ const (
 
 // VpcStatus is what Octopus made of the VPC.
 type VpcStatus struct {
-	// conditions: Ready, NamespacesBound.
+	// conditions: Ready, NamespacesBound, ExternalIPAllocated.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// gateway is what the VPC's gateway holds; absent while it holds nothing.
+	// +optional
+	Gateway *VpcGatewayStatus `json:"gateway,omitempty"`
+}
+
+// VpcGatewayStatus is the VPC's gateway as seen from outside the VPC.
+type VpcGatewayStatus struct {
+	// externalIP is the VPC's external (egress) address, from the cluster's global CIDR: the
+	// gateway SNATs what the VPC sends out to it, and other clusters' VpcNatTunnels reach the
+	// gateway at it (its GatewayExIp). The ovnmaster allocates it from the pool the global
+	// ingress addresses and GlobalEgressIP ranges share, and keeps it for the Vpc's life, across
+	// gateway failovers and restarts; it is recorded here because the status is the record.
+	// +optional
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="must be an IPv4 address such as 242.1.0.9"
+	ExternalIP string `json:"externalIP,omitempty"`
 }
 
 // Vpc is an isolated network inside the cluster's secondary network: an OVN logical router
@@ -108,6 +129,7 @@ type VpcStatus struct {
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be an RFC 1123 label of at most 63 characters (it names OVN rows), such as 'red'"
 // +kubebuilder:printcolumn:name="Subnets",type=string,JSONPath=`.spec.subnets[*].cidr`
 // +kubebuilder:printcolumn:name="Namespaces",type=string,JSONPath=`.spec.namespaces`
+// +kubebuilder:printcolumn:name="External IP",type=string,JSONPath=`.status.gateway.externalIP`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Vpc struct {

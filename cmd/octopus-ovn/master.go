@@ -7,6 +7,9 @@ import (
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/globalnet"
+	"github.com/octopus-mcs/octopus/internal/globalnet/globalip"
 	"github.com/octopus-mcs/octopus/internal/secondarynet/ovnmaster"
 )
 
@@ -22,6 +25,8 @@ type masterOptions struct {
 	healthProbeBindAddress string
 	metricsBindAddress     string
 	interconnect           bool
+	globalCIDR             string
+	globalEgressSize       int32
 }
 
 func newMasterCommand() *cobra.Command {
@@ -47,6 +52,10 @@ restarted master keeps every one.`,
 			if err != nil {
 				return err
 			}
+			global, err := o.globalLayout()
+			if err != nil {
+				return err
+			}
 			member, err := memberConfig(o.kubeconfig)
 			if err != nil {
 				return err
@@ -55,7 +64,7 @@ restarted master keeps every one.`,
 				Member: member, ClusterID: o.clusterID, CIDR: cidr, NBEndpoint: o.nb, NBTLS: nbTLS,
 				LeaderElection: o.leaderElect, LeaderElectionNamespace: o.leaderElectionNS,
 				HealthProbeBindAddress: o.healthProbeBindAddress, MetricsBindAddress: o.metricsBindAddress,
-				Interconnect: o.interconnect, Log: ctrl.Log.WithName("ovnmaster"),
+				Interconnect: o.interconnect, Global: global, Log: ctrl.Log.WithName("ovnmaster"),
 			})
 		},
 	}
@@ -70,7 +79,22 @@ restarted master keeps every one.`,
 	f.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", "0", `address of the /healthz and /readyz endpoints, e.g. ":8081"; "0" turns them off`)
 	f.StringVar(&o.metricsBindAddress, "metrics-bind-address", fmt.Sprintf(":%d", ovnmaster.DefaultMetricsPort), `address of the Prometheus metrics endpoint (/metrics); "0" turns it off`)
 	f.BoolVar(&o.interconnect, "interconnect", false, "the cluster is an OVN-IC availability zone (octopus-ovn ic): leave the block's gateway address to the interconnection router, making no gateway port")
+	f.StringVar(&o.globalCIDR, "global-cidr", "", "this cluster's global CIDR, allocated by the hub at join (optional): each Vpc's gateway gets an external address from its pool; empty means none")
+	f.Int32Var(&o.globalEgressSize, "global-egress-size", 0, "the cluster's spec.globalEgressSize (0: the default, 8), which lays out --global-cidr as the agent's allocator does")
 	_ = cmd.MarkFlagRequired("cluster-id")
 	_ = cmd.MarkFlagRequired("secondary-cidr")
 	return cmd
+}
+
+// globalLayout lays out --global-cidr as the agent's allocator lays out the Cluster's spec
+// (globalnet.ClusterLayout), so that both count the same pool; nil without a global CIDR.
+func (o masterOptions) globalLayout() (*globalip.Layout, error) {
+	if o.globalCIDR == "" {
+		return nil, nil
+	}
+	l, err := globalnet.ClusterLayout(v1alpha1.ClusterSpec{ClusterID: o.clusterID, GlobalCIDR: o.globalCIDR, GlobalEgressSize: o.globalEgressSize})
+	if err != nil {
+		return nil, fmt.Errorf("--global-cidr %q, --global-egress-size %d: %w (pass the Cluster's spec.globalCIDR and spec.globalEgressSize: kubectl get clusters -o yaml on the hub)", o.globalCIDR, o.globalEgressSize, err)
+	}
+	return &l, nil
 }

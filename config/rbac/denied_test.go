@@ -229,8 +229,14 @@ var identities = []identity{
 			{verbs: "update", group: "octopus.io", resource: "vpcs/finalizers"},
 			{verbs: "get,list,watch", group: "octopus.io", resource: "vpcnattunnels"},
 			{verbs: "get,list,watch", group: "octopus.io", resource: "vpcdnsforwards"},
+			// A VPC gateway's external address comes from the pool the global ingress
+			// addresses and GlobalEgressIP ranges share: read them, never write them.
+			{verbs: "get,list,watch", group: "octopus.io", resource: "globalingressips"},
+			{verbs: "get,list,watch", group: "octopus.io", resource: "globalegressips"},
 		},
 		refused: []request{
+			{verb: "update", group: "octopus.io", resource: "globalingressips/status", namespace: memberNS, name: probeName},
+			{verb: "update", group: "octopus.io", resource: "globalegressips/status", namespace: memberNS, name: probeName},
 			{verb: "create", group: "octopus.io", resource: "vpcs"},
 			{verb: "delete", group: "octopus.io", resource: "vpcs", name: probeName},
 			{verb: "update", group: "octopus.io", resource: "vpcnattunnels", name: probeName},

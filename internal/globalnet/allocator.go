@@ -12,11 +12,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -49,6 +52,7 @@ type Allocator struct {
 // +kubebuilder:rbac:groups=octopus.io,resources=globalingressips/status,verbs=get;update
 // +kubebuilder:rbac:groups=octopus.io,resources=globalegressips,verbs=get;list;watch
 // +kubebuilder:rbac:groups=octopus.io,resources=globalegressips/status,verbs=get;update
+// +kubebuilder:rbac:groups=octopus.io,resources=vpcs,verbs=get;list;watch
 // +kubebuilder:rbac:groups=multicluster.x-k8s.io,resources=serviceexports,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
@@ -71,12 +75,17 @@ func (a *Allocator) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Re
 	if err := a.Client.List(ctx, egress); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing GlobalEgressIPs: %w", err)
 	}
+	// The Vpcs' gateways hold addresses of the same pool (the ovnmaster's VpcExternalIPs).
+	vpcs := &v1alpha1.VpcList{}
+	if err := a.Client.List(ctx, vpcs); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing Vpcs (their gateways' external addresses share the pool): %w", err)
+	}
 	now := time.Now
 	if a.now != nil {
 		now = a.now
 	}
 	targets := Targets(exports)
-	plan := NewPlan(a.Layout, targets, existing.Items, egress.Items, metav1.NewTime(now()))
+	plan := NewPlan(a.Layout, targets, existing.Items, egress.Items, vpcs.Items, metav1.NewTime(now()))
 
 	var errs []error
 	conflict := false
@@ -213,6 +222,9 @@ func SetupAllocator(mgr manager.Manager, layout globalip.Layout) error {
 		Named("globalingressip").
 		Watches(&v1alpha1.GlobalIngressIP{}, pool).
 		Watches(&v1alpha1.GlobalEgressIP{}, pool).
+		// A VPC gateway taking or freeing an address changes what is free (and may settle a
+		// clash: the older keeps the address).
+		Watches(&v1alpha1.Vpc{}, pool, builder.WithPredicates(vpcAddressChange)).
 		Watches(&mcsv1beta1.ServiceExport{}, pool).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(a.ifExported(func(o client.Object) string { return o.GetName() }))).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(a.ifExported(func(o client.Object) string {
@@ -224,6 +236,23 @@ func SetupAllocator(mgr manager.Manager, layout globalip.Layout) error {
 		return fmt.Errorf("setting up the global ingress address allocator: %w", err)
 	}
 	return nil
+}
+
+// vpcAddressChange keeps the Vpc events that change the addresses Vpcs hold: a Vpc created or
+// deleted, or its status.gateway.externalIP changed; not its conditions nor its spec.
+var vpcAddressChange = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, okOld := e.ObjectOld.(*v1alpha1.Vpc)
+		n, okNew := e.ObjectNew.(*v1alpha1.Vpc)
+		return !okOld || !okNew || vpcExternalIP(o) != vpcExternalIP(n)
+	},
+}
+
+func vpcExternalIP(v *v1alpha1.Vpc) string {
+	if v.Status.Gateway == nil {
+		return ""
+	}
+	return v.Status.Gateway.ExternalIP
 }
 
 // ifExported maps an object to the pool pass when the Service that service names in its

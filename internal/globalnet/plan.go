@@ -129,10 +129,12 @@ type Plan struct {
 }
 
 // NewPlan computes the Plan for targets (as Targets returns them) given the existing
-// GlobalIngressIPs of the cluster and its GlobalEgressIPs, whose addresses all come from
-// layout's pool. Existing records and ranges keep their addresses; of two holding one address
-// the older keeps it. now stamps the conditions that change.
-func NewPlan(layout globalip.Layout, targets []Target, existing []v1alpha1.GlobalIngressIP, egress []v1alpha1.GlobalEgressIP, now metav1.Time) Plan {
+// GlobalIngressIPs of the cluster, its GlobalEgressIPs, whose addresses all come from
+// layout's pool, and its Vpcs, whose gateways' external addresses come from it too (the
+// ovnmaster allocates those: VpcExternalIPs; here they are only counted as taken). Existing
+// records and ranges keep their addresses; of two holding one address the older keeps it. now
+// stamps the conditions that change.
+func NewPlan(layout globalip.Layout, targets []Target, existing []v1alpha1.GlobalIngressIP, egress []v1alpha1.GlobalEgressIP, vpcs []v1alpha1.Vpc, now metav1.Time) Plan {
 	p := Plan{Status: map[string]v1alpha1.GlobalIngressIPStatus{}, EgressStatus: map[string]v1alpha1.GlobalEgressIPStatus{}}
 	want := map[string]Target{}
 	for _, t := range targets {
@@ -151,19 +153,16 @@ func NewPlan(layout globalip.Layout, targets []Target, existing []v1alpha1.Globa
 		kept[key] = g
 		keptOrder = append(keptOrder, g)
 	}
-	// Whatever holds addresses comes first, oldest first, ingress records and egress ranges
-	// alike, so that the older of two holding one address keeps it; new claims follow.
-	type held struct {
-		claim   globalip.Claim
-		created metav1.Time
-	}
-	var holders []held
+	// Whatever holds addresses comes first, oldest first, ingress records, egress ranges and
+	// VPC gateways alike, so that the older of two holding one address keeps it; new claims
+	// follow. A kept record without an address is a claim here too (a new one, in effect).
+	var holders []heldClaim
 	for _, g := range keptOrder {
 		c := globalip.Claim{Key: g.Namespace + "/" + g.Name, Size: 1}
 		if ip, err := netip.ParseAddr(g.Status.IP); err == nil {
 			c.Held = ipam.Range{First: ip, Last: ip}
 		}
-		holders = append(holders, held{c, g.CreationTimestamp})
+		holders = append(holders, heldClaim{c, g.CreationTimestamp})
 	}
 	var newEgress []globalip.Claim
 	for i := range egress {
@@ -174,15 +173,14 @@ func NewPlan(layout globalip.Layout, targets []Target, existing []v1alpha1.Globa
 		c := globalip.Claim{Key: egressKey(g), Size: egressSize(g)}
 		if r, ok := egressRange(g.Status.AllocatedIPs); ok {
 			c.Held = r
-			holders = append(holders, held{c, g.CreationTimestamp})
+			holders = append(holders, heldClaim{c, g.CreationTimestamp})
 		} else {
 			newEgress = append(newEgress, c)
 		}
 	}
-	slices.SortStableFunc(holders, func(a, b held) int {
-		return cmp.Or(a.created.Compare(b.created.Time), cmp.Compare(a.claim.Key, b.claim.Key))
-	})
-	claims := make([]globalip.Claim, 0, len(targets)+len(egress))
+	holders = append(holders, vpcHolders(vpcs)...)
+	sortHolders(holders)
+	claims := make([]globalip.Claim, 0, len(targets)+len(egress)+len(vpcs))
 	for _, h := range holders {
 		claims = append(claims, h.claim)
 	}

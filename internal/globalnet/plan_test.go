@@ -80,13 +80,13 @@ func TestNewPlan(t *testing.T) {
 	}
 
 	t.Run("unchanged records are left alone", func(t *testing.T) {
-		p := NewPlan(layout, []Target{api, web}, []v1alpha1.GlobalIngressIP{record(web, "242.1.0.9", 0), record(api, "242.1.0.12", 1)}, nil, now)
+		p := NewPlan(layout, []Target{api, web}, []v1alpha1.GlobalIngressIP{record(web, "242.1.0.9", 0), record(api, "242.1.0.12", 1)}, nil, nil, now)
 		if len(p.Create)+len(p.Delete)+len(p.Status) != 0 {
 			t.Fatalf("plan %+v", p)
 		}
 	})
 	t.Run("a new target gets a record and an address", func(t *testing.T) {
-		p := NewPlan(layout, []Target{api, web}, []v1alpha1.GlobalIngressIP{record(web, "242.1.0.9", 0)}, nil, now)
+		p := NewPlan(layout, []Target{api, web}, []v1alpha1.GlobalIngressIP{record(web, "242.1.0.9", 0)}, nil, nil, now)
 		st := p.Status["shop/svc-api"]
 		if !slices.Equal(names(p.Create), []string{"svc-api"}) || len(p.Status) != 1 || !layout.Pool.Contains(netip.MustParseAddr(st.IP)) || st.IP == "242.1.0.9" {
 			t.Fatalf("plan %+v", p)
@@ -96,7 +96,7 @@ func TestNewPlan(t *testing.T) {
 		}
 	})
 	t.Run("of two records with one address the older keeps it", func(t *testing.T) {
-		p := NewPlan(layout, []Target{api, web}, []v1alpha1.GlobalIngressIP{record(api, "242.1.0.9", 5), record(web, "242.1.0.9", 0)}, nil, now)
+		p := NewPlan(layout, []Target{api, web}, []v1alpha1.GlobalIngressIP{record(api, "242.1.0.9", 5), record(web, "242.1.0.9", 0)}, nil, nil, now)
 		if _, changed := p.Status["shop/svc-web"]; changed || len(p.Status) != 1 || p.Status["shop/svc-api"].IP == "242.1.0.9" {
 			t.Fatalf("plan %+v", p)
 		}
@@ -107,7 +107,7 @@ func TestNewPlan(t *testing.T) {
 		recreated := record(web, "242.1.0.9", 0)
 		recreated.OwnerReferences[0].UID = "uid-of-the-old-web"
 		gone := record(Target{Namespace: "shop", Kind: v1alpha1.GlobalIngressTargetPod, Name: "db-0", Service: "db", UID: "uid-db-0"}, "242.1.0.11", 0)
-		p := NewPlan(layout, []Target{api, web}, []v1alpha1.GlobalIngressIP{other, recreated, gone}, nil, now)
+		p := NewPlan(layout, []Target{api, web}, []v1alpha1.GlobalIngressIP{other, recreated, gone}, nil, nil, now)
 		if got := names(p.Delete); !slices.Equal(got, []string{"svc-api", "svc-web", "pod-db-0"}) {
 			t.Fatalf("deleted %v", got)
 		}
@@ -125,7 +125,7 @@ func TestNewPlan(t *testing.T) {
 				records = append(records, record(tg, "", i)) // none has an address yet
 			}
 		}
-		p := NewPlan(layout, targets, records, nil, now)
+		p := NewPlan(layout, targets, records, nil, nil, now)
 		var exhausted []string
 		for key, st := range p.Status {
 			c := meta.FindStatusCondition(st.Conditions, v1alpha1.GlobalIngressIPConditionAllocated)
@@ -210,12 +210,12 @@ func TestNewPlanEgress(t *testing.T) {
 	webRecord.UID = "record-web"
 	webRecord.Status.IP = "242.1.0.10"
 	// The status a pass of its own writes, so that only egress changes show below.
-	webRecord.Status = NewPlan(layout, []Target{web}, []v1alpha1.GlobalIngressIP{webRecord}, nil, now).Status["shop/svc-web"]
+	webRecord.Status = NewPlan(layout, []Target{web}, []v1alpha1.GlobalIngressIP{webRecord}, nil, nil, now).Status["shop/svc-web"]
 
 	t.Run("new ranges avoid ingress addresses and each other", func(t *testing.T) {
 		three := egressIP("shop", "shop", 0, nil)
 		three.Spec.NumberOfIPs = 3
-		p := NewPlan(layout, []Target{web}, []v1alpha1.GlobalIngressIP{webRecord}, []v1alpha1.GlobalEgressIP{three, egressIP("lab", "lab", 1, map[string]string{"app": "probe"})}, now)
+		p := NewPlan(layout, []Target{web}, []v1alpha1.GlobalIngressIP{webRecord}, []v1alpha1.GlobalEgressIP{three, egressIP("lab", "lab", 1, map[string]string{"app": "probe"})}, nil, now)
 		used := map[string]string{"242.1.0.10": "shop/svc-web"}
 		for key, want := range map[string]int{"shop/shop": 3, "lab/lab": 1} {
 			st := p.EgressStatus[key]
@@ -235,8 +235,8 @@ func TestNewPlanEgress(t *testing.T) {
 	})
 	t.Run("an allocated range is kept and its status not rewritten", func(t *testing.T) {
 		g := egressIP("shop", "shop", 0, nil, "242.1.0.12", "242.1.0.13")
-		p := NewPlan(layout, []Target{web}, []v1alpha1.GlobalIngressIP{webRecord}, []v1alpha1.GlobalEgressIP{g}, now)
-		p2 := NewPlan(layout, []Target{web}, []v1alpha1.GlobalIngressIP{webRecord}, []v1alpha1.GlobalEgressIP{withStatus(g, p.EgressStatus["shop/shop"])}, now)
+		p := NewPlan(layout, []Target{web}, []v1alpha1.GlobalIngressIP{webRecord}, []v1alpha1.GlobalEgressIP{g}, nil, now)
+		p2 := NewPlan(layout, []Target{web}, []v1alpha1.GlobalIngressIP{webRecord}, []v1alpha1.GlobalEgressIP{withStatus(g, p.EgressStatus["shop/shop"])}, nil, now)
 		if got := p.EgressStatus["shop/shop"].AllocatedIPs; !slices.Equal(got, []string{"242.1.0.12", "242.1.0.13"}) {
 			t.Fatalf("allocated %v, want the range it held", got)
 		}
@@ -247,7 +247,7 @@ func TestNewPlanEgress(t *testing.T) {
 	t.Run("no room is a condition naming the pool, and the ingress addresses keep theirs", func(t *testing.T) {
 		big := egressIP("shop", "big", 0, nil)
 		big.Spec.NumberOfIPs = 7 // the pool has 7 addresses, one of them web's
-		p := NewPlan(layout, []Target{web}, []v1alpha1.GlobalIngressIP{webRecord}, []v1alpha1.GlobalEgressIP{big}, now)
+		p := NewPlan(layout, []Target{web}, []v1alpha1.GlobalIngressIP{webRecord}, []v1alpha1.GlobalEgressIP{big}, nil, now)
 		st := p.EgressStatus["shop/big"]
 		c := meta.FindStatusCondition(st.Conditions, v1alpha1.GlobalEgressIPConditionAllocated)
 		if p.EgressExhausted != 1 || len(st.AllocatedIPs) != 0 || c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonPoolExhausted ||
@@ -274,7 +274,7 @@ func TestNewPlanEgressInvalidSelector(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := egressIP("shop", "bad", 0, map[string]string{"app": "not a label value"}, "242.1.0.9")
-	p := NewPlan(layout, nil, nil, []v1alpha1.GlobalEgressIP{g}, metav1.NewTime(egressEpoch))
+	p := NewPlan(layout, nil, nil, []v1alpha1.GlobalEgressIP{g}, nil, metav1.NewTime(egressEpoch))
 	st := p.EgressStatus["shop/bad"]
 	c := meta.FindStatusCondition(st.Conditions, v1alpha1.GlobalEgressIPConditionAllocated)
 	if len(st.AllocatedIPs) != 0 || c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonInvalidPodSelector || !strings.Contains(c.Message, "podSelector") {

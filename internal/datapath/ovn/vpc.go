@@ -59,6 +59,11 @@ type VpcGateway struct {
 	// Chassis is the OVN chassis (Open_vSwitch external_ids:system-id, the node name by
 	// convention) the gateway port is requested on (required): one name.
 	Chassis string
+	// ExternalIP is the VPC's external address, from the cluster's global CIDR, which the
+	// gateway SNATs the VPC's traffic to (optional: the zero Addr for none, when the cluster
+	// has no global CIDR). It is written on the gateway port's external_ids
+	// (owner.OVNKeyExternalIP); changing it is one update of that row, as moving the chassis.
+	ExternalIP netip.Addr
 }
 
 // VpcGatewayLink is the link network between every VPC's router and its gateway: the router
@@ -210,6 +215,10 @@ func (v Vpc) validate() (map[string]hostaddr.Block, error) {
 			// As for Network.GatewayChassis: OVN reads a comma-separated requested-chassis as
 			// several chassis; one is meant here.
 			errs = append(errs, fmt.Errorf("VPC %s: Gateway.Chassis %q is not one chassis name: name the node the gateway port is bound to, or set no Gateway", v.Name, v.Gateway.Chassis))
+		}
+		if ip := v.Gateway.ExternalIP; ip.IsValid() && (!ip.Is4() || ip.IsUnspecified()) {
+			// The gateway's SNAT and its /32 on the node are IPv4, like the VPC's subnets.
+			errs = append(errs, fmt.Errorf("VPC %s: Gateway.ExternalIP %s is not an IPv4 unicast address: give an address of the cluster's global CIDR, or none", v.Name, ip))
 		}
 		for _, s := range v.Subnets {
 			if s.CIDR.IsValid() && s.CIDR.Overlaps(VpcGatewayLink) {
@@ -404,15 +413,19 @@ func gatewayRouterPort(clusterID, vpc string) nbdb.LogicalRouterPort {
 // cluster gateway's row (gatewayRow) on the VPC's link, for the same reasons: port security
 // on the MAC only, since the gateway forwards packets whose addresses are not its own (the
 // outside's answers to the VPC's pods), and one chassis binding it.
-func gatewayPortRow(clusterID, vpc, chassis string) nbdb.LogicalSwitchPort {
+func gatewayPortRow(clusterID, vpc string, gw VpcGateway) nbdb.LogicalSwitchPort {
 	_, ip := vpcGatewayLinkAddrs()
 	mac := MACFor(ip).String()
+	ids := vpcGatewayIDs(clusterID, vpc)
+	if gw.ExternalIP.IsValid() {
+		ids[owner.OVNKeyExternalIP] = gw.ExternalIP.String()
+	}
 	return nbdb.LogicalSwitchPort{
 		Name:         VpcGatewayPortName(clusterID, vpc),
 		Addresses:    []string{mac + " " + ip.String()},
 		PortSecurity: []string{mac},
-		Options:      map[string]string{"requested-chassis": chassis},
-		ExternalIDs:  vpcGatewayIDs(clusterID, vpc),
+		Options:      map[string]string{"requested-chassis": gw.Chassis},
+		ExternalIDs:  ids,
 	}
 }
 
@@ -471,7 +484,7 @@ func (p *vpcPlan) planGatewayRoute(v Vpc, routes []nbdb.LogicalRouterStaticRoute
 // any other port of ours on it goes, and a foreign one stays.
 func planGatewayLink(v Vpc, obs observed) plan {
 	routerLSP := gatewayLinkRouterSwitchPort(v.ClusterID, v.Name)
-	gwLSP := gatewayPortRow(v.ClusterID, v.Name, v.Gateway.Chassis)
+	gwLSP := gatewayPortRow(v.ClusterID, v.Name, *v.Gateway)
 	var p plan
 	var haveRouter, haveGW *nbdb.LogicalSwitchPort
 	for i := range obs.ports {

@@ -113,6 +113,9 @@ func TestMakeVpcPlan(t *testing.T) {
 	withGW.router = &nbdb.LogicalRouter{UUID: "router", Ports: append(slices.Clone(then.router.Ports), added.router.Ports...), StaticRoutes: added.router.StaticRoutes}
 	withGW.lrps = append(slices.Clone(then.lrps), added.lrps...)
 	withGW.routes, withGW.gateway = added.routes, added.gateway
+	// The gateway on node-a given an external address: one update of its port, in place.
+	gwAddressed := v
+	gwAddressed.Gateway = &VpcGateway{Chassis: "node-a", ExternalIP: netip.MustParseAddr("242.1.0.9")}
 	editedRoute := withGW
 	editedRoute.routes = slices.Clone(withGW.routes)
 	editedRoute.routes[0].Nexthop = "100.127.255.253"
@@ -132,10 +135,12 @@ func TestMakeVpcPlan(t *testing.T) {
 		// The gateway: the chassis its port is moved to in place (updateGateway), whether
 		// its link switch goes, the routes updated in place and removed.
 		gatewayMovedTo string
-		gatewayRemoved bool
-		routeUpdate    int
-		routeRemove    []string
-		gateway        string // the gateway's Attachment: "port IP via router"; "" for none
+		// updatedExternalIP is the external address on the gateway port's update.
+		updatedExternalIP string
+		gatewayRemoved    bool
+		routeUpdate       int
+		routeRemove       []string
+		gateway           string // the gateway's Attachment: "port IP via router"; "" for none
 	}{
 		{
 			name: "a new VPC: router, a port and a switch per subnet, pods on theirs",
@@ -170,6 +175,9 @@ func TestMakeVpcPlan(t *testing.T) {
 		{name: "the same gateway again plans nothing", v: gwA, obs: withGW, empty: true, attached: all,
 			gateway: "octopus-east.red.gateway.port 100.127.255.254/30 via 100.127.255.253"},
 		{name: "another chassis updates the gateway port's binding alone", v: gwB, obs: withGW, attached: all, gatewayMovedTo: "node-b",
+			gateway: "octopus-east.red.gateway.port 100.127.255.254/30 via 100.127.255.253"},
+		{name: "an external address is one update of the gateway port", v: gwAddressed, obs: withGW, attached: all,
+			gatewayMovedTo: "node-a", updatedExternalIP: "242.1.0.9",
 			gateway: "octopus-east.red.gateway.port 100.127.255.254/30 via 100.127.255.253"},
 		{name: "an edited default route is repaired in place", v: gwA, obs: editedRoute, attached: all, routeUpdate: 1,
 			gateway: "octopus-east.red.gateway.port 100.127.255.254/30 via 100.127.255.253"},
@@ -209,15 +217,16 @@ func TestMakeVpcPlan(t *testing.T) {
 					t.Errorf("pod %s: %q, want %q", name, got[name], want)
 				}
 			}
-			moved := ""
+			moved, external := "", ""
 			if p.gateway != nil && p.gateway.updateGateway != nil {
 				moved = p.gateway.updateGateway.Options["requested-chassis"]
+				external = p.gateway.updateGateway.ExternalIDs[owner.OVNKeyExternalIP]
 				if len(p.gateway.create)+len(p.gateway.update)+len(p.gateway.remove) > 0 || p.gateway.switchIDsChanged || p.gateway.updateGateway.UUID != "lsp-octopus-east.red.gateway.port" {
 					t.Errorf("moving the gateway plans more than the one update of its row: %+v", p.gateway)
 				}
 			}
-			if moved != tc.gatewayMovedTo {
-				t.Errorf("gateway port moved to %q, want %q", moved, tc.gatewayMovedTo)
+			if moved != tc.gatewayMovedTo || external != tc.updatedExternalIP {
+				t.Errorf("gateway port updated to chassis %q, external address %q; want %q, %q", moved, external, tc.gatewayMovedTo, tc.updatedExternalIP)
 			}
 			if (p.removeGateway != nil) != tc.gatewayRemoved {
 				t.Errorf("gateway link switch removed: %v, want %v", p.removeGateway != nil, tc.gatewayRemoved)
@@ -345,6 +354,12 @@ func TestVpcValidate(t *testing.T) {
 		{"gateway", func(v *Vpc) { v.Gateway = &VpcGateway{Chassis: "node-a"} }, ""},
 		{"gateway on two chassis", func(v *Vpc) { v.Gateway = &VpcGateway{Chassis: "node-a,node-b"} }, `Gateway.Chassis "node-a,node-b" is not one chassis name`},
 		{"gateway on no chassis", func(v *Vpc) { v.Gateway = &VpcGateway{} }, `Gateway.Chassis "" is not one chassis name`},
+		{"gateway with an external address", func(v *Vpc) {
+			v.Gateway = &VpcGateway{Chassis: "node-a", ExternalIP: netip.MustParseAddr("242.1.0.9")}
+		}, ""},
+		{"gateway with an IPv6 external address", func(v *Vpc) {
+			v.Gateway = &VpcGateway{Chassis: "node-a", ExternalIP: netip.MustParseAddr("2001:db8::9")}
+		}, "Gateway.ExternalIP 2001:db8::9 is not an IPv4 unicast address"},
 		{"subnet over the gateway's link", func(v *Vpc) {
 			v.Subnets = []Subnet{testSubnets[0], {Name: "cgnat", CIDR: netip.MustParsePrefix("100.64.0.0/10")}}
 			v.Gateway = &VpcGateway{Chassis: "node-a"}

@@ -28,6 +28,9 @@ type VpcGatewayPort struct {
 	Attachment
 	// Subnets are the VPC's subnets, which the gateway routes back through the router, sorted.
 	Subnets []netip.Prefix
+	// ExternalIP is the VPC's external address (owner.OVNKeyExternalIP), which the gateway
+	// holds and SNATs the VPC's traffic to; the zero Addr when the cluster has none.
+	ExternalIP netip.Addr
 }
 
 // VpcGatewaysOn lists the gateway ports of the cluster's VPCs requested on chassis, sorted by
@@ -104,12 +107,20 @@ func vpcGatewaysOn(clusterID, chassis string, ports []nbdb.LogicalSwitchPort, sw
 			errs = append(errs, fmt.Errorf("the gateway port %s of VPC %s has addresses %q, want \"MAC %s\"", p.Name, vpc, p.Addresses, gateway))
 			continue
 		}
+		var external netip.Addr
+		if v, ok := ids[owner.OVNKeyExternalIP]; ok {
+			if external, err = netip.ParseAddr(v); err != nil || !external.Is4() {
+				errs = append(errs, fmt.Errorf("the gateway port %s of VPC %s has external_ids:%s %q, want an IPv4 address", p.Name, vpc, owner.OVNKeyExternalIP, v))
+				continue
+			}
+		}
 		s := slices.Clone(subnets[vpc])
 		slices.SortFunc(s, func(a, b netip.Prefix) int { return cmp.Or(a.Addr().Compare(b.Addr()), a.Bits()-b.Bits()) })
 		out = append(out, VpcGatewayPort{
 			Vpc:        vpc,
 			Attachment: Attachment{Port: p.Name, MAC: mac, IP: netip.PrefixFrom(ip, VpcGatewayLink.Bits()), Gateway: router},
 			Subnets:    s,
+			ExternalIP: external,
 		})
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -2,6 +2,7 @@ package ovn
 
 import (
 	"context"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn/nbdb"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 )
 
 // rowsOf are the switches and switch ports ApplyVpc would write for the plans, as a gateway
@@ -38,10 +40,14 @@ func rowsOf(plans ...vpcPlan) ([]nbdb.LogicalSwitchPort, []nbdb.LogicalSwitch) {
 // gateway port not as ApplyVpc writes it fails the answer.
 func TestVpcGatewaysOn(t *testing.T) {
 	subnets := []Subnet{{Name: "b", CIDR: netip.MustParsePrefix("10.1.1.0/24")}, {Name: "a", CIDR: netip.MustParsePrefix("10.1.0.0/24")}}
+	redIP := netip.MustParseAddr("242.1.0.9")
 	plan := func(cluster, vpc, chassis string) vpcPlan {
 		v := Vpc{ClusterID: cluster, Name: vpc, Subnets: subnets, Pods: []VpcPod{vpod("p1", "a")}}
 		if chassis != "" {
 			v.Gateway = &VpcGateway{Chassis: chassis}
+		}
+		if cluster == "east" && vpc == "red" {
+			v.Gateway.ExternalIP = redIP
 		}
 		return mustPlan(t, v, vpcObserved{})
 	}
@@ -50,7 +56,7 @@ func TestVpcGatewaysOn(t *testing.T) {
 	ports, switches := rowsOf(plans...)
 	want := []VpcGatewayPort{
 		{Vpc: "blue", Attachment: blue.result.Gateway, Subnets: []netip.Prefix{subnets[1].CIDR, subnets[0].CIDR}},
-		{Vpc: "red", Attachment: red.result.Gateway, Subnets: []netip.Prefix{subnets[1].CIDR, subnets[0].CIDR}},
+		{Vpc: "red", Attachment: red.result.Gateway, Subnets: []netip.Prefix{subnets[1].CIDR, subnets[0].CIDR}, ExternalIP: redIP},
 	}
 	for _, tc := range []struct {
 		cluster, chassis string
@@ -66,13 +72,28 @@ func TestVpcGatewaysOn(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !slices.EqualFunc(got, tc.want, func(a, b VpcGatewayPort) bool {
-			return a.Vpc == b.Vpc && a.Equal(b.Attachment) && slices.Equal(a.Subnets, b.Subnets)
+			return a.Vpc == b.Vpc && a.Equal(b.Attachment) && slices.Equal(a.Subnets, b.Subnets) && a.ExternalIP == b.ExternalIP
 		}) {
 			t.Errorf("vpcGatewaysOn(%s, %s) = %+v, want %+v", tc.cluster, tc.chassis, got, tc.want)
 		}
 	}
 	if g := want[1].Attachment; g.IP.String() != "100.127.255.254/30" || g.Gateway.String() != "100.127.255.253" || g.Port != "octopus-east.red.gateway.port" {
 		t.Errorf("red's gateway %+v", g)
+	}
+
+	// A gateway port with an external address that is no IPv4 address refuses the whole
+	// answer, naming the key: the node must not SNAT to half an address.
+	for _, bad := range []string{"242.1.0", "2001:db8::9"} {
+		broken := slices.Clone(ports)
+		for i := range broken {
+			if broken[i].Name == VpcGatewayPortName("east", "red") {
+				broken[i].ExternalIDs = maps.Clone(broken[i].ExternalIDs)
+				broken[i].ExternalIDs[owner.OVNKeyExternalIP] = bad
+			}
+		}
+		if got, err := vpcGatewaysOn("east", "node-a", broken, switches); err == nil || !strings.Contains(err.Error(), owner.OVNKeyExternalIP) {
+			t.Errorf("vpcGatewaysOn with external address %q = %+v, %v; want an error naming %s", bad, got, err, owner.OVNKeyExternalIP)
+		}
 	}
 
 	// A gateway port whose address is not the link's gateway address refuses the whole answer.

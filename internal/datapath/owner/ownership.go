@@ -166,6 +166,12 @@ const (
 	// OVNRoleRouter is OVNKeyRole's value on a subnet switch's port that joins the VPC's
 	// router (type router): it belongs to no pod.
 	OVNRoleRouter = "router"
+	// OVNKeyExternalIP, on a VPC's gateway port, is the VPC's external (egress) address, from
+	// the cluster's global CIDR (the Vpc's status.gateway.externalIP, which the ovnmaster
+	// allocates). It rides on the row the gateway node already reads, so that the node, which
+	// has no Kubernetes client, learns the address with the gateway itself and in the same
+	// transaction; absent when the cluster has no global CIDR.
+	OVNKeyExternalIP = "octopus.io/external-ip"
 )
 
 // OVN interconnection (internal/datapath/ovnic). Its rows in an AZ's NB database carry

@@ -35,15 +35,23 @@ var cidr = netip.MustParsePrefix("10.112.0.0/24")
 // master runs an ovnmaster until the returned stop function is called.
 func master(t *testing.T, cfg *rest.Config, nb *ovntest.Server) (stop func()) {
 	t.Helper()
+	return masterWith(t, cfg, nb, nil)
+}
+
+// masterWith is master with the options edit changes (nil: none).
+func masterWith(t *testing.T, cfg *rest.Config, nb *ovntest.Server, edit func(*Options)) (stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, Options{
-			Member: cfg, ClusterID: clusterID, CIDR: cidr, NBEndpoint: nb.Endpoint,
-			LeaderElection: true, LeaderElectionNamespace: "octopus-system",
-			Log: testr.NewWithOptions(t, testr.Options{Verbosity: 1}),
-		})
-	}()
+	o := Options{
+		Member: cfg, ClusterID: clusterID, CIDR: cidr, NBEndpoint: nb.Endpoint,
+		LeaderElection: true, LeaderElectionNamespace: "octopus-system",
+		Log: testr.NewWithOptions(t, testr.Options{Verbosity: 1}),
+	}
+	if edit != nil {
+		edit(&o)
+	}
+	go func() { done <- Run(ctx, o) }()
 	stopped := false
 	stop = func() {
 		if stopped {

@@ -19,6 +19,7 @@ package ovnmaster
 // +kubebuilder:rbac:groups=octopus.io,resources=vpcs/status,verbs=patch
 // +kubebuilder:rbac:groups=octopus.io,resources=vpcs/finalizers,verbs=update
 // +kubebuilder:rbac:groups=octopus.io,resources=vpcnattunnels;vpcdnsforwards,verbs=get;list;watch
+// +kubebuilder:rbac:groups=octopus.io,resources=globalingressips;globalegressips,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",namespace=octopus-system,resources=events,verbs=create;patch

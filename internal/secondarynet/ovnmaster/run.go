@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -29,6 +31,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
+	"github.com/octopus-mcs/octopus/internal/globalnet/globalip"
 	"github.com/octopus-mcs/octopus/internal/ipam/hostaddr"
 	"github.com/octopus-mcs/octopus/internal/kube"
 )
@@ -69,7 +72,10 @@ type Options struct {
 	// port there (and removes one it made): two ports answering for one address would split
 	// the pods' traffic between the router and the tunnel gateway.
 	Interconnect bool
-	Log          logr.Logger
+	// Global is the cluster's global CIDR laid out (globalnet.ClusterLayout), nil when it has
+	// none: each Vpc's gateway gets an external address from its pool (VpcExternalIPs).
+	Global *globalip.Layout
+	Log    logr.Logger
 }
 
 // gatewaySources are where the reconciler reads the active gateway's node from; none in
@@ -216,6 +222,34 @@ var namedGatewayChange = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) b
 	return NamedGateway(oldCM) != NamedGateway(newCM)
 }}
 
+// vpcExternalIPChange keeps a Vpc's change of external address: another Vpc may have met it.
+var vpcExternalIPChange = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	DeleteFunc: func(event.DeleteEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, okOld := e.ObjectOld.(*v1alpha1.Vpc)
+		n, okNew := e.ObjectNew.(*v1alpha1.Vpc)
+		return okOld && okNew && !equality.Semantic.DeepEqual(o.Status.Gateway, n.Status.Gateway)
+	},
+	GenericFunc: func(event.GenericEvent) bool { return false },
+}
+
+// heldAddressChange keeps the GlobalIngressIP and GlobalEgressIP events that change which
+// addresses of the pool they hold: created, deleted, or their status's addresses changed.
+var heldAddressChange = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		switch o := e.ObjectOld.(type) {
+		case *v1alpha1.GlobalIngressIP:
+			n, ok := e.ObjectNew.(*v1alpha1.GlobalIngressIP)
+			return !ok || o.Status.IP != n.Status.IP
+		case *v1alpha1.GlobalEgressIP:
+			n, ok := e.ObjectNew.(*v1alpha1.GlobalEgressIP)
+			return !ok || !slices.Equal(o.Status.AllocatedIPs, n.Status.AllocatedIPs)
+		}
+		return true
+	},
+}
+
 // vpcChange keeps the Vpc updates that can move pods or OVN rows: spec (generation) and
 // deletion, not the status the VpcReconciler writes.
 var vpcChange = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
@@ -287,7 +321,7 @@ func addVpcController(mgr manager.Manager, nb VpcApplier, o Options) error {
 	c := mgr.GetClient()
 	gatewayCM, gatewayLs := o.gatewaySources()
 	r := &VpcReconciler{
-		Client: c, NB: nb, ClusterID: o.ClusterID, GatewayConfigMap: gatewayCM, GatewayLease: gatewayLs,
+		Client: c, NB: nb, ClusterID: o.ClusterID, GatewayConfigMap: gatewayCM, GatewayLease: gatewayLs, Global: o.Global,
 		Events: mgr.GetEventRecorder("octopus-ovnmaster"), Log: o.Log.WithName("vpc"),
 	}
 	allVpcs := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
@@ -321,7 +355,10 @@ func addVpcController(mgr manager.Manager, nb VpcApplier, o Options) error {
 		})
 	}
 	err := builder.ControllerManagedBy(mgr).Named("vpc").
-		Watches(&v1alpha1.Vpc{}, allVpcs, builder.WithPredicates(vpcChange)).
+		Watches(&v1alpha1.Vpc{}, allVpcs, builder.WithPredicates(predicate.Or(vpcChange, vpcExternalIPChange))).
+		// Their addresses share the pool with the VPC gateways' (a clash moves the younger).
+		Watches(&v1alpha1.GlobalIngressIP{}, allVpcs, builder.WithPredicates(heldAddressChange)).
+		Watches(&v1alpha1.GlobalEgressIP{}, allVpcs, builder.WithPredicates(heldAddressChange)).
 		Watches(&corev1.Pod{}, podVpcs, builder.WithPredicates(relevantPodChange)).
 		Watches(&v1alpha1.VpcNatTunnel{}, named(func(o client.Object) string { return o.(*v1alpha1.VpcNatTunnel).Spec.NatGwDp })).
 		Watches(&v1alpha1.VpcDnsForward{}, named(func(o client.Object) string { return o.(*v1alpha1.VpcDnsForward).Spec.Vpc })).

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +23,8 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
+	"github.com/octopus-mcs/octopus/internal/globalnet"
+	"github.com/octopus-mcs/octopus/internal/globalnet/globalip"
 	"github.com/octopus-mcs/octopus/internal/secondarynet/podnet"
 )
 
@@ -37,6 +40,9 @@ const (
 	ReasonVpcApplyFailed = "ApplyFailed"
 	ReasonVpcBound       = "Bound"
 	ReasonVpcDeleting    = "Deleting"
+	// ReasonVpcNoGateway is the reason of ExternalIPAllocated=False for a Vpc that can have
+	// no gateway.
+	ReasonVpcNoGateway = "NoGateway"
 )
 
 // VpcApplier writes VPCs into the NB database; *ovn.Client is one.
@@ -59,8 +65,12 @@ type VpcReconciler struct {
 	// active gateway's node, and follows it. Both zero (interconnect mode) or no active
 	// gateway: the VPCs have no gateway.
 	GatewayConfigMap, GatewayLease types.NamespacedName
-	Events                         events.EventRecorder
-	Log                            logr.Logger
+	// Global is the cluster's global CIDR laid out, nil when it has none: each Vpc's gateway
+	// gets an external address of its pool (status.gateway.externalIP), written on the
+	// gateway's port for the gateway node.
+	Global *globalip.Layout
+	Events events.EventRecorder
+	Log    logr.Logger
 }
 
 // Reconcile makes one Vpc so.
@@ -151,6 +161,18 @@ func (r *VpcReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 	}
 	var gateway string
 	desired.Gateway, gateway = VpcGatewayOn(desired, chassis)
+	external, err := r.externalIP(ctx, vpc, vpcs.Items)
+	if err != nil {
+		return reconcile.Result{}, errors.Join(r.patchStatus(ctx, vpc, status), fmt.Errorf("VPC %s: %w", vpc.Name, err))
+	}
+	setCondition(v1alpha1.VpcConditionExternalIP, external.ok, external.reason, external.message)
+	status.Gateway = nil
+	if external.ip.IsValid() {
+		status.Gateway = &v1alpha1.VpcGatewayStatus{ExternalIP: external.ip.String()}
+		if desired.Gateway != nil {
+			desired.Gateway.ExternalIP = external.ip
+		}
+	}
 	refused := map[ovn.PodKey]error{}
 	for _, pod := range inVpc {
 		k := ovn.PodKey{Namespace: pod.Namespace, Name: pod.Name}
@@ -199,6 +221,55 @@ func (r *VpcReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 			"router, %d subnet(s) and %s in OVN; %d of %d pods attached", len(desired.Subnets), gateway, len(res.Attached), len(inVpc)))
 	}
 	return reconcile.Result{}, errors.Join(concurrently(writes), r.patchStatus(ctx, vpc, status))
+}
+
+// externalAddress is a Vpc's external address and what its ExternalIPAllocated condition says.
+type externalAddress struct {
+	ip              netip.Addr
+	ok              bool
+	reason, message string
+}
+
+// externalIP is vpc's external address (VpcExternalIPs over every Vpc and the cluster's
+// GlobalIngressIPs and GlobalEgressIPs, which share the pool), or why it has none.
+func (r *VpcReconciler) externalIP(ctx context.Context, vpc *v1alpha1.Vpc, vpcs []v1alpha1.Vpc) (externalAddress, error) {
+	if r.Global == nil {
+		return externalAddress{reason: v1alpha1.ReasonNoGlobalCIDR, message: "this cluster has no global CIDR (the ovnmaster's --global-cidr), so the VPC's gateway has no external address and SNATs nothing; join the cluster with a global CIDR to give it one"}, nil
+	}
+	if !VpcWantsExternalIP(vpc) {
+		return externalAddress{reason: ReasonVpcNoGateway, message: "the Vpc can have no gateway (see Ready), so it holds no external address"}, nil
+	}
+	var ingress v1alpha1.GlobalIngressIPList
+	if err := r.Client.List(ctx, &ingress); err != nil {
+		return externalAddress{}, fmt.Errorf("listing GlobalIngressIPs (their addresses share the pool with the VPC gateways'): %w", err)
+	}
+	var egress v1alpha1.GlobalEgressIPList
+	if err := r.Client.List(ctx, &egress); err != nil {
+		return externalAddress{}, fmt.Errorf("listing GlobalEgressIPs (their ranges share the pool with the VPC gateways'): %w", err)
+	}
+	ip, ok := globalnet.VpcExternalIPs(*r.Global, vpcs, VpcWantsExternalIP, ingress.Items, egress.Items)[vpc.Name]
+	if !ok {
+		return externalAddress{reason: v1alpha1.ReasonPoolExhausted, message: fmt.Sprintf(
+			"no free address in the pool %s of global CIDR %s (shared with global ingress addresses and GlobalEgressIP ranges): unexport services, delete GlobalEgressIPs or other Vpcs",
+			r.Global.Pool, r.Global.CIDR)}, nil
+	}
+	return externalAddress{ip: ip, ok: true, reason: v1alpha1.ReasonAllocated, message: fmt.Sprintf(
+		"%s is the VPC gateway's external address, in the pool %s of global CIDR %s", ip, r.Global.Pool, r.Global.CIDR)}, nil
+}
+
+// VpcWantsExternalIP says whether v should hold an external address: one that can have a
+// gateway (a valid spec, no subnet over the gateway's link), whether or not a gateway node is
+// active right now, so that a failover never costs the address other clusters reach it at;
+// while being deleted, only the address it holds (its gateway lives until its rows go).
+func VpcWantsExternalIP(v *v1alpha1.Vpc) bool {
+	desired, err := DesiredVpc("", v)
+	if err != nil {
+		return false
+	}
+	if gw, _ := VpcGatewayOn(desired, "any"); gw == nil {
+		return false
+	}
+	return v.DeletionTimestamp.IsZero() || v.Status.Gateway != nil
 }
 
 // users are what keeps a deleted Vpc: its pods, and the VpcNatTunnels and VpcDnsForwards
@@ -338,7 +409,7 @@ func (r *VpcReconciler) pods() *Reconciler {
 
 // patchStatus writes the Vpc's status if it changed.
 func (r *VpcReconciler) patchStatus(ctx context.Context, vpc *v1alpha1.Vpc, status *v1alpha1.VpcStatus) error {
-	if equalConditions(vpc.Status.Conditions, status.Conditions) {
+	if equalConditions(vpc.Status.Conditions, status.Conditions) && equality.Semantic.DeepEqual(vpc.Status.Gateway, status.Gateway) {
 		return nil
 	}
 	patched := vpc.DeepCopy()

@@ -23,7 +23,9 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/tunneltest"
+	"github.com/octopus-mcs/octopus/internal/globalnet/globalip"
 	"github.com/octopus-mcs/octopus/internal/secondarynet/nriplugin"
 	"github.com/octopus-mcs/octopus/internal/secondarynet/podnet"
 	"github.com/octopus-mcs/octopus/internal/testenv"
@@ -111,6 +113,36 @@ func TestVpcGatewayOn(t *testing.T) {
 	}
 }
 
+// TestVpcWantsExternalIP: a Vpc that can have a gateway wants an address, whether or not a
+// gateway node is active; one whose spec is invalid or whose subnet covers the gateway link
+// does not; one being deleted keeps the address it holds and asks for none.
+func TestVpcWantsExternalIP(t *testing.T) {
+	deleting := func(v v1alpha1.Vpc, ip string) v1alpha1.Vpc {
+		v.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+		if ip != "" {
+			v.Status.Gateway = &v1alpha1.VpcGatewayStatus{ExternalIP: ip}
+		}
+		return v
+	}
+	for _, tc := range []struct {
+		name string
+		v    v1alpha1.Vpc
+		want bool
+	}{
+		{"a valid Vpc", vpcObj("red", time.Time{}, nil, "a", "10.0.1.0/24"), true},
+		{"a subnet over the gateway link", vpcObj("red", time.Time{}, nil, "a", "10.0.1.0/24", "b", "100.64.0.0/10"), false},
+		{"overlapping subnets", vpcObj("red", time.Time{}, nil, "a", "10.0.0.0/16", "b", "10.0.1.0/24"), false},
+		{"being deleted, holding an address", deleting(vpcObj("red", time.Time{}, nil, "a", "10.0.1.0/24"), "242.1.0.9"), true},
+		{"being deleted, holding none", deleting(vpcObj("red", time.Time{}, nil, "a", "10.0.1.0/24"), ""), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := VpcWantsExternalIP(&tc.v); got != tc.want {
+				t.Errorf("VpcWantsExternalIP = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestDesiredVpc: what the API server's CEL refuses is refused here too, naming the field, so a
 // Vpc admitted without that validation is never half-applied.
 func TestDesiredVpc(t *testing.T) {
@@ -148,6 +180,12 @@ func TestDesiredVpc(t *testing.T) {
 // nothing but its generated RBAC against nb.
 func vpcEnv(t *testing.T, nb *ovntest.Server, namespaces ...string) client.Client {
 	t.Helper()
+	return vpcEnvWith(t, nb, nil, namespaces...)
+}
+
+// vpcEnvWith is vpcEnv with the ovnmaster's options edited by edit (nil: none).
+func vpcEnvWith(t *testing.T, nb *ovntest.Server, edit func(*Options), namespaces ...string) client.Client {
+	t.Helper()
 	env := testenv.ControlPlanes(t, clusterID)
 	cfg := env.Cluster(clusterID).RESTConfig()
 	testenv.InstallCRDs(t, cfg)
@@ -157,7 +195,7 @@ func vpcEnv(t *testing.T, nb *ovntest.Server, namespaces ...string) client.Clien
 			t.Fatal(err)
 		}
 	}
-	master(t, asOVNMaster(t, admin, cfg), nb)
+	masterWith(t, asOVNMaster(t, admin, cfg), nb, edit)
 	return admin
 }
 
@@ -307,6 +345,8 @@ func TestVpcController(t *testing.T) {
 
 	createVpc(t, c, "red", []string{"red-apps", "shared"}, "a", "10.0.1.0/24", "b", "10.0.2.0/24")
 	vpcCondition(t, c, "red", v1alpha1.VpcConditionReady, metav1.ConditionTrue, ReasonVpcApplied)
+	// This cluster has no global CIDR: no external address, and the condition says why.
+	vpcCondition(t, c, "red", v1alpha1.VpcConditionExternalIP, metav1.ConditionFalse, v1alpha1.ReasonNoGlobalCIDR, "no global CIDR", "--global-cidr")
 	time.Sleep(1100 * time.Millisecond) // creationTimestamp has seconds: blue must be younger
 	createVpc(t, c, "blue", []string{"blue-apps", "shared"}, "a", "10.0.1.0/24", "b", "10.0.2.0/24")
 	vpcCondition(t, c, "blue", v1alpha1.VpcConditionNamespacesBound, metav1.ConditionFalse, v1alpha1.ReasonNamespaceConflict,
@@ -551,4 +591,144 @@ func dialAnswer(from string, ip netip.Addr, port int) (string, error) {
 		return err
 	})
 	return string(got), err
+}
+
+// externalIPOf waits for the Vpc's ExternalIPAllocated=True and returns its address.
+func externalIPOf(t *testing.T, c client.Client, name string) netip.Addr {
+	t.Helper()
+	vpcCondition(t, c, name, v1alpha1.VpcConditionExternalIP, metav1.ConditionTrue, v1alpha1.ReasonAllocated)
+	v := &v1alpha1.Vpc{}
+	if err := c.Get(t.Context(), client.ObjectKey{Name: name}, v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Status.Gateway == nil {
+		t.Fatalf("Vpc %s: ExternalIPAllocated=True and no status.gateway", name)
+	}
+	a, err := netip.ParseAddr(v.Status.Gateway.ExternalIP)
+	if err != nil {
+		t.Fatalf("Vpc %s: status.gateway.externalIP: %v", name, err)
+	}
+	return a
+}
+
+// waitGatewayExternalIP waits until the VPC's gateway port carries want in its external_ids.
+func waitGatewayExternalIP(t *testing.T, nb *ovntest.Server, vpc string, want netip.Addr) {
+	t.Helper()
+	port := ovn.VpcGatewayPortName(clusterID, vpc)
+	eventually(t, fmt.Sprintf("VPC %s's gateway port with external address %s", vpc, want), func(ctx context.Context) string {
+		out, err := nb.Ctl(ctx, "--if-exists", "get", "Logical_Switch_Port", port, "external_ids:"+owner.OVNKeyExternalIP)
+		if err != nil {
+			return err.Error()
+		}
+		if got := strings.Trim(strings.TrimSpace(out), `"`); got != want.String() {
+			return fmt.Sprintf("external_ids:%s = %q", owner.OVNKeyExternalIP, got)
+		}
+		return ""
+	})
+}
+
+// TestVpcExternalIPController runs the ovnmaster with a global CIDR against a real API server
+// and NB database: each Vpc gets an address of the pool that no GlobalIngressIP holds, recorded
+// in its status (with the condition) before any gateway exists, written on its gateway port
+// once there is one, and kept across a failover and an ovnmaster restart; a younger
+// GlobalIngressIP on a Vpc's address does not take it; a full pool is said so; a deleted Vpc
+// frees its address for the next one.
+func TestVpcExternalIPController(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a control plane and an NB database")
+	}
+	nb := ovntest.StartNB(t)
+	layout, err := globalip.NewLayout(netip.MustParsePrefix("242.1.0.0/28"), 0) // pool 242.1.0.8-14
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := testenv.ControlPlanes(t, clusterID)
+	cfg := env.Cluster(clusterID).RESTConfig()
+	testenv.InstallCRDs(t, cfg)
+	c := testenv.Client(t, cfg)
+	ctx := t.Context()
+	for _, ns := range []string{"octopus-system", "shop"} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Six of the pool's seven addresses held by an ingress record: the VPCs share one.
+	for i, ip := range []string{"242.1.0.8", "242.1.0.9", "242.1.0.10", "242.1.0.11", "242.1.0.12", "242.1.0.13"} {
+		g := &v1alpha1.GlobalIngressIP{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: fmt.Sprintf("svc-%d", i)},
+			Spec: v1alpha1.GlobalIngressIPSpec{Target: v1alpha1.GlobalIngressTarget{Kind: v1alpha1.GlobalIngressTargetService, Name: fmt.Sprintf("s%d", i)}}}
+		if err := c.Create(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+		g.Status.IP = ip
+		if err := c.Status().Update(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ovnmasterCfg := asOVNMaster(t, c, cfg)
+	withGlobal := func(o *Options) { o.Global = &layout }
+	stop := masterWith(t, ovnmasterCfg, nb, withGlobal)
+
+	createVpc(t, c, "red", nil, "a", "10.0.1.0/24")
+	red := externalIPOf(t, c, "red")
+	if red.String() != "242.1.0.14" {
+		t.Fatalf("red got %s, want 242.1.0.14, the one address of the pool no ingress record holds", red)
+	}
+	createVpc(t, c, "blue", nil, "a", "10.0.1.0/24")
+	vpcCondition(t, c, "blue", v1alpha1.VpcConditionExternalIP, metav1.ConditionFalse, v1alpha1.ReasonPoolExhausted, "242.1.0.8-242.1.0.14", "242.1.0.0/28")
+
+	// A younger ingress record on red's address does not take it.
+	young := &v1alpha1.GlobalIngressIP{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "svc-young"},
+		Spec: v1alpha1.GlobalIngressIPSpec{Target: v1alpha1.GlobalIngressTarget{Kind: v1alpha1.GlobalIngressTargetService, Name: "young"}}}
+	if err := c.Create(ctx, young); err != nil {
+		t.Fatal(err)
+	}
+	young.Status.IP = red.String()
+	if err := c.Status().Update(ctx, young); err != nil {
+		t.Fatal(err)
+	}
+
+	// A gateway: the address is on its port, and stays through a failover.
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "octopus-system", Name: "octopus-gateway"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-a"), LeaseDurationSeconds: ptr.To(int32(15))},
+	}
+	if err := c.Create(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	waitVpcGatewayChassis(t, nb, "red", "node-a")
+	waitGatewayExternalIP(t, nb, "red", red)
+	lease.Spec.HolderIdentity = ptr.To("node-b")
+	if err := c.Update(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	waitVpcGatewayChassis(t, nb, "red", "node-b")
+	waitGatewayExternalIP(t, nb, "red", red)
+	if got := externalIPOf(t, c, "red"); got != red {
+		t.Errorf("red's address moved from %s to %s with its gateway", red, got)
+	}
+
+	// A restarted ovnmaster keeps it.
+	stop()
+	masterWith(t, ovnmasterCfg, nb, withGlobal)
+	createVpc(t, c, "green", nil, "a", "10.0.1.0/24") // a pass after the restart
+	vpcCondition(t, c, "green", v1alpha1.VpcConditionExternalIP, metav1.ConditionFalse, v1alpha1.ReasonPoolExhausted)
+	if got := externalIPOf(t, c, "red"); got != red {
+		t.Errorf("red's address moved from %s to %s across a restart", red, got)
+	}
+	waitGatewayExternalIP(t, nb, "red", red)
+
+	// red deleted: its address goes to one of the two waiting, blue (the first by name). The
+	// younger record on it goes first: no agent runs here, whose allocator would have taken
+	// its address away (red is older) and found it no other.
+	if err := c.Delete(ctx, young); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, &v1alpha1.Vpc{ObjectMeta: metav1.ObjectMeta{Name: "red"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := externalIPOf(t, c, "blue"); got != red {
+		t.Errorf("blue got %s after red went, want red's %s", got, red)
+	}
+	waitGatewayExternalIP(t, nb, "blue", red)
+	vpcCondition(t, c, "green", v1alpha1.VpcConditionExternalIP, metav1.ConditionFalse, v1alpha1.ReasonPoolExhausted)
 }
