@@ -81,6 +81,10 @@ type VpcGateway struct {
 	Subnets []netip.Prefix
 	// MTU of both ends; 0 leaves the kernel's default.
 	MTU int
+	// ExternalIP is the VPC's external address (optional): the gateway holds it on its
+	// outside veth (vpcoutside.go), and the node routes it there. The zero Addr: no outside
+	// veth (one there goes).
+	ExternalIP netip.Addr
 }
 
 // NetnsPath is the path of the gateway's namespace.
@@ -117,6 +121,9 @@ func (g VpcGateway) validate() error {
 		if !s.IsValid() || !s.Addr().Is4() {
 			errs = append(errs, fmt.Errorf("subnet %v is not an IPv4 prefix", s))
 		}
+	}
+	if g.ExternalIP.IsValid() && (!g.ExternalIP.Is4() || g.ExternalIP.IsUnspecified()) {
+		errs = append(errs, fmt.Errorf("external address %v is not an IPv4 unicast address", g.ExternalIP))
 	}
 	if g.MTU < 0 || g.MTU > 65535 {
 		errs = append(errs, fmt.Errorf("MTU %d out of range", g.MTU))
@@ -190,6 +197,9 @@ func ReconcileVpcGateway(ctx context.Context, g VpcGateway) (changed []string, e
 	}
 	// Routes last: the kernel refuses a next hop that is not on-link yet (address, up).
 	if err := ensureVpcRoutes(gw, link.Attrs().Index, g, c); err != nil {
+		return c.list, err
+	}
+	if err := ensureVpcOutside(node, gw, g, c); err != nil {
 		return c.list, err
 	}
 	return c.list, ensureOVSPort(ctx, g.Node, hostName, bridgePortIndex, g.Port, externalIDVpcGateway, g.Vpc, fresh, c)
@@ -415,8 +425,9 @@ func DetachVpcGateway(ctx context.Context, n Node, dir, vpc string) error {
 	if node, err := handleAt(n.Netns); err != nil {
 		linkErr = err
 	} else {
-		// Deleting the node end deletes the pair.
-		linkErr = removeLink(node, hostName)
+		// Deleting the node end deletes the pair (and the node's route to the external
+		// address with the outside one).
+		linkErr = errors.Join(removeLink(node, hostName), removeLink(node, VpcGatewayOutsideNodeLink(vpc)))
 		node.close()
 	}
 	return errors.Join(portErr, linkErr, removeNetns(vpcNetnsPath(dir, vpc)))

@@ -17,6 +17,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
+	"github.com/octopus-mcs/octopus/internal/datapath/vpcnat"
 	"github.com/octopus-mcs/octopus/internal/metricsserver"
 )
 
@@ -180,6 +181,8 @@ type VpcLoop struct {
 	reconcile func(context.Context, podport.VpcGateway) ([]string, error)
 	detach    func(ctx context.Context, n podport.Node, dir, vpc string) error
 	present   func(ctx context.Context, n podport.Node, dir string) ([]string, error)
+	// snat is vpcnat's ApplyIn (the nft writer made at first use); tests replace it.
+	snat func(ctx context.Context, netnsPath string, s vpcnat.SNAT) error
 	// last is the error of the last check (nil after one that succeeded); errNotChecked
 	// before the first.
 	last atomic.Pointer[error]
@@ -215,7 +218,7 @@ func NewVpcLoop(o VpcOptions) (*VpcLoop, error) {
 		o.Interval = DefaultInterval
 	}
 	l := &VpcLoop{o: o, reconcile: podport.ReconcileVpcGateway, detach: podport.DetachVpcGateway,
-		present: podport.VpcGatewaysOnNode, attached: map[string]bool{}}
+		present: podport.VpcGatewaysOnNode, attached: map[string]bool{}, snat: lazySNAT()}
 	l.set(errNotChecked)
 	return l, nil
 }
@@ -255,7 +258,7 @@ func vpcGatewayPlan(o VpcOptions, desired []ovn.VpcGatewayPort, present []string
 		want[d.Vpc] = true
 		attach = append(attach, podport.VpcGateway{
 			Node: o.Node, NetnsDir: o.NetnsDir, Vpc: d.Vpc, Port: d.Port, MAC: d.MAC, IP: d.IP,
-			Via: d.Gateway, Subnets: slices.Clone(d.Subnets), MTU: o.MTU,
+			Via: d.Gateway, Subnets: slices.Clone(d.Subnets), MTU: o.MTU, ExternalIP: d.ExternalIP,
 		})
 	}
 	for _, vpc := range present {
@@ -264,6 +267,36 @@ func vpcGatewayPlan(o VpcOptions, desired []ovn.VpcGatewayPort, present []string
 		}
 	}
 	return attach, remove
+}
+
+// gatewaySNAT is the SNAT of g's namespace: the VPC's subnets to its external address, leaving
+// by any interface but the VPC's link; none without an external address.
+func gatewaySNAT(g podport.VpcGateway) vpcnat.SNAT {
+	s := vpcnat.SNAT{EgressIP: g.ExternalIP, VpcInterface: podport.VpcGatewayInterface}
+	if g.ExternalIP.IsValid() {
+		s.Subnets = slices.Clone(g.Subnets)
+	}
+	return s
+}
+
+// lazySNAT is vpcnat's ApplyIn with a writer made at its first use: a node whose VPC
+// gateways never need one does not need the nft binary either.
+func lazySNAT() func(context.Context, string, vpcnat.SNAT) error {
+	var mu sync.Mutex
+	var w *vpcnat.Writer
+	return func(ctx context.Context, netnsPath string, s vpcnat.SNAT) error {
+		mu.Lock()
+		if w == nil {
+			nw, err := vpcnat.New()
+			if err != nil {
+				mu.Unlock()
+				return err
+			}
+			w = nw
+		}
+		mu.Unlock()
+		return w.ApplyIn(ctx, netnsPath, s)
+	}
 }
 
 // once runs one check: it reads what is requested here, attaches or repairs each, removes the
@@ -299,6 +332,16 @@ func (l *VpcLoop) check(ctx context.Context) error {
 		if err != nil {
 			if ctx.Err() == nil {
 				l.o.Log.Error(err, "Failed to attach the VPC gateway; retrying", "vpc", g.Vpc, "port", g.Port, "changes", changed)
+			}
+			errs = append(errs, err)
+			continue
+		}
+		// The SNAT after the interfaces: the table is written whole each check (one nft
+		// transaction; the same again changes nothing a packet sees), and removed without an
+		// external address.
+		if err := l.snat(ctx, g.NetnsPath(), gatewaySNAT(g)); err != nil {
+			if ctx.Err() == nil {
+				l.o.Log.Error(err, "Failed to write the VPC gateway's SNAT; retrying", "vpc", g.Vpc, "externalIP", g.ExternalIP)
 			}
 			errs = append(errs, err)
 			continue

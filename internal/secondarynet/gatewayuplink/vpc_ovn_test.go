@@ -17,6 +17,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
@@ -301,4 +302,118 @@ func exists(t *testing.T, path, name string) bool {
 	t.Helper()
 	err := exec.Command("nsenter", "--net="+path, "ip", "link", "show", name).Run()
 	return err == nil
+}
+
+// serveSourceIn answers every TCP connection to ip:7003 in the namespace at path with the
+// source address it came from.
+func serveSourceIn(t *testing.T, path string, ip netip.Addr) {
+	t.Helper()
+	var ln net.Listener
+	if err := inNetns(path, func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(ip, 7003).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte(c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap().String()))
+			_ = c.Close()
+		}
+	}()
+}
+
+// TestVpcGatewayEgressOnRealOVN runs the loop on a gateway chassis for a VPC whose gateway has
+// an external address (real OVN daemons, a pod chassis and the gateway chassis on an
+// underlay): the VPC's pod reaches a listener in the gateway node's own namespace, beyond the
+// gateway namespace's outside veth, and the listener sees the external address (the SNAT in
+// the gateway's namespace), not the pod's; the address removed from the NB row takes the
+// outside veth and the SNAT table, and the pod reaches the node no more.
+func TestVpcGatewayEgressOnRealOVN(t *testing.T) {
+	central := ovntest.StartCentral(t)
+	podNode, gw := ovntest.StartChassis(t, central), ovntest.StartChassis(t, central)
+	ovntest.Underlay(t, 247, podNode, gw)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	master, err := ovn.Connect(ctx, ovn.Options{Endpoint: central.NB.Endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(master.Close)
+	external := netip.MustParseAddr("242.1.0.9")
+	p1 := ovn.VpcPod{Pod: ovn.Pod{Namespace: "apps", Name: "p1", UID: "p1"}, Subnet: "a"}
+	red := ovn.Vpc{ClusterID: "east", Name: "red", Subnets: []ovn.Subnet{{Name: "a", CIDR: netip.MustParsePrefix("10.112.0.0/24")}},
+		Pods: []ovn.VpcPod{p1}, Gateway: &ovn.VpcGateway{Chassis: gw.Name(), ExternalIP: external}}
+	res, err := master.ApplyVpc(ctx, red)
+	if err != nil {
+		t.Fatal(err)
+	}
+	att := res.Attached[ovn.PodKey{Namespace: "apps", Name: "p1"}]
+	redPod := attachPod(t, podNode, central, att)
+
+	dir := t.TempDir()
+	var logs logLines
+	l, err := NewVpcLoop(VpcOptions{ClusterID: "east", Chassis: gw.Name(), Node: gw.Node(), NetnsDir: dir, MTU: 1400,
+		Source: &NBSource{Endpoint: central.NB.Endpoint}, Interval: 200 * time.Millisecond, Log: logs.logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	loopCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- l.Run(loopCtx) }()
+	t.Cleanup(func() {
+		defer l.o.Source.(*NBSource).Close()
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+		_ = podport.DetachVpcGateway(context.Background(), gw.Node(), dir, "red")
+	})
+
+	// The listener on the gateway node itself, outside everything the VPC has.
+	listener := netip.MustParseAddr("192.0.2.30")
+	if out, err := exec.Command("nsenter", "--net="+gw.Node().Netns, "ip", "addr", "add", listener.String()+"/32", "dev", "lo").CombinedOutput(); err != nil {
+		t.Fatalf("adding %s on the gateway node: %v: %s", listener, err, out)
+	}
+	serveSourceIn(t, gw.Node().Netns, listener)
+	testenv.Eventually(t, 30*time.Second, "red's pod reaching the gateway node as "+external.String(), func() error {
+		got, err := dial(redPod, listener)
+		if err != nil || got != external.String() {
+			return fmt.Errorf("the listener saw %q, want %s (the pod is %s): %w", got, external, att.IP.Addr(), err)
+		}
+		return nil
+	})
+	gwNetns := podport.VpcGateway{NetnsDir: dir, Vpc: "red"}.NetnsPath()
+	table := func() error {
+		return exec.Command("nsenter", "--net="+gwNetns, "nft", "list", "table", "inet", owner.VpcGatewayNFTTable).Run()
+	}
+	if err := table(); err != nil {
+		t.Errorf("no SNAT table in the gateway's namespace: %v", err)
+	}
+
+	// No external address any more: the outside veth and the SNAT go, the node is out of reach.
+	red.Gateway.ExternalIP = netip.Addr{}
+	if _, err := master.ApplyVpc(ctx, red); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 20*time.Second, "the outside veth and the SNAT gone", func() error {
+		if exists(t, gw.Node().Netns, podport.VpcGatewayOutsideNodeLink("red")) {
+			return errors.New("the outside veth is still there")
+		}
+		if table() == nil {
+			return errors.New("the SNAT table is still there")
+		}
+		return nil
+	})
+	if got, err := dial(redPod, listener); err == nil {
+		t.Errorf("red's pod reaches the gateway node without an external address: %q", got)
+	}
+	if n := logs.count("Failed"); n != 0 {
+		t.Errorf("the loop logged %d failures: %q", n, logs.all())
+	}
 }

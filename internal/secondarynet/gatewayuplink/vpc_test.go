@@ -16,6 +16,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
+	"github.com/octopus-mcs/octopus/internal/datapath/vpcnat"
 	"github.com/octopus-mcs/octopus/internal/testenv"
 )
 
@@ -24,6 +25,13 @@ func gatewayPort(vpc string) ovn.VpcGatewayPort {
 		Port: ovn.VpcGatewayPortName("east", vpc), MAC: net.HardwareAddr{0x0a, 0x58, 100, 127, 255, 254},
 		IP: netip.MustParsePrefix("100.127.255.254/30"), Gateway: netip.MustParseAddr("100.127.255.253"),
 	}, Subnets: []netip.Prefix{netip.MustParsePrefix("10.0.1.0/24")}}
+}
+
+// addressed is gatewayPort(vpc) with the external address ip.
+func addressed(vpc, ip string) ovn.VpcGatewayPort {
+	p := gatewayPort(vpc)
+	p.ExternalIP = netip.MustParseAddr(ip)
+	return p
 }
 
 func TestVpcGatewayPlan(t *testing.T) {
@@ -37,6 +45,7 @@ func TestVpcGatewayPlan(t *testing.T) {
 		{"nothing", nil, nil, nil, nil},
 		{"a new gateway", []ovn.VpcGatewayPort{gatewayPort("red")}, nil, []string{"red"}, nil},
 		{"kept and checked", []ovn.VpcGatewayPort{gatewayPort("red")}, []string{"red"}, []string{"red"}, nil},
+		{"with its external address", []ovn.VpcGatewayPort{addressed("red", "242.1.0.9")}, nil, []string{"red"}, nil},
 		{"moved away or gone", []ovn.VpcGatewayPort{gatewayPort("red")}, []string{"blue", "red"}, []string{"red"}, []string{"blue"}},
 		{"none requested here", nil, []string{"blue", "red"}, nil, []string{"blue", "red"}},
 	} {
@@ -46,6 +55,12 @@ func TestVpcGatewayPlan(t *testing.T) {
 			for _, g := range attach {
 				names = append(names, g.Vpc)
 				d := gatewayPort(g.Vpc)
+				if i := slices.IndexFunc(tc.desired, func(p ovn.VpcGatewayPort) bool { return p.Vpc == g.Vpc }); i >= 0 {
+					d = tc.desired[i]
+				}
+				if g.ExternalIP != d.ExternalIP {
+					t.Errorf("attach %s with external address %v, want %v", g.Vpc, g.ExternalIP, d.ExternalIP)
+				}
 				if g.Node != o.Node || g.NetnsDir != o.NetnsDir || g.MTU != 1400 || g.Port != d.Port || g.IP != d.IP ||
 					g.Via != d.Gateway || g.MAC.String() != d.MAC.String() || !slices.Equal(g.Subnets, d.Subnets) {
 					t.Errorf("attach %+v, want the port %+v on the node", g, d)
@@ -99,6 +114,15 @@ func TestVpcLoopChecks(t *testing.T) {
 		delete(onNode, vpc)
 		return nil
 	}
+	snats := map[string]string{}
+	var snatErr error
+	l.snat = func(_ context.Context, path string, s vpcnat.SNAT) error {
+		if snatErr != nil {
+			return snatErr
+		}
+		snats[path] = fmt.Sprintf("%v to %v out of all but %s", s.Subnets, s.EgressIP, s.VpcInterface)
+		return nil
+	}
 	l.reconcile = func(_ context.Context, g podport.VpcGateway) ([]string, error) {
 		if reconcileErr != nil {
 			return nil, reconcileErr
@@ -131,14 +155,22 @@ func TestVpcLoopChecks(t *testing.T) {
 		fail     error
 		lines    []string // what each line the check logs says
 		detached []string
+		snatFail error
+		snat     string // red's namespace's SNAT after the step ("" to skip the check)
 	}{
-		{"red requested here, blue not", []ovn.VpcGatewayPort{gatewayPort("red")}, []string{"created the namespace"}, nil, []string{"Attached the VPC gateway", "Removed the VPC gateway"}, []string{"blue"}},
-		{"red found right", []ovn.VpcGatewayPort{gatewayPort("red")}, nil, nil, nil, nil},
-		{"red repaired", []ovn.VpcGatewayPort{gatewayPort("red")}, []string{"added 100.127.255.254/30 to vpc"}, nil, []string{"Repaired the VPC gateway"}, nil},
-		{"red failing", []ovn.VpcGatewayPort{gatewayPort("red")}, nil, errors.New("boom"), []string{"Failed to attach the VPC gateway"}, nil},
-		{"red moved away", nil, nil, nil, []string{"Removed the VPC gateway"}, []string{"red"}},
+		{"red requested here, blue not", []ovn.VpcGatewayPort{gatewayPort("red")}, []string{"created the namespace"}, nil, []string{"Attached the VPC gateway", "Removed the VPC gateway"}, []string{"blue"}, nil, ""},
+		{"red found right", []ovn.VpcGatewayPort{gatewayPort("red")}, nil, nil, nil, nil, nil, "[] to invalid IP out of all but vpc"},
+		{"red given an external address", []ovn.VpcGatewayPort{addressed("red", "242.1.0.9")}, nil, nil, nil, nil, nil, "[10.0.1.0/24] to 242.1.0.9 out of all but vpc"},
+		{"red's SNAT failing", []ovn.VpcGatewayPort{addressed("red", "242.1.0.9")}, nil, errors.New("nft: boom"), []string{"Failed to write the VPC gateway's SNAT"}, nil, errors.New("nft: boom"), ""},
+		{"red repaired", []ovn.VpcGatewayPort{gatewayPort("red")}, []string{"added 100.127.255.254/30 to vpc"}, nil, []string{"Repaired the VPC gateway"}, nil, nil, ""},
+		{"red failing", []ovn.VpcGatewayPort{gatewayPort("red")}, nil, errors.New("boom"), []string{"Failed to attach the VPC gateway"}, nil, nil, ""},
+		{"red moved away", nil, nil, nil, []string{"Removed the VPC gateway"}, []string{"red"}, nil, ""},
 	} {
-		src.gateways, src.err, changes, reconcileErr, detached = step.gateways, nil, step.changes, step.fail, nil
+		src.gateways, src.err, changes, detached, snatErr = step.gateways, nil, step.changes, nil, step.snatFail
+		reconcileErr = step.fail
+		if step.snatFail != nil {
+			reconcileErr = nil // the attach works, its SNAT fails
+		}
 		before := len(logs.all())
 		err := l.once(ctx)
 		if (err != nil) != (step.fail != nil) {
@@ -147,6 +179,9 @@ func TestVpcLoopChecks(t *testing.T) {
 		lines := logs.all()[before:]
 		if !slices.EqualFunc(lines, step.lines, strings.Contains) {
 			t.Errorf("%s: logged %q, want lines saying %q", step.name, lines, step.lines)
+		}
+		if got := snats["/run/netns/octvpc-red"]; step.snat != "" && got != step.snat {
+			t.Errorf("%s: red's SNAT %q, want %q", step.name, got, step.snat)
 		}
 		if !slices.Equal(detached, step.detached) {
 			t.Errorf("%s: removed %v, want %v", step.name, detached, step.detached)
