@@ -289,6 +289,10 @@ func (r *hubComponents) Start(ctx context.Context) error {
 	if err := SetupGatewayExIPSync(r.mgr, copies, hubCfg, cred.Namespace, cred.ClusterID); err != nil {
 		return err
 	}
+	// This cluster's VPC gateways, published for the others' VpcNatTunnels (issue 33).
+	if err := SetupGatewayExIPPublish(r.mgr, hubCfg, cred.Namespace, cred.ClusterID, cl.Spec.GlobalCIDR); err != nil {
+		return err
+	}
 	// The VpcNatTunnels' status: the remote gateways above, and this cluster's global CIDR.
 	if err := SetupVpcNatTunnels(r.mgr, copies, cl.Spec.GlobalCIDR, KernelGREProbe()); err != nil {
 		return err
