@@ -37,6 +37,11 @@ import (
 // <Dir>/logs/operator-hub.log).
 const hubOperatorProcess = "operator-hub"
 
+// operatorReconcileSlack is how long past its retry interval a member's operator may take to
+// notice another cluster on the hub: the time of a reconcile (hub reads, the Helm release's
+// status) on a loaded machine.
+const operatorReconcileSlack = 30 * time.Second
+
 // TestOperatorLab proves issue 18's first bullets on real nodes (kubelet, containerd): a hub and
 // two clusters that the lab brings up unjoined (lab.Options.Unjoined: control planes, nodes,
 // images, no Octopus) become a connected cluster set only through `kubectl apply` of three
@@ -209,8 +214,9 @@ spec:
 			apply(c)
 		}
 		// Then the others: from the moment a second cluster is on the hub (plus the operator's
-		// retry interval, which is when a lone cluster looks again), no Fabric may say its
-		// gateways are connected while its Peer is not connected to every other member.
+		// retry interval, which is when a lone cluster looks again, and a reconcile's own time:
+		// under CI's load one took 16.5 s from the last update to the next, CI19), no Fabric may
+		// say its gateways are connected while its Peer is not connected to every other member.
 		hubc := kubeClient(t, hubKubeconfig)
 		live := &operatorLive{ctx: ctx, hub: hubc, members: members}
 		var othersSince time.Time
@@ -224,7 +230,7 @@ spec:
 				}
 			}
 			if c := meta.FindStatusCondition(f.Status.Conditions, v1alpha1.FabricGatewaysConnected); c != nil && c.Status == metav1.ConditionTrue &&
-				!othersSince.IsZero() && time.Since(othersSince) > operator.DefaultRetryInterval+5*time.Second {
+				!othersSince.IsZero() && time.Since(othersSince) > operator.DefaultRetryInterval+operatorReconcileSlack {
 				p, err := live.peer(f.Spec.JoinConfig.ClusterID)
 				if err == nil {
 					err = live.connected(p)

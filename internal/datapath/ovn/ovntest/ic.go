@@ -56,6 +56,7 @@ func (c *Central) StartOVNIC(t testing.TB, ic *Interconnection) {
 		"--ovnnb-db="+c.NB.Endpoint, "--ovnsb-db="+c.SB.Endpoint,
 		"--ic-nb-db="+ic.NB.Endpoint, "--ic-sb-db="+ic.SB.Endpoint,
 		"--unixctl="+filepath.Join(c.dir, "ic.ctl"), "--log-file="+filepath.Join(c.dir, "ovn-ic.log"))
+	logOnFailure(t, filepath.Join(c.dir, "ovn-ic.log"))
 	t.Cleanup(func() { p.stop(t) })
 }
 

@@ -138,8 +138,31 @@ func StartCentral(t testing.TB) *Central {
 	northd := start(t, dir, "", "ovn-northd",
 		"--ovnnb-db="+c.NB.Endpoint, "--ovnsb-db="+c.SB.Endpoint,
 		"--unixctl="+filepath.Join(dir, "northd.ctl"), "--log-file="+filepath.Join(dir, "northd.log"))
+	logOnFailure(t, filepath.Join(dir, "northd.log"))
 	t.Cleanup(func() { northd.stop(t) })
 	return c
+}
+
+// logOnFailure logs the end of a daemon's log file when the test has failed, once the daemon
+// is stopped (register it before the stop: cleanups run last first): the scratch directory
+// goes with the test, and with it the only account of what the daemon did.
+func logOnFailure(t testing.TB, file string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Logf("%s: %v", file, err)
+			return
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		const keep = 60
+		if len(lines) > keep {
+			lines = lines[len(lines)-keep:]
+		}
+		t.Logf("the last %d lines of %s:\n%s", len(lines), filepath.Base(file), strings.Join(lines, "\n"))
+	})
 }
 
 // StartNBTLS is StartNB with the server also listening on SSLEndpoint with tls: there, as
