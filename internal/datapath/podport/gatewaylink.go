@@ -165,8 +165,9 @@ const gatewayVsctlTimeout = 5 * time.Second
 // externalIDIfindex records, on a gateway's Interface row, the ifindex of the device the port
 // was added for: ovs-vswitchd does not reopen a device that came back under a port's name (on
 // the userspace datapath it keeps reading the old one: "No such device", and the port carries
-// nothing, seen with a VPC gateway's veth deleted), and the Interface's own ifindex column
-// cannot tell, since it follows the name. A row recording another device's index is stale.
+// nothing, seen with a VPC gateway's veth deleted). The record is ours, not OVS's ifindex
+// column, which ovs-vswitchd fills in on its own schedule. A row recording another device's
+// index is stale.
 const externalIDIfindex = "octopus-ifindex"
 
 // ensureOVSPort makes the veth end name (the device with index ifindex) a port of the node's
