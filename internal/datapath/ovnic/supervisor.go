@@ -213,12 +213,17 @@ func Probe(ctx context.Context, file string, argv []string) (waiting bool, err e
 	if err == nil {
 		return false, nil
 	}
-	if readErr == nil {
-		if _, parseErr := ParseEndpoints(data); parseErr != nil {
-			return true, nil
-		}
+	if readErr == nil && !validEndpoints(data) {
+		return true, nil
 	}
 	return false, fmt.Errorf("probing ovn-ic with %q: %w: %s", argv, err, out)
+}
+
+// validEndpoints says whether data parses as the endpoints file, which the Supervisor starts
+// ovn-ic on only then.
+func validEndpoints(data []byte) bool {
+	_, err := ParseEndpoints(data)
+	return err == nil
 }
 
 // ExecStarter starts argv as a child process with the supervisor's stdout and stderr (the

@@ -50,6 +50,10 @@ func TestAttachGatewayRefusesIncompleteInput(t *testing.T) {
 // disturbs it the ways a node can (another address, another MAC, the OVS port deleted, half
 // the veth gone, a new block): each AttachGateway puts it right, and one that finds it right
 // leaves the link as it was (same ifindex: the active gateway's traffic is not interrupted).
+// remade is the subtest that makes a gateway's veth again behind its OVS port: the port must be
+// added again for the new device.
+const remade = "the veth made again behind the OVS port"
+
 func TestAttachGatewayConverges(t *testing.T) {
 	central := ovntest.StartCentral(t)
 	ch := ovntest.StartChassis(t, central)
@@ -89,7 +93,7 @@ func TestAttachGatewayConverges(t *testing.T) {
 		{"the veth deleted", []string{"ip", "link", "del", podport.GatewayLink}},
 		// As a check that made the veth again and failed before re-adding the port leaves
 		// it: the port is bound right, to a device that is gone.
-		{"the veth made again behind the OVS port", []string{"sh", "-ec", "ip -n " + ch.Netns + " link del " + podport.GatewayLink +
+		{remade, []string{"sh", "-ec", "ip -n " + ch.Netns + " link del " + podport.GatewayLink +
 			"; ip -n " + ch.Netns + " link add " + podport.GatewayLink + " type veth peer name " + podport.GatewayBridgePort}},
 		{"ARP on the switch's end", []string{"ip", "link", "set", podport.GatewayBridgePort, "arp", "on"}},
 		{"an IPv6 address on the switch's end", []string{"ip", "addr", "add", "fe80::1/64", "dev", podport.GatewayBridgePort}},
@@ -99,11 +103,15 @@ func TestAttachGatewayConverges(t *testing.T) {
 			if cmd[0] == "ip" {
 				cmd = append([]string{"ip", "-n", ch.Netns}, cmd[1:]...)
 			}
+			row := interfaceRow(t, node, podport.GatewayBridgePort)
 			if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
 				t.Fatalf("%v: %v: %s", cmd, err, out)
 			}
 			attach(true)
 			attach(false)
+			if tc.name == remade && interfaceRow(t, node, podport.GatewayBridgePort) == row {
+				t.Errorf("the OVS port of the veth made again was kept, not added again for the new device")
+			}
 		})
 	}
 

@@ -295,6 +295,17 @@ func listPorts(t *testing.T, n podport.Node) string {
 	return string(out)
 }
 
+// interfaceRow is the _uuid of the OVS Interface row of name: a new one means the port was
+// removed and added again.
+func interfaceRow(t *testing.T, n podport.Node, name string) string {
+	t.Helper()
+	out, err := exec.Command("ovs-vsctl", "--db="+n.OVSDB, "get", "Interface", name, "_uuid").Output()
+	if err != nil {
+		t.Fatalf("ovs-vsctl get Interface %s _uuid: %v", name, err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
 func linkExists(t *testing.T, nsPath, name string) bool {
 	t.Helper()
 	ns, err := netns.GetFromPath(nsPath)

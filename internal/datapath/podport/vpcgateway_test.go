@@ -109,7 +109,7 @@ func TestReconcileVpcGatewayConverges(t *testing.T) {
 		{"the veth deleted", [][]string{inNode("link", "del", hostLink)}},
 		// As a check that made the veth again and failed before re-adding the port leaves
 		// it: the port is bound right, to a device that is gone.
-		{"the veth made again behind the OVS port", [][]string{{"nsenter", "--net=" + node.Netns, "sh", "-ec", `
+		{remade, [][]string{{"nsenter", "--net=" + node.Netns, "sh", "-ec", `
 			nsenter --net=` + g.NetnsPath() + ` sleep 60 & holder=$!
 			while [ "$(readlink /proc/$holder/ns/net)" = "$(readlink /proc/self/ns/net)" ]; do sleep 0.05; done
 			ip link del ` + hostLink + `
@@ -123,6 +123,7 @@ func TestReconcileVpcGatewayConverges(t *testing.T) {
 		{"the namespace unmounted", [][]string{{"umount", "-l", g.NetnsPath()}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			row := interfaceRow(t, node, hostLink)
 			for _, cmd := range tc.disturb {
 				// Bounded: a disturbance that hangs (once seen here, under load) fails the
 				// subtest rather than the whole package's run.
@@ -135,6 +136,9 @@ func TestReconcileVpcGatewayConverges(t *testing.T) {
 			}
 			attach(true)
 			attach(false)
+			if tc.name == remade && interfaceRow(t, node, hostLink) == row {
+				t.Errorf("the OVS port of the veth made again was kept, not added again for the new device")
+			}
 		})
 	}
 

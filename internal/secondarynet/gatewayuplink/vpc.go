@@ -114,10 +114,17 @@ func (s *NBSource) connected(ctx context.Context) (*ovn.Client, error) {
 	defer cancel()
 	c, err := ovn.Connect(connectCtx, ovn.Options{Endpoint: s.Endpoint, TLS: s.TLS, Log: s.Log})
 	if err != nil {
-		if ctx.Err() == nil && connectCtx.Err() != nil {
+		s.mu.Lock()
+		closed := s.closed
+		s.mu.Unlock()
+		switch {
+		case closed:
+			return nil, errSourceClosed
+		case ctx.Err() == nil && connectCtx.Err() != nil:
 			return nil, fmt.Errorf("no answer from the OVN NB database at %s within %v: %w", s.Endpoint, timeout, err)
+		default:
+			return nil, err
 		}
-		return nil, err
 	}
 	c.OnVpcGatewayChange(func() {
 		select {

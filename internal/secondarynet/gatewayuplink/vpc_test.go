@@ -323,7 +323,9 @@ func TestNBSourceBoundsItsConnect(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 		t.Error("Close waited on the connect")
 	}
-	<-done
+	if err := <-done; !errors.Is(err, errSourceClosed) {
+		t.Errorf("a connect closed under way: %v, want %v", err, errSourceClosed)
+	}
 	if _, err := s.VpcGatewaysOn(context.Background(), "east", "node1"); !errors.Is(err, errSourceClosed) {
 		t.Errorf("VpcGatewaysOn after Close: %v, want %v", err, errSourceClosed)
 	}
