@@ -103,13 +103,9 @@ var isGatewayExIPCopy = predicate.NewPredicateFuncs(func(o client.Object) bool {
 	return o.GetNamespace() == v1alpha1.SystemNamespace && o.GetLabels()[gatewayExIPManagedLabel] == "true"
 })
 
-// SetupGatewayExIPSync adds a GatewayExIPSyncer to mgr with a cache of the hub namespace's
-// GatewayExIps and Clusters (hub, with the cluster's credential), keeping the copies in
-// copies (NewGatewayExIPCopies). It may be called after mgr has started.
-func SetupGatewayExIPSync(mgr manager.Manager, copies ctrlcluster.Cluster, hub *rest.Config, hubNamespace, clusterID string) error {
-	if hub == nil || hubNamespace == "" || clusterID == "" {
-		return errors.New("setting up the GatewayExIp sync: hub configuration, namespace and cluster ID are required")
-	}
+// addHubNamespaceCache adds to mgr a cache of the hub namespace read with the cluster's
+// credential (hub), for the controllers that keep GatewayExIps (of what, in errors).
+func addHubNamespaceCache(mgr manager.Manager, hub *rest.Config, hubNamespace, of string) (ctrlcluster.Cluster, error) {
 	hubCluster, err := ctrlcluster.New(kube.WaitForServerOnReads(hub), func(co *ctrlcluster.Options) {
 		co.Scheme = kube.Scheme
 		co.Cache = cache.Options{
@@ -118,10 +114,24 @@ func SetupGatewayExIPSync(mgr manager.Manager, copies ctrlcluster.Cluster, hub *
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("creating the hub cache of GatewayExIps: %w", err)
+		return nil, fmt.Errorf("creating the hub cache of %s: %w", of, err)
 	}
 	if err := mgr.Add(hubCluster); err != nil {
-		return fmt.Errorf("adding the hub cache of GatewayExIps: %w", err)
+		return nil, fmt.Errorf("adding the hub cache of %s: %w", of, err)
+	}
+	return hubCluster, nil
+}
+
+// SetupGatewayExIPSync adds a GatewayExIPSyncer to mgr with a cache of the hub namespace's
+// GatewayExIps and Clusters (hub, with the cluster's credential), keeping the copies in
+// copies (NewGatewayExIPCopies). It may be called after mgr has started.
+func SetupGatewayExIPSync(mgr manager.Manager, copies ctrlcluster.Cluster, hub *rest.Config, hubNamespace, clusterID string) error {
+	if hub == nil || hubNamespace == "" || clusterID == "" {
+		return errors.New("setting up the GatewayExIp sync: hub configuration, namespace and cluster ID are required")
+	}
+	hubCluster, err := addHubNamespaceCache(mgr, hub, hubNamespace, "GatewayExIps")
+	if err != nil {
+		return err
 	}
 	s := &GatewayExIPSyncer{Hub: hubCluster.GetClient(), Member: copies.GetClient(), HubNamespace: hubNamespace, ClusterID: clusterID}
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {

@@ -13,9 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlcluster "sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -26,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
-	"github.com/octopus-mcs/octopus/internal/kube"
 )
 
 // gatewayExIPPublishKey is the publisher's one work item: the set is small (a cluster's
@@ -154,18 +151,9 @@ func SetupGatewayExIPPublish(mgr manager.Manager, hub *rest.Config, hubNamespace
 	if hub == nil || hubNamespace == "" || clusterID == "" {
 		return errors.New("setting up the GatewayExIp publisher: hub configuration, namespace and cluster ID are required")
 	}
-	hubCluster, err := ctrlcluster.New(kube.WaitForServerOnReads(hub), func(co *ctrlcluster.Options) {
-		co.Scheme = kube.Scheme
-		co.Cache = cache.Options{
-			DefaultNamespaces: map[string]cache.Config{hubNamespace: {}},
-			DefaultTransform:  cache.TransformStripManagedFields(),
-		}
-	})
+	hubCluster, err := addHubNamespaceCache(mgr, hub, hubNamespace, "this cluster's GatewayExIps")
 	if err != nil {
-		return fmt.Errorf("creating the hub cache of this cluster's GatewayExIps: %w", err)
-	}
-	if err := mgr.Add(hubCluster); err != nil {
-		return fmt.Errorf("adding the hub cache of this cluster's GatewayExIps: %w", err)
+		return err
 	}
 	p := &GatewayExIPPublisher{Member: mgr.GetClient(), Hub: hubCluster.GetClient(), HubNamespace: hubNamespace, ClusterID: clusterID, GlobalCIDR: globalCIDR}
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {

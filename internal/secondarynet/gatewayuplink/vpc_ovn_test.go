@@ -8,13 +8,11 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
-
+	"github.com/octopus-mcs/octopus/internal/datapath/netnsrun"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
@@ -231,36 +229,17 @@ func attachPod(t *testing.T, ch *ovntest.Chassis, central *ovntest.Central, a ov
 	return ovntest.NetnsPath(pod)
 }
 
-// inNetns runs fn on a thread in the namespace at path.
-func inNetns(path string, fn func() error) error {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		return err
-	}
-	defer orig.Close()
-	target, err := netns.GetFromPath(path)
-	if err != nil {
-		return fmt.Errorf("opening namespace %s: %w", path, err)
-	}
-	defer target.Close()
-	if err := netns.Set(target); err != nil {
-		return fmt.Errorf("entering namespace %s: %w", path, err)
-	}
-	defer func() {
-		if err := netns.Set(orig); err != nil {
-			panic(fmt.Sprintf("cannot return to the original namespace, the thread is tainted: %v", err))
-		}
-	}()
-	return fn()
-}
-
 // serveIn answers every TCP connection to ip:7003 in the namespace at path with name.
 func serveIn(t *testing.T, path string, ip netip.Addr, name string) {
 	t.Helper()
+	serve(t, path, ip, func(net.Conn) string { return name })
+}
+
+// serve answers every TCP connection to ip:7003 in the namespace at path with answer(conn).
+func serve(t *testing.T, path string, ip netip.Addr, answer func(net.Conn) string) {
+	t.Helper()
 	var ln net.Listener
-	if err := inNetns(path, func() (err error) {
+	if err := netnsrun.In(path, func() (err error) {
 		ln, err = net.Listen("tcp", netip.AddrPortFrom(ip, 7003).String())
 		return err
 	}); err != nil {
@@ -273,7 +252,7 @@ func serveIn(t *testing.T, path string, ip netip.Addr, name string) {
 			if err != nil {
 				return
 			}
-			_, _ = c.Write([]byte(name))
+			_, _ = c.Write([]byte(answer(c)))
 			_ = c.Close()
 		}
 	}()
@@ -282,7 +261,7 @@ func serveIn(t *testing.T, path string, ip netip.Addr, name string) {
 // dial connects from the namespace at path to ip:7003 and returns what the server wrote.
 func dial(path string, ip netip.Addr) (string, error) {
 	var got []byte
-	err := inNetns(path, func() error {
+	err := netnsrun.In(path, func() error {
 		c, err := net.DialTimeout("tcp", netip.AddrPortFrom(ip, 7003).String(), 2*time.Second)
 		if err != nil {
 			return err
@@ -308,24 +287,7 @@ func exists(t *testing.T, path, name string) bool {
 // source address it came from.
 func serveSourceIn(t *testing.T, path string, ip netip.Addr) {
 	t.Helper()
-	var ln net.Listener
-	if err := inNetns(path, func() (err error) {
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(ip, 7003).String())
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = c.Write([]byte(c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap().String()))
-			_ = c.Close()
-		}
-	}()
+	serve(t, path, ip, func(c net.Conn) string { return c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap().String() })
 }
 
 // TestVpcGatewayEgressOnRealOVN runs the loop on a gateway chassis for a VPC whose gateway has
