@@ -139,6 +139,23 @@ func TestInterconnectFromConfigMap(t *testing.T) {
 		}
 	}
 	east.writeConfig(t, config("east-gw1,east-gw2"), nil)
+	// west joins once east's transit port is in IC SB. Two ovn-ic 23.03 processes that create
+	// their first transit port at once both pick tunnel key 1: the second transaction fails on
+	// IC SB's unique index, and that ovn-ic waits for a database change that, over unix
+	// sockets (no inactivity probe), never comes, advertising and learning nothing (OVN fixed
+	// it after 23.03: "ovn-ic: wakeup on ovsdb transaction failures"). A member's ovn-ic talks
+	// to IC SB over SSL, whose 5 s probe wakes it; the test's would wait forever (CI19).
+	eventually(t, "east's transit port in IC SB", func() error {
+		out, err := ic.SB.Ctl(t.Context(), "--bare", "--columns=tunnel_key", "find", "Port_Binding",
+			"logical_port="+ovnic.SwitchPortName("east", icconfig.TransitSwitch))
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(out) == "" {
+			return errors.New("no Port_Binding yet")
+		}
+		return nil
+	})
 	west.writeConfig(t, config("west-gw1"), nil)
 
 	t.Run("routes learned both ways", func(t *testing.T) {
