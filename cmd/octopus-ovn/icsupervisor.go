@@ -59,7 +59,7 @@ func newICProbeCommand() *cobra.Command {
 			}
 			waiting, err := ovnic.Probe(cmd.Context(), file, args)
 			if waiting {
-				_, _ = fmt.Fprintf(cmd.OutOrStdout(), "ovn-ic not started: its supervisor waits for valid endpoints in %s\n", file)
+				_, _ = fmt.Fprintf(cmd.OutOrStdout(), "ovn-ic not started: its supervisor waits for %s\n", file)
 			}
 			return err
 		},

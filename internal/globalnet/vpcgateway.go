@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"net/netip"
 	"slices"
-	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -88,8 +87,9 @@ func egressHolders(egress []v1alpha1.GlobalEgressIP) []heldClaim {
 
 // VpcExternalIPs gives every Vpc that wants one (wants(vpc): the caller's rule, e.g. not
 // being deleted and able to have a gateway) an external address of layout's pool, counting
-// the addresses the cluster's GlobalIngressIPs and GlobalEgressIPs hold. A Vpc keeps the
-// address it holds unless an older holder has it; the others get free addresses, Vpcs in name
+// the addresses the cluster's GlobalIngressIPs and GlobalEgressIPs hold and those every Vpc's
+// status holds (a Vpc that wants none frees its address only once its status no longer holds
+// it). A Vpc keeps the address it holds unless an older holder has it; the others get free addresses, Vpcs in name
 // order, so that every pass over the same objects gives the same answer (the Vpc controller's
 // workers each compute it for their own Vpc). A Vpc that wants one and is not in the result
 // found the pool full.
@@ -101,13 +101,11 @@ func VpcExternalIPs(layout globalip.Layout, vpcs []v1alpha1.Vpc, wants func(*v1a
 			wanted[vpcs[i].Name] = true
 		}
 	}
-	var holders []heldClaim
-	for _, h := range vpcHolders(vpcs) {
-		// A Vpc that no longer wants its address frees it for the others.
-		if wanted[strings.TrimPrefix(h.claim.Key, "vpc:")] {
-			holders = append(holders, h)
-		}
-	}
+	// Every Vpc whose status holds an address holds it, wanted or not, until its status lets it
+	// go: the agent's allocator (NewPlan) counts it so, and its gateway may still use it (a Vpc
+	// whose spec turned invalid keeps its OVN rows and status). Freed here alone, it could go
+	// to another Vpc while the first still SNATs to it.
+	holders := vpcHolders(vpcs)
 	holders = append(holders, ingressHolders(ingress)...)
 	holders = append(holders, egressHolders(egress)...)
 	sortHolders(holders)

@@ -33,7 +33,7 @@ func ingressAt(name string, minute int, ip string) v1alpha1.GlobalIngressIP {
 // TestVpcExternalIPs: VPC gateways get addresses of the pool that no ingress record, egress
 // range or other VPC holds; a held address is kept across passes (a restart, a failover);
 // of two holding one address the older keeps it, whichever kind each is; a Vpc that no longer
-// wants its address frees it; a full pool leaves a Vpc out; and the answer does not depend
+// wants its address frees it once its status does, not before; a full pool leaves a Vpc out; and the answer does not depend
 // on the order the objects are listed in (each worker computes it for its own Vpc).
 func TestVpcExternalIPs(t *testing.T) {
 	layout, err := globalip.NewLayout(netip.MustParsePrefix("242.1.0.0/28"), 0) // pool 242.1.0.8-14
@@ -76,10 +76,16 @@ func TestVpcExternalIPs(t *testing.T) {
 		{name: "of two Vpcs on one address the older keeps it",
 			vpcs: []v1alpha1.Vpc{testVpc("blue", 12, "242.1.0.9"), testVpc("red", 10, "242.1.0.9")},
 			want: map[string]string{"red": "242.1.0.9", "blue": "pool"}}, // the duplicate check keeps blue off it
-		{name: "a Vpc that wants none gets none and frees its address",
+		// Six addresses of seven held by ingress records: red's only possible one is grey's.
+		{name: "a Vpc that wants none gets none and holds its address while its status does",
 			vpcs:  []v1alpha1.Vpc{testVpc("grey", 1, "242.1.0.9"), testVpc("red", 10, "")},
 			wants: func(v *v1alpha1.Vpc) bool { return v.Name != "grey" },
-			// Six addresses of seven held: red's only free one is grey's old one.
+			ingress: []v1alpha1.GlobalIngressIP{ingressAt("a", 0, "242.1.0.8"), ingressAt("b", 0, "242.1.0.10"), ingressAt("c", 0, "242.1.0.11"),
+				ingressAt("d", 0, "242.1.0.12"), ingressAt("e", 0, "242.1.0.13"), ingressAt("f", 0, "242.1.0.14")},
+			want: map[string]string{}, taken: []string{"242.1.0.9"}},
+		{name: "once its status lets the address go, another Vpc gets it",
+			vpcs:  []v1alpha1.Vpc{testVpc("grey", 1, ""), testVpc("red", 10, "")},
+			wants: func(v *v1alpha1.Vpc) bool { return v.Name != "grey" },
 			ingress: []v1alpha1.GlobalIngressIP{ingressAt("a", 0, "242.1.0.8"), ingressAt("b", 0, "242.1.0.10"), ingressAt("c", 0, "242.1.0.11"),
 				ingressAt("d", 0, "242.1.0.12"), ingressAt("e", 0, "242.1.0.13"), ingressAt("f", 0, "242.1.0.14")},
 			want: map[string]string{"red": "242.1.0.9"}},

@@ -68,8 +68,8 @@ func TestIn(t *testing.T) {
 	}
 }
 
-// TestInNew: fn runs in a namespace of its own (only lo, none of the caller's devices) named by
-// the path it gets; the caller's thread never leaves its namespace; an error of fn comes back.
+// TestInNew: fn runs in a namespace of its own, other than the caller's, named by the path it
+// gets; the caller's thread never leaves its namespace; an error of fn comes back.
 func TestInNew(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to make a network namespace")
@@ -107,11 +107,13 @@ func TestInNew(t *testing.T) {
 	if !errors.Is(err, want) {
 		t.Errorf("InNew returned %v, want fn's error", err)
 	}
-	if n := strings.Count(devices, ":"); !strings.Contains(devices, "lo:") || n != 1 {
-		t.Errorf("fn saw the devices %q, want lo alone (a new namespace)", devices)
+	// Not "lo alone": with ip_gre, ipip or sit loaded, every new namespace also gets their
+	// fallback devices.
+	if !strings.Contains(devices, "lo:") {
+		t.Errorf("fn saw the devices %q, want a namespace's own lo", devices)
 	}
 	if !sameAsPath {
-		t.Error("the path fn got does not name the new namespace it runs in")
+		t.Error("fn did not run in a namespace of its own named by the path it got")
 	}
 	after, err := netns.Get()
 	if err != nil {

@@ -196,34 +196,24 @@ func (s *Supervisor) stop() {
 }
 
 // Probe is the ovn-ic container's liveness check: argv (ovn-appctl asking ovn-ic) unless the
-// Supervisor has no endpoints to start ovn-ic on: the endpoints file does not exist yet, or
-// (argv failing) it does not parse, which the Supervisor waits out as it waits for a missing
-// one. That is no failure of the container (waiting is true): restarting it would bring no
-// ovn-ic either, and the kubelet's growing backoff would delay ovn-ic's start once a good file
-// comes. An ovn-ic started on an earlier good file still answers argv.
+// endpoints file does not exist yet. Then the Supervisor has started no ovn-ic, which is no
+// failure of it (waiting is true): restarting the container would bring none either, and the
+// kubelet's growing backoff would delay ovn-ic's start once the file comes. A malformed file is
+// not waited out here: the Supervisor may still run an ovn-ic of an earlier good file, and a
+// hung one must fail the probe; a malformed first file restarts the container (with backoff)
+// until the icmaster writes a good one.
 func Probe(ctx context.Context, file string, argv []string) (waiting bool, err error) {
-	data, readErr := os.ReadFile(file)
-	if errors.Is(readErr, fs.ErrNotExist) {
+	if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
 		return true, nil
 	}
 	if len(argv) == 0 {
 		return false, errors.New("probing ovn-ic: no command")
 	}
 	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
-	if err == nil {
-		return false, nil
+	if err != nil {
+		return false, fmt.Errorf("probing ovn-ic with %q: %w: %s", argv, err, out)
 	}
-	if readErr == nil && !validEndpoints(data) {
-		return true, nil
-	}
-	return false, fmt.Errorf("probing ovn-ic with %q: %w: %s", argv, err, out)
-}
-
-// validEndpoints says whether data parses as the endpoints file, which the Supervisor starts
-// ovn-ic on only then.
-func validEndpoints(data []byte) bool {
-	_, err := ParseEndpoints(data)
-	return err == nil
+	return false, nil
 }
 
 // ExecStarter starts argv as a child process with the supervisor's stdout and stderr (the

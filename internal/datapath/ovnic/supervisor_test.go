@@ -342,8 +342,8 @@ func TestProbe(t *testing.T) {
 		{name: "no file: waiting, the command not run", argv: []string{"false"}, wantWaiting: true},
 		{name: "file, ovn-ic answers", file: endpointsB, argv: []string{"true"}},
 		{name: "file, ovn-ic does not answer", file: endpointsB, argv: []string{"false"}, wantErr: "exit status 1"},
-		// The supervisor waits a malformed file out, starting no ovn-ic.
-		{name: "malformed file, no ovn-ic: waiting", file: "{not json", argv: []string{"false"}, wantWaiting: true},
+		// An ovn-ic of an earlier good file may be running, and a hung one must fail.
+		{name: "malformed file, ovn-ic does not answer", file: "{not json", argv: []string{"false"}, wantErr: "exit status 1"},
 		{name: "malformed file, ovn-ic of an earlier file answers", file: "{not json", argv: []string{"true"}},
 	}
 	for _, tt := range tests {

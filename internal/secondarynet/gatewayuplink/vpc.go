@@ -66,8 +66,8 @@ type NBSource struct {
 	wake   chan struct{}
 }
 
-// DefaultNBConnectTimeout is NBSource's ConnectTimeout when it has none: well inside the
-// loop's interval, and long enough for a database on a loaded node.
+// DefaultNBConnectTimeout is NBSource's ConnectTimeout when it has none: no longer than the
+// loop's interval (DefaultInterval), and long enough for a database on a loaded node.
 const DefaultNBConnectTimeout = 10 * time.Second
 
 // errSourceClosed is VpcGatewaysOn's answer after Close.

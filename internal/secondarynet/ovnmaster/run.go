@@ -250,10 +250,15 @@ var heldAddressChange = predicate.Funcs{
 	},
 }
 
-// vpcChange keeps the Vpc updates that can move pods or OVN rows: spec (generation) and
-// deletion, not the status the VpcReconciler writes.
+// vpcChange keeps the Vpc updates that can move pods, OVN rows or external addresses: spec
+// (generation), deletion and the external address in the status, not the conditions the
+// VpcReconciler writes.
 var vpcChange = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-	return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
+	oldVpc, okOld := e.ObjectOld.(*v1alpha1.Vpc)
+	newVpc, okNew := e.ObjectNew.(*v1alpha1.Vpc)
+	// An external address taken or let go changes what the others may get (VpcExternalIPs).
+	addressMoved := okOld && okNew && !equality.Semantic.DeepEqual(oldVpc.Status.Gateway, newVpc.Status.Gateway)
+	return addressMoved || e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
 		e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
 }}
 
