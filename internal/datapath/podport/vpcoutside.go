@@ -105,8 +105,39 @@ func ensureVpcOutside(node, gw *handle, g VpcGateway, c *changes) error {
 		Gw: net.IP(VpcGatewayOutsideNextHop.AsSlice()), Flags: int(netlink.FLAG_ONLINK)}, "the gateway's default route", c); err != nil {
 		return err
 	}
-	return ensureRoute(node, &netlink.Route{LinkIndex: host.Attrs().Index, Dst: ipNet(netip.PrefixFrom(g.ExternalIP, 32)),
-		Scope: netlink.SCOPE_LINK}, "the node's route to "+g.ExternalIP.String(), c)
+	external := netip.PrefixFrom(g.ExternalIP, 32)
+	if err := ensureRoute(node, &netlink.Route{LinkIndex: host.Attrs().Index, Dst: ipNet(external),
+		Scope: netlink.SCOPE_LINK}, "the node's route to "+g.ExternalIP.String(), c); err != nil {
+		return err
+	}
+	return removeOtherRoutes(node, host.Attrs().Index, hostName, external, c)
+}
+
+// removeOtherRoutes removes the node's routes through the outside veth's node end (index,
+// name) to anything but keep: those of an earlier external address, which another VPC's gateway
+// (on this node or another) may hold now.
+func removeOtherRoutes(node *handle, index int, name string, keep netip.Prefix, c *changes) error {
+	routes, err := node.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{LinkIndex: index, Table: unix.RT_TABLE_MAIN},
+		netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return fmt.Errorf("listing the routes through %s: %w", name, err)
+	}
+	for _, r := range routes {
+		if r.Dst == nil {
+			continue // a default route is never ours here; leave it to whoever made it
+		}
+		if dst, ok := netip.AddrFromSlice(r.Dst.IP.To4()); ok {
+			ones, _ := r.Dst.Mask.Size()
+			if netip.PrefixFrom(dst, ones) == keep {
+				continue
+			}
+		}
+		if err := node.RouteDel(&r); err != nil {
+			return fmt.Errorf("removing the route to %s through %s: %w", r.Dst, name, err)
+		}
+		c.add("removed the node's route to %s through %s", r.Dst, name)
+	}
+	return nil
 }
 
 // ensureOutsideNeighbour fixes VpcGatewayOutsideNextHop's neighbour entry on the outside

@@ -138,6 +138,20 @@ func TestVpcGatewayOutside(t *testing.T) {
 		})
 	}
 
+	// Another address (a clash moved it): the node routes the new one to the gateway and no
+	// longer the old, which another gateway may hold now.
+	g.ExternalIP = netip.MustParseAddr("242.1.0.10")
+	attach(true)
+	attach(false)
+	if got := run(inNode("route", "show", "242.1.0.9")...); strings.TrimSpace(got) != "" {
+		t.Errorf("the node still routes the old external address to the gateway: %q", got)
+	}
+	if got := run(inNode("route", "show", "242.1.0.10")...); !strings.Contains(got, "dev "+outside) {
+		t.Errorf("the node's route to the new external address: %q", got)
+	}
+	g.ExternalIP = netip.MustParseAddr("242.1.0.9")
+	attach(true)
+
 	// No external address: the veth and the node's route go.
 	g.ExternalIP = netip.Addr{}
 	attach(true)
