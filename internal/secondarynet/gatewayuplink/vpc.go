@@ -286,8 +286,9 @@ func gatewaySNAT(g podport.VpcGateway) vpcnat.SNAT {
 	return s
 }
 
-// lazySNAT is vpcnat's ApplyIn with a writer made at its first use: a node whose VPC
-// gateways never need one does not need the nft binary either.
+// lazySNAT is vpcnat's ApplyIn with a writer made at its first use: a node that keeps no VPC
+// gateway does not need the nft binary. Every gateway kept does, with an external address or
+// without one (its table is then removed).
 func lazySNAT() func(context.Context, string, vpcnat.SNAT) error {
 	var mu sync.Mutex
 	var w *vpcnat.Writer
