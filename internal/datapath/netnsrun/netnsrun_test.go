@@ -52,14 +52,7 @@ func TestIn(t *testing.T) {
 	if !sawLink {
 		t.Error("fn did not run in the namespace: it saw no octnsrun0")
 	}
-	after, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer after.Close()
-	if !after.Equal(before) {
-		t.Error("the thread was left in the other namespace")
-	}
+	checkStillIn(t, before, "the thread was left in the other namespace")
 
 	ran := false
 	err = In("/nonexistent/netns", func() error { ran = true; return nil })
@@ -115,12 +108,18 @@ func TestInNew(t *testing.T) {
 	if !sameAsPath {
 		t.Error("fn did not run in a namespace of its own named by the path it got")
 	}
+	checkStillIn(t, before, "the caller's thread left its namespace")
+}
+
+// checkStillIn fails with msg unless the calling (locked) thread is in the namespace before.
+func checkStillIn(t *testing.T, before netns.NsHandle, msg string) {
+	t.Helper()
 	after, err := netns.Get()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer after.Close()
 	if !after.Equal(before) {
-		t.Error("the caller's thread left its namespace")
+		t.Error(msg)
 	}
 }

@@ -150,6 +150,36 @@ func configureVethEnds(e vethEnds, link netlink.Link, ip netip.Prefix, c *change
 	return bridgePort.Attrs().Index, ensureUp(e.node, e.bridgePort, c)
 }
 
+// ensureMACAndMTU gives the inner end (link) mac, which the logical port's security demands
+// (it drops frames from any other MAC), and both ends mtu unless it is 0.
+func ensureMACAndMTU(e vethEnds, link netlink.Link, mac net.HardwareAddr, mtu int, c *changes) error {
+	if !bytes.Equal(link.Attrs().HardwareAddr, mac) {
+		if err := e.inner.LinkSetHardwareAddr(link, mac); err != nil {
+			return fmt.Errorf("setting the MAC of %s to %s: %w", e.innerName, mac, err)
+		}
+		c.add("set the MAC of %s to %s", e.innerName, mac)
+	}
+	if mtu == 0 {
+		return nil
+	}
+	for _, end := range []struct {
+		h    *handle
+		name string
+	}{{e.inner, e.innerName}, {e.node, e.bridgePort}} {
+		l, err := end.h.LinkByName(end.name)
+		if err != nil {
+			return fmt.Errorf("finding %s: %w", end.name, err)
+		}
+		if l.Attrs().MTU != mtu {
+			if err := end.h.LinkSetMTU(l, mtu); err != nil {
+				return fmt.Errorf("setting the MTU of %s to %d: %w", end.name, mtu, err)
+			}
+			c.add("set the MTU of %s to %d", end.name, mtu)
+		}
+	}
+	return nil
+}
+
 // changes collects what a ReconcileGateway did.
 type changes struct{ list []string }
 
@@ -267,26 +297,9 @@ func ensureGatewayVeth(node *handle, g Gateway, c *changes) (link netlink.Link, 
 			return nil, false, fmt.Errorf("finding %s: %w", GatewayLink, err)
 		}
 	}
-	if !bytes.Equal(link.Attrs().HardwareAddr, g.MAC) {
-		// The logical port's security drops frames from any other MAC.
-		if err := node.LinkSetHardwareAddr(link, g.MAC); err != nil {
-			return nil, false, fmt.Errorf("setting the MAC of %s to %s: %w", GatewayLink, g.MAC, err)
-		}
-		c.add("set the MAC of %s to %s", GatewayLink, g.MAC)
-	}
-	if g.MTU != 0 {
-		for _, name := range []string{GatewayLink, GatewayBridgePort} {
-			l, err := node.LinkByName(name)
-			if err != nil {
-				return nil, false, fmt.Errorf("finding %s: %w", name, err)
-			}
-			if l.Attrs().MTU != g.MTU {
-				if err := node.LinkSetMTU(l, g.MTU); err != nil {
-					return nil, false, fmt.Errorf("setting the MTU of %s to %d: %w", name, g.MTU, err)
-				}
-				c.add("set the MTU of %s to %d", name, g.MTU)
-			}
-		}
+	ends := vethEnds{inner: node, innerName: GatewayLink, node: node, bridgePort: GatewayBridgePort}
+	if err := ensureMACAndMTU(ends, link, g.MAC, g.MTU, c); err != nil {
+		return nil, false, err
 	}
 	return link, created, nil
 }

@@ -136,25 +136,7 @@ func TestAttachGatewayConverges(t *testing.T) {
 func checkGateway(t *testing.T, node podport.Node, g podport.Gateway) {
 	t.Helper()
 	h := netlinkAt(t, node.Netns)
-	link, err := h.LinkByName(podport.GatewayLink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := link.Attrs()
-	if a.HardwareAddr.String() != g.MAC.String() || a.MTU != g.MTU || a.Flags&net.FlagUp == 0 {
-		t.Errorf("%s: MAC %s, MTU %d, flags %v; want %s, %d, up", podport.GatewayLink, a.HardwareAddr, a.MTU, a.Flags, g.MAC, g.MTU)
-	}
-	addrs, err := h.AddrList(link, netlink.FAMILY_V4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, ad := range addrs {
-		got = append(got, ad.IPNet.String())
-	}
-	if !slices.Equal(got, []string{g.IP.String()}) {
-		t.Errorf("%s has addresses %v, want only %s", podport.GatewayLink, got, g.IP)
-	}
+	checkInterface(t, h, podport.GatewayLink, g.MAC, g.MTU, g.IP)
 	out, err := exec.Command("ovs-vsctl", "--db="+node.OVSDB, "get", "Interface", podport.GatewayBridgePort, "external_ids:iface-id").Output() // stdout only: stderr may carry poll-interval warnings under load
 	if err != nil || strings.Trim(strings.TrimSpace(string(out)), `"`) != g.Port {
 		t.Errorf("iface-id of %s: %s %v, want %s", podport.GatewayBridgePort, out, err, g.Port)
@@ -164,6 +146,32 @@ func checkGateway(t *testing.T, node podport.Node, g podport.Gateway) {
 	}
 	checkOffNodeStack(t, h, podport.GatewayBridgePort)
 	checkPortRecordsDevice(t, node, h, podport.GatewayBridgePort)
+}
+
+// checkInterface checks the link name in h: the MAC, the MTU, up, and ip as its only IPv4
+// address; it returns the link for further checks.
+func checkInterface(t *testing.T, h *netlink.Handle, name string, mac net.HardwareAddr, mtu int, ip netip.Prefix) netlink.Link {
+	t.Helper()
+	link, err := h.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := link.Attrs()
+	if a.HardwareAddr.String() != mac.String() || a.MTU != mtu || a.Flags&net.FlagUp == 0 {
+		t.Errorf("%s: MAC %s, MTU %d, flags %v; want %s, %d, up", name, a.HardwareAddr, a.MTU, a.Flags, mac, mtu)
+	}
+	addrs, err := h.AddrList(link, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ad := range addrs {
+		got = append(got, ad.IPNet.String())
+	}
+	if !slices.Equal(got, []string{ip.String()}) {
+		t.Errorf("%s has addresses %v, want only %s", name, got, ip)
+	}
+	return link
 }
 
 // checkPortRecordsDevice checks that the OVS port name was added for the device of that name in

@@ -1,7 +1,6 @@
 package podport
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -333,29 +332,9 @@ func ensureVpcGatewayVeth(node, gw *handle, g VpcGateway, c *changes) (link netl
 			return nil, false, fmt.Errorf("finding %s: %w", VpcGatewayInterface, err)
 		}
 	}
-	if !bytes.Equal(link.Attrs().HardwareAddr, g.MAC) {
-		// The logical port's security drops frames from any other MAC.
-		if err := gw.LinkSetHardwareAddr(link, g.MAC); err != nil {
-			return nil, false, fmt.Errorf("setting the MAC of %s to %s: %w", VpcGatewayInterface, g.MAC, err)
-		}
-		c.add("set the MAC of %s to %s", VpcGatewayInterface, g.MAC)
-	}
-	if g.MTU != 0 {
-		for _, l := range []struct {
-			h    *handle
-			name string
-		}{{gw, VpcGatewayInterface}, {node, hostName}} {
-			got, err := l.h.LinkByName(l.name)
-			if err != nil {
-				return nil, false, fmt.Errorf("finding %s: %w", l.name, err)
-			}
-			if got.Attrs().MTU != g.MTU {
-				if err := l.h.LinkSetMTU(got, g.MTU); err != nil {
-					return nil, false, fmt.Errorf("setting the MTU of %s to %d: %w", l.name, g.MTU, err)
-				}
-				c.add("set the MTU of %s to %d", l.name, g.MTU)
-			}
-		}
+	ends := vethEnds{inner: gw, innerName: VpcGatewayInterface, node: node, bridgePort: hostName}
+	if err := ensureMACAndMTU(ends, link, g.MAC, g.MTU, c); err != nil {
+		return nil, false, err
 	}
 	return link, created, nil
 }

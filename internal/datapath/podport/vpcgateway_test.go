@@ -181,25 +181,7 @@ func TestReconcileVpcGatewayConverges(t *testing.T) {
 func checkVpcGateway(t *testing.T, g podport.VpcGateway) {
 	t.Helper()
 	h := netlinkAt(t, g.NetnsPath())
-	link, err := h.LinkByName(podport.VpcGatewayInterface)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := link.Attrs()
-	if a.HardwareAddr.String() != g.MAC.String() || a.MTU != g.MTU || a.Flags&net.FlagUp == 0 {
-		t.Errorf("%s: MAC %s, MTU %d, flags %v; want %s, %d, up", podport.VpcGatewayInterface, a.HardwareAddr, a.MTU, a.Flags, g.MAC, g.MTU)
-	}
-	addrs, err := h.AddrList(link, netlink.FAMILY_V4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, ad := range addrs {
-		got = append(got, ad.IPNet.String())
-	}
-	if !slices.Equal(got, []string{g.IP.String()}) {
-		t.Errorf("%s has addresses %v, want only %s", podport.VpcGatewayInterface, got, g.IP)
-	}
+	link := checkInterface(t, h, podport.VpcGatewayInterface, g.MAC, g.MTU, g.IP)
 	routes, err := h.RouteList(link, netlink.FAMILY_V4)
 	if err != nil {
 		t.Fatal(err)
