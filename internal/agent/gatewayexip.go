@@ -220,9 +220,9 @@ func labelsEqual(a, b map[string]string) bool { return labels.Equals(a, b) }
 // cluster's own, which this cluster made), its name is <cluster>.<gateway> with that cluster
 // its ClusterLabel (the hub's admission policy enforces it; checked again here, as every
 // consumer checks what it takes from the hub), that cluster is still on the hub (a revoked or
-// departed cluster's gateways go with its Cluster), and its global CIDR lies inside the
-// cluster's registered global CIDR (the trust model: a cluster may advertise only its own
-// ranges, docs/trust.md).
+// departed cluster's gateways go with its Cluster), and its global CIDR and external address
+// lie inside the cluster's registered global CIDR (the trust model: a cluster may advertise
+// only its own ranges, docs/trust.md).
 func wantedGatewayExIPs(clusterID string, hub []v1alpha1.GatewayExIp, clusters []v1alpha1.Cluster) (map[string]*v1alpha1.GatewayExIp, []error) {
 	global := make(map[string]string, len(clusters))
 	for _, cl := range clusters {
@@ -245,7 +245,7 @@ func wantedGatewayExIPs(clusterID string, hub []v1alpha1.GatewayExIp, clusters [
 		if !ok {
 			continue // the cluster left or was revoked: its gateways go with it
 		}
-		if err := insideGlobalCIDR(g.Spec.GlobalnetCIDR, cidr); err != nil {
+		if err := insideGlobalCIDR(g.Spec.GlobalnetCIDR, g.Spec.ExternalIP, cidr); err != nil {
 			refused = append(refused, fmt.Errorf("GatewayExIp %s of cluster %s: %w", g.Name, source, err))
 			continue
 		}
@@ -265,9 +265,11 @@ func wantedGatewayExIPs(clusterID string, hub []v1alpha1.GatewayExIp, clusters [
 	return want, refused
 }
 
-// insideGlobalCIDR checks that the GatewayExIp's global CIDR lies inside its cluster's
-// registered global CIDR registered.
-func insideGlobalCIDR(advertised, registered string) error {
+// insideGlobalCIDR checks that the GatewayExIp's global CIDR (advertised) and external
+// address (external) lie inside its cluster's registered global CIDR: the external address is
+// where other clusters send that VPC's tunnels, so one outside would let a member point them
+// at another cluster's address, or at a node of the cluster that copies it.
+func insideGlobalCIDR(advertised, external, registered string) error {
 	p, err := netip.ParsePrefix(advertised)
 	if err != nil {
 		return fmt.Errorf("globalnetcidr %q: %w", advertised, err)
@@ -278,6 +280,13 @@ func insideGlobalCIDR(advertised, registered string) error {
 	}
 	if !r.Contains(p.Addr()) || p.Bits() < r.Bits() {
 		return fmt.Errorf("globalnetcidr %s is not inside the cluster's global CIDR %s", advertised, registered)
+	}
+	ip, err := netip.ParseAddr(external)
+	if err != nil {
+		return fmt.Errorf("externalip %q: %w", external, err)
+	}
+	if !r.Contains(ip) {
+		return fmt.Errorf("externalip %s is not inside the cluster's global CIDR %s (a VPC's external address comes from it)", external, registered)
 	}
 	return nil
 }

@@ -35,16 +35,18 @@ func TestWantedGatewayExIPs(t *testing.T) {
 		*cluster("x-a", "", "10.3.0.0/16", "242.3.0.0/16", ""),
 		*cluster("a-b", "", "10.4.0.0/16", "242.4.0.0/16", ""),
 	}
-	forged := hubGatewayExIP("b", "blue", "192.0.2.3", "242.2.0.0/16")
+	forged := hubGatewayExIP("b", "blue", "242.2.0.3", "242.2.0.0/16")
 	forged.Labels[v1alpha1.ClusterLabel] = "x-a"
 	hub := []v1alpha1.GatewayExIp{
-		*hubGatewayExIP("a", "red", "192.0.2.1", "242.1.0.0/16"),     // our own
-		*hubGatewayExIP("b", "red", "192.0.2.2", "242.2.0.0/16"),     // copied
-		*hubGatewayExIP("b", "green", "192.0.2.4", "242.1.0.0/16"),   // a's range: refused
-		*hubGatewayExIP("gone", "red", "192.0.2.5", "242.5.0.0/16"),  // cluster left
-		*hubGatewayExIP("x-a", "red-b", "192.0.2.6", "242.3.0.0/16"), // red-b-x-a
-		*hubGatewayExIP("a-b", "red", "192.0.2.7", "242.4.0.0/24"),   // red-a-b
-		*hubGatewayExIP("b", "red-a", "192.0.2.8", "242.2.128.0/17"), // red-a-b too: refused
+		*hubGatewayExIP("a", "red", "242.1.0.1", "242.1.0.0/16"),       // our own
+		*hubGatewayExIP("b", "red", "242.2.0.2", "242.2.0.0/16"),       // copied
+		*hubGatewayExIP("b", "green", "242.1.0.4", "242.1.0.0/16"),     // a's range: refused
+		*hubGatewayExIP("gone", "red", "242.5.0.5", "242.5.0.0/16"),    // cluster left
+		*hubGatewayExIP("x-a", "red-b", "242.3.0.6", "242.3.0.0/16"),   // red-b-x-a
+		*hubGatewayExIP("a-b", "red", "242.4.0.7", "242.4.0.0/24"),     // red-a-b
+		*hubGatewayExIP("b", "red-a", "242.2.128.8", "242.2.128.0/17"), // red-a-b too: refused
+		*hubGatewayExIP("b", "grey", "10.1.0.9", "242.2.0.0/16"),       // an address of a's: refused
+		*hubGatewayExIP("b", "brown", "", "242.2.0.0/16"),              // no address: refused
 		*forged,
 	}
 	want, refused := wantedGatewayExIPs("a", hub, clusters)
@@ -53,18 +55,18 @@ func TestWantedGatewayExIPs(t *testing.T) {
 		g := want[name]
 		got = append(got, fmt.Sprintf("%s/%s=%s,%s,%s", g.Namespace, name, g.Labels[v1alpha1.ClusterLabel], g.Labels[gatewayExIPGatewayLabel], g.Spec.ExternalIP))
 	}
-	wantNames := "octopus-system/red-a-b=a-b,red,192.0.2.7 octopus-system/red-b=b,red,192.0.2.2 octopus-system/red-b-x-a=x-a,red-b,192.0.2.6"
+	wantNames := "octopus-system/red-a-b=a-b,red,242.4.0.7 octopus-system/red-b=b,red,242.2.0.2 octopus-system/red-b-x-a=x-a,red-b,242.3.0.6"
 	if strings.Join(got, " ") != wantNames {
 		t.Errorf("copies:\n%s\nwant\n%s", strings.Join(got, " "), wantNames)
 	}
 	msgs := fmt.Sprint(refused)
-	for _, w := range []string{"b.green of cluster b: globalnetcidr 242.1.0.0/16 is not inside the cluster's global CIDR 242.2.0.0/16", "b.red-a of cluster b: its member name red-a-b is taken by gateway red of cluster a-b", "b.blue on the hub: its name is not <cluster>.<gateway> of its owner \"x-a\""} {
+	for _, w := range []string{"b.green of cluster b: globalnetcidr 242.1.0.0/16 is not inside the cluster's global CIDR 242.2.0.0/16", "b.grey of cluster b: externalip 10.1.0.9 is not inside the cluster's global CIDR 242.2.0.0/16", `b.brown of cluster b: externalip ""`, "b.red-a of cluster b: its member name red-a-b is taken by gateway red of cluster a-b", "b.blue on the hub: its name is not <cluster>.<gateway> of its owner \"x-a\""} {
 		if !strings.Contains(msgs, w) {
 			t.Errorf("refusals %s\nlack %q", msgs, w)
 		}
 	}
-	if len(refused) != 3 {
-		t.Errorf("%d refusals, want 3: %v", len(refused), refused)
+	if len(refused) != 5 {
+		t.Errorf("%d refusals, want 5: %v", len(refused), refused)
 	}
 }
 
@@ -88,7 +90,7 @@ func TestGatewayExIPSync(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	own := hubGatewayExIP("a", "red", "192.0.2.1", "242.1.0.0/16")
+	own := hubGatewayExIP("a", "red", "242.1.0.1", "242.1.0.0/16")
 	if err := hub.Create(ctx, own); err != nil {
 		t.Fatal(err)
 	}
@@ -123,25 +125,25 @@ func TestGatewayExIPSync(t *testing.T) {
 		}
 	}
 
-	remote := hubGatewayExIP("b", "red", "192.0.2.2", "242.2.0.0/16")
+	remote := hubGatewayExIP("b", "red", "242.2.0.2", "242.2.0.0/16")
 	if err := hub.Create(ctx, remote); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 10*time.Second, "b's GatewayExIp appears in a as red-b", hasCopy("red-b", "192.0.2.2"))
+	testenv.Eventually(t, 10*time.Second, "b's GatewayExIp appears in a as red-b", hasCopy("red-b", "242.2.0.2"))
 	if _, err := copyOf(v1alpha1.GatewayExIpName("red", "a")); !apierrors.IsNotFound(err) {
 		t.Errorf("a's own GatewayExIp was copied back into a (%v)", err)
 	}
 
-	remote.Spec.ExternalIP = "192.0.2.22" // a gateway failover
+	remote.Spec.ExternalIP = "242.2.0.22" // a gateway failover
 	if err := hub.Update(ctx, remote); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 10*time.Second, "the copy follows the hub's update", hasCopy("red-b", "192.0.2.22"))
+	testenv.Eventually(t, 10*time.Second, "the copy follows the hub's update", hasCopy("red-b", "242.2.0.22"))
 
 	if err := member.Delete(ctx, &v1alpha1.GatewayExIp{ObjectMeta: metav1.ObjectMeta{Namespace: v1alpha1.SystemNamespace, Name: "red-b"}}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 10*time.Second, "a copy deleted by hand is put back", hasCopy("red-b", "192.0.2.22"))
+	testenv.Eventually(t, 10*time.Second, "a copy deleted by hand is put back", hasCopy("red-b", "242.2.0.22"))
 
 	if err := hub.Delete(ctx, remote); err != nil {
 		t.Fatal(err)
@@ -150,11 +152,11 @@ func TestGatewayExIPSync(t *testing.T) {
 
 	// b's Cluster goes (leave, revoke): its gateways go with it, even where its GatewayExIp
 	// was left behind on the hub.
-	blue := hubGatewayExIP("b", "blue", "192.0.2.3", "242.2.0.0/16")
+	blue := hubGatewayExIP("b", "blue", "242.2.0.3", "242.2.0.0/16")
 	if err := hub.Create(ctx, blue); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 10*time.Second, "b's blue gateway appears in a", hasCopy("blue-b", "192.0.2.3"))
+	testenv.Eventually(t, 10*time.Second, "b's blue gateway appears in a", hasCopy("blue-b", "242.2.0.3"))
 	if err := hub.Delete(ctx, cluster("b", "", "", "", "")); err != nil {
 		t.Fatal(err)
 	}

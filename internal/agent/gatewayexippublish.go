@@ -97,10 +97,12 @@ func (p *GatewayExIPPublisher) Reconcile(ctx context.Context, _ reconcile.Reques
 }
 
 // publishedGatewayExIPs are this cluster's GatewayExIps for the hub, by name: one per live
-// Vpc with a valid external address, none without a global CIDR.
+// Vpc with an external address inside the global CIDR (where the ovnmaster takes them from;
+// the other clusters refuse any other), none without a global CIDR.
 func publishedGatewayExIPs(hubNamespace, clusterID, globalCIDR string, vpcs []v1alpha1.Vpc) map[string]*v1alpha1.GatewayExIp {
 	want := map[string]*v1alpha1.GatewayExIp{}
-	if globalCIDR == "" {
+	global, err := netip.ParsePrefix(globalCIDR)
+	if err != nil {
 		return want
 	}
 	for i := range vpcs {
@@ -109,7 +111,7 @@ func publishedGatewayExIPs(hubNamespace, clusterID, globalCIDR string, vpcs []v1
 			continue
 		}
 		ip, err := netip.ParseAddr(v.Status.Gateway.ExternalIP)
-		if err != nil || !ip.Is4() {
+		if err != nil || !ip.Is4() || !global.Contains(ip) {
 			continue
 		}
 		name := v1alpha1.GatewayExIpHubName(clusterID, v.Name)

@@ -27,12 +27,12 @@ func addressedVpc(name, ip string) v1alpha1.Vpc {
 
 // TestPublishedGatewayExIPs: one GatewayExIp per live Vpc with an external address, named
 // <cluster>.<vpc>, labelled with the cluster and the gateway, carrying the address and the
-// cluster's global CIDR; none for a Vpc without an address or being deleted, none at all
-// without a global CIDR.
+// cluster's global CIDR; none for a Vpc without an address, with one outside the global CIDR or
+// being deleted, none at all without a global CIDR.
 func TestPublishedGatewayExIPs(t *testing.T) {
 	deleting := addressedVpc("grey", "242.1.0.11")
 	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
-	vpcs := []v1alpha1.Vpc{addressedVpc("red", "242.1.0.9"), addressedVpc("blue", ""), addressedVpc("green", "not-an-ip"), deleting}
+	vpcs := []v1alpha1.Vpc{addressedVpc("red", "242.1.0.9"), addressedVpc("blue", ""), addressedVpc("green", "not-an-ip"), addressedVpc("brown", "10.1.0.9"), deleting}
 	for _, tc := range []struct {
 		name, global string
 		want         []string

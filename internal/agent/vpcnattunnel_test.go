@@ -69,7 +69,7 @@ var tunnelCondTypes = []string{
 // gateway, the global CIDR), a tunnel with everything is DataPlanePending and never Ready, and
 // recomputing a status changes nothing (no write, no hot loop).
 func TestTunnelStatus(t *testing.T) {
-	remote := gatewayExIPCopy("b", "red", "192.0.2.2", "242.2.0.0/16")
+	remote := gatewayExIPCopy("b", "red", "242.2.0.2", "242.2.0.0/16")
 	tests := []struct {
 		name   string
 		tunnel *v1alpha1.VpcNatTunnel
@@ -91,7 +91,7 @@ func TestTunnelStatus(t *testing.T) {
 			tunnel: natTunnel("t", "b", "red", "red", v1alpha1.VpcTunnelVXLAN),
 			in:     tunnelInputs{Remote: remote, Vpc: vpcLive, LocalGlobalCIDR: "242.1.0.0/16"},
 			want:   "Ready=False/DataPlanePending RemoteGatewayFound=True/Found VpcFound=True/Found TunnelTypeSupported=True/Supported",
-			fields: [3]string{"192.0.2.2", "242.2.0.0/16", "242.1.0.0/16"},
+			fields: [3]string{"242.2.0.2", "242.2.0.0/16", "242.1.0.0/16"},
 			msgs:   []string{"the vxlan tunnel, its route to 242.2.0.0/16 and the SNAT to 242.1.0.0/16 are not built yet"},
 		},
 		{
@@ -99,7 +99,7 @@ func TestTunnelStatus(t *testing.T) {
 			tunnel: natTunnel("t", "b", "red", "green", ""),
 			in:     tunnelInputs{Remote: remote, LocalGlobalCIDR: "242.1.0.0/16"},
 			want:   "Ready=False/VpcNotFound RemoteGatewayFound=True/Found VpcFound=False/VpcNotFound TunnelTypeSupported=True/Supported",
-			fields: [3]string{"192.0.2.2", "242.2.0.0/16", "242.1.0.0/16"},
+			fields: [3]string{"242.2.0.2", "242.2.0.0/16", "242.1.0.0/16"},
 			msgs:   []string{"spec.natGwDp: there is no Vpc green in this cluster; create it, or set spec.natGwDp to the name of the local Vpc"},
 		},
 		{
@@ -107,7 +107,7 @@ func TestTunnelStatus(t *testing.T) {
 			tunnel: natTunnel("t", "b", "red", "red", ""),
 			in:     tunnelInputs{Remote: remote, Vpc: vpcDeleting, LocalGlobalCIDR: "242.1.0.0/16"},
 			want:   "Ready=False/VpcNotFound RemoteGatewayFound=True/Found VpcFound=False/VpcNotFound TunnelTypeSupported=True/Supported",
-			fields: [3]string{"192.0.2.2", "242.2.0.0/16", "242.1.0.0/16"},
+			fields: [3]string{"242.2.0.2", "242.2.0.0/16", "242.1.0.0/16"},
 			msgs:   []string{"spec.natGwDp: Vpc red is being deleted and waits for this tunnel to go; delete the tunnel"},
 		},
 		{
@@ -123,7 +123,7 @@ func TestTunnelStatus(t *testing.T) {
 			tunnel: natTunnel("t", "b", "red", "red", v1alpha1.VpcTunnelGRE),
 			in:     tunnelInputs{Remote: remote, Vpc: vpcLive, LocalGlobalCIDR: "242.1.0.0/16", GREAvailable: true},
 			want:   "Ready=False/DataPlanePending RemoteGatewayFound=True/Found VpcFound=True/Found TunnelTypeSupported=True/Supported",
-			fields: [3]string{"192.0.2.2", "242.2.0.0/16", "242.1.0.0/16"},
+			fields: [3]string{"242.2.0.2", "242.2.0.0/16", "242.1.0.0/16"},
 			msgs:   []string{"the gre tunnel"},
 		},
 		{
@@ -131,7 +131,7 @@ func TestTunnelStatus(t *testing.T) {
 			tunnel: natTunnel("t", "b", "red", "red", v1alpha1.VpcTunnelGRE),
 			in:     tunnelInputs{Remote: remote, Vpc: vpcLive, LocalGlobalCIDR: "242.1.0.0/16", GREProbeErr: errors.New("netlink: boom")},
 			want:   "Ready=False/ProbeFailed RemoteGatewayFound=True/Found VpcFound=True/Found TunnelTypeSupported=Unknown/ProbeFailed",
-			fields: [3]string{"192.0.2.2", "242.2.0.0/16", "242.1.0.0/16"},
+			fields: [3]string{"242.2.0.2", "242.2.0.0/16", "242.1.0.0/16"},
 			msgs:   []string{"could not tell whether the kernel has GRE (netlink: boom)"},
 		},
 		{
@@ -139,7 +139,7 @@ func TestTunnelStatus(t *testing.T) {
 			tunnel: natTunnel("t", "b", "red", "red", ""),
 			in:     tunnelInputs{Remote: remote, Vpc: vpcLive},
 			want:   "Ready=False/NoGlobalCIDR RemoteGatewayFound=True/Found VpcFound=True/Found TunnelTypeSupported=True/Supported",
-			fields: [3]string{"192.0.2.2", "242.2.0.0/16", ""},
+			fields: [3]string{"242.2.0.2", "242.2.0.0/16", ""},
 			msgs:   []string{"must join with globalnet addressing"},
 		},
 	}
@@ -270,7 +270,7 @@ func TestVpcNatTunnelController(t *testing.T) {
 		rv := tn.ResourceVersion
 
 		// Another gateway's copy, and an object of the right name that is no copy, change nothing.
-		if err := c.Create(ctx, gatewayExIPCopy("b", "blue", "192.0.2.3", "242.2.0.0/16")); err != nil {
+		if err := c.Create(ctx, gatewayExIPCopy("b", "blue", "242.2.0.3", "242.2.0.0/16")); err != nil {
 			t.Fatal(err)
 		}
 		stray := &v1alpha1.GatewayExIp{ObjectMeta: metav1.ObjectMeta{Namespace: v1alpha1.SystemNamespace, Name: "red-b"}, Spec: v1alpha1.GatewayExIPSpec{ExternalIP: "198.51.100.1", GlobalnetCIDR: "242.2.0.0/16"}}
@@ -285,23 +285,23 @@ func TestVpcNatTunnelController(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		cp := gatewayExIPCopy("b", "red", "192.0.2.2", "242.2.0.0/16")
+		cp := gatewayExIPCopy("b", "red", "242.2.0.2", "242.2.0.0/16")
 		if err := c.Create(ctx, cp); err != nil {
 			t.Fatal(err)
 		}
 		pending := "Ready=False/DataPlanePending RemoteGatewayFound=True/Found VpcFound=True/Found TunnelTypeSupported=True/Supported"
-		testenv.Eventually(t, 10*time.Second, "the tunnel finds its gateway when the copy appears", hasStatus("to-b", pending, "192.0.2.2"))
+		testenv.Eventually(t, 10*time.Second, "the tunnel finds its gateway when the copy appears", hasStatus("to-b", pending, "242.2.0.2"))
 		tn, _ = status("to-b")
 		if tn.Status.RemoteGlobalnetCIDR != "242.2.0.0/16" || tn.Status.LocalGlobalnetCIDR != "242.1.0.0/16" {
 			t.Errorf("global CIDRs remote %q local %q", tn.Status.RemoteGlobalnetCIDR, tn.Status.LocalGlobalnetCIDR)
 		}
 		found := meta.FindStatusCondition(tn.Status.Conditions, v1alpha1.VpcNatTunnelConditionRemoteGatewayFound).LastTransitionTime
 
-		cp.Spec.ExternalIP = "192.0.2.22" // the remote gateway failed over
+		cp.Spec.ExternalIP = "242.2.0.22" // the remote gateway failed over
 		if err := c.Update(ctx, cp); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, 10*time.Second, "the tunnel follows the copy's update", hasStatus("to-b", pending, "192.0.2.22"))
+		testenv.Eventually(t, 10*time.Second, "the tunnel follows the copy's update", hasStatus("to-b", pending, "242.2.0.22"))
 		tn, _ = status("to-b")
 		if got := meta.FindStatusCondition(tn.Status.Conditions, v1alpha1.VpcNatTunnelConditionRemoteGatewayFound).LastTransitionTime; !got.Equal(&found) {
 			t.Errorf("RemoteGatewayFound's transition time moved from %v to %v though it stayed True", found, got)
@@ -325,7 +325,7 @@ func TestVpcNatTunnelController(t *testing.T) {
 			t.Fatal(err)
 		}
 		testenv.Eventually(t, 10*time.Second, "a tunnel from no Vpc says so", hasStatus("from-green",
-			"Ready=False/VpcNotFound RemoteGatewayFound=True/Found VpcFound=False/VpcNotFound TunnelTypeSupported=True/Supported", "192.0.2.3"))
+			"Ready=False/VpcNotFound RemoteGatewayFound=True/Found VpcFound=False/VpcNotFound TunnelTypeSupported=True/Supported", "242.2.0.3"))
 		tn, _ := status("from-green")
 		if msg := meta.FindStatusCondition(tn.Status.Conditions, v1alpha1.VpcNatTunnelConditionVpcFound).Message; !strings.Contains(msg, "spec.natGwDp: there is no Vpc green in this cluster; create it") {
 			t.Errorf("VpcFound's message %q", msg)
@@ -336,13 +336,13 @@ func TestVpcNatTunnelController(t *testing.T) {
 			t.Fatal(err)
 		}
 		testenv.Eventually(t, 10*time.Second, "the tunnel finds the Vpc once it is created", hasStatus("from-green",
-			"Ready=False/DataPlanePending RemoteGatewayFound=True/Found VpcFound=True/Found TunnelTypeSupported=True/Supported", "192.0.2.3"))
+			"Ready=False/DataPlanePending RemoteGatewayFound=True/Found VpcFound=True/Found TunnelTypeSupported=True/Supported", "242.2.0.3"))
 
 		vpcGone := "Ready=False/VpcNotFound RemoteGatewayFound=True/Found VpcFound=False/VpcNotFound TunnelTypeSupported=True/Supported"
 		if err := c.Delete(ctx, green); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, 10*time.Second, "a Vpc being deleted is no place to leave from", hasStatus("from-green", vpcGone, "192.0.2.3"))
+		testenv.Eventually(t, 10*time.Second, "a Vpc being deleted is no place to leave from", hasStatus("from-green", vpcGone, "242.2.0.3"))
 		tn, _ = status("from-green")
 		if msg := meta.FindStatusCondition(tn.Status.Conditions, v1alpha1.VpcNatTunnelConditionVpcFound).Message; !strings.Contains(msg, "Vpc green is being deleted and waits for this tunnel to go") {
 			t.Errorf("VpcFound's message while green is deleted %q", msg)
@@ -373,7 +373,7 @@ func TestVpcNatTunnelController(t *testing.T) {
 		if err := c.Create(ctx, natTunnel("gre-fake", "b", "blue", "red", v1alpha1.VpcTunnelGRE)); err != nil {
 			t.Fatal(err)
 		}
-		testenv.Eventually(t, 10*time.Second, "a gre tunnel without GRE says so", hasStatus("gre-fake", greUnavailable, "192.0.2.3"))
+		testenv.Eventually(t, 10*time.Second, "a gre tunnel without GRE says so", hasStatus("gre-fake", greUnavailable, "242.2.0.3"))
 		if probes.Load() == before {
 			t.Error("the GRE probe was never asked")
 		}
@@ -387,7 +387,7 @@ func TestVpcNatTunnelController(t *testing.T) {
 			t.Fatal(err)
 		}
 		testenv.Eventually(t, 10*time.Second, "the tunnel switched to vxlan is pending its data plane", hasStatus("gre-fake",
-			"Ready=False/DataPlanePending RemoteGatewayFound=True/Found VpcFound=True/Found TunnelTypeSupported=True/Supported", "192.0.2.3"))
+			"Ready=False/DataPlanePending RemoteGatewayFound=True/Found VpcFound=True/Found TunnelTypeSupported=True/Supported", "242.2.0.3"))
 	})
 
 	t.Run("gre, this kernel", func(t *testing.T) {
@@ -406,7 +406,7 @@ func TestVpcNatTunnelController(t *testing.T) {
 		if has {
 			want = "Ready=False/DataPlanePending RemoteGatewayFound=True/Found VpcFound=True/Found TunnelTypeSupported=True/Supported"
 		}
-		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("a gre tunnel on this kernel (GRE: %v)", has), hasStatus("gre-real", want, "192.0.2.3"))
+		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("a gre tunnel on this kernel (GRE: %v)", has), hasStatus("gre-real", want, "242.2.0.3"))
 	})
 }
 

@@ -18,15 +18,17 @@ import (
 const testPort = 45001
 
 // TestKernelGuard runs the guard against the kernel: a "node" namespace with an interface named
-// octgw to a "pod" namespace and another interface to an "outside" namespace, and a TCP
-// listener on all of the node's addresses (a service such as the kubelet's).
+// octgw to a "pod" namespace, a VPC gateway's outside veth (node end octx…, no address) to a
+// "vpc" namespace that holds the VPC's external address, another interface to an "outside"
+// namespace, and a TCP listener on all of the node's addresses (a service such as the
+// kubelet's).
 func TestKernelGuard(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates network namespaces (run the tests as root; CI does)")
 	}
 	id := os.Getpid() % 100000
-	node, pod, outside := fmt.Sprintf("ggn%d", id), fmt.Sprintf("ggp%d", id), fmt.Sprintf("ggo%d", id)
-	for _, ns := range []string{node, pod, outside} {
+	node, pod, outside, vpc := fmt.Sprintf("ggn%d", id), fmt.Sprintf("ggp%d", id), fmt.Sprintf("ggo%d", id), fmt.Sprintf("ggv%d", id)
+	for _, ns := range []string{node, pod, outside, vpc} {
 		tunneltest.Run(t, "ip", "netns", "add", ns)
 		t.Cleanup(func() {
 			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
@@ -53,12 +55,33 @@ func TestKernelGuard(t *testing.T) {
 	}
 	// As on the secondary network, the pod routes what is not on its link to the gateway.
 	tunneltest.Run(t, "ip", "-n", pod, "route", "add", "default", "via", gatewayAddr.String())
+	// As podport's VPC gateway: the external address alone on its side, a default route out of
+	// it, the node routing the address to the link and forwarding for it.
+	vpcLink, externalAddr := "octx0123", netip.MustParseAddr("10.98.0.7")
+	tunneltest.Run(t, "ip", "-n", node, "link", "add", vpcLink, "type", "veth", "peer", "name", "ext", "netns", vpc)
+	tunneltest.Run(t, "ip", "-n", vpc, "addr", "add", externalAddr.String()+"/32", "dev", "ext")
+	tunneltest.Run(t, "ip", "-n", node, "link", "set", vpcLink, "up")
+	tunneltest.Run(t, "ip", "-n", vpc, "link", "set", "ext", "up")
+	// The next hop as podport's: link-local, fixed to the node end's MAC (the node answers
+	// ARP only for its own addresses).
+	nodeEnd, err := exec.Command("ip", "-n", node, "-br", "link", "show", vpcLink).Output()
+	if err != nil || len(strings.Fields(string(nodeEnd))) < 3 {
+		t.Fatalf("reading %s's MAC: %v: %s", vpcLink, err, nodeEnd)
+	}
+	tunneltest.Run(t, "ip", "-n", vpc, "neigh", "replace", "169.254.0.1", "lladdr", strings.Fields(string(nodeEnd))[2], "dev", "ext", "nud", "permanent")
+	tunneltest.Run(t, "ip", "-n", vpc, "route", "add", "default", "via", "169.254.0.1", "dev", "ext", "onlink")
+	tunneltest.Run(t, "ip", "-n", node, "route", "add", externalAddr.String()+"/32", "dev", vpcLink)
+	tunneltest.Run(t, "ip", "netns", "exec", node, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	tunneltest.Run(t, "ip", "-n", outside, "route", "add", externalAddr.String()+"/32", "via", nodeOther.String())
 	listen(t, node)
 	listen(t, pod)
+	listen(t, outside)
 	to := func(a netip.Addr) netip.AddrPort { return netip.AddrPortFrom(a, testPort) }
-	for _, a := range []netip.Addr{gatewayAddr, nodeOther} {
-		if err := reach(pod, to(a)); err != nil {
-			t.Fatalf("before the guard, a pod cannot reach the node's service at %s either: %v", a, err)
+	for _, from := range []string{pod, vpc} {
+		for _, a := range []netip.Addr{gatewayAddr, nodeOther} {
+			if err := reach(from, to(a)); err != nil {
+				t.Fatalf("before the guard, %s cannot reach the node's service at %s either: %v", from, a, err)
+			}
 		}
 	}
 
@@ -67,18 +90,25 @@ func TestKernelGuard(t *testing.T) {
 		if g, err = New(); err != nil {
 			return err
 		}
-		return g.Guard(ctx, "octgw")
+		return g.Guard(ctx, "octgw", "octx*")
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := connect(pod, to(gatewayAddr)); err == nil {
-		t.Fatal("a pod on octgw still reaches the node's service")
+	for _, from := range []string{pod, vpc} {
+		for _, a := range []netip.Addr{gatewayAddr, nodeOther} {
+			if err := connect(from, to(a)); err == nil {
+				t.Fatalf("%s still reaches the node's service at %s through the guard", from, a)
+			}
+		}
 	}
-	if err := connect(pod, to(nodeOther)); err == nil {
-		t.Fatal("a pod on octgw still reaches the node's service at its other address")
+	if c := dropped(t, node); c < 4 {
+		t.Fatalf("the drop rule counted %d packets, want the four SYNs at least", c)
 	}
-	if c := dropped(t, node); c < 2 {
-		t.Fatalf("the drop rule counted %d packets, want the two SYNs at least", c)
+	if err := reach(vpc, to(outsideAddr)); err != nil {
+		t.Errorf("the VPC's traffic is not forwarded out of the node any more: %v", err)
+	}
+	if err := tunneltest.Ping(vpc, nodeOther, 3*time.Second); err != nil {
+		t.Errorf("the VPC gateway cannot ping the node any more: %v", err)
 	}
 	if err := tunneltest.Ping(pod, gatewayAddr, 3*time.Second); err != nil {
 		t.Errorf("a pod cannot ping its gateway any more: %v", err)
@@ -91,7 +121,7 @@ func TestKernelGuard(t *testing.T) {
 	}
 	// Idempotent: a second Guard leaves the same ruleset.
 	before := list(t, node)
-	if err := tunneltest.InErr(node, func() error { return g.Guard(ctx, "octgw") }); err != nil {
+	if err := tunneltest.InErr(node, func() error { return g.Guard(ctx, "octgw", "octx*") }); err != nil {
 		t.Fatal(err)
 	}
 	if after := list(t, node); stripCounters(after) != stripCounters(before) {

@@ -1,27 +1,31 @@
-// Package podfence keeps the pods of the secondary network off their gateway node's own
-// services. A gateway node has an interface on the cluster's logical switch (podport.GatewayLink,
-// with the block's first host) so that it can forward the pods' traffic to and from the other
-// clusters; but the node's stack also accepts, on that interface, whatever a pod sends to an
-// address the node holds, so a service listening on all addresses (the kubelet, the node's own
-// agents) would answer every pod of the cluster's secondary network. One inet table
-// (owner.GatewayGuardNFTTable), one input chain, written in one transaction: on that interface
-// it accepts replies to what the node itself opened and ICMP (a pod pinging its gateway,
-// path-MTU errors), and drops the rest. Forwarded traffic, the interface's purpose, never
-// reaches the input hook. What other clusters' pods send to the node arrives on the tunnel
-// device, not here, and is not this table's to filter (the gateways' health probes come that
-// way).
+// Package podfence keeps the pods of the secondary network and of its VPCs off their gateway
+// node's own services. A gateway node has an interface on the cluster's logical switch
+// (podport.GatewayLink, with the block's first host) so that it can forward the pods' traffic to
+// and from the other clusters, and one per VPC whose gateway it holds with an external address
+// (the node end of the gateway's outside veth, podport.VpcGatewayOutsideNodeLinkPattern), which
+// the VPC's SNATed traffic leaves by. But the node's stack also accepts, on those interfaces,
+// whatever is sent to an address the node holds, so a service listening on all addresses (the
+// kubelet, the node's own agents) would answer every pod of the secondary network and every VPC.
+// One inet table (owner.GatewayGuardNFTTable), written in one transaction: its input chain sends
+// what arrives on a guarded interface to the fence chain, which accepts replies to what the node
+// itself opened and ICMP (a pod pinging its gateway, path-MTU errors) and drops the rest.
+// Forwarded traffic, the interfaces' purpose, never reaches the input hook. What other clusters'
+// pods send to the node arrives on the tunnel device, not here, and is not this table's to
+// filter (the gateways' health probes come that way).
 //
 // A drop is final whatever other tables say (internal/datapath/hostfirewall explains how
 // netfilter's base chains combine), so the host's own firewall cannot undo it. The table stays
-// when the process stops, as the interface does (gateway-port's pods are replaced in a rolling
+// when the process stops, as the interfaces do (gateway-port's pods are replaced in a rolling
 // update). It imports no Kubernetes package: `octopus-ovn gateway-port` applies it for its own
 // node.
 package podfence
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"sigs.k8s.io/knftables"
 
@@ -29,7 +33,10 @@ import (
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 )
 
-const chainInput = "input"
+const (
+	chainInput = "input"
+	chainFence = "fence"
+)
 
 // inputPriority runs the chain before the filter-priority chains of typical host firewalls,
 // so that its counter sees every packet it drops, as hostfirewall's does.
@@ -54,28 +61,51 @@ func New() (*Guard, error) {
 // tests.
 func NewWith(nft knftables.Interface) *Guard { return &Guard{nft: nft} }
 
-// Guard makes the table guard the interface named link, replacing whatever it held (the table
-// is added, its chain flushed and refilled, in one transaction): the same rules again change
-// nothing that a packet could see.
-func (g *Guard) Guard(ctx context.Context, link string) error {
-	if link == "" {
-		return fmt.Errorf("gateway guard: no interface to guard")
+// Guard makes the table guard the interfaces named links (a name ending in "*" is every
+// interface it starts, nftables' wildcard), replacing whatever it held (the table is added, its
+// chains flushed and refilled, in one transaction): the same rules again change nothing that a
+// packet could see.
+func (g *Guard) Guard(ctx context.Context, links ...string) error {
+	if err := validLinks(links); err != nil {
+		return fmt.Errorf("gateway guard: %w", err)
 	}
-	iif := "iifname " + strconv.Quote(link)
 	tx := g.nft.NewTransaction()
-	tx.Add(&knftables.Table{Comment: knftables.PtrTo("octopus gateway-port: the secondary network's pods reach the gateway node only for replies and ICMP")})
+	tx.Add(&knftables.Table{Comment: knftables.PtrTo("octopus gateway-port: the secondary network's and the VPCs' pods reach the gateway node only for replies and ICMP")})
+	tx.Add(&knftables.Chain{Name: chainFence})
 	tx.Add(&knftables.Chain{
 		Name: chainInput, Type: knftables.PtrTo(knftables.FilterType), Hook: knftables.PtrTo(knftables.InputHook),
 		Priority: knftables.PtrTo(inputPriority),
 	})
 	tx.Flush(&knftables.Chain{Name: chainInput})
-	tx.Add(&knftables.Rule{Chain: chainInput, Rule: knftables.Concat(iif, "ct state { established, related } accept")})
+	tx.Flush(&knftables.Chain{Name: chainFence})
+	for _, link := range links {
+		tx.Add(&knftables.Rule{Chain: chainInput, Rule: knftables.Concat("iifname", strconv.Quote(link), "goto", chainFence)})
+	}
+	tx.Add(&knftables.Rule{Chain: chainFence, Rule: "ct state { established, related } accept"})
 	// ICMP and ICMPv6 by number: nft resolves protocol names through /etc/protocols, which
 	// the images do not have ("Could not resolve protocol name" in the lab's pods).
-	tx.Add(&knftables.Rule{Chain: chainInput, Rule: knftables.Concat(iif, "meta l4proto { 1, 58 } accept")})
-	tx.Add(&knftables.Rule{Chain: chainInput, Rule: knftables.Concat(iif, "counter drop")})
+	tx.Add(&knftables.Rule{Chain: chainFence, Rule: "meta l4proto { 1, 58 } accept"})
+	tx.Add(&knftables.Rule{Chain: chainFence, Rule: "counter drop"})
 	if err := g.nft.Run(ctx, tx); err != nil {
-		return fmt.Errorf("guarding %s in nftables table inet %s: %w", link, owner.GatewayGuardNFTTable, err)
+		return fmt.Errorf("guarding %s in nftables table inet %s: %w", strings.Join(links, ", "), owner.GatewayGuardNFTTable, err)
+	}
+	return nil
+}
+
+// validLinks refuses what is no interface name (IFNAMSIZ bounds one to 15 bytes) or
+// pattern, before anything is written: a name that nft would read as more than a string
+// must never reach the rule.
+func validLinks(links []string) error {
+	if len(links) == 0 {
+		return errors.New("no interface to guard")
+	}
+	for _, l := range links {
+		name := strings.TrimSuffix(l, "*")
+		if name == "" || len(name) > 15 || strings.ContainsFunc(name, func(r rune) bool {
+			return r <= ' ' || r > '~' || r == '"' || r == '*' || r == '/' || r == '\\'
+		}) {
+			return fmt.Errorf("interface %q: want a name of 1 to 15 printable bytes without spaces, quotes, slashes or '*', or such a name and one trailing '*'", l)
+		}
 	}
 	return nil
 }
@@ -83,9 +113,9 @@ func (g *Guard) Guard(ctx context.Context, link string) error {
 // GuardIn is Guard in the network namespace at netnsPath, where nft then runs; "" is the
 // caller's own, entered without setns, which would need CAP_SYS_ADMIN even into one's own
 // namespace (gateway-port runs in its node's with NET_ADMIN alone).
-func (g *Guard) GuardIn(ctx context.Context, netnsPath, link string) error {
+func (g *Guard) GuardIn(ctx context.Context, netnsPath string, links ...string) error {
 	if netnsPath == "" {
-		return g.Guard(ctx, link)
+		return g.Guard(ctx, links...)
 	}
-	return netnsrun.In(netnsPath, func() error { return g.Guard(ctx, link) })
+	return netnsrun.In(netnsPath, func() error { return g.Guard(ctx, links...) })
 }

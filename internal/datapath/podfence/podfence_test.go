@@ -9,11 +9,14 @@ import (
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 )
 
-const golden = `add table inet octopus-gateway-guard { comment "octopus gateway-port: the secondary network's pods reach the gateway node only for replies and ICMP" ; }
+const golden = `add table inet octopus-gateway-guard { comment "octopus gateway-port: the secondary network's and the VPCs' pods reach the gateway node only for replies and ICMP" ; }
+add chain inet octopus-gateway-guard fence
 add chain inet octopus-gateway-guard input { type filter hook input priority -10 ; }
-add rule inet octopus-gateway-guard input iifname "octgw" ct state { established, related } accept
-add rule inet octopus-gateway-guard input iifname "octgw" meta l4proto { 1, 58 } accept
-add rule inet octopus-gateway-guard input iifname "octgw" counter drop
+add rule inet octopus-gateway-guard fence ct state { established, related } accept
+add rule inet octopus-gateway-guard fence meta l4proto { 1, 58 } accept
+add rule inet octopus-gateway-guard fence counter drop
+add rule inet octopus-gateway-guard input iifname "octgw" goto fence
+add rule inet octopus-gateway-guard input iifname "octx*" goto fence
 `
 
 func TestGuardGolden(t *testing.T) {
@@ -21,7 +24,7 @@ func TestGuardGolden(t *testing.T) {
 	fake := knftables.NewFake(knftables.InetFamily, owner.GatewayGuardNFTTable)
 	g := NewWith(fake)
 	// Twice, and after a rule someone added: the chain is replaced, never appended to.
-	if err := g.Guard(ctx, "octgw"); err != nil {
+	if err := g.Guard(ctx, "octgw", "octx*"); err != nil {
 		t.Fatal(err)
 	}
 	tx := fake.NewTransaction()
@@ -29,7 +32,7 @@ func TestGuardGolden(t *testing.T) {
 	if err := fake.Run(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Guard(ctx, "octgw"); err != nil {
+	if err := g.Guard(ctx, "octgw", "octx*"); err != nil {
 		t.Fatal(err)
 	}
 	if got := fake.Dump(); got != golden {
@@ -37,12 +40,28 @@ func TestGuardGolden(t *testing.T) {
 	}
 }
 
-func TestGuardRefusesNoLink(t *testing.T) {
-	fake := knftables.NewFake(knftables.InetFamily, owner.GatewayGuardNFTTable)
-	if err := NewWith(fake).Guard(context.Background(), ""); err == nil {
-		t.Fatal("guarded no interface without an error")
-	}
-	if got := fake.Dump(); got != "" {
-		t.Fatalf("wrote %q for no interface", got)
+func TestGuardRefusesWhatIsNoInterface(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		links []string
+	}{
+		{"none", nil},
+		{"empty", []string{"octgw", ""}},
+		{"a bare wildcard", []string{"*"}},
+		{"too long", []string{"octx0123456789ab"}},
+		{"a quote", []string{`octgw" accept #`}},
+		{"a space", []string{"oct gw"}},
+		{"a wildcard inside", []string{"oct*gw"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := knftables.NewFake(knftables.InetFamily, owner.GatewayGuardNFTTable)
+			err := NewWith(fake).Guard(context.Background(), tc.links...)
+			if err == nil {
+				t.Fatalf("guarded %q without an error", tc.links)
+			}
+			if got := fake.Dump(); got != "" {
+				t.Fatalf("wrote %q for %q (%v)", got, tc.links, err)
+			}
+		})
 	}
 }

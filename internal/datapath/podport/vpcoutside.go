@@ -31,6 +31,10 @@ const (
 	vpcOutsideLinkPrefix = "octx"
 )
 
+// VpcGatewayOutsideNodeLinkPattern names every outside veth's node end as an nftables
+// interface-name wildcard: the node fences them all off its own services (podfence).
+const VpcGatewayOutsideNodeLinkPattern = vpcOutsideLinkPrefix + "*"
+
 // VpcGatewayOutsideNextHop is the gateway's default next hop on its outside veth: link-local
 // (never routed, never anybody's address), resolved by a permanent neighbour entry to the node
 // end's MAC.

@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -129,10 +130,29 @@ func New(o Options) (*Loop, error) {
 		o.Interval = DefaultInterval
 	}
 	l := &Loop{gateway: g, interval: o.Interval, log: o.Log, reconcile: podport.ReconcileGateway}
-	// Made at the first check rather than here, so that a missing nft binary is a failed
-	// check that says so (and retries), and New's tests, which replace guard, need none.
+	l.guard = nodeGuard(o.Node.Netns)
+	l.set(errNotAttached)
+	return l, nil
+}
+
+func (l *Loop) set(err error) { l.last.Store(&err) }
+
+// guardedLinks are the node's interfaces that podfence keeps the pods off the node's services
+// through: the cluster's gateway interface and every VPC gateway's outside veth, whether or
+// not this node holds any yet (the table is the same in both loops, so that either writes it
+// before the interfaces it keeps are up).
+var guardedLinks = []string{podport.GatewayLink, podport.VpcGatewayOutsideNodeLinkPattern}
+
+// nodeGuard writes the node's podfence table for guardedLinks in the namespace at netnsPath.
+// The nft writer is made at the first call rather than here, so that a missing nft binary is a
+// failed check that says so (and retries), and the constructors' tests, which replace the
+// guard, need none.
+func nodeGuard(netnsPath string) func(context.Context) error {
+	var mu sync.Mutex
 	var guard *podfence.Guard
-	l.guard = func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
 		if guard == nil {
 			made, err := podfence.New()
 			if err != nil {
@@ -140,13 +160,9 @@ func New(o Options) (*Loop, error) {
 			}
 			guard = made
 		}
-		return guard.GuardIn(ctx, o.Node.Netns, podport.GatewayLink)
+		return guard.GuardIn(ctx, netnsPath, guardedLinks...)
 	}
-	l.set(errNotAttached)
-	return l, nil
 }
-
-func (l *Loop) set(err error) { l.last.Store(&err) }
 
 // Ready is nil once the interface was attached, as long as the last check succeeded.
 func (l *Loop) Ready() error {
@@ -194,7 +210,7 @@ func repeat(ctx context.Context, interval time.Duration, once func(context.Conte
 func (l *Loop) once(ctx context.Context) error {
 	if err := l.guard(ctx); err != nil {
 		if ctx.Err() == nil {
-			l.log.Error(err, "Failed to guard the gateway node from the secondary network; retrying", "link", podport.GatewayLink)
+			l.log.Error(err, "Failed to guard the gateway node from the secondary network; retrying", "links", guardedLinks)
 		}
 		l.set(err)
 		return err

@@ -302,14 +302,20 @@ func linkIndex(t *testing.T, ch *ovntest.Chassis) string {
 	return strings.SplitN(string(out), ":", 2)[0]
 }
 
-// guarded checks that the node's namespace has the podfence table, dropping on octgw.
+// guarded checks that the node's namespace has the podfence table, fencing octgw and the VPC
+// gateways' outside veths.
 func guarded(netnsName string) error {
 	out, err := exec.Command("ip", "netns", "exec", netnsName, "nft", "list", "table", "inet", owner.GatewayGuardNFTTable).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("the guard table: %w: %s", err, out)
 	}
-	if !strings.Contains(string(out), `iifname "`+podport.GatewayLink+`" counter packets`) {
-		return fmt.Errorf("the guard table does not drop on %s:\n%s", podport.GatewayLink, out)
+	for _, link := range []string{podport.GatewayLink, podport.VpcGatewayOutsideNodeLinkPattern} {
+		if !strings.Contains(string(out), `iifname "`+link+`" goto fence`) {
+			return fmt.Errorf("the guard table does not fence %s:\n%s", link, out)
+		}
+	}
+	if !strings.Contains(string(out), "counter packets") {
+		return fmt.Errorf("the guard table drops nothing:\n%s", out)
 	}
 	return nil
 }

@@ -190,6 +190,9 @@ type VpcLoop struct {
 	present   func(ctx context.Context, n podport.Node, dir string) ([]string, error)
 	// snat is vpcnat's ApplyIn (the nft writer made at first use); tests replace it.
 	snat func(ctx context.Context, netnsPath string, s vpcnat.SNAT) error
+	// guard writes the node's podfence table (nodeGuard) before every check, so that no
+	// gateway's outside veth is ever up unfenced; tests replace it.
+	guard func(context.Context) error
 	// last is the error of the last check (nil after one that succeeded); errNotChecked
 	// before the first.
 	last atomic.Pointer[error]
@@ -225,7 +228,7 @@ func NewVpcLoop(o VpcOptions) (*VpcLoop, error) {
 		o.Interval = DefaultInterval
 	}
 	l := &VpcLoop{o: o, reconcile: podport.ReconcileVpcGateway, detach: podport.DetachVpcGateway,
-		present: podport.VpcGatewaysOnNode, attached: map[string]bool{}, snat: lazySNAT()}
+		present: podport.VpcGatewaysOnNode, attached: map[string]bool{}, snat: lazySNAT(), guard: nodeGuard(o.Node.Netns)}
 	l.set(errNotChecked)
 	return l, nil
 }
@@ -319,6 +322,12 @@ func (l *VpcLoop) once(ctx context.Context) error {
 }
 
 func (l *VpcLoop) check(ctx context.Context) error {
+	if err := l.guard(ctx); err != nil {
+		if ctx.Err() == nil {
+			l.o.Log.Error(err, "Failed to guard the node from the VPCs' outside veths; changing nothing, retrying", "links", guardedLinks)
+		}
+		return err
+	}
 	desired, err := l.o.Source.VpcGatewaysOn(ctx, l.o.ClusterID, l.o.Chassis)
 	if err != nil {
 		if ctx.Err() == nil {

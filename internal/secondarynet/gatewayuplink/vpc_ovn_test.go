@@ -292,10 +292,11 @@ func serveSourceIn(t *testing.T, path string, ip netip.Addr) {
 
 // TestVpcGatewayEgressOnRealOVN runs the loop on a gateway chassis for a VPC whose gateway has
 // an external address (real OVN daemons, a pod chassis and the gateway chassis on an
-// underlay): the VPC's pod reaches a listener in the gateway node's own namespace, beyond the
-// gateway namespace's outside veth, and the listener sees the external address (the SNAT in
-// the gateway's namespace), not the pod's; the address removed from the NB row takes the
-// outside veth and the SNAT table, and the pod reaches the node no more.
+// underlay): the VPC's pod reaches a listener beyond the gateway node, through the gateway
+// namespace's outside veth and the node's forwarding, and the listener sees the external
+// address (the SNAT in the gateway's namespace), not the pod's; a listener on the node itself
+// it does not reach (the node's podfence table); the address removed from the NB row takes the
+// outside veth and the SNAT table, and the pod reaches beyond the node no more.
 func TestVpcGatewayEgressOnRealOVN(t *testing.T) {
 	central := ovntest.StartCentral(t)
 	podNode, gw := ovntest.StartChassis(t, central), ovntest.StartChassis(t, central)
@@ -337,19 +338,35 @@ func TestVpcGatewayEgressOnRealOVN(t *testing.T) {
 		_ = podport.DetachVpcGateway(context.Background(), gw.Node(), dir, "red")
 	})
 
-	// The listener on the gateway node itself, outside everything the VPC has.
-	listener := netip.MustParseAddr("192.0.2.30")
-	if out, err := exec.Command("nsenter", "--net="+gw.Node().Netns, "ip", "addr", "add", listener.String()+"/32", "dev", "lo").CombinedOutput(); err != nil {
-		t.Fatalf("adding %s on the gateway node: %v: %s", listener, err, out)
+	// The listener beyond the gateway node, in a namespace the node routes to (the world
+	// outside the VPC), and one on the node itself: the node forwards the VPC's traffic and
+	// its podfence table keeps the VPC off the node's own services.
+	outside, nodeAddr, listener := gw.NewPod(), netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.30")
+	for _, args := range [][]string{
+		{"-n", gw.Netns, "link", "add", "gwo", "type", "veth", "peer", "name", "eth0", "netns", outside},
+		{"-n", gw.Netns, "addr", "add", nodeAddr.String() + "/24", "dev", "gwo"},
+		{"-n", gw.Netns, "link", "set", "gwo", "up"},
+		{"-n", outside, "addr", "add", listener.String() + "/24", "dev", "eth0"},
+		{"-n", outside, "link", "set", "eth0", "up"},
+		{"-n", outside, "route", "add", external.String() + "/32", "via", nodeAddr.String()},
+		{"netns", "exec", gw.Netns, "sysctl", "-qw", "net.ipv4.ip_forward=1"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
 	}
-	serveSourceIn(t, gw.Node().Netns, listener)
-	testenv.Eventually(t, 30*time.Second, "red's pod reaching the gateway node as "+external.String(), func() error {
+	serveSourceIn(t, ovntest.NetnsPath(outside), listener)
+	serveSourceIn(t, gw.Node().Netns, nodeAddr)
+	testenv.Eventually(t, 30*time.Second, "red's pod reaching beyond the gateway node as "+external.String(), func() error {
 		got, err := dial(redPod, listener)
 		if err != nil || got != external.String() {
 			return fmt.Errorf("the listener saw %q, want %s (the pod is %s): %w", got, external, att.IP.Addr(), err)
 		}
 		return nil
 	})
+	if got, err := dial(redPod, nodeAddr); err == nil {
+		t.Errorf("red's pod reaches the gateway node's own service through the outside veth (it saw %q)", got)
+	}
 	gwNetns := podport.VpcGateway{NetnsDir: dir, Vpc: "red"}.NetnsPath()
 	table := func() error {
 		return exec.Command("nsenter", "--net="+gwNetns, "nft", "list", "table", "inet", owner.VpcGatewayNFTTable).Run()

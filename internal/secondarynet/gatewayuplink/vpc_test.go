@@ -114,6 +114,8 @@ func TestVpcLoopChecks(t *testing.T) {
 		delete(onNode, vpc)
 		return nil
 	}
+	var guardErr error
+	l.guard = func(context.Context) error { return guardErr } // not the host's nftables
 	snats := map[string]string{}
 	var snatErr error
 	l.snat = func(_ context.Context, path string, s vpcnat.SNAT) error {
@@ -147,6 +149,20 @@ func TestVpcLoopChecks(t *testing.T) {
 	if code, body := probe(); code != http.StatusServiceUnavailable || !strings.Contains(body, "not connected") {
 		t.Errorf("/readyz after an unreadable source = %d %q", code, body)
 	}
+
+	// The node's fence not written: nothing attached or removed, unready.
+	src.gateways, src.err, guardErr = []ovn.VpcGatewayPort{gatewayPort("red")}, nil, errors.New("nft: command not found")
+	before := len(logs.all())
+	if err := l.once(ctx); err == nil || onNode["red"] || len(detached) > 0 {
+		t.Fatalf("once with the fence failing = %v, red on the node %v, removed %v; want an error and nothing changed", err, onNode["red"], detached)
+	}
+	if lines := logs.all()[before:]; len(lines) != 1 || !strings.Contains(lines[0], "Failed to guard the node") {
+		t.Errorf("logged %q with the fence failing, want one line saying so", lines)
+	}
+	if code, body := probe(); code != http.StatusServiceUnavailable || !strings.Contains(body, "nft: command not found") {
+		t.Errorf("/readyz with the fence failing = %d %q", code, body)
+	}
+	guardErr = nil
 
 	for _, step := range []struct {
 		name     string
@@ -239,6 +255,7 @@ func TestVpcLoopChecksAtOnceWhenWoken(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.present = func(context.Context, podport.Node, string) ([]string, error) { return nil, nil }
+	l.guard = func(context.Context) error { return nil } // not the host's nftables
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- l.Run(ctx) }()
