@@ -3,6 +3,7 @@ package charts_test
 import (
 	"encoding/json"
 	"flag"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -470,5 +471,70 @@ func checkInterconnectCommands(t *testing.T, out map[string]string) {
 	}
 	if len(m.Spec.Template.Spec.Containers) == 0 || !slices.Contains(m.Spec.Template.Spec.Containers[0].Args, "--interconnect") {
 		t.Errorf("the ovnmaster runs without --interconnect in an interconnected cluster (it would hold the router's address)")
+	}
+}
+
+// TestGatewayPortPrivileges holds the member chart's gateway-port to its two modes: without
+// gatewayPort.vpcs, NET_ADMIN alone and no database credential (cmd/octopus-ovn's
+// TestGatewayPortNeedsOnlyNetAdmin runs it so); with it, the VPC gateways read from the SB
+// with the node's ovn-controller certificate, never the NB, and the host's /run/netns shared
+// back to the host, which only a privileged container may do.
+func TestGatewayPortPrivileges(t *testing.T) {
+	c, err := charts.Load(charts.Member, "v0.0.0-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, vpcs := range []bool{false, true} {
+		t.Run(fmt.Sprintf("vpcs=%v", vpcs), func(t *testing.T) {
+			out, err := charts.Render(c, namespaces[charts.Member], map[string]any{"secondaryNetwork": map[string]any{
+				"enabled": true, "clusterID": "east", "cidr": "10.112.0.0/16", "gatewayPort": map[string]any{"vpcs": vpcs},
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ds appsv1.DaemonSet
+			for doc := range strings.SplitSeq(out["octopus-member/templates/ovn.yaml"], "\n---\n") {
+				if strings.Contains(doc, "name: octopus-ovn-gateway-port\n") && strings.Contains(doc, "kind: DaemonSet") {
+					if err := yaml.Unmarshal([]byte(doc), &ds); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			pod := ds.Spec.Template.Spec
+			if len(pod.Containers) != 1 {
+				t.Fatalf("gateway-port DaemonSet with %d containers", len(pod.Containers))
+			}
+			ctr := pod.Containers[0]
+			args := strings.Join(ctr.Args, " ")
+			sc := ctr.SecurityContext
+			privileged := sc != nil && sc.Privileged != nil && *sc.Privileged
+			if strings.Contains(args, "--nb") {
+				t.Errorf("gateway-port is given the NB database: %s", args)
+			}
+			secrets := map[string]bool{}
+			for _, v := range pod.Volumes {
+				if v.Secret != nil {
+					secrets[v.Secret.SecretName] = true
+				}
+			}
+			if !vpcs {
+				if privileged || sc == nil || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Add, []corev1.Capability{"NET_ADMIN"}) ||
+					strings.Contains(args, "--sb") || len(secrets) != 0 {
+					t.Errorf("without VPCs: securityContext %+v, args %s, secrets %v; want NET_ADMIN alone and no database", sc, args, secrets)
+				}
+				return
+			}
+			if !privileged || !strings.Contains(args, "--sb=ssl:octopus-ovn-central.octopus-system.svc:6642") || !strings.Contains(args, "--vpc-netns-dir=/run/netns") ||
+				!secrets["octopus-ovn-controller-tls"] || len(secrets) != 1 {
+				t.Errorf("with VPCs: privileged %v, args %s, secrets %v; want the SB with the controller's certificate", privileged, args, secrets)
+			}
+			var shared bool
+			for _, m := range ctr.VolumeMounts {
+				shared = shared || (m.MountPath == "/run/netns" && m.MountPropagation != nil && *m.MountPropagation == corev1.MountPropagationBidirectional)
+			}
+			if !shared || len(ctr.Env) != 1 || ctr.Env[0].Name != "NODE_NAME" || ctr.Env[0].ValueFrom == nil {
+				t.Errorf("with VPCs: /run/netns shared %v, env %+v; want it shared back to the host and NODE_NAME the node's name", shared, ctr.Env)
+			}
+		})
 	}
 }

@@ -44,7 +44,7 @@ BROWSER=(chromium)
 # ovn-ic (the ovn-ic daemon) and ovn-ic-db (the IC NB and IC SB schemas; ovn-ic-nbctl and
 # ovn-ic-sbctl come with ovn-common): OVN interconnection. Its test starts its own IC databases
 # and one ovn-ic per AZ (internal/datapath/ovnic), and the IC SB models are generated from the
-# installed schema (hack/ovn-ic-models.sh); as for ovn-central, the services are not needed.
+# installed schema (hack/ovn-models.sh ic-sb); as for ovn-central, the services are not needed.
 PACKAGES+=(ovn-ic ovn-ic-db)
 if [[ "${MODE}" == demo ]]; then
   PACKAGES=("${DEMO_PACKAGES[@]}") BROWSER=()

@@ -26,7 +26,9 @@ type gatewayPortOptions struct {
 	mtu           int
 	interval      time.Duration
 	healthAddr    string
-	// The VPC gateways: off without --nb.
+	// The VPC gateways: off without --sb or --nb.
+	sb          string
+	sbTLS       tlsFlags
 	nb          string
 	nbTLS       tlsFlags
 	nodeName    string
@@ -55,8 +57,11 @@ carries nothing until its node takes over. For the same reason the interface sta
 process stops (a rolling update must not cut the active gateway's traffic) and when the node
 stops being a gateway node.
 
-With --nb it also keeps the gateways of the cluster's VPCs whose gateway port the ovnmaster
-requested on this node's chassis (--node-name): each in a network namespace of its own,
+With --sb (or --nb) it also keeps the gateways of the cluster's VPCs whose gateway port the
+ovnmaster requested on this node's chassis (--node-name), read from the port's southbound
+binding (with the certificate of the node's ovn-controller, which reads the SB anyway) or its
+northbound row (a credential of the NB may rewrite every logical network, so no gateway node
+should hold one): each in a network namespace of its own,
 octvpc-<vpc> in --vpc-netns-dir, holding the VPC's end of its gateway link, with routes back to
 the VPC's subnets. A VPC gone or whose gateway moved to another node loses its namespace here;
 a database out of reach changes nothing. Making namespaces needs CAP_SYS_ADMIN besides
@@ -73,7 +78,7 @@ It runs in the network namespace of the node's ovs-vswitchd (the host's).`,
 			opts.Log = ctrl.Log.WithName("gateway-port")
 			if opts.Vpcs != nil {
 				opts.Vpcs.Log = opts.Log.WithName("vpc")
-				if src, ok := opts.Vpcs.Source.(*gatewayuplink.NBSource); ok {
+				if src, ok := opts.Vpcs.Source.(*gatewayuplink.DBSource); ok {
 					src.Log = opts.Vpcs.Log
 					defer src.Close()
 				}
@@ -90,10 +95,12 @@ It runs in the network namespace of the node's ovs-vswitchd (the host's).`,
 	f.DurationVar(&o.interval, "interval", gatewayuplink.DefaultInterval, "how often the interface is checked and repaired")
 	f.StringVar(&o.healthAddr, "health-probe-bind-address", fmt.Sprintf(":%d", gatewayuplink.DefaultHealthPort),
 		`address of /healthz and /readyz (ready once the interface is attached); "0" turns them off`)
-	f.StringVar(&o.nb, "nb", "", `the OVN northbound database (unix:PATH, ssl:HOST:PORT with --nb-private-key, --nb-certificate, --nb-ca-cert, or tcp:HOST:PORT), to keep the VPC gateways requested on this node; "" keeps none`)
+	f.StringVar(&o.sb, "sb", "", `the OVN southbound database (unix:PATH, ssl:HOST:PORT with --sb-private-key, --sb-certificate, --sb-ca-cert, or tcp:HOST:PORT), to keep the VPC gateways requested on this node; "" keeps none`)
+	o.sbTLS.register(f, "sb")
+	f.StringVar(&o.nb, "nb", "", `the OVN northbound database instead of --sb (same syntax, --nb-private-key, --nb-certificate, --nb-ca-cert)`)
 	o.nbTLS.register(f, "nb")
-	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name, its OVN chassis name (system-id), with --nb (default $NODE_NAME)")
-	f.StringVar(&o.vpcNetnsDir, "vpc-netns-dir", podport.DefaultNetnsDir, "where the VPC gateways' network namespaces are made, with --nb")
+	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name, its OVN chassis name (system-id), with --sb or --nb (default $NODE_NAME)")
+	f.StringVar(&o.vpcNetnsDir, "vpc-netns-dir", podport.DefaultNetnsDir, "where the VPC gateways' network namespaces are made, with --sb or --nb")
 	_ = cmd.MarkFlagRequired("cluster-id")
 	_ = cmd.MarkFlagRequired("secondary-cidr")
 	return cmd
@@ -122,13 +129,16 @@ func (o gatewayPortOptions) options() (gatewayuplink.Options, error) {
 		errs = append(errs, fmt.Errorf("--interval %v must be positive: a repair waits at most this long (e.g. 10s)", o.interval))
 	}
 	var vpcs *gatewayuplink.VpcOptions
-	if o.nb != "" {
-		nbTLS, err := o.nbTLS.clientConfig(o.nb)
+	if o.sb != "" && o.nb != "" {
+		errs = append(errs, errors.New("--sb and --nb both given: pass one, --sb on a gateway node (its ovn-controller's certificate reads the SB; one of the NB could rewrite every logical network)"))
+	}
+	if endpoint, flag, tlsOf := o.vpcDatabase(); endpoint != "" {
+		dbTLS, err := tlsOf.clientConfig(endpoint)
 		if err != nil {
 			errs = append(errs, err)
 		}
 		if o.nodeName == "" {
-			errs = append(errs, errors.New("--nb without --node-name: pass this node's name (its OVN chassis name), e.g. from the pod's spec.nodeName as $NODE_NAME"))
+			errs = append(errs, fmt.Errorf("--%s without --node-name: pass this node's name (its OVN chassis name), e.g. from the pod's spec.nodeName as $NODE_NAME", flag))
 		}
 		if !filepath.IsAbs(o.vpcNetnsDir) {
 			errs = append(errs, fmt.Errorf("--vpc-netns-dir %q is not an absolute path: pass %s, where `ip netns` finds namespaces", o.vpcNetnsDir, podport.DefaultNetnsDir))
@@ -136,7 +146,7 @@ func (o gatewayPortOptions) options() (gatewayuplink.Options, error) {
 		vpcs = &gatewayuplink.VpcOptions{
 			ClusterID: o.clusterID, Chassis: o.nodeName, NetnsDir: o.vpcNetnsDir, MTU: o.mtu, Interval: o.interval,
 			Node:   podport.Node{OVSDB: o.ovsdb, Bridge: o.bridge},
-			Source: &gatewayuplink.NBSource{Endpoint: o.nb, TLS: nbTLS},
+			Source: &gatewayuplink.DBSource{Endpoint: endpoint, TLS: dbTLS, Southbound: flag == "sb"},
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -150,4 +160,13 @@ func (o gatewayPortOptions) options() (gatewayuplink.Options, error) {
 		Interval: o.interval,
 		Vpcs:     vpcs,
 	}, nil
+}
+
+// vpcDatabase is the database the VPC gateways are read from, its flag and TLS flags: --sb's,
+// else --nb's, else none ("").
+func (o *gatewayPortOptions) vpcDatabase() (endpoint, flag string, tlsOf *tlsFlags) {
+	if o.sb != "" {
+		return o.sb, "sb", &o.sbTLS
+	}
+	return o.nb, "nb", &o.nbTLS
 }

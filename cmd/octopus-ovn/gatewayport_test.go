@@ -15,6 +15,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
+	"github.com/octopus-mcs/octopus/internal/secondarynet/gatewayuplink"
 )
 
 // TestGatewayPortFlags: each wrong flag is refused with an error naming it and saying what
@@ -29,13 +30,22 @@ func TestGatewayPortFlags(t *testing.T) {
 		t.Errorf("options = %+v", opts)
 	}
 	if opts.Vpcs != nil {
-		t.Errorf("VPC gateways kept without --nb: %+v", opts.Vpcs)
+		t.Errorf("VPC gateways kept without --sb or --nb: %+v", opts.Vpcs)
+	}
+	withSB := valid
+	withSB.sb, withSB.nodeName, withSB.vpcNetnsDir = "unix:/run/ovn/ovnsb_db.sock", "gw-1", "/run/netns"
+	if opts, err := withSB.options(); err != nil || opts.Vpcs == nil || opts.Vpcs.Chassis != "gw-1" {
+		t.Errorf("with --sb: %+v, %v", opts.Vpcs, err)
+	} else if src, ok := opts.Vpcs.Source.(*gatewayuplink.DBSource); !ok || !src.Southbound || src.Endpoint != withSB.sb {
+		t.Errorf("with --sb the source is %+v, want the SB's", opts.Vpcs.Source)
 	}
 	withVpcs := valid
 	withVpcs.nb, withVpcs.nodeName, withVpcs.vpcNetnsDir = "unix:/run/ovn/ovnnb_db.sock", "gw-1", "/run/netns"
 	if opts, err := withVpcs.options(); err != nil || opts.Vpcs == nil || opts.Vpcs.Chassis != "gw-1" || opts.Vpcs.ClusterID != "east" ||
 		opts.Vpcs.NetnsDir != "/run/netns" || opts.Vpcs.Node.Bridge != "br-int" || opts.Vpcs.Source == nil {
 		t.Errorf("with --nb: %+v, %v", opts.Vpcs, err)
+	} else if src, ok := opts.Vpcs.Source.(*gatewayuplink.DBSource); !ok || src.Southbound {
+		t.Errorf("with --nb the source is %+v, want the NB's", opts.Vpcs.Source)
 	}
 	for _, tc := range []struct {
 		name   string
@@ -56,6 +66,11 @@ func TestGatewayPortFlags(t *testing.T) {
 		{"interval negative", func(o *gatewayPortOptions) { o.interval = -time.Second }, []string{"--interval -1s"}},
 		{"two wrong", func(o *gatewayPortOptions) { o.bridge, o.mtu = "", 0 }, []string{"--bridge", "--mtu"}},
 		{"VPC gateways without the node's name", func(o *gatewayPortOptions) { o.nb, o.vpcNetnsDir = "unix:/nb.sock", "/run/netns" }, []string{"--nb without --node-name", "NODE_NAME"}},
+		{"VPC gateways from the SB without the node's name", func(o *gatewayPortOptions) { o.sb, o.vpcNetnsDir = "unix:/sb.sock", "/run/netns" }, []string{"--sb without --node-name"}},
+		{"VPC gateways from both databases", func(o *gatewayPortOptions) { o.sb, o.nb, o.nodeName = "unix:/sb.sock", "unix:/nb.sock", "gw-1" }, []string{"--sb and --nb", "pass one"}},
+		{"VPC gateways from the SB over ssl without certificates", func(o *gatewayPortOptions) {
+			o.sb, o.nodeName, o.vpcNetnsDir, o.sbTLS = "ssl:sb:6642", "gw-1", "/run/netns", tlsFlags{db: "sb"}
+		}, []string{"--sb-private-key"}},
 		{"VPC gateways in a relative directory", func(o *gatewayPortOptions) { o.nb, o.nodeName, o.vpcNetnsDir = "unix:/nb.sock", "gw-1", "netns" }, []string{`--vpc-netns-dir "netns"`}},
 		{"VPC gateways over ssl without certificates", func(o *gatewayPortOptions) {
 			o.nb, o.nodeName, o.vpcNetnsDir, o.nbTLS = "ssl:nb:6641", "gw-1", "/run/netns", tlsFlags{db: "nb"}
@@ -141,9 +156,11 @@ func TestGatewayPortNeedsOnlyNetAdmin(t *testing.T) {
 	}
 }
 
-// TestGatewayPortKeepsVpcGateways runs the built octopus-ovn gateway-port with --nb on a real
-// chassis, as root: from the NB rows ApplyVpc writes with the VPC's gateway on this chassis it
-// makes the VPC's gateway namespace beside octgw, and removes it once the gateway is gone.
+// TestGatewayPortKeepsVpcGateways runs the built octopus-ovn gateway-port with --sb on a real
+// chassis, as root and as the member chart runs it: from the SB bindings ovn-northd makes of the
+// rows ApplyVpc writes with the VPC's gateway on this chassis it makes the VPC's gateway
+// namespace beside octgw, with a route back to the VPC's subnet, and removes it once the
+// gateway is gone.
 func TestGatewayPortKeepsVpcGateways(t *testing.T) {
 	central := ovntest.StartCentral(t)
 	ch := ovntest.StartChassis(t, central)
@@ -174,7 +191,7 @@ func TestGatewayPortKeepsVpcGateways(t *testing.T) {
 	cmd := exec.CommandContext(ctx, "nsenter", "--net="+ch.Node().Netns, "--",
 		bin, "gateway-port", "--cluster-id=east", "--secondary-cidr=10.112.0.0/16",
 		"--ovsdb="+ch.Node().OVSDB, "--interval=200ms", "--health-probe-bind-address=0",
-		"--nb="+central.NB.Endpoint, "--node-name="+ch.Name(), "--vpc-netns-dir="+dir)
+		"--sb="+central.SB.Endpoint, "--node-name="+ch.Name(), "--vpc-netns-dir="+dir)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -204,10 +221,12 @@ func TestGatewayPortKeepsVpcGateways(t *testing.T) {
 			}
 		}
 	}
-	waitFor("red's gateway namespace with its address, and octgw", func() bool {
+	waitFor("red's gateway namespace with its address and its route back, and octgw", func() bool {
 		addrs, _ := exec.Command("nsenter", "--net="+netnsPath, "ip", "-4", "-o", "addr", "show", "dev", podport.VpcGatewayInterface).CombinedOutput()
+		routes, _ := exec.Command("nsenter", "--net="+netnsPath, "ip", "-4", "route", "show", "10.0.1.0/24").CombinedOutput()
 		octgw, _ := exec.Command("ip", "-n", ch.Netns, "-4", "-o", "addr", "show", "dev", podport.GatewayLink).CombinedOutput()
-		return strings.Contains(string(addrs), "100.127.255.254/30") && strings.Contains(string(octgw), "10.112.0.1/16")
+		return strings.Contains(string(addrs), "100.127.255.254/30") && strings.Contains(string(routes), "via 100.127.255.253") &&
+			strings.Contains(string(octgw), "10.112.0.1/16")
 	})
 	red.Gateway = nil
 	if _, err := nb.ApplyVpc(ctx, red); err != nil {

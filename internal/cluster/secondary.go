@@ -8,19 +8,26 @@ import (
 // SecondaryNetworkValues are the member chart's secondaryNetwork values (charts/octopus-member)
 // of a cluster joined with secondary addressing: on, with its ID and the secondary block the
 // hub allocated it, and routes to the hub's whole secondary pool (the block of every other
-// cluster; the cluster's own, more specific, stays on-link). Nil for any other addressing: the
-// chart leaves the secondary network off. Node-specific settings (datapath, underlay
-// interface, the NRI socket) are the installer's.
+// cluster; the cluster's own, more specific, stays on-link), and its global CIDR and egress
+// size, which the ovnmaster lays out as the agent does to give each Vpc's gateway an external
+// address. Nil for any other addressing: the chart leaves the secondary network off.
+// Node-specific settings (datapath, underlay interface, the NRI socket) are the installer's.
 func SecondaryNetworkValues(j *Joined, pool string) map[string]any {
 	if j == nil || j.Cluster == nil || j.Cluster.Spec.Addressing != v1alpha1.AddressingSecondary {
 		return nil
 	}
-	return map[string]any{
+	spec := j.Cluster.Spec
+	values := map[string]any{
 		"enabled":   true,
-		"clusterID": j.Cluster.Spec.ClusterID,
-		"cidr":      j.Cluster.Spec.SecondaryCIDR,
+		"clusterID": spec.ClusterID,
+		"cidr":      spec.SecondaryCIDR,
 		"routes":    []any{pool},
 	}
+	if spec.GlobalCIDR != "" {
+		values["globalCIDR"] = spec.GlobalCIDR
+		values["globalEgressSize"] = int64(spec.GlobalEgressSize)
+	}
+	return values
 }
 
 // InterconnectValues are the member chart's secondaryNetwork.interconnect values of a

@@ -12,11 +12,21 @@ import (
 // chart's secondary network on with its own block; any other addressing leaves it off.
 func TestSecondaryNetworkValues(t *testing.T) {
 	joined := func(a v1alpha1.Addressing) *Joined {
-		return &Joined{Cluster: &v1alpha1.Cluster{Spec: v1alpha1.ClusterSpec{ClusterID: "east", Addressing: a, SecondaryCIDR: "10.113.0.0/16"}}}
+		return &Joined{Cluster: &v1alpha1.Cluster{Spec: v1alpha1.ClusterSpec{ClusterID: "east", Addressing: a, SecondaryCIDR: "10.113.0.0/16",
+			GlobalCIDR: "242.1.0.0/16", GlobalEgressSize: 16}}}
 	}
-	want := map[string]any{"enabled": true, "clusterID": "east", "cidr": "10.113.0.0/16", "routes": []any{"10.112.0.0/12"}}
+	want := map[string]any{"enabled": true, "clusterID": "east", "cidr": "10.113.0.0/16", "routes": []any{"10.112.0.0/12"},
+		"globalCIDR": "242.1.0.0/16", "globalEgressSize": int64(16)}
 	if diff := cmp.Diff(want, SecondaryNetworkValues(joined(v1alpha1.AddressingSecondary), "10.112.0.0/12")); diff != "" {
 		t.Errorf("secondary addressing (-want +got):\n%s", diff)
+	}
+	// A cluster without a global CIDR: the ovnmaster gives no external addresses.
+	noGlobal := joined(v1alpha1.AddressingSecondary)
+	noGlobal.Cluster.Spec.GlobalCIDR = ""
+	delete(want, "globalCIDR")
+	delete(want, "globalEgressSize")
+	if diff := cmp.Diff(want, SecondaryNetworkValues(noGlobal, "10.112.0.0/12")); diff != "" {
+		t.Errorf("secondary addressing without a global CIDR (-want +got):\n%s", diff)
 	}
 	for _, a := range []v1alpha1.Addressing{v1alpha1.AddressingDirect, v1alpha1.AddressingGlobalnet} {
 		if got := SecondaryNetworkValues(joined(a), "10.112.0.0/12"); got != nil {

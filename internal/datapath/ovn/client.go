@@ -25,10 +25,10 @@ type Client struct {
 	log logr.Logger
 }
 
-// Options configure Connect.
+// Options configure Connect and ConnectSB.
 type Options struct {
-	// Endpoint is the NB database in OVSDB's syntax: "unix:/path", "tcp:host:port" or
-	// "ssl:host:port" (required).
+	// Endpoint is the database (NB for Connect, SB for ConnectSB) in OVSDB's syntax:
+	// "unix:/path", "tcp:host:port" or "ssl:host:port" (required).
 	Endpoint string
 	// TLS is the client's TLS configuration, required with an "ssl:" endpoint and refused
 	// with any other: it must carry the client's certificate (GetClientCertificate or
@@ -51,10 +51,6 @@ const conflictRetries = 3
 // re-reads everything before it sends another transaction; until then Apply waits for the
 // connection or for its context.
 func Connect(ctx context.Context, opts Options) (*Client, error) {
-	log := opts.Log
-	if log.GetSink() == nil {
-		log = logr.Discard()
-	}
 	dbModel, err := model.NewClientDBModel(nbdb.Schema().Name, map[string]model.Model{
 		nbdb.LogicalSwitchTable:     &nbdb.LogicalSwitch{},
 		nbdb.LogicalSwitchPortTable: &nbdb.LogicalSwitchPort{},
@@ -66,8 +62,29 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("NB database model: %w", err)
 	}
-	if err := checkTLS(opts); err != nil {
+	nb, log, err := dialDB(ctx, opts, "NB", dbModel,
+		client.WithTable(&nbdb.LogicalSwitch{}),
+		client.WithTable(&nbdb.LogicalSwitchPort{}),
+		client.WithTable(&nbdb.LogicalRouter{}),
+		client.WithTable(&nbdb.LogicalRouterPort{}),
+		client.WithTable(&nbdb.LogicalRouterStaticRoute{}),
+	)
+	if err != nil {
 		return nil, err
+	}
+	return &Client{nb: nb, log: log}, nil
+}
+
+// dialDB connects to one OVN database (db names it in errors: "NB", "SB") and monitors what
+// tables says, with reconnection: when the connection drops, the client reconnects by itself
+// and re-reads everything it monitors.
+func dialDB(ctx context.Context, opts Options, db string, dbModel model.ClientDBModel, tables ...client.MonitorOption) (client.Client, logr.Logger, error) {
+	log := opts.Log
+	if log.GetSink() == nil {
+		log = logr.Discard()
+	}
+	if err := checkTLS(opts, db); err != nil {
+		return nil, log, err
 	}
 	bo := backoff.NewExponentialBackOff()
 	bo.InitialInterval, bo.MaxInterval, bo.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
@@ -79,37 +96,31 @@ func Connect(ctx context.Context, opts Options) (*Client, error) {
 	if opts.TLS != nil {
 		clientOpts = append(clientOpts, client.WithTLSConfig(opts.TLS))
 	}
-	nb, err := client.NewOVSDBClient(dbModel, clientOpts...)
+	c, err := client.NewOVSDBClient(dbModel, clientOpts...)
 	if err != nil {
-		return nil, fmt.Errorf("OVN NB client for %s: %w", opts.Endpoint, err)
+		return nil, log, fmt.Errorf("OVN %s client for %s: %w", db, opts.Endpoint, err)
 	}
-	if err := nb.Connect(ctx); err != nil {
-		return nil, fmt.Errorf("connecting to the OVN NB database at %s: %w", opts.Endpoint, err)
+	if err := c.Connect(ctx); err != nil {
+		return nil, log, fmt.Errorf("connecting to the OVN %s database at %s: %w", db, opts.Endpoint, err)
 	}
-	if _, err := nb.Monitor(ctx, nb.NewMonitor(
-		client.WithTable(&nbdb.LogicalSwitch{}),
-		client.WithTable(&nbdb.LogicalSwitchPort{}),
-		client.WithTable(&nbdb.LogicalRouter{}),
-		client.WithTable(&nbdb.LogicalRouterPort{}),
-		client.WithTable(&nbdb.LogicalRouterStaticRoute{}),
-	)); err != nil {
-		nb.Close()
-		return nil, fmt.Errorf("reading the OVN NB database at %s: %w", opts.Endpoint, err)
+	if _, err := c.Monitor(ctx, c.NewMonitor(tables...)); err != nil {
+		c.Close()
+		return nil, log, fmt.Errorf("reading the OVN %s database at %s: %w", db, opts.Endpoint, err)
 	}
-	return &Client{nb: nb, log: log}, nil
+	return c, log, nil
 }
 
 // checkTLS refuses an "ssl:" endpoint without a client certificate, and a TLS configuration
 // that an endpoint of another kind would silently ignore.
-func checkTLS(opts Options) error {
+func checkTLS(opts Options, db string) error {
 	ssl := strings.HasPrefix(opts.Endpoint, "ssl:")
 	switch {
 	case ssl && opts.TLS == nil:
-		return fmt.Errorf("OVN NB endpoint %s: ssl needs a TLS configuration with the client's certificate and the CA", opts.Endpoint)
+		return fmt.Errorf("OVN %s endpoint %s: ssl needs a TLS configuration with the client's certificate and the CA", db, opts.Endpoint)
 	case ssl && opts.TLS.GetClientCertificate == nil && len(opts.TLS.Certificates) == 0:
-		return fmt.Errorf("OVN NB endpoint %s: the TLS configuration has no client certificate, which the database requires", opts.Endpoint)
+		return fmt.Errorf("OVN %s endpoint %s: the TLS configuration has no client certificate, which the database requires", db, opts.Endpoint)
 	case !ssl && opts.TLS != nil:
-		return fmt.Errorf("OVN NB endpoint %s: a TLS configuration was given, but the endpoint is not ssl:HOST:PORT", opts.Endpoint)
+		return fmt.Errorf("OVN %s endpoint %s: a TLS configuration was given, but the endpoint is not ssl:HOST:PORT", db, opts.Endpoint)
 	}
 	return nil
 }

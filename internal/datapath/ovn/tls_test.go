@@ -164,7 +164,7 @@ func TestConnectChecksTLS(t *testing.T) {
 		{"ssl with certificate", Options{Endpoint: "ssl:h:6641", TLS: withCert}, ""},
 		{"unix", Options{Endpoint: "unix:/x"}, ""},
 	} {
-		err := checkTLS(tc.opts)
+		err := checkTLS(tc.opts, "NB")
 		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
 		}

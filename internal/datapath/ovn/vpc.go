@@ -413,13 +413,18 @@ func gatewayRouterPort(clusterID, vpc string) nbdb.LogicalRouterPort {
 // cluster gateway's row (gatewayRow) on the VPC's link, for the same reasons: port security
 // on the MAC only, since the gateway forwards packets whose addresses are not its own (the
 // outside's answers to the VPC's pods), and one chassis binding it.
-func gatewayPortRow(clusterID, vpc string, gw VpcGateway) nbdb.LogicalSwitchPort {
+func gatewayPortRow(clusterID, vpc string, subnets []Subnet, gw VpcGateway) nbdb.LogicalSwitchPort {
 	_, ip := vpcGatewayLinkAddrs()
 	mac := MACFor(ip).String()
 	ids := vpcGatewayIDs(clusterID, vpc)
 	if gw.ExternalIP.IsValid() {
 		ids[owner.OVNKeyExternalIP] = gw.ExternalIP.String()
 	}
+	cidrs := make([]netip.Prefix, 0, len(subnets))
+	for _, s := range subnets {
+		cidrs = append(cidrs, s.CIDR)
+	}
+	ids[owner.OVNKeySubnets] = formatSubnets(cidrs)
 	return nbdb.LogicalSwitchPort{
 		Name:         VpcGatewayPortName(clusterID, vpc),
 		Addresses:    []string{mac + " " + ip.String()},
@@ -484,7 +489,7 @@ func (p *vpcPlan) planGatewayRoute(v Vpc, routes []nbdb.LogicalRouterStaticRoute
 // any other port of ours on it goes, and a foreign one stays.
 func planGatewayLink(v Vpc, obs observed) plan {
 	routerLSP := gatewayLinkRouterSwitchPort(v.ClusterID, v.Name)
-	gwLSP := gatewayPortRow(v.ClusterID, v.Name, *v.Gateway)
+	gwLSP := gatewayPortRow(v.ClusterID, v.Name, v.Subnets, *v.Gateway)
 	var p plan
 	var haveRouter, haveGW *nbdb.LogicalSwitchPort
 	for i := range obs.ports {

@@ -76,57 +76,103 @@ func vpcGatewaysOn(clusterID, chassis string, ports []nbdb.LogicalSwitchPort, sw
 		vpc := sw.ExternalIDs[owner.OVNKeyVPC]
 		subnets[vpc] = append(subnets[vpc], cidr)
 	}
-	router, gateway := vpcGatewayLinkAddrs()
 	var out []VpcGatewayPort
 	var errs []error
 	for _, p := range ports {
-		ids := p.ExternalIDs
-		if ids[owner.OVNKeyOwner] != owner.OVNOwnerVPC || ids[owner.OVNKeyCluster] != clusterID ||
-			ids[owner.OVNKeyRole] != owner.OVNRoleGateway || p.Options["requested-chassis"] != chassis {
+		if !requestedVpcGateway(clusterID, chassis, p.Name, p.ExternalIDs, p.Options) {
 			continue
 		}
-		vpc := ids[owner.OVNKeyVPC]
-		if p.Name != VpcGatewayPortName(clusterID, vpc) {
-			// The link switch's port to the router carries the same external_ids, but is of
-			// type router and requested nowhere; anything else so named is no gateway port.
+		vpc := p.ExternalIDs[owner.OVNKeyVPC]
+		g, err := parseVpcGatewayPort(p.Name, p.Addresses, p.ExternalIDs, slices.Clone(subnets[vpc]))
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		var f []string
-		if len(p.Addresses) == 1 {
-			f = strings.Fields(p.Addresses[0])
-		}
-		var mac net.HardwareAddr
-		var ip netip.Addr
-		var err error
-		if len(f) == 2 {
-			if mac, err = net.ParseMAC(f[0]); err == nil {
-				ip, err = netip.ParseAddr(f[1])
-			}
-		}
-		if len(f) != 2 || err != nil || ip != gateway {
-			errs = append(errs, fmt.Errorf("the gateway port %s of VPC %s has addresses %q, want \"MAC %s\"", p.Name, vpc, p.Addresses, gateway))
-			continue
-		}
-		var external netip.Addr
-		if v, ok := ids[owner.OVNKeyExternalIP]; ok {
-			if external, err = netip.ParseAddr(v); err != nil || !external.Is4() {
-				errs = append(errs, fmt.Errorf("the gateway port %s of VPC %s has external_ids:%s %q, want an IPv4 address", p.Name, vpc, owner.OVNKeyExternalIP, v))
-				continue
-			}
-		}
-		s := slices.Clone(subnets[vpc])
-		slices.SortFunc(s, func(a, b netip.Prefix) int { return cmp.Or(a.Addr().Compare(b.Addr()), a.Bits()-b.Bits()) })
-		out = append(out, VpcGatewayPort{
-			Vpc:        vpc,
-			Attachment: Attachment{Port: p.Name, MAC: mac, IP: netip.PrefixFrom(ip, VpcGatewayLink.Bits()), Gateway: router},
-			Subnets:    s,
-			ExternalIP: external,
-		})
+		out = append(out, g)
 	}
+	return sortedGateways(chassis, out, errs)
+}
+
+// requestedVpcGateway says whether a port (name, external_ids, options; an NB
+// Logical_Switch_Port or the SB Port_Binding ovn-northd makes of it) is a gateway port of the
+// cluster's VPCs requested on chassis. The link switch's port to the router carries the same
+// external_ids, but is of type router, requested nowhere and otherwise named.
+func requestedVpcGateway(clusterID, chassis, name string, ids, options map[string]string) bool {
+	return ids[owner.OVNKeyOwner] == owner.OVNOwnerVPC && ids[owner.OVNKeyCluster] == clusterID &&
+		ids[owner.OVNKeyRole] == owner.OVNRoleGateway && options["requested-chassis"] == chassis &&
+		name == VpcGatewayPortName(clusterID, ids[owner.OVNKeyVPC])
+}
+
+// parseVpcGatewayPort reads a gateway port as gatewayPortRow writes it: "MAC IP" its one
+// address, on VpcGatewayLink's gateway host, and the external address if any; subnets are the
+// VPC's.
+func parseVpcGatewayPort(name string, addresses []string, ids map[string]string, subnets []netip.Prefix) (VpcGatewayPort, error) {
+	router, gateway := vpcGatewayLinkAddrs()
+	vpc := ids[owner.OVNKeyVPC]
+	var f []string
+	if len(addresses) == 1 {
+		f = strings.Fields(addresses[0])
+	}
+	var mac net.HardwareAddr
+	var ip netip.Addr
+	var err error
+	if len(f) == 2 {
+		if mac, err = net.ParseMAC(f[0]); err == nil {
+			ip, err = netip.ParseAddr(f[1])
+		}
+	}
+	if len(f) != 2 || err != nil || ip != gateway {
+		return VpcGatewayPort{}, fmt.Errorf("the gateway port %s of VPC %s has addresses %q, want \"MAC %s\"", name, vpc, addresses, gateway)
+	}
+	var external netip.Addr
+	if v, ok := ids[owner.OVNKeyExternalIP]; ok {
+		if external, err = netip.ParseAddr(v); err != nil || !external.Is4() {
+			return VpcGatewayPort{}, fmt.Errorf("the gateway port %s of VPC %s has external_ids:%s %q, want an IPv4 address", name, vpc, owner.OVNKeyExternalIP, v)
+		}
+	}
+	slices.SortFunc(subnets, func(a, b netip.Prefix) int { return cmp.Or(a.Addr().Compare(b.Addr()), a.Bits()-b.Bits()) })
+	return VpcGatewayPort{
+		Vpc:        vpc,
+		Attachment: Attachment{Port: name, MAC: mac, IP: netip.PrefixFrom(ip, VpcGatewayLink.Bits()), Gateway: router},
+		Subnets:    subnets,
+		ExternalIP: external,
+	}, nil
+}
+
+// sortedGateways is the answer of a read of the gateways on chassis: all or, if any row was
+// not as written, an error naming each such row.
+func sortedGateways(chassis string, out []VpcGatewayPort, errs []error) ([]VpcGatewayPort, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("reading the VPC gateways on chassis %s: %w", chassis, err)
 	}
 	slices.SortFunc(out, func(a, b VpcGatewayPort) int { return strings.Compare(a.Vpc, b.Vpc) })
+	return out, nil
+}
+
+// formatSubnets is owner.OVNKeySubnets's value: the CIDRs sorted, comma-separated.
+func formatSubnets(cidrs []netip.Prefix) string {
+	sorted := slices.Clone(cidrs)
+	slices.SortFunc(sorted, func(a, b netip.Prefix) int { return cmp.Or(a.Addr().Compare(b.Addr()), a.Bits()-b.Bits()) })
+	parts := make([]string, len(sorted))
+	for i, c := range sorted {
+		parts[i] = c.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+// parseSubnets reads owner.OVNKeySubnets's value; every VPC has at least one subnet.
+func parseSubnets(v string) ([]netip.Prefix, error) {
+	if v == "" {
+		return nil, errors.New("no subnets")
+	}
+	var out []netip.Prefix
+	for _, part := range strings.Split(v, ",") {
+		p, err := netip.ParsePrefix(part)
+		if err != nil || p != p.Masked() || !p.Addr().Is4() {
+			return nil, fmt.Errorf("%q is no IPv4 CIDR", part)
+		}
+		out = append(out, p)
+	}
 	return out, nil
 }
 

@@ -2,6 +2,8 @@ package ovn
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn/nbdb"
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn/ovntest"
+	"github.com/octopus-mcs/octopus/internal/datapath/ovn/sbdb"
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 )
 
@@ -107,14 +110,80 @@ func TestVpcGatewaysOn(t *testing.T) {
 	}
 }
 
-// TestVpcGatewaysOnRealNB reads back from a real NB database, through a second client as a
-// gateway node has, what ApplyVpc wrote: the gateway on its chassis, following a move, gone
-// with the gateway; OnVpcGatewayChange tells the reader of each of these writes, and of no
-// write that leaves the gateways alone (a pod added to a VPC).
-func TestVpcGatewaysOnRealNB(t *testing.T) {
-	nb := ovntest.StartNB(t)
-	master, node := connect(t, nb), connect(t, nb)
+// gatewayReader is what a gateway node reads its VPC gateways through: Client (NB) or
+// SBClient (SB).
+type gatewayReader interface {
+	VpcGatewaysOn(ctx context.Context, clusterID, chassis string) ([]VpcGatewayPort, error)
+	OnVpcGatewayChange(fn func())
+}
+
+// TestVpcGatewaysOnRealDatabases reads back from real databases, through a second client as a
+// gateway node has, what ApplyVpc wrote: from the NB itself, and from the SB bindings
+// ovn-northd makes of it (with the same answer, subnets and external address included); the
+// gateway on its chassis, following a move, gone with the gateway; OnVpcGatewayChange tells
+// the reader of each of these writes, and of no write that leaves the gateways alone (a pod
+// added to a VPC).
+func TestVpcGatewaysOnRealDatabases(t *testing.T) {
+	central := ovntest.StartCentral(t)
+	master := connect(t, central.NB)
 	ctx := context.Background()
+	for i, tc := range []struct {
+		db     string
+		reader func() gatewayReader
+	}{
+		{"NB", func() gatewayReader { return connect(t, central.NB) }},
+		{"SB", func() gatewayReader { return connectSB(t, central.SB) }},
+	} {
+		t.Run(tc.db, func(t *testing.T) {
+			checkGatewayReader(t, ctx, master, tc.reader(), fmt.Sprintf("red%d", i))
+		})
+	}
+
+	// Both readers give one answer, to the byte.
+	red := Vpc{ClusterID: "east", Name: "red", Subnets: testSubnets, Pods: []VpcPod{vpod("p1", "a")},
+		Gateway: &VpcGateway{Chassis: "gw-a", ExternalIP: netip.MustParseAddr("242.1.0.9")}}
+	applyVpc(t, master, red)
+	nb, sb := connect(t, central.NB), connectSB(t, central.SB)
+	eventually(t, "the SB answer equal to the NB one", func() error {
+		fromNB, errNB := nb.VpcGatewaysOn(ctx, "east", "gw-a")
+		fromSB, errSB := sb.VpcGatewaysOn(ctx, "east", "gw-a")
+		if err := errors.Join(errNB, errSB); err != nil {
+			return err
+		}
+		if len(fromNB) != 1 || fmt.Sprintf("%+v", fromNB) != fmt.Sprintf("%+v", fromSB) {
+			return fmt.Errorf("NB %+v, SB %+v", fromNB, fromSB)
+		}
+		return nil
+	})
+}
+
+// eventually retries check for 10 s, as testenv.Eventually does (this package's tests do not
+// link testenv and its Kubernetes dependencies).
+func eventually(t *testing.T, what string, check func() error) {
+	t.Helper()
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if err = check(); err == nil {
+			return
+		}
+	}
+	t.Fatalf("%s: %v", what, err)
+}
+
+func connectSB(t *testing.T, sb *ovntest.Server) *SBClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := ConnectSB(ctx, Options{Endpoint: sb.Endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// checkGatewayReader runs VPC vpc through ApplyVpc (master) and follows it with node.
+func checkGatewayReader(t *testing.T, ctx context.Context, master *Client, node gatewayReader, vpc string) {
 	var mu sync.Mutex
 	changes := 0
 	node.OnVpcGatewayChange(func() { mu.Lock(); changes++; mu.Unlock() })
@@ -160,27 +229,63 @@ func TestVpcGatewaysOnRealNB(t *testing.T) {
 			}
 		}
 	}
-	red := Vpc{ClusterID: "east", Name: "red", Subnets: testSubnets, Gateway: &VpcGateway{Chassis: "gw-a"}}
+	red := Vpc{ClusterID: "east", Name: vpc, Subnets: testSubnets, Gateway: &VpcGateway{Chassis: "gw-a"}}
 	n := changed()
 	applyVpc(t, master, red)
-	until("gw-a", []string{"red"})
+	until("gw-a", []string{vpc})
 	told(n, "the gateway's rows were written")
 	n = settled()
 	red.Pods = []VpcPod{vpod("p1", "a")}
 	applyVpc(t, master, red)
 	time.Sleep(300 * time.Millisecond) // the pod's row reaches the node's cache
 	if changed() != n {
-		t.Errorf("a pod added to red told %d changes, want none: the gateways did not change", changed()-n)
+		t.Errorf("a pod added to %s told %d changes, want none: the gateways did not change", vpc, changed()-n)
 	}
 	red.Gateway.Chassis = "gw-b"
 	applyVpc(t, master, red)
 	until("gw-a", nil)
-	until("gw-b", []string{"red"})
+	until("gw-b", []string{vpc})
 	told(n, "the gateway moved")
 	n = settled()
-	if err := master.DeleteVpc(ctx, "east", "red"); err != nil {
+	if err := master.DeleteVpc(ctx, "east", vpc); err != nil {
 		t.Fatal(err)
 	}
 	until("gw-b", nil)
 	told(n, "the VPC deleted")
+}
+
+// TestVpcGatewaysFromBindings reads the gateways out of SB bindings as ovn-northd copies them
+// from the rows ApplyVpc writes: the same answer as from the NB rows; a binding without its
+// subnets, or with one that is no CIDR, fails the answer naming the key.
+func TestVpcGatewaysFromBindings(t *testing.T) {
+	v := Vpc{ClusterID: "east", Name: "red", Subnets: testSubnets, Pods: []VpcPod{vpod("p1", "a")},
+		Gateway: &VpcGateway{Chassis: "node-a", ExternalIP: netip.MustParseAddr("242.1.0.9")}}
+	ports, switches := rowsOf(mustPlan(t, v, vpcObserved{}))
+	bindings := make([]sbdb.PortBinding, 0, len(ports))
+	for _, p := range ports {
+		bindings = append(bindings, sbdb.PortBinding{LogicalPort: p.Name, MAC: p.Addresses, ExternalIDs: p.ExternalIDs, Options: p.Options})
+	}
+	want, err := vpcGatewaysOn("east", "node-a", ports, switches)
+	if err != nil || len(want) != 1 {
+		t.Fatalf("from the NB rows: %+v, %v", want, err)
+	}
+	got, err := vpcGatewaysFromBindings("east", "node-a", bindings)
+	if err != nil || fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
+		t.Fatalf("from the bindings: %+v, %v; want %+v", got, err, want)
+	}
+	if got, err := vpcGatewaysFromBindings("east", "node-b", bindings); err != nil || len(got) != 0 {
+		t.Errorf("on another chassis: %+v, %v; want none", got, err)
+	}
+	for _, bad := range []string{"", "10.1.0.0/24,10.1.1.1/24", "10.1.0.0/24,2001:db8::/64", "red"} {
+		broken := slices.Clone(bindings)
+		for i := range broken {
+			if broken[i].LogicalPort == VpcGatewayPortName("east", "red") {
+				broken[i].ExternalIDs = maps.Clone(broken[i].ExternalIDs)
+				broken[i].ExternalIDs[owner.OVNKeySubnets] = bad
+			}
+		}
+		if got, err := vpcGatewaysFromBindings("east", "node-a", broken); err == nil || !strings.Contains(err.Error(), owner.OVNKeySubnets) {
+			t.Errorf("subnets %q: %+v, %v; want an error naming %s", bad, got, err, owner.OVNKeySubnets)
+		}
+	}
 }

@@ -31,7 +31,7 @@
 // Why libovsdb against the NB (and the IC SB, read-only) rather than driving ovn-nbctl: the NB is
 // written in one guarded transaction whose rows we find again by external_ids, which a sequence
 // of ovn-nbctl calls cannot give; the IC SB models are generated like the NB ones
-// (hack/ovn-ic-models.sh). The transit switch itself is created in the IC NB at deploy (the hub's
+// (hack/ovn-models.sh ic-sb). The transit switch itself is created in the IC NB at deploy (the hub's
 // job, issue 32 item 1), and ovn-ic copies it into every AZ's NB, where Apply waits for it.
 //
 // The package imports no Kubernetes client: a controller translates the cluster's objects into

@@ -172,6 +172,11 @@ const (
 	// has no Kubernetes client, learns the address with the gateway itself and in the same
 	// transaction; absent when the cluster has no global CIDR.
 	OVNKeyExternalIP = "octopus.io/external-ip"
+	// OVNKeySubnets, on a VPC's gateway port, are the VPC's subnets, comma-separated and sorted:
+	// the routes the gateway node gives the gateway's namespace back into the VPC. The port's
+	// external_ids reach the southbound Port_Binding (ovn-northd copies them), so a gateway node
+	// learns everything it attaches from the one row its own chassis credential reads there.
+	OVNKeySubnets = "octopus.io/subnets"
 )
 
 // OVN interconnection (internal/datapath/ovnic). Its rows in an AZ's NB database carry

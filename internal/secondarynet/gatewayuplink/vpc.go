@@ -21,10 +21,10 @@ import (
 	"github.com/octopus-mcs/octopus/internal/metricsserver"
 )
 
-// VpcSource tells which VPC gateways are requested on a chassis: ovn.Client.VpcGatewaysOn,
-// which reads the rows the ovnmaster's Vpc controller writes (ApplyVpc), so that the node needs
-// no Kubernetes client. An error must mean "unknown", never "none": the loop then changes
-// nothing.
+// VpcSource tells which VPC gateways are requested on a chassis: ovn.SBClient.VpcGatewaysOn (or
+// ovn.Client's, from the NB), which reads the rows the ovnmaster's Vpc controller writes
+// (ApplyVpc), so that the node needs no Kubernetes client. An error must mean "unknown", never
+// "none": the loop then changes nothing.
 type VpcSource interface {
 	VpcGatewaysOn(ctx context.Context, clusterID, chassis string) ([]ovn.VpcGatewayPort, error)
 }
@@ -39,21 +39,26 @@ type Waker interface {
 
 var (
 	_ VpcSource = (*ovn.Client)(nil)
-	_ VpcSource = (*NBSource)(nil)
-	_ Waker     = (*NBSource)(nil)
+	_ VpcSource = (*ovn.SBClient)(nil)
+	_ VpcSource = (*DBSource)(nil)
+	_ Waker     = (*DBSource)(nil)
 )
 
-// NBSource is a VpcSource that connects to the NB database at its first use, and again at the
-// next after a failed connect: a database out of reach at start then delays the VPC gateways
-// (the check fails, changing nothing, and is retried) without keeping the process, and the
-// cluster's gateway interface with it, from starting. Once connected, the client reconnects
-// by itself.
-type NBSource struct {
-	// Endpoint and TLS are the NB database's, as ovn.Options has them.
+// DBSource is a VpcSource that connects to the NB database, or with Southbound to the SB, at
+// its first use, and again at the next after a failed connect: a database out of reach at start
+// then delays the VPC gateways (the check fails, changing nothing, and is retried) without
+// keeping the process, and the cluster's gateway interface with it, from starting. Once
+// connected, the client reconnects by itself. The SB is the one to use on a gateway node: its
+// ovn-controller's credential reads it, where a credential of the NB could rewrite every
+// logical network of the cluster (ovn.SBClient).
+type DBSource struct {
+	// Endpoint and TLS are the database's, as ovn.Options has them.
 	Endpoint string
 	TLS      *tls.Config
+	// Southbound reads the SB bindings (ovn.ConnectSB) rather than the NB rows (ovn.Connect).
+	Southbound bool
 	// ConnectTimeout bounds a connect, which an endpoint that accepts and never answers would
-	// otherwise hold forever; DefaultNBConnectTimeout when zero.
+	// otherwise hold forever; DefaultConnectTimeout when zero.
 	ConnectTimeout time.Duration
 	// Log receives the client's messages (optional).
 	Log logr.Logger
@@ -61,35 +66,59 @@ type NBSource struct {
 	// mu guards the fields below; never held across a connect, so that Wake and Close do not
 	// wait on a database.
 	mu     sync.Mutex
-	client *ovn.Client
+	client gatewayClient
 	closed bool
 	wake   chan struct{}
 }
 
-// DefaultNBConnectTimeout is NBSource's ConnectTimeout when it has none: no longer than the
+// gatewayClient is what DBSource keeps of ovn.Client or ovn.SBClient.
+type gatewayClient interface {
+	VpcSource
+	OnVpcGatewayChange(fn func())
+	Close()
+}
+
+// DefaultConnectTimeout is DBSource's ConnectTimeout when it has none: no longer than the
 // loop's interval (DefaultInterval), and long enough for a database on a loaded node.
-const DefaultNBConnectTimeout = 10 * time.Second
+const DefaultConnectTimeout = 10 * time.Second
 
 // errSourceClosed is VpcGatewaysOn's answer after Close.
-var errSourceClosed = errors.New("the NB source is closed")
+var errSourceClosed = errors.New("the OVN database source is closed")
+
+// db names the source's database in errors.
+func (s *DBSource) db() string {
+	if s.Southbound {
+		return "SB"
+	}
+	return "NB"
+}
+
+// dial connects the client the source reads through.
+func (s *DBSource) dial(ctx context.Context) (gatewayClient, error) {
+	opts := ovn.Options{Endpoint: s.Endpoint, TLS: s.TLS, Log: s.Log}
+	if s.Southbound {
+		return ovn.ConnectSB(ctx, opts)
+	}
+	return ovn.Connect(ctx, opts)
+}
 
 // Wake delivers after each change of the VPC gateways' rows seen by the client, once connected
-// (ovn.Client.OnVpcGatewayChange); changes while a wake is pending make one.
-func (s *NBSource) Wake() <-chan struct{} {
+// (OnVpcGatewayChange); changes while a wake is pending make one.
+func (s *DBSource) Wake() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.wakeLocked()
 }
 
-func (s *NBSource) wakeLocked() chan struct{} {
+func (s *DBSource) wakeLocked() chan struct{} {
 	if s.wake == nil {
 		s.wake = make(chan struct{}, 1)
 	}
 	return s.wake
 }
 
-// VpcGatewaysOn is ovn.Client.VpcGatewaysOn, connecting first if need be.
-func (s *NBSource) VpcGatewaysOn(ctx context.Context, clusterID, chassis string) ([]ovn.VpcGatewayPort, error) {
+// VpcGatewaysOn is the client's VpcGatewaysOn, connecting first if need be.
+func (s *DBSource) VpcGatewaysOn(ctx context.Context, clusterID, chassis string) ([]ovn.VpcGatewayPort, error) {
 	c, err := s.connected(ctx)
 	if err != nil {
 		return nil, err
@@ -99,7 +128,7 @@ func (s *NBSource) VpcGatewaysOn(ctx context.Context, clusterID, chassis string)
 
 // connected is the client, connecting it if there is none. Two callers connecting at once each
 // connect; the second to finish keeps the first's client.
-func (s *NBSource) connected(ctx context.Context) (*ovn.Client, error) {
+func (s *DBSource) connected(ctx context.Context) (gatewayClient, error) {
 	s.mu.Lock()
 	c, closed, wake := s.client, s.closed, s.wakeLocked()
 	s.mu.Unlock()
@@ -109,10 +138,10 @@ func (s *NBSource) connected(ctx context.Context) (*ovn.Client, error) {
 	case c != nil:
 		return c, nil
 	}
-	timeout := cmp.Or(s.ConnectTimeout, DefaultNBConnectTimeout)
+	timeout := cmp.Or(s.ConnectTimeout, DefaultConnectTimeout)
 	connectCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	c, err := ovn.Connect(connectCtx, ovn.Options{Endpoint: s.Endpoint, TLS: s.TLS, Log: s.Log})
+	c, err := s.dial(connectCtx)
 	if err != nil {
 		s.mu.Lock()
 		closed := s.closed
@@ -121,7 +150,7 @@ func (s *NBSource) connected(ctx context.Context) (*ovn.Client, error) {
 		case closed:
 			return nil, errSourceClosed
 		case ctx.Err() == nil && connectCtx.Err() != nil:
-			return nil, fmt.Errorf("no answer from the OVN NB database at %s within %v: %w", s.Endpoint, timeout, err)
+			return nil, fmt.Errorf("no answer from the OVN %s database at %s within %v: %w", s.db(), s.Endpoint, timeout, err)
 		default:
 			return nil, err
 		}
@@ -147,7 +176,7 @@ func (s *NBSource) connected(ctx context.Context) (*ovn.Client, error) {
 }
 
 // Close disconnects, if connected; a connect under way is closed as it ends.
-func (s *NBSource) Close() {
+func (s *DBSource) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true

@@ -21,7 +21,8 @@ import (
 )
 
 // TestVpcLoopKeepsVpcGatewaysOnRealOVN runs the VPC gateway loop on two gateway chassis, A and
-// B, reading the NB rows ApplyVpc writes (real OVN daemons: a pod chassis and the two gateway
+// B, A reading the SB bindings ovn-northd makes of the rows ApplyVpc writes (as the member chart
+// runs it) and B the NB rows themselves (real OVN daemons: a pod chassis and the two gateway
 // chassis on a Geneve underlay). Red and blue, VPCs with identical subnets, have their gateway
 // on A: A's loop makes a namespace for each, B's none. Red's pod reaches an address only red's
 // gateway namespace holds (outside the VPC's subnets: the router's default route), blue's pod
@@ -68,10 +69,15 @@ func TestVpcLoopKeepsVpcGatewaysOnRealOVN(t *testing.T) {
 		loop *VpcLoop
 		logs *logLines
 	}
-	start := func(ch *ovntest.Chassis) *node {
+	start := func(ch *ovntest.Chassis, southbound bool) *node {
 		n := &node{ch: ch, dir: t.TempDir(), logs: &logLines{}}
+		endpoint := central.NB.Endpoint
+		if southbound {
+			endpoint = central.SB.Endpoint
+		}
 		l, err := NewVpcLoop(VpcOptions{ClusterID: "east", Chassis: ch.Name(), Node: ch.Node(), NetnsDir: n.dir, MTU: 1400,
-			Source: &NBSource{Endpoint: central.NB.Endpoint}, Interval: 200 * time.Millisecond, Log: n.logs.logger()})
+			Source: &DBSource{Endpoint: endpoint, Southbound: southbound},
+			Interval: 200 * time.Millisecond, Log: n.logs.logger()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +87,7 @@ func TestVpcLoopKeepsVpcGatewaysOnRealOVN(t *testing.T) {
 		go func() { done <- l.Run(loopCtx) }()
 		// Registered after TempDir's removal, so run before it: the mounts go first.
 		t.Cleanup(func() {
-			defer l.o.Source.(*NBSource).Close()
+			defer l.o.Source.(*DBSource).Close()
 			stop()
 			if err := <-done; err != nil {
 				t.Errorf("Run on %s = %v", ch.Name(), err)
@@ -92,7 +98,7 @@ func TestVpcLoopKeepsVpcGatewaysOnRealOVN(t *testing.T) {
 		})
 		return n
 	}
-	a, b := start(gwA), start(gwB)
+	a, b := start(gwA, true), start(gwB, false)
 	netnsOf := func(n *node, vpc string) string { return podport.VpcGateway{NetnsDir: n.dir, Vpc: vpc}.NetnsPath() }
 	present := func(n *node, vpc string) bool {
 		_, err := os.Stat(netnsOf(n, vpc))
@@ -322,7 +328,7 @@ func TestVpcGatewayEgressOnRealOVN(t *testing.T) {
 	dir := t.TempDir()
 	var logs logLines
 	l, err := NewVpcLoop(VpcOptions{ClusterID: "east", Chassis: gw.Name(), Node: gw.Node(), NetnsDir: dir, MTU: 1400,
-		Source: &NBSource{Endpoint: central.NB.Endpoint}, Interval: 200 * time.Millisecond, Log: logs.logger()})
+		Source: &DBSource{Endpoint: central.NB.Endpoint}, Interval: 200 * time.Millisecond, Log: logs.logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +336,7 @@ func TestVpcGatewayEgressOnRealOVN(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- l.Run(loopCtx) }()
 	t.Cleanup(func() {
-		defer l.o.Source.(*NBSource).Close()
+		defer l.o.Source.(*DBSource).Close()
 		stop()
 		if err := <-done; err != nil {
 			t.Errorf("Run = %v", err)

@@ -276,10 +276,10 @@ func TestVpcLoopChecksAtOnceWhenWoken(t *testing.T) {
 	}
 }
 
-// TestNBSourceBoundsItsConnect: against an endpoint that accepts and never answers, a check
+// TestDBSourceBoundsItsConnect: against an endpoint that accepts and never answers, a check
 // fails within the connect's bound instead of hanging, and Wake and Close answer while the
 // connect is under way (neither waits on the database).
-func TestNBSourceBoundsItsConnect(t *testing.T) {
+func TestDBSourceBoundsItsConnect(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -300,7 +300,7 @@ func TestNBSourceBoundsItsConnect(t *testing.T) {
 			held = append(held, conn)
 		}
 	}()
-	s := &NBSource{Endpoint: "tcp:" + ln.Addr().String(), ConnectTimeout: 6 * time.Second}
+	s := &DBSource{Endpoint: "tcp:" + ln.Addr().String(), ConnectTimeout: 6 * time.Second}
 	done := make(chan error, 1)
 	go func() {
 		_, err := s.VpcGatewaysOn(context.Background(), "east", "node1")
