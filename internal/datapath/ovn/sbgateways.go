@@ -100,4 +100,3 @@ func (c *SBClient) OnVpcGatewayChange(fn func()) {
 		DeleteFunc: func(string, model.Model) { fn() },
 	})
 }
-

@@ -76,7 +76,7 @@ func TestVpcLoopKeepsVpcGatewaysOnRealOVN(t *testing.T) {
 			endpoint = central.SB.Endpoint
 		}
 		l, err := NewVpcLoop(VpcOptions{ClusterID: "east", Chassis: ch.Name(), Node: ch.Node(), NetnsDir: n.dir, MTU: 1400,
-			Source: &DBSource{Endpoint: endpoint, Southbound: southbound},
+			Source:   &DBSource{Endpoint: endpoint, Southbound: southbound},
 			Interval: 200 * time.Millisecond, Log: n.logs.logger()})
 		if err != nil {
 			t.Fatal(err)
