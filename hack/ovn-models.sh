@@ -6,19 +6,19 @@
 #   ic-sb  the interconnection southbound internal/datapath/ovnic/icsbdb
 # Usage: hack/ovn-models.sh nb|sb|ic-sb [OUT_DIR]
 # With OUT_DIR the models go there instead of into the tree (the staleness tests use that).
-# OVN_SCHEMA overrides the schema file.
+# OVN_NB_SCHEMA, OVN_SB_SCHEMA and OVN_IC_SB_SCHEMA override the schema files, one each, so
+# that one exported for one database never feeds another's staleness test.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 case "${1:-}" in
-  nb) schema=ovn-nb; pkg=nbdb; dir=internal/datapath/ovn/nbdb; label="OVN NB" ;;
-  sb) schema=ovn-sb; pkg=sbdb; dir=internal/datapath/ovn/sbdb; label="OVN SB" ;;
-  ic-sb) schema=ovn-ic-sb; pkg=icsbdb; dir=internal/datapath/ovnic/icsbdb; label="OVN IC SB" ;;
+  nb) SCHEMA="${OVN_NB_SCHEMA:-/usr/share/ovn/ovn-nb.ovsschema}"; pkg=nbdb; dir=internal/datapath/ovn/nbdb; label="OVN NB"; env=OVN_NB_SCHEMA ;;
+  sb) SCHEMA="${OVN_SB_SCHEMA:-/usr/share/ovn/ovn-sb.ovsschema}"; pkg=sbdb; dir=internal/datapath/ovn/sbdb; label="OVN SB"; env=OVN_SB_SCHEMA ;;
+  ic-sb) SCHEMA="${OVN_IC_SB_SCHEMA:-/usr/share/ovn/ovn-ic-sb.ovsschema}"; pkg=icsbdb; dir=internal/datapath/ovnic/icsbdb; label="OVN IC SB"; env=OVN_IC_SB_SCHEMA ;;
   *) echo "usage: $0 nb|sb|ic-sb [OUT_DIR]" >&2; exit 2 ;;
 esac
-SCHEMA="${OVN_SCHEMA:-/usr/share/ovn/${schema}.ovsschema}"
 OUT="${2:-${dir}}"
 if [[ ! -r "${SCHEMA}" ]]; then
-  echo "${label} schema ${SCHEMA} not found: run hack/install-deps.sh (Debian's ovn-central and ovn-ic-db) or set OVN_SCHEMA" >&2
+  echo "${label} schema ${SCHEMA} not found: run hack/install-deps.sh (Debian's ovn-central and ovn-ic-db) or set ${env}" >&2
   exit 1
 fi
 mkdir -p "${OUT}"

@@ -59,9 +59,8 @@ stops being a gateway node.
 
 With --sb (or --nb) it also keeps the gateways of the cluster's VPCs whose gateway port the
 ovnmaster requested on this node's chassis (--node-name), read from the port's southbound
-binding (with the certificate of the node's ovn-controller, which reads the SB anyway) or its
-northbound row (a credential of the NB may rewrite every logical network, so no gateway node
-should hold one): each in a network namespace of its own,
+binding (with the certificate of the node's ovn-controller, which the node holds anyway) or its
+northbound row: each in a network namespace of its own,
 octvpc-<vpc> in --vpc-netns-dir, holding the VPC's end of its gateway link, with routes back to
 the VPC's subnets. A VPC gone or whose gateway moved to another node loses its namespace here;
 a database out of reach changes nothing. Making namespaces needs CAP_SYS_ADMIN besides
@@ -130,7 +129,7 @@ func (o gatewayPortOptions) options() (gatewayuplink.Options, error) {
 	}
 	var vpcs *gatewayuplink.VpcOptions
 	if o.sb != "" && o.nb != "" {
-		errs = append(errs, errors.New("--sb and --nb both given: pass one, --sb on a gateway node (its ovn-controller's certificate reads the SB; one of the NB could rewrite every logical network)"))
+		errs = append(errs, errors.New("--sb and --nb both given: pass one, --sb on a gateway node (with its ovn-controller's certificate)"))
 	}
 	if endpoint, flag, tlsOf := o.vpcDatabase(); endpoint != "" {
 		dbTLS, err := tlsOf.clientConfig(endpoint)

@@ -153,6 +153,10 @@ func SetupGatewayExIPPublish(mgr manager.Manager, hub *rest.Config, hubNamespace
 	if hub == nil || hubNamespace == "" || clusterID == "" {
 		return errors.New("setting up the GatewayExIp publisher: hub configuration, namespace and cluster ID are required")
 	}
+	if _, err := netip.ParsePrefix(globalCIDR); err != nil && globalCIDR != "" {
+		// Otherwise it would publish nothing, and say nothing of why.
+		return fmt.Errorf("setting up the GatewayExIp publisher: the cluster's global CIDR %q: %w (its Cluster's spec.globalCIDR on the hub)", globalCIDR, err)
+	}
 	hubCluster, err := addHubNamespaceCache(mgr, hub, hubNamespace, "this cluster's GatewayExIps")
 	if err != nil {
 		return err

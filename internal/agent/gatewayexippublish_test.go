@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
@@ -161,4 +162,13 @@ func TestGatewayExIPPublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	published("red", "")
+}
+
+// TestGatewayExIPPublishRefusesABadGlobalCIDR: a global CIDR that is none is an error at
+// setup, naming it, not a publisher that silently publishes nothing.
+func TestGatewayExIPPublishRefusesABadGlobalCIDR(t *testing.T) {
+	err := SetupGatewayExIPPublish(nil, &rest.Config{Host: "https://hub.example"}, "octopus-hub", "a", "242.1.0.0")
+	if err == nil || !strings.Contains(err.Error(), `"242.1.0.0"`) || !strings.Contains(err.Error(), "spec.globalCIDR") {
+		t.Fatalf("SetupGatewayExIPPublish with a global CIDR that is none = %v, want an error naming it", err)
+	}
 }

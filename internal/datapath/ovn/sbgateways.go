@@ -16,9 +16,8 @@ import (
 )
 
 // SBClient reads the VPC gateway ports from the southbound database, where a gateway node
-// reaches them with the credential its ovn-controller already holds: the NB database has no
-// access control, so a client of it may rewrite every cluster's logical network, while the SB
-// is what every chassis reads anyway. ovn-northd copies each logical switch port's addresses,
+// reaches them with the certificate its ovn-controller already holds, so that a gateway node
+// needs no credential of its own for them. ovn-northd copies each logical switch port's addresses,
 // options and external_ids into its Port_Binding, and gatewayPortRow puts everything a node
 // attaches on the gateway port itself (owner.OVNKeySubnets), so one row is the whole answer.
 type SBClient struct {

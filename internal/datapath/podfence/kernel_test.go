@@ -20,8 +20,8 @@ const testPort = 45001
 // TestKernelGuard runs the guard against the kernel: a "node" namespace with an interface named
 // octgw to a "pod" namespace, a VPC gateway's outside veth (node end octx…, no address) to a
 // "vpc" namespace that holds the VPC's external address, another interface to an "outside"
-// namespace, and a TCP listener on all of the node's addresses (a service such as the
-// kubelet's).
+// namespace, a TCP listener on all of the node's addresses (a service such as the kubelet's)
+// and a DNAT of a ClusterIP to the outside's listener (a service as kube-proxy makes it).
 func TestKernelGuard(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates network namespaces (run the tests as root; CI does)")
@@ -73,6 +73,15 @@ func TestKernelGuard(t *testing.T) {
 	tunneltest.Run(t, "ip", "-n", node, "route", "add", externalAddr.String()+"/32", "dev", vpcLink)
 	tunneltest.Run(t, "ip", "netns", "exec", node, "sysctl", "-qw", "net.ipv4.ip_forward=1")
 	tunneltest.Run(t, "ip", "-n", outside, "route", "add", externalAddr.String()+"/32", "via", nodeOther.String())
+	// A service as kube-proxy makes one: the node DNATs a ClusterIP to an endpoint beyond it.
+	serviceIP := netip.MustParseAddr("10.96.0.10")
+	for _, rule := range [][]string{
+		{"add", "table", "ip", "kubeproxy"},
+		{"add", "chain", "ip", "kubeproxy", "prerouting", "{ type nat hook prerouting priority -100 ; }"},
+		{"add", "rule", "ip", "kubeproxy", "prerouting", "ip", "daddr", serviceIP.String(), "tcp", "dport", fmt.Sprint(testPort), "dnat", "to", outsideAddr.String()},
+	} {
+		tunneltest.Run(t, append([]string{"ip", "netns", "exec", node, "nft"}, rule...)...)
+	}
 	listen(t, node)
 	listen(t, pod)
 	listen(t, outside)
@@ -84,13 +93,16 @@ func TestKernelGuard(t *testing.T) {
 			}
 		}
 	}
+	if err := reach(vpc, to(serviceIP)); err != nil {
+		t.Fatalf("before the guard, the VPC cannot reach the cluster's service at %s either: %v", serviceIP, err)
+	}
 
 	g, ctx := (*Guard)(nil), context.Background()
 	if err := tunneltest.InErr(node, func() (err error) {
 		if g, err = New(); err != nil {
 			return err
 		}
-		return g.Guard(ctx, "octgw", "octx*")
+		return g.Guard(ctx, testLinks)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -101,8 +113,11 @@ func TestKernelGuard(t *testing.T) {
 			}
 		}
 	}
-	if c := dropped(t, node); c < 4 {
-		t.Fatalf("the drop rule counted %d packets, want the four SYNs at least", c)
+	if err := connect(vpc, to(serviceIP)); err == nil {
+		t.Fatalf("the VPC still reaches the cluster's service at %s through the guard", serviceIP)
+	}
+	if c := dropped(t, node); c < 5 {
+		t.Fatalf("the drop rules counted %d packets, want the five SYNs at least", c)
 	}
 	if err := reach(vpc, to(outsideAddr)); err != nil {
 		t.Errorf("the VPC's traffic is not forwarded out of the node any more: %v", err)
@@ -121,7 +136,7 @@ func TestKernelGuard(t *testing.T) {
 	}
 	// Idempotent: a second Guard leaves the same ruleset.
 	before := list(t, node)
-	if err := tunneltest.InErr(node, func() error { return g.Guard(ctx, "octgw", "octx*") }); err != nil {
+	if err := tunneltest.InErr(node, func() error { return g.Guard(ctx, testLinks) }); err != nil {
 		t.Fatal(err)
 	}
 	if after := list(t, node); stripCounters(after) != stripCounters(before) {
@@ -181,19 +196,22 @@ func list(t *testing.T, ns string) string {
 	return tunneltest.Run(t, "ip", "netns", "exec", ns, "nft", "list", "table", "inet", owner.GatewayGuardNFTTable)
 }
 
-// dropped is the packet count of the drop rule.
+// dropped is the packet count of the drop rules, the fence's and the forward chain's.
 func dropped(t *testing.T, ns string) int {
 	t.Helper()
 	listed := list(t, ns)
-	var n int
-	i := strings.Index(listed, "counter packets ")
-	if i < 0 {
-		t.Fatalf("no counter in:\n%s", listed)
+	total, counters := 0, strings.Split(listed, "counter packets ")[1:]
+	if len(counters) != 2 {
+		t.Fatalf("%d counters, want 2, in:\n%s", len(counters), listed)
 	}
-	if _, err := fmt.Sscanf(listed[i:], "counter packets %d", &n); err != nil {
-		t.Fatalf("reading the counter: %v\n%s", err, listed)
+	for _, c := range counters {
+		var n int
+		if _, err := fmt.Sscanf(c, "%d", &n); err != nil {
+			t.Fatalf("reading a counter: %v\n%s", err, listed)
+		}
+		total += n
 	}
-	return n
+	return total
 }
 
 // stripCounters drops the counters' values, which the probes above change.

@@ -9,7 +9,9 @@
 // One inet table (owner.GatewayGuardNFTTable), written in one transaction: its input chain sends
 // what arrives on a guarded interface to the fence chain, which accepts replies to what the node
 // itself opened and ICMP (a pod pinging its gateway, path-MTU errors) and drops the rest.
-// Forwarded traffic, the interfaces' purpose, never reaches the input hook. What other clusters'
+// Forwarded traffic, the interfaces' purpose, never reaches the input hook; but what the node
+// DNATs before forwarding it (kube-proxy's ClusterIPs, the node's NodePorts) is a service of the
+// cluster all the same, so its forward chain drops that from the VPCs' interfaces. What other clusters'
 // pods send to the node arrives on the tunnel device, not here, and is not this table's to
 // filter (the gateways' health probes come that way).
 //
@@ -24,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -34,8 +37,9 @@ import (
 )
 
 const (
-	chainInput = "input"
-	chainFence = "fence"
+	chainInput   = "input"
+	chainForward = "forward"
+	chainFence   = "fence"
 )
 
 // inputPriority runs the chain before the filter-priority chains of typical host firewalls,
@@ -61,12 +65,27 @@ func New() (*Guard, error) {
 // tests.
 func NewWith(nft knftables.Interface) *Guard { return &Guard{nft: nft} }
 
-// Guard makes the table guard the interfaces named links (a name ending in "*" is every
-// interface it starts, nftables' wildcard), replacing whatever it held (the table is added, its
+// Links are the interfaces the table guards. A name ending in "*" is every interface it
+// starts (nftables' wildcard).
+type Links struct {
+	// Input are the interfaces whose traffic for the node itself is fenced: replies to what
+	// the node opened and ICMP pass, the rest is dropped.
+	Input []string
+	// DNAT are the interfaces whose traffic the node forwards after a DNAT of its own is
+	// dropped in the forward hook: kube-proxy's ClusterIPs and the node's NodePorts, which the
+	// input hook never sees. A VPC's tenant reaches the cluster's services no more than the
+	// node itself, while the rest it sends is forwarded as before.
+	DNAT []string
+}
+
+// Guard makes the table guard links, replacing whatever it held (the table is added, its
 // chains flushed and refilled, in one transaction): the same rules again change nothing that a
 // packet could see.
-func (g *Guard) Guard(ctx context.Context, links ...string) error {
-	if err := validLinks(links); err != nil {
+func (g *Guard) Guard(ctx context.Context, links Links) error {
+	if len(links.Input) == 0 {
+		return errors.New("gateway guard: no interface to guard")
+	}
+	if err := validLinks(slices.Concat(links.Input, links.DNAT)); err != nil {
 		return fmt.Errorf("gateway guard: %w", err)
 	}
 	tx := g.nft.NewTransaction()
@@ -76,10 +95,18 @@ func (g *Guard) Guard(ctx context.Context, links ...string) error {
 		Name: chainInput, Type: knftables.PtrTo(knftables.FilterType), Hook: knftables.PtrTo(knftables.InputHook),
 		Priority: knftables.PtrTo(inputPriority),
 	})
+	tx.Add(&knftables.Chain{
+		Name: chainForward, Type: knftables.PtrTo(knftables.FilterType), Hook: knftables.PtrTo(knftables.ForwardHook),
+		Priority: knftables.PtrTo(inputPriority),
+	})
 	tx.Flush(&knftables.Chain{Name: chainInput})
+	tx.Flush(&knftables.Chain{Name: chainForward})
 	tx.Flush(&knftables.Chain{Name: chainFence})
-	for _, link := range links {
+	for _, link := range links.Input {
 		tx.Add(&knftables.Rule{Chain: chainInput, Rule: knftables.Concat("iifname", strconv.Quote(link), "goto", chainFence)})
+	}
+	for _, link := range links.DNAT {
+		tx.Add(&knftables.Rule{Chain: chainForward, Rule: knftables.Concat("iifname", strconv.Quote(link), "ct status dnat counter drop")})
 	}
 	tx.Add(&knftables.Rule{Chain: chainFence, Rule: "ct state { established, related } accept"})
 	// ICMP and ICMPv6 by number: nft resolves protocol names through /etc/protocols, which
@@ -87,7 +114,7 @@ func (g *Guard) Guard(ctx context.Context, links ...string) error {
 	tx.Add(&knftables.Rule{Chain: chainFence, Rule: "meta l4proto { 1, 58 } accept"})
 	tx.Add(&knftables.Rule{Chain: chainFence, Rule: "counter drop"})
 	if err := g.nft.Run(ctx, tx); err != nil {
-		return fmt.Errorf("guarding %s in nftables table inet %s: %w", strings.Join(links, ", "), owner.GatewayGuardNFTTable, err)
+		return fmt.Errorf("guarding %s in nftables table inet %s: %w", strings.Join(links.Input, ", "), owner.GatewayGuardNFTTable, err)
 	}
 	return nil
 }
@@ -96,9 +123,6 @@ func (g *Guard) Guard(ctx context.Context, links ...string) error {
 // pattern, before anything is written: a name that nft would read as more than a string
 // must never reach the rule.
 func validLinks(links []string) error {
-	if len(links) == 0 {
-		return errors.New("no interface to guard")
-	}
 	for _, l := range links {
 		name := strings.TrimSuffix(l, "*")
 		if name == "" || len(name) > 15 || strings.ContainsFunc(name, func(r rune) bool {
@@ -113,9 +137,9 @@ func validLinks(links []string) error {
 // GuardIn is Guard in the network namespace at netnsPath, where nft then runs; "" is the
 // caller's own, entered without setns, which would need CAP_SYS_ADMIN even into one's own
 // namespace (gateway-port runs in its node's with NET_ADMIN alone).
-func (g *Guard) GuardIn(ctx context.Context, netnsPath string, links ...string) error {
+func (g *Guard) GuardIn(ctx context.Context, netnsPath string, links Links) error {
 	if netnsPath == "" {
-		return g.Guard(ctx, links...)
+		return g.Guard(ctx, links)
 	}
-	return netnsrun.In(netnsPath, func() error { return g.Guard(ctx, links...) })
+	return netnsrun.In(netnsPath, func() error { return g.Guard(ctx, links) })
 }

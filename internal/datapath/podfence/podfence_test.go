@@ -11,20 +11,25 @@ import (
 
 const golden = `add table inet octopus-gateway-guard { comment "octopus gateway-port: the secondary network's and the VPCs' pods reach the gateway node only for replies and ICMP" ; }
 add chain inet octopus-gateway-guard fence
+add chain inet octopus-gateway-guard forward { type filter hook forward priority -10 ; }
 add chain inet octopus-gateway-guard input { type filter hook input priority -10 ; }
 add rule inet octopus-gateway-guard fence ct state { established, related } accept
 add rule inet octopus-gateway-guard fence meta l4proto { 1, 58 } accept
 add rule inet octopus-gateway-guard fence counter drop
+add rule inet octopus-gateway-guard forward iifname "octx*" ct status dnat counter drop
 add rule inet octopus-gateway-guard input iifname "octgw" goto fence
 add rule inet octopus-gateway-guard input iifname "octx*" goto fence
 `
+
+// testLinks are the links gateway-port guards.
+var testLinks = Links{Input: []string{"octgw", "octx*"}, DNAT: []string{"octx*"}}
 
 func TestGuardGolden(t *testing.T) {
 	ctx := context.Background()
 	fake := knftables.NewFake(knftables.InetFamily, owner.GatewayGuardNFTTable)
 	g := NewWith(fake)
 	// Twice, and after a rule someone added: the chain is replaced, never appended to.
-	if err := g.Guard(ctx, "octgw", "octx*"); err != nil {
+	if err := g.Guard(ctx, testLinks); err != nil {
 		t.Fatal(err)
 	}
 	tx := fake.NewTransaction()
@@ -32,7 +37,7 @@ func TestGuardGolden(t *testing.T) {
 	if err := fake.Run(ctx, tx); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Guard(ctx, "octgw", "octx*"); err != nil {
+	if err := g.Guard(ctx, testLinks); err != nil {
 		t.Fatal(err)
 	}
 	if got := fake.Dump(); got != golden {
@@ -43,24 +48,26 @@ func TestGuardGolden(t *testing.T) {
 func TestGuardRefusesWhatIsNoInterface(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		links []string
+		links Links
 	}{
-		{"none", nil},
-		{"empty", []string{"octgw", ""}},
-		{"a bare wildcard", []string{"*"}},
-		{"too long", []string{"octx0123456789ab"}},
-		{"a quote", []string{`octgw" accept #`}},
-		{"a space", []string{"oct gw"}},
-		{"a wildcard inside", []string{"oct*gw"}},
+		{"none", Links{}},
+		{"only DNAT", Links{DNAT: []string{"octx*"}}},
+		{"empty", Links{Input: []string{"octgw", ""}}},
+		{"a bare wildcard", Links{Input: []string{"*"}}},
+		{"too long", Links{Input: []string{"octx0123456789ab"}}},
+		{"a quote", Links{Input: []string{`octgw" accept #`}}},
+		{"a space", Links{Input: []string{"oct gw"}}},
+		{"a wildcard inside", Links{Input: []string{"oct*gw"}}},
+		{"a bad DNAT link", Links{Input: []string{"octgw"}, DNAT: []string{"octx* "}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fake := knftables.NewFake(knftables.InetFamily, owner.GatewayGuardNFTTable)
-			err := NewWith(fake).Guard(context.Background(), tc.links...)
+			err := NewWith(fake).Guard(context.Background(), tc.links)
 			if err == nil {
-				t.Fatalf("guarded %q without an error", tc.links)
+				t.Fatalf("guarded %+v without an error", tc.links)
 			}
 			if got := fake.Dump(); got != "" {
-				t.Fatalf("wrote %q for %q (%v)", got, tc.links, err)
+				t.Fatalf("wrote %q for %+v (%v)", got, tc.links, err)
 			}
 		})
 	}

@@ -140,8 +140,13 @@ func (l *Loop) set(err error) { l.last.Store(&err) }
 // guardedLinks are the node's interfaces that podfence keeps the pods off the node's services
 // through: the cluster's gateway interface and every VPC gateway's outside veth, whether or
 // not this node holds any yet (the table is the same in both loops, so that either writes it
-// before the interfaces it keeps are up).
-var guardedLinks = []string{podport.GatewayLink, podport.VpcGatewayOutsideNodeLinkPattern}
+// before the interfaces it keeps are up). A VPC is also kept off the cluster's services the
+// node DNATs (its ClusterIPs and NodePorts); the secondary network's pods are the cluster's
+// own and reach them anyway.
+var guardedLinks = podfence.Links{
+	Input: []string{podport.GatewayLink, podport.VpcGatewayOutsideNodeLinkPattern},
+	DNAT:  []string{podport.VpcGatewayOutsideNodeLinkPattern},
+}
 
 // nodeGuard writes the node's podfence table for guardedLinks in the namespace at netnsPath.
 // The nft writer is made at the first call rather than here, so that a missing nft binary is a
@@ -160,7 +165,7 @@ func nodeGuard(netnsPath string) func(context.Context) error {
 			}
 			guard = made
 		}
-		return guard.GuardIn(ctx, netnsPath, guardedLinks...)
+		return guard.GuardIn(ctx, netnsPath, guardedLinks)
 	}
 }
 

@@ -314,6 +314,9 @@ func guarded(netnsName string) error {
 			return fmt.Errorf("the guard table does not fence %s:\n%s", link, out)
 		}
 	}
+	if !strings.Contains(string(out), `iifname "`+podport.VpcGatewayOutsideNodeLinkPattern+`" ct status dnat counter packets`) {
+		return fmt.Errorf("the guard table does not keep the VPCs off the services the node DNATs:\n%s", out)
+	}
 	if !strings.Contains(string(out), "counter packets") {
 		return fmt.Errorf("the guard table drops nothing:\n%s", out)
 	}

@@ -48,9 +48,8 @@ var (
 // its first use, and again at the next after a failed connect: a database out of reach at start
 // then delays the VPC gateways (the check fails, changing nothing, and is retried) without
 // keeping the process, and the cluster's gateway interface with it, from starting. Once
-// connected, the client reconnects by itself. The SB is the one to use on a gateway node: its
-// ovn-controller's credential reads it, where a credential of the NB could rewrite every
-// logical network of the cluster (ovn.SBClient).
+// connected, the client reconnects by itself. The SB is the one to use on a gateway node: it
+// reads it with the certificate the node's ovn-controller holds already (ovn.SBClient).
 type DBSource struct {
 	// Endpoint and TLS are the database's, as ovn.Options has them.
 	Endpoint string
@@ -351,11 +350,9 @@ func (l *VpcLoop) once(ctx context.Context) error {
 }
 
 func (l *VpcLoop) check(ctx context.Context) error {
-	if err := l.guard(ctx); err != nil {
-		if ctx.Err() == nil {
-			l.o.Log.Error(err, "Failed to guard the node from the VPCs' outside veths; changing nothing, retrying", "links", guardedLinks)
-		}
-		return err
+	guardErr := l.guard(ctx)
+	if guardErr != nil && ctx.Err() == nil {
+		l.o.Log.Error(guardErr, "Failed to guard the node from the VPCs' outside veths; attaching nothing, retrying", "links", guardedLinks)
 	}
 	desired, err := l.o.Source.VpcGatewaysOn(ctx, l.o.ClusterID, l.o.Chassis)
 	if err != nil {
@@ -373,6 +370,11 @@ func (l *VpcLoop) check(ctx context.Context) error {
 	}
 	attach, remove := vpcGatewayPlan(l.o, desired, present)
 	var errs []error
+	if guardErr != nil {
+		// No gateway is attached or repaired unfenced; removals go on, since a gateway that
+		// moved to another node must not keep its external address here too.
+		attach, errs = nil, []error{guardErr}
+	}
 	for _, g := range attach {
 		changed, err := l.reconcile(ctx, g)
 		if err != nil {

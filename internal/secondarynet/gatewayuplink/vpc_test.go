@@ -87,9 +87,10 @@ func (f *fakeSource) VpcGatewaysOn(_ context.Context, clusterID, chassis string)
 }
 
 // TestVpcLoopChecks runs checks over fakes: an unreadable source changes nothing and makes the
-// loop unready saying why; a gateway requested here is attached (one line), found right (no
-// line), repaired (one line); one no longer requested is removed; a failed attach is retried
-// and makes the loop unready.
+// loop unready saying why; the node's fence failing attaches nothing but still removes a
+// gateway no longer requested; a gateway requested here is attached (one line), found right
+// (no line), repaired (one line); one no longer requested is removed; a failed attach is
+// retried and makes the loop unready.
 func TestVpcLoopChecks(t *testing.T) {
 	var logs logLines
 	src := &fakeSource{err: errors.New("not connected to the OVN NB database")}
@@ -150,19 +151,20 @@ func TestVpcLoopChecks(t *testing.T) {
 		t.Errorf("/readyz after an unreadable source = %d %q", code, body)
 	}
 
-	// The node's fence not written: nothing attached or removed, unready.
+	// The node's fence not written: red not attached, but blue, no longer requested here,
+	// removed all the same (its address must not stay on two nodes); unready.
 	src.gateways, src.err, guardErr = []ovn.VpcGatewayPort{gatewayPort("red")}, nil, errors.New("nft: command not found")
 	before := len(logs.all())
-	if err := l.once(ctx); err == nil || onNode["red"] || len(detached) > 0 {
-		t.Fatalf("once with the fence failing = %v, red on the node %v, removed %v; want an error and nothing changed", err, onNode["red"], detached)
+	if err := l.once(ctx); err == nil || onNode["red"] || !slices.Equal(detached, []string{"blue"}) {
+		t.Fatalf("once with the fence failing = %v, red on the node %v, removed %v; want an error, red not attached, blue removed", err, onNode["red"], detached)
 	}
-	if lines := logs.all()[before:]; len(lines) != 1 || !strings.Contains(lines[0], "Failed to guard the node") {
-		t.Errorf("logged %q with the fence failing, want one line saying so", lines)
+	if lines := logs.all()[before:]; !slices.EqualFunc(lines, []string{"Failed to guard the node", "Removed the VPC gateway"}, strings.Contains) {
+		t.Errorf("logged %q with the fence failing, want the failure and blue's removal", lines)
 	}
 	if code, body := probe(); code != http.StatusServiceUnavailable || !strings.Contains(body, "nft: command not found") {
 		t.Errorf("/readyz with the fence failing = %d %q", code, body)
 	}
-	guardErr = nil
+	guardErr, detached = nil, nil
 
 	for _, step := range []struct {
 		name     string
@@ -174,7 +176,7 @@ func TestVpcLoopChecks(t *testing.T) {
 		snatFail error
 		snat     string // red's namespace's SNAT after the step ("" to skip the check)
 	}{
-		{"red requested here, blue not", []ovn.VpcGatewayPort{gatewayPort("red")}, []string{"created the namespace"}, nil, []string{"Attached the VPC gateway", "Removed the VPC gateway"}, []string{"blue"}, nil, ""},
+		{"red requested here", []ovn.VpcGatewayPort{gatewayPort("red")}, []string{"created the namespace"}, nil, []string{"Attached the VPC gateway"}, nil, nil, ""},
 		{"red found right", []ovn.VpcGatewayPort{gatewayPort("red")}, nil, nil, nil, nil, nil, "[] to invalid IP out of all but vpc"},
 		{"red given an external address", []ovn.VpcGatewayPort{addressed("red", "242.1.0.9")}, nil, nil, nil, nil, nil, "[10.0.1.0/24] to 242.1.0.9 out of all but vpc"},
 		{"red's SNAT failing", []ovn.VpcGatewayPort{addressed("red", "242.1.0.9")}, nil, errors.New("nft: boom"), []string{"Failed to write the VPC gateway's SNAT"}, nil, errors.New("nft: boom"), ""},
