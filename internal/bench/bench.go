@@ -356,9 +356,35 @@ func (r *runner) argv(k Kind, addr string, d time.Duration) []string {
 }
 
 // exec runs argv in from's client pod; the bound leaves the load generator time to dial
-// (5 s) and finish after its duration.
+// (5 s) and finish after its duration. An exec that never started is tried again
+// (retryUnstarted).
 func (r *runner) exec(ctx context.Context, from *member, argv []string) (string, error) {
-	return workload.Exec(ctx, from.Member, r.ns, clientName, r.opts.Duration+30*time.Second, argv...)
+	return retryUnstarted(ctx, execAttempts, time.Second, func() (string, error) {
+		return workload.Exec(ctx, from.Member, r.ns, clientName, r.opts.Duration+30*time.Second, argv...)
+	}, func(err error) { r.p.Step("exec in %s's client pod did not start, trying again: %v", from.ID, err) })
+}
+
+// execAttempts bounds the tries of one exec that does not start.
+const execAttempts = 3
+
+// retryUnstarted runs run up to attempts times while it fails without the command having run
+// (workload.CommandRan): on a loaded node the runtime can time out starting an exec ("failed
+// to exec in container: failed to load task: context deadline exceeded"), which says nothing
+// of the path being measured. A command that ran and failed is not run again; onRetry hears of
+// each retry.
+func retryUnstarted(ctx context.Context, attempts int, pause time.Duration, run func() (string, error), onRetry func(error)) (string, error) {
+	for i := 1; ; i++ {
+		out, err := run()
+		if err == nil || workload.CommandRan(err) || i >= attempts || ctx.Err() != nil {
+			return out, err
+		}
+		onRetry(err)
+		select {
+		case <-ctx.Done():
+			return out, err
+		case <-time.After(pause):
+		}
+	}
 }
 
 // parseResult reads the load generator's JSON line.

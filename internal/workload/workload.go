@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
 
@@ -214,6 +215,15 @@ func Exec(ctx context.Context, m *Member, ns, pod string, timeout time.Duration,
 		return stdout.String(), fmt.Errorf("%s: %w: %s", argv[0], err, msg)
 	}
 	return stdout.String(), nil
+}
+
+// CommandRan says whether an error of Exec is the command's own exit status: the command ran
+// and failed. Any other error (the API server's, the kubelet's, the runtime's "failed to exec
+// in container" under load) means it may never have started, and running it again is safe
+// for a command that only measures.
+func CommandRan(err error) bool {
+	var exit utilexec.ExitError
+	return errors.As(err, &exit)
 }
 
 // ReadyPod reads pod name in namespace of m: the pod when it is ready, else why not, as
