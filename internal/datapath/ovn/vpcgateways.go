@@ -1,7 +1,6 @@
 package ovn
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/internal/datapath/ovn/nbdb"
 	"github.com/octopus-mcs/octopus/internal/datapath/owner"
+	"github.com/octopus-mcs/octopus/internal/ipam"
 )
 
 // VpcGatewayPort is a VPC's gateway port as the gateway node it is requested on attaches it:
@@ -130,11 +130,10 @@ func parseVpcGatewayPort(name string, addresses []string, ids map[string]string,
 			return VpcGatewayPort{}, fmt.Errorf("the gateway port %s of VPC %s has external_ids:%s %q, want an IPv4 address", name, vpc, owner.OVNKeyExternalIP, v)
 		}
 	}
-	slices.SortFunc(subnets, func(a, b netip.Prefix) int { return cmp.Or(a.Addr().Compare(b.Addr()), a.Bits()-b.Bits()) })
 	return VpcGatewayPort{
 		Vpc:        vpc,
 		Attachment: Attachment{Port: name, MAC: mac, IP: netip.PrefixFrom(ip, VpcGatewayLink.Bits()), Gateway: router},
-		Subnets:    subnets,
+		Subnets:    ipam.SortPrefixes(subnets),
 		ExternalIP: external,
 	}, nil
 }
@@ -151,8 +150,7 @@ func sortedGateways(chassis string, out []VpcGatewayPort, errs []error) ([]VpcGa
 
 // formatSubnets is owner.OVNKeySubnets's value: the CIDRs sorted, comma-separated.
 func formatSubnets(cidrs []netip.Prefix) string {
-	sorted := slices.Clone(cidrs)
-	slices.SortFunc(sorted, func(a, b netip.Prefix) int { return cmp.Or(a.Addr().Compare(b.Addr()), a.Bits()-b.Bits()) })
+	sorted := ipam.SortPrefixes(cidrs)
 	parts := make([]string, len(sorted))
 	for i, c := range sorted {
 		parts[i] = c.String()

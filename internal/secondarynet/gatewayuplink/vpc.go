@@ -92,13 +92,22 @@ func (s *DBSource) db() string {
 	return "NB"
 }
 
-// dial connects the client the source reads through.
+// dial connects the client the source reads through. A failed connect returns a nil
+// interface, never one holding a nil client.
 func (s *DBSource) dial(ctx context.Context) (gatewayClient, error) {
 	opts := ovn.Options{Endpoint: s.Endpoint, TLS: s.TLS, Log: s.Log}
 	if s.Southbound {
-		return ovn.ConnectSB(ctx, opts)
+		c, err := ovn.ConnectSB(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
 	}
-	return ovn.Connect(ctx, opts)
+	c, err := ovn.Connect(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // Wake delivers after each change of the VPC gateways' rows seen by the client, once connected
