@@ -276,13 +276,20 @@ func podOn(t *testing.T, ps []xpod, node string) xpod {
 	return xpod{}
 }
 
-// secondaryBlock is the block the hub allocated cluster id at join.
-func secondaryBlock(ctx context.Context, t *testing.T, hub client.Client, id string) netip.Prefix {
+// hubCluster is cluster id's Cluster on the hub.
+func hubCluster(ctx context.Context, t *testing.T, hub client.Client, id string) *v1alpha1.Cluster {
 	t.Helper()
 	cl := &v1alpha1.Cluster{}
 	if err := hub.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: id}, cl); err != nil {
 		t.Fatal(err)
 	}
+	return cl
+}
+
+// secondaryBlock is the block the hub allocated cluster id at join.
+func secondaryBlock(ctx context.Context, t *testing.T, hub client.Client, id string) netip.Prefix {
+	t.Helper()
+	cl := hubCluster(ctx, t, hub, id)
 	block, err := netip.ParsePrefix(cl.Spec.SecondaryCIDR)
 	if err != nil || cl.Spec.Addressing != v1alpha1.AddressingSecondary {
 		t.Fatalf("cluster %s: addressing %q, secondary CIDR %q (%v); want secondary addressing with a block", id, cl.Spec.Addressing, cl.Spec.SecondaryCIDR, err)

@@ -142,10 +142,7 @@ func waitVpcGatewayOn(ctx context.Context, t *testing.T, l *lab.Lab, c labnet.Cl
 // globalCIDR is the global CIDR the hub allocated cluster id.
 func globalCIDR(ctx context.Context, t *testing.T, hub client.Client, id string) netip.Prefix {
 	t.Helper()
-	cl := &v1alpha1.Cluster{}
-	if err := hub.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: id}, cl); err != nil {
-		t.Fatal(err)
-	}
+	cl := hubCluster(ctx, t, hub, id)
 	p, err := netip.ParsePrefix(cl.Spec.GlobalCIDR)
 	if err != nil {
 		t.Fatalf("cluster %s's global CIDR %q: %v", id, cl.Spec.GlobalCIDR, err)
