@@ -3,6 +3,7 @@ package lab_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -123,17 +124,26 @@ func waitVpcGatewayOn(ctx context.Context, t *testing.T, l *lab.Lab, c labnet.Cl
 		}
 		list, err := cs.CoreV1().Pods(v1alpha1.SystemNamespace).List(ctx, metav1.ListOptions{
 			LabelSelector: "app.kubernetes.io/name=octopus-ovn-gateway-port", FieldSelector: "spec.nodeName=" + node})
-		if err != nil || len(list.Items) != 1 {
-			return fmt.Errorf("gateway-port pods on %s: %v (%v)", node, list, err)
+		if err != nil {
+			return err
+		}
+		if len(list.Items) != 1 {
+			return fmt.Errorf("%d gateway-port pods on %s, want 1", len(list.Items), node)
 		}
 		pids, err := realnode.PodProcesses(l.Network.ID, string(list.Items[0].UID))
-		if err != nil || len(pids) == 0 {
-			return fmt.Errorf("processes of %s: %v (%v)", list.Items[0].Name, pids, err)
+		if err != nil {
+			return err
+		}
+		if len(pids) == 0 {
+			return fmt.Errorf("no process of %s runs", list.Items[0].Name)
 		}
 		var fs unix.Statfs_t
 		path := fmt.Sprintf("/proc/%d/root%s/%s", pids[0], podport.DefaultNetnsDir, name)
-		if err := unix.Statfs(path, &fs); err != nil || fs.Type != unix.NSFS_MAGIC {
-			return fmt.Errorf("%s is no mounted network namespace (filesystem type %#x, %v)", path, fs.Type, err)
+		if err := unix.Statfs(path, &fs); err != nil {
+			return err
+		}
+		if fs.Type != unix.NSFS_MAGIC {
+			return fmt.Errorf("%s is no mounted network namespace (filesystem type %#x)", path, fs.Type)
 		}
 		return nil
 	})
@@ -189,10 +199,8 @@ func checkVpcsApart(ctx context.Context, t *testing.T, l *lab.Lab, pods map[stri
 			return
 		}
 		waitFor(t, 2*time.Minute, "pod blue/blue-only to be gone", func() error {
-			if _, err := cs.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				return fmt.Errorf("still there (%v)", err)
-			}
-			return nil
+			_, err := cs.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+			return gone(err)
 		})
 	}()
 	waitFor(t, 2*time.Minute, "pod blue/blue-only to run on Vpc blue", func() error {
@@ -200,8 +208,12 @@ func checkVpcsApart(ctx context.Context, t *testing.T, l *lab.Lab, pods map[stri
 		if err != nil {
 			return err
 		}
-		if a, ok, err := podnet.FindVpc(got.Annotations); err != nil || !ok || a.Vpc != "blue" || !podReady(got) {
-			return fmt.Errorf("attachment %+v (%v, %v), phase %s", a, ok, err, got.Status.Phase)
+		a, ok, err := podnet.FindVpc(got.Annotations)
+		if err != nil {
+			return err
+		}
+		if !ok || a.Vpc != "blue" || !podReady(got) {
+			return fmt.Errorf("attachment %+v (found %v), phase %s", a, ok, got.Status.Phase)
 		}
 		return nil
 	})
@@ -229,7 +241,7 @@ func checkGatewayExIps(ctx context.Context, t *testing.T, l *lab.Lab, hub client
 		global := globalCIDR(ctx, t, hub, src.Name)
 		for _, vpc := range lab.VpcNames {
 			ext := vpcExternalIP(ctx, t, smc, src.Name, vpc)
-			waitGatewayExIp(ctx, t, dmc, vpc, src.Name, ext, global, 30*time.Second)
+			waitGatewayExIP(ctx, t, dmc, vpc, src.Name, ext, global, 30*time.Second)
 		}
 	}
 
@@ -240,7 +252,7 @@ func checkGatewayExIps(ctx context.Context, t *testing.T, l *lab.Lab, hub client
 		t.Fatalf("creating Vpc green in %s: %v", c1.Name, err)
 	}
 	ext := vpcExternalIP(ctx, t, mc1, c1.Name, green.Name)
-	waitGatewayExIp(ctx, t, mc2, green.Name, c1.Name, ext, globalCIDR(ctx, t, hub, c1.Name), 10*time.Second)
+	waitGatewayExIP(ctx, t, mc2, green.Name, c1.Name, ext, globalCIDR(ctx, t, hub, c1.Name), 10*time.Second)
 	took := time.Since(start)
 	t.Logf("MEASURED Vpc green created in %s -> its GatewayExIp (%s) in %s: %.1fs", c1.Name, ext, c2.Name, took.Seconds())
 	if took > 10*time.Second {
@@ -253,11 +265,11 @@ func checkGatewayExIps(ctx context.Context, t *testing.T, l *lab.Lab, hub client
 	}
 	copyName := v1alpha1.GatewayExIpName(green.Name, c1.Name)
 	waitFor(t, 30*time.Second, "Vpc green, its GatewayExIp in "+c2.Name+" and its gateway's namespace to be gone", func() error {
-		if err := mc1.Get(ctx, client.ObjectKey{Name: green.Name}, &v1alpha1.Vpc{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("Vpc green is still in %s (%v)", c1.Name, err)
+		if err := gone(mc1.Get(ctx, client.ObjectKey{Name: green.Name}, &v1alpha1.Vpc{})); err != nil {
+			return fmt.Errorf("Vpc green in %s: %w", c1.Name, err)
 		}
-		if err := mc2.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: copyName}, &v1alpha1.GatewayExIp{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("GatewayExIp %s is still in %s (%v)", copyName, c2.Name, err)
+		if err := gone(mc2.Get(ctx, client.ObjectKey{Namespace: v1alpha1.SystemNamespace, Name: copyName}, &v1alpha1.GatewayExIp{})); err != nil {
+			return fmt.Errorf("GatewayExIp %s in %s: %w", copyName, c2.Name, err)
 		}
 		for _, n := range c1.Nodes {
 			if _, err := os.Lstat(realnode.NetnsDir(l.Env.Dir, n.Name) + "/" + podport.VpcGatewayNetns(green.Name)); err == nil {
@@ -268,9 +280,9 @@ func checkGatewayExIps(ctx context.Context, t *testing.T, l *lab.Lab, hub client
 	})
 }
 
-// waitGatewayExIp waits until cluster dst (mc) holds the GatewayExIp of gateway in cluster
+// waitGatewayExIP waits until cluster dst (mc) holds the GatewayExIp of gateway in cluster
 // src naming ext and global, src's global CIDR, which must contain ext.
-func waitGatewayExIp(ctx context.Context, t *testing.T, mc client.Client, gateway, src string, ext netip.Addr, global netip.Prefix, timeout time.Duration) {
+func waitGatewayExIP(ctx context.Context, t *testing.T, mc client.Client, gateway, src string, ext netip.Addr, global netip.Prefix, timeout time.Duration) {
 	t.Helper()
 	name := v1alpha1.GatewayExIpName(gateway, src)
 	if !global.Contains(ext) {
@@ -330,7 +342,7 @@ func checkVpcGatewaysFollow(ctx context.Context, t *testing.T, l *lab.Lab, c, ot
 	omc := kubeClient(t, l.Env.Cluster(other.Name).Kubeconfig)
 	for _, vpc := range lab.VpcNames {
 		waitVpcGatewayOn(ctx, t, l, c, node, vpc)
-		waitGatewayExIp(ctx, t, omc, vpc, c.Name, before[vpc], globalCIDR(ctx, t, hub, c.Name), 30*time.Second)
+		waitGatewayExIP(ctx, t, omc, vpc, c.Name, before[vpc], globalCIDR(ctx, t, hub, c.Name), 30*time.Second)
 	}
 }
 
@@ -343,4 +355,16 @@ func vpcExternalIPs(ctx context.Context, t *testing.T, l *lab.Lab, c labnet.Clus
 		ips[vpc] = vpcExternalIP(ctx, t, mc, c.Name, vpc)
 	}
 	return ips
+}
+
+// gone turns the error of a Get into nil when the object is gone, and an error while it is
+// there or cannot be read.
+func gone(err error) error {
+	switch {
+	case err == nil:
+		return errors.New("still there")
+	case apierrors.IsNotFound(err):
+		return nil
+	}
+	return err
 }
