@@ -134,13 +134,18 @@ func waitVpcGatewayOn(ctx context.Context, t *testing.T, l *lab.Lab, c labnet.Cl
 		if err != nil {
 			return err
 		}
-		if len(pids) == 0 {
-			return fmt.Errorf("no process of %s runs", list.Items[0].Name)
+		// gateway-port's own process: the pod's pause process has no /run/netns of the node.
+		i := slices.IndexFunc(pids, func(pid int) bool {
+			cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			return err == nil && strings.Contains(string(cmdline), "gateway-port")
+		})
+		if i < 0 {
+			return fmt.Errorf("no gateway-port process runs in %s (pids %v)", list.Items[0].Name, pids)
 		}
 		var fs unix.Statfs_t
-		path := fmt.Sprintf("/proc/%d/root%s/%s", pids[0], podport.DefaultNetnsDir, name)
+		path := fmt.Sprintf("/proc/%d/root%s/%s", pids[i], podport.DefaultNetnsDir, name)
 		if err := unix.Statfs(path, &fs); err != nil {
-			return err
+			return fmt.Errorf("not mounted in the node: %w", err)
 		}
 		if fs.Type != unix.NSFS_MAGIC {
 			return fmt.Errorf("%s is no mounted network namespace (filesystem type %#x)", path, fs.Type)
