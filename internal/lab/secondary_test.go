@@ -111,7 +111,7 @@ func TestSecondaryNetwork(t *testing.T) {
 	t.Run("each VPC gateway's GatewayExIp is in the other cluster, a new one's within 10 s", func(t *testing.T) {
 		checkGatewayExIps(ctx, t, l, hub)
 	})
-	t.Run("octopus show vpcs lists the Vpcs", func(t *testing.T) { checkShowVpcs(t, l, bins["octopus"]) })
+	t.Run("octopus show vpcs lists the Vpcs", func(t *testing.T) { checkShowVpcs(ctx, t, l, bins["octopus"]) })
 	t.Run("pods reach their gateway node over net1 for ICMP only", func(t *testing.T) {
 		for _, c := range l.Network.Clusters {
 			checkGatewayGuarded(t, pods[c.Name][0], blocks[c.Name])

@@ -306,9 +306,10 @@ func waitGatewayExIP(ctx context.Context, t *testing.T, mc client.Client, gatewa
 }
 
 // checkShowVpcs checks that `octopus show vpcs` lists, in every cluster, the lab's Vpcs Ready
-// with a pod on each node.
-func checkShowVpcs(t *testing.T, l *lab.Lab, octopus string) {
+// with a pod on each node and their external addresses.
+func checkShowVpcs(ctx context.Context, t *testing.T, l *lab.Lab, octopus string) {
 	for _, c := range l.Network.Clusters {
+		ext := vpcExternalIPs(ctx, t, l, c)
 		out, err := exec.Command(octopus, "show", "vpcs", "--kubeconfig", l.Env.Cluster(c.Name).Kubeconfig, "-o", "json").Output()
 		if err != nil {
 			t.Fatalf("octopus show vpcs in %s: %v", c.Name, err)
@@ -317,6 +318,7 @@ func checkShowVpcs(t *testing.T, l *lab.Lab, octopus string) {
 			Vpcs []struct {
 				Name       string             `json:"name"`
 				Pods       int                `json:"pods"`
+				ExternalIP string             `json:"externalIP"`
 				Conditions []metav1.Condition `json:"conditions"`
 			} `json:"vpcs"`
 		}
@@ -326,8 +328,10 @@ func checkShowVpcs(t *testing.T, l *lab.Lab, octopus string) {
 		var listed []string
 		for _, v := range report.Vpcs {
 			listed = append(listed, v.Name)
-			if slices.Contains(lab.VpcNames, v.Name) && (v.Pods != len(c.Nodes) || !meta.IsStatusConditionTrue(v.Conditions, v1alpha1.VpcConditionReady)) {
-				t.Errorf("octopus show vpcs in %s: %s has %d pods and conditions %v; want %d pods, Ready", c.Name, v.Name, v.Pods, v.Conditions, len(c.Nodes))
+			if slices.Contains(lab.VpcNames, v.Name) && (v.Pods != len(c.Nodes) || v.ExternalIP != ext[v.Name].String() ||
+				!meta.IsStatusConditionTrue(v.Conditions, v1alpha1.VpcConditionReady)) {
+				t.Errorf("octopus show vpcs in %s: %s has %d pods, external address %q and conditions %v; want %d pods, %s, Ready",
+					c.Name, v.Name, v.Pods, v.ExternalIP, v.Conditions, len(c.Nodes), ext[v.Name])
 			}
 		}
 		slices.Sort(listed)
