@@ -51,7 +51,8 @@ import (
 //     gateways' namespaces on the active gateway's node in its own /run/netns and none in the
 //     host's; red pods reach red pods on the other node and blue pods blue ones at the very
 //     same addresses, red never reaches blue; each gateway's GatewayExIp in the other cluster
-//     (a new Vpc's within 10 s, gone with it); `octopus show vpcs`;
+//     (a new Vpc's within 10 s, gone with it); `octopus show vpcs`; after the takeover, the
+//     fence: from a VPC gateway, its node's kubelet, a NodePort and a ClusterIP are refused;
 //   - that restarts of OVN's NB database, the ovnmaster and the plugin disturb no running pod;
 //   - last, that a takeover moves the gateway port: the active gateway is stopped for good and
 //     the standby, the cluster's other node, carries the traffic (the interruption measured),
@@ -191,6 +192,11 @@ func TestSecondaryNetwork(t *testing.T) {
 	// Last: it stops a gateway for good.
 	t.Run("a takeover moves the gateway port to the new active gateway", func(t *testing.T) {
 		checkSecondaryTakeover(ctx, t, l, pods)
+	})
+	// After the takeover, so that a fence failing does not keep the takeover from being checked;
+	// in the second cluster, whose gateways the takeover left alone.
+	t.Run("from a VPC gateway, its node's kubelet, a NodePort and a ClusterIP are refused", func(t *testing.T) {
+		checkVpcGatewayFenced(ctx, t, l, c2, activeGateway(ctx, t, l, c2), pods[c2.Name])
 	})
 }
 

@@ -15,9 +15,12 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -113,11 +116,13 @@ func vpcExternalIP(ctx context.Context, t *testing.T, mc client.Client, cluster,
 
 // waitVpcGatewayOn waits until vpc's gateway namespace is in node's own namespace directory and
 // mounted there: a network namespace at the path inside the node, seen through a process of
-// the node's gateway-port pod, whose /run/netns is the node's.
-func waitVpcGatewayOn(ctx context.Context, t *testing.T, l *lab.Lab, c labnet.ClusterNet, node, vpc string) {
+// the node's gateway-port pod, whose /run/netns is the node's. It returns that path, which
+// opens the namespace from the host.
+func waitVpcGatewayOn(ctx context.Context, t *testing.T, l *lab.Lab, c labnet.ClusterNet, node, vpc string) string {
 	t.Helper()
 	name := podport.VpcGatewayNetns(vpc)
 	cs := clientset(t, l.Env.Cluster(c.Name).Kubeconfig)
+	var path string
 	waitFor(t, time.Minute, fmt.Sprintf("%s's gateway namespace %s on %s", vpc, name, node), func() error {
 		if _, err := os.Lstat(realnode.NetnsDir(l.Env.Dir, node) + "/" + name); err != nil {
 			return fmt.Errorf("not in the node's own directory: %w", err)
@@ -143,7 +148,7 @@ func waitVpcGatewayOn(ctx context.Context, t *testing.T, l *lab.Lab, c labnet.Cl
 			return fmt.Errorf("no gateway-port process runs in %s (pids %v)", list.Items[0].Name, pids)
 		}
 		var fs unix.Statfs_t
-		path := fmt.Sprintf("/proc/%d/root%s/%s", pids[i], podport.DefaultNetnsDir, name)
+		path = fmt.Sprintf("/proc/%d/root%s/%s", pids[i], podport.DefaultNetnsDir, name)
 		if err := unix.Statfs(path, &fs); err != nil {
 			return fmt.Errorf("not mounted in the node: %w", err)
 		}
@@ -152,6 +157,7 @@ func waitVpcGatewayOn(ctx context.Context, t *testing.T, l *lab.Lab, c labnet.Cl
 		}
 		return nil
 	})
+	return path
 }
 
 // globalCIDR is the global CIDR the hub allocated cluster id.
@@ -376,4 +382,93 @@ func gone(err error) error {
 		return nil
 	}
 	return err
+}
+
+// checkVpcGatewayFenced checks the fence around a VPC gateway on cluster c's gateway node
+// (podfence: the node end of the gateway's way out): from red's gateway namespace, the node's
+// kubelet port, a NodePort on the node's address and a ClusterIP, all three leading to the
+// echo pod on that node, are refused, while the same pod at its own address answers (the
+// gateway's way out works, so the refusals are the fence's) and a cluster pod on the other
+// node reaches all three (they serve).
+func checkVpcGatewayFenced(ctx context.Context, t *testing.T, l *lab.Lab, c labnet.ClusterNet, node labnet.NodeNet, pods []xpod) {
+	cs := clientset(t, l.Env.Cluster(c.Name).Kubeconfig)
+	target := podOn(t, pods, node.Name)
+	var from xpod
+	for _, p := range pods {
+		if p.node != node.Name {
+			from = p
+		}
+	}
+	if from.name == "" {
+		t.Fatalf("no pod of %s runs off its gateway node %s: %v", c.Name, node.Name, pods)
+	}
+	// A Service whose one endpoint is the pod on the gateway node: without the fence the
+	// node's DNAT would carry the gateway to it, and the answer would come back the way the
+	// direct request's does.
+	const label = "octopus-lab/fence-target"
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, label)
+	if _, err := cs.CoreV1().Pods("default").Patch(ctx, target.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("labelling pod %s: %v", target.name, err)
+	}
+	svc, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "fence-target"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{label: "true"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating Service fence-target: %v", err)
+	}
+	defer func() {
+		if err := cs.CoreV1().Services("default").Delete(context.Background(), svc.Name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("deleting Service %s: %v", svc.Name, err)
+		}
+	}()
+	nodeIP := node.LANAddr.Addr()
+	services := map[string]netip.AddrPort{
+		"the node's kubelet": netip.AddrPortFrom(nodeIP, 10250),
+		"a NodePort":         netip.AddrPortFrom(nodeIP, uint16(svc.Spec.Ports[0].NodePort)),
+		"a ClusterIP":        netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80),
+	}
+	for what, addr := range services {
+		waitFor(t, time.Minute, fmt.Sprintf("cluster pod %s to reach %s at %s", from.name, what, addr), func() error {
+			conn, err := labnet.DialTCP(from.netns, addr, 3*time.Second)
+			if err != nil {
+				return err
+			}
+			return conn.Close()
+		})
+	}
+
+	gw := labnet.PodNetnsName(l.Network.ID, "vpcgw-red")
+	if err := labnet.NameNamespace(gw, waitVpcGatewayOn(ctx, t, l, c, node.Name, "red")); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := labnet.DeleteNamespace(gw); err != nil {
+			t.Errorf("removing the name %s: %v", gw, err)
+		}
+	}()
+	// Its primary address: what the node forwards to, as it does the Service's traffic.
+	pod, err := cs.CoreV1().Pods("default").Get(ctx, target.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct := netip.AddrPortFrom(netip.MustParseAddr(pod.Status.PodIP), 8080)
+	waitFor(t, 30*time.Second, fmt.Sprintf("red's gateway to reach pod %s at %s", target.name, direct), func() error {
+		got, err := tryHTTPGet(gw, direct)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(got, "pod="+target.name+" ") {
+			return fmt.Errorf("answer %q", got)
+		}
+		t.Logf("red's gateway -> %s at %s: %s", target.name, direct, got)
+		return nil
+	})
+	for what, addr := range services {
+		if conn, err := labnet.DialTCP(gw, addr, 3*time.Second); err == nil {
+			_ = conn.Close()
+			t.Errorf("red's gateway on %s connected to %s at %s: the fence lets a VPC reach its gateway node", node.Name, what, addr)
+		}
+	}
 }
