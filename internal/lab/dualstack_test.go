@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -42,8 +43,9 @@ func (p dsPod) addr(v6 bool) netip.Addr {
 // IPv4 both ways from every node, the server seeing the client pod's own address of that
 // family; the Peers' connections carrying both families; a PreferDualStack Service exported
 // from the first cluster imported into the second with a ClusterSet IP of each family, and
-// reached over TCP at the IPv6 one; A and AAAA answers for its clusterset.local name over UDP
-// from a pod's namespace to the cluster DNS address, equal to the ServiceImport's IPs; and
+// reached over TCP at the IPv6 one; a dual-stack kube-dns; A and AAAA answers for its
+// clusterset.local name over UDP from a pod's namespace to each of the cluster DNS's addresses,
+// IPv4 and IPv6, equal to the ServiceImport's IPs; and
 // `octopus verify` (binary octopus) checking the pair in each family.
 func checkDualStack(ctx context.Context, t *testing.T, l *lab.Lab, octopus string) {
 	c1, c2 := l.Network.Clusters[0].Name, l.Network.Clusters[1].Name
@@ -125,21 +127,26 @@ func checkDualStack(ctx context.Context, t *testing.T, l *lab.Lab, octopus strin
 	}
 
 	// DNS over UDP from a pod of c2 to its cluster DNS (CoreDNS, forwarding clusterset.local
-	// to octopus-dns): A and AAAA are the ClusterSet IPs.
-	dnsAddr := netip.AddrPortFrom(clusterDNS(t, l.Env.Cluster(c2).ServiceCIDR), 53)
+	// to octopus-dns) at its address of each family (kube-dns is dual-stack, as a dual-stack
+	// kubeadm cluster's): A and AAAA are the ClusterSet IPs.
+	cp2 := l.Env.Cluster(c2)
+	dnsIPs := checkDualStackClusterDNS(ctx, t, c2, clientset(t, cp2.Kubeconfig), cp2.ServiceCIDR, cp2.SecondaryServiceCIDR)
 	name := svcName + ".default.svc.clusterset.local."
-	for i, qtype := range []uint16{dns.TypeA, dns.TypeAAAA} {
-		waitFor(t, 60*time.Second, fmt.Sprintf("%s %s from %s via %s", dns.TypeToString[qtype], name, pods[c2][0].name, dnsAddr), func() error {
-			got, err := queryFromNetns(pods[c2][0].netns, dnsAddr, name, qtype)
-			if err != nil {
-				return err
-			}
-			if !slices.Equal(got, []netip.Addr{setIPs[i]}) {
-				return fmt.Errorf("answer %v, want %s", got, setIPs[i])
-			}
-			t.Logf("DNS %s %s = %s (UDP from %s to %s)", dns.TypeToString[qtype], name, got[0], pods[c2][0].name, dnsAddr)
-			return nil
-		})
+	for _, dnsIP := range dnsIPs {
+		dnsAddr := netip.AddrPortFrom(dnsIP, 53)
+		for i, qtype := range []uint16{dns.TypeA, dns.TypeAAAA} {
+			waitFor(t, 60*time.Second, fmt.Sprintf("%s %s from %s via %s", dns.TypeToString[qtype], name, pods[c2][0].name, dnsAddr), func() error {
+				got, err := queryFromNetns(pods[c2][0].netns, dnsAddr, name, qtype)
+				if err != nil {
+					return err
+				}
+				if !slices.Equal(got, []netip.Addr{setIPs[i]}) {
+					return fmt.Errorf("answer %v, want %s", got, setIPs[i])
+				}
+				t.Logf("DNS %s %s = %s (UDP from %s to %s)", dns.TypeToString[qtype], name, got[0], pods[c2][0].name, dnsAddr)
+				return nil
+			})
+		}
 	}
 
 	// verify checks the dual-stack pair in each family: 3 checks x 2 families x 2 directions.
@@ -160,6 +167,34 @@ func checkDualStack(ctx context.Context, t *testing.T, l *lab.Lab, octopus strin
 		t.Fatalf("verify on the dual-stack lab: %v, passed %v, checks %v; want %v all passing", err, report.Passed, names, want)
 	}
 	t.Logf("verify: %s", report.Summary())
+}
+
+// checkDualStackClusterDNS checks that cluster's kube-dns Service is dual-stack, at the 10th
+// address of each of its service CIDRs (the primary family's first, as the kubelets' clusterDNS
+// lists them), and returns those addresses.
+func checkDualStackClusterDNS(ctx context.Context, t *testing.T, cluster string, cs kubernetes.Interface, serviceCIDRs ...netip.Prefix) []netip.Addr {
+	t.Helper()
+	want, err := lab.ClusterDNSAddrs(serviceCIDRs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := cs.CoreV1().Services(metav1.NamespaceSystem).Get(ctx, "kube-dns", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("reading kube-dns in %s: %v", cluster, err)
+	}
+	var got []netip.Addr
+	for _, ip := range svc.Spec.ClusterIPs {
+		a, err := netip.ParseAddr(ip)
+		if err != nil {
+			t.Fatalf("kube-dns in %s: clusterIP %q: %v", cluster, ip, err)
+		}
+		got = append(got, a)
+	}
+	if len(want) != 2 || !slices.Equal(got, want) || ptr.Deref(svc.Spec.IPFamilyPolicy, "") != corev1.IPFamilyPolicyRequireDualStack {
+		t.Fatalf("kube-dns in %s: clusterIPs %v, ipFamilyPolicy %v; want %v, RequireDualStack", cluster, got, ptr.Deref(svc.Spec.IPFamilyPolicy, ""), want)
+	}
+	t.Logf("kube-dns in %s: clusterIPs %v", cluster, got)
+	return got
 }
 
 // startDualStackPods runs an echo pod (label app=ds-echo) on every node of the clusters and
