@@ -29,10 +29,11 @@ func newShowVpcsCommand(streams IOStreams) *cobra.Command {
 	o := &showVpcsOptions{IOStreams: streams}
 	cmd := &cobra.Command{
 		Use:   "vpcs",
-		Short: "List a cluster's VPCs and VpcNatTunnels: subnets, namespaces, pods, tunnels and conditions",
+		Short: "List a cluster's VPCs and VpcNatTunnels: subnets, namespaces, pods, external IPs, tunnels and conditions",
 		Long: `Reads one cluster (not the hub): each Vpc's subnets, the namespaces it lists, how many pods
 have their net1 address on it (from the octopus.io/vpc-network annotation the ovnmaster writes),
-and its conditions. A condition that is not True is shown with its reason and message: a
+its gateway's external IP (from the cluster's global CIDR; "-" until allocated) and its
+conditions. A condition that is not True is shown with its reason and message: a
 namespace another Vpc holds (NamespaceConflict), a deletion waiting for pods (InUse), a spec
 the controller refused (InvalidSpec).
 
@@ -58,10 +59,13 @@ plane still to be built). With -o json: {"vpcs": [...], "tunnels": [...]}.
 
 // vpcStatus is one row of `show vpcs`, and its JSON form.
 type vpcStatus struct {
-	Name       string             `json:"name"`
-	Subnets    []vpcSubnetStatus  `json:"subnets"`
-	Namespaces []string           `json:"namespaces,omitempty"`
-	Pods       int                `json:"pods"`
+	Name       string            `json:"name"`
+	Subnets    []vpcSubnetStatus `json:"subnets"`
+	Namespaces []string          `json:"namespaces,omitempty"`
+	Pods       int               `json:"pods"`
+	// ExternalIP is the VPC gateway's external address (status.gateway.externalIP): what
+	// it SNATs the VPC's traffic to, and where other clusters' tunnels reach it.
+	ExternalIP string             `json:"externalIP,omitempty"`
 	Deleting   bool               `json:"deleting,omitempty"`
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
@@ -148,6 +152,9 @@ func vpcRows(vpcs []v1alpha1.Vpc, pods []corev1.Pod) []vpcStatus {
 	rows := make([]vpcStatus, 0, len(vpcs))
 	for _, v := range vpcs {
 		r := vpcStatus{Name: v.Name, Namespaces: v.Spec.Namespaces, Pods: onVpc[v.Name], Deleting: !v.DeletionTimestamp.IsZero(), Conditions: v.Status.Conditions}
+		if v.Status.Gateway != nil {
+			r.ExternalIP = v.Status.Gateway.ExternalIP
+		}
 		for _, s := range v.Spec.Subnets {
 			r.Subnets = append(r.Subnets, vpcSubnetStatus{Name: s.Name, CIDR: s.CIDR})
 		}
@@ -195,7 +202,7 @@ func renderTunnels(out io.Writer, rows []vpcTunnelStatus) error {
 
 func renderVpcTable(out io.Writer, rows []vpcStatus) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NAME\tSUBNETS\tNAMESPACES\tPODS\tREADY\tNAMESPACES BOUND")
+	fmt.Fprintln(w, "NAME\tSUBNETS\tNAMESPACES\tPODS\tEXTERNAL IP\tREADY\tNAMESPACES BOUND")
 	var problems []string
 	for _, r := range rows {
 		subnets := make([]string, len(r.Subnets))
@@ -206,7 +213,8 @@ func renderVpcTable(out io.Writer, rows []vpcStatus) error {
 		if r.Deleting {
 			ready += " (deleting)"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", r.Name, strings.Join(subnets, ","), cmp.Or(strings.Join(r.Namespaces, ","), "-"), r.Pods, ready, bound)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Name, strings.Join(subnets, ","), cmp.Or(strings.Join(r.Namespaces, ","), "-"), r.Pods,
+			cmp.Or(r.ExternalIP, "-"), ready, bound)
 		for _, c := range r.Conditions {
 			if c.Status != metav1.ConditionTrue {
 				problems = append(problems, fmt.Sprintf("Vpc %s: %s=%s (%s): %s", r.Name, c.Type, c.Status, c.Reason, c.Message))
