@@ -90,6 +90,15 @@ func TestDiagnose(t *testing.T) {
 			t.Fatal("no report of verify on the healthy lab")
 		}
 		checkMixedFamilies(ctx, t, l, c1.Name, c2.Name, healthy)
+		// diagnose says what each tunnel carries, and why not IPv6, without a warning.
+		r, code := d.run(t)
+		if code != 0 || r.Count(diagnose.SeverityWarning) > 0 {
+			t.Fatalf("diagnose on the mixed pair: exit %d, report:\n%s", code, renderReport(r))
+		}
+		for _, pair := range [][2]string{{c1.Name, c2.Name}, {c2.Name, c1.Name}} {
+			d.expect(t, r, "gateway", pair[0], diagnose.SeverityOK, "tunnel to "+pair[1]+" connected (IPv4): rtt", "")
+			d.expect(t, r, "gateway", pair[0], diagnose.SeverityInfo, "IPv6 is not offered between "+pair[0]+" and "+pair[1], "")
+		}
 	})
 
 	t.Run("gather", func(t *testing.T) { d.gather(ctx, t) })
