@@ -80,9 +80,22 @@ type member struct {
 	secondary bool
 	// nodes are the nodes of the server and client pods, by pod name.
 	nodes map[string]string
+	// clientIP6 is the client pod's IPv6 address in a dual-stack cluster with direct
+	// addressing (workload.SecondIPv6); invalid elsewhere. A pair whose client and server both
+	// have one is measured in each family (workload.PairFamilies).
+	clientIP6 netip.Addr
 	// clusterSetIPs are the ClusterSet IPs of the other clusters' bench Services here, by
 	// cluster ID.
-	clusterSetIPs map[string]netip.Addr
+	clusterSetIPs map[string]workload.ImportIPs
+}
+
+// direct says whether the cluster uses direct addressing, the only one bench (like verify)
+// measures IPv6 in.
+func (m *member) direct() bool { return !m.globalnet && !m.secondary }
+
+// families are the families the pair from → to is measured in (workload.PairFamilies).
+func families(from, to *member) []string {
+	return workload.PairFamilies(from.clientIP6, to.server.podIP6)
 }
 
 type runner struct {
@@ -153,11 +166,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			withVIPs = append(withVIPs, m.Member)
 		}
 	}
-	ips := workload.WaitImports(ctx, r.p, withVIPs, r.ns, serviceName, opts.ReadyTimeout, "bench Services", "pod-to-service measurements")
+	ips := workload.WaitImports(ctx, r.p, withVIPs, r.ns, serviceName, opts.ReadyTimeout, "bench Services", "pod-to-service measurements",
+		func(from, to string) bool { return len(families(r.member(from), r.member(to))) == 2 })
 	for _, m := range r.members {
 		m.clusterSetIPs = ips[m.ID]
 	}
-	report.Rows = r.measureAll(ctx)
+	report.Rows, report.Notes = r.measureAll(ctx)
+	report.Families = familyRatios(report.Rows)
 	if err := ctx.Err(); err != nil {
 		return report, fmt.Errorf("measurements interrupted: %w", err)
 	}
@@ -203,7 +218,13 @@ func (r *runner) waitReady(ctx context.Context) error {
 				}
 				m.nodes[name] = pod.Spec.NodeName
 				if name != serverName {
+					if m.direct() {
+						m.clientIP6 = workload.SecondIPv6(pod)
+					}
 					continue
+				}
+				if m.direct() {
+					m.server.podIP6 = workload.SecondIPv6(pod)
 				}
 				ip, err := netip.ParseAddr(pod.Status.PodIP)
 				if err != nil {
@@ -231,6 +252,9 @@ func (r *runner) waitReady(ctx context.Context) error {
 			if ip, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil {
 				m.server.clusterIP = ip
 			}
+			if m.direct() {
+				m.server.clusterIP6 = workload.ServiceIPv6(svc)
+			}
 		}
 		return len(waiting) == 0, "pods " + strings.Join(waiting, ", ")
 	})
@@ -241,36 +265,78 @@ func (r *runner) waitReady(ctx context.Context) error {
 	return nil
 }
 
-// measureAll measures, for each path, every ordered pair of clusters and the in-cluster
-// baseline of each client cluster (once per client cluster and path).
-func (r *runner) measureAll(ctx context.Context) []Row {
-	baselines := map[string]Measurement{}
-	var rows []Row
-	for _, path := range Paths {
-		for _, from := range r.members {
-			for _, to := range r.members {
-				if from == to || ctx.Err() != nil {
-					continue
-				}
-				key := string(path) + "/" + from.ID
-				if _, ok := baselines[key]; !ok {
-					baselines[key] = r.measure(ctx, path, from, from)
-				}
-				row := Row{Path: path, From: from.ID, To: to.ID, CrossCluster: r.measure(ctx, path, from, to), InCluster: baselines[key]}
-				row.Ratio = ratio(row.CrossCluster, row.InCluster)
-				rows = append(rows, row)
+// step is one row of a run: path from from's client to to's server in family, beside the
+// baseline from's client to its own server in baseFamily.
+type step struct {
+	path               Path
+	family, baseFamily string
+	from, to           *member
+}
+
+// plan lists the rows of a run in report order: for each path, every ordered pair of
+// clusters in each of its families (workload.PairFamilies), IPv4 and then IPv6 right after it
+// so that the two are compared under the same load. The baseline is in the row's family; a
+// dual-stack client's family-less baseline (towards an IPv4-only cluster) is its IPv4 one, its
+// primary family. It also returns the notes of what is not measured (workload.FamilyNote).
+func plan(members []*member) ([]step, []string) {
+	var notes []string
+	for _, from := range members {
+		for _, to := range members {
+			if n := workload.FamilyNote("measured", "bench", from.ID, to.ID, from.clientIP6, to.server.podIP6); from != to && n != "" {
+				notes = append(notes, n)
 			}
 		}
 	}
-	return rows
+	var steps []step
+	for _, path := range Paths {
+		for _, from := range members {
+			for _, to := range members {
+				if from == to {
+					continue
+				}
+				for _, family := range families(from, to) {
+					base := family
+					if base == "" && from.clientIP6.IsValid() {
+						base = workload.FamilyIPv4
+					}
+					steps = append(steps, step{path: path, family: family, baseFamily: base, from: from, to: to})
+				}
+			}
+		}
+	}
+	return steps, notes
+}
+
+// measureAll measures the rows of plan, each baseline once per client cluster, path and
+// family, and returns them with plan's notes.
+func (r *runner) measureAll(ctx context.Context) ([]Row, []string) {
+	steps, notes := plan(r.members)
+	for _, n := range notes {
+		r.p.Step("%s", n)
+	}
+	baselines := map[string]Measurement{}
+	var rows []Row
+	for _, s := range steps {
+		if ctx.Err() != nil {
+			break
+		}
+		key := string(s.path) + "/" + s.from.ID + "/" + s.baseFamily
+		if _, ok := baselines[key]; !ok {
+			baselines[key] = r.measure(ctx, s.path, s.baseFamily, s.from, s.from)
+		}
+		row := Row{Path: s.path, Family: s.family, From: s.from.ID, To: s.to.ID, CrossCluster: r.measure(ctx, s.path, s.family, s.from, s.to), InCluster: baselines[key]}
+		row.Ratio = ratio(row.CrossCluster, row.InCluster)
+		rows = append(rows, row)
+	}
+	return rows, notes
 }
 
 // measure runs one measurement Repeat times, once the server answers, and keeps the median
 // run.
-func (r *runner) measure(ctx context.Context, path Path, from, to *member) Measurement {
-	m := Measurement{From: from.ID, To: to.ID, ClientNode: from.nodes[clientName], ServerNode: to.nodes[serverName]}
-	name := fmt.Sprintf("%s %s %s->%s", r.opts.Kind, path, from.ID, to.ID)
-	ip, err := address(path, from != to, from.secondary, to.server, from.clusterSetIPs[to.ID])
+func (r *runner) measure(ctx context.Context, path Path, family string, from, to *member) Measurement {
+	m := Measurement{From: from.ID, To: to.ID, Family: family, ClientNode: from.nodes[clientName], ServerNode: to.nodes[serverName]}
+	name := fmt.Sprintf("%s %s %s->%s", r.opts.Kind, label(path, family), from.ID, to.ID)
+	ip, err := address(path, family, from != to, from.secondary, to.server, from.clusterSetIPs[to.ID])
 	if errors.Is(err, ErrNotApplicable) {
 		m.NotApplicable = err.Error()
 		r.p.Step("%s: %s", name, m.NotApplicable)
@@ -402,6 +468,16 @@ func parseResult(k Kind, out string) (*load.ThroughputResult, *load.LatencyResul
 		return nil, nil, fmt.Errorf("unexpected output of the load generator %q (is the image %s's?)", out, DefaultImage)
 	}
 	return nil, &lat, nil
+}
+
+// member is the member of cluster id.
+func (r *runner) member(id string) *member {
+	for _, m := range r.members {
+		if m.ID == id {
+			return m
+		}
+	}
+	return nil
 }
 
 func (r *runner) ids() []string {
