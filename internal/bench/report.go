@@ -151,18 +151,35 @@ type Report struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
-// FamilyRatio compares the two families of one path in one direction, measured one right
-// after the other in the same run: through the same tunnel, gateways and nodes.
+// FamilyRatio compares the two families of one path in one direction, measured in turns in
+// the same run: through the same tunnel, gateways and nodes, under the same load.
 type FamilyRatio struct {
 	Path Path   `json:"path"`
 	From string `json:"from"`
 	To   string `json:"to"`
-	// CrossCluster is IPv6 over IPv4 of the cross-cluster figures: of throughput (below 1:
-	// IPv6 is slower) or of p50 latency (above 1: it takes longer). InCluster is the same of
-	// the baselines, which tells how much of a difference is the cluster's own network rather
-	// than the tunnel's. Zero when either side failed.
+	// CrossCluster is IPv6 over IPv4 of the cross-cluster figures (the medians): of
+	// throughput (below 1: IPv6 is slower) or of p50 latency (above 1: it takes longer).
+	// InCluster is the same of the baselines, which tells how much of a difference is the
+	// cluster's own network rather than the tunnel's. Zero when either side failed.
 	CrossCluster float64 `json:"crossCluster"`
 	InCluster    float64 `json:"inCluster"`
+	// CrossClusterPerRound is the median of the rounds' own IPv6/IPv4 cross-cluster ratios
+	// (the two runs of a round are seconds apart, so each ratio is taken at one load); zero
+	// when either side failed.
+	CrossClusterPerRound float64 `json:"crossClusterPerRound"`
+}
+
+// perRound is the median of the ratios num.Runs[i] / den.Runs[i], or 0 when a side failed or
+// their rounds do not match.
+func perRound(num, den Measurement) float64 {
+	if num.Error != "" || den.Error != "" || len(num.Runs) == 0 || len(num.Runs) != len(den.Runs) {
+		return 0
+	}
+	ratios := make([]float64, len(num.Runs))
+	for i := range num.Runs {
+		ratios[i] = stats.Ratio(num.Runs[i], den.Runs[i])
+	}
+	return stats.Median(ratios)
 }
 
 // familyRatios pairs each IPv6 row with the IPv4 row of the same path and direction.
@@ -179,7 +196,8 @@ func familyRatios(rows []Row) []FamilyRatio {
 			continue
 		}
 		out = append(out, FamilyRatio{Path: v6.Path, From: v6.From, To: v6.To,
-			CrossCluster: ratio(v6.CrossCluster, rows[i].CrossCluster), InCluster: ratio(v6.InCluster, rows[i].InCluster)})
+			CrossCluster: ratio(v6.CrossCluster, rows[i].CrossCluster), InCluster: ratio(v6.InCluster, rows[i].InCluster),
+			CrossClusterPerRound: perRound(v6.CrossCluster, rows[i].CrossCluster)})
 	}
 	return out
 }
@@ -260,13 +278,13 @@ func renderFamilies(w io.Writer, r *Report) error {
 	if r.Kind == KindLatency {
 		figure = "p50 latency"
 	}
-	if _, err := fmt.Fprintf(w, "\nIPv6/IPv4 of %s, both families measured one right after the other:\n", figure); err != nil {
+	if _, err := fmt.Fprintf(w, "\nIPv6/IPv4 of %s, the two families measured in turns (per round: the median of each round's ratio):\n", figure); err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PATH\tFROM\tTO\tCROSS-CLUSTER IPV6/IPV4\tIN-CLUSTER IPV6/IPV4")
+	fmt.Fprintln(tw, "PATH\tFROM\tTO\tCROSS-CLUSTER IPV6/IPV4\tPER ROUND\tIN-CLUSTER IPV6/IPV4")
 	for _, f := range r.Families {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.Path, f.From, f.To, formatRatio(f.CrossCluster), formatRatio(f.InCluster))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Path, f.From, f.To, formatRatio(f.CrossCluster), formatRatio(f.CrossClusterPerRound), formatRatio(f.InCluster))
 	}
 	return tw.Flush()
 }
