@@ -58,6 +58,16 @@ func testBench(ctx context.Context, t *testing.T, l *lab.Lab, octopus string) {
 					row.Path, row.From, row.To, row.CrossCluster.Runs, row.InCluster.Runs, row.Ratio)
 			}
 		}
+		// A mixed pair (TestDiagnose's lab: cluster1 dual-stack, cluster2 IPv4-only) is
+		// measured once per path, and the report says, per direction, why not in IPv6.
+		if dual := func(c string) bool { return l.Env.Cluster(c).SecondaryServiceCIDR.IsValid() }; dual(c1) != dual(c2) {
+			for _, pair := range [][2]string{{c1, c2}, {c2, c1}} {
+				want := "IPv6 not measured from " + pair[0] + " to " + pair[1]
+				if !slices.ContainsFunc(report.Notes, func(n string) bool { return strings.HasPrefix(n, want) }) {
+					t.Errorf("bench's notes on a mixed pair %q: want one starting %q", report.Notes, want)
+				}
+			}
+		}
 		for _, c := range []string{c1, c2} {
 			if ns := liveNamespaces(ctx, t, l.Env.Cluster(c).Kubeconfig, "octopus-bench"); len(ns) > 0 {
 				t.Errorf("%s still has bench namespaces not being deleted: %v", c, ns)
