@@ -79,7 +79,7 @@ func shareNetnsDirScenario(tmp string) error {
 		return fmt.Errorf("the bind ip netns makes: %w", err)
 	}
 	if err := remove(hidden); !errors.Is(err, unix.EBUSY) {
-		return fmt.Errorf("without the lab's own mount point first, removing a namespace after ip netns bound the directory: %v, want EBUSY (the hazard this guards against)", err)
+		return fmt.Errorf("without the lab's own mount point first, removing a namespace after ip netns bound the directory: %w, want EBUSY (the hazard this guards against)", err)
 	}
 
 	for range 2 {
@@ -87,8 +87,10 @@ func shareNetnsDirScenario(tmp string) error {
 			return fmt.Errorf("shareNetnsDir: %w", err)
 		}
 	}
-	if n, err := mountsAt(shared); err != nil || n != 1 {
-		return fmt.Errorf("%d mounts at %s after two calls (%v), want 1", n, shared, err)
+	if n, err := mountsAt(shared); err != nil {
+		return err
+	} else if n != 1 {
+		return fmt.Errorf("%d mounts at %s after two calls, want 1", n, shared)
 	}
 	ns, err := namespace(shared, "lab-ns")
 	if err != nil {
