@@ -488,6 +488,7 @@ func TestGatewayPortPrivileges(t *testing.T) {
 		t.Run(fmt.Sprintf("vpcs=%v", vpcs), func(t *testing.T) {
 			out, err := charts.Render(c, namespaces[charts.Member], map[string]any{"secondaryNetwork": map[string]any{
 				"enabled": true, "clusterID": "east", "cidr": "10.112.0.0/16", "gatewayPort": map[string]any{"vpcs": vpcs},
+				"clusterCIDRs": []any{"10.1.0.0/16", "10.97.0.0/16"},
 			}})
 			if err != nil {
 				t.Fatal(err)
@@ -525,6 +526,7 @@ func TestGatewayPortPrivileges(t *testing.T) {
 				return
 			}
 			if !privileged || !strings.Contains(args, "--sb=ssl:octopus-ovn-central.octopus-system.svc:6642") || !strings.Contains(args, "--vpc-netns-dir=/run/netns") ||
+				!strings.Contains(args, "--cluster-cidr=10.1.0.0/16 --cluster-cidr=10.97.0.0/16") ||
 				!secrets["octopus-ovn-controller-tls"] || len(secrets) != 1 {
 				t.Errorf("with VPCs: privileged %v, args %s, secrets %v; want the SB with the controller's certificate", privileged, args, secrets)
 			}

@@ -33,6 +33,8 @@ type gatewayPortOptions struct {
 	nbTLS       tlsFlags
 	nodeName    string
 	vpcNetnsDir string
+	// clusterCIDRs are the cluster's pod and service CIDRs, which no VPC may reach.
+	clusterCIDRs []string
 }
 
 func newGatewayPortCommand() *cobra.Command {
@@ -100,6 +102,7 @@ It runs in the network namespace of the node's ovs-vswitchd (the host's).`,
 	o.nbTLS.register(f, "nb")
 	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name, its OVN chassis name (system-id), with --sb or --nb (default $NODE_NAME)")
 	f.StringVar(&o.vpcNetnsDir, "vpc-netns-dir", podport.DefaultNetnsDir, "where the VPC gateways' network namespaces are made, with --sb or --nb")
+	f.StringSliceVar(&o.clusterCIDRs, "cluster-cidr", nil, "this cluster's pod and service CIDRs (repeat, or a comma list; required with --sb or --nb): no VPC opens a connection to them, nor to --secondary-cidr, through its gateway")
 	_ = cmd.MarkFlagRequired("cluster-id")
 	_ = cmd.MarkFlagRequired("secondary-cidr")
 	return cmd
@@ -127,6 +130,18 @@ func (o gatewayPortOptions) options() (gatewayuplink.Options, error) {
 	if o.interval <= 0 {
 		errs = append(errs, fmt.Errorf("--interval %v must be positive: a repair waits at most this long (e.g. 10s)", o.interval))
 	}
+	protected := []netip.Prefix{cidr.Masked()}
+	for _, c := range o.clusterCIDRs {
+		p, err := netip.ParsePrefix(c)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("--cluster-cidr %q: %w (pass the cluster's pod and service CIDRs, e.g. 10.244.0.0/16)", c, err))
+		case p != p.Masked():
+			errs = append(errs, fmt.Errorf("--cluster-cidr %q has host bits set: did you mean %s?", c, p.Masked()))
+		default:
+			protected = append(protected, p)
+		}
+	}
 	var vpcs *gatewayuplink.VpcOptions
 	if o.sb != "" && o.nb != "" {
 		errs = append(errs, errors.New("--sb and --nb both given: pass one, --sb on a gateway node (with its ovn-controller's certificate)"))
@@ -136,6 +151,9 @@ func (o gatewayPortOptions) options() (gatewayuplink.Options, error) {
 		if err != nil {
 			errs = append(errs, err)
 		}
+		if len(o.clusterCIDRs) == 0 {
+			errs = append(errs, fmt.Errorf("--%s without --cluster-cidr: pass the cluster's pod and service CIDRs, so that no VPC reaches the cluster's pods and Services through its gateway", flag))
+		}
 		if o.nodeName == "" {
 			errs = append(errs, fmt.Errorf("--%s without --node-name: pass this node's name (its OVN chassis name), e.g. from the pod's spec.nodeName as $NODE_NAME", flag))
 		}
@@ -144,7 +162,7 @@ func (o gatewayPortOptions) options() (gatewayuplink.Options, error) {
 		}
 		vpcs = &gatewayuplink.VpcOptions{
 			ClusterID: o.clusterID, Chassis: o.nodeName, NetnsDir: o.vpcNetnsDir, MTU: o.mtu, Interval: o.interval,
-			Node:   podport.Node{OVSDB: o.ovsdb, Bridge: o.bridge},
+			Node: podport.Node{OVSDB: o.ovsdb, Bridge: o.bridge}, Protected: protected,
 			Source: &gatewayuplink.DBSource{Endpoint: endpoint, TLS: dbTLS, Southbound: flag == "sb"},
 		}
 	}
@@ -154,7 +172,7 @@ func (o gatewayPortOptions) options() (gatewayuplink.Options, error) {
 	return gatewayuplink.Options{
 		Config: gatewayuplink.Config{
 			ClusterID: o.clusterID, CIDR: cidr, MTU: o.mtu,
-			Node: podport.Node{OVSDB: o.ovsdb, Bridge: o.bridge},
+			Node: podport.Node{OVSDB: o.ovsdb, Bridge: o.bridge}, Protected: protected,
 		},
 		Interval: o.interval,
 		Vpcs:     vpcs,

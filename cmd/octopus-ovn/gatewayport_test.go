@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -34,13 +35,17 @@ func TestGatewayPortFlags(t *testing.T) {
 	}
 	withSB := valid
 	withSB.sb, withSB.nodeName, withSB.vpcNetnsDir = "unix:/run/ovn/ovnsb_db.sock", "gw-1", "/run/netns"
+	withSB.clusterCIDRs = []string{"10.244.0.0/16", "10.96.0.0/12"}
 	if opts, err := withSB.options(); err != nil || opts.Vpcs == nil || opts.Vpcs.Chassis != "gw-1" {
 		t.Errorf("with --sb: %+v, %v", opts.Vpcs, err)
 	} else if src, ok := opts.Vpcs.Source.(*gatewayuplink.DBSource); !ok || !src.Southbound || src.Endpoint != withSB.sb {
 		t.Errorf("with --sb the source is %+v, want the SB's", opts.Vpcs.Source)
+	} else if want := "[10.112.0.0/16 10.244.0.0/16 10.96.0.0/12]"; fmt.Sprint(opts.Protected) != want || fmt.Sprint(opts.Vpcs.Protected) != want {
+		// The secondary block with the cluster's CIDRs, the same in both loops (one table).
+		t.Errorf("protected CIDRs %v and %v, want %s in both", opts.Protected, opts.Vpcs.Protected, want)
 	}
 	withVpcs := valid
-	withVpcs.nb, withVpcs.nodeName, withVpcs.vpcNetnsDir = "unix:/run/ovn/ovnnb_db.sock", "gw-1", "/run/netns"
+	withVpcs.nb, withVpcs.nodeName, withVpcs.vpcNetnsDir, withVpcs.clusterCIDRs = "unix:/run/ovn/ovnnb_db.sock", "gw-1", "/run/netns", []string{"10.244.0.0/16"}
 	if opts, err := withVpcs.options(); err != nil || opts.Vpcs == nil || opts.Vpcs.Chassis != "gw-1" || opts.Vpcs.ClusterID != "east" ||
 		opts.Vpcs.NetnsDir != "/run/netns" || opts.Vpcs.Node.Bridge != "br-int" || opts.Vpcs.Source == nil {
 		t.Errorf("with --nb: %+v, %v", opts.Vpcs, err)
@@ -66,6 +71,10 @@ func TestGatewayPortFlags(t *testing.T) {
 		{"interval negative", func(o *gatewayPortOptions) { o.interval = -time.Second }, []string{"--interval -1s"}},
 		{"two wrong", func(o *gatewayPortOptions) { o.bridge, o.mtu = "", 0 }, []string{"--bridge", "--mtu"}},
 		{"VPC gateways without the node's name", func(o *gatewayPortOptions) { o.nb, o.vpcNetnsDir = "unix:/nb.sock", "/run/netns" }, []string{"--nb without --node-name", "NODE_NAME"}},
+		{"VPC gateways without the cluster's CIDRs", func(o *gatewayPortOptions) { o.sb, o.nodeName = "unix:/sb.sock", "gw-1" },
+			[]string{"--sb without --cluster-cidr", "no VPC reaches the cluster's pods"}},
+		{"cluster CIDR garbled", func(o *gatewayPortOptions) { o.clusterCIDRs = []string{"10.244/16"} }, []string{`--cluster-cidr "10.244/16"`}},
+		{"cluster CIDR with host bits", func(o *gatewayPortOptions) { o.clusterCIDRs = []string{"10.244.1.0/16"} }, []string{`--cluster-cidr "10.244.1.0/16"`, "did you mean 10.244.0.0/16"}},
 		{"VPC gateways from the SB without the node's name", func(o *gatewayPortOptions) { o.sb, o.vpcNetnsDir = "unix:/sb.sock", "/run/netns" }, []string{"--sb without --node-name"}},
 		{"VPC gateways from both databases", func(o *gatewayPortOptions) { o.sb, o.nb, o.nodeName = "unix:/sb.sock", "unix:/nb.sock", "gw-1" }, []string{"--sb and --nb", "pass one"}},
 		{"VPC gateways from the SB over ssl without certificates", func(o *gatewayPortOptions) {
@@ -191,7 +200,7 @@ func TestGatewayPortKeepsVpcGateways(t *testing.T) {
 	cmd := exec.CommandContext(ctx, "nsenter", "--net="+ch.Node().Netns, "--",
 		bin, "gateway-port", "--cluster-id=east", "--secondary-cidr=10.112.0.0/16",
 		"--ovsdb="+ch.Node().OVSDB, "--interval=200ms", "--health-probe-bind-address=0",
-		"--sb="+central.SB.Endpoint, "--node-name="+ch.Name(), "--vpc-netns-dir="+dir)
+		"--sb="+central.SB.Endpoint, "--node-name="+ch.Name(), "--vpc-netns-dir="+dir, "--cluster-cidr=10.244.0.0/16")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

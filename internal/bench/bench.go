@@ -80,9 +80,22 @@ type member struct {
 	secondary bool
 	// nodes are the nodes of the server and client pods, by pod name.
 	nodes map[string]string
+	// clientIP6 is the client pod's IPv6 address in a dual-stack cluster with direct
+	// addressing (workload.SecondIPv6); invalid elsewhere. A pair whose client and server both
+	// have one is measured in each family (workload.PairFamilies).
+	clientIP6 netip.Addr
 	// clusterSetIPs are the ClusterSet IPs of the other clusters' bench Services here, by
 	// cluster ID.
-	clusterSetIPs map[string]netip.Addr
+	clusterSetIPs map[string]workload.ImportIPs
+}
+
+// direct says whether the cluster uses direct addressing, the only one bench (like verify)
+// measures IPv6 in.
+func (m *member) direct() bool { return !m.globalnet && !m.secondary }
+
+// families are the families the pair from → to is measured in (workload.PairFamilies).
+func families(from, to *member) []string {
+	return workload.PairFamilies(from.clientIP6, to.server.podIP6)
 }
 
 type runner struct {
@@ -90,6 +103,8 @@ type runner struct {
 	ns      string
 	members []*member
 	p       *progress.Reporter
+	// execIn runs argv in from's client pod; nil is workload.Exec (tests replace it).
+	execIn func(ctx context.Context, from *member, argv []string) (string, error)
 }
 
 // Run deploys the pods, waits for them, measures every path for every ordered pair of
@@ -153,11 +168,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			withVIPs = append(withVIPs, m.Member)
 		}
 	}
-	ips := workload.WaitImports(ctx, r.p, withVIPs, r.ns, serviceName, opts.ReadyTimeout, "bench Services", "pod-to-service measurements")
+	ips := workload.WaitImports(ctx, r.p, withVIPs, r.ns, serviceName, opts.ReadyTimeout, "bench Services", "pod-to-service measurements",
+		func(from, to string) bool { return len(families(r.member(from), r.member(to))) == 2 })
 	for _, m := range r.members {
 		m.clusterSetIPs = ips[m.ID]
 	}
-	report.Rows = r.measureAll(ctx)
+	report.Rows, report.Notes = r.measureAll(ctx)
+	report.Families = familyRatios(report.Rows)
 	if err := ctx.Err(); err != nil {
 		return report, fmt.Errorf("measurements interrupted: %w", err)
 	}
@@ -203,7 +220,13 @@ func (r *runner) waitReady(ctx context.Context) error {
 				}
 				m.nodes[name] = pod.Spec.NodeName
 				if name != serverName {
+					if m.direct() {
+						m.clientIP6 = workload.SecondIPv6(pod)
+					}
 					continue
+				}
+				if m.direct() {
+					m.server.podIP6 = workload.SecondIPv6(pod)
 				}
 				ip, err := netip.ParseAddr(pod.Status.PodIP)
 				if err != nil {
@@ -231,6 +254,9 @@ func (r *runner) waitReady(ctx context.Context) error {
 			if ip, err := netip.ParseAddr(svc.Spec.ClusterIP); err == nil {
 				m.server.clusterIP = ip
 			}
+			if m.direct() {
+				m.server.clusterIP6 = workload.ServiceIPv6(svc)
+			}
 		}
 		return len(waiting) == 0, "pods " + strings.Join(waiting, ", ")
 	})
@@ -241,84 +267,196 @@ func (r *runner) waitReady(ctx context.Context) error {
 	return nil
 }
 
-// measureAll measures, for each path, every ordered pair of clusters and the in-cluster
-// baseline of each client cluster (once per client cluster and path).
-func (r *runner) measureAll(ctx context.Context) []Row {
-	baselines := map[string]Measurement{}
-	var rows []Row
-	for _, path := range Paths {
-		for _, from := range r.members {
-			for _, to := range r.members {
-				if from == to || ctx.Err() != nil {
-					continue
-				}
-				key := string(path) + "/" + from.ID
-				if _, ok := baselines[key]; !ok {
-					baselines[key] = r.measure(ctx, path, from, from)
-				}
-				row := Row{Path: path, From: from.ID, To: to.ID, CrossCluster: r.measure(ctx, path, from, to), InCluster: baselines[key]}
-				row.Ratio = ratio(row.CrossCluster, row.InCluster)
-				rows = append(rows, row)
+// step is one row of a run: path from from's client to to's server in family, beside the
+// baseline from's client to its own server in baseFamily.
+type step struct {
+	path               Path
+	family, baseFamily string
+	from, to           *member
+}
+
+// plan lists the rows of a run in report order: for each path, every ordered pair of
+// clusters in each of its families (workload.PairFamilies), IPv4 and then IPv6 right after it
+// so that the two are compared under the same load. The baseline is in the row's family; a
+// dual-stack client's family-less baseline (towards an IPv4-only cluster) is its IPv4 one, its
+// primary family. It also returns the notes of what is not measured (workload.FamilyNote).
+func plan(members []*member) ([]step, []string) {
+	var notes []string
+	for _, from := range members {
+		for _, to := range members {
+			if n := workload.FamilyNote("measured", "bench", from.ID, to.ID, from.clientIP6, to.server.podIP6); from != to && n != "" {
+				notes = append(notes, n)
 			}
 		}
 	}
-	return rows
+	var steps []step
+	for _, path := range Paths {
+		for _, from := range members {
+			for _, to := range members {
+				if from == to {
+					continue
+				}
+				for _, family := range families(from, to) {
+					base := family
+					if base == "" && from.clientIP6.IsValid() {
+						base = workload.FamilyIPv4
+					}
+					steps = append(steps, step{path: path, family: family, baseFamily: base, from: from, to: to})
+				}
+			}
+		}
+	}
+	return steps, notes
 }
 
-// measure runs one measurement Repeat times, once the server answers, and keeps the median
-// run.
-func (r *runner) measure(ctx context.Context, path Path, from, to *member) Measurement {
-	m := Measurement{From: from.ID, To: to.ID, ClientNode: from.nodes[clientName], ServerNode: to.nodes[serverName]}
-	name := fmt.Sprintf("%s %s %s->%s", r.opts.Kind, path, from.ID, to.ID)
-	ip, err := address(path, from != to, from.secondary, to.server, from.clusterSetIPs[to.ID])
+// measureAll measures the rows of plan, each baseline once per client cluster, path and
+// family, and returns them with plan's notes. The rows of one path and direction (its two
+// families, when it has two) are measured together with their baselines, in rounds (run).
+func (r *runner) measureAll(ctx context.Context) ([]Row, []string) {
+	steps, notes := plan(r.members)
+	for _, n := range notes {
+		r.p.Step("%s", n)
+	}
+	baselines := map[string]*job{}
+	var rows []Row
+	for len(steps) > 0 && ctx.Err() == nil {
+		// plan puts the families of a path and direction next to each other.
+		n := 1
+		for n < len(steps) && steps[n].path == steps[0].path && steps[n].from == steps[0].from && steps[n].to == steps[0].to {
+			n++
+		}
+		group := steps[:n]
+		steps = steps[n:]
+		var jobs []*job
+		cross := make([]*job, len(group))
+		base := make([]*job, len(group))
+		for i, s := range group {
+			key := string(s.path) + "/" + s.from.ID + "/" + s.baseFamily
+			if baselines[key] == nil {
+				baselines[key] = r.newJob(s.path, s.baseFamily, s.from, s.from)
+				jobs = append(jobs, baselines[key])
+			}
+			base[i], cross[i] = baselines[key], r.newJob(s.path, s.family, s.from, s.to)
+			jobs = append(jobs, cross[i])
+		}
+		r.run(ctx, jobs)
+		for i, s := range group {
+			row := Row{Path: s.path, Family: s.family, From: s.from.ID, To: s.to.ID, CrossCluster: cross[i].m, InCluster: base[i].m}
+			row.Ratio = ratio(row.CrossCluster, row.InCluster)
+			rows = append(rows, row)
+		}
+	}
+	return rows, notes
+}
+
+// job is one measurement in the making: path from from's client to to's server in family.
+type job struct {
+	path     Path
+	family   string
+	from, to *member
+	// name is the job in step lines: "throughput pod-to-pod/IPv6 east->west".
+	name string
+	m    Measurement
+	// stopped is set once the measurement cannot go on: not applicable or failed.
+	stopped bool
+	// start is when the server first answered.
+	start time.Time
+	// tps or lats are the results of the runs, in the order of m.Runs.
+	tps  []load.ThroughputResult
+	lats []load.LatencyResult
+}
+
+func (r *runner) newJob(path Path, family string, from, to *member) *job {
+	return &job{
+		path: path, family: family, from: from, to: to,
+		name: fmt.Sprintf("%s %s %s->%s", r.opts.Kind, label(path, family), from.ID, to.ID),
+		m:    Measurement{From: from.ID, To: to.ID, Family: family, ClientNode: from.nodes[clientName], ServerNode: to.nodes[serverName]},
+	}
+}
+
+// measure makes one measurement on its own (run).
+func (r *runner) measure(ctx context.Context, path Path, family string, from, to *member) Measurement {
+	j := r.newJob(path, family, from, to)
+	r.run(ctx, []*job{j})
+	return j.m
+}
+
+// run makes the measurements of jobs together: each first waits until its server answers,
+// then they take turns, one run each per round, for Repeat rounds, and each keeps its median
+// run. Measurements that are compared (a path's two families, each with its baseline) so meet
+// the same load: on a shared machine the load drifts over the minutes a measurement takes,
+// and measured one after the other the first family would meet other minutes than the second.
+// Round i of each is Runs[i], so per-round ratios can be taken too (FamilyRatio).
+func (r *runner) run(ctx context.Context, jobs []*job) {
+	for _, j := range jobs {
+		r.prepare(ctx, j)
+	}
+	for range r.opts.Repeat {
+		for _, j := range jobs {
+			if !j.stopped && ctx.Err() == nil {
+				r.runOnce(ctx, j)
+			}
+		}
+	}
+	for _, j := range jobs {
+		if j.stopped || len(j.m.Runs) == 0 {
+			continue
+		}
+		i := medianIndex(j.m.Runs)
+		if len(j.tps) > 0 {
+			j.m.Throughput = &j.tps[i]
+		} else {
+			j.m.Latency = &j.lats[i]
+		}
+		r.p.Done(j.start, "%s (%s, node %s to %s): %s", j.name, j.m.Address, j.m.ClientNode, j.m.ServerNode, cell(j.m))
+	}
+}
+
+// prepare picks the job's address and waits until its server answers; a job that cannot be
+// measured is stopped with why.
+func (r *runner) prepare(ctx context.Context, j *job) {
+	ip, err := address(j.path, j.family, j.from != j.to, j.from.secondary, j.to.server, j.from.clusterSetIPs[j.to.ID])
 	if errors.Is(err, ErrNotApplicable) {
-		m.NotApplicable = err.Error()
-		r.p.Step("%s: %s", name, m.NotApplicable)
-		return m
+		j.m.NotApplicable, j.stopped = err.Error(), true
+		r.p.Step("%s: %s", j.name, j.m.NotApplicable)
+		return
 	}
 	if err != nil {
-		m.Error = err.Error()
-		r.p.Step("%s: %s", name, m.Error)
-		return m
+		r.stop(j, err.Error())
+		return
 	}
-	m.Address = netip.AddrPortFrom(ip, port(r.opts.Kind)).String()
-	start := time.Now()
-	if err := r.reach(ctx, from, m.Address); err != nil {
-		m.Error = err.Error()
-		r.p.Step("%s: %s", name, m.Error)
-		return m
+	j.m.Address = netip.AddrPortFrom(ip, port(r.opts.Kind)).String()
+	j.start = time.Now()
+	if err := r.reach(ctx, j.from, j.m.Address); err != nil {
+		r.stop(j, err.Error())
 	}
-	var tps []load.ThroughputResult
-	var lats []load.LatencyResult
-	for range r.opts.Repeat {
-		out, err := r.exec(ctx, from, r.argv(r.opts.Kind, m.Address, r.opts.Duration))
-		if err != nil {
-			m.Error = fmt.Sprintf("measuring %s from %s: %v", m.Address, from.ID, err)
-			r.p.Step("%s: %s", name, m.Error)
-			return m
-		}
-		tp, lat, err := parseResult(r.opts.Kind, out)
-		if err != nil {
-			m.Error = fmt.Sprintf("measuring %s from %s: %v", m.Address, from.ID, err)
-			r.p.Step("%s: %s", name, m.Error)
-			return m
-		}
-		if tp != nil {
-			tps = append(tps, *tp)
-		}
-		if lat != nil {
-			lats = append(lats, *lat)
-		}
-		m.Runs = append(m.Runs, headline(tp, lat))
+}
+
+// runOnce runs the load generator once for j and records the run.
+func (r *runner) runOnce(ctx context.Context, j *job) {
+	out, err := r.exec(ctx, j.from, r.argv(r.opts.Kind, j.m.Address, r.opts.Duration))
+	var tp *load.ThroughputResult
+	var lat *load.LatencyResult
+	if err == nil {
+		tp, lat, err = parseResult(r.opts.Kind, out)
 	}
-	i := medianIndex(m.Runs)
-	if len(tps) > 0 {
-		m.Throughput = &tps[i]
-	} else {
-		m.Latency = &lats[i]
+	if err != nil {
+		r.stop(j, fmt.Sprintf("measuring %s from %s: %v", j.m.Address, j.from.ID, err))
+		return
 	}
-	r.p.Done(start, "%s (%s, node %s to %s): %s", name, m.Address, m.ClientNode, m.ServerNode, cell(m))
-	return m
+	if tp != nil {
+		j.tps = append(j.tps, *tp)
+	}
+	if lat != nil {
+		j.lats = append(j.lats, *lat)
+	}
+	j.m.Runs = append(j.m.Runs, headline(tp, lat))
+}
+
+// stop fails j with why; the runs it made stay in the report.
+func (r *runner) stop(j *job, why string) {
+	j.m.Error, j.stopped = why, true
+	r.p.Step("%s: %s", j.name, why)
 }
 
 // reach tries short latency runs from the client to the server's echo port until one
@@ -360,6 +498,9 @@ func (r *runner) argv(k Kind, addr string, d time.Duration) []string {
 // (retryUnstarted).
 func (r *runner) exec(ctx context.Context, from *member, argv []string) (string, error) {
 	return retryUnstarted(ctx, execAttempts, time.Second, func() (string, error) {
+		if r.execIn != nil {
+			return r.execIn(ctx, from, argv)
+		}
 		return workload.Exec(ctx, from.Member, r.ns, clientName, r.opts.Duration+30*time.Second, argv...)
 	}, func(err error) { r.p.Step("exec in %s's client pod did not start, trying again: %v", from.ID, err) })
 }
@@ -402,6 +543,16 @@ func parseResult(k Kind, out string) (*load.ThroughputResult, *load.LatencyResul
 		return nil, nil, fmt.Errorf("unexpected output of the load generator %q (is the image %s's?)", out, DefaultImage)
 	}
 	return nil, &lat, nil
+}
+
+// member is the member of cluster id.
+func (r *runner) member(id string) *member {
+	for _, m := range r.members {
+		if m.ID == id {
+			return m
+		}
+	}
+	return nil
 }
 
 func (r *runner) ids() []string {

@@ -91,7 +91,11 @@ func objects(namespace, clusterID, image string) []client.Object {
 		&corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: serviceName(clusterID), Namespace: namespace, Labels: labels},
 			Spec: corev1.ServiceSpec{
-				Selector: map[string]string{appLabel: serverName},
+				// Both families where the cluster has both, so that the ServiceImport gets a
+				// ClusterSet IP of each and a dual-stack pair is measured in each
+				// (workload.PairFamilies); one elsewhere.
+				IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyPreferDualStack),
+				Selector:       map[string]string{appLabel: serverName},
 				Ports: []corev1.ServicePort{
 					{Name: "echo", Port: echoPort, TargetPort: intstr.FromInt32(echoPort)},
 					{Name: "discard", Port: discardPort, TargetPort: intstr.FromInt32(discardPort)},

@@ -44,6 +44,10 @@ var Paths = []Path{PathPod, PathService}
 type Measurement struct {
 	From string `json:"from"`
 	To   string `json:"to"`
+	// Family is the address family measured ("IPv4" or "IPv6") when the pair is measured in
+	// both (workload.PairFamilies); empty when it is measured once, in the clusters' primary
+	// family (or IPv4 under globalnet and secondary addressing).
+	Family string `json:"family,omitempty"`
 	// Address is the server address the client used, host:port.
 	Address string `json:"address,omitempty"`
 	// ClientNode and ServerNode are where the pods ran: an in-cluster baseline between two
@@ -99,9 +103,12 @@ func medianIndex(values []float64) int {
 
 // Row compares one path in one direction with the same path inside the client's cluster.
 type Row struct {
-	Path Path   `json:"path"`
-	From string `json:"from"`
-	To   string `json:"to"`
+	Path Path `json:"path"`
+	// Family is the address family of the row, as Measurement.Family; the baseline is
+	// measured in the same family (a dual-stack client's family-less baseline in IPv4).
+	Family string `json:"family,omitempty"`
+	From   string `json:"from"`
+	To     string `json:"to"`
 	// CrossCluster is From's client to To's server; InCluster is From's client to From's own
 	// server, the baseline.
 	CrossCluster Measurement `json:"crossCluster"`
@@ -109,6 +116,14 @@ type Row struct {
 	// Ratio is cross-cluster over in-cluster: of throughput (below 1: the tunnel is slower)
 	// or of p50 latency (above 1: it takes longer). Zero when either side failed.
 	Ratio float64 `json:"ratio"`
+}
+
+// label is a path with its family, if any: "pod-to-pod/IPv6", as verify names its checks.
+func label(path Path, family string) string {
+	if family == "" {
+		return string(path)
+	}
+	return string(path) + "/" + family
 }
 
 // ratio computes Row.Ratio.
@@ -128,6 +143,63 @@ type Report struct {
 	Streams int   `json:"streams,omitempty"`
 	Size    int   `json:"size,omitempty"`
 	Rows    []Row `json:"rows"`
+	// Families compare IPv6 with IPv4 for each path and direction measured in both, in report
+	// order.
+	Families []FamilyRatio `json:"families,omitempty"`
+	// Notes say what was not measured and why (workload.FamilyNote: IPv6 between a
+	// dual-stack cluster and an IPv4-only one).
+	Notes []string `json:"notes,omitempty"`
+}
+
+// FamilyRatio compares the two families of one path in one direction, measured in turns in
+// the same run: through the same tunnel, gateways and nodes, under the same load.
+type FamilyRatio struct {
+	Path Path   `json:"path"`
+	From string `json:"from"`
+	To   string `json:"to"`
+	// CrossCluster is IPv6 over IPv4 of the cross-cluster figures (the medians): of
+	// throughput (below 1: IPv6 is slower) or of p50 latency (above 1: it takes longer).
+	// InCluster is the same of the baselines, which tells how much of a difference is the
+	// cluster's own network rather than the tunnel's. Zero when either side failed.
+	CrossCluster float64 `json:"crossCluster"`
+	InCluster    float64 `json:"inCluster"`
+	// CrossClusterPerRound is the median of the rounds' own IPv6/IPv4 cross-cluster ratios
+	// (the two runs of a round are seconds apart, so each ratio is taken at one load); zero
+	// when either side failed.
+	CrossClusterPerRound float64 `json:"crossClusterPerRound"`
+}
+
+// perRound is the median of the ratios num.Runs[i] / den.Runs[i], or 0 when a side failed or
+// their rounds do not match.
+func perRound(num, den Measurement) float64 {
+	if num.Error != "" || den.Error != "" || len(num.Runs) == 0 || len(num.Runs) != len(den.Runs) {
+		return 0
+	}
+	ratios := make([]float64, len(num.Runs))
+	for i := range num.Runs {
+		ratios[i] = stats.Ratio(num.Runs[i], den.Runs[i])
+	}
+	return stats.Median(ratios)
+}
+
+// familyRatios pairs each IPv6 row with the IPv4 row of the same path and direction.
+func familyRatios(rows []Row) []FamilyRatio {
+	var out []FamilyRatio
+	for _, v6 := range rows {
+		if v6.Family != workload.FamilyIPv6 {
+			continue
+		}
+		i := slices.IndexFunc(rows, func(v4 Row) bool {
+			return v4.Family == workload.FamilyIPv4 && v4.Path == v6.Path && v4.From == v6.From && v4.To == v6.To
+		})
+		if i < 0 {
+			continue
+		}
+		out = append(out, FamilyRatio{Path: v6.Path, From: v6.From, To: v6.To,
+			CrossCluster: ratio(v6.CrossCluster, rows[i].CrossCluster), InCluster: ratio(v6.InCluster, rows[i].InCluster),
+			CrossClusterPerRound: perRound(v6.CrossCluster, rows[i].CrossCluster)})
+	}
+	return out
 }
 
 // Failed names the measurements that failed, in report order.
@@ -136,7 +208,7 @@ func (r *Report) Failed() []string {
 	for _, row := range r.Rows {
 		for _, m := range []Measurement{row.CrossCluster, row.InCluster} {
 			if m.Error != "" {
-				failed = append(failed, fmt.Sprintf("%s %s->%s", row.Path, m.From, m.To))
+				failed = append(failed, fmt.Sprintf("%s %s->%s", label(row.Path, m.Family), m.From, m.To))
 			}
 		}
 	}
@@ -149,7 +221,7 @@ func (r *Report) NotApplicable() []string {
 	for _, row := range r.Rows {
 		for _, m := range []Measurement{row.CrossCluster, row.InCluster} {
 			if m.NotApplicable != "" {
-				out = append(out, fmt.Sprintf("%s %s->%s", row.Path, m.From, m.To))
+				out = append(out, fmt.Sprintf("%s %s->%s", label(row.Path, m.Family), m.From, m.To))
 			}
 		}
 	}
@@ -165,10 +237,13 @@ func Render(w io.Writer, r *Report) error {
 		fmt.Fprintln(tw, "PATH\tFROM\tTO\tCROSS-CLUSTER P50 / P99 / RATE\tIN-CLUSTER P50 / P99 / RATE\tP50 CROSS/IN")
 	}
 	for _, row := range r.Rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", row.Path, row.From, row.To,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", label(row.Path, row.Family), row.From, row.To,
 			cell(row.CrossCluster), cell(row.InCluster), formatRatio(row.Ratio))
 	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := renderFamilies(w, r); err != nil {
 		return err
 	}
 	what := fmt.Sprintf("%d TCP streams for %s", r.Streams, r.Duration.Duration)
@@ -182,10 +257,36 @@ func Render(w io.Writer, r *Report) error {
 	if na := r.NotApplicable(); len(na) > 0 && err == nil {
 		_, err = fmt.Fprintf(w, "Not applicable (the addressing mode has no such path): %s.\n", strings.Join(na, ", "))
 	}
+	for _, n := range r.Notes {
+		if err == nil {
+			_, err = fmt.Fprintf(w, "Note: %s.\n", n)
+		}
+	}
 	if failed := r.Failed(); len(failed) > 0 && err == nil {
 		_, err = fmt.Fprintf(w, "Failed: %s.\n", strings.Join(failed, ", "))
 	}
 	return err
+}
+
+// renderFamilies writes the IPv6/IPv4 comparison of the paths measured in both families, a
+// table of its own below the measurements; nothing when there is none.
+func renderFamilies(w io.Writer, r *Report) error {
+	if len(r.Families) == 0 {
+		return nil
+	}
+	figure := "throughput"
+	if r.Kind == KindLatency {
+		figure = "p50 latency"
+	}
+	if _, err := fmt.Fprintf(w, "\nIPv6/IPv4 of %s, the two families measured in turns (per round: the median of each round's ratio):\n", figure); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PATH\tFROM\tTO\tCROSS-CLUSTER IPV6/IPV4\tPER ROUND\tIN-CLUSTER IPV6/IPV4")
+	for _, f := range r.Families {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Path, f.From, f.To, formatRatio(f.CrossCluster), formatRatio(f.CrossClusterPerRound), formatRatio(f.InCluster))
+	}
+	return tw.Flush()
 }
 
 func cell(m Measurement) string {

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/octopus-mcs/octopus/internal/secondarynet/podnet"
+	"github.com/octopus-mcs/octopus/internal/workload"
 )
 
 // server is what the clients can know of one cluster's bench server.
@@ -18,6 +19,20 @@ type server struct {
 	clusterIP netip.Addr
 	// globalIP is the pod's global IP, when its cluster uses globalnet addressing.
 	globalIP netip.Addr
+	// podIP6 and clusterIP6 are the pod's and the Service's IPv6 addresses beside their IPv4
+	// ones, in a dual-stack cluster with direct addressing (workload.SecondIPv6,
+	// workload.ServiceIPv6); invalid elsewhere.
+	podIP6, clusterIP6 netip.Addr
+}
+
+// inFamily is the server as a client of family reaches it: for IPv6 its IPv6 addresses alone
+// (IPv6 is measured only between dual-stack clusters with direct addressing, which have no
+// secondary or global addresses); for IPv4 and the family-less measurement, srv as it is.
+func (srv server) inFamily(family string) server {
+	if family != workload.FamilyIPv6 {
+		return srv
+	}
+	return server{podIP: srv.podIP6, clusterIP: srv.clusterIP6}
 }
 
 // secondaryAddr returns the pod's address on the secondary network from its network-status
@@ -40,9 +55,11 @@ func secondaryAddr(annotations map[string]string) (netip.Addr, error) {
 // fail, so it is reported as not applicable rather than as a failed measurement.
 var ErrNotApplicable = errors.New("not applicable")
 
-// address is where a client reaches a server over path: the one place that knows how each
-// addressing mode addresses pods and services across clusters, so that every measurement uses
-// the address a workload would.
+// address is where a client reaches a server over path in family ("" for the pair's only
+// one, workload.PairFamilies): the one place that knows how each addressing mode addresses pods
+// and services across clusters, so that every measurement uses the address a workload would.
+// The IPv6 measurement of a dual-stack pair takes the IPv6 address of whatever the rules
+// below pick (srv.inFamily, imp.IPv6); the others the primary one.
 //
 //   - pod-to-pod in the client's own cluster: the pod IP.
 //   - pod-to-pod across clusters: the server's secondary-network address when it has one
@@ -54,28 +71,35 @@ var ErrNotApplicable = errors.New("not applicable")
 //     which globalnet makes a global address; none from a client cluster with secondary
 //     addressing (fromSecondary), whose imports have none: DNS answers with the exporting
 //     pods' net1 addresses there (docs/architecture.md §6s), which pod-to-pod measures.
-func address(path Path, crossCluster, fromSecondary bool, srv server, clusterSetIP netip.Addr) (netip.Addr, error) {
+func address(path Path, family string, crossCluster, fromSecondary bool, srv server, imp workload.ImportIPs) (netip.Addr, error) {
 	var a netip.Addr
 	var what string
+	srv, clusterSetIP := srv.inFamily(family), imp.Primary
+	if family == workload.FamilyIPv6 {
+		clusterSetIP = imp.IPv6
+	}
 	switch {
 	case path == PathService && crossCluster && fromSecondary:
 		return netip.Addr{}, fmt.Errorf("%w: a cluster with secondary addressing has no ClusterSet IP (DNS answers with the exporting pods' net1 addresses); pod-to-pod measures the same path", ErrNotApplicable)
 	case path == PathPod && !crossCluster:
-		a, what = srv.podIP, "the server pod's IP"
+		a, what = srv.podIP, "server pod IP"
 	case path == PathPod && srv.secondaryIP.IsValid():
 		a = srv.secondaryIP
 	case path == PathPod && srv.globalIP.IsValid():
 		a = srv.globalIP
 	case path == PathPod:
-		a, what = srv.podIP, "the server pod's IP"
+		a, what = srv.podIP, "server pod IP"
 	case path == PathService && !crossCluster:
-		a, what = srv.clusterIP, "the bench Service's cluster IP"
+		a, what = srv.clusterIP, "cluster IP of the bench Service"
 	case path == PathService:
-		a, what = clusterSetIP, "a ClusterSet IP (the ServiceImport of the bench Service has none: is service discovery running? `octopus show services`)"
+		a, what = clusterSetIP, "ClusterSet IP (the ServiceImport of the bench Service has none: is service discovery running? `octopus show services`)"
 	default:
 		return netip.Addr{}, fmt.Errorf("unknown path %q", path)
 	}
 	if !a.IsValid() {
+		if family != "" {
+			return netip.Addr{}, fmt.Errorf("no %s address for %s: no %s %s", family, path, family, what)
+		}
 		return netip.Addr{}, fmt.Errorf("no address for %s: no %s", path, what)
 	}
 	return a, nil

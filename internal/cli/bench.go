@@ -35,8 +35,11 @@ generator), and measures from each cluster to each other one, one measurement at
   pod-to-service   the client to the other cluster's exported Service, by its ClusterSet IP
 
 each next to the same path inside the client's own cluster (the server pod by its IP, the
-Service by its cluster IP), with the ratio of the two. The namespace is deleted at the end,
-also on Ctrl-C. Each kubeconfig's current context is used.
+Service by its cluster IP), with the ratio of the two. Between two dual-stack clusters with
+direct addressing each path is measured in IPv4 and then in IPv6 (pod-to-pod/IPv4,
+pod-to-pod/IPv6, the baselines too), and a second table gives IPv6/IPv4 of the same run; where
+one side has no IPv6, a note says why IPv6 was not measured (as verify checks). The namespace is
+deleted at the end, also on Ctrl-C. Each kubeconfig's current context is used.
 
   octopus bench throughput --kubeconfig east.yaml --kubeconfig west.yaml
   octopus bench latency --kubeconfig east.yaml --kubeconfig west.yaml --repeat 3 -o json`,

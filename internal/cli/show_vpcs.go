@@ -29,10 +29,10 @@ func newShowVpcsCommand(streams IOStreams) *cobra.Command {
 	o := &showVpcsOptions{IOStreams: streams}
 	cmd := &cobra.Command{
 		Use:   "vpcs",
-		Short: "List a cluster's VPCs and VpcNatTunnels: subnets, namespaces, pods, tunnels and conditions",
+		Short: "List a cluster's VPCs and VpcNatTunnels: subnets, namespaces, pods, external IPs, tunnels and conditions",
 		Long: `Reads one cluster (not the hub): each Vpc's subnets, the namespaces it lists, how many pods
 have their net1 address on it (from the octopus.io/vpc-network annotation the ovnmaster writes),
-its gateway's external address (what its GatewayExIp tells the other clusters) and its
+its gateway's external IP (from the cluster's global CIDR; "-" until allocated) and its
 conditions. A condition that is not True is shown with its reason and message: a
 namespace another Vpc holds (NamespaceConflict), a deletion waiting for pods (InUse), a spec
 the controller refused (InvalidSpec).
@@ -63,8 +63,8 @@ type vpcStatus struct {
 	Subnets    []vpcSubnetStatus `json:"subnets"`
 	Namespaces []string          `json:"namespaces,omitempty"`
 	Pods       int               `json:"pods"`
-	// ExternalIP is the VPC gateway's external address (status.gateway.externalIP): what its
-	// GatewayExIp tells the other clusters.
+	// ExternalIP is the VPC gateway's external address (status.gateway.externalIP): what
+	// it SNATs the VPC's traffic to, and where other clusters' tunnels reach it.
 	ExternalIP string             `json:"externalIP,omitempty"`
 	Deleting   bool               `json:"deleting,omitempty"`
 	Conditions []metav1.Condition `json:"conditions,omitempty"`

@@ -229,6 +229,9 @@ func checkHub(ctx context.Context, opts JoinOptions, m *joiningMember) (client.C
 		}
 	}
 	if opts.Addressing == v1alpha1.AddressingGlobalnet {
+		if err := checkGlobalFamily(opts.ClusterID, m.pods); err != nil {
+			return nil, err
+		}
 		if err := checkGlobalPool(info.Globalnet, opts.ClusterID, m.pods, m.services); err != nil {
 			return nil, err
 		}
@@ -429,6 +432,20 @@ func resolveCIDRs(ctx context.Context, mc client.Client, opts JoinOptions) (pods
 		}
 	}
 	return pods, services, nil
+}
+
+// checkGlobalFamily refuses globalnet addressing for a cluster without IPv4 pods, before
+// anything is written: global addresses are IPv4 (the hub's pool) and the gateway translates
+// them to IPv4 pods and services only, so an IPv6-only cluster would be joined with nothing
+// it could offer or reach (NAT64 is not offered). A dual-stack cluster is joined; its IPv6
+// exports are refused one by one (servicediscovery.ReasonUnsupportedIPFamily).
+func checkGlobalFamily(id string, pods []netip.Prefix) error {
+	if slices.ContainsFunc(pods, func(p netip.Prefix) bool { return p.Addr().Is4() }) {
+		return nil
+	}
+	return fmt.Errorf("cluster %q has no IPv4 pod CIDR (pod CIDRs %s): globalnet's global addresses are IPv4 and lead only to IPv4 pods and services; "+
+		"join it with --addressing direct (its CIDRs must then be apart from every other cluster's), or give it an IPv4 pod CIDR",
+		id, joinPrefixes(pods))
 }
 
 // checkGlobalPool refuses a globalnet cluster whose pod or service CIDRs overlap the hub's

@@ -130,6 +130,9 @@ func TestJoinRejectsBadInput(t *testing.T) {
 		{"globalnet service CIDR around the global pool", func(o *JoinOptions) {
 			o.ServiceCIDRs, o.Addressing = []string{"240.0.0.0/4"}, v1alpha1.AddressingGlobalnet
 		}, []string{"service CIDR 240.0.0.0/4", "globalnet pool " + hub.DefaultGlobalnetPool.CIDR}},
+		{"globalnet for an IPv6-only cluster", func(o *JoinOptions) {
+			o.PodCIDRs, o.ServiceCIDRs, o.Addressing = []string{"2001:db8:e::/56"}, []string{"2001:db8:96::/112"}, v1alpha1.AddressingGlobalnet
+		}, []string{`cluster "east" has no IPv4 pod CIDR (pod CIDRs 2001:db8:e::/56)`, "global addresses are IPv4", "--addressing direct"}},
 		{"egress size with direct addressing", func(o *JoinOptions) { o.GlobalEgressSize = 4 },
 			[]string{"--global-egress-size 4 is only meaningful with --addressing globalnet", "direct addressing"}},
 		{"egress size with secondary addressing", func(o *JoinOptions) {

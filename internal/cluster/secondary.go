@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"slices"
+
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/secondarynet/icconfig"
 )
@@ -10,7 +12,8 @@ import (
 // hub allocated it, and routes to the hub's whole secondary pool (the block of every other
 // cluster; the cluster's own, more specific, stays on-link), and its global CIDR and egress
 // size, which the ovnmaster lays out as the agent does to give each Vpc's gateway an external
-// address. Nil for any other addressing: the chart leaves the secondary network off.
+// address, and its pod and service CIDRs, which gateway-port keeps the VPCs off. Nil for any
+// other addressing: the chart leaves the secondary network off.
 // Node-specific settings (datapath, underlay interface, the NRI socket) are the installer's.
 func SecondaryNetworkValues(j *Joined, pool string) map[string]any {
 	if j == nil || j.Cluster == nil || j.Cluster.Spec.Addressing != v1alpha1.AddressingSecondary {
@@ -26,6 +29,14 @@ func SecondaryNetworkValues(j *Joined, pool string) map[string]any {
 	if spec.GlobalCIDR != "" {
 		values["globalCIDR"] = spec.GlobalCIDR
 		values["globalEgressSize"] = int64(spec.GlobalEgressSize)
+	}
+	// What no VPC may reach through its gateway (gatewayPort.vpcs).
+	var own []any
+	for _, c := range slices.Concat(spec.PodCIDRs, spec.ServiceCIDRs) {
+		own = append(own, c)
+	}
+	if len(own) > 0 {
+		values["clusterCIDRs"] = own
 	}
 	return values
 }

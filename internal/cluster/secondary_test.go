@@ -9,14 +9,15 @@ import (
 )
 
 // TestSecondaryNetworkValues: a cluster joined with secondary addressing turns the member
-// chart's secondary network on with its own block; any other addressing leaves it off.
+// chart's secondary network on with its own block, global CIDR and own CIDRs (which the VPCs
+// are kept off); any other addressing leaves it off.
 func TestSecondaryNetworkValues(t *testing.T) {
 	joined := func(a v1alpha1.Addressing) *Joined {
 		return &Joined{Cluster: &v1alpha1.Cluster{Spec: v1alpha1.ClusterSpec{ClusterID: "east", Addressing: a, SecondaryCIDR: "10.113.0.0/16",
-			GlobalCIDR: "242.1.0.0/16", GlobalEgressSize: 16}}}
+			GlobalCIDR: "242.1.0.0/16", GlobalEgressSize: 16, PodCIDRs: []string{"10.1.0.0/16", "2001:db8:101::/56"}, ServiceCIDRs: []string{"10.97.0.0/16"}}}}
 	}
 	want := map[string]any{"enabled": true, "clusterID": "east", "cidr": "10.113.0.0/16", "routes": []any{"10.112.0.0/12"},
-		"globalCIDR": "242.1.0.0/16", "globalEgressSize": int64(16)}
+		"globalCIDR": "242.1.0.0/16", "globalEgressSize": int64(16), "clusterCIDRs": []any{"10.1.0.0/16", "2001:db8:101::/56", "10.97.0.0/16"}}
 	if diff := cmp.Diff(want, SecondaryNetworkValues(joined(v1alpha1.AddressingSecondary), "10.112.0.0/12")); diff != "" {
 		t.Errorf("secondary addressing (-want +got):\n%s", diff)
 	}

@@ -141,6 +141,15 @@ func judgeGateway(site gatewaySite, id string, lease *coordinationv1.Lease, peer
 	return out
 }
 
+// familiesOf is the families a connection carries as judgeConnection prints them: " (IPv4,
+// IPv6)", or "" from a gateway that does not report them.
+func familiesOf(families []string) string {
+	if len(families) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(families, ", ") + ")"
+}
+
 // judgeGatewayLease judges the Lease that elects a cluster's active gateway; alive is true
 // while its holder renews it.
 func judgeGatewayLease(site gatewaySite, lease *coordinationv1.Lease, now time.Time) (f Finding, alive bool) {
@@ -183,7 +192,11 @@ func judgeConnection(c v1alpha1.PeerConnection, local, remote string, now time.T
 	var out []Finding
 	switch c.State {
 	case v1alpha1.ConnectionConnected:
-		out = append(out, ok("tunnel to %s connected: rtt %s, loss %d%%", to, rttOf(c.RTT), c.LossPercent))
+		out = append(out, ok("tunnel to %s connected%s: rtt %s, loss %d%%", to, familiesOf(c.IPFamilies), rttOf(c.RTT), c.LossPercent))
+		if c.FamilyMessage != "" {
+			// A mixed pair is healthy; what it cannot carry is said, not flagged.
+			out = append(out, info("%s", c.FamilyMessage))
+		}
 		if c.LossPercent >= lossWarning {
 			out = append(out, warning(fmt.Sprintf("look for congestion or drops on the path between %s and %s", orUnknown(local), orUnknown(remote)),
 				"the tunnel to %s loses %d%% of its health probes", to, c.LossPercent))

@@ -468,6 +468,38 @@ func TestHubProblem(t *testing.T) {
 	}
 }
 
+func TestJudgeConnectionFamilies(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		conn     v1alpha1.PeerConnection
+		messages []string
+	}{
+		{"dual-stack", v1alpha1.PeerConnection{ClusterID: "west", State: v1alpha1.ConnectionConnected, IPFamilies: []string{"IPv4", "IPv6"}},
+			[]string{"ok: tunnel to west connected (IPv4, IPv6): rtt"}},
+		{"mixed pair: the family left out is said, as info", v1alpha1.PeerConnection{ClusterID: "west", State: v1alpha1.ConnectionConnected, IPFamilies: []string{"IPv4"},
+			FamilyMessage: "IPv6 is not offered between east and west: cluster west advertises no IPv6 subnet"},
+			[]string{"ok: tunnel to west connected (IPv4): rtt", "info: IPv6 is not offered between east and west: cluster west advertises no IPv6 subnet"}},
+		{"a gateway that reports no families", v1alpha1.PeerConnection{ClusterID: "west", State: v1alpha1.ConnectionConnected},
+			[]string{"ok: tunnel to west connected: rtt"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := judgeConnection(tc.conn, "", "", testNow)
+			var got []string
+			for _, f := range fs {
+				got = append(got, f.Severity.String()+": "+f.Message)
+			}
+			if len(got) != len(tc.messages) {
+				t.Fatalf("findings %q, want %q", got, tc.messages)
+			}
+			for i, want := range tc.messages {
+				if !strings.HasPrefix(got[i], want) {
+					t.Errorf("finding %d = %q, want it to start %q", i, got[i], want)
+				}
+			}
+		})
+	}
+}
+
 func TestJudgeConnectionVia(t *testing.T) {
 	fs := judgeConnection(v1alpha1.PeerConnection{ClusterID: "west", Via: "hub", State: v1alpha1.ConnectionError, Message: "no answer"}, "a:1", "", testNow)
 	if len(fs) != 1 || fs[0].Severity != SeverityError || !strings.Contains(fs[0].Message, "tunnel to west (via hub) is down") || !strings.Contains(fs[0].Fix, "the hub's gateway carries this tunnel") {

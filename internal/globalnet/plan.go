@@ -77,12 +77,14 @@ type Export struct {
 
 // Targets lists, sorted by key, what the exports need addresses for: each exported ClusterSetIP
 // Service, and each ready pod of an exported headless Service (the pods other clusters can
-// reach: the export side publishes only ready endpoints). An export without its Service, or
-// of a Service that cannot be exported, needs nothing.
+// reach: the export side publishes only ready endpoints). An export without its Service, of a
+// Service that cannot be exported, or of one without IPv4 (global addresses are IPv4 and lead
+// to IPv4 endpoints only; the export is invalid, servicediscovery.GlobalAddresses) needs
+// nothing.
 func Targets(exports []Export) []Target {
 	var out []Target
 	for _, e := range exports {
-		if e.Service == nil {
+		if e.Service == nil || !servicediscovery.HasIPv4(e.Service) {
 			continue
 		}
 		typ, ok := servicediscovery.ImportType(e.Service)

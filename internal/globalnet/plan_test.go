@@ -33,6 +33,13 @@ func TestTargets(t *testing.T) {
 		{Namespace: "shop", Name: "web", Service: svc("web", "10.96.0.10", corev1.ServiceTypeClusterIP)},
 		{Namespace: "shop", Name: "gone"}, // exported, no Service: nothing
 		{Namespace: "shop", Name: "ext", Service: svc("ext", "", corev1.ServiceTypeExternalName)},
+		// IPv6 only: a global (IPv4) address would lead to no endpoint; nothing.
+		{Namespace: "shop", Name: "v6", Service: svc("v6", "2001:db8:96::10", corev1.ServiceTypeClusterIP)},
+		{Namespace: "shop", Name: "v6-headless", Service: func() *corev1.Service {
+			s := svc("v6-headless", corev1.ClusterIPNone, corev1.ServiceTypeClusterIP)
+			s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol}
+			return s
+		}(), Slices: []discoveryv1.EndpointSlice{{Endpoints: []discoveryv1.Endpoint{endpoint("2001:db8:1::5", "v6-0", true)}}}},
 		{Namespace: "shop", Name: "db", Service: svc("db", corev1.ClusterIPNone, corev1.ServiceTypeClusterIP), Slices: []discoveryv1.EndpointSlice{
 			{Endpoints: []discoveryv1.Endpoint{endpoint("10.1.0.2", "db-1", true), endpoint("10.1.0.3", "db-2", false)}},
 			{Endpoints: []discoveryv1.Endpoint{endpoint("10.1.0.1", "db-0", true), endpoint("10.1.0.2", "db-1", true)}}, // db-1 in two slices

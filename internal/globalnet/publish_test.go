@@ -8,8 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -29,9 +32,11 @@ import (
 // cluster would: what reaches the hub are global addresses only, the ClusterSetIP service's
 // with its service ports, each headless pod's own with its target port and hostname; the
 // cluster's own import of the service holds its local pod addresses instead; and an unexport
-// withdraws them and releases the addresses.
+// withdraws them and releases the addresses. On these dual-stack API servers an IPv6
+// single-stack Service gets no address and its export is Valid=False (UnsupportedIPFamily),
+// published nowhere, until it is given IPv4 as well.
 func TestPublishesGlobalAddresses(t *testing.T) {
-	env := testenv.ControlPlanes(t, "hub", "west")
+	env := testenv.DualStackControlPlanes(t, "hub", "west")
 	info, err := hub.Deploy(t.Context(), env.Cluster("hub").RESTConfig(), hub.DeployOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -132,4 +137,57 @@ func TestPublishesGlobalAddresses(t *testing.T) {
 		return ""
 	})
 	m.waitRecords(t, "web's address released", map[string]string{"pod-db-0": records["pod-db-0"], "pod-db-1": records["pod-db-1"]})
+
+	// An IPv6-only Service: refused, with nothing allocated or published, until it has IPv4.
+	v6 := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "v6"},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "v6"}, Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
+			IPFamilies: []corev1.IPFamily{corev1.IPv6Protocol}, IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicySingleStack),
+		},
+	}
+	if err := m.c.Create(t.Context(), v6); err != nil {
+		t.Fatal(err)
+	}
+	m.pod(t, "v6-0", "v6", netip.MustParseAddr("10.244.3.5"), true)
+	m.export(t, "v6")
+	waitValid(t, m.c, "v6", metav1.ConditionFalse, string(servicediscovery.ReasonUnsupportedIPFamily))
+	m.waitRecords(t, "no address for the IPv6-only v6", map[string]string{"pod-db-0": records["pod-db-0"], "pod-db-1": records["pod-db-1"]})
+	if got, err := published(t.Context(), "v6"); err != nil || len(got) > 0 {
+		t.Fatalf("the IPv6-only v6 is on the hub: %q, %v", got, err)
+	}
+	if err := m.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "v6"}, v6); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(v6.DeepCopy())
+	v6.Spec.IPFamilyPolicy = ptr.To(corev1.IPFamilyPolicyPreferDualStack)
+	if err := m.c.Patch(t.Context(), v6, patch); err != nil {
+		t.Fatalf("giving v6 IPv4 as well: %v", err)
+	}
+	waitValid(t, m.c, "v6", metav1.ConditionTrue, string(mcsv1beta1.ServiceExportReasonValid))
+	records = m.waitRecords(t, "an address for the dual-stack v6", map[string]string{"svc-v6": "*", "pod-db-0": records["pod-db-0"], "pod-db-1": records["pod-db-1"]})
+	eventually(t, "v6 published with its global address", func(ctx context.Context) string {
+		got, err := published(ctx, "v6")
+		if want := []string{records["svc-v6"] + " - http:80/TCP"}; err != nil || !slices.Equal(got, want) {
+			return fmt.Sprintf("hub has %q, %v; want %q", got, err, want)
+		}
+		return ""
+	})
+}
+
+// waitValid waits until the ServiceExport name in ns has a Valid condition of status and reason.
+func waitValid(t *testing.T, c client.Client, name string, status metav1.ConditionStatus, reason string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("export %s Valid=%s (%s)", name, status, reason), func(ctx context.Context) string {
+		ex := &mcsv1beta1.ServiceExport{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, ex); err != nil {
+			return err.Error()
+		}
+		v := meta.FindStatusCondition(ex.Status.Conditions, string(mcsv1beta1.ServiceExportConditionValid))
+		if v == nil || v.Status != status || v.Reason != reason {
+			return fmt.Sprintf("Valid %+v", v)
+		}
+		t.Logf("export %s: Valid=%s %s: %s", name, v.Status, v.Reason, v.Message)
+		return ""
+	})
 }

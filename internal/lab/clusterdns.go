@@ -65,13 +65,37 @@ func ClusterDNSAddr(serviceCIDR netip.Prefix) (netip.Addr, error) {
 	return a, nil
 }
 
+// ClusterDNSAddrs returns the kube-dns Service's ClusterIPs in a cluster with the given
+// service CIDRs, one per CIDR (ClusterDNSAddr), in their order: the kubelets' clusterDNS and
+// the Service's clusterIPs, whose first is the primary family's as kube-apiserver requires.
+// An invalid prefix (a single-stack cluster's missing second range) is skipped.
+func ClusterDNSAddrs(serviceCIDRs ...netip.Prefix) ([]netip.Addr, error) {
+	var addrs []netip.Addr
+	for _, cidr := range serviceCIDRs {
+		if !cidr.IsValid() {
+			continue
+		}
+		a, err := ClusterDNSAddr(cidr)
+		if err != nil {
+			return nil, err
+		}
+		addrs = append(addrs, a)
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("no service CIDR for cluster DNS")
+	}
+	return addrs, nil
+}
+
 // deployClusterDNS creates in a member cluster what kubeadm deploys for cluster DNS: the
 // coredns ConfigMap, ServiceAccount, ClusterRole and binding, Deployment and the kube-dns
-// Service at the service CIDR's 10th address. Objects that exist are left as they are, so a
-// user's Corefile edit survives. One replica instead of kubeadm's two: the lab shares a
-// small machine and nothing here tests DNS failover.
-func deployClusterDNS(ctx context.Context, cs kubernetes.Interface, serviceCIDR netip.Prefix) error {
-	dnsIP, err := ClusterDNSAddr(serviceCIDR)
+// Service at the 10th address of each service CIDR (ClusterDNSAddrs). With two, kube-dns is
+// RequireDualStack, as a dual-stack kubeadm cluster's is: pods of an IPv6 client stack reach
+// it without IPv4, and AAAA is asked over IPv6 as well. Objects that exist are left as they
+// are, so a user's Corefile edit survives. One replica instead of kubeadm's two: the lab shares
+// a small machine and nothing here tests DNS failover.
+func deployClusterDNS(ctx context.Context, cs kubernetes.Interface, serviceCIDRs ...netip.Prefix) error {
+	dnsIPs, err := ClusterDNSAddrs(serviceCIDRs...)
 	if err != nil {
 		return err
 	}
@@ -155,11 +179,21 @@ func deployClusterDNS(ctx context.Context, cs kubernetes.Interface, serviceCIDR 
 	if err := create("Deployment coredns", err); err != nil {
 		return err
 	}
+	clusterIPs := make([]string, len(dnsIPs))
+	for i, a := range dnsIPs {
+		clusterIPs[i] = a.String()
+	}
+	policy := corev1.IPFamilyPolicySingleStack
+	if len(dnsIPs) > 1 {
+		policy = corev1.IPFamilyPolicyRequireDualStack
+	}
 	_, err = cs.CoreV1().Services(kubeSystem).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: kubeDNSService, Namespace: kubeSystem, Labels: labels},
 		Spec: corev1.ServiceSpec{
-			Selector:  labels,
-			ClusterIP: dnsIP.String(),
+			Selector:       labels,
+			ClusterIP:      clusterIPs[0],
+			ClusterIPs:     clusterIPs,
+			IPFamilyPolicy: &policy,
 			Ports: []corev1.ServicePort{
 				{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromInt32(53)},
 				{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(53)},

@@ -27,6 +27,7 @@ import (
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/testenv"
+	"github.com/octopus-mcs/octopus/internal/verify"
 )
 
 // diagnoseLab is the lab of TestDiagnose and the `octopus` binary run against it.
@@ -39,7 +40,8 @@ type diagnoseLab struct {
 }
 
 // TestDiagnose runs `octopus diagnose all` and `octopus gather` on a lab of a hub and two
-// clusters (one gateway and one worker each, wireguard): diagnose is green on the healthy
+// clusters (one gateway and one worker each, wireguard; cluster1 dual-stack, cluster2
+// IPv4-only, whose mixed pair checkMixedFamilies checks after verify): diagnose is green on the healthy
 // lab, gather writes the expected files and no credential, and then, one fault at a time with
 // the lab restored in between, diagnose names the cause and the fix of: the CoreDNS
 // forwarding block removed, the hub's API server stopped, the tunnel port dropped on a
@@ -57,9 +59,11 @@ func TestDiagnose(t *testing.T) {
 	defer cancel()
 	// Processes: the checks cut a gateway off by its pidfile and read its process log
 	// through gather.
+	// cluster1 dual-stack beside an IPv4-only cluster2: a mixed cluster set (issue 35), whose
+	// checks (checkMixedFamilies) share this lab.
 	l, dir := startLab(ctx, t, lab.Options{
 		Clusters: 2, NodesPerCluster: 2, BinDir: binDir, AgentBinary: bins["octopus-agent"],
-		ComponentProcesses: true,
+		ComponentProcesses: true, IPFamily: lab.IPFamilyDual, IPv4Clusters: []string{lab.ClusterName(2)},
 	})
 	d := &diagnoseLab{l: l, dir: dir, octopus: bins["octopus"], hub: l.Env.Cluster(lab.HubName).Kubeconfig}
 	for _, c := range l.Network.Clusters {
@@ -78,7 +82,24 @@ func TestDiagnose(t *testing.T) {
 		d.expect(t, r, "hub-access", diagnose.HubName, diagnose.SeverityOK, "the hub's kubeconfig reaches", "")
 	})
 
-	t.Run("verify", func(t *testing.T) { verifyHealthy(ctx, t, l, d.octopus) })
+	var healthy *verify.Report
+	t.Run("verify", func(t *testing.T) { healthy = verifyHealthy(ctx, t, l, d.octopus) })
+
+	t.Run("mixed families", func(t *testing.T) {
+		if healthy == nil {
+			t.Fatal("no report of verify on the healthy lab")
+		}
+		checkMixedFamilies(ctx, t, l, c1.Name, c2.Name, healthy)
+		// diagnose says what each tunnel carries, and why not IPv6, without a warning.
+		r, code := d.run(t)
+		if code != 0 || r.Count(diagnose.SeverityWarning) > 0 {
+			t.Fatalf("diagnose on the mixed pair: exit %d, report:\n%s", code, renderReport(r))
+		}
+		for _, pair := range [][2]string{{c1.Name, c2.Name}, {c2.Name, c1.Name}} {
+			d.expect(t, r, "gateway", pair[0], diagnose.SeverityOK, "tunnel to "+pair[1]+" connected (IPv4): rtt", "")
+			d.expect(t, r, "gateway", pair[0], diagnose.SeverityInfo, "IPv6 is not offered between "+pair[0]+" and "+pair[1], "")
+		}
+	})
 
 	t.Run("gather", func(t *testing.T) { d.gather(ctx, t) })
 

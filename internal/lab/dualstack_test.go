@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	mcsv1beta1 "sigs.k8s.io/mcs-api/pkg/apis/v1beta1"
@@ -21,6 +22,7 @@ import (
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
+	"github.com/octopus-mcs/octopus/internal/verify"
 )
 
 // dsPod is an echo pod of checkDualStack with its address of each family.
@@ -42,8 +44,9 @@ func (p dsPod) addr(v6 bool) netip.Addr {
 // IPv4 both ways from every node, the server seeing the client pod's own address of that
 // family; the Peers' connections carrying both families; a PreferDualStack Service exported
 // from the first cluster imported into the second with a ClusterSet IP of each family, and
-// reached over TCP at the IPv6 one; A and AAAA answers for its clusterset.local name over UDP
-// from a pod's namespace to the cluster DNS address, equal to the ServiceImport's IPs; and
+// reached over TCP at the IPv6 one; a dual-stack kube-dns; A and AAAA answers for its
+// clusterset.local name over UDP from a pod's namespace to each of the cluster DNS's addresses,
+// IPv4 and IPv6, equal to the ServiceImport's IPs; and
 // `octopus verify` (binary octopus) checking the pair in each family.
 func checkDualStack(ctx context.Context, t *testing.T, l *lab.Lab, octopus string) {
 	c1, c2 := l.Network.Clusters[0].Name, l.Network.Clusters[1].Name
@@ -125,21 +128,26 @@ func checkDualStack(ctx context.Context, t *testing.T, l *lab.Lab, octopus strin
 	}
 
 	// DNS over UDP from a pod of c2 to its cluster DNS (CoreDNS, forwarding clusterset.local
-	// to octopus-dns): A and AAAA are the ClusterSet IPs.
-	dnsAddr := netip.AddrPortFrom(clusterDNS(t, l.Env.Cluster(c2).ServiceCIDR), 53)
+	// to octopus-dns) at its address of each family (kube-dns is dual-stack, as a dual-stack
+	// kubeadm cluster's): A and AAAA are the ClusterSet IPs.
+	cp2 := l.Env.Cluster(c2)
+	dnsIPs := checkDualStackClusterDNS(ctx, t, c2, clientset(t, cp2.Kubeconfig), cp2.ServiceCIDR, cp2.SecondaryServiceCIDR)
 	name := svcName + ".default.svc.clusterset.local."
-	for i, qtype := range []uint16{dns.TypeA, dns.TypeAAAA} {
-		waitFor(t, 60*time.Second, fmt.Sprintf("%s %s from %s via %s", dns.TypeToString[qtype], name, pods[c2][0].name, dnsAddr), func() error {
-			got, err := queryFromNetns(pods[c2][0].netns, dnsAddr, name, qtype)
-			if err != nil {
-				return err
-			}
-			if !slices.Equal(got, []netip.Addr{setIPs[i]}) {
-				return fmt.Errorf("answer %v, want %s", got, setIPs[i])
-			}
-			t.Logf("DNS %s %s = %s (UDP from %s to %s)", dns.TypeToString[qtype], name, got[0], pods[c2][0].name, dnsAddr)
-			return nil
-		})
+	for _, dnsIP := range dnsIPs {
+		dnsAddr := netip.AddrPortFrom(dnsIP, 53)
+		for i, qtype := range []uint16{dns.TypeA, dns.TypeAAAA} {
+			waitFor(t, 60*time.Second, fmt.Sprintf("%s %s from %s via %s", dns.TypeToString[qtype], name, pods[c2][0].name, dnsAddr), func() error {
+				got, err := queryFromNetns(pods[c2][0].netns, dnsAddr, name, qtype)
+				if err != nil {
+					return err
+				}
+				if !slices.Equal(got, []netip.Addr{setIPs[i]}) {
+					return fmt.Errorf("answer %v, want %s", got, setIPs[i])
+				}
+				t.Logf("DNS %s %s = %s (UDP from %s to %s)", dns.TypeToString[qtype], name, got[0], pods[c2][0].name, dnsAddr)
+				return nil
+			})
+		}
 	}
 
 	// verify checks the dual-stack pair in each family: 3 checks x 2 families x 2 directions.
@@ -160,6 +168,34 @@ func checkDualStack(ctx context.Context, t *testing.T, l *lab.Lab, octopus strin
 		t.Fatalf("verify on the dual-stack lab: %v, passed %v, checks %v; want %v all passing", err, report.Passed, names, want)
 	}
 	t.Logf("verify: %s", report.Summary())
+}
+
+// checkDualStackClusterDNS checks that cluster's kube-dns Service is dual-stack, at the 10th
+// address of each of its service CIDRs (the primary family's first, as the kubelets' clusterDNS
+// lists them), and returns those addresses.
+func checkDualStackClusterDNS(ctx context.Context, t *testing.T, cluster string, cs kubernetes.Interface, serviceCIDRs ...netip.Prefix) []netip.Addr {
+	t.Helper()
+	want, err := lab.ClusterDNSAddrs(serviceCIDRs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := cs.CoreV1().Services(metav1.NamespaceSystem).Get(ctx, "kube-dns", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("reading kube-dns in %s: %v", cluster, err)
+	}
+	var got []netip.Addr
+	for _, ip := range svc.Spec.ClusterIPs {
+		a, err := netip.ParseAddr(ip)
+		if err != nil {
+			t.Fatalf("kube-dns in %s: clusterIP %q: %v", cluster, ip, err)
+		}
+		got = append(got, a)
+	}
+	if len(want) != 2 || !slices.Equal(got, want) || ptr.Deref(svc.Spec.IPFamilyPolicy, "") != corev1.IPFamilyPolicyRequireDualStack {
+		t.Fatalf("kube-dns in %s: clusterIPs %v, ipFamilyPolicy %v; want %v, RequireDualStack", cluster, got, ptr.Deref(svc.Spec.IPFamilyPolicy, ""), want)
+	}
+	t.Logf("kube-dns in %s: clusterIPs %v", cluster, got)
+	return got
 }
 
 // startDualStackPods runs an echo pod (label app=ds-echo) on every node of the clusters and
@@ -286,4 +322,114 @@ func queryFromNetns(netns string, server netip.AddrPort, name string, qtype uint
 		}
 	}
 	return addrs, nil
+}
+
+// checkMixedFamilies checks, on a running lab whose cluster dual is dual-stack and cluster v4
+// IPv4-only (Options.IPv4Clusters), what issue 35 asks of a mixed cluster set: each side's Peer
+// connection carries IPv4 alone and says why not IPv6; a PreferDualStack Service exported
+// from dual (a ClusterIP of each family there) is imported into v4 with an IPv4 ClusterSet IP
+// only and reached at it over TCP; its clusterset.local name answers A with that address and
+// AAAA with no record (NOERROR, not an error) at v4's cluster DNS; and verify's report
+// says, per direction, that IPv6 was not checked.
+func checkMixedFamilies(ctx context.Context, t *testing.T, l *lab.Lab, dual, v4 string, report *verify.Report) {
+	hubc := kubeClient(t, l.Env.Cluster(lab.HubName).Kubeconfig)
+	for _, pair := range [][2]string{{dual, v4}, {v4, dual}} {
+		waitFor(t, 60*time.Second, pair[0]+"'s Peer to carry IPv4 alone to "+pair[1]+", saying why", func() error {
+			p := &v1alpha1.Peer{}
+			if err := hubc.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: pair[0]}, p); err != nil {
+				return err
+			}
+			for _, c := range p.Status.Connections {
+				if c.ClusterID == pair[1] && slices.Equal(c.IPFamilies, []string{"IPv4"}) &&
+					strings.Contains(c.FamilyMessage, "IPv6 is not offered between "+pair[0]+" and "+pair[1]) {
+					t.Logf("Peer %s -> %s: ipFamilies %v: %s", pair[0], pair[1], c.IPFamilies, c.FamilyMessage)
+					return nil
+				}
+			}
+			return fmt.Errorf("connections %+v", p.Status.Connections)
+		})
+	}
+	for _, pair := range [][2]string{{dual, v4}, {v4, dual}} {
+		want := "IPv6 not checked from " + pair[0] + " to " + pair[1]
+		if !slices.ContainsFunc(report.Notes, func(n string) bool { return strings.HasPrefix(n, want) }) {
+			t.Errorf("verify's notes %q: want one starting %q", report.Notes, want)
+		}
+	}
+
+	// A dual-stack Service of dual, served by a pod on its last node, imported into v4.
+	const svcName = "mixed-echo"
+	csDual, csV4 := clientset(t, l.Env.Cluster(dual).Kubeconfig), clientset(t, l.Env.Cluster(v4).Kubeconfig)
+	dualNodes, v4Nodes := l.Network.Cluster(dual).Nodes, l.Network.Cluster(v4).Nodes
+	server := echoPod(svcName, dualNodes[len(dualNodes)-1].Name, dual)
+	server.Labels = map[string]string{"app": svcName}
+	create(ctx, t, csDual, server)
+	clientPod := echoPod(svcName+"-client", v4Nodes[len(v4Nodes)-1].Name, v4)
+	clientPod.Labels = map[string]string{"app": svcName + "-client"}
+	create(ctx, t, csV4, clientPod)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: svcName, Namespace: "default"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": svcName}, IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyPreferDualStack),
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
+	created, err := csDual.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating Service %s in %s: %v", svcName, dual, err)
+	}
+	if len(created.Spec.ClusterIPs) != 2 {
+		t.Fatalf("Service %s in %s has ClusterIPs %v, want one of each family (is %s dual-stack?)", svcName, dual, created.Spec.ClusterIPs, dual)
+	}
+	if err := kubeClient(t, l.Env.Cluster(dual).Kubeconfig).Create(ctx, &mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: svcName, Namespace: "default"}}); err != nil {
+		t.Fatalf("exporting %s from %s: %v", svcName, dual, err)
+	}
+	waitPodReady(ctx, t, csDual, svcName)
+	cp := waitPodReady(ctx, t, csV4, svcName+"-client")
+	netns := podNetns(t, l.Network.ID, cp)
+
+	var setIP netip.Addr
+	ic := kubeClient(t, l.Env.Cluster(v4).Kubeconfig)
+	waitFor(t, 90*time.Second, "the ServiceImport "+svcName+" in "+v4+" with an IPv4 address only", func() error {
+		si := &mcsv1beta1.ServiceImport{}
+		if err := ic.Get(ctx, client.ObjectKey{Namespace: "default", Name: svcName}, si); err != nil {
+			return err
+		}
+		if len(si.Spec.IPs) != 1 || !slices.Equal(si.Spec.IPFamilies, []corev1.IPFamily{corev1.IPv4Protocol}) {
+			return fmt.Errorf("ips %v, ipFamilies %v", si.Spec.IPs, si.Spec.IPFamilies)
+		}
+		a, err := netip.ParseAddr(si.Spec.IPs[0])
+		if err != nil || !a.Is4() {
+			return fmt.Errorf("ips %v: want one IPv4 address", si.Spec.IPs)
+		}
+		setIP = a
+		t.Logf("ServiceImport %s in %s: ips %v, ipFamilies %v", svcName, v4, si.Spec.IPs, si.Spec.IPFamilies)
+		return nil
+	})
+	addr := netip.AddrPortFrom(setIP, 80)
+	waitFor(t, 60*time.Second, "an answer from "+dual+" at "+addr.String()+" in "+v4, func() error {
+		got, err := tryHTTPGet(netns, addr)
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(got, "cluster="+dual+" ") {
+			return fmt.Errorf("answer %q", got)
+		}
+		t.Logf("pod -> ClusterSet IP in a mixed pair: %s -> %s: %s", cp.Name, addr, got)
+		return nil
+	})
+
+	dnsAddr := netip.AddrPortFrom(clusterDNS(t, l.Env.Cluster(v4).ServiceCIDR), 53)
+	name := svcName + ".default.svc.clusterset.local."
+	for _, q := range []struct {
+		qtype uint16
+		want  []netip.Addr
+	}{{dns.TypeA, []netip.Addr{setIP}}, {dns.TypeAAAA, nil}} {
+		waitFor(t, 60*time.Second, fmt.Sprintf("%s %s via %s", dns.TypeToString[q.qtype], name, dnsAddr), func() error {
+			got, err := queryFromNetns(netns, dnsAddr, name, q.qtype)
+			if err != nil {
+				return err
+			}
+			if !slices.Equal(got, q.want) {
+				return fmt.Errorf("answer %v, want %v", got, q.want)
+			}
+			t.Logf("DNS %s %s in %s: NOERROR %v", dns.TypeToString[q.qtype], name, v4, got)
+			return nil
+		})
+	}
 }

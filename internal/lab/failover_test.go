@@ -96,6 +96,7 @@ func TestGatewayFailover(t *testing.T) {
 		{"pods", func(t *testing.T, f *failoverLab) { chartPods(ctx, t, f) }},
 		{"verify", func(t *testing.T, f *failoverLab) { chartVerify(ctx, t, f, bins["octopus"]) }},
 		{"dual stack", func(t *testing.T, f *failoverLab) { checkDualStack(ctx, t, f.l, bins["octopus"]) }},
+		{"bench families", func(t *testing.T, f *failoverLab) { checkBenchFamilies(ctx, t, f.l, bins["octopus"]) }},
 		{"underlay cut", func(t *testing.T, f *failoverLab) { f.underlayCut(ctx, t) }},
 	}
 	for range *cutOffs {

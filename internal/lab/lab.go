@@ -125,6 +125,10 @@ type Options struct {
 	// both). Optional; dual excludes OverlappingCIDRs, SecondaryNetwork, the hub topology and
 	// flannel.
 	IPFamily string
+	// IPv4Clusters, with IPFamily dual, names member clusters left IPv4-only: a mixed cluster
+	// set, in which the Peers between a dual-stack and an IPv4-only cluster carry IPv4 and say
+	// why not IPv6. Optional.
+	IPv4Clusters []string
 	// Progress receives one line per step. Optional.
 	Progress *progress.Reporter
 	// Log receives structured logs (node heartbeats, process supervision). Optional.
@@ -266,7 +270,7 @@ func clusterSpecs(opts Options) ([]controlplane.ClusterOptions, []labnet.Cluster
 		// Member clusters schedule pods onto their nodes; the hub has nodes only for the hub
 		// chart's gateways (hubGatewayNodes).
 		spec := controlplane.ClusterOptions{Name: name, PodCIDR: pods, ServiceCIDR: services, Scheduler: i > 0 || hubGatewayNodes(opts)}
-		if i > 0 && opts.dualStack() {
+		if i > 0 && opts.dualStack() && !slices.Contains(opts.IPv4Clusters, name) {
 			// The hub stays IPv4: it runs no pods of ours in the mesh topology.
 			spec.SecondaryPodCIDR, spec.SecondaryServiceCIDR = labnet.PodCIDR6(i), labnet.ServiceCIDR6(i)
 		}

@@ -63,7 +63,7 @@ func startNodes(ctx context.Context, env *controlplane.Environment, plan labnet.
 			}
 		}
 		// Cluster DNS comes with the nodes, as kubeadm deploys it with the control plane.
-		if err := deployClusterDNS(ctx, cs, cp.ServiceCIDR); err != nil {
+		if err := deployClusterDNS(ctx, cs, cp.ServiceCIDR, cp.SecondaryServiceCIDR); err != nil {
 			agents.stop()
 			return nil, fmt.Errorf("cluster %s: %w", c.Name, err)
 		}

@@ -30,7 +30,7 @@ func optionError(field, format string, args ...any) *OptionError {
 	return &OptionError{Field: field, message: "{" + field + "} " + fmt.Sprintf(format, args...)}
 }
 
-var fieldRef = regexp.MustCompile(`\{([A-Za-z]+)\}`)
+var fieldRef = regexp.MustCompile(`\{([A-Za-z][A-Za-z0-9]*)\}`)
 
 // Format renders the error naming each field as name returns it.
 func (e *OptionError) Format(name func(field string) string) string {
@@ -128,6 +128,14 @@ func (o Options) Validate() error {
 			errs = append(errs, optionError("DirectClusters", "%s: its CIDRs are the ones the globalnet clusters share; name another cluster", name))
 		case !slices.Contains(memberNames(o.Clusters), name):
 			errs = append(errs, optionError("DirectClusters", "%s: not a member cluster; want one of %s", name, strings.Join(memberNames(o.Clusters), ", ")))
+		}
+	}
+	for _, name := range o.IPv4Clusters {
+		switch {
+		case !o.dualStack():
+			errs = append(errs, optionError("IPv4Clusters", "%s: a mixed cluster set needs {IPFamily} %s; without it every cluster is IPv4-only", name, IPFamilyDual))
+		case !slices.Contains(memberNames(o.Clusters), name):
+			errs = append(errs, optionError("IPv4Clusters", "%s: not a member cluster; want one of %s", name, strings.Join(memberNames(o.Clusters), ", ")))
 		}
 	}
 	if o.Unjoined {

@@ -84,6 +84,15 @@ func TestOptionsValidate(t *testing.T) {
 		"ipv4":           {mutate: func(o *lab.Options) { o.IPFamily = lab.IPFamilyIPv4 }},
 		"dual-stack":     {mutate: func(o *lab.Options) { o.IPFamily, o.ComponentProcesses = lab.IPFamilyDual, true }},
 		"ipv6 only":      {mutate: func(o *lab.Options) { o.IPFamily = lab.IPFamilyIPv6 }, want: []string{`IPFamily "ipv6": IPv6-only clusters are not built yet; use dual`}},
+		"mixed families": {mutate: func(o *lab.Options) { o.IPFamily, o.IPv4Clusters = lab.IPFamilyDual, []string{"cluster2"} }},
+		"IPv4 cluster without dual": {
+			mutate: func(o *lab.Options) { o.IPv4Clusters = []string{"cluster2"} },
+			want:   []string{"IPv4Clusters cluster2: a mixed cluster set needs IPFamily dual"},
+		},
+		"IPv4 cluster not a member": {
+			mutate: func(o *lab.Options) { o.IPFamily, o.IPv4Clusters = lab.IPFamilyDual, []string{"cluster3"} },
+			want:   []string{"IPv4Clusters cluster3: not a member cluster; want one of cluster1, cluster2"},
+		},
 		"unknown family": {mutate: func(o *lab.Options) { o.IPFamily = "v6" }, want: []string{`IPFamily "v6": want ipv4, dual, ipv6`}},
 		"dual-stack with what is IPv4 only": {
 			mutate: func(o *lab.Options) {

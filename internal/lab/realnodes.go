@@ -194,7 +194,7 @@ func hasOctopusBinaries(dir string) bool {
 // cni.Flannel, whose flanneld routes), and waits until every Node is Ready.
 func startRealNodes(ctx context.Context, env *controlplane.Environment, plan labnet.Plan, c labnet.ClusterNet,
 	cp *controlplane.ControlPlane, cs kubernetes.Interface, opts Options, imgs *labImageSet) error {
-	dns, err := ClusterDNSAddr(cp.ServiceCIDR)
+	dns, err := ClusterDNSAddrs(cp.ServiceCIDR, cp.SecondaryServiceCIDR)
 	if err != nil {
 		return fmt.Errorf("cluster %s: %w", c.Name, err)
 	}

@@ -20,8 +20,8 @@ import (
 
 // verifyHealthy runs the built `octopus verify` (binary octopus) against the lab's two
 // clusters: every check passes, answered by the other cluster's probe server, and the probe
-// namespaces are gone afterwards. TestDiagnose runs it on its lab.
-func verifyHealthy(ctx context.Context, t *testing.T, l *lab.Lab, octopus string) {
+// namespaces are gone afterwards. TestDiagnose runs it on its lab. It returns the report.
+func verifyHealthy(ctx context.Context, t *testing.T, l *lab.Lab, octopus string) *verify.Report {
 	c1, c2 := l.Network.Clusters[0].Name, l.Network.Clusters[1].Name
 	// The first checks also wait out the tunnels' handshake and CoreDNS picking up the
 	// clusterset.local forward (its reload plugin polls every 30 s).
@@ -37,6 +37,7 @@ func verifyHealthy(ctx context.Context, t *testing.T, l *lab.Lab, octopus string
 			t.Errorf("%s: detail %q, latency %s: want an answer from %s's probe server with a latency", r.Name(), r.Detail, r.Latency.Duration, r.To)
 		}
 	}
+	return report
 }
 
 // verifyGatewayDown runs `octopus verify` once cluster1's gateway is stopped for good (with

@@ -62,6 +62,30 @@ func (DirectAddresses) Endpoints(_ context.Context, _ *corev1.Service, typ mcsv1
 	return readyPodEndpoints(local, typ == mcsv1beta1.Headless), nil
 }
 
+// ReasonUnsupportedIPFamily is the reason of an export's Valid=False condition when the
+// cluster's addressing can offer none of its Service's address families to other clusters.
+const ReasonUnsupportedIPFamily mcsv1beta1.ServiceExportConditionReason = "UnsupportedIPFamily"
+
+// familyLimited is an AddressPolicy that can offer only some address families. For a
+// Service of none of them unsupportedFamilies says why and what to do (the rest of a Valid
+// condition's message, after "Service <ns>/<name> "); "" when it can be offered. The export
+// is then invalid rather than valid and published with nothing, which an importer could not
+// tell from a service without endpoints.
+type familyLimited interface {
+	unsupportedFamilies(svc *corev1.Service) string
+}
+
+// HasIPv4 reports whether svc has, or would get, IPv4 addresses: IPv4 among its ipFamilies, or,
+// where those are not recorded (an object the API server has not defaulted), an IPv4 ClusterIP
+// or none to tell by.
+func HasIPv4(svc *corev1.Service) bool {
+	if len(svc.Spec.IPFamilies) > 0 {
+		return slices.Contains(svc.Spec.IPFamilies, corev1.IPv4Protocol)
+	}
+	a, err := netip.ParseAddr(svc.Spec.ClusterIP)
+	return err != nil || a.Is4()
+}
+
 // GlobalAddresses is the policy of globalnet addressing, where other clusters cannot route this
 // one's pod and service CIDRs (they overlap theirs) and reach it through global addresses that
 // the active gateway translates (docs/architecture.md, globalnet). A ClusterSetIP export offers
@@ -76,7 +100,21 @@ type GlobalAddresses struct {
 	Member client.Reader
 }
 
-var _ AddressPolicy = GlobalAddresses{}
+var (
+	_ AddressPolicy = GlobalAddresses{}
+	_ familyLimited = GlobalAddresses{}
+)
+
+// unsupportedFamilies implements familyLimited: global addresses are IPv4 (the hub's globalnet
+// pool), and the gateway translates them to IPv4 endpoints only; a dual-stack Service is offered
+// by its IPv4 side.
+func (GlobalAddresses) unsupportedFamilies(svc *corev1.Service) string {
+	if HasIPv4(svc) {
+		return ""
+	}
+	return fmt.Sprintf("has ipFamilies %v: globalnet's global addresses are IPv4 and lead only to IPv4 endpoints; "+
+		"set ipFamilyPolicy PreferDualStack (or RequireDualStack) on the Service so that it gets IPv4 as well", svc.Spec.IPFamilies)
+}
 
 // Endpoints implements AddressPolicy.
 func (g GlobalAddresses) Endpoints(ctx context.Context, svc *corev1.Service, typ mcsv1beta1.ServiceImportType, local []discoveryv1.EndpointSlice) ([]EndpointSet, error) {

@@ -486,3 +486,38 @@ func TestDesiredState(t *testing.T) {
 		t.Errorf("slices %v hold %d endpoints", names, total)
 	}
 }
+
+func TestGlobalAddressesFamilies(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		families   []corev1.IPFamily
+		clusterIP  string
+		hasIPv4    bool
+		unsupports bool
+	}{
+		{"IPv4", []corev1.IPFamily{corev1.IPv4Protocol}, "10.96.0.10", true, false},
+		{"dual-stack, IPv6 primary", []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}, "2001:db8::10", true, false},
+		{"IPv6 only", []corev1.IPFamily{corev1.IPv6Protocol}, "2001:db8::10", false, true},
+		{"headless IPv6 only", []corev1.IPFamily{corev1.IPv6Protocol}, corev1.ClusterIPNone, false, true},
+		{"not defaulted, IPv6 ClusterIP", nil, "2001:db8::10", false, true},
+		{"not defaulted, IPv4 ClusterIP", nil, "10.96.0.10", true, false},
+		{"not defaulted, headless", nil, corev1.ClusterIPNone, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			svc := &corev1.Service{Spec: corev1.ServiceSpec{IPFamilies: tc.families, ClusterIP: tc.clusterIP}}
+			if got := HasIPv4(svc); got != tc.hasIPv4 {
+				t.Errorf("HasIPv4 = %v, want %v", got, tc.hasIPv4)
+			}
+			msg := GlobalAddresses{}.unsupportedFamilies(svc)
+			if (msg != "") != tc.unsupports || tc.unsupports && !strings.Contains(msg, "ipFamilyPolicy PreferDualStack") {
+				t.Errorf("unsupportedFamilies = %q, want a refusal naming the fix: %v", msg, tc.unsupports)
+			}
+		})
+	}
+	// The other policies offer every family.
+	for _, p := range []AddressPolicy{DirectAddresses{}, SecondaryAddresses{}} {
+		if _, ok := p.(familyLimited); ok {
+			t.Errorf("%T refuses some families", p)
+		}
+	}
+}

@@ -109,7 +109,8 @@ func (r *ExportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if desired == nil {
 		syncErr = r.withdraw(ctx, req.NamespacedName)
 		ready = condition(mcsv1beta1.ServiceExportConditionReady, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonPending, "Not exported until the export is valid")
-		if valid.Reason == string(mcsv1beta1.ServiceExportReasonInvalidServiceType) {
+		if valid.Reason == string(mcsv1beta1.ServiceExportReasonInvalidServiceType) || valid.Reason == string(ReasonUnsupportedIPFamily) {
+			// Only the user can change that: nothing is pending.
 			ready.Reason = string(mcsv1beta1.ServiceExportReasonFailed)
 		}
 	} else {
@@ -157,6 +158,12 @@ func (r *ExportReconciler) desired(ctx context.Context, export *mcsv1beta1.Servi
 	if !ok {
 		return condition(mcsv1beta1.ServiceExportConditionValid, metav1.ConditionFalse, mcsv1beta1.ServiceExportReasonInvalidServiceType,
 			fmt.Sprintf("Service %s is of type %s, which cannot be exported; use ClusterIP, NodePort, LoadBalancer or headless", key, svc.Spec.Type)), nil, nil
+	}
+	if f, ok := r.Addresses.(familyLimited); ok {
+		if msg := f.unsupportedFamilies(svc); msg != "" {
+			return condition(mcsv1beta1.ServiceExportConditionValid, metav1.ConditionFalse, ReasonUnsupportedIPFamily,
+				fmt.Sprintf("Service %s %s", key, msg)), nil, nil
+		}
 	}
 	local := &discoveryv1.EndpointSliceList{}
 	if err := r.Member.List(ctx, local, client.InNamespace(key.Namespace), client.MatchingFields{memberSliceIndex: localSliceKey(key.Name)}); err != nil {

@@ -82,7 +82,7 @@ func objects(namespace, clusterID, serverImage, clientImage string) []client.Obj
 			ObjectMeta: metav1.ObjectMeta{Name: serviceName(clusterID), Namespace: namespace, Labels: labels},
 			Spec: corev1.ServiceSpec{
 				// Both families where the cluster has both, so that a dual-stack pair is
-				// checked in each (pairFamilies); one elsewhere.
+				// checked in each (workload.PairFamilies); one elsewhere.
 				IPFamilyPolicy: ptr.To(corev1.IPFamilyPolicyPreferDualStack),
 				Selector:       map[string]string{appLabel: serverName},
 				Ports: []corev1.ServicePort{

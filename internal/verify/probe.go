@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/octopus-mcs/octopus/internal/workload"
 )
 
 // curlArgv is the client pod's HTTP request: curl prints the body and then, on a line of its
@@ -19,9 +21,9 @@ func curlArgv(host string, port int, timeout time.Duration, family string) []str
 	secs := max(1, int(timeout.Seconds()))
 	argv := []string{"curl", "-sS", "--max-time", strconv.Itoa(secs)}
 	switch family {
-	case familyIPv4:
+	case workload.FamilyIPv4:
 		argv = append(argv, "-4")
-	case familyIPv6:
+	case workload.FamilyIPv6:
 		argv = append(argv, "-6")
 	}
 	return append(argv, "-w", "\n%{time_total}\n", "http://"+net.JoinHostPort(host, strconv.Itoa(port))+"/")

@@ -107,8 +107,8 @@ type Report struct {
 	// clusters were given) and then as in Checks (SecondaryChecks for a client cluster on the
 	// secondary network).
 	Results []Result `json:"results"`
-	// Notes say what was not checked and why (familyNote: IPv6 between a dual-stack cluster
-	// and an IPv4-only one).
+	// Notes say what was not checked and why (workload.FamilyNote: IPv6 between a dual-stack
+	// cluster and an IPv4-only one).
 	Notes []string `json:"notes,omitempty"`
 	// Passed is true when every check passed and there was at least one.
 	Passed bool `json:"passed"`

@@ -78,8 +78,8 @@ type member struct {
 	serverIP  netip.Addr
 	serverErr error
 	// serverIP6 and clientIP6 are the probe pods' IPv6 addresses in a dual-stack cluster with
-	// direct addressing (secondIPv6); invalid elsewhere. A pair whose client and server both
-	// have one is checked in each family (pairFamilies).
+	// direct addressing (workload.SecondIPv6); invalid elsewhere. A pair whose client and
+	// server both have one is checked in each family (workload.PairFamilies).
 	serverIP6, clientIP6 netip.Addr
 	// imports are the ClusterSet IPs of the other clusters' probe services, by cluster id
 	// (clusters on the primary network only); imports6 their IPv6 ones, for pairs checked in
@@ -227,7 +227,7 @@ func (r *runner) waitReady(ctx context.Context) error {
 				continue
 			}
 			if m.is(v1alpha1.AddressingDirect) || m.addressing.Addressing == "" {
-				m.clientIP6 = secondIPv6(pod)
+				m.clientIP6 = workload.SecondIPv6(pod)
 			}
 		}
 		return len(waiting) == 0, "pods " + strings.Join(waiting, ", ")
@@ -274,7 +274,7 @@ func (r *runner) serverReady(ctx context.Context, m *member) string {
 	}
 	m.serverIP, m.serverErr = podTarget(m.addressing.Addressing, pod, globalIP)
 	if m.is(v1alpha1.AddressingDirect) || m.addressing.Addressing == "" {
-		m.serverIP6 = secondIPv6(pod)
+		m.serverIP6 = workload.SecondIPv6(pod)
 	}
 	if m.serverErr != nil && !m.is(v1alpha1.AddressingSecondary) {
 		return fmt.Sprintf("%s/%s (%v)", m.ID, serverName, m.serverErr)
@@ -338,11 +338,11 @@ func (r *runner) imported(ctx context.Context, from, to *member) error {
 	if len(si.Spec.IPs) == 0 {
 		return errors.New("no ClusterSet IP yet")
 	}
-	ip, ip6, err := clusterSetIPs(si.Spec.IPs)
+	ip, ip6, err := workload.ClusterSetIPs(si.Spec.IPs)
 	if err != nil {
 		return err
 	}
-	if len(pairFamilies(from.clientIP6, to.serverIP6)) == 2 {
+	if len(workload.PairFamilies(from.clientIP6, to.serverIP6)) == 2 {
 		if !ip6.IsValid() {
 			return errors.New("no IPv6 ClusterSet IP yet")
 		}
@@ -373,7 +373,7 @@ func (r *runner) secondaryEndpoint(ctx context.Context, from, to *member) (netip
 
 // checkAll runs the checks of each ordered pair concurrently (a dead link costs one check
 // timeout per check, not per pair) and returns them in report order, with the notes of what
-// was left out (familyNote).
+// was left out (workload.FamilyNote).
 func (r *runner) checkAll(ctx context.Context) ([]Result, []string) {
 	type pair struct{ from, to *member }
 	var pairs []pair
@@ -391,8 +391,8 @@ func (r *runner) checkAll(ctx context.Context) ([]Result, []string) {
 	var wg sync.WaitGroup
 	for i, p := range pairs {
 		checks, mismatch := pairChecks(p.from.addressing, p.to.addressing)
-		families := pairFamilies(p.from.clientIP6, p.to.serverIP6)
-		if n := familyNote(p.from.ID, p.to.ID, p.from.clientIP6, p.to.serverIP6); n != "" {
+		families := workload.PairFamilies(p.from.clientIP6, p.to.serverIP6)
+		if n := workload.FamilyNote("checked", "probe", p.from.ID, p.to.ID, p.from.clientIP6, p.to.serverIP6); n != "" {
 			notes = append(notes, n)
 			r.p.Step("%s", n)
 		}
@@ -469,7 +469,7 @@ func (r *runner) attempt(ctx context.Context, c Check, family string, from, to *
 	var port int
 	secondary := from.is(v1alpha1.AddressingSecondary)
 	serverIP, imports := to.serverIP, from.imports
-	if family == familyIPv6 {
+	if family == workload.FamilyIPv6 {
 		serverIP, imports = to.serverIP6, from.imports6
 	}
 	switch {

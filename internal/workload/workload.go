@@ -269,38 +269,50 @@ func FieldEnv(name, path string) corev1.EnvVar {
 	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 }
 
+// ImportIPs are the ClusterSet IPs of one ServiceImport: its primary one and, beside an IPv4
+// primary, its IPv6 one (ClusterSetIPs); either invalid when absent.
+type ImportIPs struct {
+	Primary, IPv6 netip.Addr
+}
+
 // WaitImports waits until every member has imported, in namespace ns, every other member's
-// Service serviceName(exporter ID) with a ClusterSet IP, and returns the ClusterSet IPs by
-// importing and then exporting cluster ID. A missing import is not an error: it returns what
-// it found and says on p what it gave up on, so that only what needs the import fails.
+// Service serviceName(exporter ID) with a ClusterSet IP (and an IPv6 one too where
+// wantIPv6(importer ID, exporter ID) says so; nil wants none), and returns the ClusterSet IPs
+// by importing and then exporting cluster ID. A missing import is not an error: it returns
+// what it found and says on p what it gave up on, so that only what needs the import fails.
 // services names the Services in messages, dependents what fails without them.
 func WaitImports(ctx context.Context, p *progress.Reporter, members []*Member, ns string, serviceName func(clusterID string) string,
-	timeout time.Duration, services, dependents string) map[string]map[string]netip.Addr {
+	timeout time.Duration, services, dependents string, wantIPv6 func(from, to string) bool) map[string]map[string]ImportIPs {
 	start := time.Now()
 	p.Step("Waiting for each cluster to import the others' %s", services)
-	ips := map[string]map[string]netip.Addr{}
+	ips := map[string]map[string]ImportIPs{}
 	for _, m := range members {
-		ips[m.ID] = map[string]netip.Addr{}
+		ips[m.ID] = map[string]ImportIPs{}
+	}
+	complete := func(m, o *Member) bool {
+		got := ips[m.ID][o.ID]
+		return got.Primary.IsValid() && (got.IPv6.IsValid() || wantIPv6 == nil || !wantIPv6(m.ID, o.ID))
 	}
 	pending, err := Poll(ctx, p, timeout, func(ctx context.Context) (bool, string) {
 		var missing []string
 		for _, m := range members {
 			for _, o := range members {
-				if o == m || ips[m.ID][o.ID].IsValid() {
+				if o == m || complete(m, o) {
 					continue
 				}
 				si := &mcsv1beta1.ServiceImport{}
-				err := m.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: serviceName(o.ID)}, si)
-				if err == nil && len(si.Spec.IPs) > 0 {
-					if ip, perr := netip.ParseAddr(si.Spec.IPs[0]); perr == nil {
-						ips[m.ID][o.ID] = ip
-						continue
+				if err := m.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: serviceName(o.ID)}, si); err == nil {
+					if primary, ipv6, err := ClusterSetIPs(si.Spec.IPs); err == nil {
+						ips[m.ID][o.ID] = ImportIPs{Primary: primary, IPv6: ipv6}
+						if complete(m, o) {
+							continue
+						}
 					}
 				}
 				missing = append(missing, fmt.Sprintf("%s in %s", serviceName(o.ID), m.ID))
 			}
 		}
-		return len(missing) == 0, "ServiceImports with a ClusterSet IP: " + strings.Join(missing, ", ")
+		return len(missing) == 0, "ServiceImports with a ClusterSet IP (of each family where both clusters are dual-stack): " + strings.Join(missing, ", ")
 	})
 	if err != nil {
 		p.Step("Gave up waiting for %s (%v); the %s that need them will fail", pending, err, dependents)

@@ -21,7 +21,9 @@ const testPort = 45001
 // octgw to a "pod" namespace, a VPC gateway's outside veth (node end octx…, no address) to a
 // "vpc" namespace that holds the VPC's external address, another interface to an "outside"
 // namespace, a TCP listener on all of the node's addresses (a service such as the kubelet's)
-// and a DNAT of a ClusterIP to the outside's listener (a service as kube-proxy makes it).
+// and a DNAT of a ClusterIP to the outside's listener (a service as kube-proxy makes it). The
+// pod's block is one of the guard's protected CIDRs: the VPC reaches it before, not after, and
+// the pod still reaches the VPC's external address.
 func TestKernelGuard(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates network namespaces (run the tests as root; CI does)")
@@ -96,6 +98,11 @@ func TestKernelGuard(t *testing.T) {
 	if err := reach(vpc, to(serviceIP)); err != nil {
 		t.Fatalf("before the guard, the VPC cannot reach the cluster's service at %s either: %v", serviceIP, err)
 	}
+	// A pod of the cluster, by plain forwarding: no DNAT, no address of the node's.
+	if err := reach(vpc, to(podAddr)); err != nil {
+		t.Fatalf("before the guard, the VPC cannot reach the cluster's pod at %s either: %v", podAddr, err)
+	}
+	listen(t, vpc)
 
 	g, ctx := (*Guard)(nil), context.Background()
 	if err := tunneltest.InErr(node, func() (err error) {
@@ -116,8 +123,15 @@ func TestKernelGuard(t *testing.T) {
 	if err := connect(vpc, to(serviceIP)); err == nil {
 		t.Fatalf("the VPC still reaches the cluster's service at %s through the guard", serviceIP)
 	}
-	if c := dropped(t, node); c < 5 {
-		t.Fatalf("the drop rules counted %d packets, want the five SYNs at least", c)
+	if err := connect(vpc, to(podAddr)); err == nil {
+		t.Fatalf("the VPC still reaches the cluster's pod at %s through the guard (a protected CIDR)", podAddr)
+	}
+	if c := dropped(t, node); c < 6 {
+		t.Fatalf("the drop rules counted %d packets, want the six SYNs at least", c)
+	}
+	// What the cluster opens to the VPC's external address still gets its replies.
+	if err := reach(pod, to(externalAddr)); err != nil {
+		t.Errorf("a pod of the cluster no longer reaches the VPC's external address (replies dropped): %v", err)
 	}
 	if err := reach(vpc, to(outsideAddr)); err != nil {
 		t.Errorf("the VPC's traffic is not forwarded out of the node any more: %v", err)
@@ -201,8 +215,8 @@ func dropped(t *testing.T, ns string) int {
 	t.Helper()
 	listed := list(t, ns)
 	total, counters := 0, strings.Split(listed, "counter packets ")[1:]
-	if len(counters) != 2 {
-		t.Fatalf("%d counters, want 2, in:\n%s", len(counters), listed)
+	if len(counters) != 4 {
+		t.Fatalf("%d counters, want 4 (fence, DNAT, protected IPv4 and IPv6), in:\n%s", len(counters), listed)
 	}
 	for _, c := range counters {
 		var n int

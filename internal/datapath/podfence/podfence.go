@@ -11,7 +11,9 @@
 // itself opened and ICMP (a pod pinging its gateway, path-MTU errors) and drops the rest.
 // Forwarded traffic, the interfaces' purpose, never reaches the input hook; but what the node
 // DNATs before forwarding it (kube-proxy's ClusterIPs, the node's NodePorts) is a service of the
-// cluster all the same, so its forward chain drops that from the VPCs' interfaces. What other clusters'
+// cluster all the same, so its forward chain drops that from the VPCs' interfaces, and with it
+// every connection a VPC opens to the cluster's own addresses (its pods, Services and secondary
+// block), which the node would otherwise forward as any other traffic. What other clusters'
 // pods send to the node arrives on the tunnel device, not here, and is not this table's to
 // filter (the gateways' health probes come that way).
 //
@@ -26,6 +28,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,6 +79,11 @@ type Links struct {
 	// input hook never sees. A VPC's tenant reaches the cluster's services no more than the
 	// node itself, while the rest it sends is forwarded as before.
 	DNAT []string
+	// Protected are the cluster's own CIDRs (pods, Services, the secondary block): a
+	// connection that arrives on a DNAT interface to open to one of them is dropped in the
+	// forward hook; replies to connections the cluster opened pass. Without it the node
+	// forwards a VPC's packets to the pods and Services it routes, DNAT or not. Optional.
+	Protected []netip.Prefix
 }
 
 // Guard makes the table guard links, replacing whatever it held (the table is added, its
@@ -86,6 +94,10 @@ func (g *Guard) Guard(ctx context.Context, links Links) error {
 		return errors.New("gateway guard: no interface to guard")
 	}
 	if err := validLinks(slices.Concat(links.Input, links.DNAT)); err != nil {
+		return fmt.Errorf("gateway guard: %w", err)
+	}
+	protected, err := protectedSets(links.Protected)
+	if err != nil {
 		return fmt.Errorf("gateway guard: %w", err)
 	}
 	tx := g.nft.NewTransaction()
@@ -107,6 +119,9 @@ func (g *Guard) Guard(ctx context.Context, links Links) error {
 	}
 	for _, link := range links.DNAT {
 		tx.Add(&knftables.Rule{Chain: chainForward, Rule: knftables.Concat("iifname", strconv.Quote(link), "ct status dnat counter drop")})
+		for _, set := range protected {
+			tx.Add(&knftables.Rule{Chain: chainForward, Rule: knftables.Concat("iifname", strconv.Quote(link), set, "ct state != { established, related } counter drop")})
+		}
 	}
 	tx.Add(&knftables.Rule{Chain: chainFence, Rule: "ct state { established, related } accept"})
 	// ICMP and ICMPv6 by number: nft resolves protocol names through /etc/protocols, which
@@ -117,6 +132,37 @@ func (g *Guard) Guard(ctx context.Context, links Links) error {
 		return fmt.Errorf("guarding %s in nftables table inet %s: %w", strings.Join(links.Input, ", "), owner.GatewayGuardNFTTable, err)
 	}
 	return nil
+}
+
+// protectedSets are the destination matches of the protected CIDRs, one per family present
+// ("ip daddr { ... }", then "ip6 daddr { ... }"), in a stable order so that the same CIDRs give
+// the same rules. A prefix that is invalid or has host bits set is refused before anything is
+// written.
+func protectedSets(cidrs []netip.Prefix) ([]string, error) {
+	var v4, v6 []string
+	for _, p := range cidrs {
+		switch {
+		case !p.IsValid():
+			return nil, errors.New("protected CIDR: an invalid prefix")
+		case p != p.Masked():
+			return nil, fmt.Errorf("protected CIDR %s has host bits set: did you mean %s?", p, p.Masked())
+		case p.Addr().Is4():
+			v4 = append(v4, p.String())
+		default:
+			v6 = append(v6, p.String())
+		}
+	}
+	var sets []string
+	for _, f := range []struct {
+		match string
+		cidrs []string
+	}{{"ip daddr", v4}, {"ip6 daddr", v6}} {
+		if len(f.cidrs) > 0 {
+			slices.Sort(f.cidrs)
+			sets = append(sets, f.match+" { "+strings.Join(slices.Compact(f.cidrs), ", ")+" }")
+		}
+	}
+	return sets, nil
 }
 
 // validLinks refuses what is no interface name (IFNAMSIZ bounds one to 15 bytes) or

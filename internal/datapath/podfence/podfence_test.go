@@ -2,6 +2,7 @@ package podfence
 
 import (
 	"context"
+	"net/netip"
 	"testing"
 
 	"sigs.k8s.io/knftables"
@@ -17,12 +18,17 @@ add rule inet octopus-gateway-guard fence ct state { established, related } acce
 add rule inet octopus-gateway-guard fence meta l4proto { 1, 58 } accept
 add rule inet octopus-gateway-guard fence counter drop
 add rule inet octopus-gateway-guard forward iifname "octx*" ct status dnat counter drop
+add rule inet octopus-gateway-guard forward iifname "octx*" ip daddr { 10.112.0.0/16, 10.96.0.0/16 } ct state != { established, related } counter drop
+add rule inet octopus-gateway-guard forward iifname "octx*" ip6 daddr { 2001:db8:96::/112 } ct state != { established, related } counter drop
 add rule inet octopus-gateway-guard input iifname "octgw" goto fence
 add rule inet octopus-gateway-guard input iifname "octx*" goto fence
 `
 
-// testLinks are the links gateway-port guards.
-var testLinks = Links{Input: []string{"octgw", "octx*"}, DNAT: []string{"octx*"}}
+// testLinks are the links gateway-port guards, with a dual-stack cluster's CIDRs (the secondary
+// block, given twice, and the IPv4 pod CIDR out of order).
+var testLinks = Links{Input: []string{"octgw", "octx*"}, DNAT: []string{"octx*"}, Protected: []netip.Prefix{
+	netip.MustParsePrefix("10.96.0.0/16"), netip.MustParsePrefix("2001:db8:96::/112"), netip.MustParsePrefix("10.112.0.0/16"), netip.MustParsePrefix("10.112.0.0/16"),
+}}
 
 func TestGuardGolden(t *testing.T) {
 	ctx := context.Background()
@@ -59,6 +65,8 @@ func TestGuardRefusesWhatIsNoInterface(t *testing.T) {
 		{"a space", Links{Input: []string{"oct gw"}}},
 		{"a wildcard inside", Links{Input: []string{"oct*gw"}}},
 		{"a bad DNAT link", Links{Input: []string{"octgw"}, DNAT: []string{"octx* "}}},
+		{"a protected CIDR with host bits", Links{Input: []string{"octgw"}, DNAT: []string{"octx*"}, Protected: []netip.Prefix{netip.MustParsePrefix("10.1.2.3/16")}}},
+		{"an invalid protected CIDR", Links{Input: []string{"octgw"}, DNAT: []string{"octx*"}, Protected: []netip.Prefix{{}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fake := knftables.NewFake(knftables.InetFamily, owner.GatewayGuardNFTTable)

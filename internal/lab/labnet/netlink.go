@@ -68,6 +68,9 @@ func EnsureNamespace(name string) error {
 	if err := os.MkdirAll(netnsDir, 0o755); err != nil {
 		return fmt.Errorf("creating network namespace %s: %w", name, err)
 	}
+	if err := shareNetnsDir(netnsDir); err != nil {
+		return fmt.Errorf("creating network namespace %s: %w", name, err)
+	}
 	return onLockedThread(func() error {
 		// NewNamed unshares the calling thread into the new namespace and bind-mounts it;
 		// onLockedThread switches the thread back.
@@ -96,6 +99,9 @@ func NameNamespace(name, path string) error {
 	if err := os.MkdirAll(netnsDir, 0o755); err != nil {
 		return fmt.Errorf("naming network namespace %s: %w", name, err)
 	}
+	if err := shareNetnsDir(netnsDir); err != nil {
+		return fmt.Errorf("naming network namespace %s: %w", name, err)
+	}
 	f, err := os.OpenFile(NetnsPath(name), os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
 	if err != nil {
 		return fmt.Errorf("naming network namespace %s: %w", name, err)
@@ -105,6 +111,32 @@ func NameNamespace(name, path string) error {
 	}
 	if err := unix.Mount(path, NetnsPath(name), "none", unix.MS_BIND, ""); err != nil {
 		return errors.Join(fmt.Errorf("naming network namespace %s: bind-mounting %s: %w", name, path, err), os.Remove(NetnsPath(name)))
+	}
+	return nil
+}
+
+// shareNetnsDir makes dir a shared mount point of its own, as `ip netns add` does before it
+// mounts a namespace there (iproute2's netns_add: make the directory shared, and where that
+// fails because it is no mount point, bind it onto itself first). The lab does it before it
+// mounts its first namespace, so that a later `ip netns add` (a test running beside the lab,
+// a user) finds a mount point and changes nothing. Otherwise that bind would copy the lab's
+// namespace mounts into a new layer over the directory, and each of them would stay mounted
+// below it after the lab unmounts its visible copy, so that teardown could not remove its
+// file (EBUSY) while the namespaces lived on. The same call again is a no-op.
+func shareNetnsDir(dir string) error {
+	const shared = unix.MS_SHARED | unix.MS_REC
+	err := unix.Mount("", dir, "none", shared, "")
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("making %s a shared mount: %w", dir, err)
+	}
+	if err := unix.Mount(dir, dir, "none", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind-mounting %s onto itself, as ip netns does: %w", dir, err)
+	}
+	if err := unix.Mount("", dir, "none", shared, ""); err != nil {
+		return fmt.Errorf("making %s a shared mount: %w", dir, err)
 	}
 	return nil
 }

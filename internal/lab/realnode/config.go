@@ -124,8 +124,8 @@ type kubeletConfig struct {
 	ClientCAFile, TLSCertFile, TLSKeyFile string
 	// CgroupRoot is the node's cgroup (cgroup.go): the kubelet puts kubepods under it.
 	CgroupRoot string
-	// ClusterDNS is the kube-dns Service's address.
-	ClusterDNS netip.Addr
+	// ClusterDNS are the kube-dns Service's addresses, one per family of a dual-stack cluster.
+	ClusterDNS []netip.Addr
 }
 
 // render returns the KubeletConfiguration as JSON, which the kubelet reads as YAML.
@@ -151,7 +151,7 @@ func (c kubeletConfig) render() ([]byte, error) {
 		},
 		"authorization":            map[string]any{"mode": "Webhook"},
 		"containerRuntimeEndpoint": "unix://" + containerdSocket,
-		"clusterDNS":               []string{c.ClusterDNS.String()},
+		"clusterDNS":               addrStrings(c.ClusterDNS),
 		"clusterDomain":            "cluster.local",
 		"failSwapOn":               false,
 		// Lab nodes share one machine's disk and memory with everything else on it: the
@@ -189,4 +189,13 @@ func nodeLabelsArg(labels map[string]string) string {
 	}
 	slices.Sort(pairs)
 	return strings.Join(pairs, ",")
+}
+
+// addrStrings formats addrs for the kubelet's configuration.
+func addrStrings(addrs []netip.Addr) []string {
+	out := make([]string, len(addrs))
+	for i, a := range addrs {
+		out[i] = a.String()
+	}
+	return out
 }

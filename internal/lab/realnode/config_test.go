@@ -41,7 +41,7 @@ func TestContainerdConfig(t *testing.T) {
 func TestKubeletConfig(t *testing.T) {
 	b, err := kubeletConfig{
 		Address: netip.MustParseAddr("198.51.100.2"), ClientCAFile: "/pki/ca.crt", TLSCertFile: "/pki/k.crt", TLSKeyFile: "/pki/k.key",
-		CgroupRoot: "/octopus-lab-abcd/n1", ClusterDNS: netip.MustParseAddr("10.97.0.10"),
+		CgroupRoot: "/octopus-lab-abcd/n1", ClusterDNS: []netip.Addr{netip.MustParseAddr("10.97.0.10"), netip.MustParseAddr("2001:db8:97::a")},
 	}.render()
 	if err != nil {
 		t.Fatal(err)
@@ -60,8 +60,9 @@ func TestKubeletConfig(t *testing.T) {
 		"readOnlyPort":             float64(0),
 		"tlsCertFile":              "/pki/k.crt",
 		"containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
-		"clusterDNS":               []any{"10.97.0.10"},
-		"authorization":            map[string]any{"mode": "Webhook"},
+		// Both families' kube-dns addresses, the primary's first (dual-stack).
+		"clusterDNS":    []any{"10.97.0.10", "2001:db8:97::a"},
+		"authorization": map[string]any{"mode": "Webhook"},
 		// No registry to pull a deleted image from again.
 		"imageGCHighThresholdPercent": float64(100),
 	} {

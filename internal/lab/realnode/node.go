@@ -58,8 +58,9 @@ type Options struct {
 	// Images are image tarballs (internal/lab/images) imported into the node's containerd
 	// before the kubelet starts. Optional.
 	Images []string
-	// ClusterDNS is the kube-dns Service's address, the nameserver of pods' resolv.conf.
-	ClusterDNS netip.Addr
+	// ClusterDNS are the kube-dns Service's addresses, the nameservers of pods' resolv.conf:
+	// one per family of a dual-stack cluster, the primary family's first.
+	ClusterDNS []netip.Addr
 	// Mirror is the address of a registry (images.Registry) that containerd uses instead of
 	// each of Registries, so that images are pulled from it and never from outside the
 	// machine. Optional.

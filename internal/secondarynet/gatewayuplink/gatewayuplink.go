@@ -68,6 +68,10 @@ type Config struct {
 	Node podport.Node
 	// MTU of the interface; 0 leaves the kernel's default.
 	MTU int
+	// Protected are the cluster's own CIDRs (its pods, Services and secondary block), which
+	// no VPC may open a connection to through its gateway's outside veth (podfence.Links).
+	// VpcOptions.Protected must be the same: both loops write the node's one table.
+	Protected []netip.Prefix
 }
 
 // Gateway is the interface the configuration describes, or why it describes none.
@@ -130,7 +134,7 @@ func New(o Options) (*Loop, error) {
 		o.Interval = DefaultInterval
 	}
 	l := &Loop{gateway: g, interval: o.Interval, log: o.Log, reconcile: podport.ReconcileGateway}
-	l.guard = nodeGuard(o.Node.Netns)
+	l.guard = nodeGuard(o.Node.Netns, o.Protected)
 	l.set(errNotAttached)
 	return l, nil
 }
@@ -141,18 +145,23 @@ func (l *Loop) set(err error) { l.last.Store(&err) }
 // through: the cluster's gateway interface and every VPC gateway's outside veth, whether or
 // not this node holds any yet (the table is the same in both loops, so that either writes it
 // before the interfaces it keeps are up). A VPC is also kept off the cluster's services the
-// node DNATs (its ClusterIPs and NodePorts); the secondary network's pods are the cluster's
-// own and reach them anyway.
-var guardedLinks = podfence.Links{
-	Input: []string{podport.GatewayLink, podport.VpcGatewayOutsideNodeLinkPattern},
-	DNAT:  []string{podport.VpcGatewayOutsideNodeLinkPattern},
+// node DNATs (its ClusterIPs and NodePorts) and off the cluster's protected CIDRs; the
+// secondary network's pods are the cluster's own and reach them anyway.
+func guardedLinks(protected []netip.Prefix) podfence.Links {
+	return podfence.Links{
+		Input:     []string{podport.GatewayLink, podport.VpcGatewayOutsideNodeLinkPattern},
+		DNAT:      []string{podport.VpcGatewayOutsideNodeLinkPattern},
+		Protected: protected,
+	}
 }
 
-// nodeGuard writes the node's podfence table for guardedLinks in the namespace at netnsPath.
+// nodeGuard writes the node's podfence table for guardedLinks(protected) in the namespace at
+// netnsPath.
 // The nft writer is made at the first call rather than here, so that a missing nft binary is a
 // failed check that says so (and retries), and the constructors' tests, which replace the
 // guard, need none.
-func nodeGuard(netnsPath string) func(context.Context) error {
+func nodeGuard(netnsPath string, protected []netip.Prefix) func(context.Context) error {
+	links := guardedLinks(protected)
 	var mu sync.Mutex
 	var guard *podfence.Guard
 	return func(ctx context.Context) error {
@@ -165,7 +174,7 @@ func nodeGuard(netnsPath string) func(context.Context) error {
 			}
 			guard = made
 		}
-		return guard.GuardIn(ctx, netnsPath, guardedLinks)
+		return guard.GuardIn(ctx, netnsPath, links)
 	}
 }
 

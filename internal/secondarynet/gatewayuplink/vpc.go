@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -211,6 +212,9 @@ type VpcOptions struct {
 	Source VpcSource
 	// Interval between two checks (DefaultInterval when zero).
 	Interval time.Duration
+	// Protected are the cluster's own CIDRs, kept from the VPCs as Config.Protected says (the
+	// same CIDRs: both loops write the node's one table).
+	Protected []netip.Prefix
 	// Log gets a line for each gateway attached, repaired or removed and for each failure.
 	Log logr.Logger
 }
@@ -265,7 +269,7 @@ func NewVpcLoop(o VpcOptions) (*VpcLoop, error) {
 		o.Interval = DefaultInterval
 	}
 	l := &VpcLoop{o: o, reconcile: podport.ReconcileVpcGateway, detach: podport.DetachVpcGateway,
-		present: podport.VpcGatewaysOnNode, attached: map[string]bool{}, snat: lazySNAT(), guard: nodeGuard(o.Node.Netns)}
+		present: podport.VpcGatewaysOnNode, attached: map[string]bool{}, snat: lazySNAT(), guard: nodeGuard(o.Node.Netns, o.Protected)}
 	l.set(errNotChecked)
 	return l, nil
 }
@@ -361,7 +365,7 @@ func (l *VpcLoop) once(ctx context.Context) error {
 func (l *VpcLoop) check(ctx context.Context) error {
 	guardErr := l.guard(ctx)
 	if guardErr != nil && ctx.Err() == nil {
-		l.o.Log.Error(guardErr, "Failed to guard the node from the VPCs' outside veths; attaching nothing, retrying", "links", guardedLinks)
+		l.o.Log.Error(guardErr, "Failed to guard the node from the VPCs' outside veths; attaching nothing, retrying", "links", guardedLinks(l.o.Protected))
 	}
 	desired, err := l.o.Source.VpcGatewaysOn(ctx, l.o.ClusterID, l.o.Chassis)
 	if err != nil {
