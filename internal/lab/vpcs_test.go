@@ -1,11 +1,14 @@
 package lab_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -26,6 +29,7 @@ import (
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
+	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/tunneltest"
 	"github.com/octopus-mcs/octopus/internal/lab"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/lab/realnode"
@@ -385,11 +389,13 @@ func gone(err error) error {
 }
 
 // checkVpcGatewayFenced checks the fence around a VPC gateway on cluster c's gateway node
-// (podfence: the node end of the gateway's way out): from red's gateway namespace, the node's
-// kubelet port, a NodePort on the node's address and a ClusterIP, all three leading to the
-// echo pod on that node, are refused, while the same pod at its own address answers (the
-// gateway's way out works, so the refusals are the fence's) and a cluster pod on the other
-// node reaches all three (they serve).
+// (podfence, at the node end of the gateway's way out): from red's gateway namespace, the
+// node's kubelet port, a NodePort on the node's address, a ClusterIP and the echo pod on that
+// node at its own address are all refused (the Service's one endpoint is that pod), while a
+// cluster pod on the other node reaches all four (they serve) and the pod on the gateway node
+// opens a connection to a listener in the gateway's namespace at its external address and gets
+// its answer: the way between the node and the gateway carries traffic both ways, so what is
+// refused is the fence's doing, which drops only what a VPC opens.
 func checkVpcGatewayFenced(ctx context.Context, t *testing.T, l *lab.Lab, c labnet.ClusterNet, node labnet.NodeNet, pods []xpod) {
 	cs := clientset(t, l.Env.Cluster(c.Name).Kubeconfig)
 	target := podOn(t, pods, node.Name)
@@ -402,12 +408,10 @@ func checkVpcGatewayFenced(ctx context.Context, t *testing.T, l *lab.Lab, c labn
 	if from.name == "" {
 		t.Fatalf("no pod of %s runs off its gateway node %s: %v", c.Name, node.Name, pods)
 	}
-	// A Service whose one endpoint is the pod on the gateway node: without the fence the
-	// node's DNAT would carry the gateway to it, and the answer would come back the way the
-	// direct request's does.
 	const label = "octopus-lab/fence-target"
 	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:"true"}}}`, label)
-	if _, err := cs.CoreV1().Pods("default").Patch(ctx, target.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+	pod, err := cs.CoreV1().Pods("default").Patch(ctx, target.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if err != nil {
 		t.Fatalf("labelling pod %s: %v", target.name, err)
 	}
 	svc, err := cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
@@ -425,9 +429,10 @@ func checkVpcGatewayFenced(ctx context.Context, t *testing.T, l *lab.Lab, c labn
 	}()
 	nodeIP := node.LANAddr.Addr()
 	services := map[string]netip.AddrPort{
-		"the node's kubelet": netip.AddrPortFrom(nodeIP, 10250),
-		"a NodePort":         netip.AddrPortFrom(nodeIP, uint16(svc.Spec.Ports[0].NodePort)),
-		"a ClusterIP":        netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80),
+		"the node's kubelet":   netip.AddrPortFrom(nodeIP, 10250),
+		"a NodePort":           netip.AddrPortFrom(nodeIP, uint16(svc.Spec.Ports[0].NodePort)),
+		"a ClusterIP":          netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80),
+		"a pod of the cluster": netip.AddrPortFrom(netip.MustParseAddr(pod.Status.PodIP), 8080),
 	}
 	for what, addr := range services {
 		waitFor(t, time.Minute, fmt.Sprintf("cluster pod %s to reach %s at %s", from.name, what, addr), func() error {
@@ -448,27 +453,43 @@ func checkVpcGatewayFenced(ctx context.Context, t *testing.T, l *lab.Lab, c labn
 			t.Errorf("removing the name %s: %v", gw, err)
 		}
 	}()
-	// Its primary address: what the node forwards to, as it does the Service's traffic.
-	pod, err := cs.CoreV1().Pods("default").Get(ctx, target.name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	ext := netip.AddrPortFrom(vpcExternalIP(ctx, t, kubeClient(t, l.Env.Cluster(c.Name).Kubeconfig), c.Name, "red"), 7777)
+	var ln net.Listener
+	if err := tunneltest.InErr(gw, func() error {
+		var err error
+		ln, err = net.Listen("tcp4", ext.String())
+		return err
+	}); err != nil {
+		t.Fatalf("listening in red's gateway at %s: %v", ext, err)
 	}
-	direct := netip.AddrPortFrom(netip.MustParseAddr(pod.Status.PodIP), 8080)
-	waitFor(t, 30*time.Second, fmt.Sprintf("red's gateway to reach pod %s at %s", target.name, direct), func() error {
-		got, err := tryHTTPGet(gw, direct)
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(conn, "red's gateway\n")
+			_ = conn.Close()
+		}
+	}()
+	waitFor(t, 30*time.Second, fmt.Sprintf("pod %s to reach red's gateway at %s", target.name, ext), func() error {
+		conn, err := labnet.DialTCP(target.netns, ext, 3*time.Second)
 		if err != nil {
 			return err
 		}
-		if !strings.Contains(got, "pod="+target.name+" ") {
-			return fmt.Errorf("answer %q", got)
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
+		line, err := bufio.NewReader(conn).ReadString('\n')
+		if err != nil || line != "red's gateway\n" {
+			return fmt.Errorf("answer %q (%w)", line, err)
 		}
-		t.Logf("red's gateway -> %s at %s: %s", target.name, direct, got)
 		return nil
 	})
 	for what, addr := range services {
 		if conn, err := labnet.DialTCP(gw, addr, 3*time.Second); err == nil {
 			_ = conn.Close()
-			t.Errorf("red's gateway on %s connected to %s at %s: the fence lets a VPC reach its gateway node", node.Name, what, addr)
+			t.Errorf("red's gateway on %s connected to %s at %s: the fence lets a VPC into its cluster", node.Name, what, addr)
 		}
 	}
 }
