@@ -66,6 +66,8 @@ type labUpOptions struct {
 	cni string
 	// secondary is lab.Options.SecondaryNetwork.
 	secondary bool
+	// vpcs is lab.Options.Vpcs.
+	vpcs bool
 	// ipFamily is lab.Options.IPFamily.
 	ipFamily string
 	// ipv4 is lab.Options.IPv4Clusters: with --ip-family dual, a mixed cluster set.
@@ -78,7 +80,7 @@ var labFlags = map[string]string{
 	"Clusters": "--clusters", "NodesPerCluster": "--nodes-per-cluster", "GatewaysPerCluster": "--gateways-per-cluster",
 	"Backends": "--backend", "Topology": "--topology", "HubGateways": "--hub-gateways", "Dir": "--dir",
 	"OverlappingCIDRs": "--overlapping-cidrs", "DirectClusters": "--direct-clusters",
-	"CNI": "--cni", "SecondaryNetwork": "--secondary-network", "IPFamily": "--ip-family", "IPv4Clusters": "--ipv4-clusters",
+	"CNI": "--cni", "SecondaryNetwork": "--secondary-network", "Vpcs": "--vpcs", "IPFamily": "--ip-family", "IPv4Clusters": "--ipv4-clusters",
 }
 
 // labOptions maps the flags onto lab.Options (without the binaries and the progress reporter,
@@ -94,7 +96,7 @@ func (o *labUpOptions) labOptions() (lab.Options, error) {
 	}
 	opts := lab.Options{Clusters: o.clusters, NodesPerCluster: nodes, GatewaysPerCluster: o.gateways, Backends: backends,
 		OverlappingCIDRs: o.overlapping, DirectClusters: o.direct, Topology: v1alpha1.Topology(o.topology), HubGateways: o.hubGateways, Dir: *o.dir,
-		CNI: o.cni, SecondaryNetwork: o.secondary, IPFamily: o.ipFamily, IPv4Clusters: o.ipv4}
+		CNI: o.cni, SecondaryNetwork: o.secondary, Vpcs: o.vpcs, IPFamily: o.ipFamily, IPv4Clusters: o.ipv4}
 	if err := opts.Validate(); err != nil {
 		return lab.Options{}, inFlagTerms(err, labFlags)
 	}
@@ -169,6 +171,7 @@ func (o *labUpOptions) bindFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.topology, "topology", string(v1alpha1.TopologyMesh), "how gateways connect: mesh (direct tunnels between all clusters) or hub (every cluster through the hub's gateway)")
 	fs.StringVar(&o.cni, "cni", cni.Bridge, "the nodes' CNI: bridge (the reference bridge and host-local plugins, routes between nodes written by the lab) or flannel (flanneld with its VXLAN backend on every node)")
 	fs.BoolVar(&o.secondary, "secondary-network", false, "join every cluster with secondary addressing: each pod gets net1 on the cluster's OVN switch, with OVN, the ovnmaster and the NRI plugin as the member chart's pods")
+	fs.BoolVar(&o.vpcs, "vpcs", false, "with --secondary-network: in every cluster, VPCs red and blue with identical subnets, a namespace bound to each (red, blue) and an echo pod per VPC on every node; their gateways on the active gateway node")
 	fs.StringVar(&o.ipFamily, "ip-family", lab.IPFamilyIPv4, "the member clusters' address family: ipv4, or dual (dual-stack: pods, services and nodes of both families, IPv6 in 2001:db8::/32; the tunnels carry both)")
 	fs.StringSliceVar(&o.ipv4, "ipv4-clusters", nil, "with --ip-family dual, these clusters (e.g. cluster2) stay IPv4-only: a mixed cluster set, whose connections say why IPv6 is not offered")
 	fs.IntVar(&o.hubGateways, "hub-gateways", 0, "with --topology hub: the hub's gateway nodes, one active, the others take over when it dies (if not given: 1)")

@@ -25,6 +25,7 @@ func TestLabUpFlags(t *testing.T) {
 		hubGateways     int
 		cni             string
 		ipFamily        string
+		secondary, vpcs bool
 	}{
 		"defaults":                  {args: nil, nodes: 0, gateways: 1, backend: "wireguard", topology: "mesh"},
 		"flannel":                   {args: []string{"--cni", "flannel"}, gateways: 1, backend: "wireguard", topology: "mesh", cni: "flannel"},
@@ -50,6 +51,9 @@ func TestLabUpFlags(t *testing.T) {
 		"ipv6 only":                 {args: []string{"--ip-family", "ipv6"}, wantErr: `--ip-family "ipv6": IPv6-only clusters are not built yet; use dual`},
 		"dual with flannel":         {args: []string{"--ip-family", "dual", "--cni", "flannel"}, wantErr: "--ip-family dual with --cni: the lab's flannel setup is IPv4 only; leave --cni unset, or --ip-family ipv4"},
 		"dual with globalnet":       {args: []string{"--ip-family", "dual", "--overlapping-cidrs"}, wantErr: "--ip-family dual with --overlapping-cidrs"},
+		"secondary network":         {args: []string{"--secondary-network"}, gateways: 1, backend: "wireguard", topology: "mesh", secondary: true},
+		"vpcs":                      {args: []string{"--secondary-network", "--vpcs"}, gateways: 1, backend: "wireguard", topology: "mesh", secondary: true, vpcs: true},
+		"vpcs without secondary":    {args: []string{"--vpcs"}, wantErr: "--vpcs without --secondary-network: VPCs are networks of the OVN secondary network; set --secondary-network too"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -77,6 +81,9 @@ func TestLabUpFlags(t *testing.T) {
 			}
 			if want := cmp.Or(tc.ipFamily, "ipv4"); opts.IPFamily != want {
 				t.Errorf("IPFamily %q, want %q", opts.IPFamily, want)
+			}
+			if opts.SecondaryNetwork != tc.secondary || opts.Vpcs != tc.vpcs {
+				t.Errorf("SecondaryNetwork %v, Vpcs %v; want %v, %v", opts.SecondaryNetwork, opts.Vpcs, tc.secondary, tc.vpcs)
 			}
 			if want := cmp.Or(tc.cni, "bridge"); opts.CNI != want {
 				t.Errorf("CNI %q, want %q", opts.CNI, want)

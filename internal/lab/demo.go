@@ -248,9 +248,7 @@ func (l *Lab) httpGetFromNode(cluster, ip string, port uint16) (string, error) {
 	return strings.TrimSpace(reply), nil
 }
 
-// echoObjects are the demo's echo server in cluster, which answers with its cluster's name: set
-// here rather than left to the lab's NRI plugin (realnode.EnvCluster), which containerd may
-// have dropped under load.
+// echoObjects are the demo's echo server in cluster (echoContainer), its Service and export.
 func echoObjects(cluster string) []client.Object {
 	labels := map[string]string{"app": "echo"}
 	return []client.Object{
@@ -261,18 +259,7 @@ func echoObjects(cluster string) []client.Object {
 				Selector: &metav1.LabelSelector{MatchLabels: labels},
 				Template: corev1.PodTemplateSpec{
 					ObjectMeta: metav1.ObjectMeta{Labels: labels},
-					Spec: corev1.PodSpec{Containers: []corev1.Container{{
-						Name: "echo", Image: images.EchoImage,
-						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}, {Name: "tcp", ContainerPort: 9000}},
-						Env: []corev1.EnvVar{
-							{Name: "CLUSTER_NAME", Value: cluster},
-							fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_NAMESPACE", "metadata.namespace"),
-							fieldEnv("NODE_NAME", "spec.nodeName"), fieldEnv("POD_IP", "status.podIP"),
-						},
-						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
-							HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)},
-						}},
-					}}},
+					Spec:       corev1.PodSpec{Containers: []corev1.Container{echoContainer(cluster)}},
 				},
 			},
 		},
@@ -284,6 +271,24 @@ func echoObjects(cluster string) []client.Object {
 			}},
 		},
 		&mcsv1beta1.ServiceExport{ObjectMeta: metav1.ObjectMeta{Name: "echo", Namespace: DemoNamespace}},
+	}
+}
+
+// echoContainer is the echo server of cluster (HTTP on 8080, TCP echo on 9000), which answers
+// with its cluster, node, pod and namespace. The cluster's name is set here rather than left
+// to the lab's NRI plugin (realnode.EnvCluster), which containerd may have dropped under load.
+func echoContainer(cluster string) corev1.Container {
+	return corev1.Container{
+		Name: "echo", Image: images.EchoImage,
+		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}, {Name: "tcp", ContainerPort: 9000}},
+		Env: []corev1.EnvVar{
+			{Name: "CLUSTER_NAME", Value: cluster},
+			fieldEnv("POD_NAME", "metadata.name"), fieldEnv("POD_NAMESPACE", "metadata.namespace"),
+			fieldEnv("NODE_NAME", "spec.nodeName"), fieldEnv("POD_IP", "status.podIP"),
+		},
+		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{
+			HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)},
+		}},
 	}
 }
 

@@ -113,6 +113,12 @@ type Options struct {
 	// gets a link of its own for the Geneve tunnels (SecondaryUnderlayLink). Optional; not
 	// with ComponentProcesses or Unjoined.
 	SecondaryNetwork bool
+	// Vpcs makes, in every member cluster on the secondary network, the VPCs of issue 33's
+	// scenario (vpcs.go): Vpcs red and blue with identical subnets (identical across the
+	// clusters too), a namespace bound to each, and an echo pod per VPC on every node; the
+	// member chart keeps their gateways on the gateway nodes (secondaryNetwork.gatewayPort.vpcs).
+	// Optional; only with SecondaryNetwork.
+	Vpcs bool
 	// IPFamily is the member clusters' address family: IPFamilyIPv4 (the default) or
 	// IPFamilyDual (dual-stack: both families' pod and service CIDRs, node and pod addresses,
 	// every IPv6 one inside labnet.IPv6Range; the underlay stays IPv4, the tunnels carry
@@ -380,11 +386,17 @@ func joinOne(ctx context.Context, opts Options, env *controlplane.Environment, p
 	}
 	var secondary map[string]any
 	if onSecondary {
-		if secondary, err = prepareSecondaryNetwork(ctx, i, *plan.Cluster(name), joined, info.Secondary.CIDR); err != nil {
+		if secondary, err = prepareSecondaryNetwork(ctx, i, *plan.Cluster(name), joined, info.Secondary.CIDR, opts.Vpcs); err != nil {
 			return err
 		}
 	}
-	return startComponents(ctx, opts, env, cp, *plan.Cluster(name), secondary)
+	if err := startComponents(ctx, opts, env, cp, *plan.Cluster(name), secondary); err != nil {
+		return err
+	}
+	if onSecondary && opts.Vpcs {
+		return startVpcs(ctx, opts.Progress, cp, *plan.Cluster(name))
+	}
+	return nil
 }
 
 // podCIDRs are the cluster's pod CIDRs as join registers them: of each family it has.

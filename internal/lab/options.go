@@ -161,6 +161,9 @@ func (o Options) Validate() error {
 			errs = append(errs, optionError("SecondaryNetwork", "%s has no octopus-ovn for the OVN image: go build -o DIR/ ./cmd/...", filepath.Dir(o.AgentBinary)))
 		}
 	}
+	if o.Vpcs && !o.SecondaryNetwork {
+		errs = append(errs, optionError("Vpcs", "without {SecondaryNetwork}: VPCs are networks of the OVN secondary network; set {SecondaryNetwork} too"))
+	}
 	if o.Dir == "" {
 		errs = append(errs, optionError("Dir", "is empty: the lab needs a directory for what it writes"))
 	}

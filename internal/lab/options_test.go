@@ -76,6 +76,11 @@ func TestOptionsValidate(t *testing.T) {
 			mutate: func(o *lab.Options) { o.SecondaryNetwork, o.AgentBinary = true, "/nonexistent/octopus-agent" },
 			want:   []string{"SecondaryNetwork /nonexistent has no octopus-ovn"},
 		},
+		"vpcs on the secondary network": {mutate: func(o *lab.Options) { o.SecondaryNetwork, o.Vpcs = true, true }},
+		"vpcs without the secondary network": {
+			mutate: func(o *lab.Options) { o.Vpcs = true },
+			want:   []string{"Vpcs without SecondaryNetwork: VPCs are networks of the OVN secondary network; set SecondaryNetwork too"},
+		},
 		"ipv4":           {mutate: func(o *lab.Options) { o.IPFamily = lab.IPFamilyIPv4 }},
 		"dual-stack":     {mutate: func(o *lab.Options) { o.IPFamily, o.ComponentProcesses = lab.IPFamilyDual, true }},
 		"ipv6 only":      {mutate: func(o *lab.Options) { o.IPFamily = lab.IPFamilyIPv6 }, want: []string{`IPFamily "ipv6": IPv6-only clusters are not built yet; use dual`}},

@@ -32,8 +32,9 @@ func SecondaryUnderlayPrefix(i int) string { return fmt.Sprintf("192.168.%d.0/24
 // SecondaryUnderlayLink, and returns the member chart's secondaryNetwork values for it: join's
 // (cluster.SecondaryNetworkValues: the cluster's ID, the block the hub allocated, routes to
 // the hub's secondary pool) with the userspace datapath over the underlay link and the paths
-// of the lab's nodes (NRI socket, Open vSwitch directory).
-func prepareSecondaryNetwork(ctx context.Context, i int, c labnet.ClusterNet, joined *cluster.Joined, pool string) (map[string]any, error) {
+// of the lab's nodes (NRI socket, Open vSwitch directory); with vpcs (Options.Vpcs), the
+// gateway nodes' gateway-port keeps the VPCs' gateways too (gatewayPort.vpcs).
+func prepareSecondaryNetwork(ctx context.Context, i int, c labnet.ClusterNet, joined *cluster.Joined, pool string, vpcs bool) (map[string]any, error) {
 	values := cluster.SecondaryNetworkValues(joined, pool)
 	if values == nil {
 		return nil, fmt.Errorf("%s did not join with secondary addressing", c.Name)
@@ -57,5 +58,10 @@ func prepareSecondaryNetwork(ctx context.Context, i int, c labnet.ClusterNet, jo
 	}
 	values["node"] = map[string]any{"datapath": "netdev", "underlayInterface": SecondaryUnderlayLink, "ovsDir": realnode.OVSRunPath}
 	values["nri"] = map[string]any{"socket": realnode.NRISocketInNode}
+	if vpcs {
+		// Each node's /run/netns is its own (realnode.NetnsDir), where gateway-port keeps the
+		// VPC gateways' namespaces (the chart's --vpc-netns-dir).
+		values["gatewayPort"] = map[string]any{"vpcs": true}
+	}
 	return values, nil
 }

@@ -47,9 +47,16 @@ import (
 //     addresses and is reached over them, and that octopus verify passes over net1;
 //   - the NRI plugin's side (secondary_pods_test.go): a refused address, batches of pods
 //     leaving no port behind, start latency with and without net1;
+//   - the VPCs (vpcs_test.go, the lab's Options.Vpcs): red and blue Ready in both clusters, their
+//     gateways' namespaces on the active gateway's node in its own /run/netns and none in the
+//     host's; red pods reach red pods on the other node and blue pods blue ones at the very
+//     same addresses, red never reaches blue; each gateway's GatewayExIp in the other cluster
+//     (a new Vpc's within 10 s, gone with it); `octopus show vpcs`; after the takeover, the
+//     fence: from a VPC gateway, its node's kubelet, a NodePort and a ClusterIP are refused;
 //   - that restarts of OVN's NB database, the ovnmaster and the plugin disturb no running pod;
 //   - last, that a takeover moves the gateway port: the active gateway is stopped for good and
-//     the standby, the cluster's other node, carries the traffic (the interruption measured).
+//     the standby, the cluster's other node, carries the traffic (the interruption measured),
+//     and the VPCs' gateways follow it, keeping their external addresses and GatewayExIps.
 func TestSecondaryNetwork(t *testing.T) {
 	testenv.LabNetwork(t)
 	if _, err := exec.LookPath("busybox"); err != nil {
@@ -64,7 +71,7 @@ func TestSecondaryNetwork(t *testing.T) {
 	// getting ready within minutes on a 2-core machine.)
 	l, dir := startLab(ctx, t, lab.Options{
 		Clusters: 2, BinDir: binDir, AgentBinary: bins["octopus-agent"],
-		OverlappingCIDRs: true, SecondaryNetwork: true, NodesPerCluster: 2, GatewaysPerCluster: 2,
+		OverlappingCIDRs: true, SecondaryNetwork: true, Vpcs: true, NodesPerCluster: 2, GatewaysPerCluster: 2,
 	})
 	c1, c2 := l.Network.Clusters[0], l.Network.Clusters[1]
 	if a, b := l.Env.Cluster(c1.Name), l.Env.Cluster(c2.Name); a.PodCIDR != b.PodCIDR || a.ServiceCIDR != b.ServiceCIDR {
@@ -94,6 +101,18 @@ func TestSecondaryNetwork(t *testing.T) {
 			}
 		}
 	})
+	t.Run("the Vpcs are Ready, each gateway's namespace in its gateway node's own directory", func(t *testing.T) {
+		checkVpcsReady(ctx, t, l, hub)
+	})
+	vpcs := vpcPods(ctx, t, l)
+	t.Run("VPC pods reach their own VPC's pods on other nodes, at addresses the other VPC's pods hold too", func(t *testing.T) {
+		checkVpcIsolation(t, vpcs)
+	})
+	t.Run("red pods never reach blue's", func(t *testing.T) { checkVpcsApart(ctx, t, l, vpcs) })
+	t.Run("each VPC gateway's GatewayExIp is in the other cluster, a new one's within 10 s", func(t *testing.T) {
+		checkGatewayExIps(ctx, t, l, hub)
+	})
+	t.Run("octopus show vpcs lists the Vpcs", func(t *testing.T) { checkShowVpcs(ctx, t, l, bins["octopus"]) })
 	t.Run("pods reach their gateway node over net1 for ICMP only", func(t *testing.T) {
 		for _, c := range l.Network.Clusters {
 			checkGatewayGuarded(t, pods[c.Name][0], blocks[c.Name])
@@ -174,6 +193,11 @@ func TestSecondaryNetwork(t *testing.T) {
 	t.Run("a takeover moves the gateway port to the new active gateway", func(t *testing.T) {
 		checkSecondaryTakeover(ctx, t, l, pods)
 	})
+	// After the takeover, so that a fence failing does not keep the takeover from being checked;
+	// in the second cluster, whose gateways the takeover left alone.
+	t.Run("from a VPC gateway, its node's kubelet, a NodePort and a ClusterIP are refused", func(t *testing.T) {
+		checkVpcGatewayFenced(ctx, t, l, c2, activeGateway(ctx, t, l, c2), pods[c2.Name])
+	})
 }
 
 // checkSecondaryTakeover stops the first cluster's active gateway for good (its node unlabelled,
@@ -195,6 +219,7 @@ func checkSecondaryTakeover(ctx context.Context, t *testing.T, l *lab.Lab, pods 
 	if standby == "" {
 		t.Fatalf("%s has no standby gateway node: %+v", c1.Name, c1.Nodes)
 	}
+	vpcIPs := vpcExternalIPs(ctx, t, l, c1)
 	server, client := podOn(t, pods[c1.Name], active.Name), pods[c2.Name][0]
 	probe := startUDPProbe(t, client.netns, netip.AddrPortFrom(server.ip, echoPort))
 	defer probe.stop()
@@ -217,6 +242,9 @@ func checkSecondaryTakeover(ctx context.Context, t *testing.T, l *lab.Lab, pods 
 	if gap > 10*time.Second {
 		t.Errorf("the takeover interrupted pod -> pod over net1 for %s, want at most 10s", gap)
 	}
+	// The VPCs' gateways move with the cluster's (the ovnmaster requests them on the new active
+	// gateway's node), each keeping its external address and so its GatewayExIp.
+	checkVpcGatewaysFollow(ctx, t, l, c1, c2, standby, vpcIPs)
 	// Every pod of the first cluster, the stopped gateway's node's included, reaches the
 	// other cluster's pods and is reached by them through the new gateway.
 	for _, src := range pods[c1.Name] {
@@ -254,13 +282,20 @@ func podOn(t *testing.T, ps []xpod, node string) xpod {
 	return xpod{}
 }
 
-// secondaryBlock is the block the hub allocated cluster id at join.
-func secondaryBlock(ctx context.Context, t *testing.T, hub client.Client, id string) netip.Prefix {
+// hubCluster is cluster id's Cluster on the hub.
+func hubCluster(ctx context.Context, t *testing.T, hub client.Client, id string) *v1alpha1.Cluster {
 	t.Helper()
 	cl := &v1alpha1.Cluster{}
 	if err := hub.Get(ctx, client.ObjectKey{Namespace: v1alpha1.DefaultHubNamespace, Name: id}, cl); err != nil {
 		t.Fatal(err)
 	}
+	return cl
+}
+
+// secondaryBlock is the block the hub allocated cluster id at join.
+func secondaryBlock(ctx context.Context, t *testing.T, hub client.Client, id string) netip.Prefix {
+	t.Helper()
+	cl := hubCluster(ctx, t, hub, id)
 	block, err := netip.ParsePrefix(cl.Spec.SecondaryCIDR)
 	if err != nil || cl.Spec.Addressing != v1alpha1.AddressingSecondary {
 		t.Fatalf("cluster %s: addressing %q, secondary CIDR %q (%v); want secondary addressing with a block", id, cl.Spec.Addressing, cl.Spec.SecondaryCIDR, err)

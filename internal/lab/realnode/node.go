@@ -100,6 +100,7 @@ const (
 	dirCNIState        = "cni"         // at cniStatePath
 	dirRun             = "run"         // at containerdRunPath
 	dirOVS             = "openvswitch" // at ovsRunPath
+	dirNetns           = "netns"       // at netnsRunPath
 	dirContainerLogs   = "logs/containers"
 	dirPodLogs         = "logs/pods"
 	dirContainerdRoot  = "containerd"
@@ -134,7 +135,7 @@ func (n *Node) start(ctx context.Context) error {
 	if err := checkOutsideOverlays(n.Dir); err != nil {
 		return err
 	}
-	for _, d := range []string{dirKubelet, dirCNIState, dirRun, dirOVS, dirContainerLogs, dirPodLogs, dirContainerdRoot, dirCNIConf, dirNRIPlugins, dirNRIConf, dirPKI, dirScratch} {
+	for _, d := range []string{dirKubelet, dirCNIState, dirRun, dirOVS, dirNetns, dirContainerLogs, dirPodLogs, dirContainerdRoot, dirCNIConf, dirNRIPlugins, dirNRIConf, dirPKI, dirScratch} {
 		if err := os.MkdirAll(n.path(d), 0o700); err != nil {
 			return err
 		}
@@ -211,6 +212,26 @@ func NRISocketPath(labDir, node string) string {
 // reads the node's switch.
 func OVSDir(labDir, node string) string {
 	return filepath.Join(labDir, NodesDir, node, dirOVS)
+}
+
+// netnsRunPath is where named network namespaces live inside a node (`ip netns`'s
+// directory): the member chart's gateway-port keeps each VPC gateway's namespace there
+// (--vpc-netns-dir). Each node has its own, bound over it from its directory. Otherwise it
+// would be the host's, where the host has every mount point of mounts (mountns.Ops overlays
+// /run only for one it lacks): two gateway nodes would keep octvpc-<vpc> at one path, the
+// node that lets a VPC's gateway go would unlink the file, and the kernel would then unmount
+// the copy the other node holds there in its own mount namespace, the new gateway's; and a
+// crashed lab would leave octvpc-* in the host's `ip netns list`. (Pods' namespaces are not
+// here: containerd keeps them under its state directory, config.go.)
+const netnsRunPath = "/run/netns"
+
+// NetnsDir is the directory of named network namespaces (/run/netns inside the node) of the
+// real node named node of the lab in labDir, as seen from outside the node's mount namespace:
+// it lists the names, and the namespaces themselves are mounted on them only inside the
+// node's mount namespace (a process of the node reaches them at
+// /proc/<pid>/root/run/netns/<name>).
+func NetnsDir(labDir, node string) string {
+	return filepath.Join(labDir, NodesDir, node, dirNetns)
 }
 
 // OVSRunPath is Open vSwitch's directory inside a node: the member chart's
@@ -312,6 +333,7 @@ func (n *Node) mounts() []mountns.Bind {
 		{Src: n.path(dirCNIState), Target: cniStatePath},
 		{Src: n.path(dirRun), Target: containerdRunPath},
 		{Src: n.path(dirOVS), Target: ovsRunPath},
+		{Src: n.path(dirNetns), Target: netnsRunPath},
 		{Src: n.path(dirContainerLogs), Target: containerLogsPath},
 		{Src: n.path(dirPodLogs), Target: podLogsPath},
 	}

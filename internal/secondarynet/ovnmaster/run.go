@@ -9,14 +9,17 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/time/rate"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -165,7 +168,7 @@ func Run(ctx context.Context, o Options) error {
 		Watches(&v1alpha1.Vpc{}, toNetwork, builder.WithPredicates(vpcChange)).
 		// One worker: there is one request, the whole network. Controller names are checked
 		// process-wide; a process runs one ovnmaster, but tests restart it within theirs.
-		WithOptions(controller.Options{MaxConcurrentReconciles: 1, SkipNameValidation: ptr.To(true)}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1, SkipNameValidation: ptr.To(true), RateLimiter: retryLimiter()}).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("creating the ovnmaster controller: %w", err)
@@ -373,10 +376,27 @@ func addVpcController(mgr manager.Manager, nb VpcApplier, o Options) error {
 		Watches(&corev1.ConfigMap{}, allVpcs, builder.WithPredicates(namedGatewayChange)).
 		// Two workers: VPCs are independent in OVN (ApplyVpc guards each), and a VPC's pods
 		// wait on their own Vpc only. A request is never run twice at once.
-		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: ptr.To(true)}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: ptr.To(true), RateLimiter: retryLimiter()}).
 		Complete(r)
 	if err != nil {
 		return fmt.Errorf("creating the Vpc controller: %w", err)
 	}
 	return nil
+}
+
+// maxRetryDelay bounds the wait before a failed request is tried again.
+const maxRetryDelay = 5 * time.Second
+
+// retryLimiter is controller-runtime's default rate limiter with the per-request backoff capped
+// at maxRetryDelay instead of 1000 s. A request fails while the NB database is out of reach
+// (a restart of its pod, a failover), each failure doubling the wait; with no event to bring
+// it back earlier, a Vpc stayed Ready=False, ApplyFailed, for over a minute after the database
+// had returned (TestSecondaryNetwork's VPCs, after its restarts). The overall bucket (10 per
+// second, bursts of 100) stays, so a database down for long costs a retry every few seconds per
+// request, not a storm.
+func retryLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
 }
