@@ -130,17 +130,9 @@ func (o gatewayPortOptions) options() (gatewayuplink.Options, error) {
 	if o.interval <= 0 {
 		errs = append(errs, fmt.Errorf("--interval %v must be positive: a repair waits at most this long (e.g. 10s)", o.interval))
 	}
-	protected := []netip.Prefix{cidr.Masked()}
-	for _, c := range o.clusterCIDRs {
-		p, err := netip.ParsePrefix(c)
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("--cluster-cidr %q: %w (pass the cluster's pod and service CIDRs, e.g. 10.244.0.0/16)", c, err))
-		case p != p.Masked():
-			errs = append(errs, fmt.Errorf("--cluster-cidr %q has host bits set: did you mean %s?", c, p.Masked()))
-		default:
-			protected = append(protected, p)
-		}
+	protected, err := gatewayuplink.ProtectedCIDRs(cidr, o.clusterCIDRs)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--cluster-cidr %w", err))
 	}
 	var vpcs *gatewayuplink.VpcOptions
 	if o.sb != "" && o.nb != "" {

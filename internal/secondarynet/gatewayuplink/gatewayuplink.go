@@ -74,6 +74,26 @@ type Config struct {
 	Protected []netip.Prefix
 }
 
+// ProtectedCIDRs are what Config.Protected holds: the cluster's secondary block and its own
+// CIDRs given as text (gateway-port's --cluster-cidr), each a CIDR without host bits. An error
+// names each CIDR that is not one and what to pass instead.
+func ProtectedCIDRs(secondary netip.Prefix, cluster []string) ([]netip.Prefix, error) {
+	protected := []netip.Prefix{secondary.Masked()}
+	var errs []error
+	for _, c := range cluster {
+		p, err := netip.ParsePrefix(c)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%q: %w (pass the cluster's pod and service CIDRs, e.g. 10.244.0.0/16)", c, err))
+		case p != p.Masked():
+			errs = append(errs, fmt.Errorf("%q has host bits set: did you mean %s?", c, p.Masked()))
+		default:
+			protected = append(protected, p)
+		}
+	}
+	return protected, errors.Join(errs...)
+}
+
 // Gateway is the interface the configuration describes, or why it describes none.
 func (c Config) Gateway() (podport.Gateway, error) {
 	if msgs := validation.IsDNS1123Label(c.ClusterID); len(msgs) > 0 {
