@@ -1,7 +1,9 @@
 package lab
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,8 +27,15 @@ func PodNetns(labID string, pod *corev1.Pod) (string, error) {
 	if len(pids) == 0 {
 		return "", fmt.Errorf("the network namespace of pod %s/%s: no process of the pod runs", pod.Namespace, pod.Name)
 	}
-	if err := labnet.NameNamespace(name, "/proc/"+strconv.Itoa(pids[0])+"/ns/net"); err != nil {
-		return "", fmt.Errorf("the network namespace of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	// A process listed may have exited since (a container restarting, an exec ending): the
+	// next one of the pod names the same namespace.
+	for _, pid := range pids {
+		if err = labnet.NameNamespace(name, "/proc/"+strconv.Itoa(pid)+"/ns/net"); err == nil {
+			return name, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
 	}
-	return name, nil
+	return "", fmt.Errorf("the network namespace of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 }
