@@ -229,11 +229,13 @@ func report(r io.Reader, w io.Writer) (res result, err error) {
 // how much of each.
 const reasonLines, reasonWidth = 4, 400
 
-// failureReason is the first messages a failed test logged (`file.go:N: …` lines), skipping
-// its lab-state dumps, each on a line of its own.
+// failureReason is the last messages a failed test logged from its own files (`x_test.go:N:
+// …` lines; t.Fatal is where a test ends, and t.Error is seldom far from it), skipping its
+// lab-state dumps, each on a line of its own. Messages of other files (a library's logger
+// writing through t.Log, such as a control plane's progress) are the reason only when the
+// test logged nothing itself: they come first in a test's log and would hide its failure.
 func failureReason(b *strings.Builder) string {
-	var out strings.Builder
-	n := 0
+	var own, other []string
 	for _, l := range strings.Split(text(b), "\n") {
 		l = strings.TrimSpace(l)
 		file, rest, ok := strings.Cut(l, ": ")
@@ -243,10 +245,19 @@ func failureReason(b *strings.Builder) string {
 		if len(l) > reasonWidth {
 			l = l[:reasonWidth] + "…"
 		}
-		out.WriteString("\n      " + l)
-		if n++; n == reasonLines {
-			break
+		if strings.Contains(file, "_test.go:") {
+			own = append(own, l)
+		} else if len(other) < reasonLines {
+			other = append(other, l)
 		}
+	}
+	lines := other
+	if len(own) > 0 {
+		lines = own[max(0, len(own)-reasonLines):]
+	}
+	var out strings.Builder
+	for _, l := range lines {
+		out.WriteString("\n      " + l)
 	}
 	return out.String()
 }

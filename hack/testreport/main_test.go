@@ -31,6 +31,36 @@ func TestReportRepeatsReasons(t *testing.T) {
 	}
 }
 
+// TestReasonIsTheTestsOwnMessages: a library's log lines come first in a failed test's
+// output (a control plane starting), and the reason must be the test's own last messages.
+func TestReasonIsTheTestsOwnMessages(t *testing.T) {
+	var b strings.Builder
+	for _, l := range []string{
+		"=== RUN   TestTakeover",
+		"    print.go:225: etcd ready (1.5s)",
+		"    print.go:225: hub: kube-apiserver ready (18.8s)",
+		"    takeover_test.go:470: gw2 took the Lease over 2s after",
+		"    active.go:252: Tunnel configuration applied",
+		"    takeover_test.go:10: step 1",
+		"    takeover_test.go:11: step 2",
+		"    takeover_test.go:12: step 3",
+		"    takeover_test.go:450: lease east-gw2@7: want east-gw1's, unrenewed",
+		"--- FAIL: TestTakeover (30.00s)",
+	} {
+		b.WriteString(l + "\n")
+	}
+	want := "\n      takeover_test.go:10: step 1\n      takeover_test.go:11: step 2\n      takeover_test.go:12: step 3" +
+		"\n      takeover_test.go:450: lease east-gw2@7: want east-gw1's, unrenewed"
+	if got := failureReason(&b); got != want {
+		t.Errorf("reason %q, want %q", got, want)
+	}
+	var lib strings.Builder
+	lib.WriteString("    print.go:225: etcd ready\n    main.go:9: panic: boom\n")
+	if got := failureReason(&lib); got != "\n      print.go:225: etcd ready\n      main.go:9: panic: boom" {
+		t.Errorf("without the test's own messages, reason %q, want the library's", got)
+	}
+}
+
 // TestSummaryTimes lists every package by wall time, the lab package's tests with their
 // subtests, the slowest top-level tests across streams, and fails on a skip when asked to.
 func TestSummaryTimes(t *testing.T) {

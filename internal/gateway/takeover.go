@@ -41,6 +41,13 @@ package gateway
 //   - an active that can renew again after a takeover learns at its next renewal: the Update
 //     conflicts, client-go re-reads the Lease, and trackingLock sees another holder and ends
 //     the active role at once instead of after RenewDeadline.
+//
+// A probe that failed while the standby itself was kept from running proves nothing: a process
+// held off the CPU past the probe's deadline (a machine at load 30 on two cores, a frozen
+// VM) finds the deadline passed before it reads the answer that had arrived. Such a failure
+// is not counted (judgeProbe), after Cassandra's failure detector, which convicts no peer
+// while the local node was paused. A refused connection always counts: the holder's node
+// answered, and said nothing listens.
 
 import (
 	"context"
@@ -49,6 +56,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -77,6 +85,11 @@ const (
 	// only delays noticing a silent node; it is long so that a loaded machine, which may not
 	// run the prober's goroutine for a while, does not turn a slow answer into a failure.
 	livenessTimeout = time.Second
+
+	// maxLocalPause is how long the standby may have gone without running during a probe
+	// before a failure it measured is not believed; pauseTick is how often pauseWatch looks.
+	maxLocalPause = 250 * time.Millisecond
+	pauseTick     = 50 * time.Millisecond
 
 	// apiTimeout bounds the standby's own API requests (the holder's Node, the takeover): the
 	// probe loop runs them inline, and one that hung would stop every later probe, leaving
@@ -164,6 +177,79 @@ func (d *detector) decide(now time.Time) verdict {
 	return wait
 }
 
+// probeResult is what one probe says of the holder.
+type probeResult int
+
+const (
+	answered probeResult = iota
+	failed
+	// unheard: it failed while the standby was paused, so the holder may have answered.
+	unheard
+)
+
+// judgeProbe tells what a probe that ended in err, after took, says of the holder, given the
+// longest the standby went without running meanwhile. A refusal is the holder's node's own
+// answer, whenever it was read; any other failure (a timeout, an unreachable network) counts
+// only if the standby ran throughout.
+func judgeProbe(err error, took, longestPause time.Duration) probeResult {
+	switch {
+	case err == nil:
+		return answered
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return failed
+	case longestPause > maxLocalPause || took > livenessTimeout+maxLocalPause:
+		return unheard
+	}
+	return failed
+}
+
+// pauseWatch measures how long this process went without running: its goroutine should
+// wake every pauseTick, and it keeps the longest delay past that since restart.
+type pauseWatch struct {
+	mu      sync.Mutex
+	last    time.Time
+	longest time.Duration
+}
+
+func (p *pauseWatch) run(ctx context.Context) {
+	tick := time.NewTicker(pauseTick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			p.beat(time.Now())
+		}
+	}
+}
+
+func (p *pauseWatch) beat(now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.last.IsZero() {
+		p.longest = max(p.longest, now.Sub(p.last)-pauseTick)
+	}
+	p.last = now
+}
+
+// restart forgets the pauses seen so far.
+func (p *pauseWatch) restart() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.longest = 0
+}
+
+// longestSince returns the longest pause since restart, counting one that lasts until now.
+func (p *pauseWatch) longestSince(now time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.last.IsZero() {
+		return 0
+	}
+	return max(p.longest, now.Sub(p.last)-pauseTick)
+}
+
 // takeover runs in every gateway process; it acts only while another node holds the Lease.
 type takeover struct {
 	o    Options
@@ -178,6 +264,11 @@ type takeover struct {
 	// watching, if set, is called once the Lease's watch has synced: from then on a
 	// released or unrenewed Lease is seen at once.
 	watching func()
+
+	// pauses tells whether a failed probe is believed (judgeProbe); unheard is whether the
+	// last probe was not (only step's goroutine touches it), to log once per pause.
+	pauses  pauseWatch
+	unheard bool
 
 	mu    sync.Mutex
 	d     detector
@@ -295,6 +386,7 @@ func (t *takeover) run(ctx context.Context) {
 	if t.watching != nil {
 		t.watching()
 	}
+	go t.pauses.run(ctx)
 	tick := time.NewTicker(t.o.LivenessInterval)
 	defer tick.Stop()
 	for {
@@ -332,17 +424,29 @@ func (t *takeover) step(ctx context.Context) {
 		// No probe, no failure: without the holder's address only the Lease's expiry helps.
 		return
 	}
+	t.pauses.restart()
+	start := t.now()
 	err := t.dial(ctx, netip.AddrPortFrom(addr, t.o.LivenessPort))
 	if ctx.Err() != nil {
 		return
 	}
+	now := t.now()
+	result := judgeProbe(err, now.Sub(start), t.pauses.longestSince(time.Now()))
+	if result == unheard {
+		if !t.unheard {
+			t.log.Info("Not counting a failed liveness probe of the active gateway: this process was paused while it waited for the answer",
+				"holder", holder, "address", addr.String(), "error", err.Error(), "took", now.Sub(start).Round(time.Millisecond).String())
+		}
+		t.unheard = true
+		return
+	}
+	t.unheard = false
 	t.mu.Lock()
 	if t.d.holder != holder { // the Lease moved while we probed
 		t.mu.Unlock()
 		return
 	}
-	t.d.probed(err == nil)
-	now := t.now()
+	t.d.probed(result == answered)
 	v, missed, stale := t.d.decide(now), t.d.missed, now.Sub(t.d.since)
 	if missed == 1 {
 		// Once per run of failures: what a standby saw when a takeover is slow to come.
