@@ -27,6 +27,7 @@ type masterOptions struct {
 	interconnect           bool
 	globalCIDR             string
 	globalEgressSize       int32
+	globalPool             string
 }
 
 func newMasterCommand() *cobra.Command {
@@ -56,6 +57,10 @@ restarted master keeps every one.`,
 			if err != nil {
 				return err
 			}
+			pool, err := o.parseGlobalPool()
+			if err != nil {
+				return err
+			}
 			member, err := memberConfig(o.kubeconfig)
 			if err != nil {
 				return err
@@ -64,7 +69,7 @@ restarted master keeps every one.`,
 				Member: member, ClusterID: o.clusterID, CIDR: cidr, NBEndpoint: o.nb, NBTLS: nbTLS,
 				LeaderElection: o.leaderElect, LeaderElectionNamespace: o.leaderElectionNS,
 				HealthProbeBindAddress: o.healthProbeBindAddress, MetricsBindAddress: o.metricsBindAddress,
-				Interconnect: o.interconnect, Global: global, Log: ctrl.Log.WithName("ovnmaster"),
+				Interconnect: o.interconnect, Global: global, GlobalPool: pool, Log: ctrl.Log.WithName("ovnmaster"),
 			})
 		},
 	}
@@ -81,9 +86,22 @@ restarted master keeps every one.`,
 	f.BoolVar(&o.interconnect, "interconnect", false, "the cluster is an OVN-IC availability zone (octopus-ovn ic): leave the block's gateway address to the interconnection router, making no gateway port")
 	f.StringVar(&o.globalCIDR, "global-cidr", "", "this cluster's global CIDR, allocated by the hub at join (optional): each Vpc's gateway gets an external address from its pool; empty means none")
 	f.Int32Var(&o.globalEgressSize, "global-egress-size", 0, "the cluster's spec.globalEgressSize (0: the default, 8), which lays out --global-cidr as the agent's allocator does")
+	f.StringVar(&o.globalPool, "global-pool", "", "the hub's globalnet pool, where every cluster's global CIDR is (optional): VPC pods route it through their VPC's router, so that traffic to other clusters' global addresses leaves by the VPC's gateway")
 	_ = cmd.MarkFlagRequired("cluster-id")
 	_ = cmd.MarkFlagRequired("secondary-cidr")
 	return cmd
+}
+
+// parseGlobalPool parses --global-pool; the zero prefix without one.
+func (o masterOptions) parseGlobalPool() (netip.Prefix, error) {
+	if o.globalPool == "" {
+		return netip.Prefix{}, nil
+	}
+	p, err := netip.ParsePrefix(o.globalPool)
+	if err != nil || !p.Addr().Is4() {
+		return netip.Prefix{}, fmt.Errorf("--global-pool %q: want an IPv4 CIDR, the hub's globalnet pool (globalnet.cidr in the hub's broker-info, 242.0.0.0/8 by default)", o.globalPool)
+	}
+	return p.Masked(), nil
 }
 
 // globalLayout lays out --global-cidr as the agent's allocator lays out the Cluster's spec

@@ -44,3 +44,25 @@ func TestMasterGlobalLayout(t *testing.T) {
 		})
 	}
 }
+
+// TestMasterGlobalPool: --global-pool is optional, must be an IPv4 CIDR and is masked.
+func TestMasterGlobalPool(t *testing.T) {
+	for _, tc := range []struct{ in, want, wantErr string }{
+		{in: "", want: "invalid Prefix"},
+		{in: "242.0.0.0/8", want: "242.0.0.0/8"},
+		{in: "242.1.2.3/8", want: "242.0.0.0/8"},
+		{in: "242.0.0.0", wantErr: `--global-pool "242.0.0.0": want an IPv4 CIDR`},
+		{in: "2001:db8::/32", wantErr: "want an IPv4 CIDR"},
+	} {
+		got, err := masterOptions{globalPool: tc.in}.parseGlobalPool()
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("parseGlobalPool(%q) = %v, %v; want an error with %q", tc.in, got, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got.String() != tc.want {
+			t.Errorf("parseGlobalPool(%q) = %v, %v; want %s", tc.in, got, err, tc.want)
+		}
+	}
+}

@@ -129,7 +129,7 @@ func (o *joinOptions) Run(ctx context.Context) error {
 		// hub allocated; --set secondaryNetwork.* (the datapath, an underlay interface, the
 		// NRI socket) says the rest.
 		var values map[string]any
-		if sn := cluster.SecondaryNetworkValues(joined, o.join.BrokerInfo.Secondary.CIDR); sn != nil {
+		if sn := cluster.SecondaryNetworkValues(joined, o.join.BrokerInfo.Secondary.CIDR, o.join.BrokerInfo.Globalnet.CIDR); sn != nil {
 			if ic := o.join.Interconnect; ic != nil {
 				// ovn-ic's endpoints and the pool; ovn-ic-config (join wrote it) the rest.
 				sn["interconnect"] = cluster.InterconnectValues(*ic, o.join.BrokerInfo.Secondary.CIDR)

@@ -12,10 +12,12 @@ import (
 // hub allocated it, and routes to the hub's whole secondary pool (the block of every other
 // cluster; the cluster's own, more specific, stays on-link), and its global CIDR and egress
 // size, which the ovnmaster lays out as the agent does to give each Vpc's gateway an external
-// address, and its pod and service CIDRs, which gateway-port keeps the VPCs off. Nil for any
+// address, the hub's globalnet pool globalPool (every cluster's global CIDR), which VPC pods
+// route through their VPC's gateway, and its pod and service CIDRs, which gateway-port keeps
+// the VPCs off. Nil for any
 // other addressing: the chart leaves the secondary network off.
 // Node-specific settings (datapath, underlay interface, the NRI socket) are the installer's.
-func SecondaryNetworkValues(j *Joined, pool string) map[string]any {
+func SecondaryNetworkValues(j *Joined, pool, globalPool string) map[string]any {
 	if j == nil || j.Cluster == nil || j.Cluster.Spec.Addressing != v1alpha1.AddressingSecondary {
 		return nil
 	}
@@ -29,6 +31,9 @@ func SecondaryNetworkValues(j *Joined, pool string) map[string]any {
 	if spec.GlobalCIDR != "" {
 		values["globalCIDR"] = spec.GlobalCIDR
 		values["globalEgressSize"] = int64(spec.GlobalEgressSize)
+	}
+	if globalPool != "" {
+		values["globalPool"] = globalPool
 	}
 	// What no VPC may reach through its gateway (gatewayPort.vpcs).
 	var own []any

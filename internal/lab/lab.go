@@ -386,7 +386,7 @@ func joinOne(ctx context.Context, opts Options, env *controlplane.Environment, p
 	}
 	var secondary map[string]any
 	if onSecondary {
-		if secondary, err = prepareSecondaryNetwork(ctx, i, *plan.Cluster(name), joined, info.Secondary.CIDR, opts.Vpcs); err != nil {
+		if secondary, err = prepareSecondaryNetwork(ctx, i, *plan.Cluster(name), joined, info, opts.Vpcs); err != nil {
 			return err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/octopus-mcs/octopus/internal/cluster"
+	"github.com/octopus-mcs/octopus/internal/hub"
 	"github.com/octopus-mcs/octopus/internal/lab/labnet"
 	"github.com/octopus-mcs/octopus/internal/lab/realnode"
 )
@@ -31,11 +32,11 @@ func SecondaryUnderlayPrefix(i int) string { return fmt.Sprintf("192.168.%d.0/24
 // prepareSecondaryNetwork gives every node of cluster c, the i-th (1-based), its
 // SecondaryUnderlayLink, and returns the member chart's secondaryNetwork values for it: join's
 // (cluster.SecondaryNetworkValues: the cluster's ID, the block the hub allocated, routes to
-// the hub's secondary pool) with the userspace datapath over the underlay link and the paths
+// the hub's secondary pool, its global pool for the VPC pods) with the userspace datapath over the underlay link and the paths
 // of the lab's nodes (NRI socket, Open vSwitch directory); with vpcs (Options.Vpcs), the
 // gateway nodes' gateway-port keeps the VPCs' gateways too (gatewayPort.vpcs).
-func prepareSecondaryNetwork(ctx context.Context, i int, c labnet.ClusterNet, joined *cluster.Joined, pool string, vpcs bool) (map[string]any, error) {
-	values := cluster.SecondaryNetworkValues(joined, pool)
+func prepareSecondaryNetwork(ctx context.Context, i int, c labnet.ClusterNet, joined *cluster.Joined, info *hub.BrokerInfo, vpcs bool) (map[string]any, error) {
+	values := cluster.SecondaryNetworkValues(joined, info.Secondary.CIDR, info.Globalnet.CIDR)
 	if values == nil {
 		return nil, fmt.Errorf("%s did not join with secondary addressing", c.Name)
 	}

@@ -198,6 +198,9 @@ func TestSecondaryNetwork(t *testing.T) {
 	t.Run("from a VPC gateway, its node's kubelet, a NodePort and a ClusterIP are refused", func(t *testing.T) {
 		checkVpcGatewayFenced(ctx, t, l, c2, activeGateway(ctx, t, l, c2), pods[c2.Name])
 	})
+	t.Run("a VPC pod's traffic to a global address leaves by its gateway, from the VPC's external address", func(t *testing.T) {
+		checkVpcEgressByGateway(ctx, t, l, c2, activeGateway(ctx, t, l, c2), vpcs[c2.Name]["red"])
+	})
 }
 
 // checkSecondaryTakeover stops the first cluster's active gateway for good (its node unlabelled,

@@ -444,52 +444,94 @@ func checkVpcGatewayFenced(ctx context.Context, t *testing.T, l *lab.Lab, c labn
 		})
 	}
 
-	gw := labnet.PodNetnsName(l.Network.ID, "vpcgw-red")
-	if err := labnet.NameNamespace(gw, waitVpcGatewayOn(ctx, t, l, c, node.Name, "red")); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := labnet.DeleteNamespace(gw); err != nil {
-			t.Errorf("removing the name %s: %v", gw, err)
-		}
-	}()
-	ext := netip.AddrPortFrom(vpcExternalIP(ctx, t, kubeClient(t, l.Env.Cluster(c.Name).Kubeconfig), c.Name, "red"), 7777)
-	var ln net.Listener
-	if err := tunneltest.InErr(gw, func() error {
-		var err error
-		ln, err = net.Listen("tcp4", ext.String())
-		return err
-	}); err != nil {
-		t.Fatalf("listening in red's gateway at %s: %v", ext, err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = io.WriteString(conn, "red's gateway\n")
-			_ = conn.Close()
-		}
-	}()
+	gw, ext := listenInVpcGateway(ctx, t, l, c, node, "red", 7777)
 	waitFor(t, 30*time.Second, fmt.Sprintf("pod %s to reach red's gateway at %s", target.name, ext), func() error {
-		conn, err := labnet.DialTCP(target.netns, ext, 3*time.Second)
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
-		line, err := bufio.NewReader(conn).ReadString('\n')
-		if err != nil || line != "red's gateway\n" {
-			return fmt.Errorf("answer %q (%w)", line, err)
-		}
-		return nil
+		_, err := askVpcGateway(target.netns, ext)
+		return err
 	})
 	for what, addr := range services {
 		if conn, err := labnet.DialTCP(gw, addr, 3*time.Second); err == nil {
 			_ = conn.Close()
 			t.Errorf("red's gateway on %s connected to %s at %s: the fence lets a VPC into its cluster", node.Name, what, addr)
 		}
+	}
+}
+
+// listenInVpcGateway names vpc's gateway namespace on node (the active gateway's) for the
+// test, and serves in it, at the VPC's external address and port, a listener that answers
+// each connection with the source address it sees. It returns the namespace's name and the
+// address; both go when the test ends.
+func listenInVpcGateway(ctx context.Context, t *testing.T, l *lab.Lab, c labnet.ClusterNet, node labnet.NodeNet, vpc string, port uint16) (string, netip.AddrPort) {
+	t.Helper()
+	gw := labnet.PodNetnsName(l.Network.ID, "vpcgw-"+vpc)
+	if err := labnet.NameNamespace(gw, waitVpcGatewayOn(ctx, t, l, c, node.Name, vpc)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := labnet.DeleteNamespace(gw); err != nil {
+			t.Errorf("removing the name %s: %v", gw, err)
+		}
+	})
+	ext := netip.AddrPortFrom(vpcExternalIP(ctx, t, kubeClient(t, l.Env.Cluster(c.Name).Kubeconfig), c.Name, vpc), port)
+	var ln net.Listener
+	if err := tunneltest.InErr(gw, func() error {
+		var err error
+		ln, err = net.Listen("tcp4", ext.String())
+		return err
+	}); err != nil {
+		t.Fatalf("listening in %s's gateway at %s: %v", vpc, ext, err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if a, err := netip.ParseAddrPort(conn.RemoteAddr().String()); err == nil {
+				_, _ = io.WriteString(conn, a.Addr().Unmap().String()+"\n")
+			}
+			_ = conn.Close()
+		}
+	}()
+	return gw, ext
+}
+
+// askVpcGateway connects from netns to a listener of listenInVpcGateway and returns the source
+// address it saw.
+func askVpcGateway(netns string, addr netip.AddrPort) (netip.Addr, error) {
+	conn, err := labnet.DialTCP(netns, addr, 3*time.Second)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("answer %q: %w", line, err)
+	}
+	return netip.ParseAddr(strings.TrimSpace(line))
+}
+
+// checkVpcEgressByGateway: what a VPC pod sends to a global address leaves by its VPC's
+// gateway, SNATed to the VPC's external address. Each red pod of cluster c (one per node)
+// connects to a listener in blue's gateway namespace at blue's external address, a global
+// address of c's; the listener must see red's external address. Through eth0, the way a VPC
+// pod reached global addresses before its net1 routed the hub's globalnet pool, it would see
+// the pod's primary address.
+func checkVpcEgressByGateway(ctx context.Context, t *testing.T, l *lab.Lab, c labnet.ClusterNet, node labnet.NodeNet, reds []xpod) {
+	_, blue := listenInVpcGateway(ctx, t, l, c, node, "blue", 7778)
+	red := vpcExternalIP(ctx, t, kubeClient(t, l.Env.Cluster(c.Name).Kubeconfig), c.Name, "red")
+	for _, p := range reds {
+		waitFor(t, 30*time.Second, fmt.Sprintf("red pod %s to reach blue's gateway at %s from red's external address %s", p.name, blue, red), func() error {
+			saw, err := askVpcGateway(p.netns, blue)
+			if err != nil {
+				return err
+			}
+			if saw != red {
+				return fmt.Errorf("blue's gateway saw the connection from %s, want red's external address %s", saw, red)
+			}
+			return nil
+		})
 	}
 }

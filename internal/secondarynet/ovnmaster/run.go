@@ -78,7 +78,11 @@ type Options struct {
 	// Global is the cluster's global CIDR laid out (globalnet.ClusterLayout), nil when it has
 	// none: each Vpc's gateway gets an external address from its pool (VpcExternalIPs).
 	Global *globalip.Layout
-	Log    logr.Logger
+	// GlobalPool is the hub's globalnet pool, where every cluster's global CIDR is (invalid:
+	// unknown). VPC pods route it through their VPC's router (podnet.VpcAttachment.Routes),
+	// so that what they send to other clusters' global addresses leaves by the VPC's gateway.
+	GlobalPool netip.Prefix
+	Log        logr.Logger
 }
 
 // gatewaySources are where the reconciler reads the active gateway's node from; none in
@@ -330,7 +334,8 @@ func addVpcController(mgr manager.Manager, nb VpcApplier, o Options) error {
 	gatewayCM, gatewayLs := o.gatewaySources()
 	r := &VpcReconciler{
 		Client: c, NB: nb, ClusterID: o.ClusterID, GatewayConfigMap: gatewayCM, GatewayLease: gatewayLs, Global: o.Global,
-		Events: mgr.GetEventRecorder("octopus-ovnmaster"), Log: o.Log.WithName("vpc"),
+		GlobalPool: o.GlobalPool,
+		Events:     mgr.GetEventRecorder("octopus-ovnmaster"), Log: o.Log.WithName("vpc"),
 	}
 	allVpcs := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 		var vpcs v1alpha1.VpcList

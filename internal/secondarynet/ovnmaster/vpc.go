@@ -69,8 +69,11 @@ type VpcReconciler struct {
 	// gets an external address of its pool (status.gateway.externalIP), written on the
 	// gateway's port for the gateway node.
 	Global *globalip.Layout
-	Events events.EventRecorder
-	Log    logr.Logger
+	// GlobalPool is the hub's globalnet pool (invalid: unknown), which VPC pods route through
+	// the VPC's router (vpcAttachment).
+	GlobalPool netip.Prefix
+	Events     events.EventRecorder
+	Log        logr.Logger
 }
 
 // Reconcile makes one Vpc so.
@@ -210,7 +213,7 @@ func (r *VpcReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 	for _, pod := range inVpc {
 		k := ovn.PodKey{Namespace: pod.Namespace, Name: pod.Name}
 		if att, ok := res.Attached[k]; ok {
-			where := vpcAttachment(desired, att)
+			where := vpcAttachment(desired, att, r.GlobalPool)
 			writes = append(writes, func() error { return r.setVpcAddress(ctx, pod, att, where) })
 			continue
 		}
@@ -350,15 +353,26 @@ func VpcGatewayOn(v ovn.Vpc, chassis string) (*ovn.VpcGateway, string) {
 	return &ovn.VpcGateway{Chassis: chassis}, "its gateway on " + chassis
 }
 
-// vpcAttachment is where att is in v, for the pod's VpcAnnotation.
-func vpcAttachment(v ovn.Vpc, att ovn.Attachment) podnet.VpcAttachment {
+// vpcAttachment is where att is in v, for the pod's VpcAnnotation: its subnet, and the routes
+// through the VPC's router — the VPC's other subnets, and globalPool, the global addresses of
+// every cluster, which the router sends to the VPC's gateway (its default route) to be SNATed
+// to the VPC's external address. The pod's eth0 keeps its default route (its cluster's
+// services, DNS, the API server); without the pool route a VPC pod would reach global
+// addresses only through eth0, never its VPC's gateway. A pool that overlaps one of the VPC's
+// subnets is not routed: the subnet's own addresses must stay on the subnet.
+func vpcAttachment(v ovn.Vpc, att ovn.Attachment, globalPool netip.Prefix) podnet.VpcAttachment {
 	a := podnet.VpcAttachment{Vpc: v.Name}
+	poolApart := globalPool.IsValid()
 	for _, s := range v.Subnets {
+		poolApart = poolApart && !s.CIDR.Overlaps(globalPool)
 		if s.CIDR.Contains(att.IP.Addr()) && a.Subnet == "" {
 			a.Subnet, a.CIDR = s.Name, s.CIDR
 			continue
 		}
 		a.Routes = append(a.Routes, s.CIDR)
+	}
+	if poolApart {
+		a.Routes = append(a.Routes, globalPool)
 	}
 	return a
 }

@@ -143,6 +143,32 @@ func TestVpcWantsExternalIP(t *testing.T) {
 	}
 }
 
+// TestVpcAttachment: a VPC pod routes the VPC's other subnets and the hub's globalnet pool
+// through its router, the pool only when it is known and apart from every subnet.
+func TestVpcAttachment(t *testing.T) {
+	p := netip.MustParsePrefix
+	vpc := ovn.Vpc{Name: "red", Subnets: []ovn.Subnet{{Name: "a", CIDR: p("10.200.1.0/24")}, {Name: "b", CIDR: p("10.200.2.0/24")}}}
+	att := ovn.Attachment{IP: p("10.200.2.7/24")}
+	for _, tc := range []struct {
+		name string
+		vpc  ovn.Vpc
+		pool netip.Prefix
+		want []netip.Prefix
+	}{
+		{"the other subnet and the pool", vpc, p("242.0.0.0/8"), []netip.Prefix{p("10.200.1.0/24"), p("242.0.0.0/8")}},
+		{"no pool known", vpc, netip.Prefix{}, []netip.Prefix{p("10.200.1.0/24")}},
+		{"a pool over a subnet is not routed", ovn.Vpc{Name: "odd", Subnets: []ovn.Subnet{{Name: "a", CIDR: p("242.1.0.0/24")}, {Name: "b", CIDR: p("10.200.2.0/24")}}},
+			p("242.0.0.0/8"), []netip.Prefix{p("242.1.0.0/24")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := vpcAttachment(tc.vpc, att, tc.pool)
+			if got.Vpc != tc.vpc.Name || got.Subnet != "b" || got.CIDR != p("10.200.2.0/24") || !slices.Equal(got.Routes, tc.want) {
+				t.Fatalf("vpcAttachment = %+v, want subnet b 10.200.2.0/24 with routes %v", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestDesiredVpc: what the API server's CEL refuses is refused here too, naming the field, so a
 // Vpc admitted without that validation is never half-applied.
 func TestDesiredVpc(t *testing.T) {
