@@ -16,12 +16,24 @@ import (
 )
 
 // The Secrets of the secondary network's OVN TLS (charts/octopus-member/templates/ovn.yaml
-// mounts them by these names): the CA, which stays with the installer's credential and is
-// mounted by no pod, and one leaf per component. Each leaf Secret also holds the CA's
-// certificate as ca.crt, the only CA its holder trusts.
+// mounts them by these names): two CAs, which stay with the installer's credential and are
+// mounted by no pod, and one leaf per component. Each leaf Secret also holds, as ca.crt, the
+// CAs its holder trusts.
+//
+// OVSDB authorizes a client by the CA that signed it, and the NB database has no finer
+// rule: whoever it trusts may rewrite every switch and port of the cluster. So the
+// certificate every node holds (its ovn-controller's, which gateway-port reuses to read the
+// SB) is signed by a CA of its own, the node CA, which the SB database trusts and the NB
+// database does not: a compromised node can no longer write the NB. The central CA signs
+// the databases' server certificates and the clients that run beside them or in the
+// ovnmaster (ovn-northd, the ovnmaster, the cluster's ovn-ic), which both databases trust.
 const (
-	OVNCASecret         = "octopus-ovn-ca"
+	OVNCASecret     = "octopus-ovn-ca"
+	OVNNodeCASecret = "octopus-ovn-node-ca"
+	// OVNCentralSecret is the NB database's server certificate: it trusts the central CA
+	// alone. OVNSouthboundSecret is the SB database's: it trusts the node CA too.
 	OVNCentralSecret    = "octopus-ovn-central-tls"
+	OVNSouthboundSecret = "octopus-ovn-sb-tls"
 	OVNNorthdSecret     = "octopus-ovn-northd-tls"
 	OVNControllerSecret = "octopus-ovn-controller-tls"
 	OVNMasterSecret     = "octopus-ovnmaster-tls"
@@ -34,19 +46,29 @@ const (
 // ovnCentralService is the member chart's Service of the OVN databases.
 const ovnCentralService = "octopus-ovn-central"
 
+// ovnLeaf is one component's certificate: what it certifies, whether the node CA signs it
+// (the central CA otherwise), and whether its holder trusts the node CA's clients too (a
+// server: the SB database).
+type ovnLeaf struct {
+	pki.Leaf
+	byNodeCA, trustsNodes bool
+}
+
 // ovnLeaves are the certificates of the secondary network's OVN components in namespace ns:
-// the databases' server certificate names the Service as the ovnmaster dials it (Go checks
-// the name; OVN's own clients check only the CA) and 127.0.0.1, where ovn-northd dials it.
-func ovnLeaves(ns string) map[string]pki.Leaf {
+// the databases' server certificates name the Service as the ovnmaster dials it (Go checks
+// the name; OVN's own clients check only the CA) and 127.0.0.1, where ovn-northd dials them.
+func ovnLeaves(ns string) map[string]ovnLeaf {
 	svc := ovnCentralService + "." + ns
-	return map[string]pki.Leaf{
-		OVNCentralSecret: {CommonName: "ovn-central", Server: true,
-			DNSNames: []string{ovnCentralService, svc, svc + ".svc", svc + ".svc.cluster.local", "localhost"},
-			IPs:      []netip.Addr{netip.MustParseAddr("127.0.0.1")}},
-		OVNNorthdSecret:            {CommonName: "ovn-northd", Client: true},
-		OVNControllerSecret:        {CommonName: "ovn-controller", Client: true},
-		OVNMasterSecret:            {CommonName: "ovnmaster", Client: true},
-		OVNInterconnectLocalSecret: {CommonName: "ovn-ic", Client: true},
+	server := pki.Leaf{CommonName: "ovn-central", Server: true,
+		DNSNames: []string{ovnCentralService, svc, svc + ".svc", svc + ".svc.cluster.local", "localhost"},
+		IPs:      []netip.Addr{netip.MustParseAddr("127.0.0.1")}}
+	return map[string]ovnLeaf{
+		OVNCentralSecret:           {Leaf: server},
+		OVNSouthboundSecret:        {Leaf: server, trustsNodes: true},
+		OVNNorthdSecret:            {Leaf: pki.Leaf{CommonName: "ovn-northd", Client: true}},
+		OVNControllerSecret:        {Leaf: pki.Leaf{CommonName: "ovn-controller", Client: true}, byNodeCA: true},
+		OVNMasterSecret:            {Leaf: pki.Leaf{CommonName: "ovnmaster", Client: true}},
+		OVNInterconnectLocalSecret: {Leaf: pki.Leaf{CommonName: "ovn-ic", Client: true}},
 	}
 }
 
@@ -60,15 +82,31 @@ func EnsureOVNCertificates(ctx context.Context, cfg *rest.Config, ns string, p *
 	if err != nil {
 		return fmt.Errorf("issuing the OVN certificates: %w", err)
 	}
+	return ensureOVNCertificates(ctx, cs, ns, p)
+}
+
+func ensureOVNCertificates(ctx context.Context, cs kubernetes.Interface, ns string, p *progress.Reporter) error {
 	if err := ensureNamespace(ctx, cs, ns); err != nil {
 		return fmt.Errorf("issuing the OVN certificates: %w", err)
 	}
-	ca, err := pki.EnsureCA(ctx, cs, ns, OVNCASecret, "octopus-ovn-ca")
+	central, err := pki.EnsureCA(ctx, cs, ns, OVNCASecret, "octopus-ovn-ca")
+	if err != nil {
+		return err
+	}
+	nodes, err := pki.EnsureCA(ctx, cs, ns, OVNNodeCASecret, "octopus-ovn-node-ca")
 	if err != nil {
 		return err
 	}
 	for name, leaf := range ovnLeaves(ns) {
-		why, err := pki.EnsureLeaf(ctx, cs, ns, name, ca, leaf)
+		// Every holder verifies the databases, which the central CA signs.
+		signer, trust := central, []*pki.CA{central}
+		if leaf.byNodeCA {
+			signer = nodes
+		}
+		if leaf.trustsNodes {
+			trust = append(trust, nodes)
+		}
+		why, err := pki.EnsureLeaf(ctx, cs, ns, name, signer, leaf.Leaf, trust...)
 		if err != nil {
 			return err
 		}

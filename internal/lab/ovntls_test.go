@@ -109,7 +109,8 @@ func ovsdbCall(netns, addr string, cfg *tls.Config, method string, params ...any
 // with a certificate of another CA: list_dbs (a read) and a transact inserting a switch (a
 // write) go unanswered, and the NB database holds no such switch afterwards. A client with a
 // certificate of the cluster's CA is answered from the same pod, so the path is open and it is
-// the databases that refuse.
+// the databases that refuse. With the certificate every node holds (ovn-controller's, of the
+// node CA) the SB answers and the NB neither reads nor writes.
 func checkOVNDatabasesRefuseStrangers(ctx context.Context, t *testing.T, l *lab.Lab, pod xpod) {
 	cs := clientset(t, l.Env.Cluster(pod.cluster).Kubeconfig)
 	svc, err := cs.CoreV1().Services(v1alpha1.SystemNamespace).Get(ctx, "octopus-ovn-central", metav1.GetOptions{})
@@ -176,6 +177,35 @@ func checkOVNDatabasesRefuseStrangers(ctx context.Context, t *testing.T, l *lab.
 		if err != nil || !strings.Contains(string(res), db.name) {
 			t.Errorf("%s from pod %s with a certificate of the cluster's CA: %s, %v (the path to the database is broken, so the refusals prove nothing)", db.name, pod.name, res, err)
 		}
+	}
+	// The certificate every node holds (ovn-controller's, of the node CA) is the SB's client
+	// and no NB client: a node taken over cannot rewrite the cluster's switches and ports.
+	node, err := cs.CoreV1().Secrets(v1alpha1.SystemNamespace).Get(ctx, cluster.OVNControllerSecret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeCert, err := tls.X509KeyPair(node.Data[corev1.TLSCertKey], node.Data[corev1.TLSPrivateKeyKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeRoots := x509.NewCertPool()
+	if !nodeRoots.AppendCertsFromPEM(node.Data[pki.CACertKey]) {
+		t.Fatalf("Secret %s has no CA certificate", cluster.OVNControllerSecret)
+	}
+	asNode := sending(nodeCert, nodeRoots)
+	nbInsert := []any{dbs[0].name, map[string]any{"op": "insert", "table": dbs[0].table, "row": map[string]any{"name": "intruder"}}}
+	for _, call := range []struct {
+		what, method string
+		params       []any
+	}{{"read", "list_dbs", nil}, {"write", "transact", nbInsert}} {
+		if res, err := ovsdbCall(pod.netns, net.JoinHostPort(svc.Spec.ClusterIP, dbs[0].port), asNode, call.method, call.params...); err == nil {
+			t.Errorf("OVN_Northbound with the nodes' ovn-controller certificate: the %s (%s) was answered: %s", call.what, call.method, res)
+		} else {
+			t.Logf("OVN_Northbound with the nodes' ovn-controller certificate: %s refused: %v", call.what, err)
+		}
+	}
+	if res, err := ovsdbCall(pod.netns, net.JoinHostPort(svc.Spec.ClusterIP, dbs[1].port), asNode, "list_dbs"); err != nil || !strings.Contains(string(res), dbs[1].name) {
+		t.Errorf("OVN_Southbound with the nodes' ovn-controller certificate: %s, %v; want it served", res, err)
 	}
 	nb := centralNBOf(ctx, t, cs, pod.netns)
 	out, err := nb(ctx, "--bare", "--columns=name", "find", "Logical_Switch", "name=intruder")

@@ -175,7 +175,7 @@ func TestSecondaryNetwork(t *testing.T) {
 			}
 		}
 	})
-	t.Run("a pod without a client certificate can neither read nor write the OVN databases", func(t *testing.T) { checkOVNDatabasesRefuseStrangers(ctx, t, l, pods[c1.Name][0]) })
+	t.Run("a pod without a client certificate can neither read nor write the OVN databases, nor one with a node's the NB", func(t *testing.T) { checkOVNDatabasesRefuseStrangers(ctx, t, l, pods[c1.Name][0]) })
 	nri := newSecondaryPods(ctx, t, l, dir, c1)
 	t.Run("a pod asking for an address outside the block does not start, and says why", func(t *testing.T) {
 		nri.checkRefusedAddress(ctx, t)

@@ -127,7 +127,7 @@ func TestNeeds(t *testing.T) {
 }
 
 // TestEnsureSecrets: the CA is made once and read back; a leaf is issued when missing, left
-// alone when good, issued again when the CA or the names change.
+// alone when good, issued again when the CA, the names or the CAs it trusts change.
 func TestEnsureSecrets(t *testing.T) {
 	ctx := context.Background()
 	cs := fake.NewClientset()
@@ -140,18 +140,25 @@ func TestEnsureSecrets(t *testing.T) {
 		t.Fatalf("second EnsureCA made another CA (%v)", err)
 	}
 	l := Leaf{CommonName: "db", Server: true, DNSNames: []string{"db"}}
+	l2 := Leaf{CommonName: "db", Server: true, DNSNames: []string{"db", "db2"}}
+	newCA, peer := mustCA(t, "new"), mustCA(t, "peer")
 	steps := []struct {
-		ca   *CA
-		l    Leaf
-		want string
+		ca    *CA
+		l     Leaf
+		trust []*CA
+		want  string
 	}{
-		{ca, l, "missing"},
-		{ca, l, ""},
-		{ca, Leaf{CommonName: "db", Server: true, DNSNames: []string{"db", "db2"}}, "DNS"},
-		{mustCA(t, "new"), Leaf{CommonName: "db", Server: true, DNSNames: []string{"db", "db2"}}, "another CA"},
+		{ca, l, nil, "missing"},
+		{ca, l, nil, ""},
+		{ca, l2, nil, "DNS"},
+		{newCA, l2, nil, "another CA"},
+		{newCA, l2, []*CA{newCA}, ""},
+		{newCA, l2, []*CA{newCA, peer}, "other CA certificate"},
+		{newCA, l2, []*CA{newCA, peer}, ""},
+		{newCA, l2, []*CA{peer}, "other CA certificate"},
 	}
 	for i, st := range steps {
-		why, err := EnsureLeaf(ctx, cs, "ns", "leaf", st.ca, st.l)
+		why, err := EnsureLeaf(ctx, cs, "ns", "leaf", st.ca, st.l, st.trust...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,8 +169,15 @@ func TestEnsureSecrets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		trusted := CertPEM(st.ca.Cert)
+		if st.trust != nil {
+			trusted = nil
+			for _, c := range st.trust {
+				trusted = append(trusted, CertPEM(c.Cert)...)
+			}
+		}
 		if s.Type != corev1.SecretTypeTLS || st.ca.Needs(s.Data[corev1.TLSCertKey], st.l, time.Now()) != "" ||
-			!sameBytes(s.Data[CACertKey], CertPEM(st.ca.Cert)) || s.Labels[ManagedByLabel] == "" {
+			!sameBytes(s.Data[CACertKey], trusted) || s.Labels[ManagedByLabel] == "" {
 			t.Errorf("step %d: Secret not right: %+v", i, s)
 		}
 	}

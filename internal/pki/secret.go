@@ -56,11 +56,19 @@ func EnsureCA(ctx context.Context, cs kubernetes.Interface, namespace, name, com
 }
 
 // EnsureLeaf keeps in Secret namespace/name a key and a certificate for l signed by ca, with
-// ca's certificate as CACertKey. It issues a new one when the Secret is missing or Needs says
-// so (or the key, the CA certificate do not match), and says why ("" when it left it alone).
-func EnsureLeaf(ctx context.Context, cs kubernetes.Interface, namespace, name string, ca *CA, l Leaf) (string, error) {
+// the certificates of trust (ca's alone when none are given) as CACertKey: what its holder
+// trusts needs not be what signed it, as for a client signed by a CA of its own that must
+// verify a server of another. It issues a new one when the Secret is missing or Needs says so
+// (or the key, the CA certificates do not match), and says why ("" when it left it alone).
+func EnsureLeaf(ctx context.Context, cs kubernetes.Interface, namespace, name string, ca *CA, l Leaf, trust ...*CA) (string, error) {
 	secrets := cs.CoreV1().Secrets(namespace)
-	caPEM := CertPEM(ca.Cert)
+	if len(trust) == 0 {
+		trust = []*CA{ca}
+	}
+	var caPEM []byte
+	for _, t := range trust {
+		caPEM = append(caPEM, CertPEM(t.Cert)...)
+	}
 	old, err := secrets.Get(ctx, name, metav1.GetOptions{})
 	why := ""
 	switch {

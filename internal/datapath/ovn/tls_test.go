@@ -26,6 +26,8 @@ type tlsFixture struct {
 	caFile                  string
 	clientCert, clientKey   string
 	foreignCert, foreignKey string
+	// foreignCAFile is the certificate of the CA that signed the foreign client.
+	foreignCAFile string
 }
 
 func newTLSFixture(t *testing.T) tlsFixture {
@@ -60,6 +62,7 @@ func newTLSFixture(t *testing.T) tlsFixture {
 		DNSNames: []string{"localhost"}, IPs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}})
 	f.clientCert, f.clientKey = issue(ca, "ovnmaster", pki.Leaf{CommonName: "ovnmaster", Client: true})
 	f.foreignCert, f.foreignKey = issue(other, "foreign", pki.Leaf{CommonName: "ovnmaster", Client: true})
+	f.foreignCAFile = write("foreign-ca.crt", pki.CertPEM(other.Cert))
 	return f
 }
 
@@ -167,6 +170,57 @@ func TestConnectChecksTLS(t *testing.T) {
 		err := checkTLS(tc.opts, "NB")
 		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestServerTrustsEveryCAOfItsBundle: ovsdb-server given a CA file holding two CAs'
+// certificates takes clients of either, and still refuses a third CA's. The member chart's SB
+// database trusts the central CA and the node CA so (internal/cluster/ovncerts.go), while its
+// NB database trusts the central CA alone.
+func TestServerTrustsEveryCAOfItsBundle(t *testing.T) {
+	f := newTLSFixture(t)
+	third, err := pki.NewCA("third", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ca, err := os.ReadFile(f.caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreignCA, err := os.ReadFile(f.foreignCAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := filepath.Join(dir, "bundle.crt")
+	if err := os.WriteFile(bundle, append(ca, foreignCA...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	thirdCert, thirdKey, err := third.Issue(pki.Leaf{CommonName: "stranger", Client: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, tk := filepath.Join(dir, "third.crt"), filepath.Join(dir, "third.key")
+	for p, b := range map[string][]byte{tc: thirdCert, tk: thirdKey} {
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	server := f.server
+	server.CA = bundle
+	nb := ovntest.StartNBTLS(t, server)
+	for _, c := range []struct {
+		name, cert, key string
+		ok              bool
+	}{
+		{"the first CA's client", f.clientCert, f.clientKey, true},
+		{"the second CA's client", f.foreignCert, f.foreignKey, true},
+		{"a third CA's client", tc, tk, false},
+	} {
+		out, err := exec.Command("ovn-nbctl", "--db="+nb.SSLEndpoint, "--timeout=5", "-p", c.key, "-c", c.cert, "-C", f.caFile, "ls-list").CombinedOutput()
+		if got := err == nil; got != c.ok {
+			t.Errorf("%s: served %v, want %v: %v\n%s", c.name, got, c.ok, err, out)
 		}
 	}
 }

@@ -136,7 +136,14 @@ func TestRunPodSandbox(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ifaces := &fakeInterfaces{err: tc.attachEr}
-			p, err := New(testConfig, tc.pods, ifaces, testr.New(t))
+			// The failures wait out testConfig's short AddressWait (some retry until then).
+			// A success ends as soon as the address is read, long before a minute, which a
+			// loaded machine (CI runs the labs beside this test) polling late cannot outlast.
+			cfg := testConfig
+			if tc.wantErr == "" {
+				cfg.AddressWait = time.Minute
+			}
+			p, err := New(cfg, tc.pods, ifaces, testr.New(t))
 			if err != nil {
 				t.Fatal(err)
 			}
