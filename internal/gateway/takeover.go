@@ -64,6 +64,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	utilwait "k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -212,16 +213,7 @@ type pauseWatch struct {
 }
 
 func (p *pauseWatch) run(ctx context.Context) {
-	tick := time.NewTicker(pauseTick)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			p.beat(time.Now())
-		}
-	}
+	utilwait.UntilWithContext(ctx, func(context.Context) { p.beat(time.Now()) }, pauseTick)
 }
 
 func (p *pauseWatch) beat(now time.Time) {
@@ -387,16 +379,7 @@ func (t *takeover) run(ctx context.Context) {
 		t.watching()
 	}
 	go t.pauses.run(ctx)
-	tick := time.NewTicker(t.o.LivenessInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			t.step(ctx)
-		}
-	}
+	utilwait.UntilWithContext(ctx, t.step, t.o.LivenessInterval)
 }
 
 func (t *takeover) observeObj(obj any) {
