@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/octopus-mcs/octopus/api/v1alpha1"
+	"github.com/octopus-mcs/octopus/internal/datapath/owner"
 	"github.com/octopus-mcs/octopus/internal/datapath/podport"
 	"github.com/octopus-mcs/octopus/internal/datapath/tunnel/tunneltest"
 	"github.com/octopus-mcs/octopus/internal/lab"
@@ -274,6 +275,10 @@ func checkGatewayExIps(ctx context.Context, t *testing.T, l *lab.Lab, hub client
 		t.Errorf("Vpc green's GatewayExIp reached %s %.1fs after the Vpc was made, want at most 10s", c2.Name, took.Seconds())
 	}
 	waitVpcGatewayOn(ctx, t, l, c1, activeGateway(ctx, t, l, c1).Name, green.Name)
+	nb := centralNBOf(ctx, t, clientset(t, l.Env.Cluster(c1.Name).Kubeconfig), c1.Nodes[len(c1.Nodes)-1].Netns)
+	if rows := vpcRows(ctx, t, nb, green.Name); len(rows) == 0 {
+		t.Fatalf("the NB database holds no row of Vpc green while it is Ready")
+	}
 
 	if err := mc1.Delete(ctx, green); err != nil {
 		t.Fatalf("deleting Vpc green in %s: %v", c1.Name, err)
@@ -291,8 +296,28 @@ func checkGatewayExIps(ctx context.Context, t *testing.T, l *lab.Lab, hub client
 				return fmt.Errorf("green's gateway namespace is still on %s", n.Name)
 			}
 		}
+		if rows := vpcRows(ctx, t, nb, green.Name); len(rows) > 0 {
+			return fmt.Errorf("the NB database still holds Vpc green's rows: %v", rows)
+		}
 		return nil
 	})
+}
+
+// vpcRows lists the NB rows the ovnmaster made for vpc (external_ids octopus.io/vpc, the
+// key every VPC row carries: internal/datapath/ovn/vpc.go), as "table uuid".
+func vpcRows(ctx context.Context, t *testing.T, nb func(context.Context, ...string) (string, error), vpc string) []string {
+	t.Helper()
+	var rows []string
+	for _, table := range []string{"Logical_Router", "Logical_Router_Port", "Logical_Router_Static_Route", "Logical_Switch", "Logical_Switch_Port", "NAT"} {
+		out, err := nb(ctx, "--bare", "--columns=_uuid", "find", table, fmt.Sprintf("external_ids:%q=%q", owner.OVNKeyVPC, vpc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range strings.Fields(out) {
+			rows = append(rows, table+" "+id)
+		}
+	}
+	return rows
 }
 
 // waitGatewayExIP waits until cluster dst (mc) holds the GatewayExIp of gateway in cluster
