@@ -32,9 +32,10 @@ func SecondaryUnderlayPrefix(i int) string { return fmt.Sprintf("192.168.%d.0/24
 // prepareSecondaryNetwork gives every node of cluster c, the i-th (1-based), its
 // SecondaryUnderlayLink, and returns the member chart's secondaryNetwork values for it: join's
 // (cluster.SecondaryNetworkValues: the cluster's ID, the block the hub allocated, routes to
-// the hub's secondary pool, its global pool for the VPC pods) with the userspace datapath over the underlay link and the paths
-// of the lab's nodes (NRI socket, Open vSwitch directory); with vpcs (Options.Vpcs), the
-// gateway nodes' gateway-port keeps the VPCs' gateways too (gatewayPort.vpcs).
+// the hub's secondary pool, its globalnet pool for the VPC pods) with the userspace datapath
+// over the underlay link and the paths of the lab's nodes (NRI socket, Open vSwitch
+// directory); with vpcs (Options.Vpcs), the gateway nodes' gateway-port keeps the VPCs'
+// gateways too (gatewayPort.vpcs).
 func prepareSecondaryNetwork(ctx context.Context, i int, c labnet.ClusterNet, joined *cluster.Joined, info *hub.BrokerInfo, vpcs bool) (map[string]any, error) {
 	values := cluster.SecondaryNetworkValues(joined, info.Secondary.CIDR, info.Globalnet.CIDR)
 	if values == nil {

@@ -276,8 +276,8 @@ func checkGatewayExIps(ctx context.Context, t *testing.T, l *lab.Lab, hub client
 	}
 	waitVpcGatewayOn(ctx, t, l, c1, activeGateway(ctx, t, l, c1).Name, green.Name)
 	nb := centralNBOf(ctx, t, clientset(t, l.Env.Cluster(c1.Name).Kubeconfig), c1.Nodes[len(c1.Nodes)-1].Netns)
-	if rows := vpcRows(ctx, t, nb, green.Name); len(rows) == 0 {
-		t.Fatalf("the NB database holds no row of Vpc green while it is Ready")
+	if rows, err := vpcRows(ctx, nb, green.Name); err != nil || len(rows) == 0 {
+		t.Fatalf("the NB database holds no row of Vpc green while it is Ready (%v)", err)
 	}
 
 	if err := mc1.Delete(ctx, green); err != nil {
@@ -296,8 +296,8 @@ func checkGatewayExIps(ctx context.Context, t *testing.T, l *lab.Lab, hub client
 				return fmt.Errorf("green's gateway namespace is still on %s", n.Name)
 			}
 		}
-		if rows := vpcRows(ctx, t, nb, green.Name); len(rows) > 0 {
-			return fmt.Errorf("the NB database still holds Vpc green's rows: %v", rows)
+		if rows, err := vpcRows(ctx, nb, green.Name); err != nil || len(rows) > 0 {
+			return fmt.Errorf("the NB database still holds Vpc green's rows: %v (%v)", rows, err)
 		}
 		return nil
 	})
@@ -305,19 +305,18 @@ func checkGatewayExIps(ctx context.Context, t *testing.T, l *lab.Lab, hub client
 
 // vpcRows lists the NB rows the ovnmaster made for vpc (external_ids octopus.io/vpc, the
 // key every VPC row carries: internal/datapath/ovn/vpc.go), as "table uuid".
-func vpcRows(ctx context.Context, t *testing.T, nb func(context.Context, ...string) (string, error), vpc string) []string {
-	t.Helper()
+func vpcRows(ctx context.Context, nb func(context.Context, ...string) (string, error), vpc string) ([]string, error) {
 	var rows []string
 	for _, table := range []string{"Logical_Router", "Logical_Router_Port", "Logical_Router_Static_Route", "Logical_Switch", "Logical_Switch_Port", "NAT"} {
 		out, err := nb(ctx, "--bare", "--columns=_uuid", "find", table, fmt.Sprintf("external_ids:%q=%q", owner.OVNKeyVPC, vpc))
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		for _, id := range strings.Fields(out) {
 			rows = append(rows, table+" "+id)
 		}
 	}
-	return rows
+	return rows, nil
 }
 
 // waitGatewayExIP waits until cluster dst (mc) holds the GatewayExIp of gateway in cluster
