@@ -296,8 +296,12 @@ func checkGatewayExIps(ctx context.Context, t *testing.T, l *lab.Lab, hub client
 				return fmt.Errorf("green's gateway namespace is still on %s", n.Name)
 			}
 		}
-		if rows, err := vpcRows(ctx, nb, green.Name); err != nil || len(rows) > 0 {
-			return fmt.Errorf("the NB database still holds Vpc green's rows: %v (%v)", rows, err)
+		rows, err := vpcRows(ctx, nb, green.Name)
+		if err != nil {
+			return fmt.Errorf("reading Vpc green's NB rows: %w", err)
+		}
+		if len(rows) > 0 {
+			return fmt.Errorf("the NB database still holds Vpc green's rows: %v", rows)
 		}
 		return nil
 	})
