@@ -414,7 +414,7 @@ func TestKernelReapplyKeepsConnections(t *testing.T) {
 				return
 			}
 			if n > 0 {
-				errs <- fmt.Errorf("new connection %d: %d retransmissions", opened.Load(), n)
+				errs <- fmt.Errorf("new connection %d: %d segments sent again that the peer had not received", opened.Load(), n)
 				return
 			}
 			opened.Add(1)
@@ -472,13 +472,16 @@ func TestKernelReapplyKeepsConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n > 0 || exchanges.Load() == 0 || opened.Load() == 0 {
-		t.Fatalf("the connection to %s retransmitted %d times in %d exchanges (%d new connections)", first.server, n, exchanges.Load(), opened.Load())
+		t.Fatalf("the connection to %s sent %d segments again that its peer had not received, in %d exchanges (%d new connections)", first.server, n, exchanges.Load(), opened.Load())
 	}
 	t.Logf("%d exchanges over one connection to %s and %d new connections during %d applies, no retransmission",
 		exchanges.Load(), first.server, opened.Load(), 4*len(steps))
 }
 
-// retransmits is the kernel's count of the segments c sent again (SYNs included).
+// retransmits is the kernel's count of the segments c sent again (SYNs included) less those
+// the peer reported, by a DSACK, as received twice: a retransmission whose original had
+// arrived was no loss but a late acknowledgement, which a machine at load 49 (CI runs the labs
+// beside this test, its softirqs deferred to ksoftirqd) can delay past the 200 ms RTO.
 func retransmits(c net.Conn) (uint32, error) {
 	raw, err := c.(*net.TCPConn).SyscallConn()
 	if err != nil {
@@ -492,7 +495,7 @@ func retransmits(c net.Conn) (uint32, error) {
 	if serr != nil {
 		return 0, fmt.Errorf("reading TCP_INFO: %w", serr)
 	}
-	return info.Total_retrans, nil
+	return info.Total_retrans - min(info.Dsack_dups, info.Total_retrans), nil
 }
 
 // TestKernelUnexportLeavesNothing reads the kernel's own ruleset after a service and a pod are
