@@ -37,14 +37,18 @@ import (
 // seconds. A standby probes the active gateway every LivenessInterval and takes over after 3
 // failed probes once the Lease went unrenewed for 2 retry periods (1 s;
 // internal/gateway/takeover.go), well before the Lease expires. The tests derive their bounds
-// from these values rather than from what one machine measured.
+// from these values rather than from what one machine measured. The Lease is long, so that an
+// active gateway keeps it through the stalls of a machine running a lab beside the rest of the
+// suite (a 6 s stall, load 49, made a 4 s RenewDeadline end the active term in the middle of
+// TestGatewayFailover's hub outage): what is killed or cut off is taken over by the fast
+// takeover, whatever the Lease's length.
 var GatewayTimings = struct {
 	LeaseDuration, RenewDeadline, RetryPeriod, StatusInterval, LivenessInterval time.Duration
 	// UnderlayProbeInterval measures the underlay paths often enough for fault tests to see
 	// a change within seconds; a measurement of the lab's underlay takes milliseconds.
 	UnderlayProbeInterval time.Duration
 }{
-	LeaseDuration: 6 * time.Second, RenewDeadline: 4 * time.Second, RetryPeriod: 500 * time.Millisecond,
+	LeaseDuration: 12 * time.Second, RenewDeadline: 8 * time.Second, RetryPeriod: 500 * time.Millisecond,
 	StatusInterval: 2 * time.Second, LivenessInterval: 100 * time.Millisecond,
 	UnderlayProbeInterval: 5 * time.Second,
 }
